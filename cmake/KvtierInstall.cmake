@@ -1,0 +1,1 @@
+# Installation and the exported kvtier::kvtier package (filled in below).

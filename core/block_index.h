@@ -1,0 +1,98 @@
+// BlockIndex: what the runtime knows about every stored block: which tiers
+// hold it, whether it is still being filled, who pins it, its parent and how
+// many children it has, and per-tier recency lists for eviction.
+//
+// The prefix rule lives here: a lookup stops at the first key that is absent,
+// and a block may leave its last tier only when it has no children, so no
+// tier keeps a block that no lookup can reach. Not thread-safe: the runtime
+// holds its mutex around every call.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ns_key.h"
+#include "kvtier/options.h"
+
+namespace kvtier::internal {
+
+inline constexpr uint32_t kNoSlot = UINT32_MAX;
+
+enum class EntryState : uint8_t {
+  kFilling,  // bytes are being copied into the hub; invisible to lookups
+  kReady,
+};
+
+struct IndexEntry {
+  NsKey id;
+  IndexEntry* parent = nullptr;  // the block before this one, when stored
+  EntryState state = EntryState::kFilling;
+  uint32_t locations = 0;        // bit t: tier t holds a verified copy
+  uint32_t host_slot = kNoSlot;  // hub slot when bit 0 is set (or while filling)
+  uint64_t bytes = 0;
+  // Payload checksum, taken when the block first leaves the hub and checked
+  // whenever it comes back, whatever the tier it was read from.
+  std::optional<uint64_t> checksum;
+  uint32_t pins = 0;             // lookups, loads and moves in progress
+  bool moving = false;           // selected by an eviction pass
+  uint32_t children = 0;         // stored entries whose parent is this one
+  std::array<uint32_t, kMaxTiers> children_in{};  // of those, how many are in tier t
+  uint64_t last_access_ns = 0;
+  // Intrusive recency list per tier; head = most recent.
+  std::array<IndexEntry*, kMaxTiers> prev{};
+  std::array<IndexEntry*, kMaxTiers> next{};
+
+  bool In(size_t tier) const { return (locations >> tier) & 1U; }
+  // The fastest tier holding a copy; REQUIRES: locations != 0.
+  uint32_t FastestTier() const { return static_cast<uint32_t>(__builtin_ctz(locations)); }
+};
+
+class BlockIndex {
+ public:
+  explicit BlockIndex(size_t tier_count) : tier_count_(tier_count) {}
+  BlockIndex(const BlockIndex&) = delete;
+  BlockIndex& operator=(const BlockIndex&) = delete;
+
+  IndexEntry* Find(const NsKey& id);
+  // Adds a kFilling entry under `parent` (may be null). REQUIRES: absent.
+  IndexEntry* Insert(const NsKey& id, IndexEntry* parent, uint64_t bytes);
+  // Removes the entry, and then any ancestor left with no copy, child or
+  // pin. REQUIRES: no children, no locations, no pins.
+  void Erase(IndexEntry* e);
+
+  void AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns);
+  void DropLocation(IndexEntry* e, size_t tier);
+  // Marks a use: the entry becomes most recent in every tier holding it.
+  void Touch(IndexEntry* e, uint64_t now_ns);
+
+  // Up to `max` ready, unpinned, not-moving entries of `tier`, least recent
+  // first, that are leaves within that tier once the victims chosen before
+  // them are gone (so a whole chain can leave in one batch, children first),
+  // and for which `may_drop(entry, children_chosen)` holds. Scans at most
+  // `scan_limit` entries.
+  using DropCheck = std::function<bool(const IndexEntry&, uint32_t children_chosen)>;
+  std::vector<IndexEntry*> Victims(size_t tier, size_t max, size_t scan_limit,
+                                   const DropCheck& may_drop) const;
+
+  size_t size() const { return map_.size(); }
+  uint64_t blocks_in(size_t tier) const { return blocks_in_[tier]; }
+  uint64_t bytes_in(size_t tier) const { return bytes_in_[tier]; }
+
+ private:
+  void LinkFront(IndexEntry* e, size_t tier);
+  void Unlink(IndexEntry* e, size_t tier);
+
+  size_t tier_count_;
+  std::unordered_map<NsKey, std::unique_ptr<IndexEntry>, NsKeyHash> map_;
+  std::array<IndexEntry*, kMaxTiers> head_{};
+  std::array<IndexEntry*, kMaxTiers> tail_{};
+  std::array<uint64_t, kMaxTiers> blocks_in_{};
+  std::array<uint64_t, kMaxTiers> bytes_in_{};
+};
+
+}  // namespace kvtier::internal

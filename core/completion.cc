@@ -1,0 +1,149 @@
+#include "kvtier/completion.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+namespace kvtier {
+namespace internal {
+
+struct CompletionState {
+  explicit CompletionState(size_t n) : results(n), bytes(n, 0), set(n, false) {}
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Status> results;
+  std::vector<uint64_t> bytes;
+  std::vector<bool> set;
+  std::vector<std::function<void()>> callbacks;
+  // Written under mu; read without it by Poll() and layers_done(), hence
+  // acquire/release so a reader that sees `done` also sees the results.
+  std::atomic<bool> done{false};
+  std::atomic<uint32_t> layers{0};
+};
+
+}  // namespace internal
+
+namespace {
+const Status kEmptyOk;
+}
+
+bool Completion::Poll() const { return !state_ || state_->done.load(std::memory_order_acquire); }
+
+Status Completion::Wait() const {
+  if (!state_) return Status::Ok();
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_relaxed); });
+  lock.unlock();
+  return status();
+}
+
+Status Completion::WaitFor(std::chrono::nanoseconds timeout) const {
+  if (!state_) return Status::Ok();
+  std::unique_lock lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout,
+                           [&] { return state_->done.load(std::memory_order_relaxed); })) {
+    return Status::DeadlineExceeded("completion still running after the wait timeout");
+  }
+  lock.unlock();
+  return status();
+}
+
+size_t Completion::size() const { return state_ ? state_->results.size() : 0; }
+
+const Status& Completion::result(size_t i) const { return state_ ? state_->results[i] : kEmptyOk; }
+
+uint64_t Completion::bytes(size_t i) const { return state_ ? state_->bytes[i] : 0; }
+
+Status Completion::status() const {
+  if (!state_) return Status::Ok();
+  for (const Status& s : state_->results) {
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+size_t Completion::ok_count() const {
+  if (!state_) return 0;
+  size_t n = 0;
+  for (const Status& s : state_->results) n += s.ok() ? 1 : 0;
+  return n;
+}
+
+uint32_t Completion::layers_done() const {
+  return state_ ? state_->layers.load(std::memory_order_acquire) : 0;
+}
+
+void Completion::OnDone(std::function<void()> fn) const {
+  if (state_) {
+    std::lock_guard lock(state_->mu);
+    if (!state_->done.load(std::memory_order_relaxed)) {
+      state_->callbacks.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+CompletionSource::CompletionSource(size_t items)
+    : state_(std::make_shared<internal::CompletionState>(items)) {}
+
+CompletionSource& CompletionSource::operator=(CompletionSource&& other) noexcept {
+  if (this != &other) {
+    if (state_) {
+      SetAll(Status::Cancelled("request dropped"));
+      Finish();
+    }
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+CompletionSource::~CompletionSource() {
+  if (!state_) return;
+  SetAll(Status::Cancelled("request dropped before it finished"));
+  Finish();
+}
+
+size_t CompletionSource::size() const { return state_->results.size(); }
+
+void CompletionSource::Set(size_t i, Status status, uint64_t bytes) {
+  std::lock_guard lock(state_->mu);
+  if (state_->done.load(std::memory_order_relaxed) || state_->set[i]) return;
+  state_->set[i] = true;
+  state_->results[i] = std::move(status);
+  state_->bytes[i] = bytes;
+}
+
+void CompletionSource::SetAll(const Status& status) {
+  for (size_t i = 0; i < size(); ++i) Set(i, status);
+}
+
+void CompletionSource::SetLayersDone(uint32_t layers) {
+  state_->layers.store(layers, std::memory_order_release);
+}
+
+void CompletionSource::Finish() {
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->done.load(std::memory_order_relaxed)) return;
+    for (size_t i = 0; i < state_->results.size(); ++i) {
+      if (!state_->set[i]) state_->results[i] = Status::Internal("no result was set");
+    }
+    callbacks.swap(state_->callbacks);
+    state_->done.store(true, std::memory_order_release);
+  }
+  state_->cv.notify_all();
+  for (auto& fn : callbacks) fn();
+}
+
+Completion CompletionSource::Done(size_t items, const Status& status) {
+  CompletionSource src(items);
+  src.SetAll(status);
+  src.Finish();
+  return src.completion();
+}
+
+}  // namespace kvtier

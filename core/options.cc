@@ -1,0 +1,255 @@
+#include "kvtier/options.h"
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <unordered_set>
+
+namespace kvtier {
+namespace {
+
+constexpr uint64_t kPiB = 1024 * kTiB;
+// A block is one I/O on every tier; beyond this a single transfer stalls the
+// whole queue, and the geometry is almost certainly a typo.
+constexpr uint64_t kMaxBlockBytes = kGiB;
+
+constexpr std::array<std::string_view, 1> kEvictionNames = {"lru"};
+constexpr std::array<std::string_view, 1> kAdmissionNames = {"always"};
+
+std::string JoinNames(std::span<const std::string_view> names) {
+  std::string out;
+  for (std::string_view n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+bool Contains(std::span<const std::string_view> names, std::string_view name) {
+  for (std::string_view n : names) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+bool ValidTierNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+// Shortest faithful text of a fraction ("0.95", not "0.950000").
+std::string FormatFraction(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+Status TierError(const std::string& tier, const std::string& what) {
+  return Status::InvalidArgument("tier '" + tier + "': " + what);
+}
+
+struct Preset {
+  std::string_view name;
+  std::string_view model_id;
+  std::string_view dtype;
+  uint32_t num_layers;
+  uint32_t num_kv_heads;
+  uint32_t head_size;
+  uint32_t block_tokens;
+  uint32_t hidden_size;
+};
+
+// Geometries of the models the benchmarks and examples refer to. tiny and
+// small are synthetic; their blocks stay small so tests run in little memory.
+constexpr std::array<Preset, 4> kPresets = {{
+    {"tiny", "kvtier/tiny", "fp16", 4, 2, 16, 512, 0},
+    {"small", "kvtier/small", "fp16", 2, 1, 16, 512, 0},
+    {"llama3-8b", "meta-llama/Meta-Llama-3-8B", "fp16", 32, 8, 128, 16, 4096},
+    {"qwen2-7b", "Qwen/Qwen2-7B", "bf16", 28, 4, 128, 16, 3584},
+}};
+
+// Product of the block dimensions, saturating at kMaxBlockBytes + 1 so that
+// absurd geometries cannot wrap around to a small number.
+uint64_t CappedBlockBytes(const ModelOptions& m) {
+  const uint64_t factors[] = {m.num_layers,   2,           m.block_tokens,
+                              m.num_kv_heads, m.head_size, m.ElementBytes()};
+  uint64_t product = 1;
+  for (uint64_t f : factors) {
+    product *= f;  // both operands <= 2^32, cannot overflow
+    if (product > kMaxBlockBytes) return kMaxBlockBytes + 1;
+  }
+  return product;
+}
+
+}  // namespace
+
+std::span<const std::string_view> EvictionPolicyNames() { return kEvictionNames; }
+std::span<const std::string_view> AdmissionPolicyNames() { return kAdmissionNames; }
+
+Status WatermarkOptions::Validate() const {
+  const std::string text =
+      "watermarks low " + FormatFraction(low) + " / high " + FormatFraction(high);
+  // Written as negations so that NaN fails every comparison and is rejected.
+  if (!(low > 0.0) || !(high <= 1.0)) {
+    return Status::InvalidArgument(text + " are out of range; expected 0 < low < high <= 1");
+  }
+  if (!(low < high)) {
+    return Status::InvalidArgument(text + ": low is not below high; expected 0 < low < high <= 1");
+  }
+  return Status::Ok();
+}
+
+Status TierOptions::Validate() const {
+  if (name.empty()) return Status::InvalidArgument("tier name is empty; expected a name");
+  for (char c : name) {
+    if (!ValidTierNameChar(c)) {
+      return TierError(name,
+                       "name has a character outside [a-z0-9_-]; expected a name "
+                       "of lower-case letters, digits, '_' and '-'");
+    }
+  }
+  if (type.empty()) return TierError(name, "type is empty; expected a tier type");
+  if (capacity_bytes == 0) {
+    return TierError(name, "capacity is 0; expected a capacity of at least 1 byte");
+  }
+  if (capacity_bytes > kPiB) {
+    return TierError(name, "capacity " + std::to_string(capacity_bytes) +
+                               " bytes is absurd; expected at most 1 PiB");
+  }
+  Status wm = watermarks.Validate();
+  if (!wm.ok()) return TierError(name, std::string(wm.message()));
+  if (!Contains(kEvictionNames, eviction)) {
+    return TierError(name, "unknown eviction policy '" + eviction +
+                               "'; expected one of: " + JoinNames(kEvictionNames));
+  }
+  if (admission.empty()) {
+    return TierError(name, "admission list is empty; expected at least one policy");
+  }
+  for (const std::string& a : admission) {
+    if (!Contains(kAdmissionNames, a)) {
+      return TierError(name, "unknown admission policy '" + a +
+                                 "'; expected one of: " + JoinNames(kAdmissionNames));
+    }
+  }
+  if (type == "nvme" && path.empty()) {
+    return TierError(name, "nvme tier has no path; expected a file or block device path");
+  }
+  return Status::Ok();
+}
+
+uint32_t ModelOptions::ElementBytes() const {
+  if (dtype == "fp16" || dtype == "bf16") return 2;
+  if (dtype == "fp8") return 1;
+  if (dtype == "fp32") return 4;
+  return 0;
+}
+
+KvLayout ModelOptions::Layout(uint32_t num_blocks) const {
+  KvLayout l;
+  l.kind = layout;
+  l.num_layers = num_layers;
+  l.num_blocks = num_blocks;
+  l.block_tokens = block_tokens;
+  l.num_kv_heads = num_kv_heads;
+  l.head_size = head_size;
+  l.elem_bytes = ElementBytes();
+  return l;
+}
+
+NamespaceSpec ModelOptions::Namespace() const {
+  NamespaceSpec spec;
+  spec.model_id = model_id;
+  spec.weights_revision = revision;
+  spec.dtype = dtype;
+  spec.layout_signature = Layout(1).Signature();
+  spec.tp_rank = tp_rank;
+  spec.tp_size = tp_size;
+  spec.block_tokens = block_tokens;
+  return spec;
+}
+
+Status ModelOptions::Validate() const {
+  if (model_id.empty()) return Status::InvalidArgument("model id is empty; expected a model id");
+  const std::pair<const char*, uint32_t> dims[] = {
+      {"layers", num_layers},         {"kv_heads", num_kv_heads}, {"head_size", head_size},
+      {"block_tokens", block_tokens}, {"tp_size", tp_size},
+  };
+  for (const auto& [field, value] : dims) {
+    if (value == 0) {
+      return Status::InvalidArgument(std::string("model ") + field +
+                                     " is 0; expected a value of at least 1");
+    }
+  }
+  if (ElementBytes() == 0) {
+    return Status::InvalidArgument("unknown model dtype '" + dtype +
+                                   "'; expected one of: fp16, bf16, fp8, fp32");
+  }
+  if (tp_rank >= tp_size) {
+    return Status::InvalidArgument("model tp_rank " + std::to_string(tp_rank) +
+                                   " is not below tp_size " + std::to_string(tp_size) +
+                                   "; expected 0 <= tp_rank < tp_size");
+  }
+  if (CappedBlockBytes(*this) > kMaxBlockBytes) {
+    return Status::InvalidArgument(
+        "model block is larger than 1 GiB (layers * 2 * block_tokens * kv_heads * "
+        "head_size * dtype bytes); expected a block of at most 1 GiB");
+  }
+  return Status::Ok();
+}
+
+Status ApplyModelPreset(std::string_view preset, ModelOptions* model) {
+  for (const Preset& p : kPresets) {
+    if (p.name != preset) continue;
+    model->preset = std::string(p.name);
+    model->model_id = std::string(p.model_id);
+    model->revision = "main";
+    model->dtype = std::string(p.dtype);
+    model->num_layers = p.num_layers;
+    model->num_kv_heads = p.num_kv_heads;
+    model->head_size = p.head_size;
+    model->block_tokens = p.block_tokens;
+    model->hidden_size = p.hidden_size;
+    return Status::Ok();
+  }
+  std::string names;
+  for (const Preset& p : kPresets) {
+    if (!names.empty()) names += ", ";
+    names += p.name;
+  }
+  return Status::InvalidArgument("unknown model preset '" + std::string(preset) +
+                                 "'; expected one of: " + names);
+}
+
+Status RuntimeOptions::Validate() const {
+  if (block_bytes == 0) {
+    return Status::InvalidArgument("block_bytes is 0; expected the bytes of one host block");
+  }
+  if (tiers.empty()) return Status::InvalidArgument("no tiers; expected at least one tier");
+  if (tiers.size() > kMaxTiers) {
+    return Status::InvalidArgument(std::to_string(tiers.size()) + " tiers; expected at most " +
+                                   std::to_string(kMaxTiers));
+  }
+  if (tiers[0].type != "host") {
+    return Status::InvalidArgument("first tier '" + tiers[0].name + "' has type '" + tiers[0].type +
+                                   "'; expected the first tier to be a host tier");
+  }
+  std::unordered_set<std::string> names;
+  for (const TierOptions& t : tiers) {
+    KVTIER_RETURN_IF_ERROR(t.Validate());
+    if (!names.insert(t.name).second) {
+      return Status::InvalidArgument("duplicate tier name '" + t.name +
+                                     "'; expected unique tier names");
+    }
+  }
+  if (worker_threads == 0) {
+    return Status::InvalidArgument("worker_threads is 0; expected at least 1");
+  }
+  if (max_queued_requests == 0) {
+    return Status::InvalidArgument("max_queued_requests is 0; expected at least 1");
+  }
+  if (mover.batch_blocks == 0) {
+    return Status::InvalidArgument("mover batch_blocks is 0; expected at least 1");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,334 @@
+#include "core/runtime_impl.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+namespace kvtier {
+
+using internal::EntryState;
+using internal::IndexEntry;
+using internal::NsKey;
+
+// ---- PinnedPrefix ----------------------------------------------------------
+
+PinnedPrefix::PinnedPrefix(PinnedPrefix&& other) noexcept
+    : runtime_(std::exchange(other.runtime_, nullptr)),
+      ns_(other.ns_),
+      keys_(std::move(other.keys_)),
+      result_(std::move(other.result_)) {}
+
+PinnedPrefix& PinnedPrefix::operator=(PinnedPrefix&& other) noexcept {
+  if (this != &other) {
+    Release();
+    runtime_ = std::exchange(other.runtime_, nullptr);
+    ns_ = other.ns_;
+    keys_ = std::move(other.keys_);
+    result_ = std::move(other.result_);
+  }
+  return *this;
+}
+
+PinnedPrefix::~PinnedPrefix() { Release(); }
+
+void PinnedPrefix::Release() {
+  if (runtime_ != nullptr && !keys_.empty()) runtime_->Unpin(ns_, keys_);
+  runtime_ = nullptr;
+  keys_.clear();
+}
+
+// ---- Open ------------------------------------------------------------------
+
+Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
+                                               std::shared_ptr<CopyEngine> engine) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  if (!engine) return Status::InvalidArgument("runtime: no copy engine");
+  if (engine->layout().BlockBytes() != options.block_bytes) {
+    return Status::InvalidArgument(
+        "runtime: the copy engine's block is " + std::to_string(engine->layout().BlockBytes()) +
+        " bytes but options.block_bytes is " + std::to_string(options.block_bytes));
+  }
+  if (!options.clock) options.clock = SystemClock();
+  if (!options.log) options.log = StderrLogSink();
+
+  const TierOptions& hub = options.tiers[0];
+  internal::HostArenaOptions arena_options{.capacity_bytes = hub.capacity_bytes,
+                                           .slot_bytes = options.block_bytes,
+                                           .hugepages = hub.hugepages,
+                                           .mlock = hub.mlock};
+  auto arena = internal::HostArena::Create(arena_options, options.log.get());
+  if (!arena.ok()) return arena.status().WithContext("tier '" + hub.name + "'");
+
+  std::vector<std::unique_ptr<Tier>> lower;
+  TierContext context{options.block_bytes, options.clock, options.log};
+  for (size_t i = 1; i < options.tiers.size(); ++i) {
+    auto tier = options.tier_factory ? options.tier_factory(options.tiers[i], context)
+                                     : CreateTier(options.tiers[i], context);
+    if (!tier.ok()) {
+      for (auto& t : lower) t->Shutdown();
+      return tier.status();
+    }
+    lower.push_back(std::move(tier).value());
+  }
+  return std::unique_ptr<Runtime>(new internal::RuntimeImpl(
+      std::move(options), std::move(engine), std::move(arena).value(), std::move(lower)));
+}
+
+namespace internal {
+
+RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> engine,
+                         std::unique_ptr<HostArena> arena,
+                         std::vector<std::unique_ptr<Tier>> lower)
+    : options_(std::move(options)),
+      engine_(std::move(engine)),
+      clock_(options_.clock),
+      log_(options_.log),
+      arena_(std::move(arena)),
+      lower_(std::move(lower)),
+      index_(1 + lower_.size()),
+      tier_counts_(1 + lower_.size()) {
+  workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests);
+  if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
+}
+
+RuntimeImpl::~RuntimeImpl() { Shutdown(); }
+
+void RuntimeImpl::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    shut_down_.store(true, std::memory_order_release);
+    workers_->Shutdown();  // runs every queued request to its end
+    {
+      std::lock_guard lock(mover_mu_);
+      mover_stop_ = true;
+    }
+    mover_cv_.notify_all();
+    if (mover_thread_.joinable()) mover_thread_.join();
+    for (auto& t : lower_) t->Shutdown();
+    std::unique_lock lock(mu_);
+    late_reads_done_.wait(lock, [&] { return late_reads_ == 0; });
+  });
+}
+
+Status RuntimeImpl::CheckBlocks(std::span<const BlockKey> keys,
+                                std::span<const uint32_t> blocks) const {
+  if (keys.size() != blocks.size()) {
+    return Status::InvalidArgument("got " + std::to_string(keys.size()) + " keys but " +
+                                   std::to_string(blocks.size()) + " engine blocks");
+  }
+  const uint32_t n = engine_->layout().num_blocks;
+  for (uint32_t b : blocks) {
+    if (b >= n) {
+      return Status::InvalidArgument("engine block " + std::to_string(b) +
+                                     " is out of range (the cache has " + std::to_string(n) +
+                                     " blocks)");
+    }
+  }
+  return Status::Ok();
+}
+
+Completion RuntimeImpl::Submit(size_t items, std::function<void(CompletionSource&)> job) {
+  if (items == 0) return Completion();
+  if (shut_down_.load(std::memory_order_acquire)) {
+    return CompletionSource::Done(items, Status::Unavailable("runtime is shut down"));
+  }
+  auto src = std::make_shared<CompletionSource>(items);
+  Completion c = src->completion();
+  Status st = workers_->TrySubmit([src, job = std::move(job)] {
+    job(*src);
+    src->Finish();
+  });
+  if (!st.ok()) {
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.busy_rejections;
+    }
+    src->SetAll(st);
+    src->Finish();
+  }
+  return c;
+}
+
+Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
+                             std::span<const BlockKey> keys,
+                             std::span<const uint32_t> engine_blocks) {
+  if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
+    return CompletionSource::Done(keys.size(), st.WithContext("save"));
+  }
+  std::vector<BlockKey> k(keys.begin(), keys.end());
+  std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
+  const size_t n = k.size();  // read before k is moved into the job
+  return Submit(n, [this, ns, parent, k = std::move(k), b = std::move(b)](
+                              CompletionSource& done) { RunSave(ns, parent, k, b, done); });
+}
+
+Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
+                             std::span<const uint32_t> engine_blocks,
+                             std::chrono::nanoseconds timeout, LayerDone on_layer) {
+  if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
+    return CompletionSource::Done(keys.size(), st.WithContext("load"));
+  }
+  std::vector<uint32_t> sorted(engine_blocks.begin(), engine_blocks.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return CompletionSource::Done(
+        keys.size(), Status::InvalidArgument("load: an engine block appears twice"));
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<BlockKey> k(keys.begin(), keys.end());
+  std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
+  const size_t n = k.size();  // read before k is moved into the job
+  return Submit(n, [this, ns, deadline, on_layer = std::move(on_layer), k = std::move(k),
+                           b = std::move(b)](CompletionSource& done) {
+    RunLoad(ns, k, b, deadline, on_layer, done);
+  });
+}
+
+Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
+  if (shut_down_.load(std::memory_order_acquire)) {
+    return Status::Unavailable("runtime is shut down");
+  }
+  LookupResult r;
+  std::lock_guard lock(mu_);
+  for (const BlockKey& key : keys) {
+    IndexEntry* e = index_.Find({ns, key});
+    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
+    r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
+  }
+  r.hit_blocks = r.tier.size();
+  ++stats_.lookups;
+  stats_.lookup_blocks += keys.size();
+  stats_.lookup_hit_blocks += r.hit_blocks;
+  return r;
+}
+
+Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) {
+  if (shut_down_.load(std::memory_order_acquire)) {
+    return Status::Unavailable("runtime is shut down");
+  }
+  PinnedPrefix pin;
+  std::lock_guard lock(mu_);
+  for (const BlockKey& key : keys) {
+    IndexEntry* e = index_.Find({ns, key});
+    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
+    ++e->pins;
+    pin.keys_.push_back(key);
+    pin.result_.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
+  }
+  pin.result_.hit_blocks = pin.keys_.size();
+  pin.runtime_ = this;
+  pin.ns_ = ns;
+  ++stats_.lookups;
+  stats_.lookup_blocks += keys.size();
+  stats_.lookup_hit_blocks += pin.result_.hit_blocks;
+  return pin;
+}
+
+void RuntimeImpl::Unpin(NamespaceId ns, std::span<const BlockKey> keys) {
+  std::lock_guard lock(mu_);
+  for (const BlockKey& key : keys) {
+    IndexEntry* e = index_.Find({ns, key});
+    if (e != nullptr && e->pins > 0) --e->pins;
+  }
+}
+
+Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
+  if (shut_down_.load(std::memory_order_acquire)) {
+    return Status::Unavailable("runtime is shut down");
+  }
+  std::vector<NsKey> lower_removals;
+  std::vector<std::vector<BlockKey>> per_tier(tier_count());
+  {
+    std::lock_guard lock(mu_);
+    std::unordered_map<IndexEntry*, uint32_t> removing;  // entry -> children also removed
+    for (const BlockKey& key : keys) {
+      IndexEntry* e = index_.Find({ns, key});
+      if (e == nullptr) continue;
+      if (e->pins != 0 || e->moving || e->state != EntryState::kReady) {
+        return Status::Busy("remove: block " + ToHex(key) + " is in use; retry later");
+      }
+      removing.emplace(e, 0);
+    }
+    for (auto& [e, n] : removing) {
+      if (e->parent != nullptr && removing.contains(e->parent)) ++removing[e->parent];
+    }
+    for (auto& [e, n] : removing) {
+      if (e->children != n) {
+        return Status::InvalidArgument("remove: block " + ToHex(e->id.key) + " has " +
+                                       std::to_string(e->children - n) +
+                                       " stored children not removed in the same call");
+      }
+    }
+    // Leaves first: an entry becomes erasable once its children are gone.
+    while (!removing.empty()) {
+      for (auto it = removing.begin(); it != removing.end();) {
+        IndexEntry* e = it->first;
+        if (e->children != 0) {
+          ++it;
+          continue;
+        }
+        for (size_t t = 1; t < tier_count(); ++t) {
+          if (e->In(t)) per_tier[t].push_back(e->id.key);
+        }
+        if (e->In(0)) arena_->Free(e->host_slot);
+        for (size_t t = 0; t < tier_count(); ++t) index_.DropLocation(e, t);
+        index_.Erase(e);
+        it = removing.erase(it);
+      }
+    }
+  }
+  Status result;
+  for (size_t t = 1; t < tier_count(); ++t) {
+    if (per_tier[t].empty()) continue;
+    Status st = lower_[t - 1]->Remove(ns, per_tier[t]).Wait();
+    if (!st.ok() && result.ok()) result = st.WithContext("remove from tier '" + lower_[t - 1]->name() + "'");
+  }
+  return result;
+}
+
+RuntimeStats RuntimeImpl::Stats() const {
+  RuntimeStats out;
+  std::vector<TierUsage> usage;
+  std::vector<TierCounters> counters;
+  for (const auto& t : lower_) {
+    usage.push_back(t->Usage());
+    counters.push_back(t->Counters());
+  }
+  std::lock_guard lock(mu_);
+  out = stats_;
+  for (size_t t = 0; t < tier_count(); ++t) {
+    TierStats s;
+    const TierCount& c = tier_counts_[t];
+    s.hit_blocks = c.hit_blocks;
+    s.evicted_blocks = c.evicted;
+    s.demoted_blocks = c.demoted;
+    s.rejected_blocks = c.rejected;
+    if (t == 0) {
+      const TierOptions& o = options_.tiers[0];
+      s.name = o.name;
+      s.type = o.type;
+      s.capacity_bytes = uint64_t{arena_->slot_count()} * arena_->slot_bytes();
+      s.used_bytes = uint64_t{arena_->used_slots()} * arena_->slot_bytes();
+      s.blocks = index_.blocks_in(0);
+      s.bytes_written = c.hub_bytes_in;
+      s.blocks_written = c.hub_blocks_in;
+      s.bytes_read = c.hub_bytes_out;
+    } else {
+      const Tier& tier = *lower_[t - 1];
+      s.name = tier.name();
+      s.type = tier.type();
+      s.capacity_bytes = usage[t - 1].capacity_bytes;
+      s.used_bytes = usage[t - 1].used_bytes;
+      s.blocks = usage[t - 1].blocks;
+      s.bytes_read = counters[t - 1].bytes_read;
+      s.bytes_written = counters[t - 1].bytes_written;
+      s.blocks_written = counters[t - 1].write_blocks;
+      s.errors = counters[t - 1].errors;
+      s.corruptions = counters[t - 1].corruptions + c.corruptions;
+    }
+    out.tiers.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace internal
+}  // namespace kvtier

@@ -1,0 +1,115 @@
+// RuntimeImpl: the Runtime behind the public interface. Split over several
+// files by flow: runtime_impl.cc (open, lookup, remove, stats, shutdown),
+// runtime_save.cc, runtime_load.cc and mover.cc.
+//
+// Locking: mu_ guards the index, the per-tier statistics and the hub's slot
+// ownership. Bytes are never copied under mu_: a block being copied is pinned
+// (or still kFilling), which keeps its slot alive without the lock.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/block_index.h"
+#include "io/worker_pool.h"
+#include "kvtier/runtime.h"
+#include "kvtier/tier.h"
+#include "tiers/host/host_arena.h"
+
+namespace kvtier::internal {
+
+class RuntimeImpl final : public Runtime {
+ public:
+  RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> engine,
+              std::unique_ptr<HostArena> arena, std::vector<std::unique_ptr<Tier>> lower);
+  ~RuntimeImpl() override;
+
+  Completion Save(NamespaceId ns, std::optional<BlockKey> parent, std::span<const BlockKey> keys,
+                  std::span<const uint32_t> engine_blocks) override;
+  Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys) override;
+  Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) override;
+  Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
+                  std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
+                  LayerDone on_layer) override;
+  Status Remove(NamespaceId ns, std::span<const BlockKey> keys) override;
+  RuntimeStats Stats() const override;
+  void Shutdown() override;
+  Result<size_t> TEST_RunMoverOnce() override;
+
+ protected:
+  void Unpin(NamespaceId ns, std::span<const BlockKey> keys) override;
+
+ private:
+  struct SaveJob;
+  struct LoadJob;
+  struct TierCount {  // runtime-side counters per tier, guarded by mu_
+    uint64_t hit_blocks = 0, evicted = 0, demoted = 0, rejected = 0, corruptions = 0;
+    uint64_t hub_bytes_in = 0, hub_bytes_out = 0, hub_blocks_in = 0;
+  };
+
+  Status CheckBlocks(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) const;
+  Completion Submit(size_t items, std::function<void(CompletionSource&)> job);
+  uint64_t NowNs() const { return clock_->NowNanos(); }
+  size_t tier_count() const { return 1 + lower_.size(); }
+
+  // runtime_save.cc / runtime_load.cc: the jobs, on worker threads.
+  void RunSave(NamespaceId ns, std::optional<BlockKey> parent, const std::vector<BlockKey>& keys,
+               const std::vector<uint32_t>& blocks, CompletionSource& done);
+  void RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
+               const std::vector<uint32_t>& blocks, std::chrono::steady_clock::time_point deadline,
+               const LayerDone& on_layer, CompletionSource& done);
+  // Reads blocks held only below the hub into fresh hub slots.
+  void StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& entries,
+                           std::vector<uint32_t>& staged_slot,
+                           std::chrono::steady_clock::time_point deadline,
+                           std::vector<Status>& results);
+  Status RunCopy(bool gather, std::span<const BlockCopy> copies, const LayerDone& on_layer);
+
+  // mover.cc
+  void MoverLoop();
+  size_t MoverPass();
+  // Frees up to `blocks` hub slots by demoting or dropping hub leaves.
+  size_t EvictFromTier(size_t tier, size_t blocks);
+  size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims);
+  // Frees `blocks` blocks of room in lower tier `tier` (>= 1), if it lacks it.
+  void MakeRoomBelow(size_t tier, size_t blocks);
+  // Drops tier `tier`'s copy, erasing the entry when no copy is left.
+  // REQUIRES: mu_ held; returns the lower-tier key to remove, if any.
+  void DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals);
+  bool HubAboveHigh() const;
+  size_t HubFreeSlots() const { return arena_->slot_count() - arena_->used_slots(); }
+  void EnsureHubRoom(size_t slots);
+  void WakeMover();
+
+  const RuntimeOptions options_;
+  const std::shared_ptr<CopyEngine> engine_;
+  const std::shared_ptr<Clock> clock_;
+  const std::shared_ptr<LogSink> log_;
+  // Declared in teardown order's reverse: threads stop first, then the tiers
+  // drain, then the arena is unmapped.
+  std::unique_ptr<HostArena> arena_;
+  std::vector<std::unique_ptr<Tier>> lower_;  // tiers 1..n
+
+  mutable std::mutex mu_;
+  BlockIndex index_;                        // guarded by mu_
+  std::vector<TierCount> tier_counts_;      // guarded by mu_
+  RuntimeStats stats_;                      // guarded by mu_ (tiers left empty)
+  uint64_t late_reads_ = 0;                 // guarded by mu_: reads past their deadline
+  std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
+
+  std::mutex mover_mu_;
+  std::condition_variable mover_cv_;
+  bool mover_stop_ = false;    // guarded by mover_mu_
+  bool mover_kick_ = false;    // guarded by mover_mu_
+  std::thread mover_thread_;
+
+  std::atomic<bool> shut_down_{false};
+  std::once_flag shutdown_once_;
+  std::unique_ptr<WorkerPool> workers_;
+};
+
+}  // namespace kvtier::internal

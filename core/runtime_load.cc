@@ -1,0 +1,181 @@
+// The load path: hub slots (staged from lower tiers when needed) -> engine
+// pages, on a worker thread, within the caller's deadline.
+#include <algorithm>
+#include <map>
+
+#include "core/runtime_impl.h"
+#include "kvtier/block_header.h"
+
+namespace kvtier::internal {
+namespace {
+
+std::chrono::nanoseconds Remaining(std::chrono::steady_clock::time_point deadline) {
+  return std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
+}
+
+}  // namespace
+
+void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
+                          const std::vector<uint32_t>& blocks,
+                          std::chrono::steady_clock::time_point deadline,
+                          const LayerDone& on_layer, CompletionSource& done) {
+  const size_t n = keys.size();
+  std::vector<IndexEntry*> entries(n, nullptr);
+  std::vector<uint32_t> source_tier(n, 0);
+  std::vector<Status> results(n);
+  size_t below_hub = 0;
+  {
+    std::lock_guard lock(mu_);
+    stats_.load_blocks += n;
+    const uint64_t now = NowNs();
+    for (size_t i = n; i-- > 0;) {  // deepest first: see RunSave
+      IndexEntry* e = index_.Find({ns, keys[i]});
+      if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) {
+        results[i] = Status::NotFound("load: block " + ToHex(keys[i]) + " is not stored");
+        continue;
+      }
+      ++e->pins;
+      entries[i] = e;
+      source_tier[i] = e->FastestTier();
+      below_hub += e->In(0) ? 0 : 1;
+      index_.Touch(e, now);
+    }
+  }
+
+  std::vector<uint32_t> staged(n, kNoSlot);
+  if (below_hub > 0) StageFromLowerTiers(ns, entries, staged, deadline, results);
+
+  std::vector<BlockCopy> copies;
+  std::vector<size_t> copy_item;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < n; ++i) {
+      if (!results[i].ok()) continue;
+      copies.push_back({blocks[i], arena_->Slot(entries[i]->host_slot)});
+      copy_item.push_back(i);
+    }
+  }
+  Status copied = RunCopy(/*gather=*/false, copies, [&](uint32_t layer) {
+    done.SetLayersDone(layer + 1);
+    if (on_layer) on_layer(layer);
+  });
+
+  std::lock_guard lock(mu_);
+  for (size_t j = 0; j < copy_item.size(); ++j) {
+    size_t i = copy_item[j];
+    if (!copied.ok()) {
+      results[i] = copied.WithContext("load: copy into the engine");
+      continue;
+    }
+    ++tier_counts_[source_tier[i]].hit_blocks;
+    tier_counts_[0].hub_bytes_out += entries[i]->bytes;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (results[i].ok()) {
+      ++stats_.loaded_blocks;
+      done.Set(i, Status::Ok(), entries[i]->bytes);
+    } else {
+      ++stats_.load_failures;
+      done.Set(i, results[i]);
+    }
+    IndexEntry* e = entries[i];
+    if (e == nullptr) continue;
+    --e->pins;
+    if (e->locations == 0 && e->pins == 0 && e->children == 0) index_.Erase(e);
+  }
+}
+
+void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& entries,
+                                      std::vector<uint32_t>& staged,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      std::vector<Status>& results) {
+  size_t need = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (IndexEntry* e : entries) need += (e != nullptr && !e->In(0)) ? 1 : 0;
+  }
+  EnsureHubRoom(need);
+
+  // tier -> items read from it
+  std::map<uint32_t, std::vector<size_t>> by_tier;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      IndexEntry* e = entries[i];
+      if (e == nullptr || e->In(0)) continue;
+      std::optional<uint32_t> slot = arena_->Allocate();
+      if (!slot) {
+        results[i] = Status::ResourceExhausted("load: no free slot in tier '" +
+                                               options_.tiers[0].name + "' to stage the block");
+        continue;
+      }
+      staged[i] = *slot;
+      by_tier[e->FastestTier()].push_back(i);
+    }
+  }
+
+  for (auto& [tier, items] : by_tier) {
+    Tier& t = *lower_[tier - 1];
+    std::vector<ReadOp> ops;
+    for (size_t i : items) ops.push_back({entries[i]->id.key, arena_->Slot(staged[i])});
+    Completion c = t.Read(ns, ops);
+    if (!c.WaitFor(Remaining(deadline)).ok() && !c.Poll()) {
+      // Still running: the slots belong to the read until it ends.
+      std::vector<uint32_t> late;
+      for (size_t i : items) {
+        results[i] = Status::DeadlineExceeded("load: block not read from tier '" + t.name() +
+                                              "' before the deadline");
+        late.push_back(staged[i]);
+        staged[i] = kNoSlot;
+      }
+      {
+        std::lock_guard lock(mu_);
+        ++late_reads_;
+      }
+      c.OnDone([this, late] {
+        std::lock_guard lock(mu_);
+        for (uint32_t s : late) arena_->Free(s);
+        // Notified under the lock: Shutdown() cannot return, and the runtime
+        // cannot be destroyed, before this callback has let go of mu_.
+        if (--late_reads_ == 0) late_reads_done_.notify_all();
+      });
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    const uint64_t now = NowNs();
+    for (size_t j = 0; j < items.size(); ++j) {
+      size_t i = items[j];
+      IndexEntry* e = entries[i];
+      Status st = c.result(j);
+      if (st.ok() && c.bytes(j) != e->bytes) {
+        st = Status::Corruption("load: tier '" + t.name() + "' returned " +
+                                std::to_string(c.bytes(j)) + " bytes for a " +
+                                std::to_string(e->bytes) + "-byte block");
+      } else if (st.ok() && e->checksum &&
+                 PayloadChecksum(ChecksumKind::kXxh3_64, arena_->Slot(staged[i]).first(e->bytes)) !=
+                     *e->checksum) {
+        st = Status::Corruption("load: block " + ToHex(e->id.key) + " read from tier '" +
+                                t.name() + "' fails its checksum");
+      }
+      if (st.code() == StatusCode::kCorruption) ++tier_counts_[tier].corruptions;
+      if (!st.ok()) {
+        results[i] = st;
+        arena_->Free(staged[i]);
+        // The tier no longer has a usable copy (lost or corrupt): forget it.
+        if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kCorruption) {
+          index_.DropLocation(e, tier);
+        }
+      } else if (e->In(0)) {
+        arena_->Free(staged[i]);  // another load promoted it meanwhile
+      } else {
+        e->host_slot = staged[i];
+        index_.AddLocation(e, 0, now);
+        ++tier_counts_[0].hub_blocks_in;
+        tier_counts_[0].hub_bytes_in += e->bytes;
+      }
+      staged[i] = kNoSlot;
+    }
+  }
+}
+
+}  // namespace kvtier::internal

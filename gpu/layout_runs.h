@@ -1,0 +1,58 @@
+// Contiguous byte runs that move one engine block to or from a canonical host
+// block, derived from the offset functions of kvtier/kv_layout.h.
+//
+// Every copy engine builds its copies from these runs (the host stand-in
+// memcpys them; a CUDA engine turns them into batched copies or a gather
+// kernel's descriptor table), so all engines move exactly the same bytes.
+// The checks of a batch of BlockCopy records live here for the same reason:
+// every engine rejects the same inputs with the same messages.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvtier/copy_engine.h"
+#include "kvtier/kv_layout.h"
+#include "kvtier/status.h"
+
+namespace kvtier::internal {
+
+// `bytes` bytes at `engine_offset` of engine tensor `tensor` correspond to
+// the same bytes at `host_offset` of the host block.
+struct CopyRun {
+  uint32_t tensor = 0;         // index < EngineTensorCount(layout)
+  uint64_t engine_offset = 0;  // bytes into that tensor
+  uint64_t host_offset = 0;    // bytes into the host block
+  uint64_t bytes = 0;
+
+  bool operator==(const CopyRun&) const = default;
+};
+
+// Appends the runs of layer `layer` (K page, then V page) of engine block
+// `block`. Together they cover host bytes [2 * layer * PageBytes(),
+// 2 * (layer + 1) * PageBytes()) exactly once, in increasing host order.
+// Runs appended by one call that are contiguous on both sides are merged:
+// NHD gives 2 runs (1 when num_blocks == 1), HND 2 * block_tokens *
+// num_kv_heads runs of head_size elements (fewer when one of those is 1),
+// cross-layer 1 run. Runs already in `runs` are never merged with.
+// REQUIRES: layout.Validate().ok(), block < num_blocks, layer < num_layers.
+void AppendLayerRuns(const KvLayout& layout, uint32_t block, uint32_t layer,
+                     std::vector<CopyRun>* runs);
+
+// Appends the runs of every layer of `block`, in increasing host order,
+// merged across layers where contiguous (one run for cross-layer).
+// REQUIRES: as AppendLayerRuns.
+void AppendBlockRuns(const KvLayout& layout, uint32_t block, std::vector<CopyRun>* runs);
+
+// InvalidArgument unless engine_block < num_blocks and host_bytes equals
+// BlockBytes().
+Status CheckBlockCopy(const KvLayout& layout, uint32_t engine_block, uint64_t host_bytes);
+
+// Checks every copy as CheckBlockCopy (message prefixed "copy <i>: ") and,
+// when `unique_blocks`, that no engine block is the target of two copies.
+// Reports the first offending copy in input order.
+Status CheckBlockCopies(const KvLayout& layout, std::span<const BlockCopy> copies,
+                        bool unique_blocks);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,86 @@
+// Completion: the handle every asynchronous kvtier call returns.
+//
+// A completion covers a batch of items (blocks). Each item ends with a Status
+// and a byte count, like an I/O completion record {id, status, bytes}. The
+// producer holds a CompletionSource; the caller holds Completions (cheap,
+// copyable, thread-safe). A source destroyed before it finishes fails its
+// remaining items with Cancelled, so no waiter can hang on a lost request.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "kvtier/export.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+namespace internal {
+struct CompletionState;
+}
+
+class KVTIER_EXPORT Completion {
+ public:
+  Completion() = default;  // an empty handle: Poll() is true, size() is 0
+
+  // True once every item has its result. Never blocks.
+  bool Poll() const;
+  // Blocks until finished; returns status().
+  Status Wait() const;
+  // Blocks at most `timeout`; DeadlineExceeded if still running then (the
+  // items keep running and finish later).
+  Status WaitFor(std::chrono::nanoseconds timeout) const;
+
+  size_t size() const;
+  // REQUIRES: Poll(). Result and byte count of item i.
+  const Status& result(size_t i) const;
+  uint64_t bytes(size_t i) const;
+  // REQUIRES: Poll(). OK when every item is OK, else the first failure.
+  Status status() const;
+  // REQUIRES: Poll(). Number of items that ended OK.
+  size_t ok_count() const;
+  // Layers whose data has landed for every item (loads only); grows to the
+  // layer count. Never blocks.
+  uint32_t layers_done() const;
+
+  // Runs `fn` once when finished: on the finishing thread, or right here if
+  // already finished. `fn` must not block.
+  void OnDone(std::function<void()> fn) const;
+
+ private:
+  friend class CompletionSource;
+  explicit Completion(std::shared_ptr<internal::CompletionState> s) : state_(std::move(s)) {}
+  std::shared_ptr<internal::CompletionState> state_;
+};
+
+// Producer side; move-only. Set each item once, then Finish().
+class KVTIER_EXPORT CompletionSource {
+ public:
+  explicit CompletionSource(size_t items);
+  CompletionSource(CompletionSource&&) noexcept = default;
+  CompletionSource& operator=(CompletionSource&&) noexcept;
+  CompletionSource(const CompletionSource&) = delete;
+  CompletionSource& operator=(const CompletionSource&) = delete;
+  // Fails unfinished items with Cancelled("request dropped") and finishes.
+  ~CompletionSource();
+
+  Completion completion() const { return Completion(state_); }
+  size_t size() const;
+
+  // Thread-safe; an item set twice keeps its first result.
+  void Set(size_t i, Status status, uint64_t bytes = 0);
+  void SetAll(const Status& status);
+  void SetLayersDone(uint32_t layers);
+  // Items never set become Internal("no result"). Idempotent.
+  void Finish();
+  // A completion already finished with `status` on every item.
+  static Completion Done(size_t items, const Status& status);
+
+ private:
+  std::shared_ptr<internal::CompletionState> state_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,110 @@
+// Plain option structs for the runtime and its tiers. Every field has a
+// default and a comment; Validate() says what is wrong in words. The core
+// never sees YAML: config/ turns a file into these structs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/block_key.h"
+#include "kvtier/env.h"
+#include "kvtier/export.h"
+#include "kvtier/kv_layout.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+inline constexpr uint64_t kKiB = 1024;
+inline constexpr uint64_t kMiB = 1024 * kKiB;
+inline constexpr uint64_t kGiB = 1024 * kMiB;
+inline constexpr uint64_t kTiB = 1024 * kGiB;
+inline constexpr size_t kMaxTiers = 8;
+
+// Fractions of capacity. Crossing `high` wakes the mover, which demotes or
+// evicts until usage is at or below `low`.
+struct WatermarkOptions {
+  double high = 0.95;
+  double low = 0.85;
+  // 0 < low < high <= 1.
+  Status Validate() const;
+};
+
+// Policy names TierOptions::Validate accepts for `eviction` and `admission`,
+// in the order error messages list them. config/ reports against these too.
+KVTIER_EXPORT std::span<const std::string_view> EvictionPolicyNames();
+KVTIER_EXPORT std::span<const std::string_view> AdmissionPolicyNames();
+
+struct TierOptions {
+  std::string name;              // unique; names the tier in stats and --set paths
+  std::string type;              // registry name: "host", later "nvme", "redis", "remote"
+  uint64_t capacity_bytes = 0;   // required, > 0
+  WatermarkOptions watermarks;
+  std::string eviction = "lru";                    // eviction policy name
+  std::vector<std::string> admission = {"always"};  // all must accept
+  bool hugepages = true;   // host: try MAP_HUGETLB, else advise transparent huge pages
+  bool mlock = true;       // host: lock the arena in memory, best effort (warns on refusal)
+  std::string path;        // nvme: file or block device
+  uint64_t region_bytes = 64 * kMiB;  // nvme: log region size
+  std::vector<std::string> servers;   // redis / remote: "host:port" entries
+
+  Status Validate() const;
+};
+
+// The model whose KV is cached: its namespace and the block geometry.
+struct ModelOptions {
+  std::string preset = "tiny";    // named geometry; fields below override it
+  std::string model_id = "kvtier/tiny";
+  std::string revision = "main";
+  std::string dtype = "fp16";     // fp16 | bf16 | fp8 | fp32
+  uint32_t num_layers = 4;
+  uint32_t num_kv_heads = 2;
+  uint32_t head_size = 16;
+  uint32_t block_tokens = 512;
+  uint32_t tp_rank = 0;
+  uint32_t tp_size = 1;
+  KvLayoutKind layout = KvLayoutKind::kVllmNhd;  // the engine's cache layout
+  uint32_t hidden_size = 0;  // for FLOP estimates; 0 = num_kv_heads * head_size * 8
+
+  uint32_t ElementBytes() const;  // from dtype
+  // The engine layout for a pool of `num_blocks` pages.
+  KvLayout Layout(uint32_t num_blocks) const;
+  uint64_t BlockBytes() const { return Layout(1).BlockBytes(); }
+  NamespaceSpec Namespace() const;
+  Status Validate() const;
+};
+
+// Fills `model` with a named preset ("tiny", "small", "llama3-8b", "qwen2-7b").
+KVTIER_EXPORT Status ApplyModelPreset(std::string_view preset, ModelOptions* model);
+
+struct MoverOptions {
+  uint64_t interval_ms = 50;    // how often the mover re-checks watermarks when idle
+  uint32_t batch_blocks = 64;   // blocks demoted per tier write batch
+  bool start_thread = true;     // false: tests drive Runtime::TEST_RunMoverOnce()
+};
+
+class Tier;
+struct TierContext;
+// Builds a tier from its options; the default is CreateTier() (tier.h).
+using TierFactory = std::function<Result<std::unique_ptr<Tier>>(const TierOptions&,
+                                                                const TierContext&)>;
+
+struct RuntimeOptions {
+  uint64_t block_bytes = 0;  // bytes of one host block; required
+  HashAlgorithm hash = HashAlgorithm::kXxh3_128;
+  std::vector<TierOptions> tiers;      // tiers[0] is the host hub and must be type "host"
+  MoverOptions mover;
+  uint32_t max_queued_requests = 1024;  // Save/Load requests queued before Busy
+  uint32_t worker_threads = 2;          // threads serving Save and Load
+  std::shared_ptr<Clock> clock;         // null: SystemClock()
+  std::shared_ptr<LogSink> log;         // null: StderrLogSink()
+  TierFactory tier_factory;             // null: CreateTier; builds tiers[1..]
+
+  Status Validate() const;
+};
+
+}  // namespace kvtier

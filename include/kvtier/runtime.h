@@ -1,0 +1,143 @@
+// Runtime: the object a serving engine owns. It indexes saved blocks, stages
+// them in the host hub, demotes them to lower tiers, and loads them back into
+// the engine's KV cache through a CopyEngine.
+//
+// Every engine-facing call returns at once: Save and Load hand back a
+// Completion; Lookup only reads the index. Keys passed to one call form a
+// prefix chain: keys[i] extends keys[i-1] (and keys[0] extends `parent`).
+// Thread-safe: any thread may call any method.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/block_key.h"
+#include "kvtier/completion.h"
+#include "kvtier/copy_engine.h"
+#include "kvtier/export.h"
+#include "kvtier/options.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+struct TierStats {
+  std::string name;
+  std::string type;
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t blocks = 0;
+  uint64_t hit_blocks = 0;        // blocks a Load served from this tier
+  uint64_t bytes_read = 0;        // bytes read out of this tier
+  uint64_t bytes_written = 0;     // bytes written into this tier
+  uint64_t blocks_written = 0;
+  uint64_t evicted_blocks = 0;    // dropped from this tier by the mover
+  uint64_t demoted_blocks = 0;    // copied from this tier to the next one
+  uint64_t rejected_blocks = 0;   // not admitted
+  uint64_t errors = 0;            // failed reads or writes (not misses)
+  uint64_t corruptions = 0;       // header or checksum mismatches
+};
+
+struct RuntimeStats {
+  uint64_t lookups = 0;
+  uint64_t lookup_blocks = 0;      // keys asked for
+  uint64_t lookup_hit_blocks = 0;  // leading keys found
+  uint64_t save_blocks = 0;        // keys asked to save
+  uint64_t saved_blocks = 0;       // newly stored
+  uint64_t save_duplicates = 0;    // already stored: skipped
+  uint64_t save_failures = 0;
+  uint64_t load_blocks = 0;
+  uint64_t loaded_blocks = 0;
+  uint64_t load_failures = 0;      // per-block failures reported to the engine
+  uint64_t busy_rejections = 0;    // requests refused because the queue was full
+  std::vector<TierStats> tiers;    // in tier order; tiers[0] is the host hub
+};
+
+struct LookupResult {
+  size_t hit_blocks = 0;           // leading keys available
+  std::vector<uint8_t> tier;       // for each hit, the fastest tier holding it
+};
+
+class Runtime;
+namespace internal {
+class RuntimeImpl;
+}
+
+// Keeps the leading blocks found by LookupAndPin from being evicted until it
+// is destroyed. Move-only.
+class KVTIER_EXPORT PinnedPrefix {
+ public:
+  PinnedPrefix() = default;
+  PinnedPrefix(PinnedPrefix&& other) noexcept;
+  PinnedPrefix& operator=(PinnedPrefix&& other) noexcept;
+  PinnedPrefix(const PinnedPrefix&) = delete;
+  PinnedPrefix& operator=(const PinnedPrefix&) = delete;
+  ~PinnedPrefix();
+
+  size_t hit_blocks() const { return result_.hit_blocks; }
+  const LookupResult& result() const { return result_; }
+
+ private:
+  friend class Runtime;
+  friend class internal::RuntimeImpl;
+  void Release();
+  Runtime* runtime_ = nullptr;
+  NamespaceId ns_;
+  std::vector<BlockKey> keys_;
+  LookupResult result_;
+};
+
+class KVTIER_EXPORT Runtime {
+ public:
+  // Validates options, builds the tiers and starts the worker and mover
+  // threads. `engine` moves bytes to and from the engine's KV cache; its
+  // layout's BlockBytes() must equal options.block_bytes.
+  static Result<std::unique_ptr<Runtime>> Open(RuntimeOptions options,
+                                               std::shared_ptr<CopyEngine> engine);
+  virtual ~Runtime() = default;
+
+  // Copies engine_blocks[i] into the hub as keys[i]. Keys already stored are
+  // skipped (OK). Per-block results; ResourceExhausted when the hub has no
+  // room even after eviction; Busy when the request queue is full.
+  virtual Completion Save(NamespaceId ns, std::optional<BlockKey> parent,
+                          std::span<const BlockKey> keys,
+                          std::span<const uint32_t> engine_blocks) = 0;
+
+  // How many leading keys are stored, and where. Stops at the first miss.
+  virtual Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys) = 0;
+  // As Lookup, and pins the hits until the returned handle is destroyed.
+  virtual Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) = 0;
+
+  // Copies keys[i] into engine_blocks[i], reading lower tiers into the hub
+  // first. Each block ends OK, NotFound, DeadlineExceeded (not done within
+  // `timeout`) or another error; the engine recomputes the failures.
+  // `on_layer(l)` runs when layer l of every block has landed.
+  virtual Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
+                          std::span<const uint32_t> engine_blocks,
+                          std::chrono::nanoseconds timeout, LayerDone on_layer = {}) = 0;
+
+  // Drops keys from every tier. Keys not stored are ignored. A key with
+  // stored children is refused (InvalidArgument) unless they are removed in
+  // the same call, so no stored block is left behind an absent parent.
+  virtual Status Remove(NamespaceId ns, std::span<const BlockKey> keys) = 0;
+
+  virtual RuntimeStats Stats() const = 0;
+
+  // Stops accepting work, waits for queued and in-flight requests, stops the
+  // threads and shuts the tiers down. Idempotent; the destructor calls it.
+  virtual void Shutdown() = 0;
+
+  // Runs one mover pass on the calling thread (tests with
+  // mover.start_thread = false). Returns the number of blocks moved or dropped.
+  virtual Result<size_t> TEST_RunMoverOnce() = 0;
+
+ protected:
+  friend class PinnedPrefix;
+  virtual void Unpin(NamespaceId ns, std::span<const BlockKey> keys) = 0;
+};
+
+}  // namespace kvtier

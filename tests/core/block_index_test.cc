@@ -1,0 +1,87 @@
+#include "core/block_index.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::internal {
+namespace {
+
+NsKey K(uint64_t i) { return NsKey{NamespaceId{1}, BlockKey{0, i}}; }
+
+IndexEntry* AddReady(BlockIndex& idx, uint64_t i, IndexEntry* parent, size_t tier, uint64_t t) {
+  IndexEntry* e = idx.Insert(K(i), parent, 100);
+  e->state = EntryState::kReady;
+  idx.AddLocation(e, tier, t);
+  return e;
+}
+
+bool AlwaysDroppable(const IndexEntry&, uint32_t) { return true; }
+
+TEST(BlockIndex, VictimsAreLeastRecentLeavesOnly) {
+  BlockIndex idx(2);
+  // Chain 1 -> 2 -> 3, then an unrelated block 4, all in tier 0.
+  IndexEntry* a = AddReady(idx, 1, nullptr, 0, 1);
+  IndexEntry* b = AddReady(idx, 2, a, 0, 2);
+  IndexEntry* c = AddReady(idx, 3, b, 0, 3);
+  IndexEntry* d = AddReady(idx, 4, nullptr, 0, 4);
+  EXPECT_EQ(a->children, 1u);
+  EXPECT_EQ(a->children_in[0], 1u);
+  auto v = idx.Victims(0, 2, 100, AlwaysDroppable);
+  // 1 and 2 have children in tier 0; 3 is older than 4.
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], c);
+  EXPECT_EQ(v[1], d);
+  // Touched deepest first (as the runtime does), a chain leaves in one
+  // batch, children before parents.
+  idx.Touch(d, 5);
+  idx.Touch(c, 6);
+  idx.Touch(b, 7);
+  idx.Touch(a, 8);
+  v = idx.Victims(0, 10, 100, AlwaysDroppable);
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[0], d);
+  EXPECT_EQ(v[1], c);
+  EXPECT_EQ(v[2], b);
+  EXPECT_EQ(v[3], a);
+  idx.Touch(c, 9);  // now c is the most recent, and its ancestors are not leaves before it
+  v = idx.Victims(0, 10, 100, AlwaysDroppable);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], d);
+  EXPECT_EQ(v[1], c);
+  c->pins = 1;
+  d->pins = 1;
+  EXPECT_TRUE(idx.Victims(0, 10, 100, AlwaysDroppable).empty()) << "pinned blocks stay";
+}
+
+TEST(BlockIndex, MovingALeafDownMakesItsParentALeafOfTheUpperTier) {
+  BlockIndex idx(2);
+  IndexEntry* a = AddReady(idx, 1, nullptr, 0, 1);
+  IndexEntry* b = AddReady(idx, 2, a, 0, 2);
+  idx.AddLocation(b, 1, 3);
+  idx.DropLocation(b, 0);
+  EXPECT_EQ(a->children_in[0], 0u);
+  EXPECT_EQ(a->children_in[1], 1u);
+  auto v = idx.Victims(0, 10, 100, AlwaysDroppable);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0], a);
+  EXPECT_EQ(idx.blocks_in(0), 1u);
+  EXPECT_EQ(idx.blocks_in(1), 1u);
+  EXPECT_EQ(idx.bytes_in(1), 100u);
+}
+
+TEST(BlockIndex, ErasingTheLastChildErasesAncestorsWithoutCopies) {
+  BlockIndex idx(1);
+  IndexEntry* a = AddReady(idx, 1, nullptr, 0, 1);
+  IndexEntry* b = AddReady(idx, 2, a, 0, 2);
+  IndexEntry* c = AddReady(idx, 3, b, 0, 3);
+  idx.DropLocation(a, 0);  // a lost its copy but still anchors the chain
+  idx.DropLocation(c, 0);
+  idx.Erase(c);
+  EXPECT_EQ(idx.size(), 2u) << "b still has a copy, so a stays";
+  idx.DropLocation(b, 0);
+  idx.Erase(b);
+  EXPECT_EQ(idx.size(), 0u);
+  EXPECT_EQ(idx.Find(K(1)), nullptr);
+}
+
+}  // namespace
+}  // namespace kvtier::internal

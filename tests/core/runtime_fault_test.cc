@@ -1,0 +1,168 @@
+// Faults below the hub: the engine gets a miss or a per-block error, never
+// wrong bytes, and nothing waits past its deadline.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "tests/core/runtime_test_util.h"
+#include "tests/support/block_data.h"
+#include "tests/support/fault_tier.h"
+
+namespace kvtier::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class RuntimeFaultTest : public ::testing::Test {
+ protected:
+  // Hub of 4 blocks over a 32-block lower tier wrapped with `faults`.
+  void Open(FaultOptions faults, uint32_t workers = 2, uint32_t queue = 1024) {
+    setup_ = MakeEngine(64);
+    const uint64_t bb = setup_.layout.BlockBytes();
+    RuntimeOptions o = MakeOptions(bb, 4);
+    o.worker_threads = workers;
+    o.max_queued_requests = queue;
+    o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
+    o.tiers.push_back(LowerHostTier("faulty", bb, 32));
+    o.tier_factory = [faults](const TierOptions& t, const TierContext& c)
+        -> Result<std::unique_ptr<Tier>> {
+      auto inner = CreateTier(t, c);
+      if (!inner.ok()) return inner.status();
+      return NewFaultInjectingTier(std::move(inner).value(), faults);
+    };
+    auto rt = Runtime::Open(o, setup_.engine);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(rt).value();
+    sim_ = std::make_unique<SimEngine>(rt_.get(), setup_.engine.get());
+  }
+  // Saves a 4-block chain and pushes all of it to the lower tier.
+  std::vector<BlockKey> SaveAndDemote(uint64_t base) {
+    auto keys = ChainKeys({base, base + 1, base + 2, base + 3});
+    sim_->Prefill(keys, 0);
+    EXPECT_TRUE(sim_->SaveFrom(keys, 0, 0).status().ok());
+    auto moved = rt_->TEST_RunMoverOnce();
+    EXPECT_TRUE(moved.ok());
+    return keys;
+  }
+  // No engine block may ever hold bytes of a key other than the one asked.
+  void ExpectNoWrongBytes(const Completion& c, const std::vector<BlockKey>& keys, uint32_t first) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      uint32_t b = first + static_cast<uint32_t>(i);
+      if (c.result(i).ok()) {
+        EXPECT_TRUE(sim_->Holds(b, keys[i])) << "block " << i << " OK but wrong bytes";
+      } else {
+        std::vector<std::byte> got(setup_.layout.BlockBytes());
+        ASSERT_TRUE(setup_.engine->ReadBlock(b, got).ok());
+        EXPECT_EQ(got, std::vector<std::byte>(got.size())) << "failed block " << i << " was written";
+      }
+    }
+  }
+
+  EngineSetup setup_;
+  std::unique_ptr<Runtime> rt_;
+  std::unique_ptr<SimEngine> sim_;
+};
+
+TEST_F(RuntimeFaultTest, CorruptReadsAreCorruptionNeverData) {
+  FaultOptions f;
+  f.corrupt_on_read = true;
+  Open(f);
+  auto keys = SaveAndDemote(1);
+  auto before = rt_->Lookup(kTestNs, keys);
+  ASSERT_EQ(before->hit_blocks, 4u);
+  // Low mark 1 of 4: leaves first, so the root stays in the hub.
+  ASSERT_EQ(before->tier, (std::vector<uint8_t>{0, 1, 1, 1}));
+  sim_->Scrub(0, 64);
+  Completion c = sim_->Load(keys, 8);
+  size_t corrupt = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    corrupt += c.result(i).code() == StatusCode::kCorruption ? 1 : 0;
+  }
+  EXPECT_TRUE(c.result(0).ok());
+  EXPECT_EQ(corrupt, 3u);
+  ExpectNoWrongBytes(c, keys, 8);
+  RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.tiers[1].corruptions, corrupt);
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u) << "corrupt copies are forgotten";
+}
+
+TEST_F(RuntimeFaultTest, TruncatedReadsAreCorruption) {
+  FaultOptions f;
+  f.truncate_on_read = true;
+  Open(f);
+  auto keys = SaveAndDemote(1);
+  sim_->Scrub(0, 64);
+  Completion c = sim_->Load(keys, 8);
+  EXPECT_TRUE(c.result(0).ok()) << "the root never left the hub";
+  EXPECT_EQ(c.result(1).code(), StatusCode::kCorruption) << c.result(1).ToString();
+  ExpectNoWrongBytes(c, keys, 8);
+}
+
+TEST_F(RuntimeFaultTest, ReadErrorsArePerBlockErrors) {
+  FaultOptions f;
+  f.fail_after_ops = 3;  // the three demotion writes pass, every read fails
+  Open(f);
+  auto keys = SaveAndDemote(1);
+  sim_->Scrub(0, 64);
+  Completion c = sim_->Load(keys, 8);
+  EXPECT_TRUE(c.result(0).ok());
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(c.result(i).code(), StatusCode::kIOError) << i;
+  ExpectNoWrongBytes(c, keys, 8);
+  EXPECT_EQ(rt_->Stats().load_failures, 3u);
+}
+
+TEST_F(RuntimeFaultTest, FailedDemotionLosesBlocksButNeverServesWrongOnes) {
+  FaultOptions f;
+  f.error_rate = 1.0;  // nothing reaches the lower tier
+  Open(f);
+  auto keys = SaveAndDemote(1);
+  auto r = rt_->Lookup(kTestNs, keys);
+  EXPECT_EQ(r->hit_blocks, 1u) << "only the root is left in the hub";
+  sim_->Scrub(0, 64);
+  Completion c = sim_->Load(std::vector<BlockKey>(keys.begin(), keys.begin() + 1), 8);
+  EXPECT_TRUE(c.result(0).ok());
+  EXPECT_TRUE(sim_->Holds(8, keys[0]));
+}
+
+TEST_F(RuntimeFaultTest, SlowTierMissesTheDeadlineWithoutHanging) {
+  FaultOptions f;
+  f.latency = std::chrono::milliseconds(400);
+  Open(f);
+  auto keys = SaveAndDemote(1);
+  sim_->Scrub(0, 64);
+  auto start = Clock::now();
+  Completion c = sim_->Load(keys, 8, std::chrono::milliseconds(50));
+  auto waited = Clock::now() - start;
+  EXPECT_LT(waited, std::chrono::milliseconds(350)) << "load waited for the slow tier";
+  size_t late = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    late += c.result(i).code() == StatusCode::kDeadlineExceeded ? 1 : 0;
+  }
+  EXPECT_GE(late, 3u);
+  ExpectNoWrongBytes(c, keys, 8);
+  rt_->Shutdown();  // waits for the late reads to release their slots
+}
+
+TEST_F(RuntimeFaultTest, FullQueueAnswersBusy) {
+  FaultOptions f;
+  f.latency = std::chrono::milliseconds(100);
+  Open(f, /*workers=*/1, /*queue=*/1);
+  auto keys = SaveAndDemote(1);
+  std::vector<Completion> loads;
+  size_t busy = 0;
+  // The first load occupies the only worker for the tier's 100 ms, the second
+  // fills the one queue place, the rest are refused at once.
+  for (uint32_t i = 0; i < 6; ++i) {
+    std::vector<uint32_t> b = {10 + i};
+    Completion c =
+        rt_->Load(kTestNs, std::span(keys).subspan(1 + i % 3, 1), b, std::chrono::seconds(5));
+    if (c.Poll() && c.status().code() == StatusCode::kBusy) ++busy;
+    loads.push_back(c);
+  }
+  EXPECT_EQ(busy, 4u);
+  EXPECT_EQ(rt_->Stats().busy_rejections, busy);
+  for (auto& c : loads) (void)c.Wait();
+}
+
+}  // namespace
+}  // namespace kvtier::testing

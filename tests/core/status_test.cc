@@ -1,0 +1,49 @@
+#include "kvtier/status.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+namespace kvtier {
+namespace {
+
+TEST(Status, OkIsCheapAndPrintsOk) {
+  Status s;
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kOk);
+  EXPECT_EQ(s.ToString(), "ok");
+  EXPECT_TRUE(s.WithContext("x").ok());
+  EXPECT_EQ(sizeof(Status), sizeof(void*));
+}
+
+TEST(Status, CarriesCodeMessageAndContext) {
+  Status s = Status::Corruption("bad checksum");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.ToString(), "corruption: bad checksum");
+  Status c = s.WithContext("tier 'nvme'");
+  EXPECT_EQ(c.code(), StatusCode::kCorruption);
+  EXPECT_EQ(c.message(), "tier 'nvme': bad checksum");
+  Status copy = c;
+  EXPECT_EQ(copy.ToString(), c.ToString());
+}
+
+TEST(Status, FromErrnoMapsCodesAndNamesTheOperation) {
+  EXPECT_EQ(FromErrno(ENOSPC, "nvme write").code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(FromErrno(ECONNREFUSED, "connect").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(FromErrno(EIO, "nvme read").ToString(), "io_error: nvme read: Input/output error");
+}
+
+TEST(Result, HoldsValueOrError) {
+  Result<int> v(7);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 7);
+  Result<int> e(Status::NotFound("nope"));
+  EXPECT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kNotFound);
+  Result<int> bad{Status::Ok()};  // never OK without a value
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace kvtier

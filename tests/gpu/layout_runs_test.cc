@@ -1,0 +1,126 @@
+#include "gpu/layout_runs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "tests/gpu/layout_test_util.h"
+
+namespace kvtier::internal {
+namespace {
+
+using kvtier::testing::RefEngine;
+using kvtier::testing::RefHost;
+using kvtier::testing::SmallLayout;
+
+std::vector<CopyRun> LayerRuns(const KvLayout& l, uint32_t block, uint32_t layer) {
+  std::vector<CopyRun> runs;
+  AppendLayerRuns(l, block, layer, &runs);
+  return runs;
+}
+
+std::vector<CopyRun> BlockRuns(const KvLayout& l, uint32_t block) {
+  std::vector<CopyRun> runs;
+  AppendBlockRuns(l, block, &runs);
+  return runs;
+}
+
+// Small layout strides: see kv_layout_test.cc. Page = 48 bytes, block = 288.
+TEST(LayoutRunsTest, NhdLayerIsOneRunPerPage) {
+  const KvLayout l = SmallLayout(KvLayoutKind::kVllmNhd);
+  const std::vector<CopyRun> expected = {{1, 2 * 48, 96, 48}, {1, 240 + 2 * 48, 144, 48}};
+  EXPECT_EQ(LayerRuns(l, 2, 1), expected);
+  EXPECT_EQ(BlockRuns(l, 2).size(), 6u);
+}
+
+TEST(LayoutRunsTest, HndLayerIsOneRunPerTokenAndHead) {
+  const KvLayout l = SmallLayout(KvLayoutKind::kVllmHnd);
+  const std::vector<CopyRun> runs = LayerRuns(l, 2, 1);
+  ASSERT_EQ(runs.size(), 2u * 4 * 2);
+  // Host order: (kv 0, token 0, head 0), (kv 0, token 0, head 1), ...
+  EXPECT_EQ(runs[0], (CopyRun{1, 2 * 48 + 0 * 24 + 0 * 6, 96, 6}));
+  EXPECT_EQ(runs[1], (CopyRun{1, 2 * 48 + 1 * 24 + 0 * 6, 102, 6}));
+  EXPECT_EQ(runs[2], (CopyRun{1, 2 * 48 + 0 * 24 + 1 * 6, 108, 6}));
+  EXPECT_EQ(runs[15], (CopyRun{1, 240 + 2 * 48 + 1 * 24 + 3 * 6, 186, 6}));
+  EXPECT_EQ(BlockRuns(l, 2).size(), 3u * 16);
+}
+
+TEST(LayoutRunsTest, CrossLayerLayerIsOneRunAndBlockIsOneRun) {
+  const KvLayout l = SmallLayout(KvLayoutKind::kCrossLayer);
+  const std::vector<CopyRun> layer = {{0, 2 * 288 + 1 * 96, 96, 96}};
+  EXPECT_EQ(LayerRuns(l, 2, 1), layer);
+  const std::vector<CopyRun> block = {{0, 4 * 288, 0, 288}};
+  EXPECT_EQ(BlockRuns(l, 4), block);
+}
+
+TEST(LayoutRunsTest, DegenerateShapesMerge) {
+  KvLayout hnd = SmallLayout(KvLayoutKind::kVllmHnd);
+  hnd.num_kv_heads = 1;  // HND == NHD: each page is contiguous.
+  const std::vector<CopyRun> one_head = {{1, 2 * 24, 48, 24}, {1, 5 * 24 + 2 * 24, 72, 24}};
+  EXPECT_EQ(LayerRuns(hnd, 2, 1), one_head);
+  KvLayout nhd = SmallLayout(KvLayoutKind::kVllmNhd);
+  nhd.num_blocks = 1;  // K and V pages of the only block are adjacent.
+  const std::vector<CopyRun> one_block = {{2, 0, 192, 96}};
+  EXPECT_EQ(LayerRuns(nhd, 0, 2), one_block);
+  EXPECT_EQ(BlockRuns(nhd, 0).size(), 3u);  // Different tensors never merge.
+}
+
+TEST(LayoutRunsTest, AppendNeverMergesWithEarlierRuns) {
+  KvLayout l = SmallLayout(KvLayoutKind::kCrossLayer);
+  std::vector<CopyRun> runs;
+  AppendLayerRuns(l, 0, 0, &runs);
+  AppendLayerRuns(l, 0, 1, &runs);  // Contiguous with layer 0, but a separate call.
+  const std::vector<CopyRun> expected = {{0, 0, 0, 96}, {0, 96, 96, 96}};
+  EXPECT_EQ(runs, expected);
+}
+
+// Every byte of every layer is covered exactly once and lands where the
+// reference strides say.
+TEST(LayoutRunsTest, RunsCoverEveryRowOnceAtReferencePositions) {
+  for (auto kind : {KvLayoutKind::kVllmNhd, KvLayoutKind::kVllmHnd, KvLayoutKind::kCrossLayer}) {
+    const KvLayout l = SmallLayout(kind);
+    for (uint32_t block = 0; block < l.num_blocks; ++block) {
+      std::vector<int> covered(l.BlockBytes(), 0);
+      std::vector<CopyRun> runs = BlockRuns(l, block);
+      for (const CopyRun& run : runs) {
+        for (uint64_t i = 0; i < run.bytes; ++i) ++covered[run.host_offset + i];
+      }
+      EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }))
+          << KvLayoutKindName(kind) << " block " << block;
+      kvtier::testing::ForEachRow(l, [&](uint32_t layer, uint32_t kv, uint32_t t, uint32_t h) {
+        const uint64_t host = RefHost(l, layer, kv, t, h);
+        auto it = std::find_if(runs.begin(), runs.end(), [&](const CopyRun& r) {
+          return r.host_offset <= host && host < r.host_offset + r.bytes;
+        });
+        ASSERT_NE(it, runs.end());
+        const kvtier::testing::EnginePos pos = RefEngine(l, block, layer, kv, t, h);
+        EXPECT_EQ(it->tensor, pos.tensor);
+        EXPECT_EQ(it->engine_offset + (host - it->host_offset), pos.offset);
+      });
+    }
+  }
+}
+
+TEST(CheckBlockCopiesTest, ExactMessages) {
+  const KvLayout l = SmallLayout(KvLayoutKind::kVllmNhd);
+  std::vector<std::byte> a(288), b(288), small(287);
+  EXPECT_TRUE(CheckBlockCopies(l, std::vector<BlockCopy>{{0, a}, {4, b}}, true).ok());
+  EXPECT_EQ(CheckBlockCopies(l, std::vector<BlockCopy>{{0, a}, {5, b}}, false).ToString(),
+            "invalid_argument: copy 1: engine block 5 out of range [0, 5)");
+  EXPECT_EQ(CheckBlockCopies(l, std::vector<BlockCopy>{{0, small}}, false).ToString(),
+            "invalid_argument: copy 0: host buffer is 287 bytes; a block is 288 bytes");
+  EXPECT_EQ(CheckBlockCopies(l, std::vector<BlockCopy>{{3, a}, {1, b}, {3, a}}, true).ToString(),
+            "invalid_argument: copy 2: engine block 3 already targeted by copy 0");
+  // The earliest repeat is reported: copy 2 (block 3) comes before copy 3 (block 1).
+  EXPECT_EQ(
+      CheckBlockCopies(l, std::vector<BlockCopy>{{1, a}, {3, a}, {3, a}, {1, a}}, true).ToString(),
+      "invalid_argument: copy 2: engine block 3 already targeted by copy 1");
+  // Repeats are allowed when reading.
+  EXPECT_TRUE(CheckBlockCopies(l, std::vector<BlockCopy>{{3, a}, {3, b}}, false).ok());
+  EXPECT_EQ(CheckBlockCopy(l, 7, 288).ToString(),
+            "invalid_argument: engine block 7 out of range [0, 5)");
+}
+
+}  // namespace
+}  // namespace kvtier::internal

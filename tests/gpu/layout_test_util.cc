@@ -1,0 +1,87 @@
+#include "tests/gpu/layout_test_util.h"
+
+#include <random>
+
+namespace kvtier::testing {
+
+KvLayout SmallLayout(KvLayoutKind kind) {
+  KvLayout l;
+  l.kind = kind;
+  l.num_layers = 3;
+  l.num_blocks = 5;
+  l.block_tokens = 4;
+  l.num_kv_heads = 2;
+  l.head_size = 3;
+  l.elem_bytes = 2;
+  return l;
+}
+
+EnginePos RefEngine(const KvLayout& l, uint32_t block, uint32_t layer, uint32_t kv, uint32_t token,
+                    uint32_t head) {
+  // Byte strides of each dimension, innermost first.
+  const uint64_t row = uint64_t{l.head_size} * l.elem_bytes;
+  const uint64_t page = row * l.num_kv_heads * l.block_tokens;
+  switch (l.kind) {
+    case KvLayoutKind::kVllmNhd: {
+      const uint64_t s_head = row, s_token = row * l.num_kv_heads, s_block = page,
+                     s_kv = page * l.num_blocks;
+      return {layer, kv * s_kv + block * s_block + token * s_token + head * s_head};
+    }
+    case KvLayoutKind::kVllmHnd: {
+      const uint64_t s_token = row, s_head = row * l.block_tokens, s_block = page,
+                     s_kv = page * l.num_blocks;
+      return {layer, kv * s_kv + block * s_block + head * s_head + token * s_token};
+    }
+    case KvLayoutKind::kCrossLayer: {
+      const uint64_t s_head = row, s_token = row * l.num_kv_heads, s_kv = page, s_layer = 2 * page,
+                     s_block = 2 * page * l.num_layers;
+      return {0, block * s_block + layer * s_layer + kv * s_kv + token * s_token + head * s_head};
+    }
+  }
+  return {};
+}
+
+uint64_t RefHost(const KvLayout& l, uint32_t layer, uint32_t kv, uint32_t token, uint32_t head) {
+  const uint64_t row = uint64_t{l.head_size} * l.elem_bytes;
+  const uint64_t s_token = row * l.num_kv_heads;
+  const uint64_t s_kv = s_token * l.block_tokens;
+  const uint64_t s_layer = 2 * s_kv;
+  return layer * s_layer + kv * s_kv + token * s_token + head * row;
+}
+
+uint32_t RefBlockOfByte(const KvLayout& l, uint64_t offset) {
+  if (l.kind == KvLayoutKind::kCrossLayer) return static_cast<uint32_t>(offset / l.BlockBytes());
+  return static_cast<uint32_t>((offset / l.PageBytes()) % l.num_blocks);
+}
+
+void FillPattern(HostCopyEngine& engine) {
+  const KvLayout& l = engine.layout();
+  uint64_t id = 1;
+  for (uint32_t t = 0; t < EngineTensorCount(l); ++t) {
+    std::span<std::byte> tensor = engine.Tensor(t);
+    for (uint64_t off = 0; off < tensor.size(); off += l.elem_bytes, ++id) {
+      for (uint32_t b = 0; b < l.elem_bytes; ++b) {
+        tensor[off + b] = static_cast<std::byte>((id >> (8 * b)) & 0xff);
+      }
+    }
+  }
+}
+
+std::vector<std::vector<std::byte>> Snapshot(HostCopyEngine& engine) {
+  std::vector<std::vector<std::byte>> out;
+  for (uint32_t t = 0; t < EngineTensorCount(engine.layout()); ++t) {
+    std::span<std::byte> tensor = engine.Tensor(t);
+    out.emplace_back(tensor.begin(), tensor.end());
+  }
+  return out;
+}
+
+std::vector<std::byte> RandomBlock(const KvLayout& l, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(1, 255);
+  std::vector<std::byte> out(l.BlockBytes());
+  for (std::byte& b : out) b = static_cast<std::byte>(byte(rng));
+  return out;
+}
+
+}  // namespace kvtier::testing

@@ -1,0 +1,166 @@
+#include "tests/support/fault_tier.h"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace kvtier::testing {
+namespace {
+
+class FaultInjectingTier final : public Tier {
+ public:
+  FaultInjectingTier(std::unique_ptr<Tier> inner, FaultOptions o)
+      : Tier(inner->name(), inner->type(), inner->capabilities()),
+        inner_(std::move(inner)),
+        o_(o),
+        rng_(o.seed) {
+    if (o_.latency.count() > 0) worker_ = std::thread([this] { Run(); });
+  }
+
+  ~FaultInjectingTier() override {
+    Shutdown();
+  }
+
+  TierUsage Usage() const override { return inner_->Usage(); }
+
+ protected:
+  void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override {
+    std::vector<ReadOp> copy(ops.begin(), ops.end());
+    Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
+      Completion c = inner_->Read(ns, copy);
+      (void)c.Wait();
+      for (size_t i = 0; i < copy.size(); ++i) {
+        Status st = c.result(i);
+        uint64_t bytes = c.bytes(i);
+        if (Status f = Inject(); !f.ok()) {
+          st = f;
+        } else if (st.ok() && o_.corrupt_on_read && bytes > 0) {
+          copy[i].dst[bytes / 2] ^= std::byte{0x5A};
+        } else if (st.ok() && o_.truncate_on_read && bytes > 0) {
+          --bytes;
+        }
+        src.Set(i, st, st.ok() ? bytes : 0);
+      }
+    });
+  }
+
+  void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override {
+    std::vector<WriteOp> copy(ops.begin(), ops.end());
+    Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
+      // Fail the chosen ops before they reach the inner tier, so a failed
+      // write never leaves data behind.
+      std::vector<WriteOp> pass;
+      std::vector<size_t> pass_item;
+      for (size_t i = 0; i < copy.size(); ++i) {
+        if (Status f = Inject(); !f.ok()) {
+          src.Set(i, f);
+        } else {
+          pass.push_back(copy[i]);
+          pass_item.push_back(i);
+        }
+      }
+      Completion c = inner_->Write(ns, pass);
+      (void)c.Wait();
+      for (size_t j = 0; j < pass.size(); ++j) src.Set(pass_item[j], c.result(j), c.bytes(j));
+    });
+  }
+
+  void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
+    std::vector<BlockKey> copy(keys.begin(), keys.end());
+    Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
+      Completion c = inner_->Remove(ns, copy);
+      (void)c.Wait();
+      for (size_t i = 0; i < copy.size(); ++i) src.Set(i, c.result(i));
+    });
+  }
+
+  void DoContains(NamespaceId ns, std::span<const BlockKey> keys,
+                  CompletionSource done) override {
+    std::vector<BlockKey> copy(keys.begin(), keys.end());
+    Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
+      Completion c = inner_->Contains(ns, copy);
+      (void)c.Wait();
+      for (size_t i = 0; i < copy.size(); ++i) src.Set(i, c.result(i));
+    });
+  }
+
+  void DoShutdown() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    inner_->Shutdown();
+  }
+
+ private:
+  using Job = std::function<void(CompletionSource&)>;
+
+  // Runs inline without latency; otherwise queues for the delay thread.
+  void Forward(CompletionSource done, Job job) {
+    if (o_.latency.count() == 0) {
+      job(done);
+      done.Finish();
+      return;
+    }
+    auto due = std::chrono::steady_clock::now() + o_.latency;
+    std::lock_guard lock(mu_);
+    queue_.push_back({due, std::make_shared<CompletionSource>(std::move(done)), std::move(job)});
+    cv_.notify_all();
+  }
+
+  void Run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto due = queue_.front().due;
+      cv_.wait_until(lock, due, [&] { return false; });
+      Pending p = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      p.job(*p.done);
+      p.done->Finish();
+      lock.lock();
+    }
+  }
+
+  Status Inject() {
+    std::lock_guard lock(rng_mu_);
+    ++ops_;
+    bool fail = ops_ > o_.fail_after_ops ||
+                (o_.error_rate > 0 && std::uniform_real_distribution<>(0, 1)(rng_) < o_.error_rate);
+    if (!fail) return Status::Ok();
+    return Status(o_.error, "injected fault in tier '" + name() + "'");
+  }
+
+  struct Pending {
+    std::chrono::steady_clock::time_point due;
+    std::shared_ptr<CompletionSource> done;
+    Job job;
+  };
+
+  std::unique_ptr<Tier> inner_;
+  const FaultOptions o_;
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;   // guarded by rng_mu_
+  uint64_t ops_ = 0;      // guarded by rng_mu_
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;  // guarded by mu_
+  bool stop_ = false;          // guarded by mu_
+  std::thread worker_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tier> NewFaultInjectingTier(std::unique_ptr<Tier> inner, FaultOptions options) {
+  return std::make_unique<FaultInjectingTier>(std::move(inner), options);
+}
+
+}  // namespace kvtier::testing

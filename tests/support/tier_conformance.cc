@@ -1,0 +1,206 @@
+#include "tests/support/tier_conformance.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "tests/support/block_data.h"
+
+namespace kvtier::testing {
+namespace {
+
+constexpr NamespaceId kNs{0x1234};
+constexpr NamespaceId kOtherNs{0x5678};
+
+struct Blocks {
+  std::vector<BlockKey> keys;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<WriteOp> ops;
+};
+
+Blocks MakeBlocks(uint64_t first, uint64_t count, uint64_t bytes, uint64_t version = 0) {
+  Blocks b;
+  for (uint64_t i = first; i < first + count; ++i) {
+    b.keys.push_back(TestKey(i));
+    b.data.push_back(BlockBytes(b.keys.back(), bytes, version));
+  }
+  for (size_t i = 0; i < b.keys.size(); ++i) b.ops.push_back({b.keys[i], b.data[i]});
+  return b;
+}
+
+}  // namespace
+
+std::unique_ptr<Tier> TierConformanceTest::Make(uint64_t capacity_blocks) {
+  auto tier = GetParam().make(capacity_blocks, kBlockBytes);
+  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  return tier.ok() ? std::move(tier).value() : nullptr;
+}
+
+TEST_P(TierConformanceTest, RoundTripIsByteExact) {
+  auto tier = Make(16);
+  ASSERT_TRUE(tier);
+  Blocks b = MakeBlocks(0, 8, kBlockBytes);
+  Completion w = tier->Write(kNs, b.ops);
+  ASSERT_TRUE(w.Wait().ok()) << w.status().ToString();
+  for (size_t i = 0; i < b.ops.size(); ++i) EXPECT_EQ(w.bytes(i), kBlockBytes);
+
+  std::vector<std::vector<std::byte>> out(8, std::vector<std::byte>(kBlockBytes));
+  std::vector<ReadOp> reads;
+  for (size_t i = 0; i < 8; ++i) reads.push_back({b.keys[i], out[i]});
+  Completion r = tier->Read(kNs, reads);
+  ASSERT_TRUE(r.Wait().ok()) << r.status().ToString();
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(r.bytes(i), kBlockBytes);
+    EXPECT_EQ(out[i], b.data[i]) << "block " << i;
+  }
+  EXPECT_EQ(tier->Usage().blocks, 8u);
+  tier->Shutdown();
+}
+
+TEST_P(TierConformanceTest, BatchWithHitsAndMisses) {
+  auto tier = Make(16);
+  ASSERT_TRUE(tier);
+  Blocks b = MakeBlocks(0, 4, kBlockBytes);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  std::vector<std::vector<std::byte>> out(6, std::vector<std::byte>(kBlockBytes));
+  // Keys 0..3 were written; 100 and 101 were not.
+  std::vector<BlockKey> keys = {b.keys[0], TestKey(100), b.keys[2], TestKey(101), b.keys[3],
+                                b.keys[1]};
+  std::vector<ReadOp> reads;
+  for (size_t i = 0; i < keys.size(); ++i) reads.push_back({keys[i], out[i]});
+  Completion r = tier->Read(kNs, reads);
+  (void)r.Wait();
+  std::vector<StatusCode> codes;
+  for (size_t i = 0; i < keys.size(); ++i) codes.push_back(r.result(i).code());
+  EXPECT_EQ(codes, (std::vector<StatusCode>{StatusCode::kOk, StatusCode::kNotFound,
+                                            StatusCode::kOk, StatusCode::kNotFound,
+                                            StatusCode::kOk, StatusCode::kOk}));
+  EXPECT_EQ(out[0], b.data[0]);
+  EXPECT_EQ(out[2], b.data[2]);
+  EXPECT_EQ(out[5], b.data[1]);
+  EXPECT_EQ(r.ok_count(), 4u);
+
+  Completion c = tier->Contains(kNs, keys);
+  (void)c.Wait();
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(c.result(i).code(), codes[i]) << i;
+  tier->Shutdown();
+}
+
+TEST_P(TierConformanceTest, FullTierReturnsResourceExhausted) {
+  auto tier = Make(4);
+  ASSERT_TRUE(tier);
+  Blocks b = MakeBlocks(0, 6, kBlockBytes);
+  Completion w = tier->Write(kNs, b.ops);
+  (void)w.Wait();
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(w.result(i).ok()) << w.result(i).ToString();
+  for (size_t i = 4; i < 6; ++i) EXPECT_EQ(w.result(i).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(tier->Usage().blocks, 4u);
+  EXPECT_EQ(tier->Usage().capacity_bytes, 4 * kBlockBytes);
+  tier->Shutdown();
+}
+
+TEST_P(TierConformanceTest, RemoveMakesItMissAndFreesSpace) {
+  auto tier = Make(2);
+  ASSERT_TRUE(tier);
+  Blocks b = MakeBlocks(0, 2, kBlockBytes);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  std::vector<BlockKey> gone = {b.keys[0], TestKey(999)};  // removing an absent key is OK
+  ASSERT_TRUE(tier->Remove(kNs, gone).Wait().ok());
+  Completion c = tier->Contains(kNs, b.keys);
+  (void)c.Wait();
+  EXPECT_EQ(c.result(0).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(c.result(1).ok());
+  Blocks more = MakeBlocks(10, 1, kBlockBytes);
+  EXPECT_TRUE(tier->Write(kNs, more.ops).Wait().ok()) << "removed block's space is reusable";
+  EXPECT_EQ(tier->Usage().blocks, 2u);
+  tier->Shutdown();
+}
+
+TEST_P(TierConformanceTest, OverwriteReplacesAndNamespacesAreIsolated) {
+  auto tier = Make(8);
+  ASSERT_TRUE(tier);
+  Blocks v0 = MakeBlocks(0, 1, kBlockBytes, 0);
+  Blocks v1 = MakeBlocks(0, 1, kBlockBytes, 1);
+  ASSERT_TRUE(tier->Write(kNs, v0.ops).Wait().ok());
+  ASSERT_TRUE(tier->Write(kNs, v1.ops).Wait().ok());
+  std::vector<std::byte> out(kBlockBytes);
+  ReadOp rd{v0.keys[0], out};
+  ASSERT_TRUE(tier->Read(kNs, std::span(&rd, 1)).Wait().ok());
+  EXPECT_EQ(out, v1.data[0]);
+  EXPECT_EQ(tier->Usage().blocks, 1u);
+  Completion other = tier->Read(kOtherNs, std::span(&rd, 1));
+  (void)other.Wait();
+  EXPECT_EQ(other.result(0).code(), StatusCode::kNotFound);
+  tier->Shutdown();
+}
+
+TEST_P(TierConformanceTest, BadInputIsRefused) {
+  auto tier = Make(4);
+  ASSERT_TRUE(tier);
+  Blocks b = MakeBlocks(0, 1, kBlockBytes);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  std::vector<std::byte> small(kBlockBytes - 1);
+  ReadOp rd{b.keys[0], small};
+  Completion r = tier->Read(kNs, std::span(&rd, 1));
+  (void)r.Wait();
+  EXPECT_EQ(r.result(0).code(), StatusCode::kInvalidArgument);
+  WriteOp empty{TestKey(5), {}};
+  Completion w = tier->Write(kNs, std::span(&empty, 1));
+  (void)w.Wait();
+  EXPECT_EQ(w.result(0).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(tier->Read(kNs, {}).Poll()) << "an empty batch completes at once";
+  tier->Shutdown();
+}
+
+TEST_P(TierConformanceTest, ConcurrentReadersAndWriters) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 24;
+  constexpr uint64_t kSmall = 4096;
+  auto made = GetParam().make(kThreads * kPerThread, kSmall);
+  ASSERT_TRUE(made.ok());
+  std::unique_ptr<Tier> tier = std::move(made).value();
+  std::atomic<int> wrong{0}, hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        Blocks b = MakeBlocks(t * 1000 + i, 1, kSmall);
+        if (!tier->Write(kNs, b.ops).Wait().ok()) wrong.fetch_add(1);
+        // Read a block another thread may or may not have written yet.
+        BlockKey other = TestKey(((t + 1) % kThreads) * 1000 + i);
+        std::vector<std::byte> out(kSmall);
+        ReadOp rd{other, out};
+        Completion r = tier->Read(kNs, std::span(&rd, 1));
+        (void)r.Wait();
+        if (r.result(0).ok()) {
+          hits.fetch_add(1);
+          if (out != BlockBytes(other, kSmall)) wrong.fetch_add(1);
+        } else if (r.result(0).code() != StatusCode::kNotFound) {
+          wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(tier->Usage().blocks, uint64_t{kThreads * kPerThread});
+  tier->Shutdown();
+}
+
+TEST_P(TierConformanceTest, ShutdownDrainsInFlightWork) {
+  auto tier = Make(64);
+  ASSERT_TRUE(tier);
+  Blocks b = MakeBlocks(0, 32, kBlockBytes);
+  std::vector<Completion> pending;
+  for (size_t i = 0; i < b.ops.size(); ++i) pending.push_back(tier->Write(kNs, std::span(&b.ops[i], 1)));
+  tier->Shutdown();
+  for (auto& c : pending) {
+    EXPECT_TRUE(c.Poll()) << "Shutdown returned with work in flight";
+    EXPECT_TRUE(c.status().ok()) << c.status().ToString();
+  }
+  Completion late = tier->Write(kNs, b.ops);
+  ASSERT_TRUE(late.Poll());
+  EXPECT_EQ(late.status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace kvtier::testing

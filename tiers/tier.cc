@@ -1,0 +1,126 @@
+#include "kvtier/tier.h"
+
+#include <string>
+
+namespace kvtier {
+
+Tier::Tier(std::string name, std::string type, TierCapabilities caps)
+    : name_(std::move(name)), type_(std::move(type)), caps_(caps) {}
+
+Tier::~Tier() = default;
+
+std::optional<Completion> Tier::Refuse(size_t items, OpKind kind) {
+  std::lock_guard lock(mu_);
+  if (shutting_down_) {
+    return CompletionSource::Done(items, Status::Unavailable("tier '" + name_ + "' is shut down"));
+  }
+  if (items > caps_.max_batch_blocks) {
+    return CompletionSource::Done(
+        items, Status::InvalidArgument("tier '" + name_ + "': batch of " + std::to_string(items) +
+                                       " blocks exceeds the limit of " +
+                                       std::to_string(caps_.max_batch_blocks)));
+  }
+  if (items == 0) return Completion();
+  ++in_flight_;
+  return std::nullopt;
+}
+
+Completion Tier::Track(OpKind kind, Completion c) {
+  c.OnDone([this, kind, c] {
+    Count(kind, c);
+    std::lock_guard lock(mu_);
+    if (--in_flight_ == 0) drained_.notify_all();
+  });
+  return c;
+}
+
+void Tier::Count(OpKind kind, const Completion& c) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < c.size(); ++i) {
+    const Status& s = c.result(i);
+    if (!s.ok() && s.code() != StatusCode::kNotFound) ++counters_.errors;
+    if (s.code() == StatusCode::kCorruption) ++counters_.corruptions;
+    switch (kind) {
+      case OpKind::kRead:
+        ++counters_.read_blocks;
+        if (s.ok()) {
+          ++counters_.read_hits;
+          counters_.bytes_read += c.bytes(i);
+        }
+        break;
+      case OpKind::kWrite:
+        if (s.ok()) {
+          ++counters_.write_blocks;
+          counters_.bytes_written += c.bytes(i);
+        }
+        break;
+      case OpKind::kRemove:
+        if (s.ok()) ++counters_.removed_blocks;
+        break;
+      case OpKind::kContains:
+        break;
+    }
+  }
+}
+
+Completion Tier::Read(NamespaceId ns, std::span<const ReadOp> ops) {
+  if (auto refused = Refuse(ops.size(), OpKind::kRead)) return *refused;
+  CompletionSource src(ops.size());
+  Completion c = Track(OpKind::kRead, src.completion());
+  DoRead(ns, ops, std::move(src));
+  return c;
+}
+
+Completion Tier::Write(NamespaceId ns, std::span<const WriteOp> ops) {
+  for (const WriteOp& op : ops) {
+    if (op.src.empty()) {
+      return CompletionSource::Done(
+          ops.size(), Status::InvalidArgument("tier '" + name_ + "': empty payload in batch"));
+    }
+    if (caps_.max_block_bytes != 0 && op.src.size() > caps_.max_block_bytes) {
+      return CompletionSource::Done(
+          ops.size(), Status::InvalidArgument("tier '" + name_ + "': payload of " +
+                                              std::to_string(op.src.size()) +
+                                              " bytes exceeds the block limit of " +
+                                              std::to_string(caps_.max_block_bytes)));
+    }
+  }
+  if (auto refused = Refuse(ops.size(), OpKind::kWrite)) return *refused;
+  CompletionSource src(ops.size());
+  Completion c = Track(OpKind::kWrite, src.completion());
+  DoWrite(ns, ops, std::move(src));
+  return c;
+}
+
+Completion Tier::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
+  if (auto refused = Refuse(keys.size(), OpKind::kRemove)) return *refused;
+  CompletionSource src(keys.size());
+  Completion c = Track(OpKind::kRemove, src.completion());
+  DoRemove(ns, keys, std::move(src));
+  return c;
+}
+
+Completion Tier::Contains(NamespaceId ns, std::span<const BlockKey> keys) {
+  if (auto refused = Refuse(keys.size(), OpKind::kContains)) return *refused;
+  CompletionSource src(keys.size());
+  Completion c = Track(OpKind::kContains, src.completion());
+  DoContains(ns, keys, std::move(src));
+  return c;
+}
+
+TierCounters Tier::Counters() const {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
+void Tier::Shutdown() {
+  std::unique_lock lock(mu_);
+  shutting_down_ = true;
+  drained_.wait(lock, [&] { return in_flight_ == 0; });
+  if (shut_down_) return;
+  shut_down_ = true;
+  lock.unlock();
+  DoShutdown();
+}
+
+}  // namespace kvtier
