@@ -28,7 +28,7 @@ struct NamespaceId {
 };
 
 // What makes two caches interchangeable. Every field takes part in the id.
-struct NamespaceSpec {
+struct KVTIER_EXPORT NamespaceSpec {
   std::string model_id;          // e.g. "meta-llama/Llama-3.1-8B"
   std::string weights_revision;  // commit or tag of the weights
   std::string dtype;             // KV dtype: "fp16", "bf16", "fp8"

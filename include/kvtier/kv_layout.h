@@ -26,7 +26,7 @@ enum class KvLayoutKind : uint8_t { kVllmNhd, kVllmHnd, kCrossLayer };
 KVTIER_EXPORT std::string_view KvLayoutKindName(KvLayoutKind kind);
 KVTIER_EXPORT Result<KvLayoutKind> ParseKvLayoutKind(std::string_view name);
 
-struct KvLayout {
+struct KVTIER_EXPORT KvLayout {
   KvLayoutKind kind = KvLayoutKind::kVllmNhd;
   uint32_t num_layers = 1;
   uint32_t num_blocks = 1;    // pages in the engine's pool

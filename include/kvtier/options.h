@@ -27,7 +27,7 @@ inline constexpr size_t kMaxTiers = 8;
 
 // Fractions of capacity. Crossing `high` wakes the mover, which demotes or
 // evicts until usage is at or below `low`.
-struct WatermarkOptions {
+struct KVTIER_EXPORT WatermarkOptions {
   double high = 0.95;
   double low = 0.85;
   // 0 < low < high <= 1.
@@ -39,7 +39,7 @@ struct WatermarkOptions {
 KVTIER_EXPORT std::span<const std::string_view> EvictionPolicyNames();
 KVTIER_EXPORT std::span<const std::string_view> AdmissionPolicyNames();
 
-struct TierOptions {
+struct KVTIER_EXPORT TierOptions {
   std::string name;              // unique; names the tier in stats and --set paths
   std::string type;              // registry name: "host", later "nvme", "redis", "remote"
   uint64_t capacity_bytes = 0;   // required, > 0
@@ -56,7 +56,7 @@ struct TierOptions {
 };
 
 // The model whose KV is cached: its namespace and the block geometry.
-struct ModelOptions {
+struct KVTIER_EXPORT ModelOptions {
   std::string preset = "tiny";    // named geometry; fields below override it
   std::string model_id = "kvtier/tiny";
   std::string revision = "main";
@@ -93,7 +93,7 @@ struct TierContext;
 using TierFactory = std::function<Result<std::unique_ptr<Tier>>(const TierOptions&,
                                                                 const TierContext&)>;
 
-struct RuntimeOptions {
+struct KVTIER_EXPORT RuntimeOptions {
   uint64_t block_bytes = 0;  // bytes of one host block; required
   HashAlgorithm hash = HashAlgorithm::kXxh3_128;
   std::vector<TierOptions> tiers;      // tiers[0] is the host hub and must be type "host"

@@ -150,8 +150,9 @@ TEST_F(RuntimeFaultTest, FullQueueAnswersBusy) {
   auto keys = SaveAndDemote(1);
   std::vector<Completion> loads;
   size_t busy = 0;
-  // The first load occupies the only worker for the tier's 100 ms, the second
-  // fills the one queue place, the rest are refused at once.
+  // The first load occupies the only worker for the tier's 100 ms and the
+  // next fills the one queue place (or, if the worker has not picked the
+  // first up yet, the first holds it): the rest are refused at once.
   for (uint32_t i = 0; i < 6; ++i) {
     std::vector<uint32_t> b = {10 + i};
     Completion c =
@@ -159,7 +160,8 @@ TEST_F(RuntimeFaultTest, FullQueueAnswersBusy) {
     if (c.Poll() && c.status().code() == StatusCode::kBusy) ++busy;
     loads.push_back(c);
   }
-  EXPECT_EQ(busy, 4u);
+  EXPECT_GE(busy, 4u);
+  EXPECT_LE(busy, 5u);
   EXPECT_EQ(rt_->Stats().busy_rejections, busy);
   for (auto& c : loads) (void)c.Wait();
 }

@@ -96,6 +96,15 @@ TEST_P(TierConformanceTest, FullTierReturnsResourceExhausted) {
   for (size_t i = 4; i < 6; ++i) EXPECT_EQ(w.result(i).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(tier->Usage().blocks, 4u);
   EXPECT_EQ(tier->Usage().capacity_bytes, 4 * kBlockBytes);
+  // A full tier still replaces a key it holds.
+  Blocks v1 = MakeBlocks(1, 1, kBlockBytes, /*version=*/1);
+  Completion again = tier->Write(kNs, v1.ops);
+  ASSERT_TRUE(again.Wait().ok()) << again.status().ToString();
+  EXPECT_EQ(again.bytes(0), kBlockBytes);
+  std::vector<std::byte> out(kBlockBytes);
+  ReadOp rd{v1.keys[0], out};
+  ASSERT_TRUE(tier->Read(kNs, std::span(&rd, 1)).Wait().ok());
+  EXPECT_EQ(out, v1.data[0]);
   tier->Shutdown();
 }
 

@@ -59,8 +59,8 @@ class HostTier final : public Tier {
     for (size_t i = 0; i < ops.size(); ++i) {
       std::optional<uint32_t> slot = arena_->Allocate();
       if (!slot) {
-        done.Set(i, Status::ResourceExhausted("tier '" + name() + "' is full (" +
-                                              std::to_string(arena_->slot_count()) + " blocks)"));
+        Status st = OverwriteInPlace(ns, ops[i]);
+        done.Set(i, st, st.ok() ? ops[i].src.size() : 0);
         continue;
       }
       std::memcpy(arena_->Slot(*slot).data(), ops[i].src.data(), ops[i].src.size());
@@ -103,6 +103,20 @@ class HostTier final : public Tier {
   }
 
  private:
+  // A full tier can still replace a stored key: copy over its slot under the
+  // exclusive lock, so no reader sees half of it.
+  Status OverwriteInPlace(NamespaceId ns, const WriteOp& op) {
+    std::unique_lock lock(mu_);
+    auto it = map_.find({ns, op.key});
+    if (it == map_.end()) {
+      return Status::ResourceExhausted("tier '" + name() + "' is full (" +
+                                       std::to_string(arena_->slot_count()) + " blocks)");
+    }
+    std::memcpy(arena_->Slot(it->second.slot).data(), op.src.data(), op.src.size());
+    it->second.bytes = op.src.size();
+    return Status::Ok();
+  }
+
   std::unique_ptr<HostArena> arena_;
   mutable std::shared_mutex mu_;
   std::unordered_map<NsKey, Stored, NsKeyHash> map_;  // guarded by mu_

@@ -1,0 +1,181 @@
+#include "config/config_reader.h"
+
+#include <array>
+#include <limits>
+#include <string>
+
+#include "config/config_values.h"
+#include "kvtier/block_key.h"
+#include "kvtier/kv_layout.h"
+
+namespace kvtier::internal {
+
+namespace {
+
+constexpr std::array<std::string_view, 6> kRootKeys = {"model",   "hashing", "engine",
+                                                       "runtime", "mover",   "tiers"};
+constexpr std::array<std::string_view, 12> kModelKeys = {
+    "preset",    "id",           "revision", "dtype",   "layers", "kv_heads",
+    "head_size", "block_tokens", "tp_rank",  "tp_size", "layout", "hidden_size"};
+constexpr std::array<std::string_view, 1> kHashingKeys = {"algorithm"};
+constexpr std::array<std::string_view, 1> kEngineKeys = {"pool_blocks"};
+constexpr std::array<std::string_view, 2> kRuntimeKeys = {"worker_threads", "max_queued_requests"};
+constexpr std::array<std::string_view, 2> kMoverKeys = {"interval_ms", "batch_blocks"};
+
+constexpr uint64_t kMaxIntervalMs = 3600 * 1000;  // an idle mover still looks once an hour
+
+struct U32Field {
+  std::string_view key;
+  uint32_t min;
+  uint32_t ModelOptions::*member;
+};
+
+constexpr std::array<U32Field, 7> kModelNumbers = {{
+    {"layers", 1, &ModelOptions::num_layers},
+    {"kv_heads", 1, &ModelOptions::num_kv_heads},
+    {"head_size", 1, &ModelOptions::head_size},
+    {"block_tokens", 1, &ModelOptions::block_tokens},
+    {"tp_rank", 0, &ModelOptions::tp_rank},
+    {"tp_size", 1, &ModelOptions::tp_size},
+    {"hidden_size", 0, &ModelOptions::hidden_size},
+}};
+
+// The section under `key`, or null when it is absent or written empty
+// ("mover:" with every line commented out): both mean "all defaults".
+const ConfigNode* Section(const ConfigNode& root, std::string_view key) {
+  const ConfigNode* node = root.Find(key);
+  return node != nullptr && node->kind != ConfigNode::Kind::kNull ? node : nullptr;
+}
+
+// Errors about a whole section point at its key ("model:"), not at its first
+// entry; list items and the root have no key and point at themselves.
+Status Prefixed(const ConfigNode& node, std::string_view prefix, const Status& s) {
+  const std::string& where = node.key_where.empty() ? node.where : node.key_where;
+  return Status::InvalidArgument(where + ": " + std::string(prefix) + ": " +
+                                 std::string(s.message()));
+}
+
+Status ReadModelStrings(const ConfigNode& node, ModelOptions* m) {
+  if (const ConfigNode* p = node.Find("preset")) {
+    std::string name;
+    KVTIER_RETURN_IF_ERROR(ReadString(*p, "model.preset", &name));
+    Status s = ApplyModelPreset(name, m);
+    if (!s.ok()) {
+      return Status::InvalidArgument(p->where + ": model.preset: " + std::string(s.message()));
+    }
+  }
+  if (const ConfigNode* p = node.Find("id")) {
+    KVTIER_RETURN_IF_ERROR(ReadString(*p, "model.id", &m->model_id));
+  }
+  if (const ConfigNode* p = node.Find("revision")) {
+    KVTIER_RETURN_IF_ERROR(ReadString(*p, "model.revision", &m->revision));
+  }
+  if (const ConfigNode* p = node.Find("dtype")) {
+    KVTIER_RETURN_IF_ERROR(ReadString(*p, "model.dtype", &m->dtype));
+    if (m->ElementBytes() == 0) {
+      return NodeError(p->where, "unknown model.dtype '" + m->dtype + "'",
+                       "one of: fp16, bf16, fp8, fp32");
+    }
+  }
+  if (const ConfigNode* p = node.Find("layout")) {
+    std::string name;
+    KVTIER_RETURN_IF_ERROR(ReadString(*p, "model.layout", &name));
+    Result<KvLayoutKind> kind = ParseKvLayoutKind(name);
+    if (!kind.ok()) {
+      const std::array<std::string_view, 3> names = {KvLayoutKindName(KvLayoutKind::kVllmNhd),
+                                                     KvLayoutKindName(KvLayoutKind::kVllmHnd),
+                                                     KvLayoutKindName(KvLayoutKind::kCrossLayer)};
+      return NodeError(p->where, "unknown model.layout '" + name + "'",
+                       "one of: " + JoinNames(names));
+    }
+    m->layout = *kind;
+  }
+  return Status::Ok();
+}
+
+// Preset first, then every explicit field overrides it.
+Status ReadModel(const ConfigNode* node, ModelOptions* m) {
+  if (node == nullptr) return Status::Ok();  // the defaults are the "tiny" preset
+  KVTIER_RETURN_IF_ERROR(CheckMap(*node, "model", kModelKeys));
+  KVTIER_RETURN_IF_ERROR(ReadModelStrings(*node, m));
+  for (const U32Field& f : kModelNumbers) {
+    if (const ConfigNode* p = node->Find(f.key)) {
+      KVTIER_RETURN_IF_ERROR(ReadU32(*p, "model." + std::string(f.key), f.min, &(m->*f.member)));
+    }
+  }
+  if (m->tp_rank >= m->tp_size) {
+    const ConfigNode& at = Blame(node->Find("tp_rank"), node->Find("tp_size"), *node);
+    return NodeError(at.where,
+                     "model.tp_rank " + std::to_string(m->tp_rank) + " is not below tp_size " +
+                         std::to_string(m->tp_size),
+                     "0 <= tp_rank < tp_size");
+  }
+  // Whatever the field checks above do not cover (e.g. a block over 1 GiB).
+  Status s = m->Validate();
+  if (!s.ok()) return Prefixed(*node, "model", s);
+  return Status::Ok();
+}
+
+Status ReadHashing(const ConfigNode* node, HashAlgorithm* algo) {
+  if (node == nullptr) return Status::Ok();
+  KVTIER_RETURN_IF_ERROR(CheckMap(*node, "hashing", kHashingKeys));
+  const ConfigNode* p = node->Find("algorithm");
+  if (p == nullptr) return Status::Ok();
+  std::string name;
+  KVTIER_RETURN_IF_ERROR(ReadString(*p, "hashing.algorithm", &name));
+  // Only the canonical names; ParseHashAlgorithm also knows aliases.
+  Result<HashAlgorithm> parsed = ParseHashAlgorithm(name);
+  if (!parsed.ok() || HashAlgorithmName(*parsed) != name) {
+    return NodeError(p->where, "unknown hashing.algorithm '" + name + "'", "xxh3_128 or sha256");
+  }
+  *algo = *parsed;
+  return Status::Ok();
+}
+
+Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
+  if (const ConfigNode* engine = Section(root, "engine")) {
+    KVTIER_RETURN_IF_ERROR(CheckMap(*engine, "engine", kEngineKeys));
+    if (const ConfigNode* p = engine->Find("pool_blocks")) {
+      KVTIER_RETURN_IF_ERROR(ReadU32(*p, "engine.pool_blocks", 1, &out->gpu_pool_blocks));
+    }
+  }
+  RuntimeOptions& rt = out->runtime;
+  if (const ConfigNode* runtime = Section(root, "runtime")) {
+    KVTIER_RETURN_IF_ERROR(CheckMap(*runtime, "runtime", kRuntimeKeys));
+    if (const ConfigNode* p = runtime->Find("worker_threads")) {
+      KVTIER_RETURN_IF_ERROR(ReadU32(*p, "runtime.worker_threads", 1, &rt.worker_threads));
+    }
+    if (const ConfigNode* p = runtime->Find("max_queued_requests")) {
+      KVTIER_RETURN_IF_ERROR(
+          ReadU32(*p, "runtime.max_queued_requests", 1, &rt.max_queued_requests));
+    }
+  }
+  if (const ConfigNode* mover = Section(root, "mover")) {
+    KVTIER_RETURN_IF_ERROR(CheckMap(*mover, "mover", kMoverKeys));
+    if (const ConfigNode* p = mover->Find("interval_ms")) {
+      KVTIER_RETURN_IF_ERROR(
+          ReadUint(*p, "mover.interval_ms", 1, kMaxIntervalMs, &rt.mover.interval_ms));
+    }
+    if (const ConfigNode* p = mover->Find("batch_blocks")) {
+      KVTIER_RETURN_IF_ERROR(ReadU32(*p, "mover.batch_blocks", 1, &rt.mover.batch_blocks));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
+  KVTIER_RETURN_IF_ERROR(CheckMap(root, "the configuration", kRootKeys));
+  KVTIER_RETURN_IF_ERROR(ReadModel(Section(root, "model"), &out->model));
+  KVTIER_RETURN_IF_ERROR(ReadHashing(Section(root, "hashing"), &out->runtime.hash));
+  KVTIER_RETURN_IF_ERROR(ReadSections(root, out));
+  KVTIER_RETURN_IF_ERROR(ReadTiers(root, &out->runtime.tiers));
+  out->runtime.block_bytes = out->model.BlockBytes();
+  // A last net under the field checks: the options' own validation.
+  Status s = out->runtime.Validate();
+  if (!s.ok()) return Prefixed(root, "runtime", s);
+  return Status::Ok();
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,204 @@
+#include <array>
+#include <string>
+#include <vector>
+
+#include "config/config_reader.h"
+#include "config/config_values.h"
+
+namespace kvtier::internal {
+namespace {
+
+constexpr std::array<std::string_view, 11> kTierKeys = {
+    "name",      "type",  "capacity", "watermarks",  "eviction", "admission",
+    "hugepages", "mlock", "path",     "region_size", "servers"};
+constexpr std::array<std::string_view, 2> kWatermarkKeys = {"high", "low"};
+// Whether a type's backend is compiled in is the tier registry's business,
+// not the config's: it answers NotSupported when the runtime starts.
+constexpr std::array<std::string_view, 4> kTierTypes = {"host", "nvme", "redis", "remote"};
+constexpr uint64_t kPiB = 1024 * kTiB;
+
+bool Known(std::span<const std::string_view> names, std::string_view name) {
+  for (std::string_view n : names) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+Status ReadTierName(const ConfigNode& node, size_t index, std::string* name) {
+  const ConfigNode* p = node.Find("name");
+  if (p == nullptr) {
+    return NodeError(node.where, "tier " + std::to_string(index) + " has no 'name'",
+                     "a unique name, e.g. 'name: host'");
+  }
+  KVTIER_RETURN_IF_ERROR(ReadString(*p, "tiers." + std::to_string(index) + ".name", name));
+  for (char c : *name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) {
+      return NodeError(p->where, "tier name '" + *name + "' has a character outside [a-z0-9_-]",
+                       "lower-case letters, digits, '_' and '-'");
+    }
+  }
+  return Status::Ok();
+}
+
+// name, type and capacity: the keys every tier must have.
+Status ReadTierRequired(const ConfigNode& node, size_t index, TierOptions* t) {
+  KVTIER_RETURN_IF_ERROR(ReadTierName(node, index, &t->name));
+  const std::string path = "tiers." + t->name;
+  const ConfigNode* type = node.Find("type");
+  if (type == nullptr) {
+    return NodeError(node.where, path + " has no 'type'", "one of: " + JoinNames(kTierTypes));
+  }
+  KVTIER_RETURN_IF_ERROR(ReadString(*type, path + ".type", &t->type));
+  if (!Known(kTierTypes, t->type)) {
+    return NodeError(type->where, "unknown tier type '" + t->type + "'",
+                     "one of: " + JoinNames(kTierTypes));
+  }
+  const ConfigNode* cap = node.Find("capacity");
+  if (cap == nullptr) {
+    return NodeError(node.where, path + " has no 'capacity'", "a size such as 'capacity: 8GiB'");
+  }
+  KVTIER_RETURN_IF_ERROR(ReadByteSize(*cap, path + ".capacity", &t->capacity_bytes));
+  if (t->capacity_bytes == 0) {
+    return NodeError(cap->where, path + ".capacity is 0", "a capacity of at least 1 byte");
+  }
+  if (t->capacity_bytes > kPiB) {
+    return NodeError(cap->where, path + ".capacity " + cap->text + " is absurd", "at most 1PiB");
+  }
+  return Status::Ok();
+}
+
+Status ReadWatermarks(const ConfigNode& node, const std::string& path, WatermarkOptions* wm) {
+  if (node.kind == ConfigNode::Kind::kNull) return Status::Ok();
+  KVTIER_RETURN_IF_ERROR(CheckMap(node, path, kWatermarkKeys));
+  const ConfigNode* high = node.Find("high");
+  const ConfigNode* low = node.Find("low");
+  if (high != nullptr) KVTIER_RETURN_IF_ERROR(ReadDouble(*high, path + ".high", &wm->high));
+  if (low != nullptr) KVTIER_RETURN_IF_ERROR(ReadDouble(*low, path + ".low", &wm->low));
+  Status s = wm->Validate();
+  if (!s.ok()) {
+    // A value outside (0, 1] is wrong on its own; otherwise blame the pair.
+    const ConfigNode* alone = nullptr;
+    if (!(wm->high > 0.0 && wm->high <= 1.0)) alone = high;
+    if (alone == nullptr && !(wm->low > 0.0 && wm->low <= 1.0)) alone = low;
+    const ConfigNode& at = alone != nullptr ? *alone : Blame(low, high, node);
+    return Status::InvalidArgument(at.where + ": " + path + ": " + std::string(s.message()));
+  }
+  return Status::Ok();
+}
+
+// watermarks, eviction and admission.
+Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOptions* t) {
+  if (const ConfigNode* p = node.Find("watermarks")) {
+    KVTIER_RETURN_IF_ERROR(ReadWatermarks(*p, path + ".watermarks", &t->watermarks));
+  }
+  if (const ConfigNode* p = node.Find("eviction")) {
+    KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".eviction", &t->eviction));
+    if (!Known(EvictionPolicyNames(), t->eviction)) {
+      return NodeError(p->where, "unknown eviction policy '" + t->eviction + "'",
+                       "one of: " + JoinNames(EvictionPolicyNames()));
+    }
+  }
+  if (const ConfigNode* p = node.Find("admission")) {
+    std::vector<const ConfigNode*> items;
+    KVTIER_RETURN_IF_ERROR(
+        ReadStringList(*p, path + ".admission", /*allow_single=*/true, &t->admission, &items));
+    if (t->admission.empty()) {
+      return NodeError(p->where, path + ".admission is an empty list",
+                       "at least one of: " + JoinNames(AdmissionPolicyNames()));
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!Known(AdmissionPolicyNames(), t->admission[i])) {
+        return NodeError(items[i]->where, "unknown admission policy '" + t->admission[i] + "'",
+                         "one of: " + JoinNames(AdmissionPolicyNames()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// The keys only some backends use.
+Status ReadTierBackend(const ConfigNode& node, const std::string& path, TierOptions* t) {
+  if (const ConfigNode* p = node.Find("hugepages")) {
+    KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".hugepages", &t->hugepages));
+  }
+  if (const ConfigNode* p = node.Find("mlock")) {
+    KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".mlock", &t->mlock));
+  }
+  if (const ConfigNode* p = node.Find("path")) {
+    KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".path", &t->path));
+  }
+  if (const ConfigNode* p = node.Find("region_size")) {
+    KVTIER_RETURN_IF_ERROR(ReadByteSize(*p, path + ".region_size", &t->region_bytes));
+    if (t->region_bytes == 0) {
+      return NodeError(p->where, path + ".region_size is 0", "a size such as 64MiB");
+    }
+  }
+  if (const ConfigNode* p = node.Find("servers")) {
+    KVTIER_RETURN_IF_ERROR(
+        ReadStringList(*p, path + ".servers", /*allow_single=*/false, &t->servers));
+  }
+  if (t->type == "nvme" && t->path.empty()) {
+    // An override that turned the tier into nvme is the one to blame.
+    const ConfigNode* type = node.Find("type");
+    return NodeError(type->from_override ? type->where : node.where,
+                     path + " is an nvme tier without a 'path'", "'path: <file or block device>'");
+  }
+  return Status::Ok();
+}
+
+Status ReadTier(const ConfigNode& node, size_t index, TierOptions* t) {
+  KVTIER_RETURN_IF_ERROR(CheckMap(node, "tiers." + std::to_string(index), kTierKeys));
+  KVTIER_RETURN_IF_ERROR(ReadTierRequired(node, index, t));
+  const std::string path = "tiers." + t->name;
+  KVTIER_RETURN_IF_ERROR(ReadTierPolicies(node, path, t));
+  KVTIER_RETURN_IF_ERROR(ReadTierBackend(node, path, t));
+  // A last net under the field checks above.
+  Status s = t->Validate();
+  if (!s.ok()) return Status::InvalidArgument(node.where + ": " + std::string(s.message()));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadTiers(const ConfigNode& root, std::vector<TierOptions>* tiers) {
+  const ConfigNode* list = root.Find("tiers");
+  if (list == nullptr) {
+    return NodeError(root.where, "the configuration has no 'tiers'",
+                     "a 'tiers' list whose first tier has type host");
+  }
+  if (list->kind != ConfigNode::Kind::kList) {
+    return NodeError(list->where, "tiers is " + DescribeNode(*list),
+                     "a list of tiers, each item starting with '- name:'");
+  }
+  if (list->items.empty()) {
+    return NodeError(list->where, "tiers is an empty list",
+                     "at least one tier, the first of type host");
+  }
+  if (list->items.size() > kMaxTiers) {
+    return NodeError(list->items[kMaxTiers].where,
+                     "more than " + std::to_string(kMaxTiers) + " tiers",
+                     "at most " + std::to_string(kMaxTiers) + " tiers");
+  }
+  tiers->clear();
+  for (size_t i = 0; i < list->items.size(); ++i) {
+    const ConfigNode& item = list->items[i];
+    TierOptions t;
+    KVTIER_RETURN_IF_ERROR(ReadTier(item, i, &t));
+    for (const TierOptions& earlier : *tiers) {
+      if (earlier.name == t.name) {
+        return NodeError(item.Find("name")->where, "duplicate tier name '" + t.name + "'",
+                         "a unique name for every tier");
+      }
+    }
+    tiers->push_back(std::move(t));
+  }
+  if ((*tiers)[0].type != "host") {
+    return NodeError(
+        list->items[0].Find("type")->where,
+        "the first tier '" + (*tiers)[0].name + "' has type '" + (*tiers)[0].type + "'",
+        "the first tier to be of type host: every block passes through it");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,201 @@
+#include "kvtier/config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kvtier {
+namespace {
+
+std::string Example(const std::string& name) {
+  return std::string(KVTIER_SOURCE_DIR) + "/config/examples/" + name;
+}
+
+KvtierConfig MustLoad(const std::string& name) {
+  Result<KvtierConfig> r = LoadConfigFile(Example(name));
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : KvtierConfig{};
+}
+
+std::string ErrorOf(std::string_view yaml) {
+  Result<KvtierConfig> r = ParseConfig(yaml, "t.yaml");
+  EXPECT_FALSE(r.ok());
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return std::string(r.status().message());
+}
+
+TEST(ConfigExamplesTest, DefaultYaml) {
+  KvtierConfig c = MustLoad("default.yaml");
+  EXPECT_EQ(c.source, Example("default.yaml"));
+  EXPECT_EQ(c.model.preset, "small");
+  EXPECT_EQ(c.model.model_id, "kvtier/small");
+  EXPECT_EQ(c.model.revision, "main");
+  EXPECT_EQ(c.model.dtype, "fp16");
+  EXPECT_EQ(c.model.num_layers, 2u);
+  EXPECT_EQ(c.model.num_kv_heads, 1u);
+  EXPECT_EQ(c.model.head_size, 16u);
+  EXPECT_EQ(c.model.block_tokens, 512u);
+  EXPECT_EQ(c.model.tp_rank, 0u);
+  EXPECT_EQ(c.model.tp_size, 1u);
+  EXPECT_EQ(c.model.layout, KvLayoutKind::kVllmNhd);
+  EXPECT_EQ(c.model.hidden_size, 0u);
+  EXPECT_EQ(c.runtime.block_bytes, 64 * kKiB);
+  EXPECT_EQ(c.runtime.hash, HashAlgorithm::kXxh3_128);
+  EXPECT_EQ(c.gpu_pool_blocks, 512u);
+  EXPECT_EQ(c.runtime.worker_threads, 2u);
+  EXPECT_EQ(c.runtime.max_queued_requests, 1024u);
+  EXPECT_EQ(c.runtime.mover.interval_ms, 50u);
+  EXPECT_EQ(c.runtime.mover.batch_blocks, 64u);
+  ASSERT_EQ(c.runtime.tiers.size(), 1u);
+  const TierOptions& t = c.runtime.tiers[0];
+  EXPECT_EQ(t.name, "host");
+  EXPECT_EQ(t.type, "host");
+  EXPECT_EQ(t.capacity_bytes, 256 * kMiB);
+  EXPECT_EQ(t.watermarks.high, 0.95);
+  EXPECT_EQ(t.watermarks.low, 0.85);
+  EXPECT_EQ(t.eviction, "lru");
+  EXPECT_EQ(t.admission, std::vector<std::string>{"always"});
+  EXPECT_TRUE(t.hugepages);
+  EXPECT_TRUE(t.mlock);
+  EXPECT_EQ(t.path, "");
+  EXPECT_TRUE(t.servers.empty());
+  EXPECT_TRUE(c.runtime.Validate().ok());
+}
+
+TEST(ConfigExamplesTest, HostYamlHasTwoHostTiersAndExplicitModel) {
+  KvtierConfig c = MustLoad("host.yaml");
+  EXPECT_EQ(c.model.model_id, "example/explicit-model");
+  EXPECT_EQ(c.model.revision, "v1");
+  EXPECT_EQ(c.model.dtype, "bf16");
+  EXPECT_EQ(c.model.num_layers, 8u);
+  EXPECT_EQ(c.model.num_kv_heads, 2u);
+  EXPECT_EQ(c.model.head_size, 64u);
+  EXPECT_EQ(c.model.block_tokens, 32u);
+  EXPECT_EQ(c.model.layout, KvLayoutKind::kVllmHnd);
+  EXPECT_EQ(c.runtime.block_bytes, 128 * kKiB);
+  EXPECT_EQ(c.runtime.hash, HashAlgorithm::kSha256);
+  EXPECT_EQ(c.gpu_pool_blocks, 256u);
+  EXPECT_EQ(c.runtime.mover.interval_ms, 10u);
+  EXPECT_EQ(c.runtime.mover.batch_blocks, 16u);
+  ASSERT_EQ(c.runtime.tiers.size(), 2u);
+  EXPECT_EQ(c.runtime.tiers[0].name, "host");
+  EXPECT_EQ(c.runtime.tiers[0].capacity_bytes, 128 * kMiB);
+  EXPECT_EQ(c.runtime.tiers[0].watermarks.high, 0.9);
+  EXPECT_EQ(c.runtime.tiers[0].watermarks.low, 0.7);
+  EXPECT_EQ(c.runtime.tiers[0].admission, std::vector<std::string>{"always"});
+  EXPECT_EQ(c.runtime.tiers[1].name, "host2");
+  EXPECT_EQ(c.runtime.tiers[1].type, "host");
+  EXPECT_EQ(c.runtime.tiers[1].capacity_bytes, 512 * kMiB);
+  EXPECT_FALSE(c.runtime.tiers[1].hugepages);
+  EXPECT_FALSE(c.runtime.tiers[1].mlock);
+  EXPECT_EQ(c.runtime.tiers[1].watermarks.high, 0.95);
+}
+
+TEST(ConfigExamplesTest, NvmeRedisRemotePlaceholdersParse) {
+  KvtierConfig n = MustLoad("nvme.yaml");
+  EXPECT_EQ(n.model.preset, "llama3-8b");
+  EXPECT_EQ(n.runtime.block_bytes, 2 * kMiB);
+  ASSERT_EQ(n.runtime.tiers.size(), 2u);
+  EXPECT_EQ(n.runtime.tiers[0].capacity_bytes, 8 * kGiB);
+  EXPECT_EQ(n.runtime.tiers[1].type, "nvme");
+  EXPECT_EQ(n.runtime.tiers[1].capacity_bytes, kTiB);
+  EXPECT_EQ(n.runtime.tiers[1].path, "/mnt/nvme0/kvtier.dat");
+  EXPECT_EQ(n.runtime.tiers[1].region_bytes, 64 * kMiB);
+  EXPECT_EQ(n.runtime.tiers[1].watermarks.low, 0.8);
+
+  KvtierConfig r = MustLoad("redis.yaml");
+  EXPECT_EQ(r.model.dtype, "bf16");
+  EXPECT_EQ(r.runtime.block_bytes, 917504u);
+  ASSERT_EQ(r.runtime.tiers.size(), 2u);
+  EXPECT_EQ(r.runtime.tiers[1].type, "redis");
+  EXPECT_EQ(r.runtime.tiers[1].capacity_bytes, 64 * kGiB);
+  EXPECT_EQ(r.runtime.tiers[1].servers, std::vector<std::string>{"127.0.0.1:6379"});
+
+  KvtierConfig m = MustLoad("remote.yaml");
+  ASSERT_EQ(m.runtime.tiers.size(), 2u);
+  EXPECT_EQ(m.runtime.tiers[1].type, "remote");
+  EXPECT_EQ(m.runtime.tiers[1].capacity_bytes, 256 * kGiB);
+  EXPECT_EQ(m.runtime.tiers[1].servers,
+            (std::vector<std::string>{"10.0.0.2:7400", "10.0.0.3:7400"}));
+}
+
+TEST(ParseConfigTest, MinimalConfigTakesDefaults) {
+  Result<KvtierConfig> r = ParseConfig("tiers: [{name: h, type: host, capacity: 1MiB}]\n", "m");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->source, "m");
+  EXPECT_EQ(r->model.preset, "tiny");
+  EXPECT_EQ(r->runtime.block_bytes, 256 * kKiB);
+  EXPECT_EQ(r->gpu_pool_blocks, 512u);
+  EXPECT_EQ(r->runtime.tiers[0].capacity_bytes, kMiB);
+  EXPECT_EQ(r->runtime.tiers[0].admission, std::vector<std::string>{"always"});
+}
+
+TEST(ParseConfigTest, PresetFirstThenExplicitFields) {
+  // Field order in the file does not matter: the preset is applied first.
+  Result<KvtierConfig> r = ParseConfig(
+      "model:\n  layers: 8\n  preset: llama3-8b\n  dtype: fp8\n"
+      "tiers: [{name: h, type: host, capacity: 1GiB}]\n",
+      "p");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->model.num_layers, 8u);
+  EXPECT_EQ(r->model.num_kv_heads, 8u);
+  EXPECT_EQ(r->model.dtype, "fp8");
+  EXPECT_EQ(r->runtime.block_bytes, 8ULL * 2 * 16 * 8 * 128 * 1);
+}
+
+TEST(ParseConfigTest, EmptySectionsMeanDefaults) {
+  Result<KvtierConfig> r = ParseConfig(
+      "model:\nmover:\ntiers:\n  - {name: h, type: host, capacity: 1MiB, "
+      "watermarks: }\n",
+      "e");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.mover.interval_ms, 50u);
+  EXPECT_EQ(r->runtime.tiers[0].watermarks.high, 0.95);
+}
+
+TEST(ParseConfigTest, ErrorsCarryExactLocationAndExpectation) {
+  EXPECT_EQ(ErrorOf("tiers:\n  - name: h\n    type: host\n    capacity: 1MiB\n    mlock: 1\n"),
+            "t.yaml:5:12: tiers.h.mlock is '1'; expected true or false");
+  EXPECT_EQ(ErrorOf("tiers:\n  - name: h\n    type: host\n    capacity: [1]\n"),
+            "t.yaml:4:15: tiers.h.capacity is a list; expected a byte size such as 512MiB");
+  EXPECT_EQ(ErrorOf(""),
+            "t.yaml:1:1: the configuration is empty; expected a map with at "
+            "least a 'tiers' list");
+  EXPECT_EQ(ErrorOf("model: {id: \"\"}\ntiers: []\n"),
+            "t.yaml:1:13: model.id is empty; expected a string");
+  EXPECT_EQ(ErrorOf("mover: {interval_ms: 99999999999999999999}\n"),
+            "t.yaml:1:22: mover.interval_ms 99999999999999999999 is too large; expected a "
+            "whole number from 1 to 3600000");
+}
+
+TEST(ParseConfigTest, SelfReferencingAliasIsRejectedNotFollowedForever) {
+  std::string msg = ErrorOf("a: &x [*x]\n");
+  EXPECT_NE(msg.find("nesting is deeper than 64 levels"), std::string::npos) << msg;
+}
+
+TEST(ParseConfigTest, GarbageInputNeverCrashes) {
+  const char* inputs[] = {"\t",
+                          "[",
+                          "{",
+                          "- - -",
+                          ":",
+                          "\xff\xfe",
+                          "a: b: c",
+                          "!!binary x",
+                          "? [a]\n: b\n",
+                          "tiers: *nope",
+                          "%YAML 9.9\n---\n",
+                          "'",
+                          "\"\\q\""};
+  for (const char* in : inputs) {
+    Result<KvtierConfig> r = ParseConfig(in, "g");
+    EXPECT_FALSE(r.ok()) << in;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << in;
+    EXPECT_EQ(r.status().message().rfind("g:", 0), 0u) << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,129 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kvtier/config.h"
+
+namespace kvtier {
+namespace {
+
+std::string DefaultYaml() {
+  return std::string(KVTIER_SOURCE_DIR) + "/config/examples/default.yaml";
+}
+std::string HostYaml() { return std::string(KVTIER_SOURCE_DIR) + "/config/examples/host.yaml"; }
+
+Result<KvtierConfig> Load(const std::string& path, std::vector<std::string> overrides) {
+  return LoadConfigFile(path, overrides);
+}
+
+std::string ErrorOf(const std::string& path, std::vector<std::string> overrides) {
+  Result<KvtierConfig> r = Load(path, std::move(overrides));
+  EXPECT_FALSE(r.ok());
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return std::string(r.status().message());
+}
+
+TEST(ConfigOverrideTest, TierByNameModelAndMover) {
+  Result<KvtierConfig> r = Load(DefaultYaml(), {"tiers.host.capacity=8GiB", "model.layers=8",
+                                                "mover.interval_ms=5", "engine.pool_blocks=64"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.tiers[0].capacity_bytes, 8 * kGiB);
+  EXPECT_EQ(r->model.num_layers, 8u);
+  EXPECT_EQ(r->runtime.block_bytes, 8ULL * 2 * 512 * 1 * 16 * 2);  // follows the model
+  EXPECT_EQ(r->runtime.mover.interval_ms, 5u);
+  EXPECT_EQ(r->gpu_pool_blocks, 64u);
+}
+
+TEST(ConfigOverrideTest, TierByNumericIndex) {
+  Result<KvtierConfig> r = Load(HostYaml(), {"tiers.0.capacity=1GiB", "tiers.1.capacity=2GiB"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.tiers[0].capacity_bytes, kGiB);
+  EXPECT_EQ(r->runtime.tiers[1].capacity_bytes, 2 * kGiB);
+}
+
+TEST(ConfigOverrideTest, LaterOverrideWinsAndValuesAreYaml) {
+  Result<KvtierConfig> r =
+      Load(HostYaml(), {"tiers.host2.watermarks.low=0.5", "tiers.host2.watermarks.low=0.6",
+                        "tiers.host2.admission=[always, always]", "hashing.algorithm=xxh3_128",
+                        "tiers.host2.watermarks={high: 0.7, low: 0.4}"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.tiers[1].watermarks.high, 0.7);
+  EXPECT_EQ(r->runtime.tiers[1].watermarks.low, 0.4);
+  EXPECT_EQ(r->runtime.tiers[1].admission, (std::vector<std::string>{"always", "always"}));
+  EXPECT_EQ(r->runtime.hash, HashAlgorithm::kXxh3_128);
+}
+
+TEST(ConfigOverrideTest, CanAddKeysAndSectionsTheFileLeftOut) {
+  // host.yaml has no runtime section and host2 has no watermarks.
+  Result<KvtierConfig> r =
+      Load(HostYaml(), {"runtime.worker_threads=7", "tiers.host2.watermarks.high=0.99"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.worker_threads, 7u);
+  EXPECT_EQ(r->runtime.tiers[1].watermarks.high, 0.99);
+}
+
+TEST(ConfigOverrideTest, BadPathsNameTheOverride) {
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.nope.capacity=1GiB"}),
+            "--set tiers.nope.capacity=1GiB: no tier named 'nope'; expected one of the names "
+            "host or an index from 0 to 0");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.3.capacity=1GiB"}),
+            "--set tiers.3.capacity=1GiB: no tier named '3'; expected one of the names host or "
+            "an index from 0 to 0");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"a.b"}),
+            "--set a.b: the override has no '='; expected path=value, e.g. "
+            "tiers.host.capacity=8GiB");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"model..layers=3"}),
+            "--set model..layers=3: override path 'model..layers' has an empty segment; "
+            "expected path=value, e.g. tiers.host.capacity=8GiB");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"=3"}),
+            "--set =3: override path '' has an empty segment; expected path=value, e.g. "
+            "tiers.host.capacity=8GiB");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"model.layers.x=3"}),
+            "--set model.layers.x=3: 'model.layers' is a single value, it has no 'x'; expected "
+            "a path through maps and lists");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.host.admission.5=always"}),
+            "--set tiers.host.admission.5=always: no entry '5' in 'tiers.host.admission'; "
+            "expected an index from 0 to 0");
+}
+
+TEST(ConfigOverrideTest, BadValuesGoThroughTheSameChecks) {
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.host.capacity=0"}),
+            "--set tiers.host.capacity=0: tiers.host.capacity is 0; expected a capacity of at "
+            "least 1 byte");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"model.layers=eight"}),
+            "--set model.layers=eight: model.layers is 'eight', not a whole number; expected a "
+            "whole number from 1 to 4294967295");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"model.colour=red"}),
+            "--set model.colour=red: unknown key 'colour' in model; expected one of: preset, id, "
+            "revision, dtype, layers, kv_heads, head_size, block_tokens, tp_rank, tp_size, "
+            "layout, hidden_size");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.host.capacity=[1"})
+                .rfind("--set tiers.host.capacity=[1: malformed YAML: ", 0),
+            0u);
+  // The watermark pair is wrong because of the override, so the override is blamed even
+  // though the other half of the pair comes from the file.
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.host.watermarks.high=0.5"}),
+            "--set tiers.host.watermarks.high=0.5: tiers.host.watermarks: watermarks low 0.85 / "
+            "high 0.5: low is not below high; expected 0 < low < high <= 1");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.host.type=nvme"}),
+            "--set tiers.host.type=nvme: tiers.host is an nvme tier without a 'path'; "
+            "expected 'path: <file or block device>'");
+}
+
+TEST(ConfigOverrideTest, FileErrorsKeepFileLocationsWhenOverridesAreFine) {
+  std::string msg =
+      ErrorOf(DefaultYaml(), {"model.tp_size=1", "model.tp_rank=0", "tiers.host.eviction=mru"});
+  EXPECT_EQ(msg,
+            "--set tiers.host.eviction=mru: unknown eviction policy 'mru'; expected one "
+            "of: lru");
+  Result<KvtierConfig> r = ParseConfig("tiers: [{name: h, type: host, capacity: 0}]\n", "f.yaml",
+                                       std::vector<std::string>{"model.layers=3"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "f.yaml:1:41: tiers.h.capacity is 0; expected a capacity of at least 1 byte");
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# End-to-end check of the main job: kvtier-bench replays the shipped arXiv
+# trace. With a hub that holds every block it must hit exactly the trace's
+# infinite-cache count (7479 of 19686); with a small hub it hits fewer; both
+# with 0 verification failures. Small blocks keep it quick under sanitizers.
+# Usage: replay_cli_test.sh KVTIER_BENCH SOURCE_DIR
+set -euo pipefail
+bench="$1"
+src="$2"
+small_model=(--set model.layers=1 --set model.kv_heads=1 --set model.head_size=4)
+
+field() {  # field NAME JSON -> the first integer value of "NAME" (top level)
+  grep -o "\"$1\":[0-9]*" <<<"$2" | head -n 1 | cut -d: -f2
+}
+
+check() {  # check LABEL ACTUAL OP EXPECTED
+  if ! [ "$2" "$3" "$4" ]; then
+    echo "FAIL: $1: got $2, expected $3 $4" >&2
+    exit 1
+  fi
+  echo "ok: $1 = $2"
+}
+
+run() {
+  "$bench" replay --config "$src/config/examples/default.yaml" \
+    --trace "$src/traces/mooncake_arxiv_trace_first1000.jsonl" "${small_model[@]}" --json "$@"
+}
+
+big=$(run --set tiers.host.capacity=256MiB)
+check "blocks" "$(field blocks "$big")" -eq 19686
+check "block_hits (large hub)" "$(field block_hits "$big")" -eq 7479
+check "token_hits (large hub)" "$(field token_hits "$big")" -eq "$(field infinite_cache_token_hits "$big")"
+check "verify_failures (large hub)" "$(field verify_failures "$big")" -eq 0
+
+small=$(run --set tiers.host.capacity=8MiB)
+check "block_hits (small hub)" "$(field block_hits "$small")" -lt 7479
+check "block_hits (small hub) > 0" "$(field block_hits "$small")" -gt 0
+check "verify_failures (small hub)" "$(field verify_failures "$small")" -eq 0
+
+# A bad override is a usage error (exit 2) with the override named.
+set +e
+err=$("$bench" replay --config "$src/config/examples/default.yaml" --generate \
+      --set tiers.nope.capacity=1GiB 2>&1 >/dev/null)
+rc=$?
+set -e
+check "exit code for a bad --set" "$rc" -eq 2
+grep -q "tiers.nope.capacity" <<<"$err" || { echo "FAIL: error does not name the override: $err" >&2; exit 1; }
+echo "replay_cli_test: all checks passed"

@@ -1,0 +1,167 @@
+#include "tools/bench/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tools/bench/block_content.h"
+#include "tools/bench/report.h"
+
+namespace kvtier::bench {
+namespace {
+
+const std::string kSourceDir = KVTIER_SOURCE_DIR;
+
+// The "tiny" model (128 KiB blocks) with one host tier of `host_blocks`.
+KvtierConfig TinyConfig(uint64_t host_blocks) {
+  KvtierConfig c;
+  c.source = "test";
+  c.gpu_pool_blocks = 8;
+  c.runtime.block_bytes = c.model.BlockBytes();
+  TierOptions host;
+  host.name = "host";
+  host.type = "host";
+  host.capacity_bytes = host_blocks * c.runtime.block_bytes;
+  host.hugepages = false;
+  host.mlock = false;
+  c.runtime.tiers = {host};
+  c.runtime.log = StderrLogSink(LogLevel::kWarning);
+  return c;
+}
+
+Trace TinyTrace() {
+  Result<Trace> t = ReadMooncakeTrace(kSourceDir + "/traces/tiny.jsonl");
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : Trace();
+}
+
+TEST(BlockContentTest, DeterministicAndKeyDependent) {
+  std::vector<std::byte> a(100), b(100), c(100);
+  FillBlockContent(BlockKey{1, 2}, a);
+  FillBlockContent(BlockKey{1, 2}, b);
+  FillBlockContent(BlockKey{2, 1}, c);  // same hi ^ lo, so same stream
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, c);
+  FillBlockContent(BlockKey{1, 3}, c);
+  EXPECT_NE(a, c);
+  // First word: splitmix64 of seed 3, little-endian.
+  EXPECT_EQ(a[0], std::byte{0xed});
+  std::vector<std::byte> prefix(13);
+  FillBlockContent(BlockKey{1, 2}, prefix);
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), a.begin()));
+}
+
+TEST(ReplayTest, LargeHostTierHitsEveryCachedPrefix) {
+  const Trace trace = TinyTrace();
+  Result<ReplayReport> r = ReplayTrace(TinyConfig(64), trace, ReplayOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 7u);
+  EXPECT_EQ(r->skipped_requests, 0u);
+  EXPECT_EQ(r->blocks, 20u);
+  EXPECT_EQ(r->lookup_hits, 9u);
+  EXPECT_EQ(r->block_hits, 9u);
+  EXPECT_EQ(r->tokens, 8584u);
+  EXPECT_EQ(r->token_hits, 4160u);
+  EXPECT_EQ(r->infinite.hit_blocks, 9u);
+  EXPECT_EQ(r->verify_failures, 0u);
+  EXPECT_EQ(r->load_failures, 0u);
+  EXPECT_EQ(r->save_failures, 0u);
+  EXPECT_EQ(r->lookup_failures, 0u);
+  EXPECT_EQ(r->bytes_loaded, 9 * r->block_bytes);
+  // 11 blocks were new (20 - 9): every one was saved.
+  EXPECT_EQ(r->bytes_saved, 11 * r->block_bytes);
+  ASSERT_EQ(r->runtime.tiers.size(), 1u);
+  EXPECT_EQ(r->runtime.tiers[0].name, "host");
+  EXPECT_EQ(r->runtime.tiers[0].blocks, 11u);
+}
+
+TEST(ReplayTest, TinyHostTierHitsLessButNeverReturnsWrongBytes) {
+  const Trace trace = TinyTrace();
+  Result<ReplayReport> r = ReplayTrace(TinyConfig(2), trace, ReplayOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 7u);
+  EXPECT_EQ(r->blocks, 20u);
+  // With two blocks of room no request can hit more than two blocks.
+  EXPECT_LE(r->block_hits, 7u);
+  EXPECT_EQ(r->verify_failures, 0u);
+  EXPECT_EQ(r->load_failures, 0u);
+  EXPECT_EQ(r->block_hits, r->lookup_hits);
+}
+
+TEST(ReplayTest, RequestsLargerThanThePoolAreSkipped) {
+  const Trace trace = TinyTrace();
+  KvtierConfig config = TinyConfig(64);
+  config.gpu_pool_blocks = 3;  // lines 3 and 5 need 4 blocks
+  Result<ReplayReport> r = ReplayTrace(config, trace, ReplayOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 5u);
+  EXPECT_EQ(r->skipped_requests, 2u);
+  EXPECT_EQ(r->skipped_blocks, 8u);
+  EXPECT_EQ(r->blocks, 12u);
+  // Lines 2 (2 hits) and 6 (1 hit) remain.
+  EXPECT_EQ(r->block_hits, 3u);
+  EXPECT_EQ(r->infinite.hit_blocks, 3u);
+  EXPECT_EQ(r->verify_failures, 0u);
+}
+
+TEST(ReplayTest, LimitStopsEarlyAndProgressIsReported) {
+  const Trace trace = TinyTrace();
+  ReplayOptions options;
+  options.limit = 3;
+  std::vector<uint64_t> done;
+  options.progress = [&](uint64_t d, uint64_t total) {
+    EXPECT_EQ(total, 3u);
+    done.push_back(d);
+  };
+  Result<ReplayReport> r = ReplayTrace(TinyConfig(64), trace, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 3u);
+  EXPECT_EQ(r->blocks, 9u);
+  EXPECT_EQ(r->block_hits, 4u);  // 0 + 2 + 2
+  EXPECT_EQ(done, (std::vector<uint64_t>{1, 2, 3}));
+}
+
+TEST(ReplayTest, RunReplayWithExampleConfigAndGenerator) {
+  ReplayOptions options;
+  options.config_path = kSourceDir + "/config/examples/default.yaml";
+  options.overrides = {"tiers.host.capacity=64MiB", "tiers.host.mlock=false"};
+  SyntheticOptions gen;
+  gen.sessions = 2;
+  gen.steps = 2;
+  gen.system_prompts = 1;
+  gen.system_prompt_blocks = 2;
+  gen.initial_blocks = 1;
+  gen.growth_blocks = 1;
+  gen.growth_jitter = 0;
+  gen.interval_jitter = 0;
+  options.synthetic = gen;
+  Result<ReplayReport> r = RunReplay(options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 4u);
+  EXPECT_EQ(r->blocks, 14u);
+  EXPECT_EQ(r->block_hits, 8u);
+  EXPECT_EQ(r->verify_failures, 0u);
+  ASSERT_EQ(r->runtime.tiers.size(), 1u);
+  EXPECT_EQ(r->runtime.tiers[0].capacity_bytes, 64 * kMiB);
+
+  const std::string json = ReplayReportJson(*r);
+  EXPECT_NE(json.find("\"block_hits\":8,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"infinite_cache_block_hits\":8,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"tiers\":[{\"name\":\"host\",\"type\":\"host\","), std::string::npos)
+      << json;
+}
+
+TEST(ReplayTest, RunReplayReportsConfigAndTraceErrors) {
+  ReplayOptions options;
+  options.config_path = kSourceDir + "/config/examples/no_such.yaml";
+  options.trace_path = kSourceDir + "/traces/tiny.jsonl";
+  EXPECT_FALSE(RunReplay(options).ok());
+  options.config_path = kSourceDir + "/config/examples/default.yaml";
+  options.trace_path = kSourceDir + "/traces/no_such.jsonl";
+  Result<ReplayReport> r = RunReplay(options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace kvtier::bench

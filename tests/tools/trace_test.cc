@@ -1,0 +1,147 @@
+#include "tools/bench/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kvtier::bench {
+namespace {
+
+const std::string kSourceDir = KVTIER_SOURCE_DIR;
+
+std::string ParseError(std::string_view text) {
+  Result<Trace> t = ParseMooncakeTrace(text, "t.jsonl");
+  EXPECT_FALSE(t.ok());
+  if (t.ok()) return "parsed";
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  return std::string(t.status().message());
+}
+
+TEST(TraceTest, ParsesRequestsAndSkipsBlankLines) {
+  Result<Trace> t = ParseMooncakeTrace(
+      "{\"timestamp\": 5, \"input_length\": 513, \"output_length\": 7, \"hash_ids\": [9, 4],"
+      " \"extra\": \"ignored\"}\n"
+      "\n   \r\n"
+      "{\"hash_ids\": [], \"output_length\": 0, \"input_length\": 0, \"timestamp\": 6}\r\n"
+      "{\"timestamp\": 18446744073709551615, \"input_length\": 512, \"output_length\": 1,"
+      " \"hash_ids\": [18446744073709551615]}",
+      "mem");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->source, "mem");
+  EXPECT_EQ(t->block_tokens, 512u);
+  ASSERT_EQ(t->requests.size(), 3u);
+  EXPECT_EQ(t->requests[0].timestamp_ms, 5u);
+  EXPECT_EQ(t->requests[0].input_length, 513u);
+  EXPECT_EQ(t->requests[0].output_length, 7u);
+  EXPECT_EQ(t->requests[0].hash_ids, (std::vector<uint64_t>{9, 4}));
+  EXPECT_EQ(t->requests[1].timestamp_ms, 6u);
+  EXPECT_TRUE(t->requests[1].hash_ids.empty());
+  EXPECT_EQ(t->requests[2].timestamp_ms, UINT64_MAX);
+  EXPECT_EQ(t->requests[2].hash_ids, (std::vector<uint64_t>{UINT64_MAX}));
+}
+
+TEST(TraceTest, RejectsMalformedLinesWithPathAndLine) {
+  const std::string good =
+      "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n";
+  EXPECT_EQ(ParseError(good + "\n{\"timestamp\": 0,\n"), "t.jsonl:3: malformed JSON");
+  EXPECT_EQ(ParseError("[1, 2]"), "t.jsonl:1: expected a JSON object");
+  EXPECT_EQ(ParseError(good + "{\"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}"),
+            "t.jsonl:2: missing field \"timestamp\"");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"output_length\": 1, \"hash_ids\": [1]}"),
+            "t.jsonl:1: missing field \"input_length\"");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 10, \"hash_ids\": [1]}"),
+            "t.jsonl:1: missing field \"output_length\"");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}"),
+            "t.jsonl:1: missing field \"hash_ids\"");
+  EXPECT_EQ(ParseError("{\"timestamp\": \"0\", \"input_length\": 10, \"output_length\": 1, "
+                       "\"hash_ids\": [1]}"),
+            "t.jsonl:1: field \"timestamp\" must be an integer");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 1.5, \"output_length\": 1, "
+                       "\"hash_ids\": [1]}"),
+            "t.jsonl:1: field \"input_length\" must be an integer");
+  EXPECT_EQ(ParseError("{\"timestamp\": -1, \"input_length\": 10, \"output_length\": 1, "
+                       "\"hash_ids\": [1]}"),
+            "t.jsonl:1: field \"timestamp\" is negative");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 4294967296, \"output_length\": 1, "
+                       "\"hash_ids\": [1]}"),
+            "t.jsonl:1: field \"input_length\" is out of range");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 10, \"output_length\": -3, "
+                       "\"hash_ids\": [1]}"),
+            "t.jsonl:1: field \"output_length\" is negative");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, "
+                       "\"hash_ids\": 1}"),
+            "t.jsonl:1: field \"hash_ids\" must be an array");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 1, "
+                       "\"hash_ids\": [1, -2, 3]}"),
+            "t.jsonl:1: hash_ids[1] is negative");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 1, "
+                       "\"hash_ids\": [1, 2, null]}"),
+            "t.jsonl:1: hash_ids[2] must be an integer");
+  EXPECT_EQ(ParseError(good + good +
+                       "{\"timestamp\": 0, \"input_length\": 1025, "
+                       "\"output_length\": 1, \"hash_ids\": [1, 2]}"),
+            "t.jsonl:3: hash_ids has 2 ids, expected 3 for input_length 1025");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 512, \"output_length\": 1, "
+                       "\"hash_ids\": [1, 2]}"),
+            "t.jsonl:1: hash_ids has 2 ids, expected 1 for input_length 512");
+}
+
+TEST(TraceTest, MissingFileIsNotFound) {
+  Result<Trace> t = ReadMooncakeTrace(kSourceDir + "/traces/no_such_trace.jsonl");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(t.status().message().find("no_such_trace.jsonl"), std::string_view::npos);
+}
+
+TEST(TraceTest, BlockTokensAtCoversPartialTail) {
+  TraceRequest r;
+  r.input_length = 1200;
+  EXPECT_EQ(BlockTokensAt(r, 0, 512), 512u);
+  EXPECT_EQ(BlockTokensAt(r, 1, 512), 512u);
+  EXPECT_EQ(BlockTokensAt(r, 2, 512), 176u);
+  EXPECT_EQ(BlockTokensAt(r, 3, 512), 0u);
+}
+
+TEST(TraceTest, InfiniteCacheOnTinyTrace) {
+  Result<Trace> t = ReadMooncakeTrace(kSourceDir + "/traces/tiny.jsonl");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->requests.size(), 7u);
+  InfiniteCacheStats s = ComputeInfiniteCacheStats(*t);
+  EXPECT_EQ(s.requests, 7u);
+  EXPECT_EQ(s.blocks, 20u);
+  EXPECT_EQ(s.hit_blocks, 9u);
+  EXPECT_EQ(s.unique_blocks, 10u);
+  EXPECT_EQ(s.tokens, 8584u);
+  EXPECT_EQ(s.hit_tokens, 4160u);
+}
+
+TEST(TraceTest, InfiniteCacheCountsOnlyPrefixesSeenInEarlierRequests) {
+  // Within one request a repeated id is not a hit: the cache holds the
+  // request's blocks only after it ran.
+  Result<Trace> t = ParseMooncakeTrace(
+      "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [3, 3]}\n"
+      "{\"timestamp\": 1, \"input_length\": 1536, \"output_length\": 1, \"hash_ids\": [3, 3, 4]}\n"
+      "{\"timestamp\": 2, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [5, 4]}\n",
+      "mem");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  InfiniteCacheStats s = ComputeInfiniteCacheStats(*t);
+  EXPECT_EQ(s.blocks, 7u);
+  EXPECT_EQ(s.hit_blocks, 2u);
+  EXPECT_EQ(s.hit_tokens, 1024u);
+  EXPECT_EQ(s.unique_blocks, 3u);
+}
+
+TEST(TraceTest, InfiniteCacheOnShippedArxivTrace) {
+  Result<Trace> t = ReadMooncakeTrace(kSourceDir + "/traces/mooncake_arxiv_trace_first1000.jsonl");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->requests.size(), 1000u);
+  EXPECT_EQ(t->requests[155].timestamp_ms, 27482u);
+  EXPECT_EQ(t->requests[155].input_length, 6955u);
+  InfiniteCacheStats s = ComputeInfiniteCacheStats(*t);
+  EXPECT_EQ(s.blocks, 19686u);
+  EXPECT_EQ(s.hit_blocks, 7479u);
+  EXPECT_EQ(s.unique_blocks, 12207u);
+}
+
+}  // namespace
+}  // namespace kvtier::bench

@@ -1,0 +1,163 @@
+// kvtier-bench: trace replay against a configured Runtime, and the host tier
+// against memcpy. Exit codes: 0 success, 1 a loaded block had wrong bytes,
+// 2 bad usage, config or trace.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "kvtier/config.h"
+#include "tools/bench/host_bench.h"
+#include "tools/bench/replay.h"
+#include "tools/bench/report.h"
+
+namespace {
+
+using kvtier::bench::HostBenchOptions;
+using kvtier::bench::ReplayOptions;
+
+constexpr int kExitOk = 0;
+constexpr int kExitVerify = 1;
+constexpr int kExitUsage = 2;
+
+struct ReplayFlags {
+  ReplayOptions options;
+  bool generate = false;
+  std::string gen_spec;
+  bool json = false;
+};
+
+struct HostFlags {
+  std::vector<std::string> block_sizes = {"64KiB", "256KiB", "1MiB", "4MiB"};
+  std::string total = "512MiB";
+  uint32_t queue_depth = 16;
+  uint32_t rounds = 3;
+  bool json = false;
+};
+
+// A one-line bar on stderr, redrawn at most every percent.
+void DrawProgress(uint64_t done, uint64_t total) {
+  const uint64_t pct = total == 0 ? 100 : done * 100 / total;
+  const uint64_t prev = total == 0 ? 100 : (done - 1) * 100 / total;
+  if (done != total && pct == prev && done != 1) return;
+  constexpr int kWidth = 40;
+  const int fill = static_cast<int>(pct * kWidth / 100);
+  std::fprintf(stderr, "\r[%s%s] %3llu%% %llu/%llu requests", std::string(fill, '=').c_str(),
+               std::string(kWidth - fill, ' ').c_str(), static_cast<unsigned long long>(pct),
+               static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
+  if (done == total) std::fputc('\n', stderr);
+}
+
+int RunReplayCommand(ReplayFlags& flags) {
+  ReplayOptions& options = flags.options;
+  if (!flags.gen_spec.empty()) flags.generate = true;
+  if (flags.generate == !options.trace_path.empty()) {
+    std::cerr << "kvtier-bench replay: give exactly one of --trace FILE and --generate/--gen\n";
+    return kExitUsage;
+  }
+  if (flags.generate) {
+    options.synthetic.emplace();
+    kvtier::Status st = kvtier::bench::ApplySyntheticSpec(flags.gen_spec, &*options.synthetic);
+    if (!st.ok()) {
+      std::cerr << "kvtier-bench replay: --gen: " << st.message() << "\n";
+      return kExitUsage;
+    }
+  }
+  if (!flags.json && isatty(STDOUT_FILENO)) options.progress = DrawProgress;
+  kvtier::Result<kvtier::bench::ReplayReport> report = kvtier::bench::RunReplay(options);
+  if (!report.ok()) {
+    std::cerr << "kvtier-bench replay: " << report.status().ToString() << "\n";
+    return kExitUsage;
+  }
+  if (flags.json) {
+    std::cout << kvtier::bench::ReplayReportJson(*report) << "\n";
+  } else {
+    std::cout << kvtier::bench::FormatReplayReport(*report);
+  }
+  return report->verify_failures > 0 ? kExitVerify : kExitOk;
+}
+
+int RunHostCommand(const HostFlags& flags) {
+  HostBenchOptions options;
+  options.block_sizes.clear();
+  for (const std::string& text : flags.block_sizes) {
+    kvtier::Result<uint64_t> size = kvtier::ParseByteSize(text);
+    if (!size.ok()) {
+      std::cerr << "kvtier-bench host: --block-sizes: " << size.status().message() << "\n";
+      return kExitUsage;
+    }
+    options.block_sizes.push_back(*size);
+  }
+  kvtier::Result<uint64_t> total = kvtier::ParseByteSize(flags.total);
+  if (!total.ok()) {
+    std::cerr << "kvtier-bench host: --total: " << total.status().message() << "\n";
+    return kExitUsage;
+  }
+  options.total_bytes = *total;
+  options.queue_depth = flags.queue_depth;
+  options.rounds = flags.rounds;
+  if (kvtier::Status st = options.Validate(); !st.ok()) {
+    std::cerr << "kvtier-bench host: " << st.message() << "\n";
+    return kExitUsage;
+  }
+  auto rows = kvtier::bench::RunHostBench(options);
+  if (!rows.ok()) {
+    std::cerr << "kvtier-bench host: " << rows.status().ToString() << "\n";
+    return kExitUsage;
+  }
+  std::cout << (flags.json ? kvtier::bench::HostBenchJson(*rows) + "\n"
+                           : kvtier::bench::FormatHostBench(*rows));
+  return kExitOk;
+}
+
+void AddReplay(CLI::App& app, ReplayFlags& f) {
+  CLI::App* cmd = app.add_subcommand("replay", "replay a request trace against a runtime");
+  cmd->add_option("--config", f.options.config_path, "YAML config file")->required();
+  cmd->add_option("--trace", f.options.trace_path, "Mooncake JSONL trace");
+  cmd->add_flag("--generate", f.generate, "replay a synthetic agentic trace instead");
+  cmd->add_option("--gen", f.gen_spec,
+                  "generator options key=value,... (seed, sessions, steps, system_prompts, "
+                  "system_prompt_blocks, initial_blocks, growth_blocks, growth_jitter, "
+                  "output_tokens, session_stagger_ms, step_interval_ms, interval_jitter, "
+                  "block_tokens); implies --generate");
+  cmd->add_option("--set", f.options.overrides, "config override dotted.path=value (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--limit", f.options.limit, "replay at most N requests (0 = all)");
+  cmd->add_option("--timeout-ms", f.options.timeout_ms, "deadline of each load")
+      ->capture_default_str();
+  cmd->add_flag("--json", f.json, "print one JSON object");
+}
+
+void AddHost(CLI::App& app, HostFlags& f) {
+  CLI::App* cmd = app.add_subcommand("host", "host tier write+read throughput vs memcpy");
+  cmd->add_option("--block-sizes", f.block_sizes, "comma-separated block sizes")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--total", f.total, "bytes moved per measurement")->capture_default_str();
+  cmd->add_option("--queue-depth", f.queue_depth, "blocks per batch")->capture_default_str();
+  cmd->add_option("--rounds", f.rounds, "alternating measurements; best kept")
+      ->capture_default_str();
+  cmd->add_flag("--json", f.json, "print one JSON object");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvtier-bench: trace replay and tier throughput"};
+  app.require_subcommand(1);
+  ReplayFlags replay;
+  HostFlags host;
+  AddReplay(app, replay);
+  AddHost(app, host);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help ends with exit code 0; every other parse error is a usage error.
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  if (app.got_subcommand("replay")) return RunReplayCommand(replay);
+  return RunHostCommand(host);
+}

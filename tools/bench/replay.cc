@@ -1,0 +1,202 @@
+#include "tools/bench/replay.h"
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <span>
+
+#include "kvtier/copy_engine.h"
+#include "tools/bench/block_content.h"
+
+namespace kvtier::bench {
+namespace {
+
+// A simulated serving engine: a paged KV pool with a FIFO free list, so
+// block ids rotate and a load that silently copied nothing would leave some
+// other key's bytes behind (caught by the verification).
+class Replayer {
+ public:
+  Replayer(const KvtierConfig& config, std::shared_ptr<HostCopyEngine> engine,
+           std::unique_ptr<Runtime> runtime, const ReplayOptions& options, ReplayReport* report)
+      : options_(options),
+        engine_(std::move(engine)),
+        runtime_(std::move(runtime)),
+        ns_(ComputeNamespaceId(config.model.Namespace())),
+        hasher_(ns_, config.runtime.hash),
+        block_bytes_(config.model.BlockBytes()),
+        expected_(block_bytes_),
+        actual_(block_bytes_),
+        report_(report) {
+    for (uint32_t b = 0; b < config.gpu_pool_blocks; ++b) free_.push_back(b);
+  }
+
+  void Request(const TraceRequest& req, uint32_t block_tokens);
+  void Finish() {
+    report_->runtime = runtime_->Stats();
+    runtime_->Shutdown();
+  }
+
+ private:
+  std::vector<BlockKey> Keys(const TraceRequest& req) const;
+  size_t LoadAndVerify(std::span<const BlockKey> keys, std::span<const uint32_t> blocks);
+  void PrefillAndSave(std::span<const BlockKey> keys, std::span<const uint32_t> blocks,
+                      size_t hits);
+
+  const ReplayOptions& options_;
+  std::shared_ptr<HostCopyEngine> engine_;
+  std::unique_ptr<Runtime> runtime_;
+  const NamespaceId ns_;
+  const KeyHasher hasher_;
+  const uint64_t block_bytes_;
+  std::vector<std::byte> expected_;
+  std::vector<std::byte> actual_;
+  std::deque<uint32_t> free_;
+  ReplayReport* report_;
+};
+
+std::vector<BlockKey> Replayer::Keys(const TraceRequest& req) const {
+  std::vector<BlockKey> keys;
+  keys.reserve(req.hash_ids.size());
+  for (uint64_t id : req.hash_ids) {
+    // The trace id plays the engine's block hash: 8 little-endian bytes.
+    std::byte bytes[8];
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::byte>(id >> (8 * i));
+    keys.push_back(hasher_.NextFromEngineHash(keys.empty() ? nullptr : &keys.back(), bytes));
+  }
+  return keys;
+}
+
+// Returns the number of leading blocks that loaded OK with the right bytes.
+size_t Replayer::LoadAndVerify(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) {
+  if (keys.empty()) return 0;
+  Completion c = runtime_->Load(ns_, keys, blocks, std::chrono::milliseconds(options_.timeout_ms));
+  (void)c.Wait();  // per-block results are read below
+  size_t hits = 0;
+  bool leading = true;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!c.result(i).ok()) {
+      ++report_->load_failures;
+      leading = false;
+      continue;
+    }
+    if (!leading) continue;
+    FillBlockContent(keys[i], expected_);
+    Status st = engine_->ReadBlock(blocks[i], actual_);
+    if (!st.ok() || std::memcmp(expected_.data(), actual_.data(), block_bytes_) != 0) {
+      ++report_->verify_failures;
+      leading = false;
+      continue;
+    }
+    ++hits;
+  }
+  return hits;
+}
+
+void Replayer::PrefillAndSave(std::span<const BlockKey> keys, std::span<const uint32_t> blocks,
+                              size_t hits) {
+  if (hits == keys.size()) return;
+  for (size_t i = hits; i < keys.size(); ++i) {
+    FillBlockContent(keys[i], expected_);
+    if (!engine_->WriteBlock(blocks[i], expected_).ok()) {
+      report_->warnings.push_back("WriteBlock failed on engine block " + std::to_string(blocks[i]));
+    }
+  }
+  std::optional<BlockKey> parent;
+  if (hits > 0) parent = keys[hits - 1];
+  Completion c = runtime_->Save(ns_, parent, keys.subspan(hits), blocks.subspan(hits));
+  (void)c.Wait();  // per-block results are counted below
+  const size_t ok = c.ok_count();
+  report_->save_failures += c.size() - ok;
+  report_->bytes_saved += ok * block_bytes_;
+}
+
+void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {
+  const std::vector<BlockKey> keys = Keys(req);
+  ++report_->requests;
+  report_->blocks += keys.size();
+  report_->tokens += req.input_length;
+
+  // The pin lives until this function returns, past the save.
+  size_t pinned_hits = 0;
+  Result<PinnedPrefix> pin = runtime_->LookupAndPin(ns_, keys);
+  if (pin.ok()) {
+    pinned_hits = pin->hit_blocks();
+  } else {
+    ++report_->lookup_failures;
+  }
+  report_->lookup_hits += pinned_hits;
+
+  std::vector<uint32_t> blocks(free_.begin(), free_.begin() + keys.size());
+  free_.erase(free_.begin(), free_.begin() + keys.size());
+
+  std::span<const BlockKey> all(keys);
+  const size_t hits = LoadAndVerify(all.first(pinned_hits), std::span(blocks).first(pinned_hits));
+  report_->block_hits += hits;
+  report_->bytes_loaded += hits * block_bytes_;
+  for (size_t i = 0; i < hits; ++i) report_->token_hits += BlockTokensAt(req, i, block_tokens);
+
+  PrefillAndSave(all, blocks, hits);
+  free_.insert(free_.end(), blocks.begin(), blocks.end());
+}
+
+}  // namespace
+
+Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
+                                 const ReplayOptions& options) {
+  ReplayReport report;
+  report.trace_source = trace.source;
+  report.config_source = config.source;
+  report.block_bytes = config.model.BlockBytes();
+  report.block_tokens = trace.block_tokens;
+  if (config.model.block_tokens != trace.block_tokens) {
+    report.warnings.push_back("model.block_tokens is " + std::to_string(config.model.block_tokens) +
+                              " but the trace has " + std::to_string(trace.block_tokens) +
+                              "-token blocks; token counts follow the trace");
+  }
+  if (config.gpu_pool_blocks == 0) return Status::InvalidArgument("gpu_pool_blocks must be > 0");
+
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HostCopyEngine> created,
+                          HostCopyEngine::Create(config.model.Layout(config.gpu_pool_blocks)));
+  std::shared_ptr<HostCopyEngine> engine = std::move(created);
+  RuntimeOptions runtime_options = config.runtime;
+  if (runtime_options.block_bytes == 0) runtime_options.block_bytes = report.block_bytes;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime,
+                          Runtime::Open(std::move(runtime_options), engine));
+
+  // Requests that cannot fit the engine pool are left out of the replay and
+  // of the infinite-cache reference alike, so the two stay comparable.
+  std::vector<TraceRequest> replayed;
+  for (const TraceRequest& req : trace.requests) {
+    if (options.limit != 0 && replayed.size() + report.skipped_requests >= options.limit) break;
+    if (req.hash_ids.size() > config.gpu_pool_blocks) {
+      ++report.skipped_requests;
+      report.skipped_blocks += req.hash_ids.size();
+      continue;
+    }
+    replayed.push_back(req);
+  }
+  report.infinite = ComputeInfiniteCacheStats(replayed, trace.block_tokens);
+
+  Replayer replayer(config, engine, std::move(runtime), options, &report);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < replayed.size(); ++i) {
+    replayer.Request(replayed[i], trace.block_tokens);
+    if (options.progress) options.progress(i + 1, replayed.size());
+  }
+  report.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  replayer.Finish();
+  return report;
+}
+
+Result<ReplayReport> RunReplay(const ReplayOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(KvtierConfig config,
+                          LoadConfigFile(options.config_path, options.overrides));
+  Result<Trace> trace = options.synthetic ? GenerateSyntheticTrace(*options.synthetic)
+                                          : ReadMooncakeTrace(options.trace_path);
+  if (!trace.ok()) return trace.status();
+  return ReplayTrace(config, *trace, options);
+}
+
+}  // namespace kvtier::bench

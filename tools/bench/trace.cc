@@ -1,0 +1,145 @@
+#include "tools/bench/trace.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_set>
+
+namespace kvtier::bench {
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads field `name` of `obj` as an unsigned integer no larger than `max`.
+// Returns an empty string on success, else what is wrong with the field.
+std::string ReadUnsigned(const Json& obj, const char* name, uint64_t max, uint64_t* out) {
+  auto it = obj.find(name);
+  if (it == obj.end()) return std::string("missing field \"") + name + "\"";
+  const std::string field = std::string("field \"") + name + "\"";
+  if (it->is_number_unsigned()) {
+    uint64_t v = it->get<uint64_t>();
+    if (v > max) return field + " is out of range";
+    *out = v;
+    return {};
+  }
+  // Non-negative integers parse as unsigned, so a signed one is negative.
+  if (it->is_number_integer()) return field + " is negative";
+  return field + " must be an integer";
+}
+
+std::string ReadHashIds(const Json& obj, std::vector<uint64_t>* ids) {
+  auto it = obj.find("hash_ids");
+  if (it == obj.end()) return "missing field \"hash_ids\"";
+  if (!it->is_array()) return "field \"hash_ids\" must be an array";
+  ids->reserve(it->size());
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& v = (*it)[i];
+    if (v.is_number_unsigned()) {
+      ids->push_back(v.get<uint64_t>());
+      continue;
+    }
+    std::string where = "hash_ids[" + std::to_string(i) + "]";
+    return where + (v.is_number_integer() ? " is negative" : " must be an integer");
+  }
+  return {};
+}
+
+// Parses one non-blank line; returns what is wrong with it, or "".
+std::string ParseLine(std::string_view line, uint32_t block_tokens, TraceRequest* req) {
+  Json obj = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (obj.is_discarded()) return "malformed JSON";
+  if (!obj.is_object()) return "expected a JSON object";
+  constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
+  constexpr uint64_t kU64 = std::numeric_limits<uint64_t>::max();
+  uint64_t ts = 0, in = 0, out = 0;
+  std::string err = ReadUnsigned(obj, "timestamp", kU64, &ts);
+  if (err.empty()) err = ReadUnsigned(obj, "input_length", kU32, &in);
+  if (err.empty()) err = ReadUnsigned(obj, "output_length", kU32, &out);
+  if (err.empty()) err = ReadHashIds(obj, &req->hash_ids);
+  if (!err.empty()) return err;
+  req->timestamp_ms = ts;
+  req->input_length = static_cast<uint32_t>(in);
+  req->output_length = static_cast<uint32_t>(out);
+  const uint64_t expected = (in + block_tokens - 1) / block_tokens;
+  if (req->hash_ids.size() != expected) {
+    return "hash_ids has " + std::to_string(req->hash_ids.size()) + " ids, expected " +
+           std::to_string(expected) + " for input_length " + std::to_string(in);
+  }
+  return {};
+}
+
+bool IsBlank(std::string_view line) {
+  return std::all_of(line.begin(), line.end(),
+                     [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
+}
+
+}  // namespace
+
+uint32_t BlockTokensAt(const TraceRequest& request, size_t index, uint32_t block_tokens) {
+  const uint64_t start = uint64_t{block_tokens} * index;
+  if (start >= request.input_length) return 0;
+  return static_cast<uint32_t>(std::min<uint64_t>(block_tokens, request.input_length - start));
+}
+
+Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
+                                 uint32_t block_tokens) {
+  if (block_tokens == 0) return Status::InvalidArgument("block_tokens must be > 0");
+  Trace trace;
+  trace.source = std::string(source);
+  trace.block_tokens = block_tokens;
+  size_t line_no = 0;
+  while (!text.empty()) {
+    ++line_no;
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (IsBlank(line)) continue;
+    TraceRequest req;
+    std::string err = ParseLine(line, block_tokens, &req);
+    if (!err.empty()) {
+      return Status::InvalidArgument(std::string(source) + ":" + std::to_string(line_no) + ": " +
+                                     err);
+    }
+    trace.requests.push_back(std::move(req));
+  }
+  return trace;
+}
+
+Result<Trace> ReadMooncakeTrace(const std::string& path, uint32_t block_tokens) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    return FromErrno(err != 0 ? err : ENOENT, "open trace " + path);
+  }
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return Status::IOError("read trace " + path);
+  return ParseMooncakeTrace(buf.str(), path, block_tokens);
+}
+
+InfiniteCacheStats ComputeInfiniteCacheStats(std::span<const TraceRequest> requests,
+                                             uint32_t block_tokens) {
+  InfiniteCacheStats s;
+  std::unordered_set<uint64_t> seen;
+  for (const TraceRequest& req : requests) {
+    ++s.requests;
+    s.blocks += req.hash_ids.size();
+    s.tokens += req.input_length;
+    // The whole prefix must predate this request, so look before inserting.
+    size_t hits = 0;
+    while (hits < req.hash_ids.size() && seen.count(req.hash_ids[hits]) != 0) {
+      s.hit_tokens += BlockTokensAt(req, hits, block_tokens);
+      ++hits;
+    }
+    s.hit_blocks += hits;
+    seen.insert(req.hash_ids.begin(), req.hash_ids.end());
+  }
+  s.unique_blocks = seen.size();
+  return s;
+}
+
+}  // namespace kvtier::bench
