@@ -26,15 +26,6 @@ Status RequireScalar(const ConfigNode& node, std::string_view path, std::string_
 
 }  // namespace
 
-std::string JoinNames(std::span<const std::string_view> names) {
-  std::string out;
-  for (std::string_view n : names) {
-    if (!out.empty()) out += ", ";
-    out += n;
-  }
-  return out;
-}
-
 Status CheckMap(const ConfigNode& node, std::string_view path,
                 std::span<const std::string_view> allowed) {
   if (node.kind != Kind::kMap) {

@@ -10,12 +10,10 @@
 #include <vector>
 
 #include "config/config_tree.h"
+#include "core/names.h"
 #include "kvtier/status.h"
 
 namespace kvtier::internal {
-
-// "a, b, c".
-std::string JoinNames(std::span<const std::string_view> names);
 
 // Fails unless `node` is a map whose keys are all in `allowed`; an unknown
 // key is reported where the key is written.

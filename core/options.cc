@@ -5,6 +5,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "core/names.h"
+
 namespace kvtier {
 namespace {
 
@@ -16,21 +18,6 @@ constexpr uint64_t kMaxBlockBytes = kGiB;
 constexpr std::array<std::string_view, 1> kEvictionNames = {"lru"};
 constexpr std::array<std::string_view, 1> kAdmissionNames = {"always"};
 
-std::string JoinNames(std::span<const std::string_view> names) {
-  std::string out;
-  for (std::string_view n : names) {
-    if (!out.empty()) out += ", ";
-    out += n;
-  }
-  return out;
-}
-
-bool Contains(std::span<const std::string_view> names, std::string_view name) {
-  for (std::string_view n : names) {
-    if (n == name) return true;
-  }
-  return false;
-}
 
 bool ValidTierNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
@@ -117,17 +104,17 @@ Status TierOptions::Validate() const {
   }
   Status wm = watermarks.Validate();
   if (!wm.ok()) return TierError(name, std::string(wm.message()));
-  if (!Contains(kEvictionNames, eviction)) {
+  if (!internal::ContainsName(kEvictionNames, eviction)) {
     return TierError(name, "unknown eviction policy '" + eviction +
-                               "'; expected one of: " + JoinNames(kEvictionNames));
+                               "'; expected one of: " + internal::JoinNames(kEvictionNames));
   }
   if (admission.empty()) {
     return TierError(name, "admission list is empty; expected at least one policy");
   }
   for (const std::string& a : admission) {
-    if (!Contains(kAdmissionNames, a)) {
+    if (!internal::ContainsName(kAdmissionNames, a)) {
       return TierError(name, "unknown admission policy '" + a +
-                                 "'; expected one of: " + JoinNames(kAdmissionNames));
+                                 "'; expected one of: " + internal::JoinNames(kAdmissionNames));
     }
   }
   if (type == "nvme" && path.empty()) {
