@@ -2,6 +2,7 @@
 #include <string>
 #include <vector>
 
+#include "config/backend_keys.h"
 #include "config/config_reader.h"
 #include "config/config_values.h"
 
@@ -146,10 +147,29 @@ Status ReadTierBackend(const ConfigNode& node, const std::string& path, TierOpti
   return Status::Ok();
 }
 
+const BackendKeys* FindBackend(std::string_view type) {
+  for (const BackendKeys& b : BackendKeyTable()) {
+    if (b.type == type) return &b;
+  }
+  return nullptr;
+}
+
 Status ReadTier(const ConfigNode& node, size_t index, TierOptions* t) {
-  KVTIER_RETURN_IF_ERROR(CheckMap(node, "tiers." + std::to_string(index), kTierKeys));
+  // The type decides which keys are allowed: peek at it before checking the
+  // map, so an unknown key is reported before a missing one.
+  const BackendKeys* backend = nullptr;
+  std::vector<std::string_view> allowed(kTierKeys.begin(), kTierKeys.end());
+  if (node.kind == ConfigNode::Kind::kMap) {
+    const ConfigNode* type = node.Find("type");
+    if (type != nullptr && type->kind == ConfigNode::Kind::kScalar) backend = FindBackend(type->text);
+  }
+  if (backend != nullptr) {
+    for (std::string_view k : backend->keys()) allowed.push_back(k);
+  }
+  KVTIER_RETURN_IF_ERROR(CheckMap(node, "tiers." + std::to_string(index), allowed));
   KVTIER_RETURN_IF_ERROR(ReadTierRequired(node, index, t));
   const std::string path = "tiers." + t->name;
+  if (backend != nullptr) KVTIER_RETURN_IF_ERROR(backend->read(node, path, t));
   KVTIER_RETURN_IF_ERROR(ReadTierPolicies(node, path, t));
   KVTIER_RETURN_IF_ERROR(ReadTierBackend(node, path, t));
   // A last net under the field checks above.

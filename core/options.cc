@@ -120,6 +120,11 @@ Status TierOptions::Validate() const {
   if (type == "nvme" && path.empty()) {
     return TierError(name, "nvme tier has no path; expected a file or block device path");
   }
+  Status backend;
+  if (type == "nvme") backend = nvme.Validate();
+  if (type == "redis") backend = redis.Validate();
+  if (type == "remote") backend = remote.Validate();
+  if (!backend.ok()) return TierError(name, std::string(backend.message()));
   return Status::Ok();
 }
 

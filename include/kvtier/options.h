@@ -15,6 +15,9 @@
 #include "kvtier/env.h"
 #include "kvtier/export.h"
 #include "kvtier/kv_layout.h"
+#include "kvtier/nvme_options.h"
+#include "kvtier/redis_options.h"
+#include "kvtier/remote_options.h"
 #include "kvtier/status.h"
 
 namespace kvtier {
@@ -51,6 +54,9 @@ struct KVTIER_EXPORT TierOptions {
   std::string path;        // nvme: file or block device
   uint64_t region_bytes = 64 * kMiB;  // nvme: log region size
   std::vector<std::string> servers;   // redis / remote: "host:port" entries
+  NvmeTierOptions nvme;               // type nvme only
+  RedisTierOptions redis;             // type redis only
+  RemoteTierOptions remote;           // type remote only
 
   Status Validate() const;
 };

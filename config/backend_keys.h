@@ -1,0 +1,33 @@
+// Per-backend tier keys. A tier map may hold the common keys (tier_reader.cc)
+// plus the keys of its own type; each backend lists and reads its keys in
+// config/<type>_keys.cc, so adding a backend key touches only that file.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "config/config_tree.h"
+#include "kvtier/options.h"
+#include "kvtier/status.h"
+
+namespace kvtier::internal {
+
+struct BackendKeys {
+  std::string_view type;
+  std::span<const std::string_view> (*keys)();
+  // Reads the type's own keys from `node` (a tier map at dotted `path`).
+  Status (*read)(const ConfigNode& node, const std::string& path, TierOptions* t);
+};
+
+// nvme, redis, remote. A type with no entry has no keys of its own.
+std::span<const BackendKeys> BackendKeyTable();
+
+std::span<const std::string_view> NvmeKeys();
+Status ReadNvmeKeys(const ConfigNode& node, const std::string& path, TierOptions* t);
+std::span<const std::string_view> RedisKeys();
+Status ReadRedisKeys(const ConfigNode& node, const std::string& path, TierOptions* t);
+std::span<const std::string_view> RemoteKeys();
+Status ReadRemoteKeys(const ConfigNode& node, const std::string& path, TierOptions* t);
+
+}  // namespace kvtier::internal
