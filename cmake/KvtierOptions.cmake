@@ -8,8 +8,10 @@ endforeach()
 # Sanitizers for the whole build, e.g. -DKVTIER_SANITIZE=address,undefined or thread.
 set(KVTIER_SANITIZE "" CACHE STRING "Comma-separated -fsanitize= list for every target")
 if(KVTIER_SANITIZE)
-  add_compile_options(-fsanitize=${KVTIER_SANITIZE} -fno-omit-frame-pointer
-                      -fno-sanitize-recover=all)
+  # C and C++ only: nvcc does not take these flags.
+  add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${KVTIER_SANITIZE}>"
+                      "$<$<COMPILE_LANGUAGE:C,CXX>:-fno-omit-frame-pointer>"
+                      "$<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=all>")
   add_link_options(-fsanitize=${KVTIER_SANITIZE})
 endif()
 
