@@ -12,10 +12,11 @@ PACKAGES=(
   # toolchain
   cmake ninja-build g++ pkg-config ccache clang-14 libclang-rt-14-dev
   # libraries
-  libxxhash-dev libyaml-cpp-dev libssl-dev liburing-dev
-  nlohmann-json3-dev libcli11-dev
+  libxxhash-dev libyaml-cpp-dev libssl-dev liburing-dev librocksdb-dev libhiredis-dev
+  nlohmann-json3-dev libcli11-dev libboost-dev libibverbs-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev fio redis-server redis-tools iperf3
+  prometheus  # promtool: checks the metrics exposition (tests/inspect)
 )
 
 is_installed() {
