@@ -35,18 +35,23 @@ std::string_view KvLayoutKindName(KvLayoutKind kind) {
       return "hnd";
     case KvLayoutKind::kCrossLayer:
       return "cross_layer";
+    case KvLayoutKind::kFlashInfer:
+      return "flashinfer";
+    case KvLayoutKind::kPacked:
+      return "packed";
+    case KvLayoutKind::kMla:
+      return "mla";
   }
   return "unknown";
 }
 
 Result<KvLayoutKind> ParseKvLayoutKind(std::string_view name) {
-  for (KvLayoutKind kind :
-       {KvLayoutKind::kVllmNhd, KvLayoutKind::kVllmHnd, KvLayoutKind::kCrossLayer}) {
+  for (KvLayoutKind kind : kAllKvLayoutKinds) {
     if (name == KvLayoutKindName(kind)) return kind;
   }
   std::string m("unknown kv layout '");
   m += name;
-  m += "'; valid layouts: nhd, hnd, cross_layer";
+  m += "'; valid layouts: nhd, hnd, cross_layer, flashinfer, packed, mla";
   return Status::InvalidArgument(m);
 }
 
@@ -61,8 +66,7 @@ std::string KvLayout::Signature() const {
 }
 
 Status KvLayout::Validate() const {
-  if (kind != KvLayoutKind::kVllmNhd && kind != KvLayoutKind::kVllmHnd &&
-      kind != KvLayoutKind::kCrossLayer) {
+  if (static_cast<unsigned>(kind) > static_cast<unsigned>(KvLayoutKind::kMla)) {
     return Status::InvalidArgument("kv layout: unknown layout kind " +
                                    std::to_string(static_cast<unsigned>(kind)));
   }
@@ -75,9 +79,14 @@ Status KvLayout::Validate() const {
     return Status::InvalidArgument("kv layout: elem_bytes is " + std::to_string(elem_bytes) +
                                    "; must be 1, 2 or 4");
   }
+  if (kind == KvLayoutKind::kMla && num_kv_heads != 1) {
+    return Status::InvalidArgument(
+        "kv layout: mla stores one latent vector per token; num_kv_heads is " +
+        std::to_string(num_kv_heads) + " but must be 1 (head_size is kv_lora_rank + rope_dim)");
+  }
   // The whole cache (every engine tensor together) bounds each tensor, so
   // checking it covers EngineTensorBytes() for every kind.
-  uint64_t bytes = 2;
+  uint64_t bytes = Planes();
   for (uint64_t factor : {uint64_t{num_layers}, uint64_t{num_blocks}, uint64_t{block_tokens},
                           uint64_t{num_kv_heads}, uint64_t{head_size}, uint64_t{elem_bytes}}) {
     if (!MulWithin(&bytes, factor, kMaxCacheBytes)) {
@@ -93,31 +102,43 @@ uint64_t EngineOffset(const KvLayout& layout, uint32_t block, uint32_t layer, ui
   const uint64_t n = layout.num_blocks;
   const uint64_t t = layout.block_tokens;
   const uint64_t h = layout.num_kv_heads;
-  uint64_t elem = 0;
+  const uint64_t d = layout.head_size;
+  uint64_t elem = 0;  // in elements
   switch (layout.kind) {
-    case KvLayoutKind::kVllmNhd:  // (2, num_blocks, block_tokens, num_kv_heads, head_size)
-      elem = ((kv * n + block) * t + token) * h + head;
+    case KvLayoutKind::kVllmNhd:  // (2, N, T, H, D)
+      elem = (((kv * n + block) * t + token) * h + head) * d;
       break;
-    case KvLayoutKind::kVllmHnd:  // (2, num_blocks, num_kv_heads, block_tokens, head_size)
-      elem = ((kv * n + block) * h + head) * t + token;
+    case KvLayoutKind::kVllmHnd:  // (2, N, H, T, D)
+      elem = (((kv * n + block) * h + head) * t + token) * d;
       break;
-    case KvLayoutKind::kCrossLayer:  // (num_blocks, num_layers, 2, tokens, heads, head_size)
-      elem = (((uint64_t{block} * layout.num_layers + layer) * 2 + kv) * t + token) * h + head;
+    case KvLayoutKind::kCrossLayer:  // (N, L, 2, T, H, D)
+      elem =
+          ((((uint64_t{block} * layout.num_layers + layer) * 2 + kv) * t + token) * h + head) * d;
+      break;
+    case KvLayoutKind::kFlashInfer:  // (N, 2, T, H, D)
+      elem = (((uint64_t{block} * 2 + kv) * t + token) * h + head) * d;
+      break;
+    case KvLayoutKind::kPacked:  // (N, H, T, 2 * D): K row, then V row
+      elem = ((uint64_t{block} * h + head) * t + token) * 2 * d + kv * d;
+      break;
+    case KvLayoutKind::kMla:  // (N, T, D)
+      elem = (uint64_t{block} * t + token) * d;
       break;
   }
-  return elem * layout.head_size * layout.elem_bytes;
+  return elem * layout.elem_bytes;
 }
 
 uint64_t HostOffset(const KvLayout& layout, uint32_t layer, uint32_t kv, uint32_t token,
                     uint32_t head) {
-  // (num_layers, 2, block_tokens, num_kv_heads, head_size)
-  const uint64_t elem =
-      ((uint64_t{layer} * 2 + kv) * layout.block_tokens + token) * layout.num_kv_heads + head;
+  // (L, planes, T, H, D)
+  const uint64_t elem = ((uint64_t{layer} * layout.Planes() + kv) * layout.block_tokens + token) *
+                            layout.num_kv_heads +
+                        head;
   return elem * layout.head_size * layout.elem_bytes;
 }
 
 uint64_t EngineTensorBytes(const KvLayout& layout) {
-  const uint64_t per_layer = 2 * uint64_t{layout.num_blocks} * layout.PageBytes();
+  const uint64_t per_layer = uint64_t{layout.num_blocks} * layout.Planes() * layout.PageBytes();
   return layout.kind == KvLayoutKind::kCrossLayer ? per_layer * layout.num_layers : per_layer;
 }
 

@@ -26,13 +26,13 @@ uint32_t TensorOf(const KvLayout& layout, uint32_t layer) {
 }
 
 // One run per (kv, token, head) row of head_size elements, walked in host
-// order; PushRun folds rows that are also adjacent in the engine (all of NHD
-// and cross-layer, HND only in degenerate shapes) into longer runs.
+// order; PushRun folds rows that are also adjacent in the engine (HND and
+// packed only in degenerate shapes) into longer runs.
 void AppendLayerRows(const KvLayout& layout, uint32_t block, uint32_t layer, size_t first,
                      std::vector<CopyRun>* runs) {
   const uint64_t row_bytes = uint64_t{layout.head_size} * layout.elem_bytes;
   const uint32_t tensor = TensorOf(layout, layer);
-  for (uint32_t kv = 0; kv < 2; ++kv) {
+  for (uint32_t kv = 0; kv < layout.Planes(); ++kv) {
     for (uint32_t token = 0; token < layout.block_tokens; ++token) {
       for (uint32_t head = 0; head < layout.num_kv_heads; ++head) {
         PushRun({tensor, EngineOffset(layout, block, layer, kv, token, head),
@@ -43,12 +43,13 @@ void AppendLayerRows(const KvLayout& layout, uint32_t block, uint32_t layer, siz
   }
 }
 
-// NHD and cross-layer pages are contiguous in the engine, so they are
-// emitted page by page without walking the rows.
+// NHD, FlashInfer, cross-layer and MLA pages are contiguous in the engine,
+// so they are emitted page by page without walking the rows; FlashInfer's K
+// and V pages of a block are adjacent and merge into one run.
 void AppendLayerPages(const KvLayout& layout, uint32_t block, uint32_t layer, size_t first,
                       std::vector<CopyRun>* runs) {
   const uint32_t tensor = TensorOf(layout, layer);
-  for (uint32_t kv = 0; kv < 2; ++kv) {
+  for (uint32_t kv = 0; kv < layout.Planes(); ++kv) {
     PushRun({tensor, EngineOffset(layout, block, layer, kv, 0, 0),
              HostOffset(layout, layer, kv, 0, 0), layout.PageBytes()},
             first, runs);
@@ -57,7 +58,7 @@ void AppendLayerPages(const KvLayout& layout, uint32_t block, uint32_t layer, si
 
 void AppendLayer(const KvLayout& layout, uint32_t block, uint32_t layer, size_t first,
                  std::vector<CopyRun>* runs) {
-  if (layout.kind == KvLayoutKind::kVllmHnd) {
+  if (layout.kind == KvLayoutKind::kVllmHnd || layout.kind == KvLayoutKind::kPacked) {
     AppendLayerRows(layout, block, layer, first, runs);
   } else {
     AppendLayerPages(layout, block, layer, first, runs);

@@ -29,13 +29,14 @@ struct CopyRun {
   bool operator==(const CopyRun&) const = default;
 };
 
-// Appends the runs of layer `layer` (K page, then V page) of engine block
-// `block`. Together they cover host bytes [2 * layer * PageBytes(),
-// 2 * (layer + 1) * PageBytes()) exactly once, in increasing host order.
-// Runs appended by one call that are contiguous on both sides are merged:
-// NHD gives 2 runs (1 when num_blocks == 1), HND 2 * block_tokens *
-// num_kv_heads runs of head_size elements (fewer when one of those is 1),
-// cross-layer 1 run. Runs already in `runs` are never merged with.
+// Appends the runs of layer `layer` (K page, then V page; the one latent
+// page for MLA) of engine block `block`. Together they cover host bytes
+// [P * layer * PageBytes(), P * (layer + 1) * PageBytes()), P = Planes(),
+// exactly once, in increasing host order. Runs appended by one call that are
+// contiguous on both sides are merged: NHD gives 2 runs (1 when
+// num_blocks == 1), HND and packed 2 * block_tokens * num_kv_heads runs of
+// head_size elements (fewer in degenerate shapes), FlashInfer, cross-layer
+// and MLA 1 run. Runs already in `runs` are never merged with.
 // REQUIRES: layout.Validate().ok(), block < num_blocks, layer < num_layers.
 void AppendLayerRuns(const KvLayout& layout, uint32_t block, uint32_t layer,
                      std::vector<CopyRun>* runs);

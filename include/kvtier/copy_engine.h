@@ -4,8 +4,9 @@
 // while later layers are still in flight.
 //
 // Two implementations share the offset functions of kv_layout.h: the CUDA
-// engine (gpu/, when built with CUDA) and the host stand-in below, whose
-// "device" is a host-memory pool laid out exactly like the engine's cache.
+// engine (CreateCudaCopyEngine, when built with CUDA) and the host stand-in
+// below, whose "device" is a host-memory pool laid out exactly like the
+// engine's cache.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "kvtier/export.h"
 #include "kvtier/kv_layout.h"
@@ -28,6 +30,14 @@ struct BlockCopy {
 
 using CopyDone = std::function<void(Status)>;
 using LayerDone = std::function<void(uint32_t layer)>;
+
+// Keeps a host memory range registered with a device (page-locked and mapped)
+// while it lives; the destructor unregisters it. Destroy it before the memory
+// is unmapped.
+class KVTIER_EXPORT HostMemoryPin {
+ public:
+  virtual ~HostMemoryPin() = default;
+};
 
 class KVTIER_EXPORT CopyEngine {
  public:
@@ -46,6 +56,16 @@ class KVTIER_EXPORT CopyEngine {
   // increasing l, once layer l of every block has landed; then `done` runs
   // exactly once. `on_layer` may be empty.
   virtual void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) = 0;
+
+  // Registers `memory` (the host arena, which every host block lives in) so
+  // that copies to and from it run as asynchronous DMA or through mapped
+  // pointers. The runtime calls this once after creating its arena and keeps
+  // the returned pin until the arena is unmapped. The default (engines with
+  // no device) pins nothing and returns null. A failure is not fatal: copies
+  // of unregistered memory still work, more slowly.
+  virtual Result<std::unique_ptr<HostMemoryPin>> PinHostMemory(std::span<std::byte> /*memory*/) {
+    return std::unique_ptr<HostMemoryPin>();
+  }
 };
 
 // The host stand-in. Its pool is ordinary memory shaped like the engine's KV
@@ -65,5 +85,43 @@ class KVTIER_EXPORT HostCopyEngine : public CopyEngine {
   virtual Status WriteBlock(uint32_t engine_block, std::span<const std::byte> host) = 0;
   virtual Status ReadBlock(uint32_t engine_block, std::span<std::byte> host) = 0;
 };
+
+// How the CUDA engine moves a batch.
+enum class CudaCopyPath : uint8_t {
+  kAuto,    // kKernel when the layout's runs are below kernel_max_run_bytes
+  kDma,     // copy engines: batched cudaMemcpyBatchAsync (or cudaMemcpyAsync)
+  kKernel,  // a copy kernel reading/writing mapped pinned host memory
+};
+
+struct KVTIER_EXPORT CudaCopyEngineOptions {
+  // The engine's cache. Must pass Validate().
+  KvLayout layout;
+  // Device pointers of the engine tensors, EngineTensorCount(layout) of them
+  // (one per layer, or the one cross-layer tensor), each at least
+  // EngineTensorBytes(layout) bytes, all on `device`. Not owned.
+  std::vector<void*> tensors;
+  int device = 0;
+  // The engine's compute stream (a cudaStream_t), or null for the legacy
+  // default stream. Every copy starts after the work queued on it before the
+  // Gather or Scatter call; kvtier never synchronizes the device.
+  void* compute_stream = nullptr;
+  CudaCopyPath path = CudaCopyPath::kAuto;
+  // kAuto picks the kernel when the layout's typical contiguous run (see
+  // gpu/layout_runs.h) is shorter than this: below it, the fixed cost of one
+  // DMA descriptor dominates (vLLM HND and packed rows are 128-256 bytes).
+  uint64_t kernel_max_run_bytes = 64 << 10;
+
+  Status Validate() const;
+};
+
+// The CUDA copy engine: dedicated low-priority streams (one for saves, one
+// for loads), an event per layer on loads, and one completion thread that
+// polls events and runs the callbacks. Host buffers that are registered
+// (PinHostMemory, cudaHostAlloc) take the chosen path; other host buffers are
+// always copied by DMA. NotSupported with the CUDA error text when the build
+// has no CUDA, the driver is missing or there is no such device;
+// InvalidArgument for bad options.
+KVTIER_EXPORT Result<std::unique_ptr<CopyEngine>> CreateCudaCopyEngine(
+    const CudaCopyEngineOptions& options);
 
 }  // namespace kvtier

@@ -23,8 +23,7 @@ using testing::RowBytes;
 using testing::SmallLayout;
 using testing::Snapshot;
 
-constexpr KvLayoutKind kKinds[] = {KvLayoutKind::kVllmNhd, KvLayoutKind::kVllmHnd,
-                                   KvLayoutKind::kCrossLayer};
+constexpr auto& kKinds = kAllKvLayoutKinds;
 
 std::unique_ptr<HostCopyEngine> MakeEngine(const KvLayout& l) {
   Result<std::unique_ptr<HostCopyEngine>> engine = HostCopyEngine::Create(l);

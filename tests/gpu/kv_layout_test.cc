@@ -13,7 +13,10 @@ TEST(KvLayoutKindTest, NamesRoundTrip) {
   EXPECT_EQ(KvLayoutKindName(KvLayoutKind::kVllmNhd), "nhd");
   EXPECT_EQ(KvLayoutKindName(KvLayoutKind::kVllmHnd), "hnd");
   EXPECT_EQ(KvLayoutKindName(KvLayoutKind::kCrossLayer), "cross_layer");
-  for (auto kind : {KvLayoutKind::kVllmNhd, KvLayoutKind::kVllmHnd, KvLayoutKind::kCrossLayer}) {
+  EXPECT_EQ(KvLayoutKindName(KvLayoutKind::kFlashInfer), "flashinfer");
+  EXPECT_EQ(KvLayoutKindName(KvLayoutKind::kPacked), "packed");
+  EXPECT_EQ(KvLayoutKindName(KvLayoutKind::kMla), "mla");
+  for (KvLayoutKind kind : kAllKvLayoutKinds) {
     Result<KvLayoutKind> parsed = ParseKvLayoutKind(KvLayoutKindName(kind));
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
     EXPECT_EQ(*parsed, kind);
@@ -24,9 +27,9 @@ TEST(KvLayoutKindTest, UnknownNameListsValidNames) {
   for (std::string_view bad : {"NHD", "", "cross-layer", "nhd "}) {
     Result<KvLayoutKind> parsed = ParseKvLayoutKind(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
-    EXPECT_EQ(parsed.status().ToString(), "invalid_argument: unknown kv layout '" +
-                                              std::string(bad) +
-                                              "'; valid layouts: nhd, hnd, cross_layer");
+    EXPECT_EQ(parsed.status().ToString(),
+              "invalid_argument: unknown kv layout '" + std::string(bad) +
+                  "'; valid layouts: nhd, hnd, cross_layer, flashinfer, packed, mla");
   }
 }
 
@@ -65,7 +68,7 @@ TEST(KvLayoutTest, SignatureChangesWithEachModelDimension) {
 }
 
 TEST(KvLayoutTest, ValidateAcceptsSmallLayouts) {
-  for (auto kind : {KvLayoutKind::kVllmNhd, KvLayoutKind::kVllmHnd, KvLayoutKind::kCrossLayer}) {
+  for (KvLayoutKind kind : kAllKvLayoutKinds) {
     EXPECT_TRUE(SmallLayout(kind).Validate().ok());
   }
   KvLayout fp8 = SmallLayout(KvLayoutKind::kVllmNhd);
@@ -181,7 +184,8 @@ TEST(KvLayoutOffsetTest, CrossLayer) {
 }
 
 TEST(KvLayoutOffsetTest, HostIsTheSameForEveryEngineLayout) {
-  for (auto kind : {KvLayoutKind::kVllmNhd, KvLayoutKind::kVllmHnd, KvLayoutKind::kCrossLayer}) {
+  for (auto kind : {KvLayoutKind::kVllmNhd, KvLayoutKind::kVllmHnd, KvLayoutKind::kCrossLayer,
+                    KvLayoutKind::kFlashInfer, KvLayoutKind::kPacked}) {
     const KvLayout l = SmallLayout(kind);
     EXPECT_EQ(HostOffset(l, 0, 0, 0, 0), 0u);
     EXPECT_EQ(HostOffset(l, 1, 1, 3, 1), 1 * 96 + 1 * 48 + 3 * 12 + 1 * 6);  // 186

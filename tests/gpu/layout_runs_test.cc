@@ -54,6 +54,37 @@ TEST(LayoutRunsTest, CrossLayerLayerIsOneRunAndBlockIsOneRun) {
   EXPECT_EQ(BlockRuns(l, 4), block);
 }
 
+TEST(LayoutRunsTest, FlashInferLayerIsOneRunOfBothPages) {
+  // Per layer (5, 2, 4, 2, 3): a block's K and V pages are adjacent.
+  const KvLayout l = SmallLayout(KvLayoutKind::kFlashInfer);
+  const std::vector<CopyRun> layer = {{1, 2 * 96, 96, 96}};
+  EXPECT_EQ(LayerRuns(l, 2, 1), layer);
+  EXPECT_EQ(BlockRuns(l, 2).size(), 3u);  // one per layer tensor
+}
+
+TEST(LayoutRunsTest, PackedLayerIsOneRunPerRow) {
+  // Per layer (5, 2, 4, 6): K row at +0, V row at +6 of each (head, token).
+  // Strides: token 12, head 48, block 96.
+  const KvLayout l = SmallLayout(KvLayoutKind::kPacked);
+  const std::vector<CopyRun> runs = LayerRuns(l, 2, 1);
+  ASSERT_EQ(runs.size(), 2u * 4 * 2);
+  EXPECT_EQ(runs[0], (CopyRun{1, 2 * 96 + 0 * 48 + 0 * 12 + 0, 96, 6}));   // K t0 h0
+  EXPECT_EQ(runs[1], (CopyRun{1, 2 * 96 + 1 * 48 + 0 * 12 + 0, 102, 6}));  // K t0 h1
+  EXPECT_EQ(runs[2], (CopyRun{1, 2 * 96 + 0 * 48 + 1 * 12 + 0, 108, 6}));  // K t1 h0
+  EXPECT_EQ(runs[8], (CopyRun{1, 2 * 96 + 0 * 48 + 0 * 12 + 6, 144, 6}));  // V t0 h0
+  EXPECT_EQ(runs[15], (CopyRun{1, 2 * 96 + 1 * 48 + 3 * 12 + 6, 186, 6}));
+}
+
+TEST(LayoutRunsTest, MlaLayerIsOneLatentPage) {
+  // Per layer (5, 4, 12): page = 4 * 12 * 2 = 96 bytes; host (3, 4, 12).
+  const KvLayout l = SmallLayout(KvLayoutKind::kMla);
+  const std::vector<CopyRun> layer = {{1, 2 * 96, 96, 96}};
+  EXPECT_EQ(LayerRuns(l, 2, 1), layer);
+  const std::vector<CopyRun> block = {
+      {0, 4 * 96, 0, 96}, {1, 4 * 96, 96, 96}, {2, 4 * 96, 192, 96}};
+  EXPECT_EQ(BlockRuns(l, 4), block);
+}
+
 TEST(LayoutRunsTest, DegenerateShapesMerge) {
   KvLayout hnd = SmallLayout(KvLayoutKind::kVllmHnd);
   hnd.num_kv_heads = 1;  // HND == NHD: each page is contiguous.
@@ -78,7 +109,7 @@ TEST(LayoutRunsTest, AppendNeverMergesWithEarlierRuns) {
 // Every byte of every layer is covered exactly once and lands where the
 // reference strides say.
 TEST(LayoutRunsTest, RunsCoverEveryRowOnceAtReferencePositions) {
-  for (auto kind : {KvLayoutKind::kVllmNhd, KvLayoutKind::kVllmHnd, KvLayoutKind::kCrossLayer}) {
+  for (KvLayoutKind kind : kAllKvLayoutKinds) {
     const KvLayout l = SmallLayout(kind);
     for (uint32_t block = 0; block < l.num_blocks; ++block) {
       std::vector<int> covered(l.BlockBytes(), 0);

@@ -10,8 +10,8 @@ KvLayout SmallLayout(KvLayoutKind kind) {
   l.num_layers = 3;
   l.num_blocks = 5;
   l.block_tokens = 4;
-  l.num_kv_heads = 2;
-  l.head_size = 3;
+  l.num_kv_heads = kind == KvLayoutKind::kMla ? 1 : 2;
+  l.head_size = kind == KvLayoutKind::kMla ? 12 : 3;
   l.elem_bytes = 2;
   return l;
 }
@@ -37,6 +37,20 @@ EnginePos RefEngine(const KvLayout& l, uint32_t block, uint32_t layer, uint32_t 
                      s_block = 2 * page * l.num_layers;
       return {0, block * s_block + layer * s_layer + kv * s_kv + token * s_token + head * s_head};
     }
+    case KvLayoutKind::kFlashInfer: {
+      const uint64_t s_head = row, s_token = row * l.num_kv_heads, s_kv = page, s_block = 2 * page;
+      return {layer, block * s_block + kv * s_kv + token * s_token + head * s_head};
+    }
+    case KvLayoutKind::kPacked: {
+      // (N, H, T, 2D): the V row sits right after the K row.
+      const uint64_t s_kv = row, s_token = 2 * row, s_head = 2 * row * l.block_tokens,
+                     s_block = s_head * l.num_kv_heads;
+      return {layer, block * s_block + head * s_head + token * s_token + kv * s_kv};
+    }
+    case KvLayoutKind::kMla: {
+      const uint64_t s_token = row, s_block = page;
+      return {layer, block * s_block + token * s_token};
+    }
   }
   return {};
 }
@@ -45,13 +59,22 @@ uint64_t RefHost(const KvLayout& l, uint32_t layer, uint32_t kv, uint32_t token,
   const uint64_t row = uint64_t{l.head_size} * l.elem_bytes;
   const uint64_t s_token = row * l.num_kv_heads;
   const uint64_t s_kv = s_token * l.block_tokens;
-  const uint64_t s_layer = 2 * s_kv;
+  const uint64_t s_layer = (l.kind == KvLayoutKind::kMla ? 1 : 2) * s_kv;
   return layer * s_layer + kv * s_kv + token * s_token + head * row;
 }
 
 uint32_t RefBlockOfByte(const KvLayout& l, uint64_t offset) {
-  if (l.kind == KvLayoutKind::kCrossLayer) return static_cast<uint32_t>(offset / l.BlockBytes());
-  return static_cast<uint32_t>((offset / l.PageBytes()) % l.num_blocks);
+  switch (l.kind) {
+    case KvLayoutKind::kCrossLayer:
+      return static_cast<uint32_t>(offset / l.BlockBytes());
+    case KvLayoutKind::kFlashInfer:
+    case KvLayoutKind::kPacked:
+      return static_cast<uint32_t>(offset / (2 * l.PageBytes()));
+    case KvLayoutKind::kMla:
+      return static_cast<uint32_t>(offset / l.PageBytes());
+    default:  // (2, N, ...)
+      return static_cast<uint32_t>((offset / l.PageBytes()) % l.num_blocks);
+  }
 }
 
 void FillPattern(HostCopyEngine& engine) {

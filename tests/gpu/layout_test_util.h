@@ -13,7 +13,8 @@
 
 namespace kvtier::testing {
 
-// layers=3, blocks=5, tokens=4, heads=2, head_size=3, elem_bytes=2.
+// layers=3, blocks=5, tokens=4, heads=2, head_size=3, elem_bytes=2; for
+// kMla heads=1, head_size (latent) = 12, so every kind's block is 288 bytes.
 KvLayout SmallLayout(KvLayoutKind kind);
 
 // Where element (block, layer, kv, token, head, 0) lives in the engine.
@@ -42,7 +43,7 @@ std::vector<std::byte> RandomBlock(const KvLayout& l, uint32_t seed);
 template <typename F>
 void ForEachRow(const KvLayout& l, F&& fn) {
   for (uint32_t layer = 0; layer < l.num_layers; ++layer)
-    for (uint32_t kv = 0; kv < 2; ++kv)
+    for (uint32_t kv = 0; kv < l.Planes(); ++kv)
       for (uint32_t token = 0; token < l.block_tokens; ++token)
         for (uint32_t head = 0; head < l.num_kv_heads; ++head) fn(layer, kv, token, head);
 }

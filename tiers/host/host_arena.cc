@@ -70,6 +70,7 @@ Result<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& opt
 }
 
 HostArena::~HostArena() {
+  pin_.reset();  // unregister while the pages are still mapped
   if (base_ != nullptr) munmap(base_, mapped_bytes_);
 }
 

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "kvtier/copy_engine.h"
 #include "kvtier/env.h"
 #include "kvtier/status.h"
 
@@ -50,6 +51,13 @@ class HostArena {
   bool huge_pages() const { return huge_pages_; }
   bool locked() const { return locked_; }
 
+  // The whole mapping, for registering it with a device.
+  std::span<std::byte> Mapping() const { return {base_, mapped_bytes_}; }
+  // Keeps `pin` (a device registration of Mapping()) until the arena is
+  // destroyed; it is released before the memory is unmapped. Not thread-safe:
+  // call once, before the arena is shared.
+  void AdoptPin(std::unique_ptr<HostMemoryPin> pin) { pin_ = std::move(pin); }
+
  private:
   HostArena() = default;
 
@@ -60,6 +68,7 @@ class HostArena {
   uint32_t slot_count_ = 0;
   bool huge_pages_ = false;
   bool locked_ = false;
+  std::unique_ptr<HostMemoryPin> pin_;  // released before munmap
 
   mutable std::mutex mu_;
   std::vector<uint32_t> free_;  // guarded by mu_; a stack of free slots

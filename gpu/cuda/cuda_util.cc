@@ -1,0 +1,133 @@
+#include "gpu/cuda/cuda_util.h"
+
+#include <string>
+#include <utility>
+
+namespace kvtier::cuda {
+
+Status FromCuda(cudaError_t err, std::string_view what) {
+  if (err == cudaSuccess) return Status::Ok();
+  std::string m(what);
+  m += ": ";
+  m += cudaGetErrorName(err);
+  m += ": ";
+  m += cudaGetErrorString(err);
+  switch (err) {
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoDevice:
+    case cudaErrorNotSupported:
+    case cudaErrorCallRequiresNewerDriver:
+    case cudaErrorStubLibrary:
+    case cudaErrorInvalidDevice:
+      return Status::NotSupported(m);
+    case cudaErrorMemoryAllocation:
+      return Status::ResourceExhausted(m);
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorHostMemoryAlreadyRegistered:
+    case cudaErrorHostMemoryNotRegistered:
+      return Status::InvalidArgument(m);
+    case cudaErrorDevicesUnavailable:
+      return Status::Unavailable(m);
+    default:
+      return Status::IOError(m);
+  }
+}
+
+// ---- Stream ----------------------------------------------------------------
+
+Result<Stream> Stream::CreateLowPriority() {
+  // Numerically greatest is lowest priority.
+  int least = 0, greatest = 0;
+  KVTIER_RETURN_IF_ERROR(FromCuda(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                                  "cudaDeviceGetStreamPriorityRange"));
+  cudaStream_t s = nullptr;
+  KVTIER_RETURN_IF_ERROR(FromCuda(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least),
+                                  "cudaStreamCreateWithPriority"));
+  return Stream(s);
+}
+
+Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    stream_ = std::exchange(other.stream_, nullptr);
+  }
+  return *this;
+}
+Stream::~Stream() {
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+// ---- Event -----------------------------------------------------------------
+
+Result<Event> Event::Create() {
+  cudaEvent_t e = nullptr;
+  KVTIER_RETURN_IF_ERROR(
+      FromCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+  return Event(e);
+}
+
+Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) cudaEventDestroy(event_);
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+// Destroying an event whose work is still pending is allowed: the driver
+// frees it once the work completes.
+Event::~Event() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+// ---- PinnedBuffer ----------------------------------------------------------
+
+Result<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
+  void* p = nullptr;
+  KVTIER_RETURN_IF_ERROR(
+      FromCuda(cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped),
+               "cudaHostAlloc of " + std::to_string(bytes) + " bytes"));
+  return PinnedBuffer(static_cast<std::byte*>(p), bytes);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+// ---- RegisteredHostMemory ----------------------------------------------------
+
+Result<std::unique_ptr<RegisteredHostMemory>> RegisteredHostMemory::Register(
+    std::span<std::byte> memory) {
+  if (memory.empty()) return Status::InvalidArgument("cudaHostRegister: empty range");
+  KVTIER_RETURN_IF_ERROR(
+      FromCuda(cudaHostRegister(memory.data(), memory.size(),
+                                cudaHostRegisterPortable | cudaHostRegisterMapped),
+               "cudaHostRegister of " + std::to_string(memory.size()) + " bytes"));
+  return std::unique_ptr<RegisteredHostMemory>(new RegisteredHostMemory(memory));
+}
+
+RegisteredHostMemory::~RegisteredHostMemory() { cudaHostUnregister(memory_.data()); }
+
+void* MappedDevicePointer(const void* host) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, host) != cudaSuccess) {
+    cudaGetLastError();  // unregistered memory may report an error: clear it
+    return nullptr;
+  }
+  if (attr.type != cudaMemoryTypeHost) return nullptr;
+  return attr.devicePointer;
+}
+
+}  // namespace kvtier::cuda

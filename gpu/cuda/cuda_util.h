@@ -1,0 +1,108 @@
+// Move-only owners of CUDA runtime handles and the one conversion from
+// cudaError_t to Status. Every CUDA call in kvtier goes through FromCuda, and
+// every handle it creates lives in one of these owners, released in the
+// destructor (errors there are ignored: there is nobody to report them to).
+//
+// Built only with CUDA. None of these may be static objects: their
+// destructors must run while the driver is still loaded.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "kvtier/copy_engine.h"
+#include "kvtier/status.h"
+
+namespace kvtier::cuda {
+
+// Ok for cudaSuccess; otherwise "<what>: <error name>: <error text>" with
+// the code mapped to a StatusCode: no driver, no device or an unsupported
+// operation -> NotSupported, out of memory -> ResourceExhausted, invalid
+// arguments -> InvalidArgument, busy or unavailable devices -> Unavailable,
+// anything else (a failed copy or launch) -> IOError.
+Status FromCuda(cudaError_t err, std::string_view what);
+
+// A non-blocking stream (no implicit ordering with the legacy default stream).
+class Stream {
+ public:
+  // At the lowest priority the device offers, so copies yield the SMs to the
+  // engine's compute kernels.
+  static Result<Stream> CreateLowPriority();
+  Stream() = default;
+  Stream(Stream&& other) noexcept;
+  Stream& operator=(Stream&& other) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  explicit Stream(cudaStream_t s) : stream_(s) {}
+  cudaStream_t stream_ = nullptr;
+};
+
+// An event without timing (cheapest to record and query).
+class Event {
+ public:
+  static Result<Event> Create();
+  Event() = default;
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  explicit Event(cudaEvent_t e) : event_(e) {}
+  cudaEvent_t event_ = nullptr;
+};
+
+// Page-locked, device-mapped host memory from cudaHostAlloc.
+class PinnedBuffer {
+ public:
+  static Result<PinnedBuffer> Allocate(size_t bytes);
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<std::byte> span() const { return {data_, size_}; }
+
+ private:
+  PinnedBuffer(std::byte* data, size_t size) : data_(data), size_(size) {}
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Host memory allocated elsewhere (the host arena's mmap), registered with
+// cudaHostRegister (portable, mapped) for as long as this object lives.
+class RegisteredHostMemory final : public HostMemoryPin {
+ public:
+  static Result<std::unique_ptr<RegisteredHostMemory>> Register(std::span<std::byte> memory);
+  ~RegisteredHostMemory() override;
+  RegisteredHostMemory(const RegisteredHostMemory&) = delete;
+  RegisteredHostMemory& operator=(const RegisteredHostMemory&) = delete;
+
+  std::span<std::byte> memory() const { return memory_; }
+
+ private:
+  explicit RegisteredHostMemory(std::span<std::byte> memory) : memory_(memory) {}
+  std::span<std::byte> memory_;
+};
+
+// The device address through which kernels reach host byte `host`, or null
+// when `host` is not in page-locked, mapped memory (e.g. plain malloc).
+void* MappedDevicePointer(const void* host);
+
+}  // namespace kvtier::cuda

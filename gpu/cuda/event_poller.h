@@ -1,0 +1,63 @@
+// EventPoller: the CUDA copy engine's completion thread. It polls the events
+// of in-flight copies with cudaEventQuery and runs their callbacks, in layer
+// order, on its own thread. Polling (rather than cudaLaunchHostFunc) keeps
+// callbacks off the driver's internal thread, where calling CUDA is not
+// allowed and a slow callback would stall every stream.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gpu/cuda/cuda_util.h"
+#include "kvtier/copy_engine.h"
+
+namespace kvtier::cuda {
+
+// One submitted Gather or Scatter.
+struct PendingCopy {
+  // Recorded on the copy stream after each layer (Scatter) or once after
+  // everything (Gather). The last one completing means the whole batch did.
+  std::vector<Event> events;
+  bool per_layer = false;       // events[i] reports layer i through on_layer
+  LayerDone on_layer;           // may be empty
+  CopyDone done;                // may be empty
+  std::shared_ptr<void> lease;  // what the copy reads (descriptor table); dropped at the end
+};
+
+class EventPoller {
+ public:
+  // Starts the thread, which sets `device` as its current device.
+  explicit EventPoller(int device);
+  // Waits until every added copy has completed and its callbacks have run.
+  ~EventPoller();
+  EventPoller(const EventPoller&) = delete;
+  EventPoller& operator=(const EventPoller&) = delete;
+
+  // REQUIRES: copy->events is not empty and every event has been recorded.
+  // Thread-safe.
+  void Add(std::unique_ptr<PendingCopy> copy);
+
+ private:
+  struct Tracked {
+    std::unique_ptr<PendingCopy> copy;
+    size_t next = 0;  // first event not yet seen complete
+  };
+
+  void Loop();
+  // Advances one copy as far as its events allow; true when it is finished.
+  // Runs callbacks, so it is called without mu_.
+  bool Advance(Tracked& t);
+
+  const int device_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Tracked> incoming_;  // guarded by mu_
+  bool stop_ = false;             // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace kvtier::cuda
