@@ -1,6 +1,7 @@
 // Options that only a tier of type nvme reads, kept in TierOptions::nvme.
 // Plain struct: every field has a default and a comment; TierOptions::Validate
-// checks them when the tier's type is nvme.
+// checks them when the tier's type is nvme. The data file (`path`) and the
+// region size (`region_bytes`) are common TierOptions fields.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,50 @@
 namespace kvtier {
 
 struct NvmeTierOptions {
+  // Deadline of every device I/O; a request the device has not answered by
+  // then fails with DeadlineExceeded (the block is reported per block).
+  uint32_t io_timeout_ms = 1000;
+  // Requests in flight in the kernel at once (the io_uring queue depth).
+  uint32_t queue_depth = 64;
+  // Requests accepted but not yet in flight; more fail with Busy.
+  uint32_t max_queued = 4096;
+  // RocksDB directory of the persistent index; empty: "<path>.index".
+  std::string index_path;
+  // What to do with a store written with another format, block size or
+  // region size: "refuse" (open fails, naming the difference) or "wipe".
+  std::string on_mismatch = "refuse";
+  // Which sealed region reclaim rewrites when no region is free: "fifo"
+  // (oldest first) or "greedy" (fewest live bytes first).
+  std::string reclaim = "fifo";
+  // Open the data file with O_DIRECT. Where the file system refuses it
+  // (tmpfs) the tier falls back to buffered I/O, logs it once and reports it.
+  bool direct_io = true;
+  // Index group commit: after this many written blocks the data file is
+  // fdatasync'ed and the pending index entries are written to RocksDB. A
+  // crash loses at most the blocks not yet committed. Also at region seal
+  // and shutdown.
+  uint32_t commit_every_blocks = 64;
+
   // Checks the fields above; called by TierOptions::Validate for type nvme.
-  Status Validate() const { return Status::Ok(); }
+  Status Validate() const {
+    if (io_timeout_ms == 0) return Status::InvalidArgument("nvme.io_timeout_ms must be > 0");
+    if (queue_depth == 0 || queue_depth > 4096) {
+      return Status::InvalidArgument("nvme.queue_depth must be in [1, 4096]");
+    }
+    if (max_queued == 0) return Status::InvalidArgument("nvme.max_queued must be > 0");
+    if (on_mismatch != "refuse" && on_mismatch != "wipe") {
+      return Status::InvalidArgument("nvme.on_mismatch is '" + on_mismatch +
+                                     "'; expected one of: refuse, wipe");
+    }
+    if (reclaim != "fifo" && reclaim != "greedy") {
+      return Status::InvalidArgument("nvme.reclaim is '" + reclaim +
+                                     "'; expected one of: fifo, greedy");
+    }
+    if (commit_every_blocks == 0) {
+      return Status::InvalidArgument("nvme.commit_every_blocks must be > 0");
+    }
+    return Status::Ok();
+  }
 };
 
 }  // namespace kvtier

@@ -1,0 +1,80 @@
+// IoEngine: asynchronous file I/O as requests and completion records
+// {id, status, bytes}. The NVMe tier talks only to this interface, so tests
+// can slide a fault-injecting engine under it (tests/support/nvme_fault_*).
+//
+// Contract of every engine:
+//   - Submit() never blocks: a request that does not fit the bounded queue is
+//     refused (Busy) before anything of the batch is queued.
+//   - Every accepted request gets exactly one completion, on the engine's
+//     thread; a completion arrives within the request's deadline (plus
+//     scheduling), as DeadlineExceeded when the device did not answer.
+//   - A read or write completes OK only when every byte of its iovecs moved;
+//     anything less is an error naming the operation, offset and byte counts.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/status.h"
+
+namespace kvtier::internal {
+
+enum class IoOp : uint8_t { kRead, kWrite, kFsync };
+
+std::string_view IoOpName(IoOp op);  // "read", "write", "fsync"
+
+struct IoCompletion {
+  uint64_t id = 0;
+  Status status;
+  uint64_t bytes = 0;  // bytes moved (the full length when OK)
+};
+
+struct IoRequest {
+  IoOp op = IoOp::kRead;
+  int fd = -1;
+  uint64_t offset = 0;
+  // Buffers; for O_DIRECT files 4 KiB-aligned in address and length. They
+  // must stay valid until `done` runs. Empty for kFsync.
+  std::vector<iovec> iov;
+  uint64_t id = 0;  // echoed in the completion
+  // Runs once, on the engine's thread; must not block.
+  std::function<void(const IoCompletion&)> done;
+
+  uint64_t Bytes() const {
+    uint64_t n = 0;
+    for (const iovec& v : iov) n += v.iov_len;
+    return n;
+  }
+};
+
+class IoEngine {
+ public:
+  virtual ~IoEngine() = default;
+
+  // Queues all of `requests` or none: Busy when the queue lacks room,
+  // Unavailable after Shutdown(). On error no `done` is called.
+  // Thread-safe.
+  virtual Status Submit(std::vector<IoRequest> requests) = 0;
+
+  // Refuses new requests, completes every accepted one, joins the engine's
+  // thread. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+struct UringEngineOptions {
+  uint32_t queue_depth = 64;     // requests in flight in the kernel at once
+  uint32_t max_queued = 1024;    // accepted but not yet in flight; beyond: Busy
+  uint32_t timeout_ms = 1000;    // deadline of every request (IORING_OP_LINK_TIMEOUT)
+  uint32_t eagain_retries = 16;  // -EAGAIN is resubmitted this many times
+};
+
+// An io_uring engine with one owner thread. Short reads and writes are
+// resubmitted for the remainder within the same deadline.
+Result<std::unique_ptr<IoEngine>> NewUringEngine(const UringEngineOptions& options);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,282 @@
+// The io_uring engine. One thread owns the ring: it moves queued requests
+// into the ring, each linked to an IORING_OP_LINK_TIMEOUT, submits, and reaps
+// completions. Other threads only touch the bounded queue and an eventfd
+// whose pending read (armed in the ring) wakes the owner.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "io/io_engine.h"
+#include "io/ring.h"
+
+namespace kvtier::internal {
+
+std::string_view IoOpName(IoOp op) {
+  switch (op) {
+    case IoOp::kRead: return "read";
+    case IoOp::kWrite: return "write";
+    case IoOp::kFsync: return "fsync";
+  }
+  return "?";
+}
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// user_data tags that are not request pointers (those are 8-byte aligned).
+constexpr uint64_t kWakeTag = 1;
+constexpr uint64_t kTimeoutTag = 3;
+
+struct Inflight {
+  IoRequest req;
+  uint64_t expected = 0;
+  uint64_t moved = 0;
+  uint32_t eagain = 0;
+  SteadyClock::time_point deadline;
+  __kernel_timespec ts{};
+};
+
+std::string Where(const IoRequest& r) {
+  return "io_uring " + std::string(IoOpName(r.op)) + " at offset " + std::to_string(r.offset);
+}
+
+// Drops the first `n` bytes of `iov`.
+void Advance(std::vector<iovec>& iov, uint64_t n) {
+  size_t i = 0;
+  while (i < iov.size() && n >= iov[i].iov_len) n -= iov[i++].iov_len;
+  iov.erase(iov.begin(), iov.begin() + static_cast<long>(i));
+  if (!iov.empty() && n > 0) {
+    iov[0].iov_base = static_cast<char*>(iov[0].iov_base) + n;
+    iov[0].iov_len -= n;
+  }
+}
+
+class UringEngine final : public IoEngine {
+ public:
+  UringEngine(const UringEngineOptions& o, Ring ring, int wake_fd)
+      : options_(o), ring_(std::move(ring)), wake_fd_(wake_fd) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~UringEngine() override {
+    Shutdown();
+    close(wake_fd_);
+  }
+
+  Status Submit(std::vector<IoRequest> requests) override {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return Status::Unavailable("io engine is shut down");
+      if (queue_.size() + requests.size() > options_.max_queued) {
+        return Status::Busy("io engine queue is full (" + std::to_string(options_.max_queued) +
+                            " requests)");
+      }
+      const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.timeout_ms);
+      for (IoRequest& r : requests) {
+        auto* f = new Inflight;
+        f->expected = r.Bytes();
+        f->deadline = deadline;
+        f->req = std::move(r);
+        queue_.push_back(f);
+      }
+    }
+    Wake();
+    return Status::Ok();
+  }
+
+  void Shutdown() override {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    Wake();
+    std::call_once(join_once_, [this] { thread_.join(); });
+  }
+
+ private:
+  void Wake() {
+    eventfd_t one = 1;
+    (void)eventfd_write(wake_fd_, one);
+  }
+
+  void ArmWake() {
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+    io_uring_prep_read(sqe, wake_fd_, &wake_buf_, sizeof(wake_buf_), 0);
+    io_uring_sqe_set_data64(sqe, kWakeTag);
+  }
+
+  void Loop() {
+    ArmWake();
+    std::vector<Inflight*> retry;
+    for (;;) {
+      bool stop;
+      std::vector<Inflight*> batch;
+      {
+        std::lock_guard lock(mu_);
+        while (!queue_.empty() && in_flight_ + batch.size() < options_.queue_depth) {
+          batch.push_back(queue_.front());
+          queue_.pop_front();
+        }
+        stop = stopping_ && queue_.empty();
+      }
+      for (Inflight* f : retry) Prep(f);
+      retry.clear();
+      for (Inflight* f : batch) {
+        ++in_flight_;
+        Prep(f);
+      }
+      if (stop && in_flight_ == 0) break;
+      int rc = io_uring_submit_and_wait(ring_.get(), 1);
+      if (rc < 0 && rc != -EINTR && rc != -EBUSY) {
+        FailAll(FromErrno(-rc, "io_uring_submit_and_wait"));
+        continue;
+      }
+      Reap(retry);
+    }
+  }
+
+  // Puts one request (and its linked timeout) into the ring, or completes it
+  // at once when its deadline has passed.
+  void Prep(Inflight* f) {
+    const auto left = f->deadline - SteadyClock::now();
+    if (left <= SteadyClock::duration::zero()) {
+      Finish(f, Status::DeadlineExceeded(Where(f->req) + ": no completion within " +
+                                         std::to_string(options_.timeout_ms) + " ms"));
+      return;
+    }
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    f->ts.tv_sec = ns / 1000000000;
+    f->ts.tv_nsec = ns % 1000000000;
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+    if (sqe == nullptr) {
+      io_uring_submit(ring_.get());
+      sqe = io_uring_get_sqe(ring_.get());
+    }
+    const IoRequest& r = f->req;
+    const auto n = static_cast<unsigned>(r.iov.size());
+    switch (r.op) {
+      case IoOp::kRead: io_uring_prep_readv(sqe, r.fd, r.iov.data(), n, r.offset); break;
+      case IoOp::kWrite: io_uring_prep_writev(sqe, r.fd, r.iov.data(), n, r.offset); break;
+      case IoOp::kFsync: io_uring_prep_fsync(sqe, r.fd, IORING_FSYNC_DATASYNC); break;
+    }
+    sqe->flags |= IOSQE_IO_LINK;
+    io_uring_sqe_set_data(sqe, f);
+    io_uring_sqe* tsqe = io_uring_get_sqe(ring_.get());
+    if (tsqe == nullptr) {
+      io_uring_submit(ring_.get());
+      tsqe = io_uring_get_sqe(ring_.get());
+    }
+    io_uring_prep_link_timeout(tsqe, &f->ts, 0);
+    io_uring_sqe_set_data64(tsqe, kTimeoutTag);
+  }
+
+  void Reap(std::vector<Inflight*>& retry) {
+    io_uring_cqe* cqe;
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(ring_.get(), head, cqe) {
+      ++seen;
+      const uint64_t tag = io_uring_cqe_get_data64(cqe);
+      if (tag == kTimeoutTag) continue;
+      if (tag == kWakeTag) {
+        rearm_wake_ = true;
+        continue;
+      }
+      Handle(static_cast<Inflight*>(io_uring_cqe_get_data(cqe)), cqe->res, retry);
+    }
+    io_uring_cq_advance(ring_.get(), seen);
+    if (rearm_wake_) {
+      rearm_wake_ = false;
+      ArmWake();
+    }
+  }
+
+  void Handle(Inflight* f, int res, std::vector<Inflight*>& retry) {
+    const IoRequest& r = f->req;
+    if (res == -EAGAIN && f->eagain < options_.eagain_retries) {
+      ++f->eagain;
+      retry.push_back(f);
+      return;
+    }
+    if (res == -ECANCELED) {
+      Finish(f, Status::DeadlineExceeded(Where(r) + ": no completion within " +
+                                         std::to_string(options_.timeout_ms) + " ms"));
+      return;
+    }
+    if (res < 0) {
+      Finish(f, FromErrno(-res, Where(r)));
+      return;
+    }
+    f->moved += static_cast<uint64_t>(res);
+    if (r.op == IoOp::kFsync || f->moved >= f->expected) {
+      Finish(f, Status::Ok());
+      return;
+    }
+    if (res == 0) {  // end of file or a device that moves nothing
+      Finish(f, Status::IOError(Where(r) + ": short " + std::string(IoOpName(r.op)) + ": " +
+                                std::to_string(f->moved) + " of " + std::to_string(f->expected) +
+                                " bytes"));
+      return;
+    }
+    Advance(f->req.iov, static_cast<uint64_t>(res));
+    f->req.offset += static_cast<uint64_t>(res);
+    retry.push_back(f);
+  }
+
+  void Finish(Inflight* f, Status status) {
+    IoCompletion c{f->req.id, std::move(status), f->moved};
+    if (f->req.done) f->req.done(c);
+    delete f;
+    --in_flight_;
+  }
+
+  // The ring itself failed: complete everything queued with the error.
+  void FailAll(const Status& st) {
+    std::deque<Inflight*> q;
+    {
+      std::lock_guard lock(mu_);
+      q.swap(queue_);
+    }
+    for (Inflight* f : q) {
+      ++in_flight_;
+      Finish(f, st);
+    }
+  }
+
+  const UringEngineOptions options_;
+  Ring ring_;  // touched by thread_ only
+  const int wake_fd_;
+  eventfd_t wake_buf_ = 0;
+  bool rearm_wake_ = false;
+  uint32_t in_flight_ = 0;  // thread_ only
+
+  std::mutex mu_;
+  std::deque<Inflight*> queue_;  // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+  std::once_flag join_once_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<IoEngine>> NewUringEngine(const UringEngineOptions& options) {
+  if (options.queue_depth == 0 || options.max_queued == 0 || options.timeout_ms == 0) {
+    return Status::InvalidArgument(
+        "io engine: queue_depth, max_queued and timeout_ms must be > 0");
+  }
+  // Two entries per request (the operation and its linked timeout) plus the
+  // wake read.
+  KVTIER_ASSIGN_OR_RETURN(Ring ring, Ring::Create(2 * options.queue_depth + 2));
+  int fd = eventfd(0, EFD_CLOEXEC);
+  if (fd < 0) return FromErrno(errno, "eventfd");
+  return std::unique_ptr<IoEngine>(new UringEngine(options, std::move(ring), fd));
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,35 @@
+// FaultIoEngine: an IoEngine decorator that injects the failures a real
+// device shows, for the NVMe tier's fault suite. Faults are switched at run
+// time through IoFaults (atomics), so a test can write cleanly, then break
+// the device and read.
+//
+//   read_errno / write_errno  the request fails with that errno, e.g. EIO or
+//                             ENOSPC, as "fault engine <op> at offset N: ..."
+//   torn_reads                the device fills only the first half of each
+//                             read's bytes but reports success (what a
+//                             lying device or a torn DMA looks like)
+//   stall_reads/stall_writes  the request is sent to a pipe that never
+//                             answers, so the inner engine's deadline fires
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "io/io_engine.h"
+
+namespace kvtier::testing {
+
+struct IoFaults {
+  std::atomic<int> read_errno{0};
+  std::atomic<int> write_errno{0};
+  std::atomic<bool> torn_reads{false};
+  std::atomic<bool> stall_reads{false};
+  std::atomic<bool> stall_writes{false};
+  std::atomic<uint64_t> injected{0};  // requests a fault was applied to
+};
+
+// Wraps `inner`; `faults` must outlive the engine.
+std::unique_ptr<internal::IoEngine> NewFaultIoEngine(std::unique_ptr<internal::IoEngine> inner,
+                                                     IoFaults* faults);
+
+}  // namespace kvtier::testing

@@ -1,0 +1,58 @@
+// Shared by the NVMe tier tests: scratch directories and tier options.
+#pragma once
+
+#include <sys/vfs.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "kvtier/options.h"
+#include "kvtier/tier.h"
+
+namespace kvtier::testing {
+
+inline constexpr long kTmpfsMagic = 0x01021994;
+
+// A fresh directory removed with everything in it on destruction. The
+// default parent is the build directory: a disk file system, where O_DIRECT
+// works (a tmpfs /tmp would silently test the buffered fallback only).
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& parent = KVTIER_BINARY_DIR) {
+    std::string pattern = parent + "/nvme-test-XXXXXX";
+    char* made = mkdtemp(pattern.data());
+    if (made != nullptr) path_ = made;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+  bool ok() const { return !path_.empty(); }
+
+ private:
+  std::string path_;
+};
+
+inline bool IsTmpfs(const std::string& path) {
+  struct statfs fs{};
+  return statfs(path.c_str(), &fs) == 0 && fs.f_type == kTmpfsMagic;
+}
+
+inline TierOptions NvmeOptions(const std::string& dir, uint64_t capacity_blocks,
+                               uint64_t block_bytes, uint64_t region_bytes = 256 * 1024) {
+  TierOptions o;
+  o.name = "ssd";
+  o.type = "nvme";
+  o.capacity_bytes = capacity_blocks * block_bytes;
+  o.path = dir + "/data";
+  o.region_bytes = region_bytes;
+  o.nvme.io_timeout_ms = 2000;
+  o.nvme.commit_every_blocks = 8;
+  return o;
+}
+
+}  // namespace kvtier::testing

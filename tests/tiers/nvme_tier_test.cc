@@ -1,0 +1,279 @@
+// The NVMe tier: the conformance suite (O_DIRECT on a disk file system and
+// the buffered fallback on tmpfs), restart, layout mismatch, reclaim and
+// accounting.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "kvtier/config.h"
+#include "tests/support/block_data.h"
+#include "tests/support/tier_conformance.h"
+#include "tests/tiers/nvme_test_util.h"
+#include "tiers/nvme/nvme_format.h"
+#include "tiers/nvme/nvme_tier.h"
+
+namespace kvtier::testing {
+namespace {
+
+using internal::NvmeTier;
+using internal::OpenNvmeTier;
+
+constexpr NamespaceId kNs{0x77};
+
+// Scratch directories of the conformance makers live until the process ends
+// (the suite owns the tiers, not their files); removed at exit.
+std::vector<std::unique_ptr<ScratchDir>>& MakerDirs() {
+  static std::vector<std::unique_ptr<ScratchDir>> dirs;
+  return dirs;
+}
+
+Result<std::unique_ptr<Tier>> MakeIn(const std::string& parent, uint64_t capacity_blocks,
+                                     uint64_t block_bytes) {
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  MakerDirs().push_back(std::make_unique<ScratchDir>(parent));
+  TierOptions o = NvmeOptions(MakerDirs().back()->path(), capacity_blocks, block_bytes);
+  return CreateTier(o, TierContext{block_bytes});
+}
+
+Result<std::unique_ptr<Tier>> MakeDirect(uint64_t capacity_blocks, uint64_t block_bytes) {
+  return MakeIn(KVTIER_BINARY_DIR, capacity_blocks, block_bytes);
+}
+
+Result<std::unique_ptr<Tier>> MakeBuffered(uint64_t capacity_blocks, uint64_t block_bytes) {
+  return MakeIn("/dev/shm", capacity_blocks, block_bytes);
+}
+
+std::vector<TierMaker> Makers() {
+  std::vector<TierMaker> m = {{"NvmeDirect", MakeDirect}};
+  if (IsTmpfs("/dev/shm")) m.push_back({"NvmeBufferedTmpfs", MakeBuffered});
+  return m;
+}
+
+INSTANTIATE_TEST_SUITE_P(Nvme, TierConformanceTest, ::testing::ValuesIn(Makers()),
+                         TierMakerName);
+
+// Writes blocks [first, first+count) of `bytes` each, one batch.
+void WriteBlocks(Tier& t, uint64_t first, uint64_t count, uint64_t bytes, uint64_t version = 0) {
+  std::vector<std::vector<std::byte>> data;
+  std::vector<WriteOp> ops;
+  for (uint64_t i = first; i < first + count; ++i) data.push_back(BlockBytes(TestKey(i), bytes, version));
+  for (uint64_t i = 0; i < count; ++i) ops.push_back({TestKey(first + i), data[i]});
+  Completion c = t.Write(kNs, ops);
+  ASSERT_TRUE(c.Wait().ok()) << c.status().ToString();
+}
+
+// Reads block i and compares it byte for byte; returns the read's status.
+Status ReadAndCheck(Tier& t, uint64_t i, uint64_t bytes, uint64_t version = 0) {
+  std::vector<std::byte> out(bytes);
+  ReadOp rd{TestKey(i), out};
+  Completion c = t.Read(kNs, std::span(&rd, 1));
+  (void)c.Wait();
+  if (c.result(0).ok()) {
+    EXPECT_EQ(c.bytes(0), bytes);
+    EXPECT_TRUE(out == BlockBytes(TestKey(i), bytes, version)) << "block " << i << " differs";
+  }
+  return c.result(0);
+}
+
+TEST(NvmeTier, RestartKeepsEveryBlock) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  constexpr uint64_t kBytes = 48 * 1024 + 100;  // not a multiple of 4 KiB: the bounce path
+  TierOptions o = NvmeOptions(dir.path(), 64, kBytes);
+  {
+    auto t = OpenNvmeTier(o, TierContext{kBytes});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_TRUE((*t)->Stats().direct_io) << "the build directory should accept O_DIRECT";
+    WriteBlocks(**t, 0, 40, kBytes);
+    std::vector<BlockKey> gone = {TestKey(3), TestKey(7)};
+    ASSERT_TRUE((*t)->Remove(kNs, gone).Wait().ok());
+    (*t)->Shutdown();
+  }
+  auto t = OpenNvmeTier(o, TierContext{kBytes});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Stats().recovered_blocks, 38u);
+  EXPECT_EQ((*t)->Usage().blocks, 38u);
+  EXPECT_EQ((*t)->Usage().used_bytes, 38 * kBytes);
+  for (uint64_t i = 0; i < 40; ++i) {
+    Status st = ReadAndCheck(**t, i, kBytes);
+    if (i == 3 || i == 7) {
+      EXPECT_EQ(st.code(), StatusCode::kNotFound) << i;
+    } else {
+      EXPECT_TRUE(st.ok()) << i << ": " << st.ToString();
+    }
+  }
+  (*t)->Shutdown();
+}
+
+TEST(NvmeTier, LayoutMismatchIsRefusedOrWiped) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  {
+    auto t = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    WriteBlocks(**t, 0, 4, 8192);
+    (*t)->Shutdown();
+  }
+  auto refused = OpenNvmeTier(o, TierContext{16384});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().ToString(),
+            "invalid_argument: tier 'ssd': nvme store at " + dir.path() +
+                "/data.index was written with another layout (block size 8192 != 16384); set "
+                "'on_mismatch: wipe' to discard it");
+  o.nvme.on_mismatch = "wipe";
+  auto wiped = OpenNvmeTier(o, TierContext{16384});
+  ASSERT_TRUE(wiped.ok()) << wiped.status().ToString();
+  EXPECT_EQ((*wiped)->Usage().blocks, 0u);
+  EXPECT_EQ(ReadAndCheck(**wiped, 0, 16384).code(), StatusCode::kNotFound);
+  (*wiped)->Shutdown();
+}
+
+// Fill, remove every other block, write again: the tier must reclaim the
+// dead half, keep every live block readable, and account for the rewrite.
+void ReclaimKeepsLiveBlocks(const std::string& policy) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  constexpr uint64_t kBytes = 16 * 1024;  // 20 KiB on disk: 12 per 256 KiB region
+  TierOptions o = NvmeOptions(dir.path(), 48, kBytes);
+  o.nvme.reclaim = policy;
+  auto t = OpenNvmeTier(o, TierContext{kBytes});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const uint32_t regions = (*t)->Stats().regions;
+  EXPECT_EQ(regions, 6u);  // 4 for the capacity + 2 spare
+  uint64_t next = 0;
+  std::map<uint64_t, bool> live;
+  for (int round = 0; round < 6; ++round) {
+    const uint64_t room = 48 - (*t)->Usage().blocks;
+    WriteBlocks(**t, next, room, kBytes);
+    for (uint64_t i = next; i < next + room; ++i) live[i] = true;
+    next += room;
+    // Remove every other live block.
+    std::vector<BlockKey> gone;
+    bool flip = false;
+    for (auto& [i, alive] : live) {
+      if (!alive) continue;
+      if (flip) {
+        gone.push_back(TestKey(i));
+        alive = false;
+      }
+      flip = !flip;
+    }
+    ASSERT_TRUE((*t)->Remove(kNs, gone).Wait().ok());
+  }
+  internal::NvmeStats st = (*t)->Stats();
+  EXPECT_GT(st.reclaims, 0u);
+  EXPECT_GT(st.bytes_reinserted, 0u);
+  EXPECT_GT(st.WriteAmplification(), 1.0);
+  EXPECT_EQ(st.corruptions, 0u);
+  for (auto& [i, alive] : live) {
+    Status s = ReadAndCheck(**t, i, kBytes);
+    EXPECT_EQ(s.code(), alive ? StatusCode::kOk : StatusCode::kNotFound) << i << " " << s.ToString();
+  }
+  (*t)->Shutdown();
+  // And the rewritten locations survive a restart.
+  auto again = OpenNvmeTier(o, TierContext{kBytes});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  for (auto& [i, alive] : live) {
+    Status s = ReadAndCheck(**again, i, kBytes);
+    EXPECT_EQ(s.code(), alive ? StatusCode::kOk : StatusCode::kNotFound) << i << " " << s.ToString();
+  }
+  (*again)->Shutdown();
+}
+
+TEST(NvmeTier, FifoReclaimKeepsLiveBlocks) { ReclaimKeepsLiveBlocks("fifo"); }
+TEST(NvmeTier, GreedyReclaimKeepsLiveBlocks) { ReclaimKeepsLiveBlocks("greedy"); }
+
+TEST(NvmeTier, AccountsHostAndDeviceBytes) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok());
+  WriteBlocks(**t, 0, 10, 8192);
+  internal::NvmeStats st = (*t)->Stats();
+  EXPECT_EQ(st.host_bytes_written, 10u * 8192);
+  EXPECT_EQ(st.device_bytes_written, 10u * (4096 + 8192));  // a header page per block
+  EXPECT_DOUBLE_EQ(st.WriteAmplification(), 1.5);
+  EXPECT_EQ(st.reclaims, 0u);
+  (*t)->Shutdown();
+}
+
+// Whether O_DIRECT works on tmpfs depends on the kernel (6.6 added it); the
+// tier must report what it got, and work either way. direct_io: false forces
+// the buffered path.
+TEST(NvmeTier, TmpfsAndBufferedModeWorkAndAreReported) {
+  if (!IsTmpfs("/dev/shm")) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+  ScratchDir dir("/dev/shm");
+  ASSERT_TRUE(dir.ok());
+  const std::string probe = dir.path() + "/probe";
+  int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
+  const bool tmpfs_direct = fd >= 0;
+  if (fd >= 0) close(fd);
+  for (bool want_direct : {true, false}) {
+    ScratchDir sub(dir.path());
+    TierOptions o = NvmeOptions(sub.path(), 8, 4096);
+    o.nvme.direct_io = want_direct;
+    auto t = OpenNvmeTier(o, TierContext{4096});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ((*t)->Stats().direct_io, want_direct && tmpfs_direct);
+    WriteBlocks(**t, 0, 4, 4096);
+    EXPECT_TRUE(ReadAndCheck(**t, 2, 4096).ok());
+    (*t)->Shutdown();
+  }
+}
+
+TEST(NvmeTier, ReadsStraightIntoAlignedBuffers) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  constexpr uint64_t kBytes = 64 * 1024;
+  auto t = OpenNvmeTier(NvmeOptions(dir.path(), 8, kBytes), TierContext{kBytes});
+  ASSERT_TRUE(t.ok());
+  internal::AlignedBuffer src(kBytes), dst(kBytes);
+  FillBlock(TestKey(1), 0, src.span());
+  WriteOp w{TestKey(1), src.span()};
+  ASSERT_TRUE((*t)->Write(kNs, std::span(&w, 1)).Wait().ok());
+  ReadOp r{TestKey(1), dst.span()};
+  ASSERT_TRUE((*t)->Read(kNs, std::span(&r, 1)).Wait().ok());
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), kBytes), 0);
+  (*t)->Shutdown();
+}
+
+}  // namespace
+}  // namespace kvtier::testing
+
+namespace kvtier::testing {
+namespace {
+
+TEST(NvmeConfig, ExampleKeysReachTheOptions) {
+  auto c = LoadConfigFile(std::string(KVTIER_SOURCE_DIR) + "/config/examples/host-nvme.yaml",
+                          std::vector<std::string>{"tiers.ssd.reclaim=greedy",
+                                                   "tiers.ssd.io_timeout_ms=250"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const TierOptions& t = c->runtime.tiers[1];
+  EXPECT_EQ(t.type, "nvme");
+  EXPECT_EQ(t.path, "/var/tmp/kvtier-host-nvme.dat");
+  EXPECT_EQ(t.region_bytes, 64 * kMiB);
+  EXPECT_EQ(t.nvme.io_timeout_ms, 250u);
+  EXPECT_EQ(t.nvme.queue_depth, 64u);
+  EXPECT_EQ(t.nvme.commit_every_blocks, 64u);
+  EXPECT_EQ(t.nvme.reclaim, "greedy");
+  EXPECT_EQ(t.nvme.on_mismatch, "refuse");
+  EXPECT_TRUE(t.nvme.direct_io);
+  auto bad = LoadConfigFile(std::string(KVTIER_SOURCE_DIR) + "/config/examples/host-nvme.yaml",
+                            std::vector<std::string>{"tiers.ssd.on_mismatch=ignore"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("nvme.on_mismatch is 'ignore'; expected one of: refuse, wipe"),
+            std::string::npos)
+      << bad.status().ToString();
+}
+
+}  // namespace
+}  // namespace kvtier::testing

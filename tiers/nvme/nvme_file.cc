@@ -1,0 +1,76 @@
+#include "tiers/nvme/nvme_file.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+namespace kvtier::internal {
+
+DataFile::DataFile(DataFile&& other) noexcept { *this = std::move(other); }
+
+DataFile& DataFile::operator=(DataFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    direct_ = other.direct_;
+    block_device_ = other.block_device_;
+    preallocated_ = other.preallocated_;
+  }
+  return *this;
+}
+
+DataFile::~DataFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<DataFile> DataFile::Open(const std::string& path, uint64_t bytes, bool direct,
+                                LogSink* log) {
+  DataFile f;
+  struct stat st{};
+  f.block_device_ = stat(path.c_str(), &st) == 0 && S_ISBLK(st.st_mode);
+  const int base = O_RDWR | O_CLOEXEC | (f.block_device_ ? 0 : O_CREAT);
+  f.fd_ = direct ? open(path.c_str(), base | O_DIRECT, 0644) : -1;
+  f.direct_ = f.fd_ >= 0;
+  if (f.fd_ < 0 && direct && errno != EINVAL) return FromErrno(errno, "open " + path);
+  if (f.fd_ < 0) {
+    f.fd_ = open(path.c_str(), base, 0644);
+    if (f.fd_ < 0) return FromErrno(errno, "open " + path);
+    if (direct && log) {
+      log->Log(LogLevel::kWarning, "nvme: " + path +
+                                       ": the file system refuses O_DIRECT; using buffered I/O");
+    }
+  }
+  if (f.block_device_) {
+    uint64_t size = 0;
+    if (ioctl(f.fd_, BLKGETSIZE64, &size) != 0) return FromErrno(errno, "BLKGETSIZE64 " + path);
+    if (size < bytes) {
+      return Status::InvalidArgument("nvme: block device " + path + " holds " +
+                                     std::to_string(size) + " bytes; the tier needs " +
+                                     std::to_string(bytes));
+    }
+    f.preallocated_ = true;
+    return f;
+  }
+  int rc = fallocate(f.fd_, 0, 0, static_cast<off_t>(bytes));
+  if (rc == 0) {
+    f.preallocated_ = true;
+    return f;
+  }
+  if (errno != EOPNOTSUPP) return FromErrno(errno, "fallocate " + path);
+  struct stat now{};
+  if (fstat(f.fd_, &now) == 0 && static_cast<uint64_t>(now.st_size) >= bytes) return f;
+  if (ftruncate(f.fd_, static_cast<off_t>(bytes)) != 0) return FromErrno(errno, "ftruncate " + path);
+  if (log) {
+    log->Log(LogLevel::kWarning, "nvme: " + path +
+                                     ": fallocate is not supported; the file is sparse and its "
+                                     "space is not reserved");
+  }
+  return f;
+}
+
+}  // namespace kvtier::internal

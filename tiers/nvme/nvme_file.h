@@ -1,0 +1,43 @@
+// DataFile: the owner of the NVMe tier's data file descriptor. Opens a
+// regular file (created and preallocated with fallocate) or a block device,
+// with O_DIRECT when the file system accepts it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvtier/env.h"
+#include "kvtier/status.h"
+
+namespace kvtier::internal {
+
+class DataFile {
+ public:
+  // A file of at least `bytes`. With `direct`, O_DIRECT is tried first; a
+  // file system that refuses it (tmpfs) gets buffered I/O and one warning.
+  // A file system without fallocate gets a sparse file and one warning.
+  // ResourceExhausted when the space cannot be reserved; InvalidArgument for
+  // a block device smaller than `bytes`.
+  static Result<DataFile> Open(const std::string& path, uint64_t bytes, bool direct,
+                               LogSink* log);
+
+  DataFile() = default;
+  DataFile(DataFile&& other) noexcept;
+  DataFile& operator=(DataFile&& other) noexcept;
+  DataFile(const DataFile&) = delete;
+  DataFile& operator=(const DataFile&) = delete;
+  ~DataFile();
+
+  int fd() const { return fd_; }
+  bool direct() const { return direct_; }
+  bool block_device() const { return block_device_; }
+  bool preallocated() const { return preallocated_; }
+
+ private:
+  int fd_ = -1;
+  bool direct_ = false;
+  bool block_device_ = false;
+  bool preallocated_ = false;
+};
+
+}  // namespace kvtier::internal

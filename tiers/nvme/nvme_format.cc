@@ -1,0 +1,121 @@
+#include "tiers/nvme/nvme_format.h"
+
+#include <cstring>
+#include <new>
+
+namespace kvtier::internal {
+namespace {
+
+void PutBe(std::string& out, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+
+uint64_t GetBe(std::string_view s, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+
+constexpr std::string_view kMetaMagic = "kvtier-nvme";
+
+}  // namespace
+
+AlignedBuffer::AlignedBuffer(uint64_t bytes) : size_(bytes) {
+  const uint64_t n = AlignUp(bytes == 0 ? 1 : bytes);
+  void* p = std::aligned_alloc(kNvmeAlign, n);
+  if (p == nullptr) throw std::bad_alloc();  // as operator new would
+  std::memset(p, 0, n);
+  data_.reset(static_cast<std::byte*>(p));
+}
+
+std::string EncodeMeta(const StoreMeta& m) {
+  std::string s(kMetaMagic);
+  PutBe(s, m.format_version, 4);
+  PutBe(s, m.block_bytes, 8);
+  PutBe(s, m.region_bytes, 8);
+  PutBe(s, m.regions, 4);
+  return s;
+}
+
+std::optional<StoreMeta> DecodeMeta(std::string_view s) {
+  if (s.size() != kMetaMagic.size() + 24 || s.substr(0, kMetaMagic.size()) != kMetaMagic) {
+    return std::nullopt;
+  }
+  size_t at = kMetaMagic.size();
+  StoreMeta m;
+  m.format_version = static_cast<uint32_t>(GetBe(s, at, 4));
+  m.block_bytes = GetBe(s, at + 4, 8);
+  m.region_bytes = GetBe(s, at + 12, 8);
+  m.regions = static_cast<uint32_t>(GetBe(s, at + 20, 4));
+  return m;
+}
+
+std::string DescribeMismatch(const StoreMeta& stored, const StoreMeta& wanted) {
+  auto diff = [](const char* what, uint64_t a, uint64_t b) {
+    return std::string(what) + " " + std::to_string(a) + " != " + std::to_string(b);
+  };
+  if (stored.format_version != wanted.format_version) {
+    return diff("format version", stored.format_version, wanted.format_version);
+  }
+  if (stored.block_bytes != wanted.block_bytes) {
+    return diff("block size", stored.block_bytes, wanted.block_bytes);
+  }
+  if (stored.region_bytes != wanted.region_bytes) {
+    return diff("region size", stored.region_bytes, wanted.region_bytes);
+  }
+  return diff("region count", stored.regions, wanted.regions);
+}
+
+std::string RegionRecordKey(uint32_t region) {
+  std::string s = "R";
+  PutBe(s, region, 4);
+  return s;
+}
+
+std::optional<uint32_t> DecodeRegionRecordKey(std::string_view k) {
+  if (k.size() != 5 || k[0] != 'R') return std::nullopt;
+  return static_cast<uint32_t>(GetBe(k, 1, 4));
+}
+
+std::string BlockRecordKey(const NsKey& id) {
+  std::string s = "B";
+  PutBe(s, id.ns.value, 8);
+  PutBe(s, id.key.hi, 8);
+  PutBe(s, id.key.lo, 8);
+  return s;
+}
+
+std::optional<NsKey> DecodeBlockRecordKey(std::string_view k) {
+  if (k.size() != 25 || k[0] != 'B') return std::nullopt;
+  return NsKey{NamespaceId{GetBe(k, 1, 8)}, BlockKey{GetBe(k, 9, 8), GetBe(k, 17, 8)}};
+}
+
+std::string EncodeU64(uint64_t v) {
+  std::string s;
+  PutBe(s, v, 8);
+  return s;
+}
+
+std::optional<uint64_t> DecodeU64(std::string_view s) {
+  if (s.size() != 8) return std::nullopt;
+  return GetBe(s, 0, 8);
+}
+
+std::string EncodeLocation(const BlockLocation& loc) {
+  std::string s;
+  PutBe(s, loc.region, 4);
+  PutBe(s, loc.offset, 4);
+  PutBe(s, loc.payload_bytes, 8);
+  PutBe(s, loc.checksum, 8);
+  PutBe(s, loc.generation, 8);
+  return s;
+}
+
+std::optional<BlockLocation> DecodeLocation(std::string_view s) {
+  if (s.size() != 32) return std::nullopt;
+  return BlockLocation{static_cast<uint32_t>(GetBe(s, 0, 4)),
+                       static_cast<uint32_t>(GetBe(s, 4, 4)), GetBe(s, 8, 8), GetBe(s, 16, 8),
+                       GetBe(s, 24, 8)};
+}
+
+}  // namespace kvtier::internal

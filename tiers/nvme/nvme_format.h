@@ -1,0 +1,87 @@
+// On-disk and in-index formats of the NVMe tier.
+//
+// A block on disk is one 4 KiB header page (the 64-byte BlockHeader, then
+// zeros) followed by the payload padded to 4 KiB, so the payload starts on a
+// 4 KiB boundary and an O_DIRECT read lands it straight in an aligned host
+// slot. The data file is a row of equal regions; a block never spans two.
+//
+// The RocksDB index holds three kinds of records (big-endian keys, so a scan
+// visits them grouped):
+//   "M"                          -> StoreMeta
+//   "R" u32 region               -> u64 generation of the region
+//   "B" u64 ns u64 key.hi key.lo -> BlockLocation
+// An entry is valid only while its generation equals its region's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "core/ns_key.h"
+#include "kvtier/status.h"
+
+namespace kvtier::internal {
+
+inline constexpr uint64_t kNvmeAlign = 4096;
+inline constexpr uint32_t kNvmeFormatVersion = 1;
+
+inline uint64_t AlignUp(uint64_t n) { return (n + kNvmeAlign - 1) / kNvmeAlign * kNvmeAlign; }
+// Bytes a block of `payload_bytes` takes on disk: header page + padded payload.
+inline uint64_t DiskBytes(uint64_t payload_bytes) { return kNvmeAlign + AlignUp(payload_bytes); }
+inline bool IsAligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kNvmeAlign == 0;
+}
+
+// A zero-filled, 4 KiB-aligned heap buffer; move-only.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(uint64_t bytes);
+  std::byte* data() const { return data_.get(); }
+  uint64_t size() const { return size_; }
+  std::span<std::byte> span() const { return {data_.get(), size_}; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> data_;
+  uint64_t size_ = 0;
+};
+
+struct BlockLocation {
+  uint32_t region = 0;
+  uint32_t offset = 0;  // bytes from the region start; 4 KiB-aligned
+  uint64_t payload_bytes = 0;
+  uint64_t checksum = 0;  // payload checksum, also in the on-disk header
+  uint64_t generation = 0;
+  friend bool operator==(const BlockLocation&, const BlockLocation&) = default;
+};
+
+struct StoreMeta {
+  uint32_t format_version = kNvmeFormatVersion;
+  uint64_t block_bytes = 0;
+  uint64_t region_bytes = 0;
+  uint32_t regions = 0;
+  friend bool operator==(const StoreMeta&, const StoreMeta&) = default;
+};
+
+std::string EncodeMeta(const StoreMeta& m);
+std::optional<StoreMeta> DecodeMeta(std::string_view s);
+// Names the first field that differs ("block size 65536 != 131072").
+std::string DescribeMismatch(const StoreMeta& stored, const StoreMeta& wanted);
+
+std::string RegionRecordKey(uint32_t region);
+std::optional<uint32_t> DecodeRegionRecordKey(std::string_view k);
+std::string BlockRecordKey(const NsKey& id);
+std::optional<NsKey> DecodeBlockRecordKey(std::string_view k);
+std::string EncodeU64(uint64_t v);
+std::optional<uint64_t> DecodeU64(std::string_view s);
+std::string EncodeLocation(const BlockLocation& loc);
+std::optional<BlockLocation> DecodeLocation(std::string_view s);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,119 @@
+#include "tiers/nvme/nvme_index.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+namespace kvtier::internal {
+namespace {
+
+constexpr char kMetaKey[] = "M";
+
+// The one place RocksDB errors become Status values.
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return Status::Ok();
+  std::string m = "nvme index " + std::string(what) + ": " + s.ToString();
+  if (s.IsCorruption()) return Status::Corruption(m);
+  if (s.IsNotFound()) return Status::NotFound(m);
+  if (s.IsNoSpace()) return Status::ResourceExhausted(m);
+  if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(m);
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(m);
+  return Status::IOError(m);
+}
+
+rocksdb::Options DbOptions() {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.max_open_files = 64;
+  o.keep_log_file_num = 2;
+  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  return o;
+}
+
+Result<rocksdb::DB*> OpenDb(const std::string& dir) {
+  rocksdb::DB* db = nullptr;
+  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(DbOptions(), dir, &db), "open " + dir));
+  return db;
+}
+
+}  // namespace
+
+NvmeIndex::NvmeIndex(rocksdb::DB* db) : db_(db) {}
+NvmeIndex::~NvmeIndex() = default;
+
+Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const StoreMeta& meta,
+                                                   bool wipe_on_mismatch, LogSink* log,
+                                                   bool* wiped) {
+  *wiped = false;
+  KVTIER_ASSIGN_OR_RETURN(rocksdb::DB * raw, OpenDb(dir));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string value;
+  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kMetaKey, &value);
+  if (s.IsNotFound()) {
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    KVTIER_RETURN_IF_ERROR(FromRocks(db->Put(wo, kMetaKey, EncodeMeta(meta)), "write meta"));
+    return std::unique_ptr<NvmeIndex>(new NvmeIndex(db.release()));
+  }
+  KVTIER_RETURN_IF_ERROR(FromRocks(s, "read meta"));
+  std::optional<StoreMeta> stored = DecodeMeta(value);
+  if (stored && *stored == meta) return std::unique_ptr<NvmeIndex>(new NvmeIndex(db.release()));
+  const std::string why = stored ? DescribeMismatch(*stored, meta)
+                                 : std::string("not a kvtier nvme store");
+  if (!wipe_on_mismatch) {
+    return Status::InvalidArgument("nvme store at " + dir + " was written with another layout (" +
+                                   why + "); set 'on_mismatch: wipe' to discard it");
+  }
+  if (log) log->Log(LogLevel::kWarning, "nvme store at " + dir + " wiped: " + why);
+  db.reset();
+  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(dir, DbOptions()), "destroy " + dir));
+  *wiped = true;
+  return Open(dir, meta, false, log, wiped);
+}
+
+Status NvmeIndex::Scan(const std::function<void(uint32_t, uint64_t)>& on_region,
+                       const std::function<void(const NsKey&, const BlockLocation&)>& on_block,
+                       uint64_t* bad_records) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    std::string_view k(it->key().data(), it->key().size());
+    std::string_view v(it->value().data(), it->value().size());
+    if (k == kMetaKey) continue;
+    if (auto region = DecodeRegionRecordKey(k)) {
+      if (auto gen = DecodeU64(v)) {
+        on_region(*region, *gen);
+        continue;
+      }
+    } else if (auto id = DecodeBlockRecordKey(k)) {
+      if (auto loc = DecodeLocation(v)) {
+        on_block(*id, *loc);
+        continue;
+      }
+    }
+    ++*bad_records;
+  }
+  return FromRocks(it->status(), "scan");
+}
+
+Status NvmeIndex::SetGeneration(uint32_t region, uint64_t generation) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Put(wo, RegionRecordKey(region), EncodeU64(generation)),
+                   "write region generation");
+}
+
+Status NvmeIndex::Apply(const std::vector<IndexUpdate>& updates) {
+  if (updates.empty()) return Status::Ok();
+  rocksdb::WriteBatch batch;
+  for (const IndexUpdate& u : updates) {
+    const std::string key = BlockRecordKey(u.id);
+    if (u.location) {
+      batch.Put(key, EncodeLocation(*u.location));
+    } else {
+      batch.Delete(key);
+    }
+  }
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write batch");
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,61 @@
+// NvmeIndex: the persistent key -> location index of the NVMe tier, in
+// RocksDB. It only stores what the tier tells it; the ordering that makes it
+// crash-safe (data durable before the entries that point at it, a region's
+// new generation durable before new data lands in it) is the tier's job.
+//
+// Thread safety: all methods may be called from any thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvtier/env.h"
+#include "kvtier/status.h"
+#include "tiers/nvme/nvme_format.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace kvtier::internal {
+
+// One pending change: a location to store, or nullopt to delete the key.
+struct IndexUpdate {
+  NsKey id;
+  std::optional<BlockLocation> location;
+};
+
+class NvmeIndex {
+ public:
+  // Opens (creating if absent) the index at `dir`. A store whose meta
+  // differs from `meta` is refused with InvalidArgument naming the
+  // difference, or destroyed and recreated when `wipe_on_mismatch`.
+  // `*wiped` tells the caller that old data must be ignored.
+  static Result<std::unique_ptr<NvmeIndex>> Open(const std::string& dir, const StoreMeta& meta,
+                                                 bool wipe_on_mismatch, LogSink* log,
+                                                 bool* wiped);
+  ~NvmeIndex();
+  NvmeIndex(const NvmeIndex&) = delete;
+  NvmeIndex& operator=(const NvmeIndex&) = delete;
+
+  // Every region generation record (region -> generation) and every block
+  // entry, in key order. Corrupt records are skipped and counted.
+  Status Scan(const std::function<void(uint32_t region, uint64_t generation)>& on_region,
+              const std::function<void(const NsKey&, const BlockLocation&)>& on_block,
+              uint64_t* bad_records);
+
+  // Durably (synced WAL) records a region's new generation.
+  Status SetGeneration(uint32_t region, uint64_t generation);
+  // Applies `updates` in one atomic batch (WAL written, not synced: a killed
+  // process keeps it; the data it points at was made durable before).
+  Status Apply(const std::vector<IndexUpdate>& updates);
+
+ private:
+  explicit NvmeIndex(rocksdb::DB* db);
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace kvtier::internal

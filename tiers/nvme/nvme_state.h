@@ -1,0 +1,121 @@
+// The insides of NvmeTier, shared by nvme_tier.cc (the read, write, remove
+// paths) and nvme_store.cc (open and recovery, region allocation, reclaim,
+// group commit). Not for use outside tiers/nvme.
+//
+// Locking: mu_ guards everything marked "guarded"; it is never held across a
+// blocking I/O wait, only across the synced RocksDB write of a region's new
+// generation. reclaim_mu_ serialises reclaims and is taken before mu_.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ns_key.h"
+#include "io/io_engine.h"
+#include "kvtier/tier.h"
+#include "tiers/nvme/nvme_file.h"
+#include "tiers/nvme/nvme_format.h"
+#include "tiers/nvme/nvme_index.h"
+#include "tiers/nvme/nvme_tier.h"
+
+namespace kvtier::internal {
+
+enum class RegionState : uint8_t { kFree, kActive, kSealed, kReclaiming };
+
+struct Region {
+  RegionState state = RegionState::kFree;
+  uint64_t generation = 0;  // 0: never written
+  uint64_t write_ptr = 0;   // bytes handed out
+  uint64_t live_bytes = 0;  // disk bytes of indexed blocks
+  uint32_t readers = 0;     // reads in flight
+  uint32_t writers = 0;     // writes in flight
+  uint64_t order = 0;       // when it became active; FIFO reclaim order
+};
+
+struct Entry {
+  BlockLocation loc;
+  uint64_t seq = 0;  // write sequence; a later write wins
+};
+
+// Where a new block goes.
+struct Placement {
+  BlockLocation loc;
+  uint64_t seq = 0;
+};
+
+struct NvmeTier::State {
+  std::string name;
+  TierOptions options;
+  uint64_t block_bytes = 0;
+  uint64_t region_bytes = 0;
+  uint64_t disk_budget = 0;  // disk bytes of live blocks the capacity allows
+  std::shared_ptr<LogSink> log;
+  DataFile file;
+  std::unique_ptr<NvmeIndex> index;
+  std::unique_ptr<IoEngine> engine;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;  // region pins dropped, commit progress
+  std::vector<Region> regions;                                   // guarded
+  std::unordered_map<NsKey, Entry, NsKeyHash> map;               // guarded
+  std::unordered_map<NsKey, uint32_t, NsKeyHash> writing;        // guarded
+  std::unordered_map<NsKey, uint64_t, NsKeyHash> tombstones;     // guarded
+  std::unordered_map<NsKey, std::optional<BlockLocation>, NsKeyHash> pending;  // guarded
+  uint64_t seq = 0;              // guarded
+  uint64_t next_generation = 1;  // guarded
+  uint64_t next_order = 1;       // guarded
+  int active = -1;               // guarded
+  int spare = -1;                // guarded: reclaim's target
+  uint64_t used_payload = 0;     // guarded: indexed + in-flight payload bytes
+  uint64_t live_disk = 0;        // guarded: indexed + in-flight disk bytes
+  uint64_t since_commit = 0;     // guarded: blocks installed since the last commit
+  NvmeStats stats;               // guarded
+
+  bool commit_requested = false;  // guarded
+  bool stop_committer = false;    // guarded
+  uint64_t commits_started = 0;   // guarded
+  uint64_t commits_done = 0;      // guarded
+  Status last_commit;             // guarded
+  std::thread committer;
+
+  std::mutex reclaim_mu;
+
+  // nvme_store.cc
+  static Result<std::unique_ptr<State>> Open(const TierOptions& options,
+                                             const TierContext& context,
+                                             std::unique_ptr<IoEngine> engine);
+  Status Recover();
+  // Reserves room for a block of `payload` bytes of `id`; may reclaim.
+  Result<Placement> Reserve(const NsKey& id, uint64_t payload, uint64_t checksum);
+  // Drops an indexed entry's accounting. REQUIRES: mu held.
+  void DropLocked(const NsKey& id, const Entry& e, bool record_delete);
+  void RequestCommitLocked();
+  Status CommitNow();
+  void CommitLoop();
+  void Close();
+
+ private:
+  Status ActivateLocked(int region);
+  int FreeRegionLocked() const;
+  Status Reclaim();
+  int PickVictimLocked() const;
+  Status Relocate(int victim, std::vector<std::pair<NsKey, Entry>>& live, int target);
+  Status SyncIo(IoOp op, uint64_t offset, std::span<std::byte> buf);
+};
+
+// One completion for a batch of I/Os: finishes when the last one is done.
+struct BatchDone {
+  explicit BatchDone(CompletionSource src) : done(std::move(src)) {}
+  CompletionSource done;
+  std::atomic<size_t> remaining{1};  // 1 for the submitter until it is done
+  void Release() {
+    if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) done.Finish();
+  }
+};
+
+}  // namespace kvtier::internal

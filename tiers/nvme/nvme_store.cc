@@ -1,0 +1,428 @@
+// The NVMe tier's space and durability: open and recovery, region
+// allocation, reclaim, and the group-commit thread.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+
+#include "kvtier/block_header.h"
+#include "tiers/nvme/nvme_state.h"
+
+namespace kvtier::internal {
+namespace {
+
+// Geometry: regions for the capacity plus spare ones, so that reclaim always
+// finds dead space to gain (about 1/16 extra) and a target to write into.
+struct Geometry {
+  uint64_t disk_budget = 0;
+  uint32_t regions = 0;
+};
+
+Result<Geometry> ComputeGeometry(const TierOptions& o, uint64_t block_bytes) {
+  const uint64_t block_disk = DiskBytes(block_bytes);
+  if (o.region_bytes % kNvmeAlign != 0 || o.region_bytes > (1ULL << 31)) {
+    return Status::InvalidArgument("tier '" + o.name + "': region size " +
+                                   std::to_string(o.region_bytes) +
+                                   " must be a multiple of 4 KiB and at most 2 GiB");
+  }
+  if (o.region_bytes < block_disk) {
+    return Status::InvalidArgument("tier '" + o.name + "': region size " +
+                                   std::to_string(o.region_bytes) + " cannot hold one block (" +
+                                   std::to_string(block_disk) + " bytes on disk)");
+  }
+  const uint64_t blocks = (o.capacity_bytes + block_bytes - 1) / block_bytes;
+  const uint64_t per_region = o.region_bytes / block_disk;
+  const uint64_t data = (blocks + per_region - 1) / per_region;
+  Geometry g;
+  g.disk_budget = blocks * block_disk;
+  g.regions = static_cast<uint32_t>(data + 2 + data / 16);
+  return g;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions& options,
+                                                               const TierContext& context,
+                                                               std::unique_ptr<IoEngine> engine) {
+  KVTIER_ASSIGN_OR_RETURN(Geometry g, ComputeGeometry(options, context.block_bytes));
+  auto s = std::make_unique<State>();
+  s->name = options.name;
+  s->options = options;
+  s->block_bytes = context.block_bytes;
+  s->region_bytes = options.region_bytes;
+  s->disk_budget = g.disk_budget;
+  s->log = context.log;
+  KVTIER_ASSIGN_OR_RETURN(
+      s->file, DataFile::Open(options.path, uint64_t{g.regions} * options.region_bytes,
+                              options.nvme.direct_io, s->log.get()));
+  const std::string dir =
+      options.nvme.index_path.empty() ? options.path + ".index" : options.nvme.index_path;
+  StoreMeta meta{kNvmeFormatVersion, context.block_bytes, options.region_bytes, g.regions};
+  bool wiped = false;
+  KVTIER_ASSIGN_OR_RETURN(s->index, NvmeIndex::Open(dir, meta, options.nvme.on_mismatch == "wipe",
+                                                    s->log.get(), &wiped));
+  if (!engine) {
+    UringEngineOptions eo{.queue_depth = options.nvme.queue_depth,
+                          .max_queued = options.nvme.max_queued,
+                          .timeout_ms = options.nvme.io_timeout_ms};
+    KVTIER_ASSIGN_OR_RETURN(engine, NewUringEngine(eo));
+  }
+  s->engine = std::move(engine);
+  s->regions.resize(g.regions);
+  s->stats.direct_io = s->file.direct();
+  s->stats.regions = g.regions;
+  KVTIER_RETURN_IF_ERROR(s->Recover());
+  s->committer = std::thread([p = s.get()] { p->CommitLoop(); });
+  return s;
+}
+
+// Rebuilds the in-memory index from RocksDB. Entries whose generation is not
+// their region's (the region was reused after they were written) or that do
+// not fit the geometry are dropped. Every region holding a live block counts
+// as sealed; the rest are free.
+Status NvmeTier::State::Recover() {
+  std::vector<std::pair<NsKey, BlockLocation>> entries;
+  uint64_t bad = 0;
+  KVTIER_RETURN_IF_ERROR(index->Scan(
+      [&](uint32_t r, uint64_t gen) {
+        if (r < regions.size()) regions[r].generation = gen;
+        next_generation = std::max(next_generation, gen + 1);
+      },
+      [&](const NsKey& id, const BlockLocation& loc) { entries.emplace_back(id, loc); }, &bad));
+  std::vector<IndexUpdate> drops;
+  for (auto& [id, loc] : entries) {
+    const bool fits = loc.region < regions.size() && loc.offset % kNvmeAlign == 0 &&
+                      loc.payload_bytes > 0 && loc.payload_bytes <= block_bytes &&
+                      loc.offset + DiskBytes(loc.payload_bytes) <= region_bytes;
+    if (!fits || loc.generation == 0 || loc.generation != regions[loc.region].generation) {
+      drops.push_back({id, std::nullopt});
+      continue;
+    }
+    Region& r = regions[loc.region];
+    r.live_bytes += DiskBytes(loc.payload_bytes);
+    used_payload += loc.payload_bytes;
+    live_disk += DiskBytes(loc.payload_bytes);
+    map[id] = Entry{loc, 0};
+  }
+  for (Region& r : regions) {
+    if (r.live_bytes == 0) continue;
+    r.state = RegionState::kSealed;
+    r.write_ptr = region_bytes;
+    r.order = r.generation;
+  }
+  next_order = next_generation;
+  stats.recovered_blocks = map.size();
+  stats.dropped_on_open = drops.size() + bad;
+  spare = FreeRegionLocked();
+  if (spare < 0) {
+    // Every region holds something (possible only after a crash left many
+    // partly filled regions): give up the emptiest one as the spare.
+    int victim = 0;
+    for (size_t i = 1; i < regions.size(); ++i) {
+      if (regions[i].live_bytes < regions[victim].live_bytes) victim = static_cast<int>(i);
+    }
+    for (auto it = map.begin(); it != map.end();) {
+      auto next = std::next(it);
+      if (it->second.loc.region == static_cast<uint32_t>(victim)) {
+        drops.push_back({it->first, std::nullopt});
+        DropLocked(it->first, it->second, false);
+        map.erase(it);
+      }
+      it = next;
+    }
+    regions[victim] = Region{};
+    spare = victim;
+  }
+  stats.free_regions = static_cast<uint32_t>(
+      std::count_if(regions.begin(), regions.end(),
+                    [](const Region& r) { return r.state == RegionState::kFree; }));
+  return index->Apply(drops);
+}
+
+int NvmeTier::State::FreeRegionLocked() const {
+  for (size_t i = 0; i < regions.size(); ++i) {
+    if (regions[i].state == RegionState::kFree && static_cast<int>(i) != spare) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+// A region's new generation is durable before any byte lands in it, so the
+// entries of its previous life can never be taken for new ones.
+Status NvmeTier::State::ActivateLocked(int r) {
+  const uint64_t gen = next_generation++;
+  KVTIER_RETURN_IF_ERROR(index->SetGeneration(static_cast<uint32_t>(r), gen));
+  Region& reg = regions[r];
+  reg = Region{};
+  reg.state = RegionState::kActive;
+  reg.generation = gen;
+  reg.order = next_order++;
+  if (active >= 0 && active != r) regions[active].state = RegionState::kSealed;
+  active = r;
+  return Status::Ok();
+}
+
+Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload,
+                                           uint64_t checksum) {
+  const uint64_t disk = DiskBytes(payload);
+  std::unique_lock lock(mu);
+  uint64_t replaced_payload = 0, replaced_disk = 0;
+  if (auto it = map.find(id); it != map.end()) {
+    replaced_payload = it->second.loc.payload_bytes;
+    replaced_disk = DiskBytes(replaced_payload);
+  }
+  if (used_payload - replaced_payload + payload > options.capacity_bytes ||
+      live_disk - replaced_disk + disk > disk_budget) {
+    return Status::ResourceExhausted("tier '" + name + "' is full (" +
+                                     std::to_string(used_payload) + " of " +
+                                     std::to_string(options.capacity_bytes) + " bytes)");
+  }
+  for (size_t attempt = 0;; ++attempt) {
+    if (active >= 0 && regions[active].write_ptr + disk <= region_bytes) break;
+    if (int r = FreeRegionLocked(); r >= 0) {
+      KVTIER_RETURN_IF_ERROR(ActivateLocked(r));
+      RequestCommitLocked();  // a region was sealed: commit what it holds
+      continue;
+    }
+    if (attempt > regions.size()) {
+      return Status::ResourceExhausted("tier '" + name + "': no reclaimable space");
+    }
+    lock.unlock();
+    Status st = Reclaim();
+    lock.lock();
+    if (!st.ok()) return st.WithContext("tier '" + name + "': reclaim");
+  }
+  Region& r = regions[active];
+  Placement p;
+  p.loc = BlockLocation{static_cast<uint32_t>(active), static_cast<uint32_t>(r.write_ptr),
+                        payload, checksum, r.generation};
+  p.seq = ++seq;
+  r.write_ptr += disk;
+  ++r.writers;
+  ++writing[id];
+  used_payload += payload;
+  live_disk += disk;
+  return p;
+}
+
+void NvmeTier::State::DropLocked(const NsKey& id, const Entry& e, bool record_delete) {
+  const uint64_t disk = DiskBytes(e.loc.payload_bytes);
+  regions[e.loc.region].live_bytes -= disk;
+  used_payload -= e.loc.payload_bytes;
+  live_disk -= disk;
+  if (record_delete) pending[id] = std::nullopt;
+}
+
+// Regions still being written are passed over when another will do: their
+// live bytes are not counted yet, and reclaim would wait for them.
+int NvmeTier::State::PickVictimLocked() const {
+  int best = -1;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const Region& r = regions[i];
+    if (r.state != RegionState::kSealed) continue;
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const Region& b = regions[best];
+    if ((r.writers == 0) != (b.writers == 0)) {
+      if (r.writers == 0) best = static_cast<int>(i);
+      continue;
+    }
+    const bool better = options.nvme.reclaim == "greedy"
+                            ? (r.live_bytes < b.live_bytes ||
+                               (r.live_bytes == b.live_bytes && r.order < b.order))
+                            : r.order < b.order;
+    if (better) best = static_cast<int>(i);
+  }
+  return best;
+}
+
+Status NvmeTier::State::SyncIo(IoOp op, uint64_t offset, std::span<std::byte> buf) {
+  std::promise<IoCompletion> p;
+  auto f = p.get_future();
+  std::vector<IoRequest> reqs(1);
+  reqs[0].op = op;
+  reqs[0].fd = file.fd();
+  reqs[0].offset = offset;
+  if (!buf.empty()) reqs[0].iov.push_back({buf.data(), buf.size()});
+  reqs[0].done = [&p](const IoCompletion& c) { p.set_value(c); };
+  KVTIER_RETURN_IF_ERROR(engine->Submit(std::move(reqs)));
+  return f.get().status;
+}
+
+// Rewrites the live blocks of the victim region into `target` (the spare),
+// which becomes the active region; the victim becomes the spare.
+Status NvmeTier::State::Reclaim() {
+  std::lock_guard reclaim_lock(reclaim_mu);
+  std::unique_lock lock(mu);
+  if (FreeRegionLocked() >= 0) return Status::Ok();  // another writer reclaimed
+  const int victim = PickVictimLocked();
+  if (victim < 0 || spare < 0) return Status::ResourceExhausted("no region to reclaim");
+  Region& v = regions[victim];
+  v.state = RegionState::kReclaiming;
+  cv.wait(lock, [&] { return v.writers == 0; });
+  std::vector<std::pair<NsKey, Entry>> live;
+  for (const auto& [id, e] : map) {
+    if (e.loc.region == static_cast<uint32_t>(victim)) live.emplace_back(id, e);
+  }
+  const int target = spare;
+  if (live.empty()) {
+    cv.wait(lock, [&] { return v.readers == 0; });
+    stats.bytes_reclaimed += v.write_ptr;
+    ++stats.reclaims;
+    v = Region{};
+    return Status::Ok();  // the victim is free now
+  }
+  lock.unlock();
+  Status st = Relocate(victim, live, target);
+  if (!st.ok()) return st;
+  return CommitNow();
+}
+
+Status NvmeTier::State::Relocate(int victim, std::vector<std::pair<NsKey, Entry>>& live,
+                                 int target) {
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a.second.loc.offset < b.second.loc.offset; });
+  const auto& last = live.back().second.loc;
+  AlignedBuffer buf(last.offset + DiskBytes(last.payload_bytes));
+  Status read = SyncIo(IoOp::kRead, uint64_t(victim) * region_bytes, buf.span());
+  // Pack the blocks that still verify to the front of the buffer; offsets
+  // only move down, so memmove in offset order never overwrites a source.
+  std::vector<bool> keep(live.size(), false);
+  uint64_t packed = 0;
+  for (size_t i = 0; read.ok() && i < live.size(); ++i) {
+    const BlockLocation& loc = live[i].second.loc;
+    const uint64_t disk = DiskBytes(loc.payload_bytes);
+    std::span<const std::byte> image(buf.data() + loc.offset, disk);
+    Result<BlockHeader> h = DecodeBlockHeader(image.first(kBlockHeaderBytes));
+    if (!h.ok() || h->payload_checksum != loc.checksum ||
+        !VerifyBlock(*h, live[i].first.ns, live[i].first.key,
+                     image.subspan(kNvmeAlign, loc.payload_bytes))
+             .ok()) {
+      continue;
+    }
+    std::memmove(buf.data() + packed, image.data(), disk);
+    live[i].second.loc.offset = static_cast<uint32_t>(packed);  // new offset, old kept in map
+    keep[i] = true;
+    packed += disk;
+  }
+  std::unique_lock lock(mu);
+  Status st = read;
+  uint64_t gen = 0;
+  if (st.ok()) st = ActivateLocked(target);
+  if (st.ok()) {
+    gen = regions[target].generation;
+    regions[target].write_ptr = packed;
+    ++regions[target].writers;
+    lock.unlock();
+    st = SyncIo(IoOp::kWrite, uint64_t(target) * region_bytes, buf.span().first(packed));
+    lock.lock();
+    --regions[target].writers;
+    spare = -1;
+    if (st.ok()) stats.device_bytes_written += packed;
+  }
+  if (!st.ok() && log) {
+    log->Log(LogLevel::kError, "nvme tier '" + name + "': reclaim of region " +
+                                   std::to_string(victim) + " lost its live blocks: " +
+                                   st.ToString());
+  }
+  Region& v = regions[victim];
+  for (size_t i = 0; i < live.size(); ++i) {
+    auto it = map.find(live[i].first);
+    if (it == map.end() || it->second.loc.region != static_cast<uint32_t>(victim) ||
+        it->second.seq != live[i].second.seq) {
+      continue;  // replaced or removed while being moved
+    }
+    if (!st.ok() || !keep[i]) {
+      if (!keep[i] && st.ok()) ++stats.corruptions;
+      DropLocked(it->first, it->second, true);
+      map.erase(it);
+      continue;
+    }
+    const uint64_t disk = DiskBytes(it->second.loc.payload_bytes);
+    BlockLocation moved = it->second.loc;
+    moved.region = static_cast<uint32_t>(target);
+    moved.offset = live[i].second.loc.offset;
+    moved.generation = gen;
+    it->second.loc = moved;
+    pending[it->first] = moved;
+    v.live_bytes -= disk;
+    regions[target].live_bytes += disk;
+    stats.bytes_reinserted += disk;
+  }
+  cv.wait(lock, [&] { return v.readers == 0; });
+  stats.bytes_reclaimed += v.write_ptr - std::min(v.write_ptr, packed);
+  ++stats.reclaims;
+  v = Region{};
+  spare = victim;
+  return Status::Ok();
+}
+
+void NvmeTier::State::RequestCommitLocked() {
+  commit_requested = true;
+  cv.notify_all();
+}
+
+Status NvmeTier::State::CommitNow() {
+  std::unique_lock lock(mu);
+  if (stop_committer) return Status::Unavailable("tier '" + name + "' is closed");
+  const uint64_t target = commits_started + 1;
+  RequestCommitLocked();
+  cv.wait(lock, [&] { return commits_done >= target; });
+  return last_commit;
+}
+
+// Group commit: the data of every pending entry was written (its write
+// completed) before the entry became pending, so one fdatasync here makes
+// all of it durable before RocksDB learns where it is.
+void NvmeTier::State::CommitLoop() {
+  std::unique_lock lock(mu);
+  for (;;) {
+    cv.wait(lock, [&] { return commit_requested || stop_committer; });
+    if (!commit_requested) break;
+    commit_requested = false;
+    const uint64_t epoch = ++commits_started;
+    std::vector<IndexUpdate> updates;
+    updates.reserve(pending.size());
+    for (auto& [id, loc] : pending) updates.push_back({id, loc});
+    pending.clear();
+    since_commit = 0;
+    lock.unlock();
+    Status st;
+    if (!updates.empty()) {
+      if (fdatasync(file.fd()) != 0) st = FromErrno(errno, "nvme fdatasync");
+      if (st.ok()) st = index->Apply(updates);
+    }
+    lock.lock();
+    if (!updates.empty()) {
+      if (st.ok()) {
+        ++stats.index_commits;
+      } else {
+        ++stats.commit_failures;
+        if (log) log->Log(LogLevel::kError, "nvme tier '" + name + "': " + st.ToString());
+      }
+    }
+    last_commit = st;
+    commits_done = epoch;
+    cv.notify_all();
+  }
+}
+
+void NvmeTier::State::Close() {
+  if (committer.joinable()) {
+    (void)CommitNow();
+    {
+      std::lock_guard lock(mu);
+      stop_committer = true;
+      cv.notify_all();
+    }
+    committer.join();
+  }
+  if (engine) engine->Shutdown();
+  index.reset();
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,309 @@
+// The NVMe tier's data paths: reads, writes, removes and lookups.
+#include "tiers/nvme/nvme_tier.h"
+
+#include <cstring>
+
+#include "kvtier/block_header.h"
+#include "tiers/nvme/nvme_state.h"
+
+namespace kvtier::internal {
+namespace {
+
+std::string BlockName(const NsKey& id, const BlockLocation& loc) {
+  return "nvme block " + ToHex(id.key) + " (region " + std::to_string(loc.region) + ", offset " +
+         std::to_string(loc.offset) + ")";
+}
+
+// What a read needs between submission and completion.
+struct ReadCtx {
+  size_t item = 0;
+  NsKey id;
+  BlockLocation loc;
+  uint64_t seq = 0;
+  std::span<std::byte> dst;
+  AlignedBuffer buf;     // the header page, or the whole block when bouncing
+  bool direct = false;   // payload lands in dst itself
+};
+
+struct WriteCtx {
+  size_t item = 0;
+  NsKey id;
+  Placement place;
+  AlignedBuffer buf;  // header page, plus the padded payload when bouncing
+};
+
+// Checks the header and checksum; only a block that passes both reaches the
+// caller as OK. A block that fails is dropped from the index (a later read
+// misses) unless it was replaced meanwhile.
+void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSource& done) {
+  Status st = io;
+  std::span<const std::byte> payload;
+  if (st.ok()) {
+    payload = c.direct ? std::span<const std::byte>(c.dst.data(), c.loc.payload_bytes)
+                       : std::span<const std::byte>(c.buf.data() + kNvmeAlign,
+                                                    c.loc.payload_bytes);
+    Result<BlockHeader> h = DecodeBlockHeader(c.buf.span().first(kBlockHeaderBytes));
+    if (!h.ok()) {
+      st = h.status();
+    } else if (h->payload_checksum != c.loc.checksum ||
+               h->payload_bytes != c.loc.payload_bytes) {
+      st = Status::Corruption("header does not match the index entry");
+    } else {
+      st = VerifyBlock(*h, c.id.ns, c.id.key, payload);
+    }
+    if (!st.ok()) st = Status::Corruption(BlockName(c.id, c.loc) + ": " + std::string(st.message()));
+  }
+  if (st.ok() && !c.direct) std::memcpy(c.dst.data(), payload.data(), payload.size());
+  {
+    std::lock_guard lock(s.mu);
+    Region& r = s.regions[c.loc.region];
+    if (--r.readers == 0) s.cv.notify_all();
+    if (st.code() == StatusCode::kCorruption) {
+      ++s.stats.corruptions;
+      auto it = s.map.find(c.id);
+      if (it != s.map.end() && it->second.seq == c.seq && it->second.loc == c.loc) {
+        s.DropLocked(c.id, it->second, true);
+        s.map.erase(it);
+      }
+    }
+  }
+  const uint64_t bytes = st.ok() ? c.loc.payload_bytes : 0;
+  done.Set(c.item, std::move(st), bytes);
+}
+
+}  // namespace
+
+NvmeTier::NvmeTier(const TierOptions& options, std::unique_ptr<State> state)
+    : Tier(options.name, "nvme",
+           TierCapabilities{.persistent = true,
+                            .checksummed = true,
+                            .local_index = true,
+                            .max_block_bytes = state->block_bytes}),
+      s_(std::move(state)) {}
+
+NvmeTier::~NvmeTier() { Shutdown(); }
+
+void NvmeTier::DoShutdown() { s_->Close(); }
+
+TierUsage NvmeTier::Usage() const {
+  std::lock_guard lock(s_->mu);
+  return {s_->options.capacity_bytes, s_->used_payload, s_->map.size()};
+}
+
+NvmeStats NvmeTier::Stats() const {
+  std::lock_guard lock(s_->mu);
+  NvmeStats st = s_->stats;
+  st.free_regions = 0;
+  for (const Region& r : s_->regions) st.free_regions += r.state == RegionState::kFree;
+  return st;
+}
+
+Status NvmeTier::Flush() { return s_->CommitNow(); }
+
+std::optional<uint64_t> NvmeTier::TEST_FileOffset(NamespaceId ns, const BlockKey& key) const {
+  std::lock_guard lock(s_->mu);
+  auto it = s_->map.find({ns, key});
+  if (it == s_->map.end()) return std::nullopt;
+  return uint64_t{it->second.loc.region} * s_->region_bytes + it->second.loc.offset;
+}
+
+// ---- reads -------------------------------------------------------------------
+
+void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) {
+  auto batch = std::make_shared<BatchDone>(std::move(done));
+  std::vector<IoRequest> reqs;
+  std::vector<std::shared_ptr<ReadCtx>> ctxs;
+  {
+    std::lock_guard lock(s_->mu);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const NsKey id{ns, ops[i].key};
+      auto it = s_->map.find(id);
+      if (it == s_->map.end()) {
+        batch->done.Set(i, Status::NotFound("not in tier '" + name() + "'"));
+        continue;
+      }
+      const BlockLocation& loc = it->second.loc;
+      if (ops[i].dst.size() < loc.payload_bytes) {
+        batch->done.Set(i, Status::InvalidArgument(
+                               "read buffer of " + std::to_string(ops[i].dst.size()) +
+                               " bytes < block of " + std::to_string(loc.payload_bytes)));
+        continue;
+      }
+      auto c = std::make_shared<ReadCtx>();
+      c->item = i;
+      c->id = id;
+      c->loc = loc;
+      c->seq = it->second.seq;
+      c->dst = ops[i].dst;
+      c->direct = IsAligned(c->dst.data()) && loc.payload_bytes % kNvmeAlign == 0;
+      c->buf = AlignedBuffer(c->direct ? kNvmeAlign : DiskBytes(loc.payload_bytes));
+      ++s_->regions[loc.region].readers;
+      IoRequest r;
+      r.op = IoOp::kRead;
+      r.fd = s_->file.fd();
+      r.offset = uint64_t{loc.region} * s_->region_bytes + loc.offset;
+      r.iov.push_back({c->buf.data(), c->buf.size()});
+      if (c->direct) r.iov.push_back({c->dst.data(), loc.payload_bytes});
+      r.id = i;
+      ctxs.push_back(c);
+      reqs.push_back(std::move(r));
+    }
+  }
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    reqs[k].done = [s = s_.get(), batch, c = ctxs[k]](const IoCompletion& io) {
+      FinishRead(*s, *c, io.status, batch->done);
+      batch->Release();
+    };
+  }
+  batch->remaining.fetch_add(reqs.size(), std::memory_order_relaxed);
+  if (Status st = reqs.empty() ? Status::Ok() : s_->engine->Submit(std::move(reqs)); !st.ok()) {
+    for (auto& c : ctxs) {
+      FinishRead(*s_, *c, st, batch->done);
+      batch->Release();
+    }
+  }
+  batch->Release();
+}
+
+
+// ---- writes ------------------------------------------------------------------
+
+namespace {
+
+// Installs a completed write unless a later write or a remove of the same
+// key overtook it; then the bytes just written are dead space.
+void FinishWrite(NvmeTier::State& s, WriteCtx& c, const Status& io, CompletionSource& done) {
+  const BlockLocation& loc = c.place.loc;
+  const uint64_t disk = DiskBytes(loc.payload_bytes);
+  {
+    std::lock_guard lock(s.mu);
+    Region& r = s.regions[loc.region];
+    if (--r.writers == 0) s.cv.notify_all();
+    auto w = s.writing.find(c.id);
+    const bool last_writer = --w->second == 0;
+    if (last_writer) s.writing.erase(w);
+    auto tomb = s.tombstones.find(c.id);
+    const bool removed_after = tomb != s.tombstones.end() && tomb->second > c.place.seq;
+    if (last_writer && tomb != s.tombstones.end()) s.tombstones.erase(tomb);
+    auto it = s.map.find(c.id);
+    const bool newest = it == s.map.end() || it->second.seq < c.place.seq;
+    // The reservation's accounting moves to the entry, or is given back.
+    s.used_payload -= loc.payload_bytes;
+    s.live_disk -= disk;
+    if (io.ok()) s.stats.device_bytes_written += disk;
+    if (io.ok() && newest && !removed_after) {
+      if (it != s.map.end()) s.DropLocked(c.id, it->second, false);
+      s.map[c.id] = Entry{loc, c.place.seq};
+      r.live_bytes += disk;
+      s.used_payload += loc.payload_bytes;
+      s.live_disk += disk;
+      s.pending[c.id] = loc;
+      s.stats.host_bytes_written += loc.payload_bytes;
+      if (++s.since_commit >= s.options.nvme.commit_every_blocks) s.RequestCommitLocked();
+    }
+  }
+  done.Set(c.item, io, io.ok() ? loc.payload_bytes : 0);
+}
+
+// The header page and, when the source cannot go to the device as is, a
+// padded copy of the payload behind it.
+std::shared_ptr<WriteCtx> PrepareWrite(size_t item, const NsKey& id, const WriteOp& op,
+                                       const BlockHeader& header, bool direct) {
+  auto c = std::make_shared<WriteCtx>();
+  c->item = item;
+  c->id = id;
+  c->buf = AlignedBuffer(direct ? kNvmeAlign : DiskBytes(op.src.size()));
+  EncodeBlockHeader(header, c->buf.span().first(kBlockHeaderBytes));
+  if (!direct) std::memcpy(c->buf.data() + kNvmeAlign, op.src.data(), op.src.size());
+  return c;
+}
+
+}  // namespace
+
+// Each block is submitted as soon as it has its place: a later block's
+// reservation may have to reclaim, and reclaim waits for the writes already
+// placed in its victim region, so none may sit unsubmitted here.
+void NvmeTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) {
+  auto batch = std::make_shared<BatchDone>(std::move(done));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const NsKey id{ns, ops[i].key};
+    const BlockHeader header = MakeBlockHeader(ns, ops[i].key, ops[i].src);
+    Result<Placement> place = s_->Reserve(id, ops[i].src.size(), header.payload_checksum);
+    if (!place.ok()) {
+      batch->done.Set(i, place.status());
+      continue;
+    }
+    const bool direct = IsAligned(ops[i].src.data()) && ops[i].src.size() % kNvmeAlign == 0;
+    std::shared_ptr<WriteCtx> c = PrepareWrite(i, id, ops[i], header, direct);
+    c->place = *place;
+    std::vector<IoRequest> req(1);
+    IoRequest& r = req[0];
+    r.op = IoOp::kWrite;
+    r.fd = s_->file.fd();
+    r.offset = uint64_t{place->loc.region} * s_->region_bytes + place->loc.offset;
+    r.iov.push_back({c->buf.data(), c->buf.size()});
+    if (direct) r.iov.push_back({const_cast<std::byte*>(ops[i].src.data()), ops[i].src.size()});
+    r.id = i;
+    r.done = [s = s_.get(), batch, c](const IoCompletion& io) {
+      FinishWrite(*s, *c, io.status, batch->done);
+      batch->Release();
+    };
+    batch->remaining.fetch_add(1, std::memory_order_relaxed);
+    if (Status st = s_->engine->Submit(std::move(req)); !st.ok()) {
+      FinishWrite(*s_, *c, st, batch->done);
+      batch->Release();
+    }
+  }
+  batch->Release();
+}
+
+// ---- removes and lookups -----------------------------------------------------
+
+void NvmeTier::DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) {
+  {
+    std::lock_guard lock(s_->mu);
+    for (const BlockKey& key : keys) {
+      const NsKey id{ns, key};
+      if (auto it = s_->map.find(id); it != s_->map.end()) {
+        s_->DropLocked(id, it->second, true);
+        s_->map.erase(it);
+      }
+      // A write of this key still in flight must not resurrect it.
+      if (s_->writing.contains(id)) s_->tombstones[id] = ++s_->seq;
+    }
+  }
+  done.SetAll(Status::Ok());
+  done.Finish();
+}
+
+void NvmeTier::DoContains(NamespaceId ns, std::span<const BlockKey> keys,
+                          CompletionSource done) {
+  std::lock_guard lock(s_->mu);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    done.Set(i, s_->map.contains({ns, keys[i]})
+                    ? Status::Ok()
+                    : Status::NotFound("not in tier '" + name() + "'"));
+  }
+  done.Finish();
+}
+
+// ---- construction --------------------------------------------------------------
+
+Result<std::unique_ptr<NvmeTier>> OpenNvmeTier(const TierOptions& options,
+                                               const TierContext& context,
+                                               std::unique_ptr<IoEngine> engine) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  TierContext ctx = context;
+  if (!ctx.log) ctx.log = StderrLogSink();
+  auto state = NvmeTier::State::Open(options, ctx, std::move(engine));
+  if (!state.ok()) return state.status().WithContext("tier '" + options.name + "'");
+  return std::unique_ptr<NvmeTier>(new NvmeTier(options, std::move(state).value()));
+}
+
+Result<std::unique_ptr<Tier>> NewNvmeTier(const TierOptions& options, const TierContext& context) {
+  auto tier = OpenNvmeTier(options, context);
+  if (!tier.ok()) return tier.status();
+  return std::unique_ptr<Tier>(std::move(tier).value());
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,96 @@
+// The NVMe tier: blocks in a log-structured data file (or block device) on
+// io_uring, located through a RocksDB index that survives restarts.
+//
+// Layout: the file is a row of equal regions (TierOptions::region_bytes).
+// Writes append to the active region; a full region is sealed. When no
+// region is free, reclaim picks a sealed region (nvme.reclaim: fifo or
+// greedy), rewrites its live blocks into the spare region, and the victim
+// becomes the new spare. Removed and replaced blocks are dead space until
+// then. Capacity is logical (payload bytes, TierOptions::capacity_bytes); the
+// file is sized with spare regions so reclaim always has room.
+//
+// Durability: a Write completes once its bytes are on the device and the
+// block is readable. Index entries are group-committed by a committer
+// thread: fdatasync of the data file, then one RocksDB batch, so the index
+// never points at data that is not durable. A region's new generation is
+// written (synced) before any data lands in it, and entries whose generation
+// differs from their region's are dropped on open. A crash loses at most
+// the blocks written since the last commit (nvme.commit_every_blocks).
+//
+// Reads go straight into the caller's buffer when it is 4 KiB-aligned and
+// the payload is a multiple of 4 KiB (host hub slots), else through a bounce
+// buffer. Every read checks the header and payload checksum; a mismatch is
+// Corruption and the entry is dropped. Registering the caller's arena as
+// io_uring fixed buffers is not done: plain iovecs are used throughout.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "io/io_engine.h"
+#include "kvtier/tier.h"
+
+namespace kvtier::internal {
+
+struct NvmeStats {
+  uint64_t host_bytes_written = 0;    // payload bytes of writes that completed
+  uint64_t device_bytes_written = 0;  // every byte written to the data file
+  uint64_t bytes_reclaimed = 0;       // dead bytes freed by reclaim
+  uint64_t bytes_reinserted = 0;      // live bytes rewritten by reclaim
+  uint64_t reclaims = 0;
+  uint64_t index_commits = 0;         // group commits that wrote entries
+  uint64_t commit_failures = 0;
+  uint64_t recovered_blocks = 0;      // entries loaded at open
+  uint64_t dropped_on_open = 0;       // stale or malformed entries dropped at open
+  uint64_t corruptions = 0;           // reads that failed their checks
+  bool direct_io = false;             // false: buffered fallback (tmpfs)
+  uint32_t regions = 0;
+  uint32_t free_regions = 0;
+  // Device bytes per admitted byte; 0 before any write.
+  double WriteAmplification() const {
+    return host_bytes_written == 0
+               ? 0.0
+               : static_cast<double>(device_bytes_written) /
+                     static_cast<double>(host_bytes_written);
+  }
+};
+
+// OpenNvmeTier's result. Public methods beyond Tier are thread-safe.
+class NvmeTier final : public Tier {
+ public:
+  struct State;  // the insides (tiers/nvme/nvme_state.h)
+
+  ~NvmeTier() override;
+  TierUsage Usage() const override;
+  NvmeStats Stats() const;
+  // Makes every completed write durable and indexed now.
+  Status Flush();
+  // Byte offset in the data file where the block's header page starts.
+  std::optional<uint64_t> TEST_FileOffset(NamespaceId ns, const BlockKey& key) const;
+
+ protected:
+  void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
+  void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override;
+  void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
+  void DoContains(NamespaceId ns, std::span<const BlockKey> keys,
+                  CompletionSource done) override;
+  void DoShutdown() override;
+
+ private:
+  friend Result<std::unique_ptr<NvmeTier>> OpenNvmeTier(const TierOptions&, const TierContext&,
+                                                        std::unique_ptr<IoEngine>);
+  NvmeTier(const TierOptions& options, std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+// Opens (creating or recovering) the tier. `engine` null: an io_uring engine
+// built from options.nvme. InvalidArgument for bad geometry or a store of
+// another layout (unless on_mismatch is wipe); I/O errors as Status.
+Result<std::unique_ptr<NvmeTier>> OpenNvmeTier(const TierOptions& options,
+                                               const TierContext& context,
+                                               std::unique_ptr<IoEngine> engine = nullptr);
+
+// For the registry.
+Result<std::unique_ptr<Tier>> NewNvmeTier(const TierOptions& options, const TierContext& context);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,271 @@
+#include "tools/bench/nvme_bench.h"
+
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <fcntl.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "kvtier/options.h"
+#include "kvtier/tier.h"
+
+namespace kvtier::bench {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+constexpr NamespaceId kBenchNs{0xBE4C};
+
+std::string FsName(const std::string& dir) {
+  struct statfs fs{};
+  if (statfs(dir.c_str(), &fs) != 0) return "unknown";
+  switch (static_cast<uint64_t>(fs.f_type)) {
+    case 0xEF53: return "ext4";
+    case 0x01021994: return "tmpfs";
+    case 0x58465342: return "xfs";
+    case 0x9123683E: return "btrfs";
+    default: {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(fs.f_type));
+      return buf;
+    }
+  }
+}
+
+// Runs a command; its stdout, or nullopt when it cannot run or fails.
+std::optional<std::string> Capture(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  return pclose(p) == 0 ? std::optional(out) : std::nullopt;
+}
+
+std::string SizeName(uint64_t b) {
+  if (b % (1 << 20) == 0) return std::to_string(b >> 20) + "MiB";
+  if (b % 1024 == 0) return std::to_string(b >> 10) + "KiB";
+  return std::to_string(b) + "B";
+}
+
+// fio's sequential O_DIRECT io_uring job; bytes per second.
+Result<double> RunFio(const NvmeBenchOptions& o, const std::string& file, uint64_t bs,
+                      uint32_t qd, const std::string& op) {
+  std::ostringstream cmd;
+  cmd << o.fio << " --name=kvtier-bench --filename=" << file << " --size=" << o.total_bytes
+      << " --ioengine=io_uring --direct=1 --rw=" << op << " --bs=" << bs << " --iodepth=" << qd
+      << " --numjobs=1 --output-format=json 2>/dev/null";
+  std::optional<std::string> out = Capture(cmd.str());
+  if (!out) return Status::Internal("fio failed: " + cmd.str());
+  nlohmann::json j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.contains("jobs") || j["jobs"].empty()) {
+    return Status::Internal("fio printed no JSON result: " + cmd.str());
+  }
+  return j["jobs"][0][op]["bw_bytes"].get<double>();
+}
+
+// 4 KiB-aligned block buffers, like the host hub's slots.
+struct AlignedBlock {
+  explicit AlignedBlock(uint64_t n)
+      : bytes(n), p(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
+  std::span<std::byte> span() const { return {p.get(), bytes}; }
+  uint64_t bytes;
+  struct Free {
+    void operator()(std::byte* b) const { std::free(b); }
+  };
+  std::unique_ptr<std::byte, Free> p;
+};
+
+// Whether the file system of `dir` accepts O_DIRECT (the tier falls back to
+// buffered I/O where it does not, and says so).
+bool DirectIoWorks(const std::string& dir) {
+  const std::string probe = dir + "/direct-probe";
+  int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0644);
+  if (fd >= 0) close(fd);
+  unlink(probe.c_str());
+  return fd >= 0;
+}
+
+struct TierRun {
+  double write_bps = 0;
+  double read_bps = 0;
+  bool direct = false;
+};
+
+// Keeps `qd` single-block requests in flight; bytes per second.
+template <typename Issue>
+Result<double> Pump(uint64_t blocks, uint32_t qd, uint64_t bs, Issue issue) {
+  std::deque<Completion> inflight;
+  const auto start = SteadyClock::now();
+  for (uint64_t i = 0; i < blocks || !inflight.empty();) {
+    if (i < blocks && inflight.size() < qd) {
+      inflight.push_back(issue(i, i % qd));
+      ++i;
+      continue;
+    }
+    Completion c = inflight.front();
+    inflight.pop_front();
+    if (Status st = c.Wait(); !st.ok()) return st;
+  }
+  const double secs = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  return static_cast<double>(blocks * bs) / secs;
+}
+
+Result<TierRun> RunTier(const NvmeBenchOptions& o, const std::string& dir, uint64_t bs,
+                        uint32_t qd) {
+  TierOptions t;
+  t.name = "nvme-bench";
+  t.type = "nvme";
+  t.capacity_bytes = o.total_bytes;
+  t.path = dir + "/tier.dat";
+  t.region_bytes = std::max<uint64_t>(64 << 20, 4 * (bs + 4096));
+  t.nvme.queue_depth = std::max<uint32_t>(64, qd);
+  auto tier = CreateTier(t, TierContext{bs});
+  if (!tier.ok()) return tier.status();
+  std::vector<AlignedBlock> bufs;
+  for (uint32_t i = 0; i < qd; ++i) {
+    bufs.emplace_back(bs);
+    for (uint64_t k = 0; k < bs; ++k) bufs.back().p.get()[k] = static_cast<std::byte>(k * 31 + i);
+  }
+  const uint64_t blocks = o.total_bytes / bs;
+  std::vector<WriteOp> wops(qd);
+  std::vector<ReadOp> rops(qd);
+  TierRun run;
+  auto w = Pump(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
+    wops[slot] = WriteOp{BlockKey{i + 1, 0xB0}, bufs[slot].span()};
+    return (*tier)->Write(kBenchNs, std::span(&wops[slot], 1));
+  });
+  if (!w.ok()) return w.status().WithContext("tier write");
+  run.write_bps = *w;
+  auto r = Pump(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
+    rops[slot] = ReadOp{BlockKey{i + 1, 0xB0}, bufs[slot].span()};
+    return (*tier)->Read(kBenchNs, std::span(&rops[slot], 1));
+  });
+  if (!r.ok()) return r.status().WithContext("tier read");
+  run.read_bps = *r;
+  run.direct = DirectIoWorks(dir);
+  (*tier)->Shutdown();
+  return run;
+}
+
+}  // namespace
+
+Status NvmeBenchOptions::Validate() const {
+  if (block_sizes.empty() || queue_depths.empty()) {
+    return Status::InvalidArgument("need at least one block size and one queue depth");
+  }
+  for (uint64_t b : block_sizes) {
+    if (b == 0 || b % 4096 != 0) return Status::InvalidArgument("block sizes must be multiples of 4KiB");
+    if (total_bytes < 4 * b) return Status::InvalidArgument("--total must hold at least 4 blocks");
+  }
+  for (uint32_t q : queue_depths) {
+    if (q == 0 || q > 1024) return Status::InvalidArgument("queue depths must be in [1, 1024]");
+  }
+  return Status::Ok();
+}
+
+Result<NvmeBenchReport> RunNvmeBench(const NvmeBenchOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.Validate());
+  NvmeBenchReport rep;
+  rep.dir = std::filesystem::absolute(o.dir).string();
+  rep.fs = FsName(rep.dir);
+  if (auto v = Capture(o.fio + " --version 2>/dev/null")) {
+    rep.fio_found = true;
+    rep.fio_version = v->substr(0, v->find('\n'));
+  }
+  const std::string work = rep.dir + "/kvtier-nvme-bench." + std::to_string(getpid());
+  std::error_code ec;
+  std::filesystem::create_directories(work, ec);
+  if (ec) return Status::IOError("cannot create " + work + ": " + ec.message());
+  Status failure;
+  for (uint64_t bs : o.block_sizes) {
+    for (uint32_t qd : o.queue_depths) {
+      NvmeBenchRow wr{bs, qd, "write"}, rd{bs, qd, "read"};
+      if (rep.fio_found) {
+        auto fw = RunFio(o, work + "/fio.dat", bs, qd, "write");
+        auto fr = fw.ok() ? RunFio(o, work + "/fio.dat", bs, qd, "read") : fw;
+        if (!fr.ok()) failure = fr.status();
+        if (fw.ok()) wr.fio_mb_s = *fw / 1e6;
+        if (fr.ok()) rd.fio_mb_s = *fr / 1e6;
+      }
+      const std::string tdir = work + "/tier-" + std::to_string(bs) + "-" + std::to_string(qd);
+      std::filesystem::create_directories(tdir, ec);
+      auto t = RunTier(o, tdir, bs, qd);
+      std::filesystem::remove_all(tdir, ec);
+      if (!t.ok()) {
+        failure = t.status();
+        break;
+      }
+      rep.direct_io = t->direct;
+      wr.tier_mb_s = t->write_bps / 1e6;
+      rd.tier_mb_s = t->read_bps / 1e6;
+      for (NvmeBenchRow* row : {&wr, &rd}) {
+        row->ratio = row->fio_mb_s > 0 ? row->tier_mb_s / row->fio_mb_s : 0;
+        rep.rows.push_back(*row);
+      }
+    }
+    if (!failure.ok()) break;
+  }
+  std::filesystem::remove_all(work, ec);
+  if (!failure.ok()) return failure;
+  return rep;
+}
+
+std::string FormatNvmeBench(const NvmeBenchReport& rep) {
+  std::ostringstream out;
+  out << "kvtier-bench nvme: " << rep.dir << " (" << rep.fs << "), tier "
+      << (rep.direct_io ? "O_DIRECT" : "buffered (O_DIRECT refused)") << ", sequential\n";
+  if (rep.fio_found) {
+    out << "peer: " << rep.fio_version << " --ioengine=io_uring --direct=1, same file system\n";
+  } else {
+    out << "fio is not installed: the fio column is empty. Install it with "
+           "`sudo apt-get install fio` (scripts/install-deps.sh lists it).\n";
+  }
+  char line[160];
+  std::snprintf(line, sizeof(line), "%-7s %4s  %-5s  %10s  %10s  %8s\n", "block", "qd", "op",
+                "fio MB/s", "tier MB/s", "tier/fio");
+  out << line;
+  for (const NvmeBenchRow& r : rep.rows) {
+    if (rep.fio_found) {
+      std::snprintf(line, sizeof(line), "%-7s %4u  %-5s  %10.0f  %10.0f  %8.2f\n",
+                    SizeName(r.block_bytes).c_str(), r.queue_depth, r.op.c_str(), r.fio_mb_s,
+                    r.tier_mb_s, r.ratio);
+    } else {
+      std::snprintf(line, sizeof(line), "%-7s %4u  %-5s  %10s  %10.0f  %8s\n",
+                    SizeName(r.block_bytes).c_str(), r.queue_depth, r.op.c_str(), "-",
+                    r.tier_mb_s, "-");
+    }
+    out << line;
+  }
+  return out.str();
+}
+
+std::string NvmeBenchJson(const NvmeBenchReport& rep) {
+  nlohmann::json j;
+  j["dir"] = rep.dir;
+  j["fs"] = rep.fs;
+  j["direct_io"] = rep.direct_io;
+  j["fio"] = rep.fio_found ? nlohmann::json(rep.fio_version) : nlohmann::json(nullptr);
+  j["rows"] = nlohmann::json::array();
+  for (const NvmeBenchRow& r : rep.rows) {
+    j["rows"].push_back({{"block_bytes", r.block_bytes},
+                         {"queue_depth", r.queue_depth},
+                         {"op", r.op},
+                         {"fio_mb_s", r.fio_mb_s},
+                         {"tier_mb_s", r.tier_mb_s},
+                         {"ratio", r.ratio}});
+  }
+  return j.dump();
+}
+
+}  // namespace kvtier::bench

@@ -1,0 +1,50 @@
+// `kvtier-bench nvme`: the NVMe tier next to fio on the same file system, in
+// the same run. For each block size, queue depth and direction, fio runs a
+// sequential O_DIRECT job (ioengine=io_uring, direct=1) over its own file in
+// `dir`, and the tier writes (then reads back) the same number of bytes into
+// its data file in `dir`, keeping `queue depth` single-block requests in
+// flight from 4 KiB-aligned buffers (as the host hub's slots are). MB/s
+// counts payload bytes (10^6); the tier also writes a 4 KiB header page per
+// block and group-commits its index, which fio does not.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/status.h"
+
+namespace kvtier::bench {
+
+struct NvmeBenchOptions {
+  std::string dir = ".";                            // both files live here
+  std::vector<uint64_t> block_sizes = {256 << 10, 1 << 20};
+  std::vector<uint32_t> queue_depths = {1, 32};
+  uint64_t total_bytes = 512ull << 20;              // bytes per measurement
+  std::string fio = "fio";                          // the fio binary
+  Status Validate() const;
+};
+
+struct NvmeBenchRow {
+  uint64_t block_bytes = 0;
+  uint32_t queue_depth = 0;
+  std::string op;         // "write" or "read"
+  double fio_mb_s = 0;    // 0 when fio is missing
+  double tier_mb_s = 0;
+  double ratio = 0;       // tier / fio; 0 when fio is missing
+};
+
+struct NvmeBenchReport {
+  std::string dir;
+  std::string fs;       // file system type of dir
+  bool direct_io = false;
+  bool fio_found = false;
+  std::string fio_version;
+  std::vector<NvmeBenchRow> rows;
+};
+
+Result<NvmeBenchReport> RunNvmeBench(const NvmeBenchOptions& options);
+std::string FormatNvmeBench(const NvmeBenchReport& report);
+std::string NvmeBenchJson(const NvmeBenchReport& report);
+
+}  // namespace kvtier::bench

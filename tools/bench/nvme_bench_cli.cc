@@ -1,0 +1,53 @@
+#include "tools/bench/nvme_bench_cli.h"
+
+#include <iostream>
+
+#include "kvtier/config.h"
+#include "tools/bench/nvme_bench.h"
+
+namespace kvtier::bench {
+
+void AddNvmeBenchCommand(CLI::App& app, NvmeBenchFlags& f) {
+  CLI::App* cmd = app.add_subcommand("nvme", "NVMe tier vs fio (io_uring, O_DIRECT), same file system");
+  cmd->add_option("--dir", f.dir, "directory for the fio and tier files")->capture_default_str();
+  cmd->add_option("--block-sizes", f.block_sizes, "comma-separated block sizes")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--queue-depths", f.queue_depths, "comma-separated queue depths")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--total", f.total, "bytes per measurement")->capture_default_str();
+  cmd->add_option("--fio", f.fio, "fio binary")->capture_default_str();
+  cmd->add_flag("--json", f.json, "print one JSON object");
+}
+
+int RunNvmeBenchCommand(const NvmeBenchFlags& f) {
+  NvmeBenchOptions o;
+  o.dir = f.dir;
+  o.fio = f.fio;
+  o.queue_depths = f.queue_depths;
+  o.block_sizes.clear();
+  for (const std::string& text : f.block_sizes) {
+    Result<uint64_t> size = ParseByteSize(text);
+    if (!size.ok()) {
+      std::cerr << "kvtier-bench nvme: --block-sizes: " << size.status().message() << "\n";
+      return 2;
+    }
+    o.block_sizes.push_back(*size);
+  }
+  Result<uint64_t> total = ParseByteSize(f.total);
+  if (!total.ok()) {
+    std::cerr << "kvtier-bench nvme: --total: " << total.status().message() << "\n";
+    return 2;
+  }
+  o.total_bytes = *total;
+  Result<NvmeBenchReport> rep = RunNvmeBench(o);
+  if (!rep.ok()) {
+    std::cerr << "kvtier-bench nvme: " << rep.status().ToString() << "\n";
+    return 2;
+  }
+  std::cout << (f.json ? NvmeBenchJson(*rep) + "\n" : FormatNvmeBench(*rep));
+  return 0;
+}
+
+}  // namespace kvtier::bench

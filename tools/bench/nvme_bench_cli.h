@@ -1,0 +1,24 @@
+// Command-line wiring of `kvtier-bench nvme` (kept out of main.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace kvtier::bench {
+
+struct NvmeBenchFlags {
+  std::string dir = ".";
+  std::vector<std::string> block_sizes = {"256KiB", "1MiB"};
+  std::vector<uint32_t> queue_depths = {1, 32};
+  std::string total = "512MiB";
+  std::string fio = "fio";
+  bool json = false;
+};
+
+void AddNvmeBenchCommand(CLI::App& app, NvmeBenchFlags& flags);
+// Runs the comparison and prints the table; returns the process exit code
+// (0 ok, 2 bad usage or a failed run).
+int RunNvmeBenchCommand(const NvmeBenchFlags& flags);
+
+}  // namespace kvtier::bench
