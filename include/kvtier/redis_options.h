@@ -1,6 +1,11 @@
 // Options that only a tier of type redis reads, kept in TierOptions::redis.
 // Plain struct: every field has a default and a comment; TierOptions::Validate
 // checks them when the tier's type is redis.
+//
+// The servers themselves come from TierOptions::servers ("host:port"
+// entries): one entry is a single server; several entries are independent
+// servers over which keys are spread by rendezvous hashing, or, with
+// `cluster: true`, seeds of one Redis Cluster whose slot map is read at open.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +16,41 @@
 namespace kvtier {
 
 struct RedisTierOptions {
+  std::string user;                    // ACL user for AUTH; empty = the default user
+  std::string password;                // AUTH password; empty = no AUTH
+  uint32_t db = 0;                     // SELECT index; must be 0 with cluster (Redis rule)
+  std::string key_prefix = "kvtier";   // keys are "<prefix>:<namespace hex>:<key hex>"
+  uint64_t ttl_s = 0;                  // expiry of every stored block; 0 = never expires
+  uint32_t connect_timeout_ms = 1000;  // bound on connect, AUTH and SELECT
+  uint32_t op_timeout_ms = 2000;       // bound on each socket read or write of a batch
+  uint32_t connections = 2;            // connections (each with its own I/O thread) per server
+  bool cluster = false;                // servers are seeds of a Redis Cluster
+
   // Checks the fields above; called by TierOptions::Validate for type redis.
-  Status Validate() const { return Status::Ok(); }
+  Status Validate() const {
+    if (key_prefix.empty()) {
+      return Status::InvalidArgument("redis key_prefix is empty; expected a prefix such as kvtier");
+    }
+    for (char c : key_prefix) {
+      if (c == ' ' || c == '\r' || c == '\n' || c == '\t') {
+        return Status::InvalidArgument(
+            "redis key_prefix has white space; expected a prefix without spaces");
+      }
+    }
+    if (connect_timeout_ms == 0 || op_timeout_ms == 0) {
+      return Status::InvalidArgument("redis timeouts must be at least 1 ms");
+    }
+    if (connections == 0 || connections > 64) {
+      return Status::InvalidArgument("redis connections is " + std::to_string(connections) +
+                                     "; expected 1 to 64");
+    }
+    if (cluster && db != 0) {
+      return Status::InvalidArgument("redis db is " + std::to_string(db) +
+                                     " with cluster; expected db 0 (a cluster has one database)");
+    }
+    if (!password.empty() || user.empty()) return Status::Ok();
+    return Status::InvalidArgument("redis user '" + user + "' has no password; expected both");
+  }
 };
 
 }  // namespace kvtier

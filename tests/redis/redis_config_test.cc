@@ -1,0 +1,69 @@
+// The YAML keys of a redis tier (config/redis_keys.cc).
+#include <gtest/gtest.h>
+
+#include "kvtier/config.h"
+
+namespace kvtier {
+namespace {
+
+TEST(RedisConfig, ReadsEveryRedisKey) {
+  auto c = ParseConfig(R"(
+tiers:
+  - {name: host, type: host, capacity: 1MiB}
+  - name: r
+    type: redis
+    capacity: 1GiB
+    servers: ["a:1", "b:2"]
+    user: kv
+    password: pw
+    db: 0
+    key_prefix: "{kv}"
+    ttl_s: 60
+    connect_timeout_ms: 10
+    op_timeout_ms: 20
+    connections: 3
+    cluster: true
+)",
+                       "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const TierOptions& t = c->runtime.tiers[1];
+  EXPECT_EQ(t.servers, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_EQ(t.redis.user, "kv");
+  EXPECT_EQ(t.redis.password, "pw");
+  EXPECT_EQ(t.redis.key_prefix, "{kv}");
+  EXPECT_EQ(t.redis.ttl_s, 60u);
+  EXPECT_EQ(t.redis.connect_timeout_ms, 10u);
+  EXPECT_EQ(t.redis.op_timeout_ms, 20u);
+  EXPECT_EQ(t.redis.connections, 3u);
+  EXPECT_TRUE(t.redis.cluster);
+}
+
+TEST(RedisConfig, ErrorsPointAtTheValue) {
+  auto bad = ParseConfig(
+      "tiers:\n  - {name: host, type: host, capacity: 1MiB}\n"
+      "  - {name: r, type: redis, capacity: 1GiB, cluster: true, db: 2}\n",
+      "t.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "t.yaml:3:5: tiers.r: redis db is 2 with cluster; expected db 0 (a cluster has one "
+            "database)");
+  auto host_key =
+      ParseConfig("tiers:\n  - {name: host, type: host, capacity: 1MiB, ttl_s: 5}\n", "t.yaml");
+  ASSERT_FALSE(host_key.ok());
+  EXPECT_NE(host_key.status().message().find("ttl_s"), std::string_view::npos)
+      << host_key.status().ToString();
+}
+
+TEST(RedisConfig, ExamplesParse) {
+  auto r = LoadConfigFile(KVTIER_SOURCE_DIR "/config/examples/redis.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.tiers[1].redis.ttl_s, 86400u);
+  EXPECT_EQ(r->runtime.tiers[1].redis.connections, 4u);
+  auto hr = LoadConfigFile(KVTIER_SOURCE_DIR "/config/examples/host-redis.yaml");
+  ASSERT_TRUE(hr.ok()) << hr.status().ToString();
+  EXPECT_EQ(hr->runtime.tiers[1].servers, std::vector<std::string>{"127.0.0.1:6390"});
+  EXPECT_EQ(hr->runtime.tiers[1].redis.ttl_s, 3600u);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,183 @@
+// The Redis tier when servers fail: killed during a batch, restarted, frozen,
+// out of memory, or refusing large values. Each test owns its server.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/redis/redis_test_util.h"
+#include "tests/support/block_data.h"
+
+namespace kvtier::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr NamespaceId kNs{0x77};
+constexpr uint64_t kBlock = 1 << 20;
+
+class RedisFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = RedisUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  }
+  void StartServer(RedisServerOptions so = {}) {
+    auto s = RedisServer::Start(so);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+    options_ = RedisTierOptionsFor({server_->endpoint()}, 256 * kBlock);
+    options_.redis.op_timeout_ms = 500;
+    options_.redis.connect_timeout_ms = 500;
+  }
+  std::unique_ptr<Tier> Open(uint64_t block = kBlock) {
+    auto t = MakeRedisTier(options_, block);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return t.ok() ? std::move(t).value() : nullptr;
+  }
+
+  struct Batch {
+    std::vector<std::vector<std::byte>> data;
+    std::vector<WriteOp> ops;
+  };
+  static Batch MakeBatch(uint64_t first, size_t n, uint64_t bytes = kBlock) {
+    Batch b;
+    for (size_t i = 0; i < n; ++i) b.data.push_back(BlockBytes(TestKey(first + i), bytes));
+    for (size_t i = 0; i < n; ++i) b.ops.push_back({TestKey(first + i), b.data[i]});
+    return b;
+  }
+
+  std::unique_ptr<RedisServer> server_;
+  TierOptions options_;
+};
+
+TEST_F(RedisFaultTest, KilledDuringABatchFailsUnavailableThenReconnects) {
+  StartServer();
+  auto tier = Open();
+  ASSERT_TRUE(tier);
+  Batch warm = MakeBatch(0, 2);
+  ASSERT_TRUE(tier->Write(kNs, warm.ops).Wait().ok());
+  // Frozen, the server reads nothing: the batch is stuck in flight when the
+  // server dies, and every op must fail.
+  server_->Pause();
+  Batch b = MakeBatch(100, 32);
+  const auto start = Clock::now();
+  Completion c = tier->Write(kNs, b.ops);
+  EXPECT_FALSE(c.Poll());
+  server_->Kill();
+  ASSERT_TRUE(c.WaitFor(std::chrono::seconds(3)).code() != StatusCode::kDeadlineExceeded);
+  EXPECT_LT(Clock::now() - start, milliseconds(options_.redis.op_timeout_ms + 1000));
+  for (size_t i = 0; i < b.ops.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kUnavailable) << i << ": " << c.result(i).ToString();
+  }
+  EXPECT_EQ(tier->Usage().blocks, 2u) << "failed writes release their capacity";
+
+  ASSERT_TRUE(server_->Restart().ok());
+  // The tier reconnects by itself once its backoff (at most 1 s) has passed.
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  Status st;
+  int attempts = 0;
+  do {
+    ++attempts;
+    st = tier->Write(kNs, b.ops).Wait();
+    if (!st.ok()) std::this_thread::sleep_for(milliseconds(50));
+  } while (!st.ok() && Clock::now() < deadline);
+  ASSERT_TRUE(st.ok()) << st.ToString() << " after " << attempts << " attempts";
+  std::vector<std::byte> out(kBlock);
+  ReadOp rd{b.ops[5].key, out};
+  ASSERT_TRUE(tier->Read(kNs, std::span(&rd, 1)).Wait().ok());
+  EXPECT_EQ(out, b.data[5]);
+  tier->Shutdown();
+}
+
+TEST_F(RedisFaultTest, FrozenServerTimesOutWithinTheDeadline) {
+  StartServer();
+  options_.redis.op_timeout_ms = 300;
+  auto tier = Open();
+  ASSERT_TRUE(tier);
+  Batch b = MakeBatch(0, 4);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  server_->Pause();
+  std::vector<std::vector<std::byte>> out(4, std::vector<std::byte>(kBlock));
+  std::vector<ReadOp> reads;
+  for (size_t i = 0; i < 4; ++i) reads.push_back({b.ops[i].key, out[i]});
+  const auto start = Clock::now();
+  Completion c = tier->Read(kNs, reads);
+  (void)c.WaitFor(std::chrono::seconds(5));
+  const auto elapsed = Clock::now() - start;
+  ASSERT_TRUE(c.Poll());
+  EXPECT_GE(elapsed, milliseconds(250));
+  EXPECT_LT(elapsed, milliseconds(1500));
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kUnavailable);
+    EXPECT_NE(c.result(i).message().find("timed out"), std::string_view::npos)
+        << c.result(i).ToString();
+  }
+  server_->Resume();
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  Status st;
+  do {
+    st = tier->Read(kNs, reads).Wait();
+    if (!st.ok()) std::this_thread::sleep_for(milliseconds(50));
+  } while (!st.ok() && Clock::now() < deadline);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(out[3], b.data[3]);
+  tier->Shutdown();
+}
+
+TEST_F(RedisFaultTest, ServerOutOfMemoryIsResourceExhausted) {
+  StartServer(
+      RedisServerOptions{.extra_args = {"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}});
+  auto tier = Open(256 * 1024);
+  ASSERT_TRUE(tier);
+  Batch b = MakeBatch(0, 64, 256 * 1024);
+  Completion c = tier->Write(kNs, b.ops);
+  (void)c.Wait();
+  size_t ok = 0, oom = 0;
+  for (size_t i = 0; i < b.ops.size(); ++i) {
+    if (c.result(i).ok()) ++ok;
+    if (c.result(i).code() == StatusCode::kResourceExhausted) {
+      ++oom;
+      EXPECT_NE(c.result(i).message().find("OOM command not allowed"), std::string_view::npos);
+    }
+  }
+  EXPECT_GT(ok, 0u);
+  EXPECT_GT(oom, 0u);
+  EXPECT_EQ(ok + oom, b.ops.size());
+  EXPECT_EQ(tier->Usage().blocks, ok);
+  tier->Shutdown();
+}
+
+TEST_F(RedisFaultTest, ValuesPastProtoMaxBulkLenAreRefused) {
+  StartServer(RedisServerOptions{.extra_args = {"--proto-max-bulk-len", "1mb"}});
+  // A block that cannot fit with its header is refused at open.
+  auto too_big = MakeRedisTier(options_, kBlock);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_big.status().message().find("proto-max-bulk-len of 1048576"),
+            std::string_view::npos)
+      << too_big.status().ToString();
+  auto tier = Open(512 * 1024);
+  ASSERT_TRUE(tier);
+  EXPECT_EQ(tier->capabilities().max_block_bytes, kBlock - 64);
+  Batch b = MakeBatch(0, 1, kBlock);
+  Completion c = tier->Write(kNs, b.ops);
+  EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument);
+  Batch fits = MakeBatch(1, 1, kBlock - 64);
+  EXPECT_TRUE(tier->Write(kNs, fits.ops).Wait().ok());
+  tier->Shutdown();
+}
+
+TEST_F(RedisFaultTest, NoServerAtOpenIsUnavailable) {
+  StartServer();
+  const std::string endpoint = server_->endpoint();
+  server_->Kill();
+  auto t = MakeRedisTier(options_, kBlock);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(t.status().message().find("connect to redis " + endpoint), std::string_view::npos)
+      << t.status().ToString();
+}
+
+}  // namespace
+}  // namespace kvtier::testing

@@ -1,0 +1,103 @@
+// Key names, hash slots, rendezvous hashing and option checks of the Redis
+// tier; no server needed.
+#include "tiers/redis/redis_routing.h"
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include "kvtier/options.h"
+#include "tiers/redis/redis_connection.h"
+
+namespace kvtier::internal {
+namespace {
+
+TEST(RedisRouting, KeyNameFormat) {
+  EXPECT_EQ(RedisBlockKeyName("kvtier", NamespaceId{0x1234}, BlockKey{1, 0xabc}),
+            "kvtier:0000000000001234:00000000000000010000000000000abc");
+}
+
+TEST(RedisRouting, Crc16AndSlotsMatchRedis) {
+  EXPECT_EQ(RedisCrc16("123456789"), 0x31C3);
+  EXPECT_EQ(RedisHashSlot("foo"), 12182);
+  EXPECT_EQ(RedisHashSlot("hello"), 866);
+  // Hash tags: the first {...} with something inside decides.
+  EXPECT_EQ(RedisHashSlot("{user1000}.following"), RedisHashSlot("user1000"));
+  EXPECT_EQ(RedisHashSlot("a{user1000}b{x}"), RedisHashSlot("user1000"));
+  EXPECT_EQ(RedisHashSlot("foo{}{bar}"), RedisCrc16("foo{}{bar}") % 16384);
+  EXPECT_EQ(RedisHashSlot("foo{{bar}}zap"), RedisHashSlot("{bar"));
+  EXPECT_EQ(RedisHashSlot("foo{bar"), RedisCrc16("foo{bar") % 16384);
+}
+
+TEST(RedisRouting, RendezvousMovesOnlyTheKeysOfARemovedServer) {
+  std::vector<uint64_t> three = {RendezvousServerId("a:1"), RendezvousServerId("b:1"),
+                                 RendezvousServerId("c:1")};
+  std::vector<uint64_t> two = {three[0], three[2]};
+  int counts[3] = {0, 0, 0};
+  for (int i = 0; i < 3000; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const size_t before = RendezvousPick(key, three);
+    ++counts[before];
+    const size_t after = RendezvousPick(key, two);
+    if (before == 0) EXPECT_EQ(after, 0u) << key;
+    if (before == 2) EXPECT_EQ(after, 1u) << key;
+  }
+  for (int c : counts) {
+    EXPECT_GT(c, 850);
+    EXPECT_LT(c, 1150);
+  }
+}
+
+TEST(RedisRouting, EndpointsAndRedirects) {
+  auto ep = ParseRedisEndpoint("10.0.0.1:7000");
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->host, "10.0.0.1");
+  EXPECT_EQ(ep->port, 7000);
+  EXPECT_EQ(ParseRedisEndpoint("nohost").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRedisEndpoint("h:0").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRedisEndpoint("h:70000").status().code(), StatusCode::kInvalidArgument);
+  RedisEndpoint target;
+  bool asking = true;
+  ASSERT_TRUE(ParseRedirect("MOVED 3999 127.0.0.1:6381", &target, &asking));
+  EXPECT_FALSE(asking);
+  EXPECT_EQ(target.ToString(), "127.0.0.1:6381");
+  ASSERT_TRUE(ParseRedirect("ASK 1 h:2", &target, &asking));
+  EXPECT_TRUE(asking);
+  EXPECT_FALSE(ParseRedirect("ERR wrong", &target, &asking));
+}
+
+TEST(RedisRouting, ErrorRepliesMapToCodes) {
+  EXPECT_EQ(FromRedisError("OOM command not allowed", "SET k").code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(FromRedisError("WRONGPASS invalid", "AUTH").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FromRedisError("NOAUTH Authentication required.", "GET k").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(FromRedisError("LOADING Redis is loading", "GET k").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(FromRedisError("CLUSTERDOWN The cluster is down", "GET k").code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(FromRedisError("WRONGTYPE Operation against a key", "GET k").code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(FromRedisError("ERR Protocol error: invalid bulk length", "SET k").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(FromRedisError("ERR unknown", "GET k").ToString(), "io_error: GET k: ERR unknown");
+}
+
+TEST(RedisOptions, ValidateNamesTheProblem) {
+  RedisTierOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.cluster = true;
+  o.db = 2;
+  EXPECT_EQ(o.Validate().message(),
+            "redis db is 2 with cluster; expected db 0 (a cluster has one database)");
+  o = {};
+  o.connections = 0;
+  EXPECT_EQ(o.Validate().message(), "redis connections is 0; expected 1 to 64");
+  o = {};
+  o.user = "u";
+  EXPECT_EQ(o.Validate().message(), "redis user 'u' has no password; expected both");
+  o = {};
+  o.key_prefix = "";
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::internal

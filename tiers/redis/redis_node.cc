@@ -1,0 +1,150 @@
+#include "tiers/redis/redis_node.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kvtier::internal {
+namespace {
+
+constexpr size_t kMaxQueuedJobs = 1024;
+constexpr uint64_t kFirstBackoffMs = 20;
+constexpr uint64_t kMaxBackoffMs = 1000;
+// One send carries at most this many commands or value bytes; then their
+// replies are read. Bounds what the server buffers for one connection.
+constexpr size_t kChunkOps = 64;
+constexpr uint64_t kChunkBytes = 64ull << 20;
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+void FailRedisJob(RedisNode* node, RedisJob job, const Status& st) {
+  std::vector<RedisOpResult> results(job.ops.size());
+  for (RedisOpResult& r : results) r.status = st;
+  job.batch->Deliver(node, std::move(job.ops), std::move(results));
+}
+
+RedisNode::RedisNode(RedisEndpoint endpoint, const RedisTierOptions& options,
+                     std::unique_ptr<RedisConnection> first, std::shared_ptr<LogSink> log)
+    : endpoint_(std::move(endpoint)), options_(options), log_(std::move(log)) {
+  for (uint32_t i = 0; i < options_.connections; ++i) {
+    workers_.push_back(std::make_unique<Worker>());
+  }
+  workers_[0]->conn = std::move(first);
+  for (auto& w : workers_) w->thread = std::thread([this, p = w.get()] { Loop(p); });
+}
+
+RedisNode::~RedisNode() {
+  for (auto& w : workers_) {
+    std::lock_guard lock(w->mu);
+    w->stop = true;
+    w->cv.notify_one();
+  }
+  for (auto& w : workers_) w->thread.join();
+}
+
+void RedisNode::Submit(RedisJob job) {
+  Worker* w = workers_[next_.fetch_add(1, std::memory_order_relaxed) % workers_.size()].get();
+  {
+    std::lock_guard lock(w->mu);
+    if (!w->stop && w->queue.size() < kMaxQueuedJobs) {
+      w->queue.push_back(std::move(job));
+      w->cv.notify_one();
+      return;
+    }
+  }
+  FailRedisJob(this, std::move(job),
+               Status::Busy("redis " + endpoint_.ToString() + ": too many queued batches"));
+}
+
+void RedisNode::Loop(Worker* w) {
+  std::unique_lock lock(w->mu);
+  for (;;) {
+    w->cv.wait(lock, [w] { return w->stop || !w->queue.empty(); });
+    if (w->queue.empty()) break;  // stopping, nothing left
+    RedisJob job = std::move(w->queue.front());
+    w->queue.pop_front();
+    const bool stopping = w->stop;
+    lock.unlock();
+    if (stopping) {
+      FailRedisJob(this, std::move(job), Status::Unavailable("redis tier is shutting down"));
+    } else {
+      Run(w, std::move(job));
+    }
+    lock.lock();
+  }
+  lock.unlock();
+  w->conn.reset();
+}
+
+Status RedisNode::EnsureConnected(Worker* w) {
+  if (w->conn && !w->conn->broken()) return Status::Ok();
+  w->conn.reset();
+  const uint64_t now = NowNs();
+  if (now < w->retry_at_ns) {
+    return Status::Unavailable("redis " + endpoint_.ToString() +
+                               " is unreachable; next connect attempt in " +
+                               std::to_string((w->retry_at_ns - now) / 1000000) + " ms");
+  }
+  auto conn = RedisConnection::Open(endpoint_, options_);
+  if (!conn.ok()) {
+    w->backoff_ms = std::clamp<uint64_t>(w->backoff_ms * 2, kFirstBackoffMs, kMaxBackoffMs);
+    w->retry_at_ns = NowNs() + w->backoff_ms * 1000000;
+    return conn.status();
+  }
+  if (w->backoff_ms != 0 && log_) {
+    log_->Log(LogLevel::kInfo, "redis " + endpoint_.ToString() + ": reconnected");
+  }
+  w->backoff_ms = 0;
+  w->retry_at_ns = 0;
+  w->conn = std::move(conn).value();
+  return Status::Ok();
+}
+
+void RedisNode::Run(Worker* w, RedisJob job) {
+  Status st = EnsureConnected(w);
+  if (!st.ok()) {
+    FailRedisJob(this, std::move(job), st);
+    return;
+  }
+  Execute(w, job);
+}
+
+// Pipelines the job chunk by chunk. Once the connection breaks, the ops not
+// yet answered fail with that error; the next job reconnects.
+void RedisNode::Execute(Worker* w, RedisJob& job) {
+  RedisConnection& conn = *w->conn;
+  const NamespaceId ns = job.batch->ns();
+  std::vector<RedisOpResult> results(job.ops.size());
+  size_t answered = 0;
+  Status broken;
+  while (answered < job.ops.size() && broken.ok()) {
+    size_t end = answered;
+    uint64_t bytes = 0;
+    while (end < job.ops.size() && end - answered < kChunkOps && bytes < kChunkBytes) {
+      QueueRedisOp(conn, job.ops[end], options_.ttl_s);
+      bytes += job.ops[end].payload.size() + job.ops[end].dst.size();
+      ++end;
+    }
+    broken = conn.Flush();
+    while (answered < end && broken.ok()) {
+      results[answered] = ReadRedisOpReply(conn, job.ops[answered], ns);
+      if (conn.broken()) {
+        const Status& st = results[answered].status;
+        broken = st.code() == StatusCode::kUnavailable
+                     ? st
+                     : Status::Unavailable("redis " + endpoint_.ToString() +
+                                           ": connection dropped after a malformed reply");
+      }
+      ++answered;
+    }
+  }
+  for (size_t i = answered; i < results.size(); ++i) results[i] = RedisOpResult{broken};
+  job.batch->Deliver(this, std::move(job.ops), std::move(results));
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,93 @@
+// RedisNode: one Redis server seen through a few connections, each owned by
+// its own I/O thread. A job (the commands of one batch meant for this server)
+// goes to one thread, which pipelines it: writes a chunk of commands in one
+// send, reads the replies in order, and hands the results to the job's batch.
+//
+// A thread whose connection broke reconnects on its next job; after a failed
+// connect it waits (backoff doubling from 20 ms to 1 s) before trying again,
+// and jobs that arrive meanwhile fail at once with Unavailable, so a dead
+// server costs its keys a fast miss rather than a stall.
+//
+// Thread safety: Submit may be called from any thread, including I/O threads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kvtier/env.h"
+#include "kvtier/redis_options.h"
+#include "tiers/redis/redis_connection.h"
+#include "tiers/redis/redis_ops.h"
+
+namespace kvtier::internal {
+
+class RedisNode;
+
+// The receiver of a job's results.
+class RedisBatch {
+ public:
+  virtual ~RedisBatch() = default;
+  virtual NamespaceId ns() const = 0;
+  // Called once per job on the I/O thread that ran it, results in op order.
+  // Must not block on I/O of the same node.
+  virtual void Deliver(RedisNode* node, std::vector<RedisOp> ops,
+                       std::vector<RedisOpResult> results) = 0;
+};
+
+struct RedisJob {
+  std::shared_ptr<RedisBatch> batch;
+  std::vector<RedisOp> ops;
+};
+
+class RedisNode {
+ public:
+  // Starts options.connections I/O threads. `first`, when given, is an open
+  // connection to this server that the first thread adopts.
+  RedisNode(RedisEndpoint endpoint, const RedisTierOptions& options,
+            std::unique_ptr<RedisConnection> first, std::shared_ptr<LogSink> log);
+  // Stops the threads; jobs still queued are failed with Unavailable.
+  ~RedisNode();
+  RedisNode(const RedisNode&) = delete;
+  RedisNode& operator=(const RedisNode&) = delete;
+
+  const RedisEndpoint& endpoint() const { return endpoint_; }
+  size_t connections() const { return workers_.size(); }
+
+  // Queues a job on a thread chosen round-robin. Busy (delivered as each
+  // op's result, on the calling thread) when that thread's queue is full.
+  void Submit(RedisJob job);
+
+ private:
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<RedisJob> queue;             // guarded by mu
+    bool stop = false;                      // guarded by mu
+    std::unique_ptr<RedisConnection> conn;  // I/O thread only
+    uint64_t backoff_ms = 0;                // I/O thread only
+    uint64_t retry_at_ns = 0;               // I/O thread only
+    std::thread thread;
+  };
+
+  void Loop(Worker* w);
+  void Run(Worker* w, RedisJob job);
+  Status EnsureConnected(Worker* w);
+  void Execute(Worker* w, RedisJob& job);
+
+  const RedisEndpoint endpoint_;
+  const RedisTierOptions options_;
+  const std::shared_ptr<LogSink> log_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<uint32_t> next_{0};
+};
+
+// Fails every op of `job` with `st` and delivers the results.
+void FailRedisJob(RedisNode* node, RedisJob job, const Status& st);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,176 @@
+#include "tiers/redis/redis_router.h"
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <cstdlib>
+
+namespace kvtier::internal {
+namespace {
+
+constexpr uint64_t kRefreshIntervalNs = 100'000'000;
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+RedisRouter::RedisRouter(const TierOptions& options, std::shared_ptr<LogSink> log)
+    : options_(options.redis), log_(std::move(log)), cluster_(options.redis.cluster) {}
+
+RedisRouter::~RedisRouter() { Shutdown(); }
+
+Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const TierOptions& options,
+                                                       std::shared_ptr<LogSink> log) {
+  if (options.servers.empty()) {
+    return Status::InvalidArgument("tier '" + options.name +
+                                   "': redis tier has no servers; expected 'servers: "
+                                   "[\"host:port\"]'");
+  }
+  std::vector<RedisEndpoint> endpoints;
+  for (const std::string& s : options.servers) {
+    auto ep = ParseRedisEndpoint(s);
+    if (!ep.ok()) return ep.status();
+    endpoints.push_back(std::move(ep).value());
+  }
+  std::unique_ptr<RedisRouter> router(new RedisRouter(options, std::move(log)));
+  Status st = router->cluster_ ? router->OpenCluster(std::move(endpoints))
+                               : router->OpenServers(std::move(endpoints));
+  if (!st.ok()) return st;
+  return router;
+}
+
+void RedisRouter::ReadMaxValueBytes(RedisConnection& conn) {
+  // CONFIG may be renamed or forbidden by ACLs: then keep Redis's default.
+  std::string_view argv[] = {"CONFIG", "GET", "proto-max-bulk-len"};
+  auto reply = conn.Command(argv);
+  if (!reply.ok()) return;
+  const redisReply* r = reply->get();
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[1]->type == REDIS_REPLY_STRING) {
+    const uint64_t v = std::strtoull(r->element[1]->str, nullptr, 10);
+    if (v > 0) max_value_bytes_ = v;
+  }
+}
+
+Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
+  Status first_failure;
+  size_t reachable = 0;
+  std::lock_guard lock(nodes_mu_);
+  for (const RedisEndpoint& ep : endpoints) {
+    auto conn = RedisConnection::Open(ep, options_);
+    if (!conn.ok() && conn.status().code() != StatusCode::kUnavailable) return conn.status();
+    std::unique_ptr<RedisConnection> c;
+    if (conn.ok()) {
+      c = std::move(conn).value();
+      if (reachable++ == 0) ReadMaxValueBytes(*c);
+    } else {
+      if (first_failure.ok()) first_failure = conn.status();
+      if (log_) log_->Log(LogLevel::kWarning, std::string(conn.status().message()));
+    }
+    if (nodes_.count(ep.ToString()) != 0) {
+      return Status::InvalidArgument("redis server " + ep.ToString() + " is listed twice");
+    }
+    servers_.push_back(NodeAtLocked(ep, std::move(c)));
+    server_ids_.push_back(RendezvousServerId(ep.ToString()));
+  }
+  return reachable > 0 ? Status::Ok() : first_failure;
+}
+
+Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
+  Status first_failure;
+  for (const RedisEndpoint& seed : seeds) {
+    auto conn = RedisConnection::Open(seed, options_);
+    if (!conn.ok()) {
+      if (conn.status().code() != StatusCode::kUnavailable) return conn.status();
+      if (first_failure.ok()) first_failure = conn.status();
+      continue;
+    }
+    seed_host_ = seed.host;
+    ReadMaxValueBytes(**conn);
+    return LoadSlots(**conn);
+  }
+  return first_failure;
+}
+
+// Replaces the slot map with the one `conn`'s server reports.
+Status RedisRouter::LoadSlots(RedisConnection& conn) {
+  std::string_view argv[] = {"CLUSTER", "SLOTS"};
+  auto reply = conn.Command(argv);
+  if (!reply.ok()) return reply.status();
+  const std::string where = "CLUSTER SLOTS on redis " + conn.endpoint().ToString();
+  if ((*reply)->type == REDIS_REPLY_ERROR) {
+    Status st = FromRedisReply(reply->get(), where);
+    if (std::string_view((*reply)->str).find("cluster support disabled") !=
+        std::string_view::npos) {
+      return Status::InvalidArgument(std::string(st.message()) +
+                                     " (the server is not a cluster node; set cluster: false)");
+    }
+    return st;
+  }
+  auto ranges = ParseClusterSlots(reply->get(), seed_host_);
+  if (!ranges.ok()) return ranges.status().WithContext(where);
+  std::array<RedisNode*, kRedisClusterSlots> slots{};
+  {
+    std::lock_guard lock(nodes_mu_);
+    for (const SlotRange& r : *ranges) {
+      RedisNode* node = NodeAtLocked(r.master);
+      for (uint32_t s = r.first; s <= r.last; ++s) slots[s] = node;
+    }
+    last_refresh_ns_ = NowNs();
+  }
+  std::unique_lock lock(slots_mu_);
+  slots_ = slots;
+  return Status::Ok();
+}
+
+RedisNode* RedisRouter::NodeAtLocked(const RedisEndpoint& endpoint,
+                                     std::unique_ptr<RedisConnection> conn) {
+  auto& node = nodes_[endpoint.ToString()];
+  if (!node) node = std::make_unique<RedisNode>(endpoint, options_, std::move(conn), log_);
+  return node.get();
+}
+
+RedisNode* RedisRouter::NodeAt(const RedisEndpoint& endpoint) {
+  std::lock_guard lock(nodes_mu_);
+  return NodeAtLocked(endpoint);
+}
+
+RedisNode* RedisRouter::Route(std::string_view key) {
+  if (!cluster_) {
+    return servers_.size() == 1 ? servers_[0] : servers_[RendezvousPick(key, server_ids_)];
+  }
+  std::shared_lock lock(slots_mu_);
+  return slots_[RedisHashSlot(key)];
+}
+
+void RedisRouter::RefreshSlots() {
+  if (!cluster_) return;
+  std::vector<RedisEndpoint> candidates;
+  {
+    std::lock_guard lock(nodes_mu_);
+    const uint64_t now = NowNs();
+    if (now - last_refresh_ns_ < kRefreshIntervalNs) return;
+    last_refresh_ns_ = now;
+    for (auto& [name, node] : nodes_) candidates.push_back(node->endpoint());
+  }
+  for (const RedisEndpoint& ep : candidates) {
+    auto conn = RedisConnection::Open(ep, options_);
+    if (conn.ok() && LoadSlots(**conn).ok()) return;
+  }
+  if (log_) log_->Log(LogLevel::kWarning, "redis cluster: no node answered CLUSTER SLOTS");
+}
+
+void RedisRouter::Shutdown() {
+  std::map<std::string, std::unique_ptr<RedisNode>> nodes;
+  {
+    std::lock_guard lock(nodes_mu_);
+    nodes.swap(nodes_);
+  }
+  nodes.clear();  // joins every I/O thread
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,72 @@
+// RedisRouter: which RedisNode answers a key. Three shapes, fixed at open:
+//  - one server: every key goes to it;
+//  - several independent servers: rendezvous hashing of the key name;
+//  - Redis Cluster: the slot map read with CLUSTER SLOTS from a seed, a node
+//    per master, refreshed when a MOVED reply shows it is stale.
+// Nodes live until Shutdown(), so the pointers handed out stay valid while
+// any batch is in flight. Thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/env.h"
+#include "kvtier/options.h"
+#include "tiers/redis/redis_node.h"
+#include "tiers/redis/redis_routing.h"
+
+namespace kvtier::internal {
+
+class RedisRouter {
+ public:
+  // Connects to the servers of `options` (their `servers` and `redis`
+  // fields). InvalidArgument for bad entries, refused credentials, or a
+  // cluster/non-cluster mismatch; Unavailable when no server answers.
+  static Result<std::unique_ptr<RedisRouter>> Open(const TierOptions& options,
+                                                   std::shared_ptr<LogSink> log);
+  ~RedisRouter();
+
+  // The node serving `key`, or null when no node serves its cluster slot.
+  RedisNode* Route(std::string_view key);
+  // The node at `endpoint` (a redirect target), created on first use.
+  RedisNode* NodeAt(const RedisEndpoint& endpoint);
+  // Re-reads the cluster slot map (at most every 100 ms). No-op without cluster.
+  void RefreshSlots();
+  // Largest value the servers accept (proto-max-bulk-len; 512 MiB default).
+  uint64_t max_value_bytes() const { return max_value_bytes_; }
+  // Stops every node's threads. REQUIRES: no batch in flight.
+  void Shutdown();
+
+ private:
+  RedisRouter(const TierOptions& options, std::shared_ptr<LogSink> log);
+  Status OpenServers(std::vector<RedisEndpoint> endpoints);
+  Status OpenCluster(std::vector<RedisEndpoint> seeds);
+  Status LoadSlots(RedisConnection& conn);
+  RedisNode* NodeAtLocked(const RedisEndpoint& endpoint,
+                          std::unique_ptr<RedisConnection> conn = nullptr);
+  void ReadMaxValueBytes(RedisConnection& conn);
+
+  const RedisTierOptions options_;
+  const std::shared_ptr<LogSink> log_;
+  const bool cluster_;
+  uint64_t max_value_bytes_ = 512ull << 20;
+
+  std::mutex nodes_mu_;
+  std::map<std::string, std::unique_ptr<RedisNode>> nodes_;  // guarded by nodes_mu_
+  uint64_t last_refresh_ns_ = 0;                             // guarded by nodes_mu_
+  std::string seed_host_;                                    // for masters without a host
+
+  std::vector<RedisNode*> servers_;  // non-cluster, in `servers` order; fixed after open
+  std::vector<uint64_t> server_ids_;
+  mutable std::shared_mutex slots_mu_;
+  std::array<RedisNode*, kRedisClusterSlots> slots_{};  // guarded by slots_mu_
+};
+
+}  // namespace kvtier::internal

@@ -1,0 +1,56 @@
+// Where a block lives in Redis: its key name, and which server holds that key
+// (Redis Cluster hash slots, or rendezvous hashing over independent servers).
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/block_key.h"
+#include "kvtier/status.h"
+#include "tiers/redis/redis_connection.h"
+
+namespace kvtier::internal {
+
+inline constexpr uint16_t kRedisClusterSlots = 16384;
+
+// "<prefix>:<namespace as 16 hex digits>:<key as 32 hex digits>".
+std::string RedisBlockKeyName(std::string_view prefix, NamespaceId ns, const BlockKey& key);
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis Cluster
+// uses for key slots. RedisCrc16("123456789") == 0x31C3.
+uint16_t RedisCrc16(std::string_view data);
+
+// The cluster slot of `key`: CRC16 mod 16384 over the whole key, or, when the
+// key holds a '{' followed later by a '}' with at least one byte between
+// them, over the bytes between the first '{' and the first '}' after it.
+uint16_t RedisHashSlot(std::string_view key);
+
+// Index of the server with the highest rendezvous score for `key`; the
+// servers are named by `server_ids` (e.g. hashes of "host:port"), so adding or
+// removing a server moves only the keys it wins or held.
+// REQUIRES: !server_ids.empty().
+size_t RendezvousPick(std::string_view key, std::span<const uint64_t> server_ids);
+uint64_t RendezvousServerId(std::string_view endpoint);
+
+// One range of the CLUSTER SLOTS answer: slots [first, last] served by master.
+struct SlotRange {
+  uint16_t first = 0;
+  uint16_t last = 0;
+  RedisEndpoint master;
+};
+
+// Parses a CLUSTER SLOTS reply. A master given with an empty host (Redis
+// answers so when it does not know its own address) takes `fallback_host`.
+// Corruption when the reply has an unexpected shape.
+Result<std::vector<SlotRange>> ParseClusterSlots(const redisReply* reply,
+                                                 std::string_view fallback_host);
+
+// Parses the target of a "MOVED <slot> <host>:<port>" or "ASK ..." error.
+// Returns false when `error` is neither; sets *asking for ASK.
+bool ParseRedirect(std::string_view error, RedisEndpoint* target, bool* asking);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,265 @@
+#include "tiers/redis/redis_tier.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ns_key.h"
+#include "kvtier/block_header.h"
+#include "tiers/redis/redis_router.h"
+
+namespace kvtier::internal {
+namespace {
+
+// Redirects one op may follow before it fails; a healthy cluster needs two
+// at most (MOVED to the new owner, ASK during a migration).
+constexpr uint8_t kMaxRedirects = 5;
+// A node's share of a batch is split over its connections, but never into
+// jobs smaller than this.
+constexpr size_t kMinOpsPerJob = 4;
+
+class RedisTier;
+
+// One Read/Write/Remove/Contains call in flight: the jobs it was split into
+// and the completion that finishes when the last of them is delivered.
+class Batch final : public RedisBatch, public std::enable_shared_from_this<Batch> {
+ public:
+  Batch(RedisTier* tier, NamespaceId ns, RedisOp::Kind kind, CompletionSource done)
+      : tier_(tier), ns_(ns), kind_(kind), done_(std::move(done)) {}
+
+  NamespaceId ns() const override { return ns_; }
+  RedisOp::Kind kind() const { return kind_; }
+  CompletionSource& done() { return done_; }
+  // Item i of a write reserved capacity for a key the tier did not hold.
+  std::vector<bool>& fresh() { return fresh_; }
+
+  void Deliver(RedisNode* node, std::vector<RedisOp> ops,
+               std::vector<RedisOpResult> results) override;
+  // Routes ops to their nodes and submits them as jobs.
+  void Dispatch(std::vector<RedisOp> ops);
+  void Release() {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.Finish();
+  }
+
+ private:
+  void SubmitGroup(RedisNode* node, std::vector<RedisOp> ops);
+
+  RedisTier* const tier_;
+  const NamespaceId ns_;
+  const RedisOp::Kind kind_;
+  CompletionSource done_;
+  std::vector<bool> fresh_;
+  // Jobs not yet delivered, plus one held by whoever is dispatching.
+  std::atomic<int> pending_{1};
+};
+
+class RedisTier final : public Tier {
+ public:
+  RedisTier(const TierOptions& options, std::unique_ptr<RedisRouter> router)
+      : Tier(options.name, "redis",
+             TierCapabilities{.shared = true,
+                              .checksummed = true,
+                              .max_block_bytes = router->max_value_bytes() - kBlockHeaderBytes}),
+        options_(options),
+        router_(std::move(router)) {}
+  ~RedisTier() override { Shutdown(); }
+
+  TierUsage Usage() const override {
+    std::lock_guard lock(usage_mu_);
+    return {options_.capacity_bytes, used_bytes_, held_.size()};
+  }
+
+  RedisRouter& router() { return *router_; }
+  // Records the outcome of one op in the usage count and the completion.
+  void Settle(Batch& batch, const RedisOp& op, RedisOpResult result);
+
+ protected:
+  void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
+  void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override;
+  void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
+  void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
+  void DoShutdown() override { router_->Shutdown(); }
+
+ private:
+  RedisOp MakeOp(RedisOp::Kind kind, NamespaceId ns, const BlockKey& key, size_t index) const {
+    RedisOp op;
+    op.kind = kind;
+    op.index = static_cast<uint32_t>(index);
+    op.block = key;
+    op.key = RedisBlockKeyName(options_.redis.key_prefix, ns, key);
+    return op;
+  }
+  void RunKeys(RedisOp::Kind kind, NamespaceId ns, std::span<const BlockKey> keys,
+               CompletionSource done);
+  // Accounts `bytes` for (ns, key) before its SET: *fresh when the tier did
+  // not hold the key. ResourceExhausted when a new key does not fit.
+  Status Reserve(const NsKey& k, uint64_t bytes, bool* fresh);
+  void Unaccount(const NsKey& k);
+
+  const TierOptions options_;
+  std::unique_ptr<RedisRouter> router_;
+  mutable std::mutex usage_mu_;
+  std::unordered_map<NsKey, uint64_t, NsKeyHash> held_;  // guarded by usage_mu_
+  uint64_t used_bytes_ = 0;                              // guarded by usage_mu_
+};
+
+void Batch::Dispatch(std::vector<RedisOp> ops) {
+  std::map<RedisNode*, std::vector<RedisOp>> groups;
+  for (RedisOp& op : ops) {
+    RedisNode* node = tier_->router().Route(op.key);
+    if (node == nullptr) {
+      tier_->Settle(
+          *this, op,
+          RedisOpResult{Status::Unavailable("no redis cluster node serves the slot of " + op.key)});
+      continue;
+    }
+    groups[node].push_back(std::move(op));
+  }
+  for (auto& [node, group] : groups) SubmitGroup(node, std::move(group));
+}
+
+void Batch::SubmitGroup(RedisNode* node, std::vector<RedisOp> ops) {
+  const size_t jobs =
+      std::max<size_t>(1, std::min(node->connections(), ops.size() / kMinOpsPerJob));
+  const size_t per_job = (ops.size() + jobs - 1) / jobs;
+  for (size_t begin = 0; begin < ops.size(); begin += per_job) {
+    const size_t end = std::min(ops.size(), begin + per_job);
+    RedisJob job{shared_from_this(), {}};
+    job.ops.assign(std::make_move_iterator(ops.begin() + begin),
+                   std::make_move_iterator(ops.begin() + end));
+    pending_.fetch_add(1, std::memory_order_acq_rel);
+    node->Submit(std::move(job));
+  }
+}
+
+void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<RedisOpResult> results) {
+  std::map<RedisNode*, std::vector<RedisOp>> redirected;
+  bool moved = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    RedisOpResult& r = results[i];
+    if (r.redirected && ops[i].redirects < kMaxRedirects) {
+      moved |= !r.asking;
+      ops[i].asking = r.asking;
+      ++ops[i].redirects;
+      redirected[tier_->router().NodeAt(r.target)].push_back(std::move(ops[i]));
+      continue;
+    }
+    tier_->Settle(*this, ops[i], std::move(r));
+  }
+  // A MOVED means the slot map is stale; ASK is a one-off during migration.
+  if (moved) tier_->router().RefreshSlots();
+  for (auto& [target, group] : redirected) SubmitGroup(target, std::move(group));
+  Release();
+}
+
+void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
+  const NsKey k{batch.ns(), op.block};
+  if (batch.kind() == RedisOp::Kind::kSet && !result.status.ok() && batch.fresh()[op.index]) {
+    Unaccount(k);
+  }
+  if (batch.kind() == RedisOp::Kind::kDel && result.status.ok()) Unaccount(k);
+  batch.done().Set(op.index, std::move(result.status), result.bytes);
+}
+
+Status RedisTier::Reserve(const NsKey& k, uint64_t bytes, bool* fresh) {
+  std::lock_guard lock(usage_mu_);
+  auto it = held_.find(k);
+  *fresh = it == held_.end();
+  if (!*fresh) {
+    used_bytes_ = used_bytes_ - it->second + bytes;
+    it->second = bytes;
+    return Status::Ok();
+  }
+  if (used_bytes_ + bytes > options_.capacity_bytes) {
+    return Status::ResourceExhausted("tier '" + name() + "' is full (" +
+                                     std::to_string(used_bytes_) + " of " +
+                                     std::to_string(options_.capacity_bytes) + " bytes used)");
+  }
+  held_.emplace(k, bytes);
+  used_bytes_ += bytes;
+  return Status::Ok();
+}
+
+void RedisTier::Unaccount(const NsKey& k) {
+  std::lock_guard lock(usage_mu_);
+  auto it = held_.find(k);
+  if (it == held_.end()) return;
+  used_bytes_ -= it->second;
+  held_.erase(it);
+}
+
+void RedisTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) {
+  auto batch = std::make_shared<Batch>(this, ns, RedisOp::Kind::kSet, std::move(done));
+  batch->fresh().assign(ops.size(), false);
+  std::vector<RedisOp> out;
+  out.reserve(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    bool fresh = false;
+    Status st = Reserve(NsKey{ns, ops[i].key}, ops[i].src.size(), &fresh);
+    if (!st.ok()) {
+      batch->done().Set(i, std::move(st));
+      continue;
+    }
+    batch->fresh()[i] = fresh;
+    RedisOp op = MakeOp(RedisOp::Kind::kSet, ns, ops[i].key, i);
+    EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].src), op.header);
+    op.payload = ops[i].src;
+    out.push_back(std::move(op));
+  }
+  batch->Dispatch(std::move(out));
+  batch->Release();
+}
+
+void RedisTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) {
+  auto batch = std::make_shared<Batch>(this, ns, RedisOp::Kind::kGet, std::move(done));
+  std::vector<RedisOp> out;
+  out.reserve(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    RedisOp op = MakeOp(RedisOp::Kind::kGet, ns, ops[i].key, i);
+    op.dst = ops[i].dst;
+    out.push_back(std::move(op));
+  }
+  batch->Dispatch(std::move(out));
+  batch->Release();
+}
+
+void RedisTier::RunKeys(RedisOp::Kind kind, NamespaceId ns, std::span<const BlockKey> keys,
+                        CompletionSource done) {
+  auto batch = std::make_shared<Batch>(this, ns, kind, std::move(done));
+  std::vector<RedisOp> out;
+  out.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) out.push_back(MakeOp(kind, ns, keys[i], i));
+  batch->Dispatch(std::move(out));
+  batch->Release();
+}
+
+void RedisTier::DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) {
+  RunKeys(RedisOp::Kind::kDel, ns, keys, std::move(done));
+}
+
+void RedisTier::DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) {
+  RunKeys(RedisOp::Kind::kExists, ns, keys, std::move(done));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tier>> NewRedisTier(const TierOptions& options, const TierContext& context) {
+  if (context.block_bytes + kBlockHeaderBytes > (1ull << 32)) {
+    return Status::InvalidArgument("tier '" + options.name + "': block of " +
+                                   std::to_string(context.block_bytes) +
+                                   " bytes is too large for a redis value");
+  }
+  auto router = RedisRouter::Open(options, context.log);
+  if (!router.ok()) return router.status().WithContext("tier '" + options.name + "'");
+  if ((*router)->max_value_bytes() < context.block_bytes + kBlockHeaderBytes) {
+    return Status::InvalidArgument(
+        "tier '" + options.name + "': a block of " + std::to_string(context.block_bytes) +
+        " bytes plus its header exceeds the server's proto-max-bulk-len of " +
+        std::to_string((*router)->max_value_bytes()));
+  }
+  return std::unique_ptr<Tier>(new RedisTier(options, std::move(router).value()));
+}
+
+}  // namespace kvtier::internal
