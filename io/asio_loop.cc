@@ -1,0 +1,81 @@
+#include "io/asio_loop.h"
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <charconv>
+#include <exception>
+
+namespace kvtier::internal {
+
+Status FromAsio(const boost::system::error_code& ec, std::string_view operation) {
+  if (!ec) return Status::Ok();
+  namespace e = boost::asio::error;
+  const std::string msg = std::string(operation) + ": " + ec.message();
+  if (ec == e::eof || ec == e::connection_reset || ec == e::connection_refused ||
+      ec == e::connection_aborted || ec == e::broken_pipe || ec == e::operation_aborted ||
+      ec == e::not_connected || ec == e::host_unreachable || ec == e::network_unreachable ||
+      ec == e::bad_descriptor) {
+    return Status::Unavailable(msg);
+  }
+  if (ec == e::timed_out) return Status::DeadlineExceeded(msg);
+  return Status::IOError(msg);
+}
+
+Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, bool allow_port0) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
+    return Status::InvalidArgument("endpoint '" + std::string(text) + "' is not host:port");
+  }
+  unsigned port = 0;
+  std::string_view port_text = text.substr(colon + 1);
+  auto [ptr, err] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (err != std::errc() || ptr != port_text.data() + port_text.size() || port > 65535 ||
+      (port == 0 && !allow_port0)) {
+    return Status::InvalidArgument("endpoint '" + std::string(text) + "' has a bad port");
+  }
+  std::string host(text.substr(0, colon));
+  boost::system::error_code ec;
+  auto addr = boost::asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::resolver resolver(io);
+    auto results = resolver.resolve(boost::asio::ip::tcp::v4(), host, "", ec);
+    if (ec || results.empty()) {
+      return Status::InvalidArgument("endpoint '" + std::string(text) + "': cannot resolve '" +
+                                     host + "'");
+    }
+    addr = results.begin()->endpoint().address();
+  }
+  return boost::asio::ip::tcp::endpoint(addr, static_cast<uint16_t>(port));
+}
+
+AsioLoop::AsioLoop(std::string name, std::shared_ptr<LogSink> log)
+    : name_(std::move(name)), log_(std::move(log)) {
+  work_.emplace(io_.get_executor());
+  thread_ = std::thread([this] { Run(); });
+}
+
+AsioLoop::~AsioLoop() { Stop(); }
+
+void AsioLoop::Post(std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }
+
+void AsioLoop::Stop() {
+  if (!thread_.joinable()) return;
+  work_.reset();
+  thread_.join();
+}
+
+void AsioLoop::Run() {
+  // A handler that throws (allocation failure) must not take the process
+  // down through std::terminate: log it and keep serving.
+  for (;;) {
+    try {
+      io_.run();
+      return;
+    } catch (const std::exception& e) {
+      if (log_) log_->Log(LogLevel::kError, name_ + ": handler threw: " + e.what());
+    }
+  }
+}
+
+}  // namespace kvtier::internal

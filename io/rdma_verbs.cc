@@ -1,0 +1,220 @@
+#include "io/rdma_verbs.h"
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace kvtier::internal::rdma {
+
+Status FromIbv(int err, std::string_view operation) {
+  if (err == 0) return Status::Ok();
+  const std::string msg = std::string(operation) + ": " + std::strerror(err);
+  switch (err) {
+    case ENOMEM:
+      return Status::ResourceExhausted(msg);
+    case ENODEV:
+    case ENOSYS:
+    case EOPNOTSUPP:
+      return Status::NotSupported(msg);
+    case EINVAL:
+      return Status::InvalidArgument(msg);
+    case EAGAIN:
+      return Status::Busy(msg);
+    default:
+      return Status::IOError(msg);
+  }
+}
+
+Result<Context> Context::OpenFirst() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr || n == 0) {
+    if (list != nullptr) ibv_free_device_list(list);
+    return Status::NotSupported(
+        "transport: rdma needs an RDMA device, and ibv_get_device_list found none; "
+        "use transport: tcp");
+  }
+  ibv_context* ctx = ibv_open_device(list[0]);
+  const int err = errno;
+  const std::string name = ibv_get_device_name(list[0]);
+  ibv_free_device_list(list);
+  if (ctx == nullptr) return FromIbv(err ? err : ENODEV, "ibv_open_device " + name);
+  return Context(ctx);
+}
+
+Context& Context::operator=(Context&& o) noexcept {
+  if (this != &o) {
+    if (ctx_ != nullptr) ibv_close_device(ctx_);
+    ctx_ = std::exchange(o.ctx_, nullptr);
+  }
+  return *this;
+}
+
+Context::~Context() {
+  if (ctx_ != nullptr) ibv_close_device(ctx_);
+}
+
+Result<ProtectionDomain> ProtectionDomain::Create(const Context& ctx) {
+  ibv_pd* pd = ibv_alloc_pd(ctx.get());
+  if (pd == nullptr) return FromIbv(errno ? errno : ENOMEM, "ibv_alloc_pd");
+  return ProtectionDomain(pd);
+}
+
+ProtectionDomain::~ProtectionDomain() {
+  if (pd_ != nullptr) ibv_dealloc_pd(pd_);
+}
+
+Result<MemoryRegion> MemoryRegion::Register(const ProtectionDomain& pd, std::span<std::byte> bytes,
+                                            int access) {
+  ibv_mr* mr = ibv_reg_mr(pd.get(), bytes.data(), bytes.size(), access);
+  if (mr == nullptr) return FromIbv(errno ? errno : ENOMEM, "ibv_reg_mr");
+  return MemoryRegion(mr);
+}
+
+MemoryRegion::~MemoryRegion() {
+  if (mr_ != nullptr) ibv_dereg_mr(mr_);
+}
+
+Result<CompletionQueue> CompletionQueue::Create(const Context& ctx, int depth) {
+  ibv_cq* cq = ibv_create_cq(ctx.get(), depth, nullptr, nullptr, 0);
+  if (cq == nullptr) return FromIbv(errno ? errno : ENOMEM, "ibv_create_cq");
+  return CompletionQueue(cq, depth);
+}
+
+CompletionQueue::~CompletionQueue() {
+  if (cq_ != nullptr) ibv_destroy_cq(cq_);
+}
+
+Result<QueuePair> QueuePair::Create(const ProtectionDomain& pd, const CompletionQueue& cq,
+                                    uint32_t max_send_wr) {
+  ibv_qp_init_attr attr{};
+  attr.send_cq = cq.get();
+  attr.recv_cq = cq.get();
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = max_send_wr;
+  attr.cap.max_recv_wr = 1;
+  attr.cap.max_send_sge = 2;
+  attr.cap.max_recv_sge = 1;
+  attr.sq_sig_all = 0;
+  ibv_qp* qp = ibv_create_qp(pd.get(), &attr);
+  if (qp == nullptr) return FromIbv(errno ? errno : ENOMEM, "ibv_create_qp");
+  return QueuePair(qp);
+}
+
+QueuePair::~QueuePair() {
+  if (qp_ != nullptr) ibv_destroy_qp(qp_);
+}
+
+Result<QueuePairInfo> QueuePair::LocalInfo(uint8_t port) const {
+  ibv_port_attr pa{};
+  if (int err = ibv_query_port(qp_->context, port, &pa); err != 0) {
+    return FromIbv(err, "ibv_query_port");
+  }
+  QueuePairInfo info;
+  info.qp_num = qp_->qp_num;
+  info.lid = pa.lid;
+  ibv_gid gid{};
+  if (int err = ibv_query_gid(qp_->context, port, 0, &gid); err != 0) {
+    return FromIbv(err, "ibv_query_gid");
+  }
+  std::memcpy(info.gid.data(), gid.raw, info.gid.size());
+  return info;
+}
+
+Status QueuePair::Connect(const QueuePairInfo& remote, uint8_t port, uint32_t local_psn) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = port;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  int err =
+      ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (err != 0) return FromIbv(err, "ibv_modify_qp INIT");
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_4096;
+  a.dest_qp_num = remote.qp_num;
+  a.rq_psn = remote.psn;
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = 12;
+  a.ah_attr.dlid = remote.lid;
+  a.ah_attr.port_num = port;
+  a.ah_attr.is_global = 1;
+  std::memcpy(a.ah_attr.grh.dgid.raw, remote.gid.data(), remote.gid.size());
+  a.ah_attr.grh.hop_limit = 1;
+  err = ibv_modify_qp(qp_, &a,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (err != 0) return FromIbv(err, "ibv_modify_qp RTR");
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = local_psn;
+  a.max_rd_atomic = 16;
+  err = ibv_modify_qp(qp_, &a,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+  return FromIbv(err, "ibv_modify_qp RTS");
+}
+
+CqPoller::CqPoller(CompletionQueue& cq) : cq_(cq), free_slots_(cq.depth()) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+CqPoller::~CqPoller() {
+  stop_.store(true, std::memory_order_release);
+  thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, cb] : callbacks_) cb(Status::Cancelled("completion queue closed"), 0);
+}
+
+Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done) {
+  // Reserve the CQ entry before posting: a full CQ would otherwise drop
+  // completions and move the QP to the error state.
+  if (free_slots_.fetch_sub(1, std::memory_order_acq_rel) <= 0) {
+    free_slots_.fetch_add(1, std::memory_order_acq_rel);
+    return Status::Busy("completion queue is full");
+  }
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    callbacks_.emplace(id, std::move(done));
+  }
+  if (int err = post(id); err != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    callbacks_.erase(id);
+    free_slots_.fetch_add(1, std::memory_order_acq_rel);
+    return FromIbv(err, "ibv_post_send");
+  }
+  return Status::Ok();
+}
+
+void CqPoller::Run() {
+  ibv_wc wc[16];
+  while (!stop_.load(std::memory_order_acquire)) {
+    const int n = ibv_poll_cq(cq_.get(), 16, wc);
+    if (n <= 0) {
+      std::this_thread::yield();
+      continue;
+    }
+    for (int i = 0; i < n; ++i) {
+      Callback cb;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = callbacks_.find(wc[i].wr_id);
+        if (it == callbacks_.end()) continue;
+        cb = std::move(it->second);
+        callbacks_.erase(it);
+      }
+      free_slots_.fetch_add(1, std::memory_order_acq_rel);
+      cb(wc[i].status == IBV_WC_SUCCESS
+             ? Status::Ok()
+             : Status::IOError(std::string("RDMA completion: ") + ibv_wc_status_str(wc[i].status)),
+         wc[i].byte_len);
+    }
+  }
+}
+
+}  // namespace kvtier::internal::rdma

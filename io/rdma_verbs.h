@@ -1,0 +1,146 @@
+// Move-only owners of libibverbs handles (device context, protection domain,
+// completion queue, queue pair, memory region), the one conversion of verbs
+// errors, and a completion poller: one thread per completion queue, with CQ
+// space reserved before every post so the queue can never overflow.
+// Included only by RDMA code (built when KVTIER_HAVE_RDMA).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+
+#include "kvtier/status.h"
+
+namespace kvtier::internal::rdma {
+
+// errno from a verbs call -> Status naming the call.
+Status FromIbv(int err, std::string_view operation);
+
+// The first RDMA device, opened. NotSupported naming `transport: tcp` when
+// the machine has none.
+class Context {
+ public:
+  static Result<Context> OpenFirst();
+  Context(Context&& o) noexcept : ctx_(std::exchange(o.ctx_, nullptr)) {}
+  Context& operator=(Context&& o) noexcept;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  ~Context();
+  ibv_context* get() const { return ctx_; }
+
+ private:
+  explicit Context(ibv_context* c) : ctx_(c) {}
+  ibv_context* ctx_ = nullptr;
+};
+
+class ProtectionDomain {
+ public:
+  static Result<ProtectionDomain> Create(const Context& ctx);
+  ProtectionDomain(ProtectionDomain&& o) noexcept : pd_(std::exchange(o.pd_, nullptr)) {}
+  ProtectionDomain(const ProtectionDomain&) = delete;
+  ProtectionDomain& operator=(const ProtectionDomain&) = delete;
+  ~ProtectionDomain();
+  ibv_pd* get() const { return pd_; }
+
+ private:
+  explicit ProtectionDomain(ibv_pd* p) : pd_(p) {}
+  ibv_pd* pd_ = nullptr;
+};
+
+// A registered range; in-flight work holds a lease on it (see STYLE.md).
+class MemoryRegion {
+ public:
+  static Result<MemoryRegion> Register(const ProtectionDomain& pd, std::span<std::byte> bytes,
+                                       int access);
+  MemoryRegion(MemoryRegion&& o) noexcept : mr_(std::exchange(o.mr_, nullptr)) {}
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+  ~MemoryRegion();
+  uint32_t lkey() const { return mr_->lkey; }
+  uint32_t rkey() const { return mr_->rkey; }
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(mr_->addr); }
+
+ private:
+  explicit MemoryRegion(ibv_mr* m) : mr_(m) {}
+  ibv_mr* mr_ = nullptr;
+};
+
+class CompletionQueue {
+ public:
+  static Result<CompletionQueue> Create(const Context& ctx, int depth);
+  CompletionQueue(CompletionQueue&& o) noexcept
+      : cq_(std::exchange(o.cq_, nullptr)), depth_(o.depth_) {}
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
+  ~CompletionQueue();
+  ibv_cq* get() const { return cq_; }
+  int depth() const { return depth_; }
+
+ private:
+  CompletionQueue(ibv_cq* c, int depth) : cq_(c), depth_(depth) {}
+  ibv_cq* cq_ = nullptr;
+  int depth_ = 0;
+};
+
+// What the peer needs to connect a reliable-connection queue pair.
+struct QueuePairInfo {
+  uint32_t qp_num = 0;
+  uint16_t lid = 0;
+  std::array<uint8_t, 16> gid{};
+  uint32_t psn = 0;
+};
+
+class QueuePair {
+ public:
+  static Result<QueuePair> Create(const ProtectionDomain& pd, const CompletionQueue& cq,
+                                  uint32_t max_send_wr);
+  QueuePair(QueuePair&& o) noexcept : qp_(std::exchange(o.qp_, nullptr)) {}
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
+  ~QueuePair();
+  ibv_qp* get() const { return qp_; }
+  Result<QueuePairInfo> LocalInfo(uint8_t port) const;
+  // INIT -> RTR -> RTS against the peer's info.
+  Status Connect(const QueuePairInfo& remote, uint8_t port, uint32_t local_psn);
+
+ private:
+  explicit QueuePair(ibv_qp* q) : qp_(q) {}
+  ibv_qp* qp_ = nullptr;
+};
+
+// One thread polling one completion queue. Post() reserves a CQ entry first
+// and fails with Busy when the queue could overflow; each completion runs
+// its callback on the poller thread and releases its entry.
+class CqPoller {
+ public:
+  using Callback = std::function<void(const Status&, uint32_t bytes)>;
+  explicit CqPoller(CompletionQueue& cq);
+  ~CqPoller();
+  CqPoller(const CqPoller&) = delete;
+  CqPoller& operator=(const CqPoller&) = delete;
+
+  // Posts one signalled work request built by `post` (given its wr_id).
+  Status Post(const std::function<int(uint64_t wr_id)>& post, Callback done);
+
+ private:
+  void Run();
+
+  CompletionQueue& cq_;
+  std::atomic<int> free_slots_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  uint64_t next_id_ = 1;                              // guarded by mu_
+  std::unordered_map<uint64_t, Callback> callbacks_;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace kvtier::internal::rdma

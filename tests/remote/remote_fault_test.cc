@@ -1,0 +1,280 @@
+// The remote tier and kvtier-memd under faults: a server killed during a
+// batch, a server that is down from the start, and clients that send
+// garbage, oversized or half frames or the wrong secret.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/remote/remote_test_util.h"
+#include "tests/support/block_data.h"
+#include "tiers/remote/remote_auth.h"
+#include "tiers/remote/remote_protocol.h"
+#include "tiers/remote/remote_routing.h"
+
+namespace kvtier::testing {
+namespace {
+
+namespace memd = internal::memd;
+constexpr NamespaceId kNs{77};
+constexpr uint64_t kBlock = 16 * 1024;
+
+// A plain blocking socket to 127.0.0.1:port with a 5 s receive timeout.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    timeval tv{5, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawClient() { close(fd_); }
+  bool connected() const { return connected_; }
+  void Send(std::span<const std::byte> b) { (void)!write(fd_, b.data(), b.size()); }
+  void ShutdownWrite() { shutdown(fd_, SHUT_WR); }
+  // Reads one frame; nullopt on EOF or timeout.
+  std::optional<std::pair<memd::FrameHeader, std::vector<std::byte>>> ReadFrame() {
+    memd::FrameHeaderBytes h;
+    if (!ReadAll(h)) return std::nullopt;
+    auto d = memd::DecodeFrameHeader(h, 1 << 30);
+    if (!d.ok()) return std::nullopt;
+    std::vector<std::byte> body(d->body_bytes);
+    if (!ReadAll(body)) return std::nullopt;
+    return std::make_pair(*d, body);
+  }
+  // True when the peer closed (read returns 0) rather than timing out.
+  bool SeesEof() {
+    std::byte b;
+    return read(fd_, &b, 1) == 0;
+  }
+  // Expects an ERROR frame with `text`, then the connection closed.
+  void ExpectError(const std::string& text) {
+    auto f = ReadFrame();
+    ASSERT_TRUE(f.has_value()) << "no ERROR frame";
+    ASSERT_EQ(f->first.opcode, memd::Opcode::kError);
+    auto e = memd::DecodeError(f->second);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->text, text);
+    EXPECT_TRUE(SeesEof()) << "server kept the connection open";
+  }
+
+ private:
+  bool ReadAll(std::span<std::byte> out) {
+    size_t got = 0;
+    while (got < out.size()) {
+      ssize_t n = read(fd_, out.data() + got, out.size() - got);
+      if (n <= 0) return false;
+      got += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  int fd_;
+  bool connected_ = false;
+};
+
+// Writes and reads back one block through `tier`: the server still serves.
+void ExpectServing(Tier& tier, uint64_t i) {
+  std::vector<std::byte> data = BlockBytes(TestKey(i), kBlock);
+  WriteOp w{TestKey(i), data};
+  ASSERT_TRUE(tier.Write(kNs, std::span(&w, 1)).Wait().ok());
+  std::vector<std::byte> out(kBlock);
+  ReadOp r{TestKey(i), out};
+  ASSERT_TRUE(tier.Read(kNs, std::span(&r, 1)).Wait().ok());
+  EXPECT_EQ(out, data);
+}
+
+class MemdAbuseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    procs_ = FreshMemd(1);
+    ASSERT_EQ(procs_.size(), 1u);
+    auto t = CreateTier(RemoteOptions(procs_, 64 * kBlock), TierContext{kBlock});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    tier_ = std::move(t).value();
+    ExpectServing(*tier_, 0);
+  }
+  void TearDown() override {
+    if (tier_) {
+      ExpectServing(*tier_, 1);  // the well-behaved client was never disturbed
+      tier_->Shutdown();
+    }
+  }
+  uint16_t port() const { return procs_[0]->port(); }
+  std::vector<MemdProcess*> procs_;
+  std::unique_ptr<Tier> tier_;
+};
+
+TEST_F(MemdAbuseTest, GarbageBytesGetAnErrorAndAClose) {
+  RawClient c(port());
+  ASSERT_TRUE(c.connected());
+  std::vector<std::byte> junk(64, std::byte{0x5A});
+  c.Send(junk);
+  c.ExpectError("bad frame magic");
+}
+
+TEST_F(MemdAbuseTest, OversizedFrameIsRefusedBeforeItsBody) {
+  RawClient c(port());
+  memd::FrameHeaderBytes h = memd::EncodeFrameHeader({memd::Opcode::kHello, 0, 1, 1u << 30});
+  c.Send(h);
+  c.ExpectError("frame body of 1073741824 bytes exceeds the limit of 131072");
+}
+
+TEST_F(MemdAbuseTest, HalfAFrameThenHangUpClosesQuietly) {
+  RawClient c(port());
+  auto hello = memd::Frame(memd::Opcode::kHello, 1, memd::EncodeBody(memd::Hello{}));
+  c.Send(std::span(hello).first(hello.size() / 2));
+  ExpectServing(*tier_, 2);  // a stalled half frame blocks nobody
+  c.ShutdownWrite();
+  EXPECT_TRUE(c.SeesEof());
+}
+
+TEST_F(MemdAbuseTest, RequestsBeforeTheHandshakeAreRefused) {
+  RawClient c(port());
+  c.Send(memd::Frame(memd::Opcode::kGet, 1, memd::EncodeBody(memd::KeyBatch{kNs, {TestKey(0)}})));
+  c.ExpectError("handshake expected (HELLO, then AUTH)");
+}
+
+TEST_F(MemdAbuseTest, WrongProofGetsNothingButAnError) {
+  RawClient c(port());
+  memd::Hello hello;
+  hello.nonce = memd::RandomNonce();
+  c.Send(memd::Frame(memd::Opcode::kHello, 1, memd::EncodeBody(hello)));
+  auto ch = c.ReadFrame();
+  ASSERT_TRUE(ch.has_value());
+  ASSERT_EQ(ch->first.opcode, memd::Opcode::kChallenge);
+  auto challenge = memd::DecodeChallenge(ch->second);
+  ASSERT_TRUE(challenge.ok());
+  memd::Auth auth{memd::ClientProof("wrong secret", challenge->nonce, hello.nonce)};
+  c.Send(memd::Frame(memd::Opcode::kAuth, 1, memd::EncodeBody(auth)));
+  c.ExpectError("authentication failed");
+}
+
+TEST_F(MemdAbuseTest, MalformedBatchAfterHandshakeIsRefused) {
+  RawClient c(port());
+  memd::Hello hello;
+  hello.nonce = memd::RandomNonce();
+  c.Send(memd::Frame(memd::Opcode::kHello, 1, memd::EncodeBody(hello)));
+  auto ch = c.ReadFrame();
+  ASSERT_TRUE(ch.has_value());
+  auto challenge = memd::DecodeChallenge(ch->second);
+  ASSERT_TRUE(challenge.ok());
+  memd::Auth auth{memd::ClientProof(procs_[0]->secret(), challenge->nonce, hello.nonce)};
+  c.Send(memd::Frame(memd::Opcode::kAuth, 1, memd::EncodeBody(auth)));
+  auto w = c.ReadFrame();
+  ASSERT_TRUE(w.has_value());
+  ASSERT_EQ(w->first.opcode, memd::Opcode::kWelcome);
+  // A PUT_DATA for an item no PUT_BEGIN granted.
+  std::vector<std::byte> data(kBlock + kBlockHeaderBytes);
+  c.Send(memd::Frame(memd::Opcode::kPutData, 9, data, 3));
+  c.ExpectError("PUT_DATA names no PUT_BEGIN item");
+}
+
+// Keys of `n` blocks split by the server rendezvous hashing sends them to.
+std::vector<size_t> Owners(const TierOptions& o, uint64_t n) {
+  std::vector<uint64_t> ids;
+  for (const std::string& s : o.servers) ids.push_back(memd::ServerId(s));
+  std::vector<size_t> owner;
+  for (uint64_t i = 0; i < n; ++i) owner.push_back(memd::PickServer(kNs, TestKey(i), ids));
+  return owner;
+}
+
+TEST(RemoteFaultTest, KillDuringABatchFailsOnlyThatServersBlocksThenItRejoins) {
+  auto procs = FreshMemd(3);
+  ASSERT_EQ(procs.size(), 3u);
+  TierOptions o = RemoteOptions(procs, 256 * kBlock);
+  o.remote.op_timeout_ms = 1500;
+  auto made = CreateTier(o, TierContext{kBlock});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Tier& tier = **made;
+  constexpr uint64_t kN = 48;
+  std::vector<size_t> owner = Owners(o, kN);
+  size_t on_victim = 0;
+  for (size_t s : owner) on_victim += s == 1;
+  ASSERT_GT(on_victim, 0u);
+  std::vector<std::vector<std::byte>> data;
+  std::vector<WriteOp> writes;
+  for (uint64_t i = 0; i < kN; ++i) data.push_back(BlockBytes(TestKey(i), kBlock));
+  for (uint64_t i = 0; i < kN; ++i) writes.push_back({TestKey(i), data[i]});
+  ASSERT_TRUE(tier.Write(kNs, writes).Wait().ok());
+
+  // Server 1 freezes, the batch goes out, then server 1 is killed under it.
+  procs[1]->Pause();
+  std::vector<std::vector<std::byte>> out(kN, std::vector<std::byte>(kBlock));
+  std::vector<ReadOp> reads;
+  for (uint64_t i = 0; i < kN; ++i) reads.push_back({TestKey(i), out[i]});
+  const auto start = std::chrono::steady_clock::now();
+  Completion r = tier.Read(kNs, reads);
+  procs[1]->Kill();
+  ASSERT_TRUE(r.WaitFor(std::chrono::milliseconds(o.remote.op_timeout_ms + 500)).ok() || r.Poll());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1600));
+  for (uint64_t i = 0; i < kN; ++i) {
+    if (owner[i] == 1) {
+      EXPECT_TRUE(r.result(i).code() == StatusCode::kUnavailable ||
+                  r.result(i).code() == StatusCode::kDeadlineExceeded)
+          << r.result(i).ToString();
+    } else {
+      EXPECT_TRUE(r.result(i).ok()) << i << ": " << r.result(i).ToString();
+      EXPECT_EQ(out[i], data[i]) << i;
+    }
+  }
+  EXPECT_EQ(r.ok_count(), kN - on_victim);
+
+  // Restarted empty on the same port, the server rejoins after the backoff.
+  ASSERT_TRUE(procs[1]->Restart().ok());
+  uint64_t key = 0;
+  while (owner[key] != 1) ++key;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  Status st;
+  do {
+    st = tier.Write(kNs, std::span(&writes[key], 1)).Wait();
+    if (!st.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (!st.ok() && std::chrono::steady_clock::now() < deadline);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < kN; ++i) keys.push_back(TestKey(i));
+  Completion c = tier.Contains(kNs, keys);
+  ASSERT_TRUE(c.WaitFor(std::chrono::seconds(3)).ok() || c.Poll());
+  for (uint64_t i = 0; i < kN; ++i) {
+    const bool present = owner[i] != 1 || i == key;
+    EXPECT_EQ(c.result(i).code(), present ? StatusCode::kOk : StatusCode::kNotFound) << i;
+  }
+  EXPECT_EQ(tier.Usage().blocks, kN - on_victim + 1) << "the lost blocks left the count";
+  tier.Shutdown();
+}
+
+TEST(RemoteFaultTest, ServerDownFromTheStartFailsOnlyItsKeys) {
+  auto procs = FreshMemd(1);
+  ASSERT_EQ(procs.size(), 1u);
+  // A port that nothing listens on: a fresh server started and stopped.
+  auto gone = MemdProcess::Start();
+  ASSERT_TRUE(gone.ok());
+  const std::string dead = (*gone)->endpoint();
+  (*gone)->Kill();
+  TierOptions o = RemoteOptions(procs, 256 * kBlock);
+  o.servers.push_back(dead);
+  auto made = CreateTier(o, TierContext{kBlock});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  std::vector<size_t> owner = Owners(o, 32);
+  std::vector<std::vector<std::byte>> data;
+  std::vector<WriteOp> writes;
+  for (uint64_t i = 0; i < 32; ++i) data.push_back(BlockBytes(TestKey(i), kBlock));
+  for (uint64_t i = 0; i < 32; ++i) writes.push_back({TestKey(i), data[i]});
+  Completion w = (*made)->Write(kNs, writes);
+  ASSERT_TRUE(w.WaitFor(std::chrono::seconds(3)).ok() || w.Poll());
+  for (uint64_t i = 0; i < 32; ++i) {
+    EXPECT_EQ(w.result(i).code(), owner[i] == 1 ? StatusCode::kUnavailable : StatusCode::kOk)
+        << i << ": " << w.result(i).ToString();
+  }
+  (*made)->Shutdown();
+}
+
+}  // namespace
+}  // namespace kvtier::testing

@@ -1,0 +1,44 @@
+// Shared pieces of the remote tier tests: kvtier-memd processes kept for the
+// whole test binary, and tier options pointing at them.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "kvtier/tier.h"
+#include "tests/support/memd_server.h"
+
+namespace kvtier::testing {
+
+// `n` kvtier-memd processes (the first n of one shared set), restarted empty.
+inline std::vector<MemdProcess*> FreshMemd(size_t n) {
+  static std::vector<std::unique_ptr<MemdProcess>> procs;
+  while (procs.size() < n) {
+    auto p = MemdProcess::Start();
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    if (!p.ok()) return {};
+    procs.push_back(std::move(p).value());
+  }
+  std::vector<MemdProcess*> out;
+  for (size_t i = 0; i < n; ++i) {
+    Status s = procs[i]->Restart();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    out.push_back(procs[i].get());
+  }
+  return out;
+}
+
+inline TierOptions RemoteOptions(const std::vector<MemdProcess*>& procs, uint64_t capacity_bytes) {
+  TierOptions o;
+  o.name = "remote";
+  o.type = "remote";
+  o.capacity_bytes = capacity_bytes;
+  for (MemdProcess* p : procs) o.servers.push_back(p->endpoint());
+  o.remote.secret_file = procs.empty() ? "" : procs[0]->secret_file();
+  o.remote.op_timeout_ms = 2000;
+  return o;
+}
+
+}  // namespace kvtier::testing

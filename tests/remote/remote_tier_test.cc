@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include "tests/remote/remote_test_util.h"
+#include "tests/support/block_data.h"
+#include "tests/support/tier_conformance.h"
+
+namespace kvtier::testing {
+namespace {
+
+Result<std::unique_ptr<Tier>> MakeRemote(size_t servers, uint64_t capacity_blocks,
+                                         uint64_t block_bytes) {
+  auto procs = FreshMemd(servers);
+  if (procs.size() != servers) return Status::Unavailable("kvtier-memd did not start");
+  return CreateTier(RemoteOptions(procs, capacity_blocks * block_bytes), TierContext{block_bytes});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Remote, TierConformanceTest,
+    ::testing::Values(
+        TierMaker{"OneMemd", [](uint64_t c, uint64_t b) { return MakeRemote(1, c, b); }},
+        TierMaker{"ThreeMemd", [](uint64_t c, uint64_t b) { return MakeRemote(3, c, b); }}),
+    TierMakerName);
+
+TEST(RemoteTierTest, ManyRequestsInFlightOnFewConnections) {
+  auto procs = FreshMemd(1);
+  ASSERT_EQ(procs.size(), 1u);
+  TierOptions o = RemoteOptions(procs, 256 * 4096);
+  o.remote.connections = 2;
+  auto tier = CreateTier(o, TierContext{4096});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  constexpr NamespaceId kNs{3};
+  // 64 single-block batches issued before any is waited on.
+  std::vector<std::vector<std::byte>> data;
+  std::vector<Completion> writes;
+  for (uint64_t i = 0; i < 64; ++i) data.push_back(BlockBytes(TestKey(i), 4096));
+  for (uint64_t i = 0; i < 64; ++i) {
+    WriteOp op{TestKey(i), data[i]};
+    writes.push_back((*tier)->Write(kNs, std::span(&op, 1)));
+  }
+  for (auto& w : writes) ASSERT_TRUE(w.Wait().ok()) << w.status().ToString();
+  std::vector<std::vector<std::byte>> out(64, std::vector<std::byte>(4096));
+  std::vector<Completion> reads;
+  for (uint64_t i = 0; i < 64; ++i) {
+    ReadOp op{TestKey(i), out[i]};
+    reads.push_back((*tier)->Read(kNs, std::span(&op, 1)));
+  }
+  for (uint64_t i = 0; i < 64; ++i) {
+    ASSERT_TRUE(reads[i].Wait().ok()) << reads[i].status().ToString();
+    EXPECT_EQ(out[i], data[i]) << i;
+  }
+  (*tier)->Shutdown();
+}
+
+TEST(RemoteTierTest, WrongSecretIsRefusedAtOpen) {
+  auto procs = FreshMemd(1);
+  ASSERT_EQ(procs.size(), 1u);
+  TierOptions o = RemoteOptions(procs, 1 << 20);
+  o.remote.secret = "not the secret";
+  auto tier = CreateTier(o, TierContext{4096});
+  ASSERT_FALSE(tier.ok());
+  EXPECT_EQ(tier.status().ToString(), "invalid_argument: tier 'remote': remote server " +
+                                          procs[0]->endpoint() + ": authentication failed");
+}
+
+TEST(RemoteTierTest, BlockLargerThanServerSlotsIsRefusedAtOpen) {
+  auto procs = FreshMemd(1);
+  ASSERT_EQ(procs.size(), 1u);
+  auto tier = CreateTier(RemoteOptions(procs, 64 << 20), TierContext{1 << 20});
+  ASSERT_FALSE(tier.ok());
+  EXPECT_EQ(tier.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tier.status().message().find("do not fit the 135168-byte slots"), std::string::npos)
+      << tier.status().ToString();
+}
+
+TEST(RemoteTierTest, RdmaTransportWithoutDeviceNamesTheFallback) {
+  auto procs = FreshMemd(1);
+  ASSERT_EQ(procs.size(), 1u);
+  TierOptions o = RemoteOptions(procs, 1 << 20);
+  o.remote.transport = "rdma";
+  auto tier = CreateTier(o, TierContext{4096});
+  ASSERT_FALSE(tier.ok());
+  EXPECT_EQ(tier.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(tier.status().message().find("use transport: tcp"), std::string::npos)
+      << tier.status().ToString();
+}
+
+TEST(RemoteTierTest, MemdStopsCleanlyOnSigterm) {
+  auto p = MemdProcess::Start();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->Terminate(), 0);
+}
+
+TEST(RemoteTierTest, MemdRdmaTransportFailsAtStartWithoutDevice) {
+  MemdProcessOptions o;
+  o.extra_args = {"--transport", "rdma"};
+  auto p = MemdProcess::Start(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(), "kvtier-memd exited at start (status 256)");
+}
+
+}  // namespace
+}  // namespace kvtier::testing

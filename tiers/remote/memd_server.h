@@ -1,0 +1,60 @@
+// The kvtier-memd server as a library: a MemdPool served over the memd
+// protocol (remote_protocol.h) on one TCP listener, by one I/O thread.
+// tools/memd wraps it in a process; tests may also run it in-process.
+//
+// Every connection must complete the HMAC handshake before anything else; a
+// malformed frame gets an ERROR frame and the connection is closed, while
+// every other connection keeps being served.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvtier/env.h"
+#include "kvtier/status.h"
+#include "tiers/remote/memd_pool.h"
+
+namespace kvtier::internal::memd {
+
+struct MemdServerOptions {
+  std::string listen = "127.0.0.1:7400";  // "host:port"; port 0 picks a free one
+  std::string secret;                     // shared secret; required
+  std::string transport = "tcp";          // tcp | rdma
+  MemdPoolOptions pool;
+  uint32_t max_connections = 256;  // more are accepted and closed at once
+  std::shared_ptr<LogSink> log;    // null: stderr
+  Status Validate() const;
+};
+
+class MemdServer {
+ public:
+  // Maps the pool, binds and starts serving. InvalidArgument for bad
+  // options; NotSupported for `transport: rdma` without a device (the message
+  // names the fallback `transport: tcp`); Unavailable when the bind fails.
+  static Result<std::unique_ptr<MemdServer>> Start(const MemdServerOptions& options);
+  // Stops (see Stop()).
+  ~MemdServer();
+  MemdServer(const MemdServer&) = delete;
+  MemdServer& operator=(const MemdServer&) = delete;
+
+  // The bound port (the chosen one when listening on port 0).
+  uint16_t port() const;
+  // Closes the listener and every connection, and joins the I/O thread.
+  // Idempotent; thread-safe.
+  void Stop();
+  // A snapshot of the pool's counters, taken on the I/O thread.
+  Stats GetStats();
+
+  class Impl;
+
+ private:
+  explicit MemdServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// OK when this build and machine can serve `transport: rdma`; otherwise why
+// not, naming the fallback. Implemented by the RDMA build or a stub.
+Status ProbeRdmaTransport();
+
+}  // namespace kvtier::internal::memd

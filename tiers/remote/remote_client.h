@@ -1,0 +1,80 @@
+// RemoteClient: the remote tier's connections to its kvtier-memd servers.
+// One AsioLoop thread drives every connection. Per server it keeps
+// `connections` TCP connections, each authenticated by the HMAC handshake and
+// carrying many requests in flight; a lost connection is re-opened on the
+// next request once its backoff has passed (doubling from
+// reconnect_backoff_ms up to reconnect_backoff_max_ms), and until then that
+// server's requests fail at once with Unavailable. Every request has a
+// deadline (op_timeout_ms); a connection whose oldest request passes it is
+// closed and everything on it fails with DeadlineExceeded, so no caller waits
+// longer than the deadline plus one timer tick.
+//
+// Buffers: a request's source and destination memory is touched only until
+// its callback has run for every item (the socket is closed before a failing
+// callback runs).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/block_key.h"
+#include "kvtier/env.h"
+#include "kvtier/status.h"
+#include "tiers/remote/remote_protocol.h"
+
+namespace kvtier::internal::memd {
+
+struct RemoteClientOptions {
+  std::vector<std::string> servers;  // "host:port"
+  std::string secret;
+  uint32_t connections = 2;            // per server
+  uint32_t connect_timeout_ms = 1000;  // TCP connect plus handshake
+  uint32_t op_timeout_ms = 2000;       // deadline of every request
+  uint32_t reconnect_backoff_ms = 50;
+  uint32_t reconnect_backoff_max_ms = 2000;
+};
+
+// Called once per item, on the loop thread, with the item's index in the call.
+using ItemDone = std::function<void(size_t item, const Status& status, uint64_t bytes)>;
+// Called on the loop thread when a server is reached whose instance id
+// differs from the one seen before (it restarted empty).
+using RestartHook = std::function<void(size_t server)>;
+
+struct PutOp {
+  BlockKey key;
+  std::span<const std::byte> payload;
+};
+
+class RemoteClient {
+ public:
+  // Parses the endpoints and starts the loop; connects lazily.
+  static Result<std::unique_ptr<RemoteClient>> Create(const RemoteClientOptions& options,
+                                                      std::shared_ptr<LogSink> log,
+                                                      RestartHook on_restart);
+  virtual ~RemoteClient() = default;
+
+  virtual size_t server_count() const = 0;
+  virtual const std::string& endpoint(size_t server) const = 0;
+
+  // REQUIRES: 1..kMaxBatchItems items. Results per item: OK with the payload
+  // size, or the server's refusal (ResourceExhausted, InvalidArgument, ...).
+  virtual void Put(size_t server, NamespaceId ns, std::vector<PutOp> ops, ItemDone done) = 0;
+  // OK with the payload size (header and checksum verified), NotFound,
+  // Corruption, InvalidArgument (dst too small).
+  virtual void Get(size_t server, NamespaceId ns, std::vector<std::span<std::byte>> dsts,
+                   std::vector<BlockKey> keys, ItemDone done) = 0;
+  virtual void Exists(size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done) = 0;
+  virtual void Remove(size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done) = 0;
+  // Blocks until the server answers STATS or fails (within the deadline).
+  virtual Result<Stats> GetStats(size_t server) = 0;
+
+  // Fails everything in flight with Unavailable, closes the connections and
+  // joins the loop thread. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace kvtier::internal::memd

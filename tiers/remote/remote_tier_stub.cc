@@ -1,0 +1,14 @@
+// NewRemoteTier for builds without Boost.Asio: the remote tier and
+// kvtier-memd need it.
+#include "tiers/remote/remote_tier.h"
+
+namespace kvtier::internal {
+
+Result<std::unique_ptr<Tier>> NewRemoteTier(const TierOptions& options,
+                                            const TierContext& context) {
+  return Status::NotSupported("tier '" + options.name +
+                              "': type 'remote' is not available in this build (needs Boost.Asio, "
+                              "libboost-dev)");
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,25 @@
+// kvtier-memd's YAML file: the same settings as its flags, flags winning.
+//
+//   listen: "0.0.0.0:7400"
+//   pool_size: 8GiB
+//   slot_size: 4MiB        # largest block + 64-byte header, rounded up
+//   secret_file: /etc/kvtier/memd.secret
+//   transport: tcp         # or rdma
+//   hugepages: true
+//   watermarks: {high: 0.95, low: 0.85}
+//   max_connections: 256
+#pragma once
+
+#include <string>
+
+#include "kvtier/status.h"
+#include "tiers/remote/memd_server.h"
+
+namespace kvtier::memd_tool {
+
+// Reads `path` into `options` (secret_file into *secret_file). Unknown keys
+// and bad values are InvalidArgument with file, line and column.
+Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions* options,
+                      std::string* secret_file);
+
+}  // namespace kvtier::memd_tool
