@@ -1,0 +1,216 @@
+// Admission policies: always, frequency (count-min doorkeeper), write_budget
+// (endurance budget with a self-correcting admit probability) and cost
+// (load beats recompute). marconi lives in marconi.cc.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "kvtier/policy.h"
+#include "policy/policy_internal.h"
+
+namespace kvtier {
+namespace {
+
+class AlwaysAdmission final : public AdmissionPolicy {
+ public:
+  std::string_view Name() const override { return "always"; }
+  bool Admit(const BlockMeta&, const TierState&) override { return true; }
+};
+
+// Count-min sketch of sightings, 4 rows. Every `aging_period` increments all
+// counters halve, so blocks popular long ago fade (TinyLFU's reset).
+class FrequencyAdmission final : public AdmissionPolicy {
+ public:
+  explicit FrequencyAdmission(const PolicyKnobs& k)
+      : threshold_(k.frequency_threshold),
+        width_(std::max<uint32_t>(k.sketch_width, 16)),
+        aging_period_(k.sketch_aging_period),
+        counts_(kRows * static_cast<size_t>(width_), 0) {}
+  std::string_view Name() const override { return "frequency"; }
+
+  void ObserveRequest(std::span<const uint64_t> chain, uint32_t, const RequestHints&,
+                      uint64_t) override {
+    for (uint64_t id : chain) Increment(id);
+  }
+  bool Admit(const BlockMeta& block, const TierState&) override {
+    return Estimate(block.id) >= threshold_;
+  }
+
+ private:
+  static constexpr size_t kRows = 4;
+  size_t Cell(size_t row, uint64_t id) const {
+    return row * width_ + internal::Mix64(id + 0x9e3779b97f4a7c15ULL * (row + 1)) % width_;
+  }
+  void Increment(uint64_t id) {
+    for (size_t r = 0; r < kRows; ++r) {
+      uint32_t& c = counts_[Cell(r, id)];
+      if (c < std::numeric_limits<uint32_t>::max()) ++c;
+    }
+    if (aging_period_ != 0 && ++increments_ >= aging_period_) {
+      for (uint32_t& c : counts_) c >>= 1;
+      increments_ = 0;
+    }
+  }
+  uint32_t Estimate(uint64_t id) const {
+    uint32_t m = std::numeric_limits<uint32_t>::max();
+    for (size_t r = 0; r < kRows; ++r) m = std::min(m, counts_[Cell(r, id)]);
+    return m;
+  }
+
+  uint32_t threshold_;
+  uint32_t width_;
+  uint64_t aging_period_;
+  uint64_t increments_ = 0;
+  std::vector<uint32_t> counts_;
+};
+
+// Endurance budget: the device may take `bytes_per_day` (after write
+// amplification). Each interval the admit probability is set so that the
+// next interval writes its share plus the running credit or debt, given the
+// bytes offered in the last interval. The coin is a hash of the block id and
+// a counter, so a run is reproducible.
+class WriteBudgetAdmission final : public AdmissionPolicy {
+ public:
+  WriteBudgetAdmission(const PolicyKnobs& k, uint64_t seed) : seed_(seed) {
+    double rate = static_cast<double>(k.write_budget_bytes_per_day) / 86400.0;
+    if (k.write_max_bytes_per_s != 0) rate = std::min(rate, double(k.write_max_bytes_per_s));
+    target_host_rate_ = rate / std::max(1.0, k.write_amplification);
+    interval_ns_ = std::max<uint64_t>(1, k.write_interval_ms) * 1000000ULL;
+  }
+  std::string_view Name() const override { return "write_budget"; }
+
+  bool Admit(const BlockMeta& block, const TierState& tier) override {
+    Update(tier.now_ns);
+    offered_ += block.bytes;
+    const uint64_t h = internal::Mix64(block.id ^ seed_ ^ (++coins_ * 0xd1b54a32d192ed03ULL));
+    const double u = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+    return u < probability_;
+  }
+  void OnWritten(uint64_t bytes, uint64_t now_ns) override {
+    Update(now_ns);
+    written_total_ += bytes;
+  }
+
+ private:
+  void Update(uint64_t now_ns) {
+    if (!started_) {
+      started_ = true;
+      start_ns_ = interval_start_ns_ = now_ns;
+      return;
+    }
+    if (now_ns - interval_start_ns_ < interval_ns_) return;
+    const double interval_s = double(now_ns - interval_start_ns_) * 1e-9;
+    const double elapsed_s = double(now_ns - start_ns_) * 1e-9;
+    const double share = target_host_rate_ * interval_s;
+    // Credit (positive) or debt against the budget so far, bounded to one
+    // interval's share so a long idle spell cannot unleash a burst.
+    double credit = target_host_rate_ * elapsed_s - double(written_total_);
+    credit = std::clamp(credit, -share, share);
+    const double want = share + credit;
+    probability_ = offered_ == 0 ? 1.0 : std::clamp(want / double(offered_), 0.0, 1.0);
+    offered_ = 0;
+    interval_start_ns_ = now_ns;
+  }
+
+  uint64_t seed_;
+  double target_host_rate_ = 0;
+  uint64_t interval_ns_ = 0;
+  bool started_ = false;
+  uint64_t start_ns_ = 0;
+  uint64_t interval_start_ns_ = 0;
+  uint64_t offered_ = 0;
+  uint64_t written_total_ = 0;
+  uint64_t coins_ = 0;
+  double probability_ = 1.0;
+};
+
+// Admits a block only if loading it from the tier is faster than
+// recomputing it: bytes / bandwidth + latency, times a margin, below
+// FLOPs / GPU rate. Unknown rates admit.
+class CostAdmission final : public AdmissionPolicy {
+ public:
+  explicit CostAdmission(const PolicyKnobs& k) : margin_(k.cost_margin) {}
+  std::string_view Name() const override { return "cost"; }
+  bool Admit(const BlockMeta& block, const TierState& tier) override {
+    if (tier.read_bytes_per_s <= 0 || tier.gpu_flops_per_s <= 0) return true;
+    const double load_s = double(block.bytes) / tier.read_bytes_per_s + tier.read_latency_s;
+    return load_s * margin_ < block.flops / tier.gpu_flops_per_s;
+  }
+
+ private:
+  double margin_;
+};
+
+constexpr std::array<std::string_view, 5> kAdmission = {"always", "frequency", "marconi",
+                                                        "write_budget", "cost"};
+constexpr std::array<std::string_view, 3> kEviction = {"lru", "s3fifo", "flop_aware"};
+
+}  // namespace
+
+std::span<const std::string_view> PolicyAdmissionNames() { return kAdmission; }
+std::span<const std::string_view> PolicyEvictionNames() { return kEviction; }
+
+Result<std::unique_ptr<AdmissionPolicy>> CreateAdmissionPolicy(std::string_view name,
+                                                               const PolicyKnobs& knobs,
+                                                               uint64_t seed) {
+  if (name == "always") return std::unique_ptr<AdmissionPolicy>(new AlwaysAdmission());
+  if (name == "frequency") return std::unique_ptr<AdmissionPolicy>(new FrequencyAdmission(knobs));
+  if (name == "marconi") return internal::NewMarconiAdmission(knobs);
+  if (name == "cost") return std::unique_ptr<AdmissionPolicy>(new CostAdmission(knobs));
+  if (name == "write_budget") {
+    if (knobs.write_budget_bytes_per_day == 0) {
+      return Status::InvalidArgument("write_budget admission needs write_budget_bytes_per_day > 0");
+    }
+    return std::unique_ptr<AdmissionPolicy>(new WriteBudgetAdmission(knobs, seed));
+  }
+  return Status::InvalidArgument("unknown admission policy '" + std::string(name) + "'");
+}
+
+Result<AdmissionChain> AdmissionChain::Create(std::span<const std::string> names,
+                                              const PolicyKnobs& knobs, uint64_t seed) {
+  AdmissionChain chain;
+  for (const std::string& n : names) {
+    auto p = CreateAdmissionPolicy(n, knobs, seed);
+    if (!p.ok()) return p.status();
+    chain.Add(std::move(*p));
+  }
+  return chain;
+}
+
+void AdmissionChain::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
+                                    const RequestHints& hints, uint64_t now_ns) {
+  for (auto& p : policies_) p->ObserveRequest(chain, full_blocks, hints, now_ns);
+}
+
+bool AdmissionChain::Admit(const BlockMeta& block, const TierState& tier) {
+  // Every policy is asked, even after a refusal, so stateful ones (the write
+  // budget's offered bytes) see the same stream whatever their position.
+  bool admit = true;
+  for (auto& p : policies_) admit = p->Admit(block, tier) && admit;
+  return admit;
+}
+
+void AdmissionChain::OnWritten(uint64_t bytes, uint64_t now_ns) {
+  for (auto& p : policies_) p->OnWritten(bytes, now_ns);
+}
+
+Status PolicyKnobs::Validate() const {
+  if (frequency_threshold == 0) {
+    return Status::InvalidArgument("frequency_threshold is 0; expected at least 1");
+  }
+  if (!(write_amplification >= 1.0)) {
+    return Status::InvalidArgument("write_amplification is below 1; expected >= 1");
+  }
+  if (!(cost_margin > 0)) return Status::InvalidArgument("cost_margin must be > 0");
+  if (!(flop_alpha >= 0)) return Status::InvalidArgument("flop_alpha must be >= 0");
+  if (!(s3fifo_small_fraction > 0 && s3fifo_small_fraction < 1)) {
+    return Status::InvalidArgument("s3fifo_small_fraction must be in (0, 1)");
+  }
+  if (!(marconi_continue_threshold >= 0 && marconi_continue_threshold <= 1)) {
+    return Status::InvalidArgument("marconi_continue_threshold must be in [0, 1]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier

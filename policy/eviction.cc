@@ -1,0 +1,161 @@
+// Eviction orders: lru, s3fifo and flop_aware. The caller offers only the
+// blocks it may drop (leaves), so each policy only has to rank them.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "policy/policy_internal.h"
+
+namespace kvtier {
+namespace {
+
+class LruEviction final : public EvictionPolicy {
+ public:
+  std::string_view Name() const override { return "lru"; }
+  void Order(std::span<BlockMeta> c, uint64_t) override {
+    std::stable_sort(c.begin(), c.end(), [](const BlockMeta& a, const BlockMeta& b) {
+      return a.last_use_ns < b.last_use_ns;
+    });
+  }
+};
+
+// Marconi's score over the candidates: recency and prefill FLOPs saved per
+// byte, each min-max normalised to [0, 1]; the lowest score leaves first.
+class FlopAwareEviction final : public EvictionPolicy {
+ public:
+  explicit FlopAwareEviction(double alpha) : alpha_(alpha) {}
+  std::string_view Name() const override { return "flop_aware"; }
+  void SetAlpha(double alpha) override { alpha_ = alpha; }
+  double alpha() const override { return alpha_; }
+
+  void Order(std::span<BlockMeta> c, uint64_t) override {
+    if (c.empty()) return;
+    double rmin = INFINITY, rmax = -INFINITY, fmin = INFINITY, fmax = -INFINITY;
+    std::vector<std::pair<double, size_t>> score(c.size());
+    for (const BlockMeta& b : c) {
+      rmin = std::min(rmin, double(b.last_use_ns));
+      rmax = std::max(rmax, double(b.last_use_ns));
+      fmin = std::min(fmin, PerByte(b));
+      fmax = std::max(fmax, PerByte(b));
+    }
+    const double rspan = rmax > rmin ? rmax - rmin : 1.0;
+    const double fspan = fmax > fmin ? fmax - fmin : 1.0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      score[i] = {
+          (double(c[i].last_use_ns) - rmin) / rspan + alpha_ * (PerByte(c[i]) - fmin) / fspan, i};
+    }
+    std::stable_sort(score.begin(), score.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<BlockMeta> sorted;
+    sorted.reserve(c.size());
+    for (const auto& s : score) sorted.push_back(c[s.second]);
+    std::copy(sorted.begin(), sorted.end(), c.begin());
+  }
+
+ private:
+  static double PerByte(const BlockMeta& b) {
+    return b.bytes == 0 ? 0.0 : b.flops / double(b.bytes);
+  }
+  double alpha_;
+};
+
+// S3-FIFO over leaves: new blocks enter a small FIFO; a block hit while there
+// moves to the main FIFO; main blocks that were hit are reinserted (their
+// count decremented) instead of evicted; blocks evicted from the small FIFO
+// leave a ghost, and a ghost that comes back goes straight to main.
+class S3FifoEviction final : public EvictionPolicy {
+ public:
+  explicit S3FifoEviction(double small_fraction) : small_fraction_(small_fraction) {}
+  std::string_view Name() const override { return "s3fifo"; }
+
+  void OnInsert(const BlockMeta& b) override {
+    auto [it, fresh] = state_.try_emplace(b.id);
+    if (!fresh) return;
+    it->second.main = ghost_.erase(b.id) != 0;
+    it->second.seq = ++seq_;
+    ++(it->second.main ? main_ : small_);
+  }
+  void OnAccess(const BlockMeta& b) override {
+    auto it = state_.find(b.id);
+    if (it != state_.end() && it->second.freq < 3) ++it->second.freq;
+  }
+  void OnRemove(uint64_t id) override {
+    auto it = state_.find(id);
+    if (it == state_.end()) return;
+    if (it->second.main) {
+      --main_;
+    } else {
+      --small_;
+      ghost_.insert(id);
+      ghost_fifo_.push_back(id);
+      while (ghost_fifo_.size() > std::max<size_t>(main_ + small_, 16)) {
+        ghost_.erase(ghost_fifo_.front());
+        ghost_fifo_.pop_front();
+      }
+    }
+    state_.erase(it);
+  }
+
+  void Order(std::span<BlockMeta> c, uint64_t) override {
+    const bool small_first =
+        main_ == 0 || double(small_) > small_fraction_ * double(small_ + main_);
+    std::vector<std::pair<std::pair<int, uint64_t>, size_t>> keys(c.size());
+    for (size_t i = 0; i < c.size(); ++i) {
+      auto it = state_.find(c[i].id);
+      if (it == state_.end()) {
+        keys[i] = {{0, 0}, i};  // unknown to the policy: first to go
+        continue;
+      }
+      Entry& e = it->second;
+      if (e.freq > 0) {  // promoted from small, or reinserted in main
+        if (!e.main) {
+          --small_;
+          ++main_;
+        }
+        e.main = true;
+        --e.freq;
+        e.seq = ++seq_;
+      }
+      const int queue = e.main == small_first ? 2 : 1;
+      keys[i] = {{queue, e.seq}, i};
+    }
+    std::stable_sort(keys.begin(), keys.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<BlockMeta> sorted;
+    sorted.reserve(c.size());
+    for (const auto& k : keys) sorted.push_back(c[k.second]);
+    std::copy(sorted.begin(), sorted.end(), c.begin());
+  }
+
+ private:
+  struct Entry {
+    bool main = false;
+    uint8_t freq = 0;
+    uint64_t seq = 0;
+  };
+  double small_fraction_;
+  uint64_t seq_ = 0;
+  size_t small_ = 0;
+  size_t main_ = 0;
+  std::unordered_map<uint64_t, Entry> state_;
+  std::unordered_set<uint64_t> ghost_;
+  std::deque<uint64_t> ghost_fifo_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<EvictionPolicy>> CreateEvictionPolicy(std::string_view name,
+                                                             const PolicyKnobs& knobs) {
+  if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruEviction());
+  if (name == "flop_aware") {
+    return std::unique_ptr<EvictionPolicy>(new FlopAwareEviction(knobs.flop_alpha));
+  }
+  if (name == "s3fifo") {
+    return std::unique_ptr<EvictionPolicy>(new S3FifoEviction(knobs.s3fifo_small_fraction));
+  }
+  return Status::InvalidArgument("unknown eviction policy '" + std::string(name) + "'");
+}
+
+}  // namespace kvtier

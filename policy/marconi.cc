@@ -1,0 +1,90 @@
+// Marconi-style admission: a radix tree over block chains. Because block ids
+// are prefix-chained, the tree is the parent/child relation of ids; each
+// node remembers how often it was named and what it is to the requests that
+// named it (a branch point, a request's tail, on a continuing session's path).
+//
+// Speculative insertion: a request's longest common prefix with the tree is
+// found before it is inserted, so the branch point is known before prefill.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "policy/policy_internal.h"
+
+namespace kvtier::internal {
+namespace {
+
+struct Node {
+  uint32_t sightings = 0;
+  uint32_t children = 0;
+  bool branch = false;  // a request's common prefix with the tree ended here
+  bool tail = false;    // last full block of some request
+  bool keep = false;    // on the new path of a request expected to continue
+};
+
+class MarconiAdmission final : public AdmissionPolicy {
+ public:
+  explicit MarconiAdmission(const PolicyKnobs& k)
+      : admit_tails_(k.marconi_admit_tails),
+        threshold_(k.marconi_continue_threshold),
+        probation_(k.marconi_probation) {}
+  std::string_view Name() const override { return "marconi"; }
+
+  void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
+                      const RequestHints& hints, uint64_t) override {
+    if (nodes_.size() > kMaxNodes) nodes_.clear();  // bounded memory: start over
+    size_t lcp = 0;
+    while (lcp < chain.size() && nodes_.count(chain[lcp]) != 0) ++lcp;
+    if (lcp > 0 && lcp < chain.size()) nodes_[chain[lcp - 1]].branch = true;
+    // Without hints, a fixed id-hashed share of requests counts as continuing.
+    bool continuing = hints.expected_reuse >= threshold_ ||
+                      (hints.expected_reuse < 0 && !chain.empty() && Probation(chain.back()));
+    if (hints.session_id != 0) {
+      continuing = continuing || !sessions_.insert(hints.session_id).second;
+    }
+    for (size_t i = 0; i < chain.size(); ++i) {
+      auto [it, fresh] = nodes_.try_emplace(chain[i]);
+      if (fresh && i > 0) ++nodes_[chain[i - 1]].children;
+      Node& n = nodes_[chain[i]];
+      ++n.sightings;
+      if (continuing && admit_tails_ && i >= lcp && i < full_blocks) n.keep = true;
+    }
+    if (full_blocks > 0 && full_blocks <= chain.size()) nodes_[chain[full_blocks - 1]].tail = true;
+  }
+
+  // KV block: shared (seen twice), or on a continuing path, or hinted.
+  // State checkpoint: only at branch points and at tails worth keeping.
+  bool Admit(const BlockMeta& block, const TierState&) override {
+    auto it = nodes_.find(block.id);
+    const bool hinted = block.expected_reuse >= threshold_ && admit_tails_;
+    if (it == nodes_.end()) return hinted || block.sightings >= 2;
+    const Node& n = it->second;
+    if (block.is_checkpoint) {
+      return n.branch || n.children >= 2 || (n.tail && (n.keep || hinted || admit_tails_));
+    }
+    return n.sightings >= 2 || n.keep || hinted;
+  }
+
+ private:
+  // A fixed share of requests, chosen by a hash of their last block, whose
+  // new path is kept: their first reuse may come after the hub evicted them,
+  // and no signal of a Mooncake-style trace tells which will be reused
+  // (docs/BENCHMARKS.md). Whole paths, because the prefix rule needs them.
+  bool Probation(uint64_t id) const {
+    return double(Mix64(id ^ 0x6d61726b6f6e6921ULL) >> 11) * 0x1p-53 < probation_;
+  }
+
+  static constexpr size_t kMaxNodes = size_t{1} << 23;
+  bool admit_tails_;
+  float threshold_;
+  double probation_;
+  std::unordered_map<uint64_t, Node> nodes_;
+  std::unordered_set<uint64_t> sessions_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs) {
+  return std::unique_ptr<AdmissionPolicy>(new MarconiAdmission(knobs));
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,21 @@
+// Helpers shared by the policy implementations.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kvtier/policy.h"
+
+namespace kvtier::internal {
+
+// splitmix64 finaliser: a cheap, well-mixed 64-bit hash.
+inline uint64_t Mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,175 @@
+// Exact admission decisions on small hand-built sequences.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kvtier/policy.h"
+
+namespace kvtier {
+namespace {
+
+BlockMeta Block(uint64_t id, uint64_t bytes = 100, double flops = 0) {
+  BlockMeta b;
+  b.id = id;
+  b.bytes = bytes;
+  b.flops = flops;
+  return b;
+}
+
+std::unique_ptr<AdmissionPolicy> Make(const char* name, const PolicyKnobs& k = {}) {
+  auto p = CreateAdmissionPolicy(name, k);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(*p);
+}
+
+void Observe(AdmissionPolicy& p, std::vector<uint64_t> chain, RequestHints h = {}) {
+  p.ObserveRequest(chain, static_cast<uint32_t>(chain.size()), h, 0);
+}
+
+TEST(AdmissionTest, AlwaysAdmits) {
+  auto p = Make("always");
+  EXPECT_TRUE(p->Admit(Block(1), {}));
+}
+
+TEST(AdmissionTest, UnknownNameAndMissingBudgetAreRefused) {
+  EXPECT_EQ(CreateAdmissionPolicy("sometimes", {}).status().message(),
+            "unknown admission policy 'sometimes'");
+  EXPECT_EQ(CreateAdmissionPolicy("write_budget", {}).status().message(),
+            "write_budget admission needs write_budget_bytes_per_day > 0");
+}
+
+TEST(AdmissionTest, FrequencyAdmitsOnNthSightingAndAges) {
+  PolicyKnobs k;
+  k.frequency_threshold = 2;
+  k.sketch_aging_period = 6;  // halve after six increments
+  auto p = Make("frequency", k);
+  struct Step {
+    std::vector<uint64_t> observe;
+    std::vector<std::pair<uint64_t, bool>> expect;
+  };
+  const std::vector<Step> steps = {
+      {{1, 2}, {{1, false}, {2, false}, {3, false}}},
+      {{1, 3}, {{1, true}, {2, false}, {3, false}}},
+      {{1, 3}, {{1, false}, {3, false}}},  // 6th increment halved 1: 3 -> 1, 3: 2 -> 1
+      {{3}, {{3, true}, {1, false}}},
+  };
+  for (size_t s = 0; s < steps.size(); ++s) {
+    Observe(*p, steps[s].observe);
+    for (auto [id, want] : steps[s].expect) {
+      EXPECT_EQ(p->Admit(Block(id), {}), want) << "step " << s << " id " << id;
+    }
+  }
+}
+
+TEST(AdmissionTest, MarconiSharedPrefixBranchAndTails) {
+  PolicyKnobs k;
+  k.marconi_probation = 0;  // no speculative share: decisions from the tree only
+  auto p = Make("marconi", k);
+  Observe(*p, {1, 2, 3});
+  for (uint64_t id : {1, 2, 3}) EXPECT_FALSE(p->Admit(Block(id), {})) << id;
+  Observe(*p, {1, 2, 4});  // branches after 2
+  const std::vector<std::pair<uint64_t, bool>> kv = {{1, true}, {2, true}, {3, false}, {4, false}};
+  for (auto [id, want] : kv) EXPECT_EQ(p->Admit(Block(id), {}), want) << id;
+  // State checkpoints: only at the branch point and at tails.
+  const std::vector<std::pair<uint64_t, bool>> cp = {{1, false}, {2, true}, {3, true}, {4, true}};
+  for (auto [id, want] : cp) {
+    BlockMeta b = Block(id);
+    b.is_checkpoint = true;
+    EXPECT_EQ(p->Admit(b, {}), want) << "checkpoint " << id;
+  }
+}
+
+TEST(AdmissionTest, MarconiKeepsContinuingSessionPaths) {
+  PolicyKnobs k;
+  k.marconi_probation = 0;
+  auto p = Make("marconi", k);
+  Observe(*p, {10, 11}, {.session_id = 7});
+  EXPECT_FALSE(p->Admit(Block(11), {}));  // a session's first request
+  Observe(*p, {10, 11, 12}, {.session_id = 7});
+  EXPECT_TRUE(p->Admit(Block(12), {}));  // the session came back: its tail is kept
+  Observe(*p, {20, 21}, {.expected_reuse = 0.9f});
+  EXPECT_TRUE(p->Admit(Block(21), {}));
+  Observe(*p, {30, 31}, {.expected_reuse = 0.1f});
+  EXPECT_FALSE(p->Admit(Block(31), {}));
+}
+
+TEST(AdmissionTest, CostAdmitsWhenLoadBeatsRecompute) {
+  auto p = Make("cost");
+  TierState t;
+  t.read_bytes_per_s = 1e9;
+  t.read_latency_s = 0.001;
+  t.gpu_flops_per_s = 1e15;
+  struct Case {
+    uint64_t bytes;
+    double flops;
+    bool want;
+  };
+  const Case cases[] = {
+      {1000000000, 2e15, true},   // load 1.001 s < recompute 2 s
+      {1000000000, 1e15, false},  // 1.001 s > 1 s
+      {1000000, 1.1e12, false},   // 2 ms load vs 1.1 ms recompute
+      {1000000, 2.1e12, true},
+  };
+  for (const Case& c : cases) EXPECT_EQ(p->Admit(Block(1, c.bytes, c.flops), t), c.want);
+  EXPECT_TRUE(p->Admit(Block(1, 1000000000, 1), TierState{}));  // unknown rates admit
+}
+
+TEST(AdmissionTest, WriteBudgetConvergesToTargetRate) {
+  PolicyKnobs k;
+  k.write_budget_bytes_per_day = 86400ULL * 2000000;  // 2 MB/s at the device
+  k.write_amplification = 2.0;                        // so 1 MB/s from the host
+  k.write_interval_ms = 1000;
+  auto p = Make("write_budget", k);
+  // 10 MB/s offered: a 10 kB block every millisecond for 200 s.
+  uint64_t written = 0, written_late = 0;
+  const uint64_t ms = 1000000;
+  for (uint64_t i = 0; i < 200000; ++i) {
+    BlockMeta b = Block(i, 10000);
+    TierState t;
+    t.now_ns = i * ms;
+    if (p->Admit(b, t)) {
+      p->OnWritten(b.bytes, t.now_ns);
+      written += b.bytes;
+      if (i >= 100000) written_late += b.bytes;
+    }
+  }
+  // Target 1 MB/s: 200 MB overall and 100 MB in the second half, within 3 %.
+  EXPECT_NEAR(double(written), 200e6, 6e6);
+  EXPECT_NEAR(double(written_late), 100e6, 3e6);
+}
+
+TEST(AdmissionTest, ChainNeedsEveryPolicy) {
+  PolicyKnobs k;
+  k.frequency_threshold = 2;
+  std::vector<std::string> names = {"always", "frequency"};
+  auto chain = AdmissionChain::Create(names, k);
+  ASSERT_TRUE(chain.ok());
+  std::vector<uint64_t> c = {5};
+  chain->ObserveRequest(c, 1, {}, 0);
+  EXPECT_FALSE(chain->Admit(Block(5), {}));
+  chain->ObserveRequest(c, 1, {}, 0);
+  EXPECT_TRUE(chain->Admit(Block(5), {}));
+}
+
+TEST(GpuWatermarkTest, HoldsBackAdmissionAndProposesCheapestVictims) {
+  GpuWatermark wm(0.1, 1e15);
+  EXPECT_TRUE(wm.ShouldAdmit(1000));  // nothing reported yet
+  wm.Report(30, 100);
+  EXPECT_TRUE(wm.ShouldAdmit(20));  // 10 left = 10 %
+  EXPECT_FALSE(wm.ShouldAdmit(21));
+  EXPECT_FALSE(wm.ShouldAdmit(31));
+  std::vector<RunningRequest> running = {
+      {.request_id = 1, .blocks_held = 10, .restore_load_s = 0.5, .recompute_flops = 0},
+      {.request_id = 2, .blocks_held = 4, .restore_load_s = 0.1, .recompute_flops = 1e14},
+      {.request_id = 3, .blocks_held = 6, .restore_load_s = 0.05, .recompute_flops = 0},
+  };
+  auto v = wm.Propose(running, 8);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].request_id, 3u);  // 0.05 s
+  EXPECT_EQ(v[1].request_id, 2u);  // 0.2 s
+  EXPECT_EQ(v[0].blocks_freed + v[1].blocks_freed, 10u);
+  EXPECT_EQ(wm.Propose(running, 100).size(), 3u);
+}
+
+}  // namespace
+}  // namespace kvtier

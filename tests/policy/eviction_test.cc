@@ -1,0 +1,115 @@
+// Exact eviction orders and α tuning.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kvtier/policy.h"
+
+namespace kvtier {
+namespace {
+
+BlockMeta Leaf(uint64_t id, uint64_t last_use, double flops = 0, uint64_t bytes = 1) {
+  BlockMeta b;
+  b.id = id;
+  b.last_use_ns = last_use;
+  b.flops = flops;
+  b.bytes = bytes;
+  return b;
+}
+
+std::vector<uint64_t> Ids(const std::vector<BlockMeta>& v) {
+  std::vector<uint64_t> out;
+  for (const BlockMeta& b : v) out.push_back(b.id);
+  return out;
+}
+
+std::unique_ptr<EvictionPolicy> Make(const char* name, const PolicyKnobs& k = {}) {
+  auto p = CreateEvictionPolicy(name, k);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(*p);
+}
+
+TEST(EvictionTest, LruOrdersByLastUseStably) {
+  auto p = Make("lru");
+  std::vector<BlockMeta> c = {Leaf(1, 30), Leaf(2, 10), Leaf(3, 20), Leaf(4, 10)};
+  p->Order(c, 0);
+  EXPECT_EQ(Ids(c), (std::vector<uint64_t>{2, 4, 3, 1}));
+  EXPECT_EQ(CreateEvictionPolicy("mru", {}).status().message(), "unknown eviction policy 'mru'");
+}
+
+TEST(EvictionTest, FlopAwareWeighsRecencyAgainstFlopsPerByte) {
+  struct Case {
+    double alpha;
+    std::vector<uint64_t> want;
+  };
+  // id 1: oldest, deep (many FLOPs per byte); id 2: newest, shallow; id 3: middle.
+  const Case cases[] = {
+      {0.0, {1, 3, 2}},  // pure recency
+      {0.8, {3, 1, 2}},  // 3: 0.5 + 0.2; 1: 0 + 0.8; 2: 1 + 0
+      {4.0, {2, 3, 1}},  // FLOPs dominate: shallow first
+  };
+  for (const Case& c : cases) {
+    PolicyKnobs k;
+    k.flop_alpha = c.alpha;
+    auto p = Make("flop_aware", k);
+    std::vector<BlockMeta> v = {Leaf(1, 0, 100), Leaf(2, 10, 0), Leaf(3, 5, 25)};
+    p->Order(v, 0);
+    EXPECT_EQ(Ids(v), c.want) << "alpha " << c.alpha;
+  }
+}
+
+TEST(EvictionTest, S3FifoEvictsOneHitWondersFirstAndKeepsHitBlocks) {
+  PolicyKnobs k;
+  k.s3fifo_small_fraction = 0.5;
+  auto p = Make("s3fifo", k);
+  for (uint64_t id = 1; id <= 4; ++id) p->OnInsert(Leaf(id, 0));
+  p->OnAccess(Leaf(2, 0));  // 2 is hit while in the small FIFO
+  std::vector<BlockMeta> c = {Leaf(1, 0), Leaf(2, 0), Leaf(3, 0), Leaf(4, 0)};
+  p->Order(c, 0);
+  // 2 moves to main; small (3 of 4) is over its share: small FIFO order first.
+  EXPECT_EQ(Ids(c), (std::vector<uint64_t>{1, 3, 4, 2}));
+  p->OnRemove(1);           // leaves a ghost
+  p->OnInsert(Leaf(1, 0));  // a returning ghost goes straight to main
+  std::vector<BlockMeta> d = {Leaf(1, 0), Leaf(2, 0), Leaf(3, 0)};
+  p->Order(d, 0);
+  // small = {3, 4}, main = {2, 1}: small holds half, not more: main first.
+  EXPECT_EQ(Ids(d), (std::vector<uint64_t>{2, 1, 3}));
+}
+
+// A window where one deep, expensive chain is reused across a stream of
+// cheap one-off requests: recency alone evicts the chain; weighting FLOPs
+// keeps it.
+std::vector<TuneRequest> ConstructedWindow() {
+  std::vector<TuneRequest> w;
+  auto chain = [](std::vector<std::pair<uint64_t, double>> blocks) {
+    TuneRequest r;
+    for (auto [id, flops] : blocks) {
+      BlockMeta b;
+      b.id = id;
+      b.bytes = 1;
+      b.flops = flops;
+      r.blocks.push_back(b);
+    }
+    return r;
+  };
+  for (int round = 0; round < 4; ++round) {
+    w.push_back(chain({{1, 10}, {2, 30}, {3, 50}}));
+    for (uint64_t j = 0; j < 3; ++j) w.push_back(chain({{100 + 10 * round + j, 1}}));
+  }
+  return w;
+}
+
+TEST(AlphaTuningTest, PicksTheAlphaThatSavesMoreFlops) {
+  const std::vector<TuneRequest> w = ConstructedWindow();
+  const double at0 = ReplayFlopsSaved(w, 4, 0.0);
+  const double at4 = ReplayFlopsSaved(w, 4, 4.0);
+  EXPECT_EQ(at0, 3 * 10.0);  // the one-offs push all but the chain's root out
+  EXPECT_EQ(at4, 3 * 90.0);  // the chain hits in rounds 2..4
+  const double grid[] = {0.0, 4.0};
+  EXPECT_EQ(TuneAlpha(w, 4, grid), 4.0);
+  const double only_zero[] = {0.0};
+  EXPECT_EQ(TuneAlpha(w, 4, only_zero), 0.0);
+}
+
+}  // namespace
+}  // namespace kvtier

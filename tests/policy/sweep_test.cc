@@ -1,0 +1,90 @@
+// The sweep's cache keeps the leaf-first rule; the engine model's GPU
+// watermark trades preemptions for queueing.
+#include "tools/bench/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include "tools/bench/sweep_cache.h"
+
+namespace kvtier::bench {
+namespace {
+
+std::array<SimTierConfig, kSimTiers> Tiers(uint64_t host, uint64_t nvme) {
+  std::array<SimTierConfig, kSimTiers> t;
+  t[0].capacity_blocks = host;
+  t[1].capacity_blocks = nvme;
+  for (auto& c : t) {
+    auto lru = CreateEvictionPolicy("lru", {});
+    c.eviction = std::move(lru).value();
+  }
+  std::vector<std::string> always = {"always"};
+  auto chain = AdmissionChain::Create(always, {});
+  t[1].admission = std::move(chain).value();
+  return t;
+}
+
+std::vector<SimBlock> Chain(std::vector<uint64_t> ids) {
+  std::vector<SimBlock> c;
+  for (uint64_t id : ids) c.push_back({id, 512, 1.0, UINT64_MAX});
+  return c;
+}
+
+TEST(SweepCacheTest, EvictsLeavesBeforeOlderParents) {
+  TieredCache cache(Tiers(4, 0), 100, 1e15, 1);
+  std::vector<uint8_t> tiers;
+  cache.Use(Chain({1, 2, 3}), 0, 1, false);
+  cache.Use(Chain({4, 5}), 0, 2, false);
+  // 1 is the least recent block, but 3 is the only leaf that may go.
+  EXPECT_EQ(cache.Lookup(Chain({1, 2, 3}), &tiers), 2u);
+  EXPECT_EQ(cache.Lookup(Chain({4, 5}), &tiers), 2u);
+  EXPECT_EQ(cache.counters(0).evicted, 1u);
+}
+
+TEST(SweepCacheTest, DemotesChildrenFirstAndReadsThroughTheHub) {
+  TieredCache cache(Tiers(3, 3), 100, 1e15, 1);
+  std::vector<uint8_t> tiers;
+  cache.Use(Chain({1, 2, 3}), 0, 1, false);
+  cache.Use(Chain({4, 5}), 0, 2, false);
+  ASSERT_EQ(cache.Lookup(Chain({1, 2, 3}), &tiers), 3u);
+  EXPECT_EQ(tiers, (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(cache.counters(1).blocks_written, 2u);
+  EXPECT_EQ(cache.counters(1).bytes_written, 200u);
+  EXPECT_EQ(cache.blocks_in(1), 2u);
+}
+
+TEST(SweepEngineTest, GpuWatermarkCutsPreemptionsAndRecompute) {
+  auto trace = ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) +
+                                 "/traces/mooncake_arxiv_trace_first1000.jsonl");
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  trace->requests.resize(400);
+  SweepEngine engine;
+  engine.gpu_pool_blocks = 300;
+  engine.gpu_flops_per_s = 8e14;
+  auto policy = NamedSweepPolicy("kvtier");
+  ASSERT_TRUE(policy.ok());
+  const SweepCapacity cap{1000, 5000};
+  auto off = RunSweepOne(*trace, engine, *policy, cap, {});
+  engine.gpu_watermark = 0.1;
+  auto on = RunSweepOne(*trace, engine, *policy, cap, {});
+  ASSERT_TRUE(off.ok() && on.ok());
+  EXPECT_GT(off->preemptions, 0u);
+  EXPECT_LT(on->preemptions, off->preemptions);
+  EXPECT_LT(on->recomputed_tokens, off->recomputed_tokens);
+  EXPECT_EQ(on->requests, 400u);
+  EXPECT_EQ(off->requests, 400u);
+}
+
+TEST(SweepEngineTest, OracleIsTheCeilingOfAdmitAllLru) {
+  auto trace = ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) +
+                                 "/traces/mooncake_arxiv_trace_first1000.jsonl");
+  ASSERT_TRUE(trace.ok());
+  const SweepCapacity cap{610, 3662};
+  auto lru = RunSweepOne(*trace, {}, *NamedSweepPolicy("lru"), cap, {});
+  auto oracle = RunSweepOne(*trace, {}, *NamedSweepPolicy("oracle"), cap, {});
+  ASSERT_TRUE(lru.ok() && oracle.ok());
+  EXPECT_GT(oracle->HitRate(), lru->HitRate());
+  EXPECT_LT(oracle->bytes_written_nvme, lru->bytes_written_nvme);
+}
+
+}  // namespace
+}  // namespace kvtier::bench

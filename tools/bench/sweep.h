@@ -1,0 +1,86 @@
+// `kvtier-bench sweep`: a metadata-only simulation of an engine with a
+// tiered KV cache, over a trace and a grid of capacities and policy sets.
+// The cache runs the product's policy objects (include/kvtier/policy.h);
+// only the bytes are left out, so realistic capacities run in seconds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/policy.h"
+#include "kvtier/status.h"
+#include "tools/bench/trace.h"
+
+namespace kvtier::bench {
+
+// The engine model.
+struct SweepEngine {
+  ModelCost model;  // FLOPs and KV bytes per token
+  uint32_t block_tokens = kMooncakeBlockTokens;
+  double gpu_flops_per_s = 4e14;    // achieved prefill FLOP/s
+  uint32_t gpu_pool_blocks = 2048;  // engine KV pool, in blocks
+  double decode_step_s = 0.03;      // one decode step (one token per running request)
+  double gpu_watermark = 0;         // fraction kept free at admission; 0 = off
+  bool save_on_preempt = true;      // a victim's blocks are saved before it is freed
+  double host_read_bytes_per_s = 25e9;
+  double host_read_latency_s = 10e-6;
+  double nvme_read_bytes_per_s = 7e9;
+  double nvme_read_latency_s = 100e-6;
+  uint32_t evict_batch = 16;  // blocks per eviction pass (watermark gap)
+  uint64_t BlockBytes() const { return model.kv_bytes_per_token * block_tokens; }
+};
+
+// One policy combination. `oracle` replaces both tiers' policies by Belady.
+struct SweepPolicy {
+  std::string label;
+  std::string host_eviction = "lru";
+  std::vector<std::string> nvme_admission = {"always"};
+  std::string nvme_eviction = "lru";
+  bool oracle = false;
+  bool deepest_only = false;  // refresh only the deepest hit (Marconi)
+  bool tune_alpha = false;    // periodic α tuning of flop_aware tiers
+};
+
+struct SweepCapacity {
+  uint64_t host_blocks = 0;
+  uint64_t nvme_blocks = 0;
+};
+
+struct SweepResult {
+  std::string label;
+  SweepCapacity capacity;
+  uint64_t requests = 0;
+  uint64_t tokens = 0;  // prompt tokens of first prefills
+  uint64_t hit_tokens_host = 0;
+  uint64_t hit_tokens_nvme = 0;
+  double flops_total = 0;  // prefill FLOPs with no cache
+  double flops_saved = 0;
+  uint64_t bytes_written_host = 0;
+  uint64_t bytes_written_nvme = 0;
+  uint64_t nvme_forced_writes = 0;
+  uint64_t preemptions = 0;
+  uint64_t recomputed_tokens = 0;  // tokens computed again after a preemption
+  double ttft_p50_s = 0;
+  double ttft_p99_s = 0;
+  double final_alpha = 0;
+  double HitRate() const {
+    return tokens == 0 ? 0 : double(hit_tokens_host + hit_tokens_nvme) / double(tokens);
+  }
+};
+
+Result<SweepResult> RunSweepOne(const Trace& trace, const SweepEngine& engine,
+                                const SweepPolicy& policy, const SweepCapacity& capacity,
+                                const PolicyKnobs& knobs);
+
+// Named policy sets: "lru" (admit-all + LRU), "oracle", "frequency",
+// "s3fifo", "marconi", "cost", "write_budget", "kvtier" (the default set).
+Result<SweepPolicy> NamedSweepPolicy(const std::string& name);
+
+// Markdown table: one row per result.
+std::string FormatSweepTable(const std::vector<SweepResult>& rows, uint64_t block_bytes);
+
+// Unique block ids of a trace (capacities are given as fractions of it).
+uint64_t UniqueBlocks(const Trace& trace);
+
+}  // namespace kvtier::bench

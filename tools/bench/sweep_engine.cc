@@ -1,0 +1,321 @@
+// The sweep's engine model: requests arrive at their trace timestamps, wait
+// for GPU blocks (and, with a watermark, for headroom), are prefilled (tiered
+// cache loads + recompute of the rest) and decoded one token per step; a
+// request that needs a block when none is free preempts the cheapest victim.
+// One GPU: prefills and decode steps run one after another.
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <unordered_map>
+
+#include "tools/bench/sweep.h"
+#include "tools/bench/sweep_cache.h"
+
+namespace kvtier::bench {
+namespace {
+
+constexpr uint64_t kGeneratedBit = 1ULL << 63;
+
+struct ReqState {
+  std::vector<SimBlock> chain;  // prompt blocks
+  uint32_t full_blocks = 0;
+  uint32_t generated = 0;
+  bool started = false;
+};
+
+struct Running {
+  size_t idx = 0;
+  uint32_t blocks = 0;
+};
+
+class Engine {
+ public:
+  Engine(const Trace& trace, const SweepEngine& e, const SweepPolicy& p,
+         const SweepCapacity& capacity, TieredCache& cache)
+      : trace_(trace),
+        e_(e),
+        p_(p),
+        capacity_(capacity),
+        cache_(cache),
+        observers_(cache.admission(1)),
+        wm_(e.gpu_watermark, e.gpu_flops_per_s) {
+    BuildChains();
+  }
+  SweepResult Run(const PolicyKnobs& knobs);
+
+ private:
+  void BuildChains();
+  std::vector<SimBlock> ResumeChain(size_t r) const;
+  double Prefill(size_t r);
+  void DecodeStep();
+  void Preempt();
+  uint32_t BlocksFor(uint64_t tokens) const {
+    return static_cast<uint32_t>((tokens + e_.block_tokens) / e_.block_tokens);
+  }
+  uint64_t Context(size_t r) const { return trace_.requests[r].input_length + req_[r].generated; }
+  void MaybeTune(const PolicyKnobs& knobs);
+
+  const Trace& trace_;
+  const SweepEngine& e_;
+  const SweepPolicy& p_;
+  SweepCapacity capacity_;
+  TieredCache& cache_;
+  AdmissionChain& observers_;
+  GpuWatermark wm_;
+  std::vector<ReqState> req_;
+  std::deque<size_t> waiting_;
+  std::vector<Running> running_;
+  uint32_t free_ = 0;
+  double now_s_ = 0;
+  size_t finished_ = 0;
+  std::vector<double> ttft_;
+  std::deque<TuneRequest> window_;
+  size_t since_tune_ = 0;
+  SweepResult out_;
+};
+
+void Engine::BuildChains() {
+  const size_t n = trace_.requests.size();
+  req_.resize(n);
+  std::unordered_map<uint64_t, uint64_t> next;
+  for (size_t r = n; r-- > 0;) {
+    const TraceRequest& tr = trace_.requests[r];
+    ReqState& s = req_[r];
+    uint64_t begin = 0;
+    for (size_t i = 0; i < tr.hash_ids.size(); ++i) {
+      const uint32_t tok = BlockTokensAt(tr, i, e_.block_tokens);
+      auto it = next.find(tr.hash_ids[i]);
+      s.chain.push_back({tr.hash_ids[i], tok, e_.model.SpanFlops(begin, begin + tok),
+                         it == next.end() ? UINT64_MAX : it->second});
+      if (tok == e_.block_tokens) s.full_blocks = static_cast<uint32_t>(i + 1);
+      begin += tok;
+    }
+    for (uint64_t id : tr.hash_ids) next[id] = r;
+  }
+}
+
+// The prompt chain, extended by the full blocks of generated tokens when a
+// preempted request's KV was saved before it was freed.
+std::vector<SimBlock> Engine::ResumeChain(size_t r) const {
+  std::vector<SimBlock> chain = req_[r].chain;
+  if (!e_.save_on_preempt || chain.size() != req_[r].full_blocks) return chain;
+  uint64_t begin = uint64_t(chain.size()) * e_.block_tokens;
+  for (uint32_t g = 0; g < req_[r].generated / e_.block_tokens; ++g) {
+    chain.push_back({kGeneratedBit | (uint64_t(r) << 24) | g, e_.block_tokens,
+                     e_.model.SpanFlops(begin, begin + e_.block_tokens), r});
+    begin += e_.block_tokens;
+  }
+  return chain;
+}
+
+double Engine::Prefill(size_t r) {
+  ReqState& s = req_[r];
+  const bool first = !s.started;
+  s.started = true;
+  const TraceRequest& tr = trace_.requests[r];
+  const uint64_t now_ns = static_cast<uint64_t>(now_s_ * 1e9);
+  std::vector<SimBlock> chain = first ? s.chain : ResumeChain(r);
+  if (first) {
+    std::vector<uint64_t> ids(tr.hash_ids.begin(), tr.hash_ids.end());
+    observers_.ObserveRequest(ids, s.full_blocks, RequestHints{}, now_ns);
+  }
+  std::vector<uint8_t> tier_of;
+  const size_t hits = cache_.Lookup(chain, &tier_of);
+  uint64_t hit_tokens = 0;
+  std::array<uint64_t, kSimTiers> tier_tokens{}, tier_blocks{};
+  for (size_t i = 0; i < hits; ++i) {
+    hit_tokens += chain[i].tokens;
+    tier_tokens[tier_of[i]] += chain[i].tokens;
+    ++tier_blocks[tier_of[i]];
+  }
+  const double bw[kSimTiers] = {e_.host_read_bytes_per_s, e_.nvme_read_bytes_per_s};
+  const double lat[kSimTiers] = {e_.host_read_latency_s, e_.nvme_read_latency_s};
+  double load_s = 0;
+  for (size_t t = 0; t < kSimTiers; ++t) {
+    if (tier_blocks[t] != 0) load_s += double(tier_blocks[t] * e_.BlockBytes()) / bw[t] + lat[t];
+  }
+  const uint64_t ctx = Context(r);
+  hit_tokens = std::min(hit_tokens, ctx);
+  const double flops = e_.model.PrefixFlops(ctx) - e_.model.PrefixFlops(hit_tokens);
+  const double time_s = load_s + flops / e_.gpu_flops_per_s;
+  if (first) {
+    ++out_.requests;
+    out_.tokens += tr.input_length;
+    out_.hit_tokens_host += tier_tokens[0];
+    out_.hit_tokens_nvme += tier_tokens[1];
+    out_.flops_total += e_.model.PrefixFlops(tr.input_length);
+    out_.flops_saved += e_.model.PrefixFlops(hit_tokens);
+    ttft_.push_back(now_s_ + time_s - double(tr.timestamp_ms) / 1000.0);
+    TuneRequest tune;
+    for (const SimBlock& b : chain) {
+      BlockMeta m;
+      m.id = b.id;
+      m.bytes = e_.BlockBytes();
+      m.flops = b.flops;
+      tune.blocks.push_back(m);
+    }
+    window_.push_back(std::move(tune));
+  } else {
+    out_.recomputed_tokens += ctx - hit_tokens;
+  }
+  cache_.Use(chain, hits, now_ns, p_.deepest_only);
+  return time_s;
+}
+
+void Engine::Preempt() {
+  std::vector<RunningRequest> cands;
+  for (const Running& run : running_) {
+    RunningRequest rr;
+    rr.request_id = run.idx;
+    rr.blocks_held = run.blocks;
+    rr.tokens = Context(run.idx);
+    rr.saved_tokens = trace_.requests[run.idx].input_length;
+    if (e_.save_on_preempt) rr.saved_tokens = rr.tokens;
+    rr.restore_load_s =
+        double(rr.saved_tokens) * double(e_.model.kv_bytes_per_token) / e_.host_read_bytes_per_s;
+    rr.recompute_flops = e_.model.SpanFlops(rr.saved_tokens, rr.tokens);
+    cands.push_back(rr);
+  }
+  wm_.Report(free_, e_.gpu_pool_blocks);
+  std::vector<PreemptionProposal> victims = wm_.Propose(cands, 1);
+  for (const PreemptionProposal& v : victims) {
+    auto it = std::find_if(running_.begin(), running_.end(),
+                           [&](const Running& x) { return x.idx == v.request_id; });
+    const size_t r = it->idx;
+    if (e_.save_on_preempt) {  // saved before the engine frees the blocks
+      std::vector<SimBlock> chain = ResumeChain(r);
+      std::vector<uint8_t> tier_of;
+      cache_.Use(chain, cache_.Lookup(chain, &tier_of), uint64_t(now_s_ * 1e9), p_.deepest_only);
+    }
+    free_ += it->blocks;
+    running_.erase(it);
+    waiting_.push_front(r);
+    ++out_.preemptions;
+  }
+}
+
+void Engine::DecodeStep() {
+  now_s_ += e_.decode_step_s;
+  for (size_t i = 0; i < running_.size();) {
+    Running& run = running_[i];
+    if (++req_[run.idx].generated >= trace_.requests[run.idx].output_length) {
+      free_ += run.blocks;
+      running_.erase(running_.begin() + static_cast<long>(i));
+      ++finished_;
+      continue;
+    }
+    ++i;
+  }
+  std::vector<size_t> needing;
+  for (const Running& run : running_) {
+    if (BlocksFor(Context(run.idx)) > run.blocks) needing.push_back(run.idx);
+  }
+  auto find = [&](size_t idx) {
+    return std::find_if(running_.begin(), running_.end(),
+                        [&](const Running& x) { return x.idx == idx; });
+  };
+  for (size_t idx : needing) {
+    while (free_ == 0 && find(idx) != running_.end()) Preempt();
+    auto it = find(idx);
+    if (it == running_.end()) continue;  // it was the cheapest victim itself
+    --free_;
+    ++it->blocks;
+  }
+}
+
+void Engine::MaybeTune(const PolicyKnobs& knobs) {
+  while (window_.size() > knobs.alpha_tune_window) window_.pop_front();
+  if (!p_.tune_alpha || knobs.alpha_tune_every == 0) return;
+  if (++since_tune_ < knobs.alpha_tune_every) return;
+  since_tune_ = 0;
+  static constexpr double kGrid[] = {0.0, 0.5, 1.0, 2.0, 4.0};
+  std::vector<TuneRequest> window(window_.begin(), window_.end());
+  // Tuned against the lower tier, which holds most blocks; both tiers follow.
+  const double alpha = TuneAlpha(window, out_.capacity.nvme_blocks, kGrid);
+  for (size_t t = 0; t < kSimTiers; ++t) {
+    if (cache_.eviction(t) != nullptr) cache_.eviction(t)->SetAlpha(alpha);
+  }
+}
+
+SweepResult Engine::Run(const PolicyKnobs& knobs) {
+  out_.capacity = capacity_;
+  const size_t n = trace_.requests.size();
+  free_ = e_.gpu_pool_blocks;
+  size_t next = 0;
+  while (finished_ < n) {
+    while (next < n && double(trace_.requests[next].timestamp_ms) / 1000.0 <= now_s_) {
+      waiting_.push_back(next++);
+    }
+    while (!waiting_.empty()) {
+      const size_t r = waiting_.front();
+      const uint32_t need = std::min(BlocksFor(Context(r)), e_.gpu_pool_blocks);
+      wm_.Report(free_, e_.gpu_pool_blocks);
+      if (!running_.empty() && (need > free_ || (e_.gpu_watermark > 0 && !wm_.ShouldAdmit(need)))) {
+        break;
+      }
+      if (need > free_) break;  // nothing running can free blocks: cannot happen
+      waiting_.pop_front();
+      const bool first = !req_[r].started;
+      now_s_ += Prefill(r);
+      if (first) MaybeTune(knobs);
+      free_ -= need;
+      running_.push_back({r, need});
+    }
+    if (running_.empty()) {
+      if (next >= n) break;
+      now_s_ = std::max(now_s_, double(trace_.requests[next].timestamp_ms) / 1000.0);
+      continue;
+    }
+    DecodeStep();
+  }
+  std::sort(ttft_.begin(), ttft_.end());
+  auto pct = [&](double q) {
+    if (ttft_.empty()) return 0.0;
+    const size_t k = std::min(ttft_.size() - 1, size_t(std::ceil(q * double(ttft_.size()))) - 1);
+    return ttft_[k];
+  };
+  out_.ttft_p50_s = pct(0.50);
+  out_.ttft_p99_s = pct(0.99);
+  out_.bytes_written_host = cache_.counters(0).bytes_written;
+  out_.bytes_written_nvme = cache_.counters(1).bytes_written;
+  out_.nvme_forced_writes = cache_.counters(1).forced_writes;
+  if (cache_.eviction(1) != nullptr) out_.final_alpha = cache_.eviction(1)->alpha();
+  return out_;
+}
+
+}  // namespace
+
+Result<SweepResult> RunSweepOne(const Trace& trace, const SweepEngine& engine,
+                                const SweepPolicy& policy, const SweepCapacity& capacity,
+                                const PolicyKnobs& knobs) {
+  KVTIER_RETURN_IF_ERROR(knobs.Validate());
+  if (capacity.host_blocks == 0) {
+    return Status::InvalidArgument("sweep: host capacity is 0 blocks; expected at least 1");
+  }
+  std::array<SimTierConfig, kSimTiers> tiers;
+  tiers[0].capacity_blocks = capacity.host_blocks;
+  tiers[1].capacity_blocks = capacity.nvme_blocks;
+  tiers[0].read_bytes_per_s = engine.host_read_bytes_per_s;
+  tiers[0].read_latency_s = engine.host_read_latency_s;
+  tiers[1].read_bytes_per_s = engine.nvme_read_bytes_per_s;
+  tiers[1].read_latency_s = engine.nvme_read_latency_s;
+  const std::string evictions[kSimTiers] = {policy.host_eviction, policy.nvme_eviction};
+  for (size_t t = 0; t < kSimTiers; ++t) {
+    tiers[t].oracle = policy.oracle;
+    auto ev = CreateEvictionPolicy(policy.oracle ? "lru" : evictions[t], knobs);
+    if (!ev.ok()) return ev.status();
+    tiers[t].eviction = std::move(*ev);
+  }
+  auto chain = AdmissionChain::Create(policy.nvme_admission, knobs, /*seed=*/7);
+  if (!chain.ok()) return chain.status();
+  tiers[1].admission = std::move(*chain);
+  TieredCache cache(std::move(tiers), engine.BlockBytes(), engine.gpu_flops_per_s,
+                    engine.evict_batch);
+  Engine sim(trace, engine, policy, capacity, cache);
+  SweepResult r = sim.Run(knobs);
+  r.label = policy.label;
+  r.capacity = capacity;
+  return r;
+}
+
+}  // namespace kvtier::bench
