@@ -1,0 +1,232 @@
+#include "core/admin_server.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace kvtier::internal {
+namespace {
+
+constexpr size_t kMaxRequestBytes = 8192;
+// A client gets this long to send its request and to take the response.
+constexpr auto kClientTimeout = std::chrono::milliseconds(1000);
+constexpr auto kWriteTimeout = std::chrono::milliseconds(2000);
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+int RemainingMs(SteadyTime deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(left.count());
+}
+
+std::string_view ReasonPhrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    default: return "Internal Server Error";
+  }
+}
+
+// True when `head` holds a whole request: one line for the plain protocol, a
+// line plus headers ending in an empty line for HTTP.
+bool HeadComplete(std::string_view head) {
+  const size_t eol = head.find('\n');
+  if (eol == std::string_view::npos) return false;
+  if (head.substr(0, eol).find(" HTTP/") == std::string_view::npos) return true;
+  return head.find("\r\n\r\n") != std::string_view::npos ||
+         head.find("\n\n") != std::string_view::npos;
+}
+
+// Replaces a socket file nobody listens on; refuses a live one or a file of
+// another kind.
+Status ClearStaleSocket(const std::string& path, const sockaddr_un& addr) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? Status::Ok() : FromErrno(errno, "admin socket stat " + path);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return Status::InvalidArgument("admin socket " + path + " exists and is not a socket");
+  }
+  UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!probe.valid()) return FromErrno(errno, "admin socket");
+  if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+    return Status::Unavailable("admin socket " + path + " is in use by another process");
+  }
+  if (errno != ECONNREFUSED) return FromErrno(errno, "admin socket probe " + path);
+  if (unlink(path.c_str()) != 0) return FromErrno(errno, "admin socket unlink " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool ParseAdminRequest(std::string_view head, std::string* method, std::string* path, bool* http) {
+  std::string_view line = head.substr(0, head.find('\n'));
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  const size_t sp = line.find(' ');
+  if (sp == 0 || sp == std::string_view::npos) return false;
+  *method = std::string(line.substr(0, sp));
+  std::string_view rest = line.substr(sp + 1);
+  const size_t sp2 = rest.find(' ');
+  *http = sp2 != std::string_view::npos;
+  if (*http && rest.substr(sp2 + 1).substr(0, 5) != "HTTP/") return false;
+  *path = std::string(rest.substr(0, sp2));
+  return !path->empty() && (*path)[0] == '/';
+}
+
+Result<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& socket_path,
+                                                        Handler handler,
+                                                        std::shared_ptr<LogSink> log) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument("admin socket path '" + socket_path + "' must be 1 to " +
+                                   std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  KVTIER_RETURN_IF_ERROR(ClearStaleSocket(socket_path, addr));
+
+  UniqueFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listener.valid()) return FromErrno(errno, "admin socket");
+  if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return FromErrno(errno, "admin socket bind " + socket_path);
+  }
+  // Stats are the owner's business; the window before chmod only ever has
+  // the umask's mode, which a caller controls.
+  struct stat st {};
+  if (chmod(socket_path.c_str(), 0600) != 0 || stat(socket_path.c_str(), &st) != 0 ||
+      listen(listener.get(), 16) != 0) {
+    Status s = FromErrno(errno, "admin socket setup " + socket_path);
+    unlink(socket_path.c_str());
+    return s;
+  }
+  UniqueFd wake(eventfd(0, EFD_CLOEXEC));
+  if (!wake.valid()) {
+    unlink(socket_path.c_str());
+    return FromErrno(errno, "admin socket eventfd");
+  }
+  std::unique_ptr<AdminServer> server(new AdminServer(
+      socket_path, std::move(listener), std::move(wake), std::move(handler), std::move(log)));
+  server->dev_ = st.st_dev;
+  server->ino_ = st.st_ino;
+  server->thread_ = std::thread([s = server.get()] { s->Loop(); });
+  return server;
+}
+
+AdminServer::AdminServer(std::string path, UniqueFd listener, UniqueFd wake, Handler handler,
+                         std::shared_ptr<LogSink> log)
+    : path_(std::move(path)),
+      listener_(std::move(listener)),
+      wake_(std::move(wake)),
+      handler_(std::move(handler)),
+      log_(std::move(log)) {}
+
+AdminServer::~AdminServer() {
+  const uint64_t one = 1;
+  if (write(wake_.get(), &one, sizeof(one)) != sizeof(one) && log_) {
+    log_->Log(LogLevel::kError, "admin socket: cannot wake the server thread");
+  }
+  if (thread_.joinable()) thread_.join();
+  struct stat st {};
+  if (stat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
+    unlink(path_.c_str());
+  }
+}
+
+void AdminServer::Loop() {
+  for (;;) {
+    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      if (log_) log_->Log(LogLevel::kError, FromErrno(errno, "admin socket poll").ToString());
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    UniqueFd conn(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (conn.valid()) Serve(conn.get());
+  }
+}
+
+bool AdminServer::ReadRequest(int fd, std::string* head) {
+  const SteadyTime deadline = std::chrono::steady_clock::now() + kClientTimeout;
+  char buf[1024];
+  while (!HeadComplete(*head)) {
+    if (head->size() >= kMaxRequestBytes) return false;
+    pollfd fds[2] = {{fd, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    const int r = poll(fds, 2, RemainingMs(deadline));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0 || fds[1].revents != 0) return false;  // error, stalled, or stopping
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n < 0) return false;
+    if (n == 0) {  // the client closed its side: "GET /x" without a newline still counts
+      if (head->empty()) return false;
+      head->push_back('\n');
+      return true;
+    }
+    head->append(buf, static_cast<size_t>(n));
+  }
+  return true;
+}
+
+void AdminServer::WriteAll(int fd, std::string_view data) {
+  const SteadyTime deadline = std::chrono::steady_clock::now() + kWriteTimeout;
+  while (!data.empty()) {
+    const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return;  // the client went away
+    pollfd fds[2] = {{fd, POLLOUT, 0}, {wake_.get(), POLLIN, 0}};
+    if (poll(fds, 2, RemainingMs(deadline)) <= 0 || fds[1].revents != 0) return;
+  }
+}
+
+void AdminServer::Serve(int fd) {
+  std::string head;
+  if (!ReadRequest(fd, &head)) return;
+  std::string method, path;
+  bool http = false;
+  AdminResponse resp;
+  if (!ParseAdminRequest(head, &method, &path, &http)) {
+    resp = {404, "text/plain; charset=utf-8", "bad request: expected 'GET /path'\n"};
+  } else if (method != "GET") {
+    resp = {405, "text/plain; charset=utf-8", "method " + method + " not allowed; use GET\n"};
+  } else {
+    resp = handler_(path);
+  }
+  if (!http) {
+    WriteAll(fd, resp.body);
+    return;
+  }
+  std::string out = "HTTP/1.0 " + std::to_string(resp.http_status) + " " +
+                    std::string(ReasonPhrase(resp.http_status)) +
+                    "\r\nContent-Type: " + resp.content_type +
+                    "\r\nContent-Length: " + std::to_string(resp.body.size()) +
+                    "\r\nConnection: close\r\n\r\n";
+  WriteAll(fd, out + resp.body);
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,166 @@
+// The admin endpoint of a live runtime: what it serves, both request forms,
+// and how it treats the socket path.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/admin_server.h"
+#include "kvtier/metrics.h"
+#include "tests/inspect/inspect_test_util.h"
+#include "tools/inspect/admin_client.h"
+
+namespace kvtier::testing {
+namespace {
+
+using inspect::FetchAdmin;
+using internal::UniqueFd;
+constexpr auto kTimeout = std::chrono::milliseconds(5000);
+
+UniqueFd Connect(const std::string& path) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  EXPECT_EQ(connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0)
+      << std::strerror(errno);
+  return fd;
+}
+
+// Sends `request` as is and reads until the server closes.
+std::string RawRequest(const std::string& path, const std::string& request) {
+  UniqueFd fd = Connect(path);
+  EXPECT_EQ(write(fd.get(), request.data(), request.size()),
+            static_cast<ssize_t>(request.size()));
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd.get(), buf, sizeof(buf))) > 0;) out.append(buf, n);
+  return out;
+}
+
+TEST(AdminEndpoint, ServesStatsAndMetricsOfTheRuntime) {
+  TempDir dir;
+  auto s = OpenScenario(dir.File("admin.sock"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  RunScenario(*s);
+  const RuntimeStats st = s->runtime->Stats();  // nothing runs between here and the fetches
+
+  auto stats = FetchAdmin(dir.File("admin.sock"), "/stats", kTimeout);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(*stats, RenderStatsJson(st) + "\n");
+  auto doc = nlohmann::json::parse(*stats);
+  EXPECT_EQ(doc["lookup_hit_blocks"], 4);
+  EXPECT_EQ(doc["tiers"][1]["name"], "cold");
+  EXPECT_EQ(doc["moves"][2]["from"], "host");
+  EXPECT_EQ(doc["moves"][2]["to"], "cold");
+  EXPECT_EQ(doc["errors"][0]["code"], "not_found");
+
+  auto metrics = FetchAdmin(dir.File("admin.sock"), "/metrics", kTimeout);
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  EXPECT_EQ(*metrics, RenderPrometheusText(st));
+  EXPECT_NE(metrics->find("\nkvtier_moved_bytes_total{from=\"gpu\",to=\"host\"} 16384\n"),
+            std::string::npos);
+
+  auto missing = FetchAdmin(dir.File("admin.sock"), "/nope", kTimeout);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "admin socket " + dir.File("admin.sock") +
+                                            ": unknown path /nope; expected /stats, /metrics "
+                                            "or /health");
+}
+
+TEST(AdminEndpoint, PlainLineRequestsGetTheBodyAlone) {
+  TempDir dir;
+  auto s = OpenScenario(dir.File("a.sock"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(RawRequest(dir.File("a.sock"), "GET /health\n"), "ok\npaths: /stats /metrics /health\n");
+  // No newline: the end of the client's stream ends the request.
+  UniqueFd fd = Connect(dir.File("a.sock"));
+  ASSERT_EQ(write(fd.get(), "GET /health", 11), 11);
+  shutdown(fd.get(), SHUT_WR);
+  char buf[256];
+  ssize_t n = read(fd.get(), buf, sizeof(buf));
+  EXPECT_EQ(std::string(buf, n > 0 ? n : 0), "ok\npaths: /stats /metrics /health\n");
+  EXPECT_EQ(RawRequest(dir.File("a.sock"), "POST /stats HTTP/1.1\r\nHost: x\r\n\r\n"),
+            "HTTP/1.0 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            "Content-Length: 33\r\nConnection: close\r\n\r\nmethod POST not allowed; use GET\n");
+  EXPECT_EQ(RawRequest(dir.File("a.sock"), "hello\n"), "bad request: expected 'GET /path'\n");
+}
+
+TEST(AdminEndpoint, StalledClientDoesNotBlockOthersOrTheEngine) {
+  TempDir dir;
+  auto s = OpenScenario(dir.File("a.sock"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  UniqueFd stalled = Connect(dir.File("a.sock"));  // sends nothing
+  RunScenario(*s);  // the engine's calls go on meanwhile
+  auto stats = FetchAdmin(dir.File("a.sock"), "/stats", kTimeout);  // served once it times out
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(nlohmann::json::parse(*stats)["saved_blocks"], 4);
+  char c;
+  EXPECT_EQ(read(stalled.get(), &c, 1), 0);  // the server dropped it
+}
+
+TEST(AdminEndpoint, SocketPathRules) {
+  TempDir dir;
+  const std::string path = dir.File("a.sock");
+  {
+    auto first = OpenScenario(path);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    auto second = OpenScenario(path);
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().ToString(),
+              "unavailable: admin socket " + path + " is in use by another process");
+    EXPECT_TRUE(FetchAdmin(path, "/health", kTimeout).ok());  // the first still serves
+  }
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "Shutdown removes the socket file";
+
+  // A socket file nobody listens on (a crashed process) is replaced.
+  {
+    UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    ASSERT_EQ(bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  }
+  ASSERT_EQ(access(path.c_str(), F_OK), 0);
+  {
+    auto s = OpenScenario(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_TRUE(FetchAdmin(path, "/health", kTimeout).ok());
+  }
+
+  std::ofstream(dir.File("plain")) << "not a socket";
+  auto not_socket = OpenScenario(dir.File("plain"));
+  ASSERT_FALSE(not_socket.ok());
+  EXPECT_EQ(not_socket.status().ToString(),
+            "invalid_argument: admin socket " + dir.File("plain") + " exists and is not a socket");
+
+  auto too_long = OpenScenario(dir.File(std::string(120, 'x')));
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+
+  auto unreachable = FetchAdmin(dir.File("none.sock"), "/stats", kTimeout);
+  EXPECT_EQ(unreachable.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(AdminEndpoint, ParsesRequestLines) {
+  std::string method, path;
+  bool http = false;
+  EXPECT_TRUE(internal::ParseAdminRequest("GET /stats\n", &method, &path, &http));
+  EXPECT_EQ(method, "GET");
+  EXPECT_EQ(path, "/stats");
+  EXPECT_FALSE(http);
+  EXPECT_TRUE(internal::ParseAdminRequest("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", &method,
+                                          &path, &http));
+  EXPECT_EQ(path, "/metrics");
+  EXPECT_TRUE(http);
+  EXPECT_FALSE(internal::ParseAdminRequest("GET stats\n", &method, &path, &http));
+  EXPECT_FALSE(internal::ParseAdminRequest("GET /a SPDY/3\n", &method, &path, &http));
+  EXPECT_FALSE(internal::ParseAdminRequest("\n", &method, &path, &http));
+}
+
+}  // namespace
+}  // namespace kvtier::testing

@@ -1,0 +1,87 @@
+#include "tools/inspect/admin_client.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/admin_server.h"
+
+namespace kvtier::inspect {
+namespace {
+
+using internal::UniqueFd;
+using Clock = std::chrono::steady_clock;
+
+int RemainingMs(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() <= 0 ? 0 : static_cast<int>(left.count());
+}
+
+Status WaitFor(int fd, short events, Clock::time_point deadline, const std::string& what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int r = poll(&p, 1, RemainingMs(deadline));
+    if (r > 0) return Status::Ok();
+    if (r == 0) return Status::DeadlineExceeded(what + ": no answer in time");
+    if (errno != EINTR) return FromErrno(errno, what);
+  }
+}
+
+Result<std::string> ParseReply(const std::string& raw, const std::string& what) {
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (raw.compare(0, 5, "HTTP/") != 0 || head_end == std::string::npos) {
+    return Status::IOError(what + ": not an admin endpoint reply");
+  }
+  const size_t sp = raw.find(' ');
+  const int code = std::atoi(raw.c_str() + sp + 1);
+  std::string body = raw.substr(head_end + 4);
+  if (code == 200) return body;
+  while (!body.empty() && body.back() == '\n') body.pop_back();
+  if (code == 404) return Status::NotFound(what + ": " + body);
+  return Status::InvalidArgument(what + ": HTTP " + std::to_string(code) + ": " + body);
+}
+
+}  // namespace
+
+Result<std::string> FetchAdmin(const std::string& socket_path, std::string_view path,
+                               std::chrono::milliseconds timeout) {
+  const std::string what = "admin socket " + socket_path;
+  const auto deadline = Clock::now() + timeout;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument(what + ": path must be 1 to " +
+                                   std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+  }
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return FromErrno(errno, what);
+  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Status::Unavailable(what + ": cannot connect: " + std::strerror(errno) +
+                               " (is a runtime running with runtime.admin_socket set?)");
+  }
+  std::string request = "GET " + std::string(path) + " HTTP/1.0\r\nHost: kvtier\r\n\r\n";
+  for (size_t sent = 0; sent < request.size();) {
+    KVTIER_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, what));
+    const ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno != EINTR) return FromErrno(errno, what + ": send");
+    if (n > 0) sent += static_cast<size_t>(n);
+  }
+  std::string raw;
+  char buf[16384];
+  for (;;) {
+    KVTIER_RETURN_IF_ERROR(WaitFor(fd.get(), POLLIN, deadline, what));
+    const ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return FromErrno(errno, what + ": read");
+    if (n == 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  return ParseReply(raw, what);
+}
+
+}  // namespace kvtier::inspect

@@ -1,0 +1,192 @@
+// config validate and config explain.
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "kvtier/block_key.h"
+#include "kvtier/config.h"
+#include "kvtier/kv_layout.h"
+#include "tools/inspect/inspect.h"
+#include "tools/inspect/table.h"
+
+namespace kvtier::inspect {
+namespace {
+
+using nlohmann::json;
+
+struct Entry {
+  std::string key;      // dotted path, e.g. "tiers.host.capacity"
+  std::string value;    // as YAML would write it
+  std::string meaning;  // one line
+};
+
+std::string Bool(bool b) { return b ? "true" : "false"; }
+std::string U(uint64_t v) { return std::to_string(v); }
+std::string List(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+  return out + "]";
+}
+std::string Size(uint64_t bytes) {
+  std::string b = Bytes(static_cast<double>(bytes));
+  b.erase(std::remove(b.begin(), b.end(), ' '), b.end());
+  return b.find('.') == std::string::npos ? b : U(bytes);  // exact, as the reader takes it
+}
+
+void ModelEntries(const KvtierConfig& c, std::vector<Entry>* e) {
+  const ModelOptions& m = c.model;
+  *e = {
+      {"model.preset", m.preset, "named geometry, applied before the fields below"},
+      {"model.id", m.model_id, "model id folded into every block key"},
+      {"model.revision", m.revision, "weights revision (commit or tag)"},
+      {"model.dtype", m.dtype, "KV element type: fp16, bf16, fp8 or fp32"},
+      {"model.layers", U(m.num_layers), "transformer layers holding KV"},
+      {"model.kv_heads", U(m.num_kv_heads), "KV heads per tensor-parallel shard"},
+      {"model.head_size", U(m.head_size), "elements per head"},
+      {"model.block_tokens", U(m.block_tokens), "tokens per block; one block = one I/O below the GPU"},
+      {"model.tp_rank", U(m.tp_rank), "this process's tensor-parallel rank"},
+      {"model.tp_size", U(m.tp_size), "tensor-parallel world size"},
+      {"model.layout", std::string(KvLayoutKindName(m.layout)), "engine KV layout: nhd, hnd or cross_layer"},
+      {"model.hidden_size", U(m.hidden_size), "model width for FLOP estimates; 0 = kv_heads * head_size * 8"},
+      {"hashing.algorithm", std::string(HashAlgorithmName(c.runtime.hash)),
+       "block key hash: xxh3_128 (fast) or sha256 (tenants who must not forge collisions)"},
+      {"engine.pool_blocks", U(c.gpu_pool_blocks), "blocks in the engine's KV pool (simulated engine)"},
+      {"runtime.worker_threads", U(c.runtime.worker_threads), "threads serving Save and Load"},
+      {"runtime.max_queued_requests", U(c.runtime.max_queued_requests),
+       "requests queued before Save/Load answer Busy"},
+      {"runtime.admin_socket", c.runtime.admin_socket.empty() ? "\"\"" : c.runtime.admin_socket,
+       "Unix socket serving GET /stats and /metrics; empty = off"},
+      {"mover.interval_ms", U(c.runtime.mover.interval_ms), "how often an idle mover re-checks the watermarks"},
+      {"mover.batch_blocks", U(c.runtime.mover.batch_blocks), "blocks written to a lower tier per batch"},
+  };
+}
+
+void NvmeEntries(const std::string& p, const TierOptions& t, std::vector<Entry>* e) {
+  const NvmeTierOptions& n = t.nvme;
+  e->insert(e->end(), {
+      {p + "path", t.path, "data file or block device"},
+      {p + "region_size", Size(t.region_bytes), "log region size"},
+      {p + "io_timeout_ms", U(n.io_timeout_ms), "deadline of every device I/O"},
+      {p + "queue_depth", U(n.queue_depth), "requests in flight in the kernel (io_uring depth)"},
+      {p + "max_queued", U(n.max_queued), "requests accepted but not in flight before Busy"},
+      {p + "index_path", n.index_path.empty() ? "\"\"" : n.index_path,
+       "RocksDB index directory; empty = <path>.index"},
+      {p + "on_mismatch", n.on_mismatch, "store of another format or geometry: refuse or wipe"},
+      {p + "reclaim", n.reclaim, "region reclaimed when none is free: fifo or greedy"},
+      {p + "direct_io", Bool(n.direct_io), "open the data file with O_DIRECT (buffered fallback)"},
+      {p + "commit_every_blocks", U(n.commit_every_blocks), "blocks between index group commits"},
+  });
+}
+
+void RedisEntries(const std::string& p, const TierOptions& t, std::vector<Entry>* e) {
+  const RedisTierOptions& r = t.redis;
+  e->insert(e->end(), {
+      {p + "servers", List(t.servers), "host:port of each server (or cluster seeds)"},
+      {p + "user", r.user.empty() ? "\"\"" : r.user, "ACL user for AUTH; empty = default user"},
+      {p + "password", r.password.empty() ? "\"\"" : "(set, not shown)", "AUTH password; empty = no AUTH"},
+      {p + "db", U(r.db), "SELECT index (0 with cluster)"},
+      {p + "key_prefix", r.key_prefix, "keys are <prefix>:<namespace hex>:<key hex>"},
+      {p + "ttl_s", U(r.ttl_s), "expiry of stored blocks in seconds; 0 = never"},
+      {p + "connect_timeout_ms", U(r.connect_timeout_ms), "bound on connect, AUTH and SELECT"},
+      {p + "op_timeout_ms", U(r.op_timeout_ms), "bound on each socket read or write of a batch"},
+      {p + "connections", U(r.connections), "connections (each with an I/O thread) per server"},
+      {p + "cluster", Bool(r.cluster), "servers are seeds of a Redis Cluster"},
+  });
+}
+
+void TierEntries(const TierOptions& t, std::vector<Entry>* e) {
+  const std::string p = "tiers." + t.name + ".";
+  e->insert(e->end(), {
+      {p + "type", t.type, "backend: host, nvme, redis or remote"},
+      {p + "capacity", Size(t.capacity_bytes), "bytes this tier may hold"},
+      {p + "watermarks.high", Fixed(t.watermarks.high, 2), "above this fraction of capacity the mover evicts"},
+      {p + "watermarks.low", Fixed(t.watermarks.low, 2), "... down to this fraction"},
+      {p + "eviction", t.eviction, "eviction policy"},
+      {p + "admission", List(t.admission), "admission policies; all must accept"},
+  });
+  if (t.type == "host") {
+    e->insert(e->end(), {{p + "hugepages", Bool(t.hugepages), "try huge pages for the arena"},
+                         {p + "mlock", Bool(t.mlock), "lock the arena in memory (best effort)"}});
+  } else if (t.type == "nvme") {
+    NvmeEntries(p, t, e);
+  } else if (t.type == "redis") {
+    RedisEntries(p, t, e);
+  } else if (t.type == "remote") {
+    e->push_back({p + "servers", List(t.servers), "host:port of each kvtier-memd server"});
+  }
+}
+
+std::vector<Entry> Explain(const KvtierConfig& c) {
+  std::vector<Entry> e;
+  ModelEntries(c, &e);
+  for (const TierOptions& t : c.runtime.tiers) TierEntries(t, &e);
+  e.push_back({"(derived) block_bytes", U(c.runtime.block_bytes),
+               "bytes of one block across all layers, from the model"});
+  return e;
+}
+
+}  // namespace
+
+int RunConfigValidate(const std::string& file, const std::vector<std::string>& overrides,
+                      const Output& o) {
+  Result<KvtierConfig> c = LoadConfigFile(file, overrides);
+  if (!c.ok()) {
+    if (o.json) {
+      o.out << json{{"file", file}, {"valid", false}, {"error", c.status().message()}}.dump()
+            << "\n";
+    }
+    o.err << c.status().message() << "\n";
+    return kExitBad;
+  }
+  json tiers = json::array();
+  std::string summary;
+  for (const TierOptions& t : c->runtime.tiers) {
+    tiers.push_back({{"name", t.name}, {"type", t.type}, {"capacity_bytes", t.capacity_bytes}});
+    summary += (summary.empty() ? "" : ", ") + t.name + " (" + t.type + ", " +
+               Bytes(static_cast<double>(t.capacity_bytes)) + ")";
+  }
+  if (o.json) {
+    o.out << json{{"file", file},
+                  {"valid", true},
+                  {"block_bytes", c->runtime.block_bytes},
+                  {"tiers", tiers}}
+                 .dump()
+          << "\n";
+  } else {
+    o.out << file << ": valid; block " << Bytes(static_cast<double>(c->runtime.block_bytes))
+          << "; tiers: " << summary << "\n";
+  }
+  return kExitOk;
+}
+
+int RunConfigExplain(const std::string& file, const std::vector<std::string>& overrides,
+                     const Output& o) {
+  Result<KvtierConfig> c = LoadConfigFile(file, overrides);
+  if (!c.ok()) {
+    o.err << c.status().message() << "\n";
+    return kExitBad;
+  }
+  std::vector<Entry> entries = Explain(*c);
+  if (o.json) {
+    json keys = json::array();
+    for (const Entry& e : entries) {
+      keys.push_back({{"key", e.key}, {"value", e.value}, {"meaning", e.meaning}});
+    }
+    o.out << json{{"file", file}, {"keys", keys}}.dump() << "\n";
+    return kExitOk;
+  }
+  o.out << "# effective configuration of " << file << ", every default filled in\n";
+  // Left-aligned columns, like the comments of config/examples/default.yaml.
+  size_t kw = 0, vw = 0;
+  for (const Entry& e : entries) {
+    kw = std::max(kw, e.key.size());
+    vw = std::max(vw, e.value.size());
+  }
+  for (const Entry& e : entries) {
+    o.out << e.key << std::string(kw - e.key.size() + 2, ' ') << e.value
+          << std::string(vw - e.value.size() + 2, ' ') << "# " << e.meaning << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace kvtier::inspect

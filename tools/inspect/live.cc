@@ -1,0 +1,236 @@
+// stats, tiers, top and watch: views of a running runtime's /stats document.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tools/inspect/admin_client.h"
+#include "tools/inspect/inspect.h"
+#include "tools/inspect/table.h"
+
+namespace kvtier::inspect {
+namespace {
+
+using nlohmann::json;
+
+Result<json> FetchStats(const LiveFlags& f) {
+  KVTIER_ASSIGN_OR_RETURN(std::string body,
+                          FetchAdmin(f.socket, "/stats", std::chrono::milliseconds(f.timeout_ms)));
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("tiers")) {
+    return Status::IOError("admin socket " + f.socket + ": /stats is not a stats document");
+  }
+  return doc;
+}
+
+int Fail(const Output& o, const Status& s) {
+  o.err << "kvtier-inspect: " << s.ToString() << "\n";
+  return kExitBad;
+}
+
+double Num(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+std::string Int(double v) { return std::to_string(static_cast<uint64_t>(v)); }
+
+// The mean and the bucket bound holding quantile q of a latency histogram.
+std::string LatencySummary(const json& h) {
+  const double count = Num(h, "count");
+  if (count == 0) return "no requests";
+  const auto& bounds = h["upper_bounds_s"];
+  const auto& counts = h["bucket_counts"];
+  auto quantile = [&](double q) -> std::string {
+    double seen = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      seen += counts[i].get<double>();
+      if (seen >= q * count) {
+        return i < bounds.size() ? "<= " + Fixed(bounds[i].get<double>() * 1e3, 3) + " ms"
+                                 : "> " + Fixed(bounds.back().get<double>() * 1e3, 3) + " ms";
+      }
+    }
+    return "?";
+  };
+  return Int(count) + " requests, mean " + Fixed(Num(h, "sum_s") / count * 1e3, 3) +
+         " ms, p50 " + quantile(0.5) + ", p99 " + quantile(0.99);
+}
+
+std::string TiersTable(const json& doc) {
+  Table t({"tier", "type", "capacity", "used", "used%", "blocks", "hits", "read", "written",
+           "evicted", "demoted", "admitted", "refused", "errors", "corrupt"});
+  for (const json& x : doc["tiers"]) {
+    t.Row({x.value("name", ""), x.value("type", ""), Bytes(Num(x, "capacity_bytes")),
+           Bytes(Num(x, "used_bytes")), Percent(Num(x, "used_bytes"), Num(x, "capacity_bytes")),
+           Int(Num(x, "blocks")), Int(Num(x, "hit_blocks")), Bytes(Num(x, "bytes_read")),
+           Bytes(Num(x, "bytes_written")), Int(Num(x, "evicted_blocks")),
+           Int(Num(x, "demoted_blocks")), Int(Num(x, "admitted_blocks")),
+           Int(Num(x, "admission_rejected_blocks")), Int(Num(x, "errors")),
+           Int(Num(x, "corruptions"))});
+  }
+  return t.Render();
+}
+
+std::string StatsText(const json& d) {
+  Table t({"counter", "value"});
+  const double asked = Num(d, "lookup_blocks"), hits = Num(d, "lookup_hit_blocks");
+  t.Row({"lookups", Int(Num(d, "lookups"))});
+  t.Row({"lookup blocks", Int(asked)});
+  t.Row({"hit blocks", Int(hits) + " (" + Percent(hits, asked) + ")"});
+  t.Row({"miss blocks", Int(asked - hits)});
+  if (const double bt = Num(d, "block_tokens"); bt > 0) {
+    t.Row({"hit tokens", Int(hits * bt)});
+    t.Row({"miss tokens", Int((asked - hits) * bt)});
+  }
+  t.Row({"save blocks", Int(Num(d, "save_blocks"))});
+  t.Row({"saved blocks", Int(Num(d, "saved_blocks"))});
+  t.Row({"save duplicates", Int(Num(d, "save_duplicates"))});
+  t.Row({"save failures", Int(Num(d, "save_failures"))});
+  t.Row({"load blocks", Int(Num(d, "load_blocks"))});
+  t.Row({"loaded blocks", Int(Num(d, "loaded_blocks"))});
+  t.Row({"load failures", Int(Num(d, "load_failures"))});
+  t.Row({"busy rejections", Int(Num(d, "busy_rejections"))});
+  t.Row({"preemption proposals", Int(Num(d, "preemption_proposals"))});
+  double corrupt = 0;
+  for (const json& x : d["tiers"]) corrupt += Num(x, "corruptions");
+  t.Row({"corruptions", Int(corrupt)});
+  std::string out = t.Render();
+  out += "\nsave latency: " + LatencySummary(d["save_latency"]) + "\n";
+  out += "load latency: " + LatencySummary(d["load_latency"]) + "\n\n";
+  Table moves({"from", "to", "blocks", "bytes"});
+  for (const json& m : d["moves"]) {
+    moves.Row({m.value("from", ""), m.value("to", ""), Int(Num(m, "blocks")),
+               Bytes(Num(m, "bytes"))});
+  }
+  out += moves.Render();
+  if (!d["errors"].empty()) {
+    Table errors({"op", "code", "blocks"});
+    for (const json& e : d["errors"]) {
+      errors.Row({e.value("op", ""), e.value("code", ""), Int(Num(e, "blocks"))});
+    }
+    out += "\n" + errors.Render();
+  }
+  return out + "\n" + TiersTable(d);
+}
+
+// Per-second rates between two snapshots.
+json Rates(const json& a, const json& b, double seconds) {
+  auto rate = [&](const json& x, const json& y, const char* k) {
+    return seconds > 0 ? (Num(y, k) - Num(x, k)) / seconds : 0.0;
+  };
+  json out = {{"interval_s", seconds},
+              {"lookups_per_s", rate(a, b, "lookups")},
+              {"lookup_blocks_per_s", rate(a, b, "lookup_blocks")},
+              {"hit_blocks_per_s", rate(a, b, "lookup_hit_blocks")},
+              {"saved_blocks_per_s", rate(a, b, "saved_blocks")},
+              {"loaded_blocks_per_s", rate(a, b, "loaded_blocks")},
+              {"tiers", json::array()},
+              {"moves", json::array()}};
+  for (size_t i = 0; i < b["tiers"].size() && i < a["tiers"].size(); ++i) {
+    const json &x = a["tiers"][i], &y = b["tiers"][i];
+    out["tiers"].push_back({{"name", y.value("name", "")},
+                            {"used_bytes", Num(y, "used_bytes")},
+                            {"hit_blocks_per_s", rate(x, y, "hit_blocks")},
+                            {"read_bytes_per_s", rate(x, y, "bytes_read")},
+                            {"written_bytes_per_s", rate(x, y, "bytes_written")},
+                            {"evicted_blocks_per_s", rate(x, y, "evicted_blocks")}});
+  }
+  for (size_t i = 0; i < b["moves"].size() && i < a["moves"].size(); ++i) {
+    const json &x = a["moves"][i], &y = b["moves"][i];
+    out["moves"].push_back({{"from", y.value("from", "")},
+                            {"to", y.value("to", "")},
+                            {"blocks_per_s", rate(x, y, "blocks")},
+                            {"bytes_per_s", rate(x, y, "bytes")}});
+  }
+  auto by_bytes = [](const char* key) {
+    return [key](const json& l, const json& r) { return Num(l, key) > Num(r, key); };
+  };
+  std::stable_sort(out["moves"].begin(), out["moves"].end(), by_bytes("bytes_per_s"));
+  std::stable_sort(out["tiers"].begin(), out["tiers"].end(), by_bytes("read_bytes_per_s"));
+  return out;
+}
+
+std::string RatesText(const json& r) {
+  std::string out = "over " + Fixed(Num(r, "interval_s"), 2) + " s: " +
+                    Fixed(Num(r, "lookups_per_s"), 1) + " lookups/s, " +
+                    Fixed(Num(r, "hit_blocks_per_s"), 1) + " hit blocks/s of " +
+                    Fixed(Num(r, "lookup_blocks_per_s"), 1) + ", " +
+                    Fixed(Num(r, "saved_blocks_per_s"), 1) + " saved blocks/s, " +
+                    Fixed(Num(r, "loaded_blocks_per_s"), 1) + " loaded blocks/s\n\n";
+  Table moves({"path", "blocks/s", "bytes/s"});
+  for (const json& m : r["moves"]) {
+    moves.Row({m.value("from", "") + " -> " + m.value("to", ""), Fixed(Num(m, "blocks_per_s"), 1),
+               Bytes(Num(m, "bytes_per_s")) + "/s"});
+  }
+  Table tiers({"tier", "used", "hits/s", "read/s", "written/s", "evicted/s"});
+  for (const json& t : r["tiers"]) {
+    tiers.Row({t.value("name", ""), Bytes(Num(t, "used_bytes")), Fixed(Num(t, "hit_blocks_per_s"), 1),
+               Bytes(Num(t, "read_bytes_per_s")) + "/s", Bytes(Num(t, "written_bytes_per_s")) + "/s",
+               Fixed(Num(t, "evicted_blocks_per_s"), 1)});
+  }
+  return out + moves.Render() + "\n" + tiers.Render();
+}
+
+}  // namespace
+
+int RunStats(const LiveFlags& f, const Output& o) {
+  Result<json> doc = FetchStats(f);
+  if (!doc.ok()) return Fail(o, doc.status());
+  o.out << (o.json ? doc->dump() + "\n" : StatsText(*doc));
+  return kExitOk;
+}
+
+int RunTiers(const LiveFlags& f, const Output& o) {
+  Result<json> doc = FetchStats(f);
+  if (!doc.ok()) return Fail(o, doc.status());
+  o.out << (o.json ? json{{"tiers", (*doc)["tiers"]}}.dump() + "\n" : TiersTable(*doc));
+  return kExitOk;
+}
+
+int RunTop(const LiveFlags& f, const Output& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<json> a = FetchStats(f);
+  if (!a.ok()) return Fail(o, a.status());
+  std::this_thread::sleep_for(std::chrono::milliseconds(f.interval_ms));
+  Result<json> b = FetchStats(f);
+  if (!b.ok()) return Fail(o, b.status());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  json r = Rates(*a, *b, s);
+  o.out << (o.json ? r.dump() + "\n" : RatesText(r));
+  return kExitOk;
+}
+
+int RunWatch(const LiveFlags& f, const Output& o) {
+  const bool tty = !o.json && &o.out == &std::cout && isatty(STDOUT_FILENO);
+  auto next = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; f.count == 0 || i < f.count; ++i) {
+    if (i > 0) std::this_thread::sleep_until(next);
+    next += std::chrono::milliseconds(f.interval_ms);
+    Result<json> doc = FetchStats(f);
+    if (!doc.ok() && i > 0 && doc.status().code() == StatusCode::kUnavailable) {
+      // Following a run to its end (a replay that finished) is a success.
+      o.err << "kvtier-inspect watch: the runtime at " << f.socket << " went away after " << i
+            << " refreshes\n";
+      return kExitOk;
+    }
+    if (!doc.ok()) return Fail(o, doc.status());
+    if (o.json) {
+      o.out << doc->dump() << std::endl;  // one JSON document per line
+      continue;
+    }
+    if (tty) o.out << "\033[H\033[2J";  // redraw in place
+    const double asked = Num(*doc, "lookup_blocks"), hits = Num(*doc, "lookup_hit_blocks");
+    o.out << "kvtier runtime at " << f.socket << " (refresh " << (i + 1) << ")\n"
+          << "lookups " << Int(Num(*doc, "lookups")) << ", hit blocks " << Int(hits) << " of "
+          << Int(asked) << " (" << Percent(hits, asked) << "), saved "
+          << Int(Num(*doc, "saved_blocks")) << ", loaded " << Int(Num(*doc, "loaded_blocks"))
+          << "\n\n"
+          << TiersTable(*doc) << std::endl;
+  }
+  return kExitOk;
+}
+
+}  // namespace kvtier::inspect

@@ -1,0 +1,115 @@
+// kvtier-inspect: look at a running runtime, a config file, a trace or a
+// stored cache. See inspect.h for the exit codes.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "tools/inspect/inspect.h"
+
+namespace {
+
+using namespace kvtier::inspect;
+
+constexpr const char* kExitCodes =
+    "Exit codes: 0 done (and what was inspected is fine); 1 what was inspected is bad or "
+    "unreachable (invalid config, unreadable trace, no runtime on the socket, corrupt blocks); "
+    "2 usage error or a command not available in this build.";
+
+struct Flags {
+  LiveFlags live;
+  bool json = false;
+  std::string file;
+  std::vector<std::string> overrides;
+  uint32_t block_tokens = 512;
+  std::string target;  // nvme path or redis URL
+  std::string action;
+  bool read_only = false;
+};
+
+CLI::App* Live(CLI::App& app, const char* name, const char* help, Flags& f) {
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->add_option("--socket", f.live.socket, "the runtime's admin socket (runtime.admin_socket)")
+      ->required();
+  cmd->add_option("--timeout-ms", f.live.timeout_ms, "per request")->capture_default_str();
+  cmd->add_flag("--json", f.json, "print JSON instead of tables");
+  cmd->footer(kExitCodes);
+  return cmd;
+}
+
+void AddCommands(CLI::App& app, Flags& f) {
+  Live(app, "stats", "counters, latencies and tiers of a running runtime", f);
+  Live(app, "tiers", "one line per tier of a running runtime", f);
+  Live(app, "top", "rates over an interval: busiest paths and tiers first", f)
+      ->add_option("--interval-ms", f.live.interval_ms, "time between the two samples")
+      ->capture_default_str();
+  CLI::App* watch = Live(app, "watch", "refresh the tier table every interval", f);
+  watch->add_option("--interval-ms", f.live.interval_ms, "refresh period")->capture_default_str();
+  watch->add_option("--count", f.live.count, "stop after N refreshes (0: until interrupted)")
+      ->capture_default_str();
+
+  CLI::App* config = app.add_subcommand("config", "check or explain a YAML config");
+  config->require_subcommand(1);
+  config->footer(kExitCodes);
+  for (auto [name, help] : {std::pair{"validate", "check a config; errors as file:line:column"},
+                            std::pair{"explain", "the effective config, every default filled in, "
+                                                 "with the meaning of each key"}}) {
+    CLI::App* c = config->add_subcommand(name, help);
+    c->add_option("FILE", f.file, "YAML config")->required();
+    c->add_option("--set", f.overrides, "override dotted.path=value (repeatable)")
+        ->allow_extra_args(false);
+    c->add_flag("--json", f.json, "print JSON");
+    c->footer(kExitCodes);
+  }
+
+  CLI::App* trace = app.add_subcommand("trace", "requests, unique blocks, infinite-cache hit "
+                                                "rate and reuse distances of a Mooncake trace");
+  trace->add_option("FILE", f.file, "Mooncake JSONL trace")->required();
+  trace->add_option("--block-tokens", f.block_tokens, "tokens per hash id")->capture_default_str();
+  trace->add_flag("--json", f.json, "print JSON");
+  trace->footer(kExitCodes);
+
+  CLI::App* nvme = app.add_subcommand("nvme", "summary or checksum verification of an NVMe store");
+  nvme->add_option("PATH", f.target, "the tier's data file or device")->required();
+  nvme->add_option("ACTION", f.action, "summary or verify")
+      ->required()
+      ->check(CLI::IsMember({"summary", "verify"}));
+  nvme->add_flag("--read-only", f.read_only, "open even if a live process holds the store");
+  nvme->add_flag("--json", f.json, "print JSON");
+  nvme->footer(kExitCodes);
+
+  CLI::App* redis = app.add_subcommand("redis", "blocks and bytes per namespace in Redis (SCAN)");
+  redis->add_option("URL", f.target, "redis://host:port[/db]")->required();
+  redis->add_option("ACTION", f.action, "summary")->required()->check(CLI::IsMember({"summary"}));
+  redis->add_flag("--json", f.json, "print JSON");
+  redis->footer(kExitCodes);
+}
+
+int Dispatch(CLI::App& app, const Flags& f) {
+  const Output o{std::cout, std::cerr, f.json};
+  if (app.got_subcommand("stats")) return RunStats(f.live, o);
+  if (app.got_subcommand("tiers")) return RunTiers(f.live, o);
+  if (app.got_subcommand("top")) return RunTop(f.live, o);
+  if (app.got_subcommand("watch")) return RunWatch(f.live, o);
+  if (CLI::App* config = app.get_subcommand("config"); config->parsed()) {
+    return config->got_subcommand("validate") ? RunConfigValidate(f.file, f.overrides, o)
+                                              : RunConfigExplain(f.file, f.overrides, o);
+  }
+  if (app.got_subcommand("trace")) return RunTrace(f.file, f.block_tokens, o);
+  if (app.got_subcommand("nvme")) return RunNvme(f.target, f.action, f.read_only, o);
+  return RunRedis(f.target, f.action, o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvtier-inspect: look at a running kvtier runtime, a config, a trace or a store"};
+  app.require_subcommand(1);
+  app.footer(kExitCodes);
+  Flags flags;
+  AddCommands(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help exits 0
+  }
+  return Dispatch(app, flags);
+}
