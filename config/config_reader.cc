@@ -19,7 +19,8 @@ constexpr std::array<std::string_view, 12> kModelKeys = {
     "head_size", "block_tokens", "tp_rank",  "tp_size", "layout", "hidden_size"};
 constexpr std::array<std::string_view, 1> kHashingKeys = {"algorithm"};
 constexpr std::array<std::string_view, 1> kEngineKeys = {"pool_blocks"};
-constexpr std::array<std::string_view, 2> kRuntimeKeys = {"worker_threads", "max_queued_requests"};
+constexpr std::array<std::string_view, 3> kRuntimeKeys = {"worker_threads", "max_queued_requests",
+                                                          "admin_socket"};
 constexpr std::array<std::string_view, 2> kMoverKeys = {"interval_ms", "batch_blocks"};
 
 constexpr uint64_t kMaxIntervalMs = 3600 * 1000;  // an idle mover still looks once an hour
@@ -149,6 +150,9 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
       KVTIER_RETURN_IF_ERROR(
           ReadU32(*p, "runtime.max_queued_requests", 1, &rt.max_queued_requests));
     }
+    if (const ConfigNode* p = runtime->Find("admin_socket")) {
+      KVTIER_RETURN_IF_ERROR(ReadString(*p, "runtime.admin_socket", &rt.admin_socket));
+    }
   }
   if (const ConfigNode* mover = Section(root, "mover")) {
     KVTIER_RETURN_IF_ERROR(CheckMap(*mover, "mover", kMoverKeys));
@@ -172,6 +176,7 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
   KVTIER_RETURN_IF_ERROR(ReadSections(root, out));
   KVTIER_RETURN_IF_ERROR(ReadTiers(root, &out->runtime.tiers));
   out->runtime.block_bytes = out->model.BlockBytes();
+  out->runtime.block_tokens = out->model.block_tokens;
   // A last net under the field checks: the options' own validation.
   Status s = out->runtime.Validate();
   if (!s.ok()) return Prefixed(root, "runtime", s);

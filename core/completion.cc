@@ -17,6 +17,9 @@ struct CompletionState {
   std::vector<uint64_t> bytes;
   std::vector<bool> set;
   std::vector<std::function<void()>> callbacks;
+  // Results are final and the callbacks are running; `done` follows. Guarded
+  // by mu.
+  bool finishing = false;
   // Written under mu; read without it by Poll() and layers_done(), hence
   // acquire/release so a reader that sees `done` also sees the results.
   std::atomic<bool> done{false};
@@ -78,7 +81,7 @@ uint32_t Completion::layers_done() const {
 void Completion::OnDone(std::function<void()> fn) const {
   if (state_) {
     std::lock_guard lock(state_->mu);
-    if (!state_->done.load(std::memory_order_relaxed)) {
+    if (!state_->finishing) {
       state_->callbacks.push_back(std::move(fn));
       return;
     }
@@ -110,7 +113,7 @@ size_t CompletionSource::size() const { return state_->results.size(); }
 
 void CompletionSource::Set(size_t i, Status status, uint64_t bytes) {
   std::lock_guard lock(state_->mu);
-  if (state_->done.load(std::memory_order_relaxed) || state_->set[i]) return;
+  if (state_->finishing || state_->set[i]) return;
   state_->set[i] = true;
   state_->results[i] = std::move(status);
   state_->bytes[i] = bytes;
@@ -118,6 +121,11 @@ void CompletionSource::Set(size_t i, Status status, uint64_t bytes) {
 
 void CompletionSource::SetAll(const Status& status) {
   for (size_t i = 0; i < size(); ++i) Set(i, status);
+}
+
+Status CompletionSource::result(size_t i) const {
+  std::lock_guard lock(state_->mu);
+  return state_->results[i];
 }
 
 void CompletionSource::SetLayersDone(uint32_t layers) {
@@ -128,15 +136,22 @@ void CompletionSource::Finish() {
   std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard lock(state_->mu);
-    if (state_->done.load(std::memory_order_relaxed)) return;
+    if (state_->finishing) return;
     for (size_t i = 0; i < state_->results.size(); ++i) {
       if (!state_->set[i]) state_->results[i] = Status::Internal("no result was set");
     }
     callbacks.swap(state_->callbacks);
+    state_->finishing = true;
+  }
+  // Callbacks run before waiters wake, so whatever they record (counters,
+  // freed slots) is visible to a caller as soon as its Wait() returns. A
+  // callback registered from now on runs at once on its own thread.
+  for (auto& fn : callbacks) fn();
+  {
+    std::lock_guard lock(state_->mu);
     state_->done.store(true, std::memory_order_release);
   }
   state_->cv.notify_all();
-  for (auto& fn : callbacks) fn();
 }
 
 Completion CompletionSource::Done(size_t items, const Status& status) {

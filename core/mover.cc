@@ -142,6 +142,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       if (written[i]) {
         index_.AddLocation(v, next, now);
         ++tier_counts_[tier].demoted;
+        metrics_.AddMove(tier, next, 1, v->bytes);
       }
       const bool other_copy = (v->locations & ~(1U << tier)) != 0;
       if (v->pins != 0 || (!other_copy && v->children != 0)) {

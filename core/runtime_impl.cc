@@ -58,6 +58,15 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
                                            .mlock = hub.mlock};
   auto arena = internal::HostArena::Create(arena_options, options.log.get());
   if (!arena.ok()) return arena.status().WithContext("tier '" + hub.name + "'");
+  // A device engine registers the arena for DMA; unregistered memory still
+  // works, so a refusal is only logged.
+  auto pin = engine->PinHostMemory((*arena)->Mapping());
+  if (pin.ok()) {
+    (*arena)->AdoptPin(std::move(pin).value());
+  } else {
+    options.log->Log(LogLevel::kWarning, "host arena not registered with the copy engine: " +
+                                             pin.status().ToString());
+  }
 
   std::vector<std::unique_ptr<Tier>> lower;
   TierContext context{options.block_bytes, options.clock, options.log};
@@ -70,8 +79,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
     }
     lower.push_back(std::move(tier).value());
   }
-  return std::unique_ptr<Runtime>(new internal::RuntimeImpl(
-      std::move(options), std::move(engine), std::move(arena).value(), std::move(lower)));
+  auto impl = std::make_unique<internal::RuntimeImpl>(std::move(options), std::move(engine),
+                                                      std::move(arena).value(), std::move(lower));
+  KVTIER_RETURN_IF_ERROR(impl->StartAdmin());
+  return std::unique_ptr<Runtime>(std::move(impl));
 }
 
 namespace internal {
@@ -87,6 +98,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
       lower_(std::move(lower)),
       index_(1 + lower_.size()),
       tier_counts_(1 + lower_.size()) {
+  for (const auto& t : lower_) has_local_index_tier_ |= t->capabilities().local_index;
   workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests);
   if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
 }
@@ -96,6 +108,7 @@ RuntimeImpl::~RuntimeImpl() { Shutdown(); }
 void RuntimeImpl::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     shut_down_.store(true, std::memory_order_release);
+    admin_.reset();        // its handler reads this runtime
     workers_->Shutdown();  // runs every queued request to its end
     {
       std::lock_guard lock(mover_mu_);
@@ -157,8 +170,11 @@ Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
   std::vector<BlockKey> k(keys.begin(), keys.end());
   std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
   const size_t n = k.size();  // read before k is moved into the job
-  return Submit(n, [this, ns, parent, k = std::move(k), b = std::move(b)](
-                              CompletionSource& done) { RunSave(ns, parent, k, b, done); });
+  return Submit(n, [this, ns, parent, k = std::move(k), b = std::move(b),
+                    start = NowNs()](CompletionSource& done) {
+    RunSave(ns, parent, k, b, done);
+    metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
+  });
 }
 
 Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
@@ -178,8 +194,9 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
   std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
   const size_t n = k.size();  // read before k is moved into the job
   return Submit(n, [this, ns, deadline, on_layer = std::move(on_layer), k = std::move(k),
-                           b = std::move(b)](CompletionSource& done) {
+                    b = std::move(b), start = NowNs()](CompletionSource& done) {
     RunLoad(ns, k, b, deadline, on_layer, done);
+    metrics_.RecordRequest(RuntimeMetrics::Op::kLoad, done, NowNs() - start);
   });
 }
 
@@ -187,6 +204,7 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
+  AdoptStoredBlocks(ns, keys);
   LookupResult r;
   std::lock_guard lock(mu_);
   for (const BlockKey& key : keys) {
@@ -205,6 +223,7 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
+  AdoptStoredBlocks(ns, keys);
   PinnedPrefix pin;
   std::lock_guard lock(mu_);
   for (const BlockKey& key : keys) {
@@ -327,6 +346,12 @@ RuntimeStats RuntimeImpl::Stats() const {
     }
     out.tiers.push_back(std::move(s));
   }
+  out.block_tokens = options_.block_tokens;
+  RuntimeMetrics::EngineTraffic engine{stats_.saved_blocks,
+                                       stats_.saved_blocks * options_.block_bytes, 0,
+                                       tier_counts_[0].hub_bytes_out};
+  for (const TierCount& c : tier_counts_) engine.loaded_blocks += c.hit_blocks;
+  metrics_.Fill(engine, &out);
   return out;
 }
 

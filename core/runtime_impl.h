@@ -14,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/admin_server.h"
 #include "core/block_index.h"
+#include "core/metrics.h"
 #include "io/worker_pool.h"
 #include "kvtier/runtime.h"
 #include "kvtier/tier.h"
@@ -39,6 +41,8 @@ class RuntimeImpl final : public Runtime {
   RuntimeStats Stats() const override;
   void Shutdown() override;
   Result<size_t> TEST_RunMoverOnce() override;
+  // Starts the admin endpoint when options.admin_socket is set (admin_runtime.cc).
+  Status StartAdmin();
 
  protected:
   void Unpin(NamespaceId ns, std::span<const BlockKey> keys) override;
@@ -68,6 +72,9 @@ class RuntimeImpl final : public Runtime {
                            std::chrono::steady_clock::time_point deadline,
                            std::vector<Status>& results);
   Status RunCopy(bool gather, std::span<const BlockCopy> copies, const LayerDone& on_layer);
+
+  // runtime_adopt.cc: indexes the leading keys that persistent tiers hold.
+  void AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys);
 
   // mover.cc
   void MoverLoop();
@@ -107,9 +114,12 @@ class RuntimeImpl final : public Runtime {
   bool mover_kick_ = false;    // guarded by mover_mu_
   std::thread mover_thread_;
 
+  bool has_local_index_tier_ = false;  // some lower tier answers Contains from memory
   std::atomic<bool> shut_down_{false};
   std::once_flag shutdown_once_;
   std::unique_ptr<WorkerPool> workers_;
+  RuntimeMetrics metrics_;               // atomics: recorded without mu_
+  std::unique_ptr<AdminServer> admin_;   // stopped first by Shutdown()
 };
 
 }  // namespace kvtier::internal

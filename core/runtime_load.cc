@@ -172,6 +172,7 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
         index_.AddLocation(e, 0, now);
         ++tier_counts_[0].hub_blocks_in;
         tier_counts_[0].hub_bytes_in += e->bytes;
+        metrics_.AddMove(tier, 0, 1, e->bytes);
       }
       staged[i] = kNoSlot;
     }

@@ -4,6 +4,13 @@
 #include "kvtier/build_config.h"
 #include "kvtier/tier.h"
 #include "tiers/host/host_tier.h"
+#include "tiers/remote/remote_tier.h"
+#if KVTIER_HAVE_REDIS
+#include "tiers/redis/redis_tier.h"
+#endif
+#if KVTIER_HAVE_URING && KVTIER_HAVE_ROCKSDB
+#include "tiers/nvme/nvme_tier.h"
+#endif
 
 namespace kvtier {
 namespace {
@@ -25,15 +32,20 @@ Result<std::unique_ptr<Tier>> CreateTier(const TierOptions& options, const TierC
   if (!ctx.log) ctx.log = StderrLogSink();
   if (options.type == "host") return internal::NewHostTier(options, ctx);
   if (options.type == "nvme") {
-    return NotBuilt(options, KVTIER_HAVE_URING && KVTIER_HAVE_ROCKSDB
-                                 ? "the NVMe backend is not implemented yet"
-                                 : "needs KVTIER_WITH_URING and KVTIER_WITH_ROCKSDB");
+#if KVTIER_HAVE_URING && KVTIER_HAVE_ROCKSDB
+    return internal::NewNvmeTier(options, ctx);
+#else
+    return NotBuilt(options, "needs KVTIER_WITH_URING and KVTIER_WITH_ROCKSDB");
+#endif
   }
   if (options.type == "redis") {
-    return NotBuilt(options, KVTIER_HAVE_REDIS ? "the Redis backend is not implemented yet"
-                                               : "needs KVTIER_WITH_REDIS");
+#if KVTIER_HAVE_REDIS
+    return internal::NewRedisTier(options, ctx);
+#else
+    return NotBuilt(options, "needs KVTIER_WITH_REDIS");
+#endif
   }
-  if (options.type == "remote") return NotBuilt(options, "the remote backend is not implemented yet");
+  if (options.type == "remote") return internal::NewRemoteTier(options, ctx);
   return Status::InvalidArgument("tier '" + options.name + "': unknown type '" + options.type +
                                  "' (known: host, nvme, redis, remote)");
 }

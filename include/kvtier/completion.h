@@ -46,8 +46,9 @@ class KVTIER_EXPORT Completion {
   // layer count. Never blocks.
   uint32_t layers_done() const;
 
-  // Runs `fn` once when finished: on the finishing thread, or right here if
-  // already finished. `fn` must not block.
+  // Runs `fn` once the results are final: on the finishing thread before any
+  // Wait() returns, or right here if they are final already. `fn` must not
+  // block and must not wait on this completion.
   void OnDone(std::function<void()> fn) const;
 
  private:
@@ -74,6 +75,9 @@ class KVTIER_EXPORT CompletionSource {
   void Set(size_t i, Status status, uint64_t bytes = 0);
   void SetAll(const Status& status);
   void SetLayersDone(uint32_t layers);
+  // The result item i holds so far: OK until it is Set. Lets a producer
+  // account for the outcome before Finish() wakes the waiters.
+  Status result(size_t i) const;
   // Items never set become Internal("no result"). Idempotent.
   void Finish();
   // A completion already finished with `status` on every item.

@@ -109,6 +109,10 @@ struct KVTIER_EXPORT RuntimeOptions {
   std::shared_ptr<Clock> clock;         // null: SystemClock()
   std::shared_ptr<LogSink> log;         // null: StderrLogSink()
   TierFactory tier_factory;             // null: CreateTier; builds tiers[1..]
+  // Unix socket path of the admin endpoint (GET /stats as JSON, GET /metrics
+  // as Prometheus text), served by one runtime thread; empty = off.
+  std::string admin_socket;
+  uint32_t block_tokens = 0;  // tokens per block, for token metrics; 0 = unknown
 
   Status Validate() const;
 };

@@ -20,6 +20,7 @@
 #include "kvtier/completion.h"
 #include "kvtier/copy_engine.h"
 #include "kvtier/export.h"
+#include "kvtier/metrics.h"
 #include "kvtier/options.h"
 #include "kvtier/status.h"
 
@@ -40,6 +41,34 @@ struct TierStats {
   uint64_t rejected_blocks = 0;   // not admitted
   uint64_t errors = 0;            // failed reads or writes (not misses)
   uint64_t corruptions = 0;       // header or checksum mismatches
+  uint64_t admitted_blocks = 0;            // blocks this tier's admission policy accepted
+  uint64_t admission_rejected_blocks = 0;  // blocks this tier's admission policy refused
+};
+
+// Blocks and bytes copied along one path. Endpoints are tier names, or "gpu"
+// for the engine's KV cache.
+struct MoveStats {
+  std::string from;
+  std::string to;
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+};
+
+// Per-block failures of one operation ("save" or "load") with one code.
+struct ErrorStats {
+  std::string op;
+  StatusCode code = StatusCode::kInternal;
+  uint64_t blocks = 0;
+};
+
+// A latency distribution over fixed buckets: bucket_counts[i] counts the
+// requests that took at most upper_bounds_s[i] and more than the bound before
+// it; the last element (bucket_counts has one more) counts the slower rest.
+struct LatencyStats {
+  std::vector<double> upper_bounds_s;
+  std::vector<uint64_t> bucket_counts;
+  uint64_t count = 0;
+  double sum_s = 0;
 };
 
 struct RuntimeStats {
@@ -54,7 +83,15 @@ struct RuntimeStats {
   uint64_t loaded_blocks = 0;
   uint64_t load_failures = 0;      // per-block failures reported to the engine
   uint64_t busy_rejections = 0;    // requests refused because the queue was full
+  uint64_t adopted_blocks = 0;     // found in a persistent tier after a restart
   std::vector<TierStats> tiers;    // in tier order; tiers[0] is the host hub
+  uint32_t block_tokens = 0;       // RuntimeOptions::block_tokens (0: token counts unknown)
+  uint64_t preemption_proposals = 0;  // requests proposed to the engine for preemption
+  // gpu->host, host->gpu, then per lower tier: from the tier above, to host.
+  std::vector<MoveStats> moves;
+  std::vector<ErrorStats> errors;  // non-zero counts only, save before load, by code
+  LatencyStats save_latency;       // Save call to completion
+  LatencyStats load_latency;       // Load call to completion
 };
 
 struct LookupResult {
@@ -126,6 +163,8 @@ class KVTIER_EXPORT Runtime {
   virtual Status Remove(NamespaceId ns, std::span<const BlockKey> keys) = 0;
 
   virtual RuntimeStats Stats() const = 0;
+  // Emits a snapshot of Stats() as metric samples (metrics.h).
+  void VisitMetrics(const MetricVisitor& visitor) const;
 
   // Stops accepting work, waits for queued and in-flight requests, stops the
   // threads and shuts the tiers down. Idempotent; the destructor calls it.

@@ -33,6 +33,9 @@ struct TierCapabilities {
   bool persistent = false;          // contents survive a process restart
   bool shared = false;              // other processes or hosts see the same blocks
   bool checksummed = false;         // blocks carry a BlockHeader; corruption is detected
+  // Contains() answers from memory without I/O, so the runtime may ask it on
+  // a lookup miss (how a restarted runtime finds what a persistent tier kept).
+  bool local_index = false;
   uint32_t max_batch_blocks = 4096; // larger batches are refused (InvalidArgument)
   uint64_t max_block_bytes = 0;     // largest payload; 0 = no limit beyond capacity
 };

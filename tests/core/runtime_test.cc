@@ -235,13 +235,14 @@ TEST(RuntimeOpen, RefusesMismatchedOrUnsupportedSetups) {
   EXPECT_NE(r.status().message().find("block is 4096 bytes"), std::string_view::npos)
       << r.status().ToString();
   o = MakeOptions(s.layout.BlockBytes(), 8);
-  TierOptions nvme = LowerHostTier("disk", s.layout.BlockBytes(), 8);
-  nvme.type = "nvme";
-  nvme.path = "/tmp/kvtier-test.bin";
-  o.tiers.push_back(nvme);
+  TierOptions broken = LowerHostTier("lower", s.layout.BlockBytes(), 8);
+  broken.capacity_bytes = 100;  // holds no block: the lower tier fails to open
+  o.tiers.push_back(broken);
   r = Runtime::Open(o, s.engine);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kNotSupported);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("tier 'lower'"), std::string_view::npos)
+      << r.status().ToString();
   EXPECT_FALSE(Runtime::Open(MakeOptions(4096, 8), nullptr).ok());
 }
 

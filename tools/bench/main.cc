@@ -11,8 +11,12 @@
 
 #include "kvtier/config.h"
 #include "tools/bench/host_bench.h"
+#include "tools/bench/nvme_bench_cli.h"
+#include "tools/bench/redis_bench_cli.h"
+#include "tools/bench/remote_bench_cli.h"
 #include "tools/bench/replay.h"
 #include "tools/bench/report.h"
+#include "tools/bench/sweep_cli.h"
 
 namespace {
 
@@ -27,6 +31,7 @@ struct ReplayFlags {
   ReplayOptions options;
   bool generate = false;
   std::string gen_spec;
+  std::string admin_socket;
   bool json = false;
 };
 
@@ -54,6 +59,9 @@ void DrawProgress(uint64_t done, uint64_t total) {
 int RunReplayCommand(ReplayFlags& flags) {
   ReplayOptions& options = flags.options;
   if (!flags.gen_spec.empty()) flags.generate = true;
+  if (!flags.admin_socket.empty()) {
+    options.overrides.push_back("runtime.admin_socket=" + flags.admin_socket);
+  }
   if (flags.generate == !options.trace_path.empty()) {
     std::cerr << "kvtier-bench replay: give exactly one of --trace FILE and --generate/--gen\n";
     return kExitUsage;
@@ -128,6 +136,9 @@ void AddReplay(CLI::App& app, ReplayFlags& f) {
   cmd->add_option("--limit", f.options.limit, "replay at most N requests (0 = all)");
   cmd->add_option("--timeout-ms", f.options.timeout_ms, "deadline of each load")
       ->capture_default_str();
+  cmd->add_option("--admin-socket", f.admin_socket,
+                  "serve /stats and /metrics on this Unix socket during the replay "
+                  "(same as --set runtime.admin_socket=PATH; see kvtier-inspect watch)");
   cmd->add_flag("--json", f.json, "print one JSON object");
 }
 
@@ -152,6 +163,14 @@ int main(int argc, char** argv) {
   HostFlags host;
   AddReplay(app, replay);
   AddHost(app, host);
+  kvtier::bench::SweepFlags sweep;
+  kvtier::bench::AddSweepCommand(app, sweep);
+  kvtier::bench::RedisBenchFlags redis;
+  kvtier::bench::AddRedisBenchCommand(app, redis);
+  kvtier::bench::RemoteBenchFlags remote;
+  kvtier::bench::AddRemoteBenchCommand(app, remote);
+  kvtier::bench::NvmeBenchFlags nvme;
+  kvtier::bench::AddNvmeBenchCommand(app, nvme);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -159,5 +178,9 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   if (app.got_subcommand("replay")) return RunReplayCommand(replay);
+  if (app.got_subcommand("nvme")) return kvtier::bench::RunNvmeBenchCommand(nvme);
+  if (app.got_subcommand("sweep")) return kvtier::bench::RunSweepCommand(sweep);
+  if (app.got_subcommand("redis")) return kvtier::bench::RunRedisBenchCommand(redis);
+  if (app.got_subcommand("remote")) return kvtier::bench::RunRemoteBenchCommand(remote);
   return RunHostCommand(host);
 }

@@ -1,0 +1,58 @@
+// Adopting blocks that a persistent tier already holds: after a restart the
+// index is empty, but an NVMe store still has the blocks saved before. On a
+// lookup miss the runtime asks the tiers that can answer from memory
+// (TierCapabilities::local_index) and indexes the leading keys they hold.
+#include "core/runtime_impl.h"
+
+namespace kvtier::internal {
+namespace {
+
+// A Contains on a local index is a memory lookup; this only bounds a tier
+// that misbehaves, so a lookup never waits long.
+constexpr std::chrono::milliseconds kContainsWait(50);
+
+}  // namespace
+
+void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys) {
+  if (!has_local_index_tier_) return;
+  size_t first = 0;
+  {
+    std::lock_guard lock(mu_);
+    while (first < keys.size()) {
+      IndexEntry* e = index_.Find({ns, keys[first]});
+      if (e == nullptr) break;
+      ++first;
+    }
+  }
+  if (first == keys.size()) return;
+  std::span<const BlockKey> rest = keys.subspan(first);
+
+  // present[j]: the tiers holding rest[j]; only the leading run matters.
+  std::vector<uint32_t> present(rest.size(), 0);
+  for (size_t t = 1; t < tier_count(); ++t) {
+    Tier& tier = *lower_[t - 1];
+    if (!tier.capabilities().local_index) continue;
+    Completion c = tier.Contains(ns, rest);
+    if (!c.WaitFor(kContainsWait).ok() && !c.Poll()) continue;
+    for (size_t j = 0; j < rest.size() && c.result(j).ok(); ++j) present[j] |= 1U << t;
+  }
+
+  std::lock_guard lock(mu_);
+  IndexEntry* parent = first == 0 ? nullptr : index_.Find({ns, keys[first - 1]});
+  if (first > 0 && parent == nullptr) return;  // removed meanwhile: the chain is cut
+  const uint64_t now = NowNs();
+  for (size_t j = 0; j < rest.size() && present[j] != 0; ++j) {
+    IndexEntry* e = index_.Find({ns, rest[j]});
+    if (e == nullptr) {
+      e = index_.Insert({ns, rest[j]}, parent, options_.block_bytes);
+      e->state = EntryState::kReady;
+      for (size_t t = 1; t < tier_count(); ++t) {
+        if ((present[j] >> t) & 1U) index_.AddLocation(e, t, now);
+      }
+      ++stats_.adopted_blocks;
+    }
+    parent = e;
+  }
+}
+
+}  // namespace kvtier::internal

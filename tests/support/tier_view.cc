@@ -1,0 +1,47 @@
+#include "tests/support/tier_view.h"
+
+namespace kvtier::testing {
+namespace {
+
+class TierView final : public Tier {
+ public:
+  TierView(std::shared_ptr<Tier> inner, TierCapabilities caps)
+      : Tier(inner->name(), inner->type(), caps), inner_(std::move(inner)) {}
+  ~TierView() override { Shutdown(); }
+
+  TierUsage Usage() const override { return inner_->Usage(); }
+
+ protected:
+  void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override {
+    Forward(inner_->Read(ns, ops), std::move(done));
+  }
+  void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override {
+    Forward(inner_->Write(ns, ops), std::move(done));
+  }
+  void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
+    Forward(inner_->Remove(ns, keys), std::move(done));
+  }
+  void DoContains(NamespaceId ns, std::span<const BlockKey> keys,
+                  CompletionSource done) override {
+    Forward(inner_->Contains(ns, keys), std::move(done));
+  }
+
+ private:
+  static void Forward(const Completion& c, CompletionSource done) {
+    auto src = std::make_shared<CompletionSource>(std::move(done));
+    c.OnDone([c, src] {
+      for (size_t i = 0; i < c.size(); ++i) src->Set(i, c.result(i), c.bytes(i));
+      src->Finish();
+    });
+  }
+
+  std::shared_ptr<Tier> inner_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tier> NewTierView(std::shared_ptr<Tier> inner, TierCapabilities caps) {
+  return std::make_unique<TierView>(std::move(inner), caps);
+}
+
+}  // namespace kvtier::testing
