@@ -103,7 +103,7 @@ Status MemdPool::Commit(NamespaceId ns, const BlockKey& key, uint32_t slot, uint
     Release(slot);
     return Status::Corruption(bad.message());
   }
-  const FullKey fk{ns.value, key};
+  const FullKey fk{ns, key};
   if (auto it = index_.find(fk); it != index_.end()) Erase(it);
   lru_.push_front(fk);
   index_.emplace(fk, Entry{slot, stored_bytes, lru_.begin()});
@@ -116,18 +116,18 @@ Status MemdPool::Commit(NamespaceId ns, const BlockKey& key, uint32_t slot, uint
 }
 
 std::optional<MemdPool::Found> MemdPool::Lookup(NamespaceId ns, const BlockKey& key) {
-  auto it = index_.find(FullKey{ns.value, key});
+  auto it = index_.find(FullKey{ns, key});
   if (it == index_.end()) return std::nullopt;
   lru_.splice(lru_.begin(), lru_, it->second.lru);
   return Found{it->second.slot, it->second.stored_bytes};
 }
 
 bool MemdPool::Contains(NamespaceId ns, const BlockKey& key) const {
-  return index_.count(FullKey{ns.value, key}) != 0;
+  return index_.count(FullKey{ns, key}) != 0;
 }
 
 bool MemdPool::Remove(NamespaceId ns, const BlockKey& key) {
-  auto it = index_.find(FullKey{ns.value, key});
+  auto it = index_.find(FullKey{ns, key});
   if (it == index_.end()) return false;
   Erase(it);
   return true;
@@ -142,10 +142,10 @@ void MemdPool::Unpin(uint32_t slot) {
 }
 
 void MemdPool::Erase(std::unordered_map<FullKey, Entry, FullKeyHash>::iterator it) {
-  NamespaceUsage& u = usage_[it->first.ns];
+  NamespaceUsage& u = usage_[it->first.ns.value];
   u.blocks -= 1;
   u.bytes -= it->second.stored_bytes - kBlockHeaderBytes;
-  if (u.blocks == 0) usage_.erase(it->first.ns);
+  if (u.blocks == 0) usage_.erase(it->first.ns.value);
   lru_.erase(it->second.lru);
   const uint32_t slot = it->second.slot;
   index_.erase(it);

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/ns_key.h"
 #include "kvtier/block_key.h"
 #include "kvtier/env.h"
 #include "kvtier/status.h"
@@ -82,14 +83,8 @@ class MemdPool {
   uint64_t used_slots() const { return slots_.size() - free_.size(); }
 
  private:
-  struct FullKey {
-    uint64_t ns;
-    BlockKey key;
-    bool operator==(const FullKey&) const = default;
-  };
-  struct FullKeyHash {
-    size_t operator()(const FullKey& k) const { return BlockKeyHash{}(k.key) ^ (k.ns * 31); }
-  };
+  using FullKey = internal::NsKey;
+  using FullKeyHash = internal::NsKeyHash;
   struct Entry {
     uint32_t slot;
     uint64_t stored_bytes;

@@ -1,5 +1,7 @@
 #include "tiers/remote/remote_tier.h"
 
+#include "core/ns_key.h"
+
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -27,14 +29,8 @@ struct Batch {
   }
 };
 
-struct FullKey {
-  uint64_t ns;
-  BlockKey key;
-  bool operator==(const FullKey&) const = default;
-};
-struct FullKeyHash {
-  size_t operator()(const FullKey& k) const { return BlockKeyHash{}(k.key) ^ (k.ns * 31); }
-};
+using FullKey = internal::NsKey;
+using FullKeyHash = internal::NsKeyHash;
 
 class RemoteTier final : public Tier {
  public:
@@ -104,7 +100,7 @@ class RemoteTier final : public Tier {
 
 void RemoteTier::Forget(NamespaceId ns, const BlockKey& key, uint64_t before) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(FullKey{ns.value, key});
+  auto it = index_.find(FullKey{ns, key});
   if (it == index_.end() || it->second.writing > 0 || it->second.seq >= before) return;
   used_ -= it->second.bytes;
   index_.erase(it);
@@ -112,7 +108,7 @@ void RemoteTier::Forget(NamespaceId ns, const BlockKey& key, uint64_t before) {
 
 void RemoteTier::Written(NamespaceId ns, const BlockKey& key, bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = index_.find(FullKey{ns.value, key});
+  auto it = index_.find(FullKey{ns, key});
   if (it == index_.end()) return;
   // A read issued before this moment may have missed the block: its miss
   // must not drop the count (see Forget).
@@ -145,7 +141,7 @@ void RemoteTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, Completio
     for (size_t i = 0; i < ops.size(); ++i) {
       const size_t s = memd::PickServer(ns, ops[i].key, ids_);
       const uint64_t bytes = ops[i].src.size();
-      auto [it, fresh] = index_.try_emplace(FullKey{ns.value, ops[i].key}, Held{s, 0});
+      auto [it, fresh] = index_.try_emplace(FullKey{ns, ops[i].key}, Held{s, 0});
       const uint64_t old = it->second.bytes;
       if (used_ - old + bytes > capacity_) {
         if (fresh) index_.erase(it);
