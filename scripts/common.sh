@@ -6,6 +6,10 @@
 KVTIER_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$KVTIER_ROOT" || exit 1
 
+# Paths relative to the checkout, so ccache hits across build folders and
+# clones of the repository.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$KVTIER_ROOT}"
+
 # Two cores by default; override with KVTIER_JOBS.
 KVTIER_JOBS="${KVTIER_JOBS:-2}"
 export CMAKE_BUILD_PARALLEL_LEVEL="$KVTIER_JOBS"
