@@ -19,8 +19,8 @@ constexpr std::array<std::string_view, 12> kModelKeys = {
     "head_size", "block_tokens", "tp_rank",  "tp_size", "layout", "hidden_size"};
 constexpr std::array<std::string_view, 1> kHashingKeys = {"algorithm"};
 constexpr std::array<std::string_view, 1> kEngineKeys = {"pool_blocks"};
-constexpr std::array<std::string_view, 3> kRuntimeKeys = {"worker_threads", "max_queued_requests",
-                                                          "admin_socket"};
+constexpr std::array<std::string_view, 4> kRuntimeKeys = {"worker_threads", "max_queued_requests",
+                                                          "admin_socket", "gpu_watermark"};
 constexpr std::array<std::string_view, 2> kMoverKeys = {"interval_ms", "batch_blocks"};
 
 constexpr uint64_t kMaxIntervalMs = 3600 * 1000;  // an idle mover still looks once an hour
@@ -152,6 +152,9 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
     }
     if (const ConfigNode* p = runtime->Find("admin_socket")) {
       KVTIER_RETURN_IF_ERROR(ReadString(*p, "runtime.admin_socket", &rt.admin_socket));
+    }
+    if (const ConfigNode* p = runtime->Find("gpu_watermark")) {
+      KVTIER_RETURN_IF_ERROR(ReadDouble(*p, "runtime.gpu_watermark", &rt.gpu_watermark));
     }
   }
   if (const ConfigNode* mover = Section(root, "mover")) {

@@ -241,6 +241,10 @@ Status RuntimeOptions::Validate() const {
   if (mover.batch_blocks == 0) {
     return Status::InvalidArgument("mover batch_blocks is 0; expected at least 1");
   }
+  if (!(gpu_watermark >= 0 && gpu_watermark < 1)) {
+    return Status::InvalidArgument("gpu_watermark is " + std::to_string(gpu_watermark) +
+                                   "; expected a fraction in [0, 1)");
+  }
   return Status::Ok();
 }
 

@@ -12,12 +12,14 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/admin_server.h"
 #include "core/block_index.h"
 #include "core/metrics.h"
 #include "io/worker_pool.h"
+#include "kvtier/policy.h"
 #include "kvtier/runtime.h"
 #include "kvtier/tier.h"
 #include "tiers/host/host_arena.h"
@@ -38,6 +40,14 @@ class RuntimeImpl final : public Runtime {
                   std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
                   LayerDone on_layer) override;
   Status Remove(NamespaceId ns, std::span<const BlockKey> keys) override;
+  // runtime_engine_usage.cc
+  Status ReportEngineUsage(uint32_t free_blocks, uint32_t total_blocks) override;
+  Status TrackRequest(uint64_t request_id, NamespaceId ns, std::span<const BlockKey> keys,
+                      uint32_t engine_blocks) override;
+  void UntrackRequest(uint64_t request_id) override;
+  bool ShouldAdmitNewRequest(uint32_t blocks_needed) override;
+  std::vector<PreemptionVictim> ProposePreemption(uint32_t blocks_to_free) override;
+  bool IsSaved(NamespaceId ns, std::span<const BlockKey> keys) override;
   RuntimeStats Stats() const override;
   void Shutdown() override;
   Result<size_t> TEST_RunMoverOnce() override;
@@ -113,6 +123,18 @@ class RuntimeImpl final : public Runtime {
   bool mover_stop_ = false;    // guarded by mover_mu_
   bool mover_kick_ = false;    // guarded by mover_mu_
   std::thread mover_thread_;
+
+  // The engine's GPU pool and running requests (runtime_engine_usage.cc).
+  // usage_mu_ is taken before mu_, never while holding it.
+  struct TrackedRequest {
+    NamespaceId ns;
+    std::vector<BlockKey> keys;
+    uint32_t engine_blocks = 0;
+  };
+  std::mutex usage_mu_;
+  GpuWatermark gpu_{options_.gpu_watermark, 1.0};         // guarded by usage_mu_
+  std::unordered_map<uint64_t, TrackedRequest> tracked_;  // guarded by usage_mu_
+  uint32_t engine_free_ = 0, engine_total_ = 0;           // guarded by usage_mu_
 
   bool has_local_index_tier_ = false;  // some lower tier answers Contains from memory
   std::atomic<bool> shut_down_{false};

@@ -113,6 +113,9 @@ struct KVTIER_EXPORT RuntimeOptions {
   // as Prometheus text), served by one runtime thread; empty = off.
   std::string admin_socket;
   uint32_t block_tokens = 0;  // tokens per block, for token metrics; 0 = unknown
+  // Fraction of the engine's KV pool kept free when admitting new requests
+  // (Runtime::ShouldAdmitNewRequest); in [0, 1), 0 = off.
+  double gpu_watermark = 0.01;
 
   Status Validate() const;
 };

@@ -99,6 +99,19 @@ struct LookupResult {
   std::vector<uint8_t> tier;       // for each hit, the fastest tier holding it
 };
 
+// A running request ProposePreemption suggests preempting. Before freeing
+// its engine blocks the engine must Save `unsaved_keys` (parent `parent`,
+// engine blocks of keys[saved_blocks..]) and wait for that Save to complete;
+// then the request resumes by Load instead of recomputing.
+struct PreemptionVictim {
+  uint64_t request_id = 0;
+  NamespaceId ns;
+  uint32_t blocks_freed = 0;           // engine blocks it frees (its engine_blocks)
+  uint32_t saved_blocks = 0;           // leading keys already stored in kvtier
+  std::optional<BlockKey> parent;      // keys[saved_blocks - 1], if saved_blocks > 0
+  std::vector<BlockKey> unsaved_keys;  // keys[saved_blocks..]: still to save
+};
+
 class Runtime;
 namespace internal {
 class RuntimeImpl;
@@ -161,6 +174,34 @@ class KVTIER_EXPORT Runtime {
   // stored children is refused (InvalidArgument) unless they are removed in
   // the same call, so no stored block is left behind an absent parent.
   virtual Status Remove(NamespaceId ns, std::span<const BlockKey> keys) = 0;
+
+  // ---- GPU pool usage, admission and preemption -----------------------------
+  // The engine reports its KV pool: `free_blocks` of `total_blocks` are free.
+  // InvalidArgument if total_blocks is 0 or free_blocks > total_blocks.
+  virtual Status ReportEngineUsage(uint32_t free_blocks, uint32_t total_blocks) = 0;
+  // Registers a running request: its keys (a prefix chain, full blocks only)
+  // and the engine blocks it occupies (>= keys.size(): partial and decode
+  // blocks count too). Tracking an id again replaces its entry, so a growing
+  // request re-tracks itself. InvalidArgument if keys.size() > engine_blocks.
+  virtual Status TrackRequest(uint64_t request_id, NamespaceId ns, std::span<const BlockKey> keys,
+                              uint32_t engine_blocks) = 0;
+  // Forgets a finished or preempted request; unknown ids are ignored.
+  virtual void UntrackRequest(uint64_t request_id) = 0;
+  // False when admitting a request needing `blocks_needed` blocks would leave
+  // fewer than RuntimeOptions::gpu_watermark of the reported pool free (with
+  // gpu_watermark 0: when the blocks do not fit). True before any report.
+  virtual bool ShouldAdmitNewRequest(uint32_t blocks_needed) = 0;
+  // Tracked requests to preempt, cheapest to restore first: fewest engine
+  // blocks not already stored in kvtier (ties: more blocks freed, lower id).
+  // Enough victims to free max(blocks_to_free, the blocks missing to get back
+  // above the watermark), or every tracked request holding blocks if that is
+  // not enough; empty when that target is 0. Counted in
+  // RuntimeStats::preemption_proposals. The engine must save each victim's
+  // unsaved_keys (and wait) before freeing its blocks; IsSaved checks it.
+  virtual std::vector<PreemptionVictim> ProposePreemption(uint32_t blocks_to_free) = 0;
+  // True when every key is stored in some tier (empty: true). Reads the index
+  // only: no I/O, no lookup statistics.
+  virtual bool IsSaved(NamespaceId ns, std::span<const BlockKey> keys) = 0;
 
   virtual RuntimeStats Stats() const = 0;
   // Emits a snapshot of Stats() as metric samples (metrics.h).
