@@ -258,14 +258,11 @@ TEST_F(InspectCli, TraceReuseDistancesOfAHandBuiltTrace) {
   EXPECT_NE(r.err.find("bad.jsonl:1: "), std::string::npos) << r.err;
 }
 
-TEST_F(InspectCli, StoresNotInThisBuildAndUsage) {
-  CliRun r = Inspect("nvme /tmp/store summary");
+// The stores themselves: inspect_nvme_test.cc and inspect_redis_test.cc.
+TEST_F(InspectCli, Usage) {
+  CliRun r = Inspect("nvme /tmp/store frobnicate");
   EXPECT_EQ(r.rc, 2);
-  EXPECT_EQ(r.err, "kvtier-inspect nvme summary: not available in this build\n");
-  r = Inspect("redis redis://127.0.0.1:6379 summary --json");
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_EQ(json::parse(r.out)["available"], false);
-  r = Inspect("nvme /tmp/store frobnicate");
+  r = Inspect("redis redis://127.0.0.1:6379 frobnicate");
   EXPECT_EQ(r.rc, 2);
   r = Inspect("");
   EXPECT_EQ(r.rc, 2);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,7 +17,9 @@ DataFile::DataFile(DataFile&& other) noexcept { *this = std::move(other); }
 DataFile& DataFile::operator=(DataFile&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);
+    if (lock_fd_ >= 0) close(lock_fd_);
     fd_ = std::exchange(other.fd_, -1);
+    lock_fd_ = std::exchange(other.lock_fd_, -1);
     direct_ = other.direct_;
     block_device_ = other.block_device_;
     preallocated_ = other.preallocated_;
@@ -26,6 +29,7 @@ DataFile& DataFile::operator=(DataFile&& other) noexcept {
 
 DataFile::~DataFile() {
   if (fd_ >= 0) close(fd_);
+  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 Result<DataFile> DataFile::Open(const std::string& path, uint64_t bytes, bool direct,
@@ -44,6 +48,18 @@ Result<DataFile> DataFile::Open(const std::string& path, uint64_t bytes, bool di
       log->Log(LogLevel::kWarning, "nvme: " + path +
                                        ": the file system refuses O_DIRECT; using buffered I/O");
     }
+  }
+  // One live tier per store: offline tools take a shared lock and are
+  // refused while this one is held. The lock sits on a descriptor of its own
+  // that io_uring never sees: in-flight requests keep their file alive after
+  // the process dies, which would hold a lock on fd_ past a crash.
+  f.lock_fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.lock_fd_ < 0) return FromErrno(errno, "open " + path);
+  if (flock(f.lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return Status::Unavailable("nvme: " + path + " is in use by another open tier");
+    }
+    return FromErrno(errno, "flock " + path);
   }
   if (f.block_device_) {
     uint64_t size = 0;

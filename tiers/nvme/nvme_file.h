@@ -16,6 +16,8 @@ class DataFile {
   // A file of at least `bytes`. With `direct`, O_DIRECT is tried first; a
   // file system that refuses it (tmpfs) gets buffered I/O and one warning.
   // A file system without fallocate gets a sparse file and one warning.
+  // The file is locked (flock, exclusive) while open: Unavailable when
+  // another DataFile or an offline reader holds it.
   // ResourceExhausted when the space cannot be reserved; InvalidArgument for
   // a block device smaller than `bytes`.
   static Result<DataFile> Open(const std::string& path, uint64_t bytes, bool direct,
@@ -35,6 +37,7 @@ class DataFile {
 
  private:
   int fd_ = -1;
+  int lock_fd_ = -1;  // holds the flock; never used for I/O
   bool direct_ = false;
   bool block_device_ = false;
   bool preallocated_ = false;

@@ -71,6 +71,26 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   return Open(dir, meta, false, log, wiped);
 }
 
+Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& dir,
+                                                           StoreMeta* meta) {
+  rocksdb::Options o = DbOptions();
+  o.create_if_missing = false;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(o, dir, &raw);
+  // A missing directory comes back as InvalidArgument ("does not exist").
+  if (s.IsInvalidArgument() || s.IsPathNotFound()) {
+    return Status::NotFound("no nvme index at " + dir + ": " + s.ToString());
+  }
+  KVTIER_RETURN_IF_ERROR(FromRocks(s, "open " + dir + " read-only"));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string value;
+  KVTIER_RETURN_IF_ERROR(FromRocks(db->Get(rocksdb::ReadOptions(), kMetaKey, &value), "read meta"));
+  std::optional<StoreMeta> stored = DecodeMeta(value);
+  if (!stored) return Status::Corruption("nvme index at " + dir + ": not a kvtier nvme store");
+  *meta = *stored;
+  return std::unique_ptr<NvmeIndex>(new NvmeIndex(db.release()));
+}
+
 Status NvmeIndex::Scan(const std::function<void(uint32_t, uint64_t)>& on_region,
                        const std::function<void(const NsKey&, const BlockLocation&)>& on_block,
                        uint64_t* bad_records) {

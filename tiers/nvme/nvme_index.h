@@ -37,6 +37,11 @@ class NvmeIndex {
   static Result<std::unique_ptr<NvmeIndex>> Open(const std::string& dir, const StoreMeta& meta,
                                                  bool wipe_on_mismatch, LogSink* log,
                                                  bool* wiped);
+  // Opens an existing index for reading only (no lock, no writes; a live
+  // tier may hold it) and returns its meta in *meta. NotFound when there is
+  // no index at `dir`; Corruption when it has no valid meta.
+  static Result<std::unique_ptr<NvmeIndex>> OpenReadOnly(const std::string& dir,
+                                                         StoreMeta* meta);
   ~NvmeIndex();
   NvmeIndex(const NvmeIndex&) = delete;
   NvmeIndex& operator=(const NvmeIndex&) = delete;

@@ -423,6 +423,7 @@ void NvmeTier::State::Close() {
   }
   if (engine) engine->Shutdown();
   index.reset();
+  file = DataFile();  // drops the store's lock: it may be reopened at once
 }
 
 }  // namespace kvtier::internal

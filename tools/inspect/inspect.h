@@ -28,10 +28,10 @@ struct Output {
 
 // ---- live runtime (live.cc) -------------------------------------------------
 struct LiveFlags {
-  std::string socket;          // the runtime's admin socket
-  uint32_t timeout_ms = 2000;  // per request
-  uint32_t interval_ms = 1000; // top: between the two samples; watch: between refreshes
-  uint64_t count = 0;          // watch: refreshes before exiting; 0 = until interrupted
+  std::string socket;           // the runtime's admin socket
+  uint32_t timeout_ms = 2000;   // per request
+  uint32_t interval_ms = 1000;  // top: between the two samples; watch: between refreshes
+  uint64_t count = 0;           // watch: refreshes before exiting; 0 = until interrupted
 };
 int RunStats(const LiveFlags& flags, const Output& o);
 int RunTiers(const LiveFlags& flags, const Output& o);
@@ -49,8 +49,31 @@ int RunConfigExplain(const std::string& file, const std::vector<std::string>& ov
 // ---- traces (trace_cmd.cc) --------------------------------------------------
 int RunTrace(const std::string& file, uint32_t block_tokens, const Output& o);
 
-// ---- offline stores (stores.cc) ----------------------------------------------
-int RunNvme(const std::string& path, const std::string& action, bool read_only, const Output& o);
-int RunRedis(const std::string& url, const std::string& action, const Output& o);
+// ---- offline stores (nvme_cmd.cc, redis_cmd.cc; stores.cc without them) ----
+struct NvmeFlags {
+  std::string path;        // the tier's data file or device
+  std::string index;       // its RocksDB index; empty = path + ".index"
+  std::string action;      // summary or verify
+  bool read_only = false;  // skip the lock: read a store a live tier holds
+};
+// summary: regions, blocks, bytes, namespaces. verify: reads every indexed
+// block and checks header and checksum; 1 when any is corrupt. A store a
+// live tier holds (its data file is locked) is refused with 2 unless
+// read_only.
+int RunNvme(const NvmeFlags& flags, const Output& o);
+
+struct RedisFlags {
+  std::string url;                // redis://[[user]:password@]host[:port][/db]
+  std::string action;             // summary
+  std::string prefix = "kvtier";  // the tier's key_prefix
+  uint64_t sample = 0;            // keys whose values are measured; 0 = all
+  uint32_t timeout_ms = 2000;
+};
+// Blocks and bytes per namespace (SCAN MATCH, never KEYS); 1 when the
+// server cannot be reached or a sampled value has no valid header.
+int RunRedis(const RedisFlags& flags, const Output& o);
+
+// What a build without the backend answers: exit 2.
+int NotAvailable(const std::string& what, const Output& o);
 
 }  // namespace kvtier::inspect

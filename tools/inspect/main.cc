@@ -20,9 +20,8 @@ struct Flags {
   std::string file;
   std::vector<std::string> overrides;
   uint32_t block_tokens = 512;
-  std::string target;  // nvme path or redis URL
-  std::string action;
-  bool read_only = false;
+  NvmeFlags nvme;
+  RedisFlags redis;
 };
 
 CLI::App* Live(CLI::App& app, const char* name, const char* help, Flags& f) {
@@ -50,8 +49,9 @@ void AddCommands(CLI::App& app, Flags& f) {
   config->require_subcommand(1);
   config->footer(kExitCodes);
   for (auto [name, help] : {std::pair{"validate", "check a config; errors as file:line:column"},
-                            std::pair{"explain", "the effective config, every default filled in, "
-                                                 "with the meaning of each key"}}) {
+                            std::pair{"explain",
+                                      "the effective config, every default filled in, "
+                                      "with the meaning of each key"}}) {
     CLI::App* c = config->add_subcommand(name, help);
     c->add_option("FILE", f.file, "YAML config")->required();
     c->add_option("--set", f.overrides, "override dotted.path=value (repeatable)")
@@ -60,25 +60,37 @@ void AddCommands(CLI::App& app, Flags& f) {
     c->footer(kExitCodes);
   }
 
-  CLI::App* trace = app.add_subcommand("trace", "requests, unique blocks, infinite-cache hit "
-                                                "rate and reuse distances of a Mooncake trace");
+  CLI::App* trace = app.add_subcommand("trace",
+                                       "requests, unique blocks, infinite-cache hit "
+                                       "rate and reuse distances of a Mooncake trace");
   trace->add_option("FILE", f.file, "Mooncake JSONL trace")->required();
   trace->add_option("--block-tokens", f.block_tokens, "tokens per hash id")->capture_default_str();
   trace->add_flag("--json", f.json, "print JSON");
   trace->footer(kExitCodes);
 
   CLI::App* nvme = app.add_subcommand("nvme", "summary or checksum verification of an NVMe store");
-  nvme->add_option("PATH", f.target, "the tier's data file or device")->required();
-  nvme->add_option("ACTION", f.action, "summary or verify")
+  nvme->add_option("PATH", f.nvme.path, "the tier's data file or device")->required();
+  nvme->add_option("ACTION", f.nvme.action, "summary or verify")
       ->required()
       ->check(CLI::IsMember({"summary", "verify"}));
-  nvme->add_flag("--read-only", f.read_only, "open even if a live process holds the store");
+  nvme->add_option("--index", f.nvme.index, "the tier's index directory (default PATH.index)");
+  nvme->add_flag("--read-only", f.nvme.read_only,
+                 "open even if a live process holds the store (it may change while read)");
   nvme->add_flag("--json", f.json, "print JSON");
   nvme->footer(kExitCodes);
 
   CLI::App* redis = app.add_subcommand("redis", "blocks and bytes per namespace in Redis (SCAN)");
-  redis->add_option("URL", f.target, "redis://host:port[/db]")->required();
-  redis->add_option("ACTION", f.action, "summary")->required()->check(CLI::IsMember({"summary"}));
+  redis->add_option("URL", f.redis.url, "redis://[[user]:password@]host[:port][/db]")->required();
+  redis->add_option("ACTION", f.redis.action, "summary")
+      ->required()
+      ->check(CLI::IsMember({"summary"}));
+  redis->add_option("--prefix", f.redis.prefix, "the tier's key_prefix")->capture_default_str();
+  redis
+      ->add_option("--sample", f.redis.sample,
+                   "measure the values of the first N keys only (0: all)")
+      ->capture_default_str();
+  redis->add_option("--timeout-ms", f.redis.timeout_ms, "connect and per-command bound")
+      ->capture_default_str();
   redis->add_flag("--json", f.json, "print JSON");
   redis->footer(kExitCodes);
 }
@@ -94,8 +106,8 @@ int Dispatch(CLI::App& app, const Flags& f) {
                                               : RunConfigExplain(f.file, f.overrides, o);
   }
   if (app.got_subcommand("trace")) return RunTrace(f.file, f.block_tokens, o);
-  if (app.got_subcommand("nvme")) return RunNvme(f.target, f.action, f.read_only, o);
-  return RunRedis(f.target, f.action, o);
+  if (app.got_subcommand("nvme")) return RunNvme(f.nvme, o);
+  return RunRedis(f.redis, o);
 }
 
 }  // namespace

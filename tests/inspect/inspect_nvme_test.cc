@@ -1,0 +1,191 @@
+// kvtier-inspect nvme against a store the test writes through the NVMe tier
+// on the build directory's file system: summary fields, verify on a good and
+// on a corrupted store, and the lock that keeps it off a live store.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "tests/inspect/inspect_cli_util.h"
+#include "tests/tiers/nvme_test_util.h"
+#include "tiers/nvme/nvme_tier.h"
+
+namespace kvtier::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kBlock = 8192;
+constexpr NamespaceId kNsA{1}, kNsB{2};
+
+BlockKey Key(uint64_t i) { return BlockKey{i, i * 7 + 1}; }
+
+std::vector<std::byte> Payload(uint64_t i, uint64_t bytes) {
+  std::vector<std::byte> p(bytes);
+  for (uint64_t j = 0; j < bytes; ++j) p[j] = static_cast<std::byte>((i * 131 + j) & 0xff);
+  return p;
+}
+
+Status WriteBlocks(Tier& t, NamespaceId ns, uint64_t first, const std::vector<uint64_t>& sizes) {
+  std::vector<std::vector<std::byte>> data;
+  std::vector<WriteOp> ops;
+  for (size_t i = 0; i < sizes.size(); ++i) data.push_back(Payload(first + i, sizes[i]));
+  for (size_t i = 0; i < sizes.size(); ++i) ops.push_back({Key(first + i), data[i]});
+  return t.Write(ns, ops).Wait();
+}
+
+class InspectNvme : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(dir_.ok());
+    options_ = NvmeOptions(dir_.path(), 16, kBlock);
+    auto t = CreateTier(options_, TierContext{kBlock});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    // Namespace A: 6 full blocks; B: 3 full and one of 5000 bytes.
+    ASSERT_TRUE(WriteBlocks(**t, kNsA, 0, std::vector<uint64_t>(6, kBlock)).ok());
+    ASSERT_TRUE(WriteBlocks(**t, kNsB, 100, {kBlock, kBlock, kBlock, 5000}).ok());
+    (*t)->Shutdown();  // commits the index and releases the store
+  }
+  CliRun Inspect(const std::string& args) { return RunInspect(dir_.path(), args); }
+  std::string Data() const { return options_.path; }
+
+  ScratchDir dir_;
+  TierOptions options_;
+};
+
+TEST_F(InspectNvme, SummaryCountsBlocksBytesAndNamespaces) {
+  CliRun r = Inspect("nvme " + Data() + " summary --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["index"], Data() + ".index");
+  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["block_bytes"], kBlock);
+  EXPECT_EQ(j["region_bytes"], 256 * 1024);
+  EXPECT_EQ(j["regions"], 3);  // 16 blocks of 12 KiB on disk fit 1 region, + 2 spare
+  EXPECT_EQ(j["regions_in_use"], 1);
+  EXPECT_EQ(j["blocks"], 10);
+  EXPECT_EQ(j["payload_bytes"], 9 * kBlock + 5000);
+  EXPECT_EQ(j["disk_bytes"], 10 * (4096 + kBlock));
+  EXPECT_EQ(j["stale_entries"], 0);
+  EXPECT_EQ(j["bad_records"], 0);
+  EXPECT_TRUE(j["write_amplification"].is_null());
+  EXPECT_EQ(j["namespaces"], json::parse(R"([
+      {"id": "0000000000000001", "blocks": 6, "payload_bytes": 49152},
+      {"id": "0000000000000002", "blocks": 4, "payload_bytes": 29576}])"));
+  ASSERT_EQ(j["region_detail"].size(), 3u);
+  int holding = 0;  // which region the tier picked is its business; all 10 share one
+  for (const json& region : j["region_detail"]) {
+    if (region["blocks"] == 0) continue;
+    ++holding;
+    EXPECT_EQ(region["blocks"], 10);
+    EXPECT_EQ(region["disk_bytes"], 10 * (4096 + kBlock));
+    EXPECT_GT(region["generation"], 0);
+  }
+  EXPECT_EQ(holding, 1);
+
+  r = Inspect("nvme " + Data() + " summary");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const std::string& want :
+       {"nvme store " + Data() + "\nindex " + Data() + ".index\n\n",
+        std::string("\nregions         3 (1 holding blocks)\nblocks                            10\n"
+                    "payload bytes                  78728\n"),
+        std::string("\n0000000000000001       6          49152\n"
+                    "0000000000000002       4          29576\n")}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n--- in ---\n" << r.out;
+  }
+}
+
+TEST_F(InspectNvme, VerifyPassesThenNamesTheCorruptedBlock) {
+  CliRun r = Inspect("nvme " + Data() + " verify");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "verified 10 blocks: 10 good, 0 corrupt\n");
+  EXPECT_EQ(r.err, "") << "no progress bar off a terminal";
+
+  // Where block B:101 lies, asked of the tier, then one payload byte flipped.
+  uint64_t offset = 0;
+  {
+    auto t = internal::OpenNvmeTier(options_, TierContext{kBlock});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    auto at = (*t)->TEST_FileOffset(kNsB, Key(101));
+    ASSERT_TRUE(at.has_value());
+    offset = *at;
+  }
+  const int fd = open(Data().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  unsigned char byte = 0;
+  ASSERT_EQ(pread(fd, &byte, 1, static_cast<off_t>(offset + 4096 + 100)), 1);
+  byte ^= 0xff;
+  ASSERT_EQ(pwrite(fd, &byte, 1, static_cast<off_t>(offset + 4096 + 100)), 1);
+  close(fd);
+
+  r = Inspect("nvme " + Data() + " verify --json");
+  ASSERT_EQ(r.rc, 1) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["blocks"], 10);
+  EXPECT_EQ(j["good"], 9);
+  ASSERT_EQ(j["corrupt"].size(), 1u);
+  EXPECT_EQ(j["corrupt"][0]["namespace"], "0000000000000002");
+  EXPECT_EQ(j["corrupt"][0]["key"], ToHex(Key(101)));
+  EXPECT_EQ(j["corrupt"][0]["file_offset"], offset);
+  EXPECT_EQ(j["corrupt"][0]["error"].get<std::string>().rfind("corruption: ", 0), 0u)
+      << j["corrupt"][0]["error"];
+
+  r = Inspect("nvme " + Data() + " verify");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("verified 10 blocks: 9 good, 1 corrupt\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0000000000000002:" + ToHex(Key(101))), std::string::npos) << r.out;
+}
+
+// On a terminal (util-linux `script` provides one) verify draws a bar on
+// stderr; the pipe runs above saw none.
+TEST_F(InspectNvme, VerifyDrawsProgressOnATerminal) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1)";
+  const std::string log = dir_.path() + "/tty.log";
+  const std::string cmd = "timeout 30 script -qec '" + std::string(KVTIER_INSPECT_BIN) +
+                          " nvme " + Data() + " verify' " + log + " >/dev/null </dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const std::string tty = SlurpFile(log);
+  EXPECT_NE(tty.find("\rverify [" + std::string(40, '#') + "] 10/10 blocks\r\n"),
+            std::string::npos)
+      << tty;
+  EXPECT_NE(tty.find("verified 10 blocks: 10 good, 0 corrupt"), std::string::npos) << tty;
+}
+
+TEST_F(InspectNvme, ALiveStoreIsRefusedUnlessReadOnly) {
+  auto live = CreateTier(options_, TierContext{kBlock});
+  ASSERT_TRUE(live.ok()) << live.status().ToString();
+  // A second tier on the same store is refused too.
+  auto second = CreateTier(options_, TierContext{kBlock});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
+
+  for (const char* action : {"summary", "verify"}) {
+    CliRun r = Inspect("nvme " + Data() + " " + action);
+    EXPECT_EQ(r.rc, 2) << action;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "kvtier-inspect nvme: unavailable: nvme store " + Data() +
+                         " is held by a live process; stop it first, or pass --read-only to "
+                         "read it while it changes\n");
+  }
+  CliRun r = Inspect("nvme " + Data() + " summary --read-only --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["blocks"], 10);
+  r = Inspect("nvme " + Data() + " verify --read-only");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "verified 10 blocks: 10 good, 0 corrupt\n");
+
+  (*live)->Shutdown();
+  EXPECT_EQ(Inspect("nvme " + Data() + " summary").rc, 0) << "released by shutdown";
+}
+
+TEST_F(InspectNvme, MissingStoreIsBad) {
+  CliRun r = Inspect("nvme " + dir_.path() + "/nothing summary");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.err,
+            "kvtier-inspect nvme: not_found: no nvme data file at " + dir_.path() + "/nothing\n");
+}
+
+}  // namespace
+}  // namespace kvtier::testing

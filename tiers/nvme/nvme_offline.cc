@@ -1,0 +1,81 @@
+#include "tiers/nvme/nvme_offline.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "kvtier/block_header.h"
+
+namespace kvtier::internal {
+
+NvmeOfflineStore::NvmeOfflineStore(int fd, std::unique_ptr<NvmeIndex> index, StoreMeta meta,
+                                   std::string dir)
+    : fd_(fd), index_(std::move(index)), meta_(meta), index_dir_(std::move(dir)) {}
+
+NvmeOfflineStore::~NvmeOfflineStore() {
+  index_.reset();
+  if (fd_ >= 0) close(fd_);  // releases the shared lock
+}
+
+Result<std::unique_ptr<NvmeOfflineStore>> NvmeOfflineStore::Open(const std::string& data_path,
+                                                                 const std::string& index_dir,
+                                                                 bool ignore_lock) {
+  const int fd = open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound("no nvme data file at " + data_path);
+    return FromErrno(errno, "open " + data_path);
+  }
+  // The lock is taken before the index is read, so a tier cannot open the
+  // store in between; it goes with the descriptor.
+  if (!ignore_lock && flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    const int err = errno;
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      return Status::Unavailable("nvme store " + data_path + " is held by a live process");
+    }
+    return FromErrno(err, "flock " + data_path);
+  }
+  const std::string dir = index_dir.empty() ? data_path + ".index" : index_dir;
+  StoreMeta meta;
+  auto index = NvmeIndex::OpenReadOnly(dir, &meta);
+  if (!index.ok()) {
+    close(fd);
+    return index.status();
+  }
+  return std::unique_ptr<NvmeOfflineStore>(
+      new NvmeOfflineStore(fd, std::move(index).value(), meta, dir));
+}
+
+Status NvmeOfflineStore::Scan(
+    const std::function<void(uint32_t, uint64_t)>& on_region,
+    const std::function<void(const NsKey&, const BlockLocation&)>& on_block,
+    uint64_t* bad_records) const {
+  return index_->Scan(on_region, on_block, bad_records);
+}
+
+Status NvmeOfflineStore::VerifyBlock(const NsKey& id, const BlockLocation& loc) const {
+  if (loc.payload_bytes == 0 || loc.payload_bytes > meta_.block_bytes ||
+      loc.offset % kNvmeAlign != 0 || loc.region >= meta_.regions ||
+      loc.offset + DiskBytes(loc.payload_bytes) > meta_.region_bytes) {
+    return Status::Corruption("index entry does not fit the store's geometry");
+  }
+  AlignedBuffer buf(DiskBytes(loc.payload_bytes));
+  uint64_t done = 0;
+  while (done < buf.size()) {
+    const ssize_t n = pread(fd_, buf.data() + done, buf.size() - done,
+                            static_cast<off_t>(FileOffset(loc) + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return FromErrno(errno, "pread");
+    if (n == 0) return Status::IOError("short read: the data file ends inside the block");
+    done += static_cast<uint64_t>(n);
+  }
+  KVTIER_ASSIGN_OR_RETURN(BlockHeader h, DecodeBlockHeader(buf.span().first(kBlockHeaderBytes)));
+  if (h.payload_checksum != loc.checksum || h.payload_bytes != loc.payload_bytes) {
+    return Status::Corruption("on-disk header does not match the index entry");
+  }
+  return kvtier::VerifyBlock(h, id.ns, id.key, buf.span().subspan(kNvmeAlign, loc.payload_bytes));
+}
+
+}  // namespace kvtier::internal

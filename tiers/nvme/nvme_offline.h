@@ -1,0 +1,57 @@
+// NvmeOfflineStore: read-only access to an NVMe tier's store (data file and
+// index) without opening the tier, for offline tools. It never writes to
+// either, and it checks blocks exactly as the tier's read path does.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kvtier/status.h"
+#include "tiers/nvme/nvme_format.h"
+#include "tiers/nvme/nvme_index.h"
+
+namespace kvtier::internal {
+
+class NvmeOfflineStore {
+ public:
+  // Opens the data file at `data_path` and the index at `index_dir` (empty:
+  // data_path + ".index", the tier's default). Unless `ignore_lock`, takes a
+  // shared lock on the data file and fails with Unavailable when a live tier
+  // holds it; with `ignore_lock` the store may change while it is read.
+  // NotFound when the data file or the index does not exist.
+  static Result<std::unique_ptr<NvmeOfflineStore>> Open(const std::string& data_path,
+                                                        const std::string& index_dir,
+                                                        bool ignore_lock);
+  ~NvmeOfflineStore();
+  NvmeOfflineStore(const NvmeOfflineStore&) = delete;
+  NvmeOfflineStore& operator=(const NvmeOfflineStore&) = delete;
+
+  const StoreMeta& meta() const { return meta_; }
+  const std::string& index_dir() const { return index_dir_; }
+
+  // Every region record and block entry of the index, in key order (see
+  // NvmeIndex::Scan). Entries are reported as stored, stale ones included.
+  Status Scan(const std::function<void(uint32_t region, uint64_t generation)>& on_region,
+              const std::function<void(const NsKey&, const BlockLocation&)>& on_block,
+              uint64_t* bad_records) const;
+
+  // Byte offset of the block's header page in the data file.
+  uint64_t FileOffset(const BlockLocation& loc) const {
+    return uint64_t{loc.region} * meta_.region_bytes + loc.offset;
+  }
+  // Reads the block at `loc` and checks its header and payload against `id`
+  // and `loc`. Corruption with the reason on a mismatch; IOError when the
+  // bytes cannot be read.
+  Status VerifyBlock(const NsKey& id, const BlockLocation& loc) const;
+
+ private:
+  NvmeOfflineStore(int fd, std::unique_ptr<NvmeIndex> index, StoreMeta meta, std::string dir);
+  int fd_ = -1;
+  std::unique_ptr<NvmeIndex> index_;
+  StoreMeta meta_;
+  std::string index_dir_;
+};
+
+}  // namespace kvtier::internal

@@ -1,0 +1,212 @@
+// nvme: an NVMe tier's store read offline, through its index (summary) or
+// block by block (verify). Built when the NVMe tier is.
+#include <unistd.h>
+
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tiers/nvme/nvme_offline.h"
+#include "tools/inspect/inspect.h"
+#include "tools/inspect/table.h"
+
+namespace kvtier::inspect {
+namespace {
+
+using internal::BlockLocation;
+using internal::NsKey;
+using internal::NvmeOfflineStore;
+using nlohmann::json;
+
+std::string NsHex(NamespaceId ns) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(ns.value));
+  return buf;
+}
+
+struct RegionView {
+  uint64_t generation = 0;
+  uint64_t blocks = 0;
+  uint64_t disk_bytes = 0;
+};
+struct NsView {
+  uint64_t blocks = 0;
+  uint64_t payload_bytes = 0;
+};
+
+// The index as the tier would load it: entries whose generation is not their
+// region's are stale (the tier drops them on open) and are counted apart.
+struct StoreView {
+  std::vector<RegionView> regions;
+  std::map<uint64_t, NsView> namespaces;
+  std::vector<std::pair<NsKey, BlockLocation>> blocks;  // current entries
+  uint64_t payload_bytes = 0, disk_bytes = 0, stale = 0, bad_records = 0;
+};
+
+Result<StoreView> Load(const NvmeOfflineStore& store) {
+  StoreView v;
+  v.regions.resize(store.meta().regions);
+  std::vector<std::pair<NsKey, BlockLocation>> all;
+  KVTIER_RETURN_IF_ERROR(store.Scan(
+      [&](uint32_t r, uint64_t gen) {
+        if (r < v.regions.size()) v.regions[r].generation = gen;
+      },
+      [&](const NsKey& id, const BlockLocation& loc) { all.emplace_back(id, loc); },
+      &v.bad_records));
+  for (auto& [id, loc] : all) {
+    if (loc.region >= v.regions.size() || loc.generation == 0 ||
+        loc.generation != v.regions[loc.region].generation) {
+      ++v.stale;
+      continue;
+    }
+    RegionView& r = v.regions[loc.region];
+    ++r.blocks;
+    r.disk_bytes += internal::DiskBytes(loc.payload_bytes);
+    NsView& n = v.namespaces[id.ns.value];
+    ++n.blocks;
+    n.payload_bytes += loc.payload_bytes;
+    v.payload_bytes += loc.payload_bytes;
+    v.disk_bytes += internal::DiskBytes(loc.payload_bytes);
+    v.blocks.emplace_back(id, loc);
+  }
+  return v;
+}
+
+uint64_t RegionsInUse(const StoreView& v) {
+  uint64_t n = 0;
+  for (const RegionView& r : v.regions) n += r.blocks > 0;
+  return n;
+}
+
+int PrintSummary(const NvmeOfflineStore& store, const StoreView& v, const NvmeFlags& f,
+                 const Output& o) {
+  const internal::StoreMeta& m = store.meta();
+  if (o.json) {
+    json j{{"path", f.path},
+           {"index", store.index_dir()},
+           {"format_version", m.format_version},
+           {"block_bytes", m.block_bytes},
+           {"region_bytes", m.region_bytes},
+           {"regions", m.regions},
+           {"regions_in_use", RegionsInUse(v)},
+           {"blocks", v.blocks.size()},
+           {"payload_bytes", v.payload_bytes},
+           {"disk_bytes", v.disk_bytes},
+           {"stale_entries", v.stale},
+           {"bad_records", v.bad_records},
+           {"write_amplification", nullptr},
+           {"namespaces", json::array()},
+           {"region_detail", json::array()}};
+    for (const auto& [ns, n] : v.namespaces) {
+      j["namespaces"].push_back({{"id", NsHex(NamespaceId{ns})},
+                                 {"blocks", n.blocks},
+                                 {"payload_bytes", n.payload_bytes}});
+    }
+    for (size_t i = 0; i < v.regions.size(); ++i) {
+      j["region_detail"].push_back({{"region", i},
+                                    {"generation", v.regions[i].generation},
+                                    {"blocks", v.regions[i].blocks},
+                                    {"disk_bytes", v.regions[i].disk_bytes}});
+    }
+    o.out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  o.out << "nvme store " << f.path << "\nindex " << store.index_dir() << "\n\n";
+  Table t({"format version", std::to_string(m.format_version)});
+  t.Row({"block size", Bytes(static_cast<double>(m.block_bytes))});
+  t.Row({"region size", Bytes(static_cast<double>(m.region_bytes))});
+  t.Row({"regions",
+         std::to_string(m.regions) + " (" + std::to_string(RegionsInUse(v)) + " holding blocks)"});
+  t.Row({"blocks", std::to_string(v.blocks.size())});
+  t.Row({"payload bytes", std::to_string(v.payload_bytes)});
+  t.Row({"disk bytes", std::to_string(v.disk_bytes)});
+  t.Row({"stale entries", std::to_string(v.stale)});
+  t.Row({"bad records", std::to_string(v.bad_records)});
+  o.out << t.Render()
+        << "write amplification: not recorded (the store keeps no write counters)\n\n";
+  Table ns({"namespace", "blocks", "payload bytes"});
+  for (const auto& [id, n] : v.namespaces) {
+    ns.Row({NsHex(NamespaceId{id}), std::to_string(n.blocks), std::to_string(n.payload_bytes)});
+  }
+  o.out << ns.Render();
+  return kExitOk;
+}
+
+// A bar on stderr, redrawn when the percentage changes; only on a terminal.
+class Progress {
+ public:
+  Progress(std::ostream& err, uint64_t total)
+      : err_(err), total_(total), on_(isatty(STDERR_FILENO) == 1 && total > 0) {}
+  void Step(uint64_t done) {
+    if (!on_) return;
+    const uint64_t pct = done * 100 / total_;
+    if (pct == last_ && done != total_) return;
+    last_ = pct;
+    const size_t filled = static_cast<size_t>(pct * 40 / 100);
+    err_ << "\rverify [" << std::string(filled, '#') << std::string(40 - filled, '.') << "] "
+         << done << "/" << total_ << " blocks" << std::flush;
+    if (done == total_) err_ << "\n";
+  }
+
+ private:
+  std::ostream& err_;
+  const uint64_t total_;
+  const bool on_;
+  uint64_t last_ = 101;
+};
+
+int Verify(const NvmeOfflineStore& store, const StoreView& v, const Output& o) {
+  json bad = json::array();
+  Table t({"corrupt block", "region", "offset", "error"});
+  Progress progress(o.err, v.blocks.size());
+  uint64_t done = 0;
+  for (const auto& [id, loc] : v.blocks) {
+    Status s = store.VerifyBlock(id, loc);
+    progress.Step(++done);
+    if (s.ok()) continue;
+    const std::string name = NsHex(id.ns) + ":" + ToHex(id.key);
+    bad.push_back({{"namespace", NsHex(id.ns)},
+                   {"key", ToHex(id.key)},
+                   {"region", loc.region},
+                   {"offset", loc.offset},
+                   {"file_offset", store.FileOffset(loc)},
+                   {"error", s.ToString()}});
+    t.Row({name, std::to_string(loc.region), std::to_string(loc.offset), s.ToString()});
+  }
+  const uint64_t good = v.blocks.size() - bad.size();
+  if (o.json) {
+    o.out << json{{"blocks", v.blocks.size()},
+                  {"good", good},
+                  {"corrupt_blocks", bad.size()},
+                  {"stale_entries", v.stale},
+                  {"corrupt", bad}}
+                 .dump(2)
+          << "\n";
+  } else {
+    o.out << "verified " << v.blocks.size() << " blocks: " << good << " good, " << bad.size()
+          << " corrupt\n";
+    if (!bad.empty()) o.out << t.Render();
+  }
+  return bad.empty() ? kExitOk : kExitBad;
+}
+
+}  // namespace
+
+int RunNvme(const NvmeFlags& f, const Output& o) {
+  auto store = NvmeOfflineStore::Open(f.path, f.index, f.read_only);
+  if (!store.ok()) {
+    const bool held = store.status().code() == StatusCode::kUnavailable;
+    o.err << "kvtier-inspect nvme: " << store.status().ToString()
+          << (held ? "; stop it first, or pass --read-only to read it while it changes" : "")
+          << "\n";
+    return held ? kExitUsage : kExitBad;
+  }
+  auto view = Load(**store);
+  if (!view.ok()) {
+    o.err << "kvtier-inspect nvme: " << view.status().ToString() << "\n";
+    return kExitBad;
+  }
+  return f.action == "verify" ? Verify(**store, *view, o) : PrintSummary(**store, *view, f, o);
+}
+
+}  // namespace kvtier::inspect

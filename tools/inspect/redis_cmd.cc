@@ -1,0 +1,257 @@
+// redis: the blocks a Redis tier stored, walked with SCAN MATCH
+// "<prefix>:*" (never KEYS, which blocks the server). Every key is counted;
+// the values of the first --sample keys (all by default) are measured with
+// STRLEN and their 64-byte headers read with GETRANGE. Built when the Redis
+// tier is.
+#include <hiredis/hiredis.h>
+
+#include <charconv>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "kvtier/block_header.h"
+#include "tiers/redis/redis_connection.h"
+#include "tools/inspect/inspect.h"
+#include "tools/inspect/table.h"
+
+namespace kvtier::inspect {
+namespace {
+
+using internal::FromRedisContext;
+using internal::FromRedisReply;
+using internal::RedisReplyPtr;
+using nlohmann::json;
+
+struct RedisUrl {
+  std::string host, user, password;
+  uint16_t port = 6379;
+  uint32_t db = 0;
+};
+
+bool ParseNumber(std::string_view s, auto* v) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && end == s.data() + s.size() && !s.empty();
+}
+
+// redis://[[user]:password@]host[:port][/db]
+Result<RedisUrl> ParseUrl(const std::string& url) {
+  const auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("redis URL '" + url + "': " + why +
+                                   "; expected redis://[[user]:password@]host[:port][/db]");
+  };
+  constexpr std::string_view kScheme = "redis://";
+  if (url.rfind(kScheme, 0) != 0) return bad("no redis:// scheme");
+  std::string_view rest = std::string_view(url).substr(kScheme.size());
+  RedisUrl u;
+  if (size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    std::string_view info = rest.substr(0, at);
+    size_t colon = info.find(':');
+    if (colon == std::string_view::npos) return bad("user without password");
+    u.user = info.substr(0, colon);
+    u.password = info.substr(colon + 1);
+    rest = rest.substr(at + 1);
+  }
+  if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    if (!ParseNumber(rest.substr(slash + 1), &u.db)) return bad("bad database number");
+    rest = rest.substr(0, slash);
+  }
+  if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    if (!ParseNumber(rest.substr(colon + 1), &u.port) || u.port == 0) return bad("bad port");
+    rest = rest.substr(0, colon);
+  }
+  if (rest.empty()) return bad("no host");
+  u.host = rest;
+  return u;
+}
+
+struct ContextFree {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using ContextPtr = std::unique_ptr<redisContext, ContextFree>;
+
+Result<RedisReplyPtr> Command(redisContext* c, std::string_view op, const char* fmt, auto... args) {
+  RedisReplyPtr r(static_cast<redisReply*>(redisCommand(c, fmt, args...)));
+  if (!r) return FromRedisContext(c, op);
+  KVTIER_RETURN_IF_ERROR(FromRedisReply(r.get(), op));
+  return r;
+}
+
+Result<ContextPtr> Connect(const RedisUrl& u, uint32_t timeout_ms) {
+  const timeval tv{static_cast<time_t>(timeout_ms / 1000),
+                   static_cast<suseconds_t>(timeout_ms % 1000 * 1000)};
+  ContextPtr c(redisConnectWithTimeout(u.host.c_str(), u.port, tv));
+  const std::string where = u.host + ":" + std::to_string(u.port);
+  if (!c || c->err) return FromRedisContext(c.get(), "connect to " + where);
+  if (redisSetTimeout(c.get(), tv) != REDIS_OK) return FromRedisContext(c.get(), "timeout");
+  if (!u.password.empty()) {
+    auto r = u.user.empty() ? Command(c.get(), "AUTH to " + where, "AUTH %s", u.password.c_str())
+                            : Command(c.get(), "AUTH to " + where, "AUTH %s %s", u.user.c_str(),
+                                      u.password.c_str());
+    if (!r.ok()) return r.status();
+  }
+  if (u.db != 0) {
+    auto r = Command(c.get(), "SELECT " + std::to_string(u.db), "SELECT %u", u.db);
+    if (!r.ok()) return r.status();
+  }
+  return c;
+}
+
+// SCAN's MATCH is a glob: the prefix's own glob characters are escaped.
+std::string MatchPattern(const std::string& prefix) {
+  std::string p;
+  for (char ch : prefix) {
+    if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') p += '\\';
+    p += ch;
+  }
+  return p + ":*";
+}
+
+bool IsHex(std::string_view s) {
+  return s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+struct NsCount {
+  uint64_t blocks = 0, sampled = 0, value_bytes = 0, payload_bytes = 0;
+};
+struct Scan {
+  std::map<std::string, NsCount> namespaces;  // by namespace hex
+  uint64_t blocks = 0, sampled = 0, other_keys = 0, bad_headers = 0, scan_calls = 0;
+};
+
+// Measures `keys` (names of blocks of namespace `ns`) in one pipeline.
+Status Sample(redisContext* c, const std::vector<std::pair<std::string, std::string>>& keys,
+              Scan& scan) {
+  for (const auto& [ns, key] : keys) {
+    redisAppendCommand(c, "STRLEN %b", key.data(), key.size());
+    redisAppendCommand(c, "GETRANGE %b 0 %d", key.data(), key.size(),
+                       static_cast<int>(kBlockHeaderBytes) - 1);
+  }
+  for (const auto& [ns, key] : keys) {
+    RedisReplyPtr len, head;
+    void* raw = nullptr;
+    if (redisGetReply(c, &raw) != REDIS_OK) return FromRedisContext(c, "STRLEN " + key);
+    len.reset(static_cast<redisReply*>(raw));
+    if (redisGetReply(c, &raw) != REDIS_OK) return FromRedisContext(c, "GETRANGE " + key);
+    head.reset(static_cast<redisReply*>(raw));
+    KVTIER_RETURN_IF_ERROR(FromRedisReply(len.get(), "STRLEN " + key));
+    KVTIER_RETURN_IF_ERROR(FromRedisReply(head.get(), "GETRANGE " + key));
+    NsCount& n = scan.namespaces[ns];
+    ++n.sampled;
+    ++scan.sampled;
+    n.value_bytes += static_cast<uint64_t>(len->integer);
+    auto h = DecodeBlockHeader(std::as_bytes(std::span(head->str, head->len)));
+    const bool mine = h.ok() && ToHex(h->key) == key.substr(key.size() - 32);
+    if (!mine) {
+      ++scan.bad_headers;
+      continue;
+    }
+    n.payload_bytes += h->payload_bytes;
+  }
+  return Status::Ok();
+}
+
+Result<Scan> Walk(redisContext* c, const RedisFlags& f) {
+  Scan scan;
+  const std::string pattern = MatchPattern(f.prefix);
+  std::string cursor = "0";
+  do {
+    KVTIER_ASSIGN_OR_RETURN(RedisReplyPtr r,
+                            Command(c, "SCAN", "SCAN %s MATCH %b COUNT %d", cursor.c_str(),
+                                    pattern.data(), pattern.size(), 1000));
+    ++scan.scan_calls;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      return Status::Corruption("SCAN: unexpected reply shape");
+    }
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    std::vector<std::pair<std::string, std::string>> measure;
+    const redisReply* keys = r->element[1];
+    for (size_t i = 0; i < keys->elements; ++i) {
+      std::string name(keys->element[i]->str, keys->element[i]->len);
+      // "<prefix>:<16 hex>:<32 hex>"
+      std::string_view tail = std::string_view(name).substr(f.prefix.size() + 1);
+      if (tail.size() != 16 + 1 + 32 || tail[16] != ':' || !IsHex(tail.substr(0, 16)) ||
+          !IsHex(tail.substr(17))) {
+        ++scan.other_keys;
+        continue;
+      }
+      std::string ns(tail.substr(0, 16));
+      ++scan.namespaces[ns].blocks;
+      ++scan.blocks;
+      if (f.sample == 0 || scan.blocks <= f.sample) measure.emplace_back(ns, std::move(name));
+    }
+    if (!measure.empty()) KVTIER_RETURN_IF_ERROR(Sample(c, measure, scan));
+  } while (cursor != "0");
+  return scan;
+}
+
+// Bytes of all `blocks` from those measured: exact when all were.
+uint64_t Scale(uint64_t measured, uint64_t sampled, uint64_t blocks) {
+  if (sampled == 0) return 0;
+  return sampled == blocks
+             ? measured
+             : static_cast<uint64_t>(static_cast<double>(measured) / static_cast<double>(sampled) *
+                                         static_cast<double>(blocks) +
+                                     0.5);
+}
+
+void Print(const Scan& s, const RedisFlags& f, const Output& o) {
+  const bool exact = s.sampled == s.blocks;
+  uint64_t value = 0, payload = 0;
+  json ns = json::array();
+  Table t({"namespace", "blocks", "sampled", "value bytes", "payload bytes"});
+  for (const auto& [id, n] : s.namespaces) {
+    const uint64_t v = Scale(n.value_bytes, n.sampled, n.blocks);
+    const uint64_t p = Scale(n.payload_bytes, n.sampled, n.blocks);
+    value += v;
+    payload += p;
+    ns.push_back({{"id", id},
+                  {"blocks", n.blocks},
+                  {"sampled", n.sampled},
+                  {"value_bytes", v},
+                  {"payload_bytes", p}});
+    t.Row({id, std::to_string(n.blocks), std::to_string(n.sampled), std::to_string(v),
+           std::to_string(p)});
+  }
+  if (o.json) {
+    o.out << json{{"url", f.url},
+                  {"prefix", f.prefix},
+                  {"blocks", s.blocks},
+                  {"sampled", s.sampled},
+                  {"estimated", !exact},
+                  {"value_bytes", value},
+                  {"payload_bytes", payload},
+                  {"other_keys", s.other_keys},
+                  {"bad_headers", s.bad_headers},
+                  {"scan_calls", s.scan_calls},
+                  {"namespaces", ns}}
+                 .dump(2)
+          << "\n";
+    return;
+  }
+  o.out << "prefix " << f.prefix << ": " << s.blocks << " blocks, " << value << " value bytes, "
+        << payload << " payload bytes" << (exact ? "" : " (estimated from a sample)") << "\n"
+        << "sampled " << s.sampled << ", bad headers " << s.bad_headers << ", other keys "
+        << s.other_keys << "\n\n"
+        << t.Render();
+}
+
+}  // namespace
+
+int RunRedis(const RedisFlags& f, const Output& o) {
+  auto url = ParseUrl(f.url);
+  if (!url.ok()) {
+    o.err << "kvtier-inspect redis: " << url.status().ToString() << "\n";
+    return kExitUsage;
+  }
+  auto c = Connect(*url, f.timeout_ms);
+  Result<Scan> scan = c.ok() ? Walk(c->get(), f) : Result<Scan>(c.status());
+  if (!scan.ok()) {
+    o.err << "kvtier-inspect redis: " << scan.status().ToString() << "\n";
+    return kExitBad;
+  }
+  Print(*scan, f, o);
+  return scan->bad_headers == 0 ? kExitOk : kExitBad;
+}
+
+}  // namespace kvtier::inspect
