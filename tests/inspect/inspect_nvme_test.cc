@@ -70,7 +70,13 @@ TEST_F(InspectNvme, SummaryCountsBlocksBytesAndNamespaces) {
   EXPECT_EQ(j["disk_bytes"], 10 * (4096 + kBlock));
   EXPECT_EQ(j["stale_entries"], 0);
   EXPECT_EQ(j["bad_records"], 0);
-  EXPECT_TRUE(j["write_amplification"].is_null());
+  // Lifetime totals recorded by the tier in its index: every payload byte
+  // admitted, and at least the header pages and padding on the device.
+  EXPECT_EQ(j["host_bytes_written"], 9 * kBlock + 5000);
+  EXPECT_GE(j["device_bytes_written"].get<uint64_t>(), uint64_t{10 * (4096 + kBlock)});
+  EXPECT_DOUBLE_EQ(j["write_amplification"].get<double>(),
+                   j["device_bytes_written"].get<double>() / (9 * kBlock + 5000));
+  EXPECT_GT(j["write_amplification"].get<double>(), 1.0);
   EXPECT_EQ(j["namespaces"], json::parse(R"([
       {"id": "0000000000000001", "blocks": 6, "payload_bytes": 49152},
       {"id": "0000000000000002", "blocks": 4, "payload_bytes": 29576}])"));
@@ -87,13 +93,23 @@ TEST_F(InspectNvme, SummaryCountsBlocksBytesAndNamespaces) {
 
   r = Inspect("nvme " + Data() + " summary");
   ASSERT_EQ(r.rc, 0) << r.err;
+  // Column widths follow the longest label; compare with runs of spaces
+  // collapsed.
+  auto squeeze = [](std::string text) {
+    std::string out;
+    for (char c : text) {
+      if (c == ' ' && !out.empty() && out.back() == ' ') continue;
+      out += c;
+    }
+    return out;
+  };
+  const std::string got = squeeze(r.out);
   for (const std::string& want :
        {"nvme store " + Data() + "\nindex " + Data() + ".index\n\n",
-        std::string("\nregions         3 (1 holding blocks)\nblocks                            10\n"
-                    "payload bytes                  78728\n"),
-        std::string("\n0000000000000001       6          49152\n"
-                    "0000000000000002       4          29576\n")}) {
-    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n--- in ---\n" << r.out;
+        std::string("\nregions 3 (1 holding blocks)\nblocks 10\npayload bytes 78728\n"),
+        std::string("\nhost bytes written 78728\n"),
+        std::string("\n0000000000000001 6 49152\n0000000000000002 4 29576\n")}) {
+    EXPECT_NE(got.find(want), std::string::npos) << want << "\n--- in ---\n" << r.out;
   }
 }
 

@@ -8,6 +8,7 @@ namespace kvtier::internal {
 namespace {
 
 constexpr char kMetaKey[] = "M";
+constexpr char kTotalsKey[] = "W";  // host bytes, device bytes: two EncodeU64 values
 
 // The one place RocksDB errors become Status values.
 Status FromRocks(const rocksdb::Status& s, std::string_view what) {
@@ -98,7 +99,7 @@ Status NvmeIndex::Scan(const std::function<void(uint32_t, uint64_t)>& on_region,
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     std::string_view k(it->key().data(), it->key().size());
     std::string_view v(it->value().data(), it->value().size());
-    if (k == kMetaKey) continue;
+    if (k == kMetaKey || k == kTotalsKey) continue;
     if (auto region = DecodeRegionRecordKey(k)) {
       if (auto gen = DecodeU64(v)) {
         on_region(*region, *gen);
@@ -122,9 +123,12 @@ Status NvmeIndex::SetGeneration(uint32_t region, uint64_t generation) {
                    "write region generation");
 }
 
-Status NvmeIndex::Apply(const std::vector<IndexUpdate>& updates) {
-  if (updates.empty()) return Status::Ok();
+Status NvmeIndex::Apply(const std::vector<IndexUpdate>& updates, const WriteTotals* totals) {
+  if (updates.empty() && totals == nullptr) return Status::Ok();
   rocksdb::WriteBatch batch;
+  if (totals != nullptr) {
+    batch.Put(kTotalsKey, EncodeU64(totals->host_bytes) + EncodeU64(totals->device_bytes));
+  }
   for (const IndexUpdate& u : updates) {
     const std::string key = BlockRecordKey(u.id);
     if (u.location) {
@@ -134,6 +138,18 @@ Status NvmeIndex::Apply(const std::vector<IndexUpdate>& updates) {
     }
   }
   return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write batch");
+}
+
+Result<WriteTotals> NvmeIndex::ReadTotals() {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kTotalsKey, &value);
+  if (s.IsNotFound()) return WriteTotals{};
+  KVTIER_RETURN_IF_ERROR(FromRocks(s, "read write totals"));
+  const std::string_view v(value);
+  auto host = v.size() == 16 ? DecodeU64(v.substr(0, 8)) : std::nullopt;
+  auto device = v.size() == 16 ? DecodeU64(v.substr(8)) : std::nullopt;
+  if (!host || !device) return Status::Corruption("nvme index: malformed write totals record");
+  return WriteTotals{*host, *device};
 }
 
 }  // namespace kvtier::internal

@@ -28,6 +28,13 @@ struct IndexUpdate {
   std::optional<BlockLocation> location;
 };
 
+// Lifetime write totals of a store, kept in the index so write
+// amplification can be read offline and survives restarts.
+struct WriteTotals {
+  uint64_t host_bytes = 0;    // payload bytes admitted
+  uint64_t device_bytes = 0;  // bytes written to the data file
+};
+
 class NvmeIndex {
  public:
   // Opens (creating if absent) the index at `dir`. A store whose meta
@@ -54,9 +61,12 @@ class NvmeIndex {
 
   // Durably (synced WAL) records a region's new generation.
   Status SetGeneration(uint32_t region, uint64_t generation);
-  // Applies `updates` in one atomic batch (WAL written, not synced: a killed
-  // process keeps it; the data it points at was made durable before).
-  Status Apply(const std::vector<IndexUpdate>& updates);
+  // Applies `updates` (and, when given, the store's write totals) in one
+  // atomic batch (WAL written, not synced: a killed process keeps it; the
+  // data it points at was made durable before).
+  Status Apply(const std::vector<IndexUpdate>& updates, const WriteTotals* totals = nullptr);
+  // The totals last applied; zeros for a store that never recorded any.
+  Result<WriteTotals> ReadTotals();
 
  private:
   explicit NvmeIndex(rocksdb::DB* db);

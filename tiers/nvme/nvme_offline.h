@@ -37,6 +37,9 @@ class NvmeOfflineStore {
               const std::function<void(const NsKey&, const BlockLocation&)>& on_block,
               uint64_t* bad_records) const;
 
+  // Lifetime write totals the tier recorded (zeros if none).
+  Result<WriteTotals> Totals() const { return index_->ReadTotals(); }
+
   // Byte offset of the block's header page in the data file.
   uint64_t FileOffset(const BlockLocation& loc) const {
     return uint64_t{loc.region} * meta_.region_bytes + loc.offset;

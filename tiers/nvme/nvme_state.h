@@ -75,6 +75,7 @@ struct NvmeTier::State {
   uint64_t live_disk = 0;        // guarded: indexed + in-flight disk bytes
   uint64_t since_commit = 0;     // guarded: blocks installed since the last commit
   NvmeStats stats;               // guarded
+  WriteTotals totals_at_open;    // lifetime totals recorded before this open
 
   bool commit_requested = false;  // guarded
   bool stop_committer = false;    // guarded

@@ -82,6 +82,7 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
 // not fit the geometry are dropped. Every region holding a live block counts
 // as sealed; the rest are free.
 Status NvmeTier::State::Recover() {
+  KVTIER_ASSIGN_OR_RETURN(totals_at_open, index->ReadTotals());
   std::vector<std::pair<NsKey, BlockLocation>> entries;
   uint64_t bad = 0;
   KVTIER_RETURN_IF_ERROR(index->Scan(
@@ -390,11 +391,13 @@ void NvmeTier::State::CommitLoop() {
     for (auto& [id, loc] : pending) updates.push_back({id, loc});
     pending.clear();
     since_commit = 0;
+    const WriteTotals totals{totals_at_open.host_bytes + stats.host_bytes_written,
+                             totals_at_open.device_bytes + stats.device_bytes_written};
     lock.unlock();
     Status st;
     if (!updates.empty()) {
       if (fdatasync(file.fd()) != 0) st = FromErrno(errno, "nvme fdatasync");
-      if (st.ok()) st = index->Apply(updates);
+      if (st.ok()) st = index->Apply(updates, &totals);
     }
     lock.lock();
     if (!updates.empty()) {

@@ -2,6 +2,7 @@
 // block by block (verify). Built when the NVMe tier is.
 #include <unistd.h>
 
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -78,9 +79,26 @@ uint64_t RegionsInUse(const StoreView& v) {
   return n;
 }
 
+double WriteAmplification(const internal::WriteTotals& t) {
+  return t.host_bytes == 0 ? 0.0
+                           : static_cast<double>(t.device_bytes) / static_cast<double>(t.host_bytes);
+}
+
+std::string Fixed(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", v);
+  return buf;
+}
+
 int PrintSummary(const NvmeOfflineStore& store, const StoreView& v, const NvmeFlags& f,
                  const Output& o) {
   const internal::StoreMeta& m = store.meta();
+  auto recorded = store.Totals();
+  if (!recorded.ok()) {
+    o.err << "kvtier-inspect nvme: " << recorded.status().ToString() << "\n";
+    return kExitBad;
+  }
+  const internal::WriteTotals totals = *recorded;
   if (o.json) {
     json j{{"path", f.path},
            {"index", store.index_dir()},
@@ -94,7 +112,9 @@ int PrintSummary(const NvmeOfflineStore& store, const StoreView& v, const NvmeFl
            {"disk_bytes", v.disk_bytes},
            {"stale_entries", v.stale},
            {"bad_records", v.bad_records},
-           {"write_amplification", nullptr},
+           {"host_bytes_written", totals.host_bytes},
+           {"device_bytes_written", totals.device_bytes},
+           {"write_amplification", WriteAmplification(totals)},
            {"namespaces", json::array()},
            {"region_detail", json::array()}};
     for (const auto& [ns, n] : v.namespaces) {
@@ -122,8 +142,12 @@ int PrintSummary(const NvmeOfflineStore& store, const StoreView& v, const NvmeFl
   t.Row({"disk bytes", std::to_string(v.disk_bytes)});
   t.Row({"stale entries", std::to_string(v.stale)});
   t.Row({"bad records", std::to_string(v.bad_records)});
-  o.out << t.Render()
-        << "write amplification: not recorded (the store keeps no write counters)\n\n";
+  t.Row({"host bytes written", std::to_string(totals.host_bytes)});
+  t.Row({"device bytes written", std::to_string(totals.device_bytes)});
+  t.Row({"write amplification", totals.host_bytes == 0
+                                    ? std::string("n/a (nothing written yet)")
+                                    : Fixed(WriteAmplification(totals))});
+  o.out << t.Render() << "\n";
   Table ns({"namespace", "blocks", "payload bytes"});
   for (const auto& [id, n] : v.namespaces) {
     ns.Row({NsHex(NamespaceId{id}), std::to_string(n.blocks), std::to_string(n.payload_bytes)});
