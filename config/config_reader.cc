@@ -3,6 +3,7 @@
 #include <array>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "config/config_values.h"
 #include "kvtier/block_key.h"
@@ -83,9 +84,8 @@ Status ReadModelStrings(const ConfigNode& node, ModelOptions* m) {
     KVTIER_RETURN_IF_ERROR(ReadString(*p, "model.layout", &name));
     Result<KvLayoutKind> kind = ParseKvLayoutKind(name);
     if (!kind.ok()) {
-      const std::array<std::string_view, 3> names = {KvLayoutKindName(KvLayoutKind::kVllmNhd),
-                                                     KvLayoutKindName(KvLayoutKind::kVllmHnd),
-                                                     KvLayoutKindName(KvLayoutKind::kCrossLayer)};
+      std::vector<std::string_view> names;
+      for (KvLayoutKind k : kAllKvLayoutKinds) names.push_back(KvLayoutKindName(k));
       return NodeError(p->where, "unknown model.layout '" + name + "'",
                        "one of: " + JoinNames(names));
     }

@@ -202,7 +202,8 @@ TEST_F(InspectCli, ConfigExplainFillsEveryDefault) {
   EXPECT_EQ(values["model.block_tokens"], "512");
   EXPECT_EQ(values["hashing.algorithm"], "xxh3_128");
   EXPECT_EQ(values["tiers.host.mlock"], "true");
-  EXPECT_EQ(values.size(), 28u);
+  EXPECT_EQ(values["runtime.gpu_watermark"], "0.010000");
+  EXPECT_EQ(values.size(), 29u);
 
   r = Inspect("config explain " + Write("b.yaml", "model: [1]\n"));
   EXPECT_EQ(r.rc, 1);

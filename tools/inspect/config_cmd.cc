@@ -46,7 +46,8 @@ void ModelEntries(const KvtierConfig& c, std::vector<Entry>* e) {
       {"model.block_tokens", U(m.block_tokens), "tokens per block; one block = one I/O below the GPU"},
       {"model.tp_rank", U(m.tp_rank), "this process's tensor-parallel rank"},
       {"model.tp_size", U(m.tp_size), "tensor-parallel world size"},
-      {"model.layout", std::string(KvLayoutKindName(m.layout)), "engine KV layout: nhd, hnd or cross_layer"},
+      {"model.layout", std::string(KvLayoutKindName(m.layout)),
+       "engine KV layout: nhd, hnd, cross_layer, flashinfer, packed or mla"},
       {"model.hidden_size", U(m.hidden_size), "model width for FLOP estimates; 0 = kv_heads * head_size * 8"},
       {"hashing.algorithm", std::string(HashAlgorithmName(c.runtime.hash)),
        "block key hash: xxh3_128 (fast) or sha256 (tenants who must not forge collisions)"},
@@ -56,6 +57,8 @@ void ModelEntries(const KvtierConfig& c, std::vector<Entry>* e) {
        "requests queued before Save/Load answer Busy"},
       {"runtime.admin_socket", c.runtime.admin_socket.empty() ? "\"\"" : c.runtime.admin_socket,
        "Unix socket serving GET /stats and /metrics; empty = off"},
+      {"runtime.gpu_watermark", std::to_string(c.runtime.gpu_watermark),
+       "fraction of the engine's KV pool kept free; new requests wait below it; 0 = off"},
       {"mover.interval_ms", U(c.runtime.mover.interval_ms), "how often an idle mover re-checks the watermarks"},
       {"mover.batch_blocks", U(c.runtime.mover.batch_blocks), "blocks written to a lower tier per batch"},
   };
