@@ -102,6 +102,9 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     }
     size_t to_write = 0;
     for (auto& [ns, items] : by_ns) to_write += items.size();
+    // `always` is the only admission policy the runtime runs today: every
+    // block offered to the next tier is admitted.
+    if (to_write > 0) metrics_.AddAdmission(next, /*admitted=*/true, to_write);
     MakeRoomBelow(next, to_write);
     std::vector<std::vector<std::byte>> staging;  // below the hub: read first
     for (auto& [ns, items] : by_ns) {

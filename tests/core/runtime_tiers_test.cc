@@ -49,6 +49,8 @@ TEST_F(RuntimeTiersTest, DemotedBlocksLoadBackByteExact) {
   EXPECT_EQ(st.tiers[0].blocks, 4u);
   EXPECT_EQ(st.tiers[1].blocks, 4u);
   EXPECT_EQ(st.tiers[0].demoted_blocks, 4u);
+  EXPECT_EQ(st.tiers[1].admitted_blocks, 4u) << "admission 'always' takes every offer";
+  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 0u);
   // The first chain was least recent; its leaves went first, then parents.
   LookupResult a = Find({1, 2, 3, 4});
   EXPECT_EQ(a.hit_blocks, 4u);
