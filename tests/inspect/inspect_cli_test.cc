@@ -93,7 +93,7 @@ TEST_F(InspectCli, TiersTopAndWatch) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("\ncold  host    32 KiB   4 KiB   12.5%       1     1   4 KiB    4 KiB  "
-                       "      0        0         0        0       0        0\n"),
+                       "      0        0         1        0       0        0\n"),
             std::string::npos)
       << r.out;
 

@@ -118,7 +118,9 @@ TEST(RuntimeMetrics, VisitorSeesEveryFamilyWithLabels) {
   EXPECT_EQ(seen["kvtier_moved_bytes_total,from=gpu,to=host"], 4 * kB);
   EXPECT_EQ(seen["kvtier_moved_blocks_total,from=cold,to=host"], 1);
   EXPECT_EQ(seen["kvtier_errors_total,op=load,code=not_found"], 2);
-  EXPECT_EQ(seen["kvtier_tier_admissions_total,tier=cold,type=host,result=accepted"], 0);
+  // One block was demoted into cold, admitted by the 'always' policy.
+  EXPECT_EQ(seen["kvtier_tier_admissions_total,tier=cold,type=host,result=accepted"], 1);
+  EXPECT_EQ(seen["kvtier_tier_admissions_total,tier=cold,type=host,result=rejected"], 0);
   EXPECT_EQ(seen["kvtier_load_latency_seconds"], 2);
   EXPECT_EQ(types["kvtier_load_latency_seconds"], MetricType::kHistogram);
   EXPECT_EQ(types["kvtier_tier_used_bytes"], MetricType::kGauge);
