@@ -56,9 +56,17 @@ size_t RuntimeImpl::MoverPass() {
   return moved;
 }
 
-void RuntimeImpl::EnsureHubRoom(size_t slots) {
-  size_t free = HubFreeSlots();
-  if (free < slots) EvictFromTier(0, slots - free);
+void RuntimeImpl::EnsureHubRoom(size_t slots, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const size_t free = HubFreeSlots();
+    if (free >= slots || std::chrono::steady_clock::now() >= deadline) break;
+    if (EvictFromTier(0, slots - free) > 0) continue;
+    // Nothing this thread may take: blocks that another pass (the mover, or
+    // another request) is moving out will free their slots shortly.
+    std::unique_lock lock(mu_);
+    if (moving_blocks_ == 0) break;
+    if (moves_done_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+  }
   if (HubAboveHigh()) WakeMover();
 }
 
@@ -81,6 +89,7 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks) {
         v->moving = true;
         ++v->pins;
       }
+      moving_blocks_ += victims.size();
     }
     if (victims.empty()) break;
     size_t dropped = WritebackAndDrop(tier, victims);
@@ -142,6 +151,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       IndexEntry* v = victims[i];
       --v->pins;
       v->moving = false;
+      --moving_blocks_;
       if (written[i]) {
         index_.AddLocation(v, next, now);
         ++tier_counts_[tier].demoted;
@@ -156,6 +166,8 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       ++dropped;
       DropCopyLocked(v, tier, &removals);
     }
+    // Under the lock, so a waiter cannot miss it between its check and wait.
+    moves_done_.notify_all();
   }
   if (!removals.empty()) {
     std::map<uint64_t, std::vector<BlockKey>> by_ns;

@@ -99,7 +99,9 @@ class RuntimeImpl final : public Runtime {
   void DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals);
   bool HubAboveHigh() const;
   size_t HubFreeSlots() const { return arena_->slot_count() - arena_->used_slots(); }
-  void EnsureHubRoom(size_t slots);
+  // Frees hub slots until `slots` are free, waiting (until `deadline`) for
+  // blocks another thread is already moving out when nothing else can go.
+  void EnsureHubRoom(size_t slots, std::chrono::steady_clock::time_point deadline);
   void WakeMover();
 
   const RuntimeOptions options_;
@@ -116,6 +118,8 @@ class RuntimeImpl final : public Runtime {
   std::vector<TierCount> tier_counts_;      // guarded by mu_
   RuntimeStats stats_;                      // guarded by mu_ (tiers left empty)
   uint64_t late_reads_ = 0;                 // guarded by mu_: reads past their deadline
+  uint64_t moving_blocks_ = 0;              // guarded by mu_: selected by an eviction pass
+  std::condition_variable moves_done_;      // signalled when moving blocks are settled
   std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
 
   std::mutex mover_mu_;

@@ -94,7 +94,7 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
     std::lock_guard lock(mu_);
     for (IndexEntry* e : entries) need += (e != nullptr && !e->In(0)) ? 1 : 0;
   }
-  EnsureHubRoom(need);
+  EnsureHubRoom(need, deadline);
 
   // tier -> items read from it
   std::map<uint32_t, std::vector<size_t>> by_tier;

@@ -4,6 +4,11 @@
 #include "core/runtime_impl.h"
 
 namespace kvtier::internal {
+namespace {
+
+constexpr std::chrono::seconds kSaveRoomWait(1);
+
+}  // namespace
 
 Status RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies,
                             const LayerDone& on_layer) {
@@ -27,7 +32,9 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
     std::lock_guard lock(mu_);
     for (const BlockKey& k : keys) missing += index_.Find({ns, k}) == nullptr ? 1 : 0;
   }
-  EnsureHubRoom(missing);
+  // A save has no deadline of its own; this bounds how long it waits for
+  // slots that other threads are freeing.
+  EnsureHubRoom(missing, std::chrono::steady_clock::now() + kSaveRoomWait);
 
   std::vector<IndexEntry*> fresh;
   std::vector<size_t> fresh_item;

@@ -39,7 +39,11 @@ TEST(RemoteReplay, HostRemoteExampleBeatsHostAlone) {
   ASSERT_TRUE(alone.ok()) << alone.status().ToString();
 
   EXPECT_EQ(with_remote->verify_failures, 0u);
-  EXPECT_EQ(with_remote->load_failures, 0u);
+  std::string errors;
+  for (const ErrorStats& e : with_remote->runtime.errors) {
+    errors += e.op + ":" + std::string(StatusCodeName(e.code)) + "=" + std::to_string(e.blocks) + " ";
+  }
+  EXPECT_EQ(with_remote->load_failures, 0u) << errors;
   EXPECT_EQ(with_remote->save_failures, 0u);
   EXPECT_GT(with_remote->block_hits, alone->block_hits);
   const TierStats& remote = with_remote->runtime.tiers[1];
