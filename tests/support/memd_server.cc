@@ -1,7 +1,6 @@
 #include "tests/support/memd_server.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include "tests/support/child_process.h"
 
 namespace kvtier::testing {
 
@@ -46,18 +47,9 @@ Status MemdProcess::Launch(uint16_t port) {
       options_.slot_size, "--secret-file",    dir_ + "/secret",
       "--port-file",      port_file,          "--no-hugepages"};
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  pid_ = fork();
-  if (pid_ < 0) return FromErrno(errno, "fork kvtier-memd");
-  if (pid_ == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
-    if (getppid() != parent) _exit(1);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  auto child = SpawnChild(std::move(args));
+  if (!child.ok()) return child.status();
+  pid_ = *child;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;

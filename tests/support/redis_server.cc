@@ -3,7 +3,6 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +12,8 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+
+#include "tests/support/child_process.h"
 
 namespace kvtier::testing {
 namespace {
@@ -114,19 +115,9 @@ Status RedisServer::Launch() {
                  "--cluster-node-timeout", "60000", "--cluster-require-full-coverage", "no"});
   }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  pid_ = fork();
-  if (pid_ < 0) return FromErrno(errno, "fork redis-server");
-  if (pid_ == 0) {
-    // The server must not outlive a test process that crashes.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    execvp("redis-server", argv.data());
-    _exit(127);
-  }
+  auto child = SpawnChild(std::move(args));
+  if (!child.ok()) return child.status();
+  pid_ = *child;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;
