@@ -2,9 +2,12 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <string>
+#include <thread>
 
 namespace kvtier::testing {
 
@@ -24,6 +27,23 @@ Result<pid_t> SpawnChild(std::vector<std::string> args) {
     _exit(127);
   }
   return pid;
+}
+
+Status WaitUntilReady(pid_t* pid, std::string_view what, std::chrono::milliseconds timeout,
+                      std::chrono::milliseconds poll, const std::function<bool()>& ready) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(*pid, &status, WNOHANG) == *pid) {
+      *pid = -1;
+      return Status::Unavailable(std::string(what) + " exited at start (status " +
+                                 std::to_string(status) + ")");
+    }
+    if (ready()) return Status::Ok();
+    std::this_thread::sleep_for(poll);
+  }
+  return Status::Unavailable(std::string(what) + " was not ready within " +
+                             std::to_string(timeout.count()) + " ms");
 }
 
 }  // namespace kvtier::testing

@@ -4,7 +4,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvtier/status.h"
@@ -15,5 +18,11 @@ namespace kvtier::testing {
 // child that gets SIGKILL when the test process dies. Returns the child's
 // pid; exec failures show as the child exiting with 127.
 Result<pid_t> SpawnChild(std::vector<std::string> args);
+
+// Polls `ready` every `poll` until it is true (OK), the child `*pid` exits
+// (Unavailable "<what> exited at start (status N)", *pid set to -1) or
+// `timeout` passes (Unavailable "<what> was not ready within <timeout>").
+Status WaitUntilReady(pid_t* pid, std::string_view what, std::chrono::milliseconds timeout,
+                      std::chrono::milliseconds poll, const std::function<bool()>& ready);
 
 }  // namespace kvtier::testing

@@ -50,23 +50,14 @@ Status MemdProcess::Launch(uint16_t port) {
   auto child = SpawnChild(std::move(args));
   if (!child.ok()) return child.status();
   pid_ = *child;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return Status::Unavailable("kvtier-memd exited at start (status " + std::to_string(status) +
-                                 ")");
-    }
-    std::ifstream in(port_file);
-    unsigned p = 0;
-    if (in >> p && p != 0) {
-      port_ = static_cast<uint16_t>(p);
-      return Status::Ok();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return Status::Unavailable("kvtier-memd did not listen within 10 s");
+  return WaitUntilReady(&pid_, "kvtier-memd", std::chrono::seconds(10),
+                        std::chrono::milliseconds(5), [&] {
+                          std::ifstream in(port_file);
+                          unsigned p = 0;
+                          if (!(in >> p) || p == 0) return false;
+                          port_ = static_cast<uint16_t>(p);
+                          return true;
+                        });
 }
 
 void MemdProcess::Kill() {

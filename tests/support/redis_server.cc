@@ -118,19 +118,12 @@ Status RedisServer::Launch() {
   auto child = SpawnChild(std::move(args));
   if (!child.ok()) return child.status();
   pid_ = *child;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return Status::Unavailable("redis-server on port " + std::to_string(port_) +
-                                 " exited at start; see " + dir_ + "/redis.log");
-    }
-    if (Command({"PING"}).ok()) return Status::Ok();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return Status::Unavailable("redis-server on port " + std::to_string(port_) +
-                             " did not answer PING within 10 s");
+  Status st = WaitUntilReady(&pid_, "redis-server on port " + std::to_string(port_),
+                             std::chrono::seconds(10), std::chrono::milliseconds(20),
+                             [&] { return Command({"PING"}).ok(); });
+  if (!st.ok())
+    return Status::Unavailable(std::string(st.message()) + "; see " + dir_ + "/redis.log");
+  return Status::Ok();
 }
 
 void RedisServer::Kill() {
