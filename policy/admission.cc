@@ -142,9 +142,9 @@ class CostAdmission final : public AdmissionPolicy {
   double margin_;
 };
 
-constexpr std::array<std::string_view, 5> kAdmission = {"always", "frequency", "marconi",
-                                                        "write_budget", "cost"};
-constexpr std::array<std::string_view, 3> kEviction = {"lru", "s3fifo", "flop_aware"};
+constexpr std::array<std::string_view, 6> kAdmission = {"always",       "frequency", "marconi",
+                                                        "write_budget", "cost",      "reuse"};
+constexpr std::array<std::string_view, 4> kEviction = {"lru", "s3fifo", "flop_aware", "slru"};
 
 }  // namespace
 
@@ -157,6 +157,7 @@ Result<std::unique_ptr<AdmissionPolicy>> CreateAdmissionPolicy(std::string_view 
   if (name == "always") return std::unique_ptr<AdmissionPolicy>(new AlwaysAdmission());
   if (name == "frequency") return std::unique_ptr<AdmissionPolicy>(new FrequencyAdmission(knobs));
   if (name == "marconi") return internal::NewMarconiAdmission(knobs);
+  if (name == "reuse") return internal::NewReuseAdmission(knobs);
   if (name == "cost") return std::unique_ptr<AdmissionPolicy>(new CostAdmission(knobs));
   if (name == "write_budget") {
     if (knobs.write_budget_bytes_per_day == 0) {
@@ -206,6 +207,12 @@ Status PolicyKnobs::Validate() const {
   if (!(flop_alpha >= 0)) return Status::InvalidArgument("flop_alpha must be >= 0");
   if (!(s3fifo_small_fraction > 0 && s3fifo_small_fraction < 1)) {
     return Status::InvalidArgument("s3fifo_small_fraction must be in (0, 1)");
+  }
+  if (!(slru_protected_fraction > 0 && slru_protected_fraction <= 1)) {
+    return Status::InvalidArgument("slru_protected_fraction must be in (0, 1]");
+  }
+  if (!(reuse_ratio >= 0) || !(reuse_spread >= 0)) {
+    return Status::InvalidArgument("reuse_ratio and reuse_spread must be >= 0");
   }
   if (!(marconi_continue_threshold >= 0 && marconi_continue_threshold <= 1)) {
     return Status::InvalidArgument("marconi_continue_threshold must be in [0, 1]");

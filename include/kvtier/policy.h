@@ -119,15 +119,22 @@ struct KVTIER_EXPORT PolicyKnobs {
   uint32_t alpha_tune_every = 256;          // flop_aware: requests between tunings, 0 = never
   uint32_t alpha_tune_window = 512;         // flop_aware: requests replayed per tuning
   double s3fifo_small_fraction = 0.1;       // s3fifo: share of the small FIFO
+  double slru_protected_fraction = 0.8;     // slru: share of a tier blocks seen twice may hold
+  double reuse_ratio = 1.0;                 // reuse: admit a class whose learned reuse rate is
+                                            //   >= ratio x the average of first-seen blocks
+  double reuse_spread = 0;                  // reuse: 0 = hard cut; else admit probability ramps
+                                            //   from 0 to 1 over ratio -/+ spread (per request)
+  uint32_t reuse_min_samples = 64;          // reuse: blocks a class needs before it is judged
+  uint64_t reuse_half_life = 1 << 18;       // reuse: class counts halve every N block sightings
 
   Status Validate() const;
 };
 
 // Builds one admission policy by name ("always", "frequency", "marconi",
-// "write_budget", "cost"). `seed` makes write_budget's coin reproducible.
+// "write_budget", "cost", "reuse"). `seed` makes write_budget's coin reproducible.
 KVTIER_EXPORT Result<std::unique_ptr<AdmissionPolicy>> CreateAdmissionPolicy(
     std::string_view name, const PolicyKnobs& knobs, uint64_t seed = 0);
-// Builds one eviction policy by name ("lru", "s3fifo", "flop_aware").
+// Builds one eviction policy by name ("lru", "s3fifo", "flop_aware", "slru").
 KVTIER_EXPORT Result<std::unique_ptr<EvictionPolicy>> CreateEvictionPolicy(
     std::string_view name, const PolicyKnobs& knobs);
 

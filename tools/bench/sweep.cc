@@ -1,6 +1,7 @@
 // Named policy sets and the markdown table of `kvtier-bench sweep`.
 #include "tools/bench/sweep.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_set>
 
@@ -36,18 +37,44 @@ Result<SweepPolicy> NamedSweepPolicy(const std::string& name) {
     p.host_eviction = p.nvme_eviction = "flop_aware";
     p.deepest_only = true;
     p.tune_alpha = true;
+  } else if (name == "slru") {
+    p.label = "admit-all+SLRU";
+    p.host_eviction = p.nvme_eviction = "slru";
   } else if (name == "kvtier") {
-    // The default set (config/examples/default.yaml); see docs/BENCHMARKS.md.
+    // The default set; see docs/BENCHMARKS.md.
     p.label = "kvtier default";
-    p.nvme_admission = {"marconi"};
+    p.nvme_admission = {"reuse"};
     p.host_eviction = "lru";
     p.nvme_eviction = "lru";
   } else {
     return Status::InvalidArgument(
         "unknown sweep policy '" + name +
-        "'; expected one of: lru, oracle, frequency, s3fifo, cost, write_budget, flop_aware, "
-        "marconi, kvtier");
+        "'; expected one of: lru, oracle, frequency, s3fifo, slru, cost, write_budget, "
+        "flop_aware, marconi, kvtier, custom");
   }
+  return p;
+}
+
+Result<SweepPolicy> CustomSweepPolicy(const std::string& spec) {
+  const size_t a = spec.find(':');
+  const size_t b = a == std::string::npos ? a : spec.find(':', a + 1);
+  if (b == std::string::npos || spec.find(':', b + 1) != std::string::npos) {
+    return Status::InvalidArgument(
+        "custom policy set '" + spec +
+        "': expected HOST_EVICTION:ADMISSION[+ADMISSION...]:NVME_EVICTION");
+  }
+  SweepPolicy p;
+  p.label = "custom " + spec;
+  p.host_eviction = spec.substr(0, a);
+  p.nvme_eviction = spec.substr(b + 1);
+  p.nvme_admission.clear();
+  std::string adm = spec.substr(a + 1, b - a - 1);
+  for (size_t pos = 0; pos <= adm.size();) {
+    const size_t next = std::min(adm.find('+', pos), adm.size());
+    p.nvme_admission.push_back(adm.substr(pos, next - pos));
+    pos = next + 1;
+  }
+  p.tune_alpha = p.host_eviction == "flop_aware" || p.nvme_eviction == "flop_aware";
   return p;
 }
 

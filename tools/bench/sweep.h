@@ -64,6 +64,7 @@ struct SweepResult {
   double ttft_p50_s = 0;
   double ttft_p99_s = 0;
   double final_alpha = 0;
+  double sim_seconds = 0;  // modeled time from the trace start to the last finish
   double HitRate() const {
     return tokens == 0 ? 0 : double(hit_tokens_host + hit_tokens_nvme) / double(tokens);
   }
@@ -74,8 +75,13 @@ Result<SweepResult> RunSweepOne(const Trace& trace, const SweepEngine& engine,
                                 const PolicyKnobs& knobs);
 
 // Named policy sets: "lru" (admit-all + LRU), "oracle", "frequency",
-// "s3fifo", "marconi", "cost", "write_budget", "kvtier" (the default set).
+// "s3fifo", "slru", "marconi", "cost", "write_budget", "flop_aware", "kvtier"
+// (the default set: learned reuse admission, LRU on both tiers).
 Result<SweepPolicy> NamedSweepPolicy(const std::string& name);
+
+// A set spelled HOST_EVICTION:ADMISSION[+ADMISSION...]:NVME_EVICTION, e.g.
+// "slru:marconi+write_budget:slru".
+Result<SweepPolicy> CustomSweepPolicy(const std::string& spec);
 
 // Markdown table: one row per result.
 std::string FormatSweepTable(const std::vector<SweepResult>& rows, uint64_t block_bytes);

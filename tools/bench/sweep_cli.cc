@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "tools/bench/sweep.h"
+#include "tools/bench/sweep_hybrid.h"
 
 namespace kvtier::bench {
 
@@ -17,8 +18,8 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--policies", f.policies,
-                  "policy sets: lru, oracle, frequency, s3fifo, cost, write_budget, flop_aware, "
-                  "marconi, kvtier")
+                  "policy sets: lru, oracle, frequency, s3fifo, slru, cost, write_budget, "
+                  "flop_aware, marconi, kvtier, custom (see --custom)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--gpu-pool-blocks", f.gpu_pool_blocks, "engine KV pool in blocks")
@@ -32,9 +33,130 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
   cmd->add_option("--write-budget-gib-per-day", f.write_budget_gib_per_day,
                   "write_budget policy: NVMe budget")
       ->capture_default_str();
+  cmd->add_option("--write-budget-lru-share", f.write_budget_lru_share,
+                  "write_budget policy: budget = this share of admit-all+LRU's NVMe bytes per "
+                  "modeled day at the same point (lru must be listed before write_budget)");
   cmd->add_option("--limit", f.limit, "first N requests only (0 = all)");
   cmd->add_option("--probation", f.probation, "marconi: share of once-seen blocks admitted");
+  cmd->add_option(
+         "--custom", f.custom,
+         "the 'custom' policy set: HOST_EVICTION:NVME_ADMISSION[+ADMISSION...]:NVME_EVICTION")
+      ->capture_default_str();
+  cmd->add_option(
+      "--knob", f.knobs,
+      "NAME=VALUE: override a policy knob (marconi_probation, reuse_ratio, reuse_spread, "
+      "reuse_min_samples, reuse_half_life, slru_protected_fraction, "
+      "s3fifo_small_fraction, flop_alpha, cost_margin)");
+  cmd->add_flag("--hybrid", f.hybrid,
+                "also compare state-checkpoint placements of a hybrid (attention + SSM) model "
+                "in one tier of (host + nvme fraction) x unique blocks x KV block bytes");
+  cmd->add_option("--hybrid-kv-kib-per-token", f.hybrid_kv_kib_per_token,
+                  "hybrid model: KV KiB per token of its attention layers")
+      ->capture_default_str();
+  cmd->add_option("--hybrid-state-mib", f.hybrid_state_mib,
+                  "hybrid model: MiB of one state checkpoint")
+      ->capture_default_str();
 }
+
+namespace {
+
+Status ApplyKnob(const std::string& spec, PolicyKnobs& k) {
+  const size_t eq = spec.find('=');
+  const std::string name = spec.substr(0, eq);
+  double v = 0;
+  if (eq == std::string::npos || std::sscanf(spec.c_str() + eq + 1, "%lf", &v) != 1) {
+    return Status::InvalidArgument("--knob '" + spec + "': expected NAME=NUMBER");
+  }
+  if (name == "marconi_probation")
+    k.marconi_probation = v;
+  else if (name == "reuse_ratio")
+    k.reuse_ratio = v;
+  else if (name == "reuse_spread")
+    k.reuse_spread = v;
+  else if (name == "reuse_min_samples")
+    k.reuse_min_samples = static_cast<uint32_t>(v);
+  else if (name == "reuse_half_life")
+    k.reuse_half_life = static_cast<uint64_t>(v);
+  else if (name == "slru_protected_fraction")
+    k.slru_protected_fraction = v;
+  else if (name == "s3fifo_small_fraction")
+    k.s3fifo_small_fraction = v;
+  else if (name == "flop_alpha")
+    k.flop_alpha = v;
+  else if (name == "cost_margin")
+    k.cost_margin = v;
+  else
+    return Status::InvalidArgument("--knob: unknown knob '" + name + "'");
+  return Status::Ok();
+}
+
+int PrintHybrid(const SweepFlags& f, const Trace& trace, uint64_t unique, double fraction,
+                const PolicyKnobs& knobs) {
+  HybridModel m;
+  m.kv_bytes_per_block = static_cast<uint64_t>(f.hybrid_kv_kib_per_token * 1024.0) * m.block_tokens;
+  m.state_bytes = static_cast<uint64_t>(f.hybrid_state_mib * 1048576.0);
+  const auto capacity = static_cast<uint64_t>(fraction * double(unique)) * m.kv_bytes_per_block;
+  std::vector<HybridResult> rows;
+  for (CheckpointPlacement p : {CheckpointPlacement::kEveryBlock, CheckpointPlacement::kMarconi}) {
+    Result<HybridResult> r = RunHybridSweep(trace, m, p, capacity, knobs);
+    if (!r.ok()) {
+      std::cerr << "kvtier-bench sweep: hybrid: " << r.status().ToString() << "\n";
+      return 2;
+    }
+    rows.push_back(std::move(*r));
+  }
+  std::printf(
+      "hybrid model (%.0f KiB KV per token, %.0f MiB state checkpoint), one tier of "
+      "%.0f%% of unique blocks' KV\n\n%s\n",
+      f.hybrid_kv_kib_per_token, f.hybrid_state_mib, 100 * fraction,
+      FormatHybridTable(rows).c_str());
+  return 0;
+}
+
+// One capacity point: every policy set's row, then the hybrid table.
+int RunPoint(const SweepFlags& f, const Trace& trace, const SweepEngine& engine,
+             const PolicyKnobs& knobs, uint64_t unique, const std::string& point) {
+  double hf = 0, nf = 0;
+  if (std::sscanf(point.c_str(), "%lf:%lf", &hf, &nf) != 2 || hf <= 0 || nf < 0) {
+    std::cerr << "kvtier-bench sweep: --points: bad point '" << point
+              << "'; expected host:nvme fractions like 0.05:0.30\n";
+    return 2;
+  }
+  SweepCapacity cap{static_cast<uint64_t>(hf * double(unique)),
+                    static_cast<uint64_t>(nf * double(unique))};
+  std::vector<SweepResult> rows;
+  for (const std::string& name : f.policies) {
+    Result<SweepPolicy> policy =
+        name == "custom" ? CustomSweepPolicy(f.custom) : NamedSweepPolicy(name);
+    if (!policy.ok()) {
+      std::cerr << "kvtier-bench sweep: " << policy.status().message() << "\n";
+      return 2;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    PolicyKnobs row_knobs = knobs;
+    // The write budget as a share of what admit-all+LRU wrote per modeled day.
+    if (f.write_budget_lru_share > 0 && !rows.empty() && rows.front().label == "admit-all+LRU" &&
+        rows.front().sim_seconds > 0) {
+      row_knobs.write_budget_bytes_per_day =
+          static_cast<uint64_t>(f.write_budget_lru_share * double(rows.front().bytes_written_nvme) /
+                                rows.front().sim_seconds * 86400.0);
+    }
+    Result<SweepResult> r = RunSweepOne(trace, engine, *policy, cap, row_knobs);
+    if (!r.ok()) {
+      std::cerr << "kvtier-bench sweep: " << name << ": " << r.status().ToString() << "\n";
+      return 2;
+    }
+    std::fprintf(stderr, "%s @ %s: %.1f s\n", name.c_str(), point.c_str(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    rows.push_back(std::move(*r));
+  }
+  std::printf("host %.0f%% / nvme %.0f%% of unique blocks\n\n%s\n", 100 * hf, 100 * nf,
+              FormatSweepTable(rows, engine.BlockBytes()).c_str());
+  if (f.hybrid && PrintHybrid(f, trace, unique, hf + nf, knobs) != 0) return 2;
+  return 0;
+}
+
+}  // namespace
 
 int RunSweepCommand(const SweepFlags& f) {
   Result<Trace> trace = ReadMooncakeTrace(f.trace);
@@ -53,6 +175,12 @@ int RunSweepCommand(const SweepFlags& f) {
   knobs.write_budget_bytes_per_day =
       static_cast<uint64_t>(f.write_budget_gib_per_day * 1024.0 * 1024.0 * 1024.0);
   if (f.probation >= 0) knobs.marconi_probation = f.probation;
+  for (const std::string& spec : f.knobs) {
+    if (Status s = ApplyKnob(spec, knobs); !s.ok()) {
+      std::cerr << "kvtier-bench sweep: " << s.message() << "\n";
+      return 2;
+    }
+  }
   const uint64_t unique = UniqueBlocks(*trace);
   std::printf("trace %s: %zu requests, %llu unique blocks of %u tokens, %.0f MiB each\n",
               f.trace.c_str(), trace->requests.size(), (unsigned long long)unique,
@@ -63,33 +191,7 @@ int RunSweepCommand(const SweepFlags& f) {
       f.gpu_tflops, f.gpu_pool_blocks, f.decode_ms, f.watermark, engine.host_read_bytes_per_s / 1e9,
       engine.nvme_read_bytes_per_s / 1e9);
   for (const std::string& point : f.points) {
-    double hf = 0, nf = 0;
-    if (std::sscanf(point.c_str(), "%lf:%lf", &hf, &nf) != 2 || hf <= 0 || nf < 0) {
-      std::cerr << "kvtier-bench sweep: --points: bad point '" << point
-                << "'; expected host:nvme fractions like 0.05:0.30\n";
-      return 2;
-    }
-    SweepCapacity cap{static_cast<uint64_t>(hf * double(unique)),
-                      static_cast<uint64_t>(nf * double(unique))};
-    std::vector<SweepResult> rows;
-    for (const std::string& name : f.policies) {
-      Result<SweepPolicy> policy = NamedSweepPolicy(name);
-      if (!policy.ok()) {
-        std::cerr << "kvtier-bench sweep: " << policy.status().message() << "\n";
-        return 2;
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      Result<SweepResult> r = RunSweepOne(*trace, engine, *policy, cap, knobs);
-      if (!r.ok()) {
-        std::cerr << "kvtier-bench sweep: " << name << ": " << r.status().ToString() << "\n";
-        return 2;
-      }
-      std::fprintf(stderr, "%s @ %s: %.1f s\n", name.c_str(), point.c_str(),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      rows.push_back(std::move(*r));
-    }
-    std::printf("host %.0f%% / nvme %.0f%% of unique blocks\n\n%s\n", 100 * hf, 100 * nf,
-                FormatSweepTable(rows, engine.BlockBytes()).c_str());
+    if (RunPoint(f, *trace, engine, knobs, unique, point) != 0) return 2;
   }
   return 0;
 }

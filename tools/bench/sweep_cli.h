@@ -17,8 +17,15 @@ struct SweepFlags {
   double watermark = 0;
   bool no_save_on_preempt = false;
   double write_budget_gib_per_day = 0;
+  double write_budget_lru_share = 0;  // > 0: budget = share x LRU's NVMe bytes per modeled day
   uint32_t limit = 0;
   double probation = -1;  // marconi_probation override; negative = default
+  // The "custom" policy set: host eviction, NVMe admission chain, NVMe eviction.
+  std::string custom = "lru:always:lru";
+  std::vector<std::string> knobs;       // NAME=VALUE overrides of PolicyKnobs
+  bool hybrid = false;                  // also print the hybrid-model table per point
+  double hybrid_kv_kib_per_token = 16;  // attention layers' KV per token
+  double hybrid_state_mib = 32;         // one SSM state checkpoint
 };
 
 void AddSweepCommand(CLI::App& app, SweepFlags& flags);

@@ -274,6 +274,7 @@ SweepResult Engine::Run(const PolicyKnobs& knobs) {
     const size_t k = std::min(ttft_.size() - 1, size_t(std::ceil(q * double(ttft_.size()))) - 1);
     return ttft_[k];
   };
+  out_.sim_seconds = now_s_;
   out_.ttft_p50_s = pct(0.50);
   out_.ttft_p99_s = pct(0.99);
   out_.bytes_written_host = cache_.counters(0).bytes_written;
