@@ -8,9 +8,9 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 8> kNvmeKeys = {
-    "io_timeout_ms", "queue_depth", "max_queued",  "index_path",
-    "on_mismatch",   "reclaim",     "direct_io",   "commit_every_blocks"};
+constexpr std::array<std::string_view, 9> kNvmeKeys = {
+    "io_timeout_ms", "queue_depth", "max_queued",          "index_path",   "on_mismatch",
+    "reclaim",       "direct_io",   "commit_every_blocks", "reinsert_hits"};
 
 Status ReadU32Key(const ConfigNode& node, const std::string& path, std::string_view key,
                   uint32_t* out) {
@@ -38,6 +38,9 @@ Status ReadNvmeKeys(const ConfigNode& node, const std::string& path, TierOptions
   KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "queue_depth", &n.queue_depth));
   KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "max_queued", &n.max_queued));
   KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "commit_every_blocks", &n.commit_every_blocks));
+  if (const ConfigNode* p = node.Find("reinsert_hits")) {
+    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".reinsert_hits", 0, &n.reinsert_hits));
+  }
   KVTIER_RETURN_IF_ERROR(ReadStringKey(node, path, "index_path", &n.index_path));
   KVTIER_RETURN_IF_ERROR(ReadStringKey(node, path, "on_mismatch", &n.on_mismatch));
   KVTIER_RETURN_IF_ERROR(ReadStringKey(node, path, "reclaim", &n.reclaim));

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,21 @@ class IoEngine {
   // Refuses new requests, completes every accepted one, joins the engine's
   // thread. Idempotent.
   virtual void Shutdown() = 0;
+
+  // Registers `ranges` (page-aligned memory that outlives the engine) as
+  // fixed buffers: a read or write whose single iovec lies inside one of
+  // them then skips the per-request page pinning. Returns the bytes
+  // registered, a prefix of `ranges`, fewer when the kernel's locked-memory
+  // limit refuses the rest (those stay plain I/O). Registration happens once;
+  // later calls return 0. Thread-safe, also while I/O is in flight.
+  virtual uint64_t RegisterBuffers(std::span<const iovec> /*ranges*/) { return 0; }
+  // Whether [p, p + len) lies inside one registered buffer.
+  virtual bool IsRegistered(const void* /*p*/, uint64_t /*len*/) const { return false; }
+  // Registers `fd` as the ring's fixed file; requests on it then skip the
+  // per-request file lookup. Call before submitting requests on `fd`.
+  virtual Status RegisterFile(int /*fd*/) { return Status::NotSupported("no fixed files"); }
+  // Reads and writes issued as READ_FIXED / WRITE_FIXED so far.
+  virtual uint64_t FixedBufferIos() const { return 0; }
 };
 
 struct UringEngineOptions {

@@ -3,9 +3,11 @@
 // completions. Other threads only touch the bounded queue and an eventfd
 // whose pending read (armed in the ring) wakes the owner.
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -21,9 +23,12 @@ namespace kvtier::internal {
 
 std::string_view IoOpName(IoOp op) {
   switch (op) {
-    case IoOp::kRead: return "read";
-    case IoOp::kWrite: return "write";
-    case IoOp::kFsync: return "fsync";
+    case IoOp::kRead:
+      return "read";
+    case IoOp::kWrite:
+      return "write";
+    case IoOp::kFsync:
+      return "fsync";
   }
   return "?";
 }
@@ -35,6 +40,47 @@ using SteadyClock = std::chrono::steady_clock;
 // user_data tags that are not request pointers (those are 8-byte aligned).
 constexpr uint64_t kWakeTag = 1;
 constexpr uint64_t kTimeoutTag = 3;
+// The kernel refuses fixed buffers over 1 GiB and more than 16384 of them.
+constexpr uint64_t kMaxFixedBufferBytes = 1ULL << 30;
+constexpr size_t kMaxFixedBuffers = 16384;
+constexpr uint64_t kPageBytes = 4096;
+
+// `ranges` cut into pieces the kernel accepts, at most `budget` bytes in all.
+std::vector<iovec> FixedChunks(std::span<const iovec> ranges, uint64_t budget) {
+  std::vector<iovec> out;
+  for (const iovec& r : ranges) {
+    auto* p = static_cast<char*>(r.iov_base);
+    uint64_t left = r.iov_len;
+    while (left >= kPageBytes && budget >= kPageBytes && out.size() < kMaxFixedBuffers) {
+      const uint64_t n = std::min({left, kMaxFixedBufferBytes, budget}) / kPageBytes * kPageBytes;
+      out.push_back({p, n});
+      p += n;
+      left -= n;
+      budget -= n;
+    }
+  }
+  return out;
+}
+
+uint64_t TotalBytes(std::span<const iovec> v) {
+  uint64_t n = 0;
+  for (const iovec& x : v) n += x.iov_len;
+  return n;
+}
+
+// The budgets registration tries in turn: everything (unless an unprivileged
+// process is over its locked-memory limit: trying would fault in and pin
+// memory only to give it back), the limit, then halves of it.
+std::vector<uint64_t> RegistrationBudgets(uint64_t total) {
+  std::vector<uint64_t> out;
+  rlimit lim{};
+  const bool limited = getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+                       lim.rlim_cur < total;
+  if (!limited || geteuid() == 0) out.push_back(total);
+  if (limited) out.push_back(lim.rlim_cur);
+  while (out.size() < 8 && out.back() / 2 >= kPageBytes) out.push_back(out.back() / 2);
+  return out;
+}
 
 struct Inflight {
   IoRequest req;
@@ -101,7 +147,88 @@ class UringEngine final : public IoEngine {
     std::call_once(join_once_, [this] { thread_.join(); });
   }
 
+  // io_uring_register only reads the ring's fd, so it may run on a thread
+  // other than the owner; the table is published once, with release order,
+  // and never changes afterwards.
+  uint64_t RegisterBuffers(std::span<const iovec> ranges) override {
+    std::lock_guard lock(register_mu_);
+    if (buffers_tried_) return 0;
+    buffers_tried_ = true;
+    for (uint64_t budget : RegistrationBudgets(TotalBytes(ranges))) {
+      std::vector<iovec> chunks = FixedChunks(ranges, budget);
+      if (chunks.empty()) break;
+      if (!ring_.RegisterBuffers(chunks.data(), static_cast<unsigned>(chunks.size())).ok()) {
+        continue;
+      }
+      fixed_ = std::move(chunks);
+      fixed_ready_.store(true, std::memory_order_release);
+      return TotalBytes(fixed_);
+    }
+    return 0;
+  }
+
+  bool IsRegistered(const void* p, uint64_t len) const override { return FixedIndex(p, len) >= 0; }
+
+  Status RegisterFile(int fd) override {
+    std::lock_guard lock(register_mu_);
+    if (fixed_fd_.load(std::memory_order_relaxed) >= 0) {
+      return Status::InvalidArgument("io engine: a fixed file is already registered");
+    }
+    KVTIER_RETURN_IF_ERROR(ring_.RegisterFile(fd));
+    fixed_fd_.store(fd, std::memory_order_release);
+    return Status::Ok();
+  }
+
+  uint64_t FixedBufferIos() const override { return fixed_ios_.load(std::memory_order_relaxed); }
+
  private:
+  // Index of the registered buffer holding [p, p + len), or -1.
+  int FixedIndex(const void* p, uint64_t len) const {
+    if (!fixed_ready_.load(std::memory_order_acquire)) return -1;
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    auto it = std::upper_bound(fixed_.begin(), fixed_.end(), a, [](uintptr_t x, const iovec& v) {
+      return x < reinterpret_cast<uintptr_t>(v.iov_base);
+    });
+    if (it == fixed_.begin()) return -1;
+    --it;
+    const auto base = reinterpret_cast<uintptr_t>(it->iov_base);
+    if (a + len > base + it->iov_len) return -1;
+    return static_cast<int>(it - fixed_.begin());
+  }
+
+  // Fills `sqe` for the request: READ_FIXED / WRITE_FIXED when its one
+  // buffer is registered, the registered file index when its fd is.
+  void PrepOp(io_uring_sqe* sqe, const IoRequest& r) {
+    const auto n = static_cast<unsigned>(r.iov.size());
+    const int buf = n == 1 ? FixedIndex(r.iov[0].iov_base, r.iov[0].iov_len) : -1;
+    switch (r.op) {
+      case IoOp::kRead:
+        if (buf >= 0) {
+          io_uring_prep_read_fixed(sqe, r.fd, r.iov[0].iov_base,
+                                   static_cast<unsigned>(r.iov[0].iov_len), r.offset, buf);
+        } else {
+          io_uring_prep_readv(sqe, r.fd, r.iov.data(), n, r.offset);
+        }
+        break;
+      case IoOp::kWrite:
+        if (buf >= 0) {
+          io_uring_prep_write_fixed(sqe, r.fd, r.iov[0].iov_base,
+                                    static_cast<unsigned>(r.iov[0].iov_len), r.offset, buf);
+        } else {
+          io_uring_prep_writev(sqe, r.fd, r.iov.data(), n, r.offset);
+        }
+        break;
+      case IoOp::kFsync:
+        io_uring_prep_fsync(sqe, r.fd, IORING_FSYNC_DATASYNC);
+        break;
+    }
+    if (buf >= 0 && r.op != IoOp::kFsync) fixed_ios_.fetch_add(1, std::memory_order_relaxed);
+    if (r.fd >= 0 && r.fd == fixed_fd_.load(std::memory_order_acquire)) {
+      sqe->fd = 0;
+      sqe->flags |= IOSQE_FIXED_FILE;
+    }
+  }
+
   void Wake() {
     eventfd_t one = 1;
     (void)eventfd_write(wake_fd_, one);
@@ -160,13 +287,7 @@ class UringEngine final : public IoEngine {
       io_uring_submit(ring_.get());
       sqe = io_uring_get_sqe(ring_.get());
     }
-    const IoRequest& r = f->req;
-    const auto n = static_cast<unsigned>(r.iov.size());
-    switch (r.op) {
-      case IoOp::kRead: io_uring_prep_readv(sqe, r.fd, r.iov.data(), n, r.offset); break;
-      case IoOp::kWrite: io_uring_prep_writev(sqe, r.fd, r.iov.data(), n, r.offset); break;
-      case IoOp::kFsync: io_uring_prep_fsync(sqe, r.fd, IORING_FSYNC_DATASYNC); break;
-    }
+    PrepOp(sqe, f->req);
     sqe->flags |= IOSQE_IO_LINK;
     io_uring_sqe_set_data(sqe, f);
     io_uring_sqe* tsqe = io_uring_get_sqe(ring_.get());
@@ -251,11 +372,18 @@ class UringEngine final : public IoEngine {
   }
 
   const UringEngineOptions options_;
-  Ring ring_;  // touched by thread_ only
+  Ring ring_;  // thread_ only, but for the io_uring_register calls above
   const int wake_fd_;
   eventfd_t wake_buf_ = 0;
   bool rearm_wake_ = false;
   uint32_t in_flight_ = 0;  // thread_ only
+
+  std::mutex register_mu_;      // serialises registrations
+  bool buffers_tried_ = false;  // guarded by register_mu_
+  std::vector<iovec> fixed_;    // set once, before fixed_ready_
+  std::atomic<bool> fixed_ready_{false};
+  std::atomic<int> fixed_fd_{-1};
+  std::atomic<uint64_t> fixed_ios_{0};
 
   std::mutex mu_;
   std::deque<Inflight*> queue_;  // guarded by mu_
@@ -268,8 +396,7 @@ class UringEngine final : public IoEngine {
 
 Result<std::unique_ptr<IoEngine>> NewUringEngine(const UringEngineOptions& options) {
   if (options.queue_depth == 0 || options.max_queued == 0 || options.timeout_ms == 0) {
-    return Status::InvalidArgument(
-        "io engine: queue_depth, max_queued and timeout_ms must be > 0");
+    return Status::InvalidArgument("io engine: queue_depth, max_queued and timeout_ms must be > 0");
   }
   // Two entries per request (the operation and its linked timeout) plus the
   // wake read.

@@ -21,9 +21,15 @@ struct NvmeTierOptions {
   uint32_t max_queued = 4096;
   // RocksDB directory of the persistent index; empty: "<path>.index".
   std::string index_path;
-  // What to do with a store written with another format, block size or
-  // region size: "refuse" (open fails, naming the difference) or "wipe".
+  // What to do with a store written with another format, block size,
+  // region size or namespace: "refuse" (open fails, naming the difference)
+  // or "wipe".
   std::string on_mismatch = "refuse";
+  // The namespace (NamespaceId::value of the served model) the store is
+  // bound to; a store bound to another one is a mismatch. 0: unbound (opens
+  // any store). An unbound store, such as one written before namespaces were
+  // recorded, is bound by the first open that names one.
+  uint64_t store_namespace = 0;
   // Which sealed region reclaim rewrites when no region is free: "fifo"
   // (oldest first) or "greedy" (fewest live bytes first).
   std::string reclaim = "fifo";
@@ -35,6 +41,11 @@ struct NvmeTierOptions {
   // crash loses at most the blocks not yet committed. Also at region seal
   // and shutdown.
   uint32_t commit_every_blocks = 64;
+  // Reinsertion on reclaim. 0 (default): reclaim rewrites every live block
+  // of its victim region (pure compaction; the runtime decides evictions).
+  // N > 0: only blocks read at least N times since they were written or last
+  // rewritten are rewritten; colder ones are evicted (a later read misses).
+  uint32_t reinsert_hits = 0;
 
   // Checks the fields above; called by TierOptions::Validate for type nvme.
   Status Validate() const {

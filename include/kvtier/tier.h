@@ -95,6 +95,15 @@ class KVTIER_EXPORT Tier {
   virtual TierUsage Usage() const = 0;
   TierCounters Counters() const;
 
+  // A hint: reads and writes will use buffers inside `memory` (the host
+  // hub's arena). A backend may register it for faster I/O (the NVMe tier:
+  // io_uring fixed buffers). Returns the bytes registered; 0 when the backend
+  // registers nothing or the kernel refused (buffers then work unregistered).
+  // `memory` must stay mapped until Shutdown(). Call before the I/O that uses it.
+  uint64_t RegisterHostMemory(std::span<std::byte> memory) {
+    return DoRegisterHostMemory(memory);
+  }
+
   // Refuses new work (Unavailable), waits for in-flight batches, then calls
   // DoShutdown(). Idempotent.
   void Shutdown();
@@ -111,6 +120,7 @@ class KVTIER_EXPORT Tier {
                           CompletionSource done) = 0;
   // Releases backend resources; called once, with nothing in flight.
   virtual void DoShutdown() {}
+  virtual uint64_t DoRegisterHostMemory(std::span<std::byte> /*memory*/) { return 0; }
 
  private:
   enum class OpKind { kRead, kWrite, kRemove, kContains };

@@ -53,8 +53,8 @@ class FaultIoEngine final : public IoEngine {
     }
     if (!forward.empty()) KVTIER_RETURN_IF_ERROR(inner_->Submit(std::move(forward)));
     for (IoRequest& r : failed) {
-      const int err = r.op == IoOp::kRead ? faults_->read_errno.load()
-                                          : faults_->write_errno.load();
+      const int err =
+          r.op == IoOp::kRead ? faults_->read_errno.load() : faults_->write_errno.load();
       IoCompletion c{r.id,
                      FromErrno(err, "fault engine " + std::string(internal::IoOpName(r.op)) +
                                         " at offset " + std::to_string(r.offset)),
@@ -65,6 +65,14 @@ class FaultIoEngine final : public IoEngine {
   }
 
   void Shutdown() override { inner_->Shutdown(); }
+  uint64_t RegisterBuffers(std::span<const iovec> ranges) override {
+    return inner_->RegisterBuffers(ranges);
+  }
+  bool IsRegistered(const void* p, uint64_t len) const override {
+    return inner_->IsRegistered(p, len);
+  }
+  Status RegisterFile(int fd) override { return inner_->RegisterFile(fd); }
+  uint64_t FixedBufferIos() const override { return inner_->FixedBufferIos(); }
 
  private:
   void Stall(IoRequest& r, int fd) {

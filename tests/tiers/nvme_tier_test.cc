@@ -1,10 +1,11 @@
 // The NVMe tier: the conformance suite (O_DIRECT on a disk file system and
 // the buffered fallback on tmpfs), restart, layout mismatch, reclaim and
 // accounting.
-#include <fcntl.h>
-#include <unistd.h>
+#include "tiers/nvme/nvme_tier.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <map>
@@ -14,9 +15,9 @@
 #include "kvtier/config.h"
 #include "tests/support/block_data.h"
 #include "tests/support/tier_conformance.h"
+#include "tests/tiers/nvme_blocks.h"
 #include "tests/tiers/nvme_test_util.h"
 #include "tiers/nvme/nvme_format.h"
-#include "tiers/nvme/nvme_tier.h"
 
 namespace kvtier::testing {
 namespace {
@@ -24,7 +25,7 @@ namespace {
 using internal::NvmeTier;
 using internal::OpenNvmeTier;
 
-constexpr NamespaceId kNs{0x77};
+constexpr NamespaceId kNs = kNvmeNs;
 
 // Scratch directories of the conformance makers live until the process ends
 // (the suite owns the tiers, not their files); removed at exit.
@@ -56,31 +57,7 @@ std::vector<TierMaker> Makers() {
   return m;
 }
 
-INSTANTIATE_TEST_SUITE_P(Nvme, TierConformanceTest, ::testing::ValuesIn(Makers()),
-                         TierMakerName);
-
-// Writes blocks [first, first+count) of `bytes` each, one batch.
-void WriteBlocks(Tier& t, uint64_t first, uint64_t count, uint64_t bytes, uint64_t version = 0) {
-  std::vector<std::vector<std::byte>> data;
-  std::vector<WriteOp> ops;
-  for (uint64_t i = first; i < first + count; ++i) data.push_back(BlockBytes(TestKey(i), bytes, version));
-  for (uint64_t i = 0; i < count; ++i) ops.push_back({TestKey(first + i), data[i]});
-  Completion c = t.Write(kNs, ops);
-  ASSERT_TRUE(c.Wait().ok()) << c.status().ToString();
-}
-
-// Reads block i and compares it byte for byte; returns the read's status.
-Status ReadAndCheck(Tier& t, uint64_t i, uint64_t bytes, uint64_t version = 0) {
-  std::vector<std::byte> out(bytes);
-  ReadOp rd{TestKey(i), out};
-  Completion c = t.Read(kNs, std::span(&rd, 1));
-  (void)c.Wait();
-  if (c.result(0).ok()) {
-    EXPECT_EQ(c.bytes(0), bytes);
-    EXPECT_TRUE(out == BlockBytes(TestKey(i), bytes, version)) << "block " << i << " differs";
-  }
-  return c.result(0);
-}
+INSTANTIATE_TEST_SUITE_P(Nvme, TierConformanceTest, ::testing::ValuesIn(Makers()), TierMakerName);
 
 TEST(NvmeTier, RestartKeepsEveryBlock) {
   ScratchDir dir;
@@ -175,7 +152,8 @@ void ReclaimKeepsLiveBlocks(const std::string& policy) {
   EXPECT_EQ(st.corruptions, 0u);
   for (auto& [i, alive] : live) {
     Status s = ReadAndCheck(**t, i, kBytes);
-    EXPECT_EQ(s.code(), alive ? StatusCode::kOk : StatusCode::kNotFound) << i << " " << s.ToString();
+    EXPECT_EQ(s.code(), alive ? StatusCode::kOk : StatusCode::kNotFound)
+        << i << " " << s.ToString();
   }
   (*t)->Shutdown();
   // And the rewritten locations survive a restart.
@@ -183,7 +161,8 @@ void ReclaimKeepsLiveBlocks(const std::string& policy) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   for (auto& [i, alive] : live) {
     Status s = ReadAndCheck(**again, i, kBytes);
-    EXPECT_EQ(s.code(), alive ? StatusCode::kOk : StatusCode::kNotFound) << i << " " << s.ToString();
+    EXPECT_EQ(s.code(), alive ? StatusCode::kOk : StatusCode::kNotFound)
+        << i << " " << s.ToString();
   }
   (*again)->Shutdown();
 }
@@ -253,9 +232,10 @@ namespace kvtier::testing {
 namespace {
 
 TEST(NvmeConfig, ExampleKeysReachTheOptions) {
-  auto c = LoadConfigFile(std::string(KVTIER_SOURCE_DIR) + "/config/examples/host-nvme.yaml",
-                          std::vector<std::string>{"tiers.ssd.reclaim=greedy",
-                                                   "tiers.ssd.io_timeout_ms=250"});
+  auto c = LoadConfigFile(
+      std::string(KVTIER_SOURCE_DIR) + "/config/examples/host-nvme.yaml",
+      std::vector<std::string>{"tiers.ssd.reclaim=greedy", "tiers.ssd.io_timeout_ms=250",
+                               "tiers.ssd.reinsert_hits=3"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const TierOptions& t = c->runtime.tiers[1];
   EXPECT_EQ(t.type, "nvme");
@@ -267,11 +247,16 @@ TEST(NvmeConfig, ExampleKeysReachTheOptions) {
   EXPECT_EQ(t.nvme.reclaim, "greedy");
   EXPECT_EQ(t.nvme.on_mismatch, "refuse");
   EXPECT_TRUE(t.nvme.direct_io);
+  EXPECT_EQ(t.nvme.reinsert_hits, 3u);
+  // The store is bound to the model's namespace.
+  EXPECT_NE(t.nvme.store_namespace, 0u);
+  EXPECT_EQ(t.nvme.store_namespace, ComputeNamespaceId(c->model.Namespace()).value);
   auto bad = LoadConfigFile(std::string(KVTIER_SOURCE_DIR) + "/config/examples/host-nvme.yaml",
                             std::vector<std::string>{"tiers.ssd.on_mismatch=ignore"});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("nvme.on_mismatch is 'ignore'; expected one of: refuse, wipe"),
-            std::string::npos)
+  EXPECT_NE(
+      bad.status().message().find("nvme.on_mismatch is 'ignore'; expected one of: refuse, wipe"),
+      std::string::npos)
       << bad.status().ToString();
 }
 

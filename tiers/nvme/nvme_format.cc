@@ -1,5 +1,7 @@
 #include "tiers/nvme/nvme_format.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -34,11 +36,14 @@ std::string EncodeMeta(const StoreMeta& m) {
   PutBe(s, m.block_bytes, 8);
   PutBe(s, m.region_bytes, 8);
   PutBe(s, m.regions, 4);
+  PutBe(s, m.namespace_id, 8);
   return s;
 }
 
 std::optional<StoreMeta> DecodeMeta(std::string_view s) {
-  if (s.size() != kMetaMagic.size() + 24 || s.substr(0, kMetaMagic.size()) != kMetaMagic) {
+  // 24 bytes of fields; 32 since the namespace is recorded.
+  const size_t body = s.size() - std::min(s.size(), kMetaMagic.size());
+  if ((body != 24 && body != 32) || s.substr(0, kMetaMagic.size()) != kMetaMagic) {
     return std::nullopt;
   }
   size_t at = kMetaMagic.size();
@@ -47,6 +52,7 @@ std::optional<StoreMeta> DecodeMeta(std::string_view s) {
   m.block_bytes = GetBe(s, at + 4, 8);
   m.region_bytes = GetBe(s, at + 12, 8);
   m.regions = static_cast<uint32_t>(GetBe(s, at + 20, 4));
+  if (body == 32) m.namespace_id = GetBe(s, at + 24, 8);
   return m;
 }
 
@@ -63,7 +69,12 @@ std::string DescribeMismatch(const StoreMeta& stored, const StoreMeta& wanted) {
   if (stored.region_bytes != wanted.region_bytes) {
     return diff("region size", stored.region_bytes, wanted.region_bytes);
   }
-  return diff("region count", stored.regions, wanted.regions);
+  if (stored.regions != wanted.regions) return diff("region count", stored.regions, wanted.regions);
+  char hex[64];
+  std::snprintf(hex, sizeof(hex), "namespace 0x%016llx != 0x%016llx",
+                static_cast<unsigned long long>(stored.namespace_id),
+                static_cast<unsigned long long>(wanted.namespace_id));
+  return hex;
 }
 
 std::string RegionRecordKey(uint32_t region) {
@@ -113,9 +124,8 @@ std::string EncodeLocation(const BlockLocation& loc) {
 
 std::optional<BlockLocation> DecodeLocation(std::string_view s) {
   if (s.size() != 32) return std::nullopt;
-  return BlockLocation{static_cast<uint32_t>(GetBe(s, 0, 4)),
-                       static_cast<uint32_t>(GetBe(s, 4, 4)), GetBe(s, 8, 8), GetBe(s, 16, 8),
-                       GetBe(s, 24, 8)};
+  return BlockLocation{static_cast<uint32_t>(GetBe(s, 0, 4)), static_cast<uint32_t>(GetBe(s, 4, 4)),
+                       GetBe(s, 8, 8), GetBe(s, 16, 8), GetBe(s, 24, 8)};
 }
 
 }  // namespace kvtier::internal

@@ -32,9 +32,7 @@ inline constexpr uint32_t kNvmeFormatVersion = 1;
 inline uint64_t AlignUp(uint64_t n) { return (n + kNvmeAlign - 1) / kNvmeAlign * kNvmeAlign; }
 // Bytes a block of `payload_bytes` takes on disk: header page + padded payload.
 inline uint64_t DiskBytes(uint64_t payload_bytes) { return kNvmeAlign + AlignUp(payload_bytes); }
-inline bool IsAligned(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % kNvmeAlign == 0;
-}
+inline bool IsAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kNvmeAlign == 0; }
 
 // A zero-filled, 4 KiB-aligned heap buffer; move-only.
 class AlignedBuffer {
@@ -67,12 +65,16 @@ struct StoreMeta {
   uint64_t block_bytes = 0;
   uint64_t region_bytes = 0;
   uint32_t regions = 0;
+  // The namespace the store serves (NvmeTierOptions::store_namespace); 0:
+  // not bound to one. Stores written before it was recorded decode as 0.
+  uint64_t namespace_id = 0;
   friend bool operator==(const StoreMeta&, const StoreMeta&) = default;
 };
 
 std::string EncodeMeta(const StoreMeta& m);
 std::optional<StoreMeta> DecodeMeta(std::string_view s);
-// Names the first field that differs ("block size 65536 != 131072").
+// Names the first field that differs ("block size 65536 != 131072",
+// "namespace 0x00000000000000aa != 0x00000000000000bb").
 std::string DescribeMismatch(const StoreMeta& stored, const StoreMeta& wanted);
 
 std::string RegionRecordKey(uint32_t region);

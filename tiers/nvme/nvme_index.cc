@@ -42,6 +42,18 @@ Result<rocksdb::DB*> OpenDb(const std::string& dir) {
 NvmeIndex::NvmeIndex(rocksdb::DB* db) : db_(db) {}
 NvmeIndex::~NvmeIndex() = default;
 
+namespace {
+
+// Same layout, and the same namespace unless either side is unbound (0).
+bool Matches(StoreMeta stored, StoreMeta wanted) {
+  if (stored.namespace_id == 0 || wanted.namespace_id == 0) {
+    stored.namespace_id = wanted.namespace_id = 0;
+  }
+  return stored == wanted;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const StoreMeta& meta,
                                                    bool wipe_on_mismatch, LogSink* log,
                                                    bool* wiped) {
@@ -58,12 +70,28 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   }
   KVTIER_RETURN_IF_ERROR(FromRocks(s, "read meta"));
   std::optional<StoreMeta> stored = DecodeMeta(value);
-  if (stored && *stored == meta) return std::unique_ptr<NvmeIndex>(new NvmeIndex(db.release()));
-  const std::string why = stored ? DescribeMismatch(*stored, meta)
-                                 : std::string("not a kvtier nvme store");
+  if (stored && Matches(*stored, meta)) {
+    if (stored->namespace_id == 0 && meta.namespace_id != 0) {
+      // An unbound store (or one from before namespaces were recorded)
+      // becomes bound to the first namespace that opens it.
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      KVTIER_RETURN_IF_ERROR(FromRocks(db->Put(wo, kMetaKey, EncodeMeta(meta)), "write meta"));
+    }
+    return std::unique_ptr<NvmeIndex>(new NvmeIndex(db.release()));
+  }
+  const std::string why =
+      stored ? DescribeMismatch(*stored, meta) : std::string("not a kvtier nvme store");
   if (!wipe_on_mismatch) {
-    return Status::InvalidArgument("nvme store at " + dir + " was written with another layout (" +
-                                   why + "); set 'on_mismatch: wipe' to discard it");
+    // Only the namespace differs: the blocks are sound, but of another model.
+    StoreMeta same_ns = meta;
+    if (stored) same_ns.namespace_id = stored->namespace_id;
+    const std::string what = stored && *stored == same_ns
+                                 ? "was written for another namespace (another model, weights "
+                                   "revision, dtype, layout or TP rank: "
+                                 : "was written with another layout (";
+    return Status::InvalidArgument("nvme store at " + dir + " " + what + why +
+                                   "); set 'on_mismatch: wipe' to discard it");
   }
   if (log) log->Log(LogLevel::kWarning, "nvme store at " + dir + " wiped: " + why);
   db.reset();

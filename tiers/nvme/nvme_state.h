@@ -39,7 +39,17 @@ struct Region {
 
 struct Entry {
   BlockLocation loc;
-  uint64_t seq = 0;  // write sequence; a later write wins
+  uint64_t seq = 0;   // write sequence; a later write wins
+  uint32_t hits = 0;  // reads served since written or last reinserted
+};
+
+// A block of a region being reclaimed, and what becomes of it.
+struct LiveBlock {
+  enum Fate : uint8_t { kCorrupt, kKeep, kEvict };
+  NsKey id;
+  Entry entry;              // as indexed when the reclaim began
+  Fate fate = kCorrupt;     // kCorrupt until its bytes verify
+  uint32_t new_offset = 0;  // in the target region, when kept
 };
 
 // Where a new block goes.
@@ -60,22 +70,22 @@ struct NvmeTier::State {
   std::unique_ptr<IoEngine> engine;
 
   mutable std::mutex mu;
-  std::condition_variable cv;  // region pins dropped, commit progress
-  std::vector<Region> regions;                                   // guarded
-  std::unordered_map<NsKey, Entry, NsKeyHash> map;               // guarded
-  std::unordered_map<NsKey, uint32_t, NsKeyHash> writing;        // guarded
-  std::unordered_map<NsKey, uint64_t, NsKeyHash> tombstones;     // guarded
+  std::condition_variable cv;                              // region pins dropped, commit progress
+  std::vector<Region> regions;                             // guarded
+  std::unordered_map<NsKey, Entry, NsKeyHash> map;         // guarded
+  std::unordered_map<NsKey, uint32_t, NsKeyHash> writing;  // guarded
+  std::unordered_map<NsKey, uint64_t, NsKeyHash> tombstones;                   // guarded
   std::unordered_map<NsKey, std::optional<BlockLocation>, NsKeyHash> pending;  // guarded
-  uint64_t seq = 0;              // guarded
-  uint64_t next_generation = 1;  // guarded
-  uint64_t next_order = 1;       // guarded
-  int active = -1;               // guarded
-  int spare = -1;                // guarded: reclaim's target
-  uint64_t used_payload = 0;     // guarded: indexed + in-flight payload bytes
-  uint64_t live_disk = 0;        // guarded: indexed + in-flight disk bytes
-  uint64_t since_commit = 0;     // guarded: blocks installed since the last commit
-  NvmeStats stats;               // guarded
-  WriteTotals totals_at_open;    // lifetime totals recorded before this open
+  uint64_t seq = 0;                                                            // guarded
+  uint64_t next_generation = 1;                                                // guarded
+  uint64_t next_order = 1;                                                     // guarded
+  int active = -1;                                                             // guarded
+  int spare = -1;              // guarded: reclaim's target
+  uint64_t used_payload = 0;   // guarded: indexed + in-flight payload bytes
+  uint64_t live_disk = 0;      // guarded: indexed + in-flight disk bytes
+  uint64_t since_commit = 0;   // guarded: blocks installed since the last commit
+  NvmeStats stats;             // guarded
+  WriteTotals totals_at_open;  // lifetime totals recorded before this open
 
   bool commit_requested = false;  // guarded
   bool stop_committer = false;    // guarded
@@ -87,8 +97,7 @@ struct NvmeTier::State {
   std::mutex reclaim_mu;
 
   // nvme_store.cc
-  static Result<std::unique_ptr<State>> Open(const TierOptions& options,
-                                             const TierContext& context,
+  static Result<std::unique_ptr<State>> Open(const TierOptions& options, const TierContext& context,
                                              std::unique_ptr<IoEngine> engine);
   Status Recover();
   // Reserves room for a block of `payload` bytes of `id`; may reclaim.
@@ -103,9 +112,14 @@ struct NvmeTier::State {
  private:
   Status ActivateLocked(int region);
   int FreeRegionLocked() const;
+  int GiveUpEmptiestRegion(std::vector<IndexUpdate>& drops);
   Status Reclaim();
   int PickVictimLocked() const;
-  Status Relocate(int victim, std::vector<std::pair<NsKey, Entry>>& live, int target);
+  Status Relocate(int victim, std::vector<LiveBlock>& live, uint64_t* reinserted);
+  Status PackLive(int victim, std::vector<LiveBlock>& live, AlignedBuffer& buf, uint64_t* packed);
+  Status WritePacked(const AlignedBuffer& buf, uint64_t packed, int* target, uint64_t* gen);
+  uint64_t InstallRelocatedLocked(int victim, int target, uint64_t gen, const Status& st,
+                                  const std::vector<LiveBlock>& live);
   Status SyncIo(IoOp op, uint64_t offset, std::span<std::byte> buf);
 };
 

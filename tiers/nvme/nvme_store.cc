@@ -53,12 +53,13 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   s->region_bytes = options.region_bytes;
   s->disk_budget = g.disk_budget;
   s->log = context.log;
-  KVTIER_ASSIGN_OR_RETURN(
-      s->file, DataFile::Open(options.path, uint64_t{g.regions} * options.region_bytes,
-                              options.nvme.direct_io, s->log.get()));
+  KVTIER_ASSIGN_OR_RETURN(s->file,
+                          DataFile::Open(options.path, uint64_t{g.regions} * options.region_bytes,
+                                         options.nvme.direct_io, s->log.get()));
   const std::string dir =
       options.nvme.index_path.empty() ? options.path + ".index" : options.nvme.index_path;
-  StoreMeta meta{kNvmeFormatVersion, context.block_bytes, options.region_bytes, g.regions};
+  StoreMeta meta{kNvmeFormatVersion, context.block_bytes, options.region_bytes, g.regions,
+                 options.nvme.store_namespace};
   bool wiped = false;
   KVTIER_ASSIGN_OR_RETURN(s->index, NvmeIndex::Open(dir, meta, options.nvme.on_mismatch == "wipe",
                                                     s->log.get(), &wiped));
@@ -69,6 +70,9 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
     KVTIER_ASSIGN_OR_RETURN(engine, NewUringEngine(eo));
   }
   s->engine = std::move(engine);
+  // A fixed file saves a file-table lookup per I/O; an engine without fixed
+  // files (a test decorator) does plain I/O.
+  s->stats.fixed_file = s->engine->RegisterFile(s->file.fd()).ok();
   s->regions.resize(g.regions);
   s->stats.direct_io = s->file.direct();
   s->stats.regions = g.regions;
@@ -116,29 +120,33 @@ Status NvmeTier::State::Recover() {
   stats.recovered_blocks = map.size();
   stats.dropped_on_open = drops.size() + bad;
   spare = FreeRegionLocked();
-  if (spare < 0) {
-    // Every region holds something (possible only after a crash left many
-    // partly filled regions): give up the emptiest one as the spare.
-    int victim = 0;
-    for (size_t i = 1; i < regions.size(); ++i) {
-      if (regions[i].live_bytes < regions[victim].live_bytes) victim = static_cast<int>(i);
-    }
-    for (auto it = map.begin(); it != map.end();) {
-      auto next = std::next(it);
-      if (it->second.loc.region == static_cast<uint32_t>(victim)) {
-        drops.push_back({it->first, std::nullopt});
-        DropLocked(it->first, it->second, false);
-        map.erase(it);
-      }
-      it = next;
-    }
-    regions[victim] = Region{};
-    spare = victim;
-  }
-  stats.free_regions = static_cast<uint32_t>(
-      std::count_if(regions.begin(), regions.end(),
-                    [](const Region& r) { return r.state == RegionState::kFree; }));
+  if (spare < 0) spare = GiveUpEmptiestRegion(drops);
+  stats.free_regions =
+      static_cast<uint32_t>(std::count_if(regions.begin(), regions.end(), [](const Region& r) {
+        return r.state == RegionState::kFree;
+      }));
   return index->Apply(drops);
+}
+
+// Every region holds something (possible only after a crash left many
+// partly filled regions): the emptiest one gives up its blocks and becomes
+// the spare, so reclaim has a target.
+int NvmeTier::State::GiveUpEmptiestRegion(std::vector<IndexUpdate>& drops) {
+  int victim = 0;
+  for (size_t i = 1; i < regions.size(); ++i) {
+    if (regions[i].live_bytes < regions[victim].live_bytes) victim = static_cast<int>(i);
+  }
+  for (auto it = map.begin(); it != map.end();) {
+    auto next = std::next(it);
+    if (it->second.loc.region == static_cast<uint32_t>(victim)) {
+      drops.push_back({it->first, std::nullopt});
+      DropLocked(it->first, it->second, false);
+      map.erase(it);
+    }
+    it = next;
+  }
+  regions[victim] = Region{};
+  return victim;
 }
 
 int NvmeTier::State::FreeRegionLocked() const {
@@ -165,8 +173,7 @@ Status NvmeTier::State::ActivateLocked(int r) {
   return Status::Ok();
 }
 
-Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload,
-                                           uint64_t checksum) {
+Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, uint64_t checksum) {
   const uint64_t disk = DiskBytes(payload);
   std::unique_lock lock(mu);
   uint64_t replaced_payload = 0, replaced_disk = 0;
@@ -197,8 +204,8 @@ Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload,
   }
   Region& r = regions[active];
   Placement p;
-  p.loc = BlockLocation{static_cast<uint32_t>(active), static_cast<uint32_t>(r.write_ptr),
-                        payload, checksum, r.generation};
+  p.loc = BlockLocation{static_cast<uint32_t>(active), static_cast<uint32_t>(r.write_ptr), payload,
+                        checksum, r.generation};
   p.seq = ++seq;
   r.write_ptr += disk;
   ++r.writers;
@@ -232,10 +239,10 @@ int NvmeTier::State::PickVictimLocked() const {
       if (r.writers == 0) best = static_cast<int>(i);
       continue;
     }
-    const bool better = options.nvme.reclaim == "greedy"
-                            ? (r.live_bytes < b.live_bytes ||
-                               (r.live_bytes == b.live_bytes && r.order < b.order))
-                            : r.order < b.order;
+    const bool better =
+        options.nvme.reclaim == "greedy"
+            ? (r.live_bytes < b.live_bytes || (r.live_bytes == b.live_bytes && r.order < b.order))
+            : r.order < b.order;
     if (better) best = static_cast<int>(i);
   }
   return best;
@@ -254,112 +261,148 @@ Status NvmeTier::State::SyncIo(IoOp op, uint64_t offset, std::span<std::byte> bu
   return f.get().status;
 }
 
-// Rewrites the live blocks of the victim region into `target` (the spare),
-// which becomes the active region; the victim becomes the spare.
+// Frees the victim region picked by the reclaim policy: its live blocks are
+// rewritten into the spare region (which becomes the active one), except,
+// with nvme.reinsert_hits > 0, the cold ones, which are evicted. The victim
+// becomes the spare, or a free region when nothing was rewritten.
 Status NvmeTier::State::Reclaim() {
   std::lock_guard reclaim_lock(reclaim_mu);
-  std::unique_lock lock(mu);
-  if (FreeRegionLocked() >= 0) return Status::Ok();  // another writer reclaimed
-  const int victim = PickVictimLocked();
-  if (victim < 0 || spare < 0) return Status::ResourceExhausted("no region to reclaim");
-  Region& v = regions[victim];
-  v.state = RegionState::kReclaiming;
-  cv.wait(lock, [&] { return v.writers == 0; });
-  std::vector<std::pair<NsKey, Entry>> live;
-  for (const auto& [id, e] : map) {
-    if (e.loc.region == static_cast<uint32_t>(victim)) live.emplace_back(id, e);
+  std::vector<LiveBlock> live;
+  int victim = -1;
+  {
+    std::unique_lock lock(mu);
+    if (FreeRegionLocked() >= 0) return Status::Ok();  // another writer reclaimed
+    victim = PickVictimLocked();
+    if (victim < 0 || spare < 0) return Status::ResourceExhausted("no region to reclaim");
+    Region& v = regions[victim];
+    v.state = RegionState::kReclaiming;
+    cv.wait(lock, [&] { return v.writers == 0; });
+    for (const auto& [id, e] : map) {
+      if (e.loc.region == static_cast<uint32_t>(victim)) live.push_back({id, e});
+    }
   }
-  const int target = spare;
-  if (live.empty()) {
-    cv.wait(lock, [&] { return v.readers == 0; });
-    stats.bytes_reclaimed += v.write_ptr;
-    ++stats.reclaims;
-    v = Region{};
-    return Status::Ok();  // the victim is free now
-  }
-  lock.unlock();
-  Status st = Relocate(victim, live, target);
-  if (!st.ok()) return st;
-  return CommitNow();
+  uint64_t reinserted = 0;
+  KVTIER_RETURN_IF_ERROR(Relocate(victim, live, &reinserted));
+  return reinserted > 0 ? CommitNow() : Status::Ok();
 }
 
-Status NvmeTier::State::Relocate(int victim, std::vector<std::pair<NsKey, Entry>>& live,
-                                 int target) {
+// Reads the victim's blocks worth keeping and packs those that still verify
+// to the front of `buf` (offsets only move down, so memmove in offset order
+// never overwrites a source). Sets each block's fate and new offset.
+Status NvmeTier::State::PackLive(int victim, std::vector<LiveBlock>& live, AlignedBuffer& buf,
+                                 uint64_t* packed) {
   std::sort(live.begin(), live.end(),
-            [](const auto& a, const auto& b) { return a.second.loc.offset < b.second.loc.offset; });
-  const auto& last = live.back().second.loc;
-  AlignedBuffer buf(last.offset + DiskBytes(last.payload_bytes));
-  Status read = SyncIo(IoOp::kRead, uint64_t(victim) * region_bytes, buf.span());
-  // Pack the blocks that still verify to the front of the buffer; offsets
-  // only move down, so memmove in offset order never overwrites a source.
-  std::vector<bool> keep(live.size(), false);
-  uint64_t packed = 0;
-  for (size_t i = 0; read.ok() && i < live.size(); ++i) {
-    const BlockLocation& loc = live[i].second.loc;
+            [](const auto& a, const auto& b) { return a.entry.loc.offset < b.entry.loc.offset; });
+  const uint32_t hot = options.nvme.reinsert_hits;
+  uint64_t end = 0;
+  for (LiveBlock& b : live) {
+    b.fate = hot == 0 || b.entry.hits >= hot ? LiveBlock::kCorrupt : LiveBlock::kEvict;
+    if (b.fate == LiveBlock::kCorrupt)
+      end = b.entry.loc.offset + DiskBytes(b.entry.loc.payload_bytes);
+  }
+  *packed = 0;
+  if (end == 0) return Status::Ok();  // nothing to keep: no read
+  buf = AlignedBuffer(end);
+  KVTIER_RETURN_IF_ERROR(SyncIo(IoOp::kRead, uint64_t(victim) * region_bytes, buf.span()));
+  for (LiveBlock& b : live) {
+    if (b.fate == LiveBlock::kEvict) continue;
+    const BlockLocation& loc = b.entry.loc;
     const uint64_t disk = DiskBytes(loc.payload_bytes);
     std::span<const std::byte> image(buf.data() + loc.offset, disk);
     Result<BlockHeader> h = DecodeBlockHeader(image.first(kBlockHeaderBytes));
     if (!h.ok() || h->payload_checksum != loc.checksum ||
-        !VerifyBlock(*h, live[i].first.ns, live[i].first.key,
-                     image.subspan(kNvmeAlign, loc.payload_bytes))
-             .ok()) {
-      continue;
+        !VerifyBlock(*h, b.id.ns, b.id.key, image.subspan(kNvmeAlign, loc.payload_bytes)).ok()) {
+      continue;  // stays kCorrupt
     }
-    std::memmove(buf.data() + packed, image.data(), disk);
-    live[i].second.loc.offset = static_cast<uint32_t>(packed);  // new offset, old kept in map
-    keep[i] = true;
-    packed += disk;
+    std::memmove(buf.data() + *packed, image.data(), disk);
+    b.new_offset = static_cast<uint32_t>(*packed);
+    b.fate = LiveBlock::kKeep;
+    *packed += disk;
   }
+  return Status::Ok();
+}
+
+// Writes the packed blocks at the start of the spare region, which becomes
+// the active region first (its new generation durable before the data).
+Status NvmeTier::State::WritePacked(const AlignedBuffer& buf, uint64_t packed, int* target,
+                                    uint64_t* gen) {
   std::unique_lock lock(mu);
-  Status st = read;
+  const int t = spare;
+  KVTIER_RETURN_IF_ERROR(ActivateLocked(t));
+  spare = -1;
+  *target = t;
+  *gen = regions[t].generation;
+  regions[t].write_ptr = packed;
+  ++regions[t].writers;
+  lock.unlock();
+  Status st = SyncIo(IoOp::kWrite, uint64_t(t) * region_bytes, buf.span().first(packed));
+  lock.lock();
+  --regions[t].writers;
+  if (st.ok()) stats.device_bytes_written += packed;
+  return st;
+}
+
+Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint64_t* reinserted) {
+  AlignedBuffer buf;
+  uint64_t packed = 0;
+  int target = -1;
   uint64_t gen = 0;
-  if (st.ok()) st = ActivateLocked(target);
-  if (st.ok()) {
-    gen = regions[target].generation;
-    regions[target].write_ptr = packed;
-    ++regions[target].writers;
-    lock.unlock();
-    st = SyncIo(IoOp::kWrite, uint64_t(target) * region_bytes, buf.span().first(packed));
-    lock.lock();
-    --regions[target].writers;
-    spare = -1;
-    if (st.ok()) stats.device_bytes_written += packed;
-  }
+  Status st = PackLive(victim, live, buf, &packed);
+  if (st.ok() && packed > 0) st = WritePacked(buf, packed, &target, &gen);
+  std::unique_lock lock(mu);
   if (!st.ok() && log) {
     log->Log(LogLevel::kError, "nvme tier '" + name + "': reclaim of region " +
-                                   std::to_string(victim) + " lost its live blocks: " +
-                                   st.ToString());
+                                   std::to_string(victim) +
+                                   " lost its live blocks: " + st.ToString());
   }
+  *reinserted = InstallRelocatedLocked(victim, target, gen, st, live);
   Region& v = regions[victim];
-  for (size_t i = 0; i < live.size(); ++i) {
-    auto it = map.find(live[i].first);
-    if (it == map.end() || it->second.loc.region != static_cast<uint32_t>(victim) ||
-        it->second.seq != live[i].second.seq) {
-      continue;  // replaced or removed while being moved
-    }
-    if (!st.ok() || !keep[i]) {
-      if (!keep[i] && st.ok()) ++stats.corruptions;
-      DropLocked(it->first, it->second, true);
-      map.erase(it);
-      continue;
-    }
-    const uint64_t disk = DiskBytes(it->second.loc.payload_bytes);
-    BlockLocation moved = it->second.loc;
-    moved.region = static_cast<uint32_t>(target);
-    moved.offset = live[i].second.loc.offset;
-    moved.generation = gen;
-    it->second.loc = moved;
-    pending[it->first] = moved;
-    v.live_bytes -= disk;
-    regions[target].live_bytes += disk;
-    stats.bytes_reinserted += disk;
-  }
   cv.wait(lock, [&] { return v.readers == 0; });
   stats.bytes_reclaimed += v.write_ptr - std::min(v.write_ptr, packed);
   ++stats.reclaims;
   v = Region{};
-  spare = victim;
+  if (target >= 0 || spare < 0) spare = victim;
   return Status::Ok();
+}
+
+// Points the index at the rewritten copies; drops what was evicted, failed
+// its check or could not be moved. Blocks replaced or removed meanwhile are
+// left alone. Returns the blocks rewritten. REQUIRES: mu held.
+uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_t gen,
+                                                 const Status& st,
+                                                 const std::vector<LiveBlock>& live) {
+  uint64_t moved_blocks = 0;
+  for (const LiveBlock& b : live) {
+    auto it = map.find(b.id);
+    if (it == map.end() || it->second.loc.region != static_cast<uint32_t>(victim) ||
+        it->second.seq != b.entry.seq) {
+      continue;
+    }
+    const uint64_t disk = DiskBytes(it->second.loc.payload_bytes);
+    if (!st.ok() || b.fate != LiveBlock::kKeep) {
+      if (st.ok() && b.fate == LiveBlock::kCorrupt) ++stats.corruptions;
+      if (b.fate == LiveBlock::kEvict) {
+        ++stats.evicted_blocks;
+        stats.bytes_evicted += disk;
+      }
+      DropLocked(it->first, it->second, true);
+      map.erase(it);
+      continue;
+    }
+    BlockLocation moved = it->second.loc;
+    moved.region = static_cast<uint32_t>(target);
+    moved.offset = b.new_offset;
+    moved.generation = gen;
+    it->second.loc = moved;
+    it->second.hits = 0;  // hot again only if read again
+    pending[it->first] = moved;
+    regions[victim].live_bytes -= disk;
+    regions[target].live_bytes += disk;
+    stats.bytes_reinserted += disk;
+    ++stats.reinserted_blocks;
+    ++moved_blocks;
+  }
+  return moved_blocks;
 }
 
 void NvmeTier::State::RequestCommitLocked() {

@@ -1,7 +1,9 @@
 // The NVMe tier's data paths: reads, writes, removes and lookups.
 #include "tiers/nvme/nvme_tier.h"
 
+#include <atomic>
 #include <cstring>
+#include <optional>
 
 #include "kvtier/block_header.h"
 #include "tiers/nvme/nvme_state.h"
@@ -14,6 +16,58 @@ std::string BlockName(const NsKey& id, const BlockLocation& loc) {
          std::to_string(loc.offset) + ")";
 }
 
+// A block's I/O goes out as one or two requests (see BlockRequests); each
+// records its status here and the last one to finish completes the block.
+struct Parts {
+  std::atomic<size_t> left{0};
+  Status status[2];
+  Status First() const { return status[0].ok() ? status[1] : status[0]; }
+  // Records part `i`; true for the part that completes the block.
+  bool Done(size_t i, const Status& st) {
+    status[i] = st;
+    return left.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  }
+};
+
+// Requests for one block at `offset`: the header page `head`, then, when
+// given, the payload buffer behind it. Fixed-buffer operations take a single
+// buffer, so a payload inside registered memory goes as its own request (and
+// its bytes skip the per-I/O page pinning); otherwise both go as one
+// vectored request.
+std::vector<IoRequest> BlockRequests(const IoEngine& engine, IoOp op, int fd, uint64_t offset,
+                                     iovec head, std::optional<iovec> payload) {
+  std::vector<IoRequest> out(1);
+  out[0].op = op;
+  out[0].fd = fd;
+  out[0].offset = offset;
+  out[0].iov.push_back(head);
+  if (!payload) return out;
+  if (!engine.IsRegistered(payload->iov_base, payload->iov_len)) {
+    out[0].iov.push_back(*payload);
+    return out;
+  }
+  IoRequest p;
+  p.op = op;
+  p.fd = fd;
+  p.offset = offset + head.iov_len;
+  p.iov.push_back(*payload);
+  out.push_back(std::move(p));
+  return out;
+}
+
+// Wires each request of one block to `parts`; `finish(status)` runs once,
+// after the last of them, with the first error.
+template <typename Finish>
+void JoinParts(std::vector<IoRequest>& reqs, Parts& parts, Finish finish) {
+  parts.left.store(reqs.size(), std::memory_order_relaxed);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].id = i;
+    reqs[i].done = [&parts, i, finish](const IoCompletion& io) {
+      if (parts.Done(i, io.status)) finish(parts.First());
+    };
+  }
+}
+
 // What a read needs between submission and completion.
 struct ReadCtx {
   size_t item = 0;
@@ -21,8 +75,9 @@ struct ReadCtx {
   BlockLocation loc;
   uint64_t seq = 0;
   std::span<std::byte> dst;
-  AlignedBuffer buf;     // the header page, or the whole block when bouncing
-  bool direct = false;   // payload lands in dst itself
+  AlignedBuffer buf;    // the header page, or the whole block when bouncing
+  bool direct = false;  // payload lands in dst itself
+  Parts parts;
 };
 
 struct WriteCtx {
@@ -30,6 +85,7 @@ struct WriteCtx {
   NsKey id;
   Placement place;
   AlignedBuffer buf;  // header page, plus the padded payload when bouncing
+  Parts parts;
 };
 
 // Checks the header and checksum; only a block that passes both reaches the
@@ -40,24 +96,28 @@ void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSour
   std::span<const std::byte> payload;
   if (st.ok()) {
     payload = c.direct ? std::span<const std::byte>(c.dst.data(), c.loc.payload_bytes)
-                       : std::span<const std::byte>(c.buf.data() + kNvmeAlign,
-                                                    c.loc.payload_bytes);
+                       : std::span<const std::byte>(c.buf.data() + kNvmeAlign, c.loc.payload_bytes);
     Result<BlockHeader> h = DecodeBlockHeader(c.buf.span().first(kBlockHeaderBytes));
     if (!h.ok()) {
       st = h.status();
-    } else if (h->payload_checksum != c.loc.checksum ||
-               h->payload_bytes != c.loc.payload_bytes) {
+    } else if (h->payload_checksum != c.loc.checksum || h->payload_bytes != c.loc.payload_bytes) {
       st = Status::Corruption("header does not match the index entry");
     } else {
       st = VerifyBlock(*h, c.id.ns, c.id.key, payload);
     }
-    if (!st.ok()) st = Status::Corruption(BlockName(c.id, c.loc) + ": " + std::string(st.message()));
+    if (!st.ok()) {
+      st = Status::Corruption(BlockName(c.id, c.loc) + ": " + std::string(st.message()));
+    }
   }
   if (st.ok() && !c.direct) std::memcpy(c.dst.data(), payload.data(), payload.size());
   {
     std::lock_guard lock(s.mu);
     Region& r = s.regions[c.loc.region];
     if (--r.readers == 0) s.cv.notify_all();
+    if (st.ok()) {
+      auto it = s.map.find(c.id);
+      if (it != s.map.end() && it->second.seq == c.seq) ++it->second.hits;
+    }
     if (st.code() == StatusCode::kCorruption) {
       ++s.stats.corruptions;
       auto it = s.map.find(c.id);
@@ -93,12 +153,29 @@ TierUsage NvmeTier::Usage() const {
 NvmeStats NvmeTier::Stats() const {
   std::lock_guard lock(s_->mu);
   NvmeStats st = s_->stats;
+  st.fixed_buffer_ios = s_->engine->FixedBufferIos();
   st.free_regions = 0;
   for (const Region& r : s_->regions) st.free_regions += r.state == RegionState::kFree;
   return st;
 }
 
 Status NvmeTier::Flush() { return s_->CommitNow(); }
+
+uint64_t NvmeTier::DoRegisterHostMemory(std::span<std::byte> memory) {
+  const iovec range{memory.data(), memory.size()};
+  const uint64_t n = s_->engine->RegisterBuffers(std::span(&range, 1));
+  std::lock_guard lock(s_->mu);
+  const bool first = s_->stats.registered_bytes == 0;  // later calls register nothing
+  s_->stats.registered_bytes += n;
+  if (first && n < memory.size() && s_->log) {
+    s_->log->Log(LogLevel::kInfo,
+                 "nvme tier '" + s_->name + "': " + std::to_string(n) + " of " +
+                     std::to_string(memory.size()) +
+                     " bytes of host memory registered as io_uring fixed buffers (the rest "
+                     "uses plain I/O; raise RLIMIT_MEMLOCK to register more)");
+  }
+  return n;
+}
 
 std::optional<uint64_t> NvmeTier::TEST_FileOffset(NamespaceId ns, const BlockKey& key) const {
   std::lock_guard lock(s_->mu);
@@ -109,6 +186,38 @@ std::optional<uint64_t> NvmeTier::TEST_FileOffset(NamespaceId ns, const BlockKey
 
 // ---- reads -------------------------------------------------------------------
 
+namespace {
+
+// Looks up one read; a miss or a too small buffer is answered at once.
+// REQUIRES: s.mu held.
+std::shared_ptr<ReadCtx> PrepareRead(NvmeTier::State& s, const std::string& tier, size_t i,
+                                     NamespaceId ns, const ReadOp& op, CompletionSource& done) {
+  const NsKey id{ns, op.key};
+  auto it = s.map.find(id);
+  if (it == s.map.end()) {
+    done.Set(i, Status::NotFound("not in tier '" + tier + "'"));
+    return nullptr;
+  }
+  const BlockLocation& loc = it->second.loc;
+  if (op.dst.size() < loc.payload_bytes) {
+    done.Set(i, Status::InvalidArgument("read buffer of " + std::to_string(op.dst.size()) +
+                                        " bytes < block of " + std::to_string(loc.payload_bytes)));
+    return nullptr;
+  }
+  auto c = std::make_shared<ReadCtx>();
+  c->item = i;
+  c->id = id;
+  c->loc = loc;
+  c->seq = it->second.seq;
+  c->dst = op.dst;
+  c->direct = IsAligned(c->dst.data()) && loc.payload_bytes % kNvmeAlign == 0;
+  c->buf = AlignedBuffer(c->direct ? kNvmeAlign : DiskBytes(loc.payload_bytes));
+  ++s.regions[loc.region].readers;
+  return c;
+}
+
+}  // namespace
+
 void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) {
   auto batch = std::make_shared<BatchDone>(std::move(done));
   std::vector<IoRequest> reqs;
@@ -116,46 +225,23 @@ void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSou
   {
     std::lock_guard lock(s_->mu);
     for (size_t i = 0; i < ops.size(); ++i) {
-      const NsKey id{ns, ops[i].key};
-      auto it = s_->map.find(id);
-      if (it == s_->map.end()) {
-        batch->done.Set(i, Status::NotFound("not in tier '" + name() + "'"));
-        continue;
-      }
-      const BlockLocation& loc = it->second.loc;
-      if (ops[i].dst.size() < loc.payload_bytes) {
-        batch->done.Set(i, Status::InvalidArgument(
-                               "read buffer of " + std::to_string(ops[i].dst.size()) +
-                               " bytes < block of " + std::to_string(loc.payload_bytes)));
-        continue;
-      }
-      auto c = std::make_shared<ReadCtx>();
-      c->item = i;
-      c->id = id;
-      c->loc = loc;
-      c->seq = it->second.seq;
-      c->dst = ops[i].dst;
-      c->direct = IsAligned(c->dst.data()) && loc.payload_bytes % kNvmeAlign == 0;
-      c->buf = AlignedBuffer(c->direct ? kNvmeAlign : DiskBytes(loc.payload_bytes));
-      ++s_->regions[loc.region].readers;
-      IoRequest r;
-      r.op = IoOp::kRead;
-      r.fd = s_->file.fd();
-      r.offset = uint64_t{loc.region} * s_->region_bytes + loc.offset;
-      r.iov.push_back({c->buf.data(), c->buf.size()});
-      if (c->direct) r.iov.push_back({c->dst.data(), loc.payload_bytes});
-      r.id = i;
-      ctxs.push_back(c);
-      reqs.push_back(std::move(r));
+      std::shared_ptr<ReadCtx> c = PrepareRead(*s_, name(), i, ns, ops[i], batch->done);
+      if (c == nullptr) continue;
+      std::optional<iovec> payload;
+      if (c->direct) payload = iovec{c->dst.data(), c->loc.payload_bytes};
+      std::vector<IoRequest> block =
+          BlockRequests(*s_->engine, IoOp::kRead, s_->file.fd(),
+                        uint64_t{c->loc.region} * s_->region_bytes + c->loc.offset,
+                        {c->buf.data(), c->buf.size()}, payload);
+      JoinParts(block, c->parts, [s = s_.get(), batch, c](const Status& st) {
+        FinishRead(*s, *c, st, batch->done);
+        batch->Release();
+      });
+      for (IoRequest& r : block) reqs.push_back(std::move(r));
+      ctxs.push_back(std::move(c));
     }
   }
-  for (size_t k = 0; k < reqs.size(); ++k) {
-    reqs[k].done = [s = s_.get(), batch, c = ctxs[k]](const IoCompletion& io) {
-      FinishRead(*s, *c, io.status, batch->done);
-      batch->Release();
-    };
-  }
-  batch->remaining.fetch_add(reqs.size(), std::memory_order_relaxed);
+  batch->remaining.fetch_add(ctxs.size(), std::memory_order_relaxed);
   if (Status st = reqs.empty() ? Status::Ok() : s_->engine->Submit(std::move(reqs)); !st.ok()) {
     for (auto& c : ctxs) {
       FinishRead(*s_, *c, st, batch->done);
@@ -164,7 +250,6 @@ void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSou
   }
   batch->Release();
 }
-
 
 // ---- writes ------------------------------------------------------------------
 
@@ -236,18 +321,16 @@ void NvmeTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionS
     const bool direct = IsAligned(ops[i].src.data()) && ops[i].src.size() % kNvmeAlign == 0;
     std::shared_ptr<WriteCtx> c = PrepareWrite(i, id, ops[i], header, direct);
     c->place = *place;
-    std::vector<IoRequest> req(1);
-    IoRequest& r = req[0];
-    r.op = IoOp::kWrite;
-    r.fd = s_->file.fd();
-    r.offset = uint64_t{place->loc.region} * s_->region_bytes + place->loc.offset;
-    r.iov.push_back({c->buf.data(), c->buf.size()});
-    if (direct) r.iov.push_back({const_cast<std::byte*>(ops[i].src.data()), ops[i].src.size()});
-    r.id = i;
-    r.done = [s = s_.get(), batch, c](const IoCompletion& io) {
-      FinishWrite(*s, *c, io.status, batch->done);
+    std::optional<iovec> payload;
+    if (direct) payload = iovec{const_cast<std::byte*>(ops[i].src.data()), ops[i].src.size()};
+    std::vector<IoRequest> req =
+        BlockRequests(*s_->engine, IoOp::kWrite, s_->file.fd(),
+                      uint64_t{place->loc.region} * s_->region_bytes + place->loc.offset,
+                      {c->buf.data(), c->buf.size()}, payload);
+    JoinParts(req, c->parts, [s = s_.get(), batch, c](const Status& st) {
+      FinishWrite(*s, *c, st, batch->done);
       batch->Release();
-    };
+    });
     batch->remaining.fetch_add(1, std::memory_order_relaxed);
     if (Status st = s_->engine->Submit(std::move(req)); !st.ok()) {
       FinishWrite(*s_, *c, st, batch->done);
@@ -276,13 +359,11 @@ void NvmeTier::DoRemove(NamespaceId ns, std::span<const BlockKey> keys, Completi
   done.Finish();
 }
 
-void NvmeTier::DoContains(NamespaceId ns, std::span<const BlockKey> keys,
-                          CompletionSource done) {
+void NvmeTier::DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) {
   std::lock_guard lock(s_->mu);
   for (size_t i = 0; i < keys.size(); ++i) {
-    done.Set(i, s_->map.contains({ns, keys[i]})
-                    ? Status::Ok()
-                    : Status::NotFound("not in tier '" + name() + "'"));
+    done.Set(i, s_->map.contains({ns, keys[i]}) ? Status::Ok()
+                                                : Status::NotFound("not in tier '" + name() + "'"));
   }
   done.Finish();
 }

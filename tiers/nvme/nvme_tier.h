@@ -5,7 +5,9 @@
 // Writes append to the active region; a full region is sealed. When no
 // region is free, reclaim picks a sealed region (nvme.reclaim: fifo or
 // greedy), rewrites its live blocks into the spare region, and the victim
-// becomes the new spare. Removed and replaced blocks are dead space until
+// becomes the new spare. With nvme.reinsert_hits = N > 0 only blocks read at
+// least N times since they were written (or last rewritten) are rewritten;
+// the cold rest are evicted. Removed and replaced blocks are dead space until
 // then. Capacity is logical (payload bytes, TierOptions::capacity_bytes); the
 // file is sized with spare regions so reclaim always has room.
 //
@@ -20,8 +22,11 @@
 // Reads go straight into the caller's buffer when it is 4 KiB-aligned and
 // the payload is a multiple of 4 KiB (host hub slots), else through a bounce
 // buffer. Every read checks the header and payload checksum; a mismatch is
-// Corruption and the entry is dropped. Registering the caller's arena as
-// io_uring fixed buffers is not done: plain iovecs are used throughout.
+// Corruption and the entry is dropped. Memory announced with
+// RegisterHostMemory (the hub arena) becomes io_uring fixed buffers as far as
+// the locked-memory limit allows; a payload inside it moves with
+// READ_FIXED/WRITE_FIXED as its own request beside the header page's, any
+// other buffer as one vectored request. The data file is a fixed file.
 #pragma once
 
 #include <memory>
@@ -37,21 +42,26 @@ struct NvmeStats {
   uint64_t device_bytes_written = 0;  // every byte written to the data file
   uint64_t bytes_reclaimed = 0;       // dead bytes freed by reclaim
   uint64_t bytes_reinserted = 0;      // live bytes rewritten by reclaim
+  uint64_t reinserted_blocks = 0;     // live blocks rewritten by reclaim
+  uint64_t evicted_blocks = 0;        // cold live blocks reclaim dropped (reinsert_hits)
+  uint64_t bytes_evicted = 0;         // their disk bytes
   uint64_t reclaims = 0;
-  uint64_t index_commits = 0;         // group commits that wrote entries
+  uint64_t index_commits = 0;  // group commits that wrote entries
   uint64_t commit_failures = 0;
-  uint64_t recovered_blocks = 0;      // entries loaded at open
-  uint64_t dropped_on_open = 0;       // stale or malformed entries dropped at open
-  uint64_t corruptions = 0;           // reads that failed their checks
-  bool direct_io = false;             // false: buffered fallback (tmpfs)
+  uint64_t recovered_blocks = 0;  // entries loaded at open
+  uint64_t dropped_on_open = 0;   // stale or malformed entries dropped at open
+  uint64_t corruptions = 0;       // reads that failed their checks
+  bool direct_io = false;         // false: buffered fallback (tmpfs)
+  bool fixed_file = false;        // the data file is registered with the ring
+  uint64_t registered_bytes = 0;  // host memory registered as fixed buffers
+  uint64_t fixed_buffer_ios = 0;  // reads and writes that used them
   uint32_t regions = 0;
   uint32_t free_regions = 0;
   // Device bytes per admitted byte; 0 before any write.
   double WriteAmplification() const {
-    return host_bytes_written == 0
-               ? 0.0
-               : static_cast<double>(device_bytes_written) /
-                     static_cast<double>(host_bytes_written);
+    return host_bytes_written == 0 ? 0.0
+                                   : static_cast<double>(device_bytes_written) /
+                                         static_cast<double>(host_bytes_written);
   }
 };
 
@@ -72,9 +82,9 @@ class NvmeTier final : public Tier {
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
   void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override;
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
-  void DoContains(NamespaceId ns, std::span<const BlockKey> keys,
-                  CompletionSource done) override;
+  void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
   void DoShutdown() override;
+  uint64_t DoRegisterHostMemory(std::span<std::byte> memory) override;
 
  private:
   friend Result<std::unique_ptr<NvmeTier>> OpenNvmeTier(const TierOptions&, const TierContext&,

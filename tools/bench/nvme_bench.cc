@@ -1,20 +1,18 @@
 #include "tools/bench/nvme_bench.h"
 
+#include <fcntl.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
-
-#include <fcntl.h>
-
-#include <cstdlib>
-#include <memory>
 
 #include "kvtier/options.h"
 #include "kvtier/tier.h"
@@ -26,13 +24,17 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr NamespaceId kBenchNs{0xBE4C};
 
 std::string FsName(const std::string& dir) {
-  struct statfs fs{};
+  struct statfs fs {};
   if (statfs(dir.c_str(), &fs) != 0) return "unknown";
   switch (static_cast<uint64_t>(fs.f_type)) {
-    case 0xEF53: return "ext4";
-    case 0x01021994: return "tmpfs";
-    case 0x58465342: return "xfs";
-    case 0x9123683E: return "btrfs";
+    case 0xEF53:
+      return "ext4";
+    case 0x01021994:
+      return "tmpfs";
+    case 0x58465342:
+      return "xfs";
+    case 0x9123683E:
+      return "btrfs";
     default: {
       char buf[32];
       std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(fs.f_type));
@@ -59,12 +61,13 @@ std::string SizeName(uint64_t b) {
 }
 
 // fio's sequential O_DIRECT io_uring job; bytes per second.
-Result<double> RunFio(const NvmeBenchOptions& o, const std::string& file, uint64_t bs,
-                      uint32_t qd, const std::string& op) {
+Result<double> RunFio(const NvmeBenchOptions& o, const std::string& file, uint64_t bs, uint32_t qd,
+                      const std::string& op) {
   std::ostringstream cmd;
   cmd << o.fio << " --name=kvtier-bench --filename=" << file << " --size=" << o.total_bytes
       << " --ioengine=io_uring --direct=1 --rw=" << op << " --bs=" << bs << " --iodepth=" << qd
-      << " --numjobs=1 --output-format=json 2>/dev/null";
+      << " --numjobs=1" << (o.fio_fixedbufs ? " --fixedbufs=1 --registerfiles=1" : "")
+      << " --output-format=json 2>/dev/null";
   std::optional<std::string> out = Capture(cmd.str());
   if (!out) return Status::Internal("fio failed: " + cmd.str());
   nlohmann::json j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
@@ -100,6 +103,7 @@ struct TierRun {
   double write_bps = 0;
   double read_bps = 0;
   bool direct = false;
+  uint64_t registered_bytes = 0;
 };
 
 // Keeps `qd` single-block requests in flight; bytes per second.
@@ -132,23 +136,27 @@ Result<TierRun> RunTier(const NvmeBenchOptions& o, const std::string& dir, uint6
   t.nvme.queue_depth = std::max<uint32_t>(64, qd);
   auto tier = CreateTier(t, TierContext{bs});
   if (!tier.ok()) return tier.status();
-  std::vector<AlignedBlock> bufs;
+  // One arena of qd slots, announced to the tier as the runtime announces
+  // the hub arena (the NVMe tier registers it as io_uring fixed buffers).
+  AlignedBlock arena(uint64_t{qd} * bs);
+  TierRun run;
+  run.registered_bytes = (*tier)->RegisterHostMemory(arena.span());
+  std::vector<std::span<std::byte>> bufs;
   for (uint32_t i = 0; i < qd; ++i) {
-    bufs.emplace_back(bs);
-    for (uint64_t k = 0; k < bs; ++k) bufs.back().p.get()[k] = static_cast<std::byte>(k * 31 + i);
+    bufs.push_back(arena.span().subspan(uint64_t{i} * bs, bs));
+    for (uint64_t k = 0; k < bs; ++k) bufs.back()[k] = static_cast<std::byte>(k * 31 + i);
   }
   const uint64_t blocks = o.total_bytes / bs;
   std::vector<WriteOp> wops(qd);
   std::vector<ReadOp> rops(qd);
-  TierRun run;
   auto w = Pump(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
-    wops[slot] = WriteOp{BlockKey{i + 1, 0xB0}, bufs[slot].span()};
+    wops[slot] = WriteOp{BlockKey{i + 1, 0xB0}, bufs[slot]};
     return (*tier)->Write(kBenchNs, std::span(&wops[slot], 1));
   });
   if (!w.ok()) return w.status().WithContext("tier write");
   run.write_bps = *w;
   auto r = Pump(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
-    rops[slot] = ReadOp{BlockKey{i + 1, 0xB0}, bufs[slot].span()};
+    rops[slot] = ReadOp{BlockKey{i + 1, 0xB0}, bufs[slot]};
     return (*tier)->Read(kBenchNs, std::span(&rops[slot], 1));
   });
   if (!r.ok()) return r.status().WithContext("tier read");
@@ -158,6 +166,38 @@ Result<TierRun> RunTier(const NvmeBenchOptions& o, const std::string& dir, uint6
   return run;
 }
 
+// One block size and queue depth: `rounds` rounds of fio write + read, then
+// the tier's write + read, alternating so both see the same disk weather;
+// the best round of each is kept.
+Status MeasurePair(const NvmeBenchOptions& o, const std::string& work, uint64_t bs, uint32_t qd,
+                   NvmeBenchReport& rep) {
+  NvmeBenchRow wr{bs, qd, "write"}, rd{bs, qd, "read"};
+  std::error_code ec;
+  for (uint32_t round = 0; round < o.rounds; ++round) {
+    if (rep.fio_found) {
+      KVTIER_ASSIGN_OR_RETURN(double fw, RunFio(o, work + "/fio.dat", bs, qd, "write"));
+      KVTIER_ASSIGN_OR_RETURN(double fr, RunFio(o, work + "/fio.dat", bs, qd, "read"));
+      std::filesystem::remove(work + "/fio.dat", ec);
+      wr.fio_mb_s = std::max(wr.fio_mb_s, fw / 1e6);
+      rd.fio_mb_s = std::max(rd.fio_mb_s, fr / 1e6);
+    }
+    const std::string tdir = work + "/tier-" + std::to_string(bs) + "-" + std::to_string(qd);
+    std::filesystem::create_directories(tdir, ec);
+    auto t = RunTier(o, tdir, bs, qd);
+    std::filesystem::remove_all(tdir, ec);
+    if (!t.ok()) return t.status();
+    rep.direct_io = t->direct;
+    rep.all_registered = rep.all_registered && t->registered_bytes == uint64_t{qd} * bs;
+    wr.tier_mb_s = std::max(wr.tier_mb_s, t->write_bps / 1e6);
+    rd.tier_mb_s = std::max(rd.tier_mb_s, t->read_bps / 1e6);
+  }
+  for (NvmeBenchRow* row : {&wr, &rd}) {
+    row->ratio = row->fio_mb_s > 0 ? row->tier_mb_s / row->fio_mb_s : 0;
+    rep.rows.push_back(*row);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status NvmeBenchOptions::Validate() const {
@@ -165,9 +205,11 @@ Status NvmeBenchOptions::Validate() const {
     return Status::InvalidArgument("need at least one block size and one queue depth");
   }
   for (uint64_t b : block_sizes) {
-    if (b == 0 || b % 4096 != 0) return Status::InvalidArgument("block sizes must be multiples of 4KiB");
+    if (b == 0 || b % 4096 != 0)
+      return Status::InvalidArgument("block sizes must be multiples of 4KiB");
     if (total_bytes < 4 * b) return Status::InvalidArgument("--total must hold at least 4 blocks");
   }
+  if (rounds == 0 || rounds > 100) return Status::InvalidArgument("--rounds must be in [1, 100]");
   for (uint32_t q : queue_depths) {
     if (q == 0 || q > 1024) return Status::InvalidArgument("queue depths must be in [1, 1024]");
   }
@@ -179,6 +221,8 @@ Result<NvmeBenchReport> RunNvmeBench(const NvmeBenchOptions& o) {
   NvmeBenchReport rep;
   rep.dir = std::filesystem::absolute(o.dir).string();
   rep.fs = FsName(rep.dir);
+  rep.rounds = o.rounds;
+  rep.fio_fixedbufs = o.fio_fixedbufs;
   if (auto v = Capture(o.fio + " --version 2>/dev/null")) {
     rep.fio_found = true;
     rep.fio_version = v->substr(0, v->find('\n'));
@@ -190,29 +234,8 @@ Result<NvmeBenchReport> RunNvmeBench(const NvmeBenchOptions& o) {
   Status failure;
   for (uint64_t bs : o.block_sizes) {
     for (uint32_t qd : o.queue_depths) {
-      NvmeBenchRow wr{bs, qd, "write"}, rd{bs, qd, "read"};
-      if (rep.fio_found) {
-        auto fw = RunFio(o, work + "/fio.dat", bs, qd, "write");
-        auto fr = fw.ok() ? RunFio(o, work + "/fio.dat", bs, qd, "read") : fw;
-        if (!fr.ok()) failure = fr.status();
-        if (fw.ok()) wr.fio_mb_s = *fw / 1e6;
-        if (fr.ok()) rd.fio_mb_s = *fr / 1e6;
-      }
-      const std::string tdir = work + "/tier-" + std::to_string(bs) + "-" + std::to_string(qd);
-      std::filesystem::create_directories(tdir, ec);
-      auto t = RunTier(o, tdir, bs, qd);
-      std::filesystem::remove_all(tdir, ec);
-      if (!t.ok()) {
-        failure = t.status();
-        break;
-      }
-      rep.direct_io = t->direct;
-      wr.tier_mb_s = t->write_bps / 1e6;
-      rd.tier_mb_s = t->read_bps / 1e6;
-      for (NvmeBenchRow* row : {&wr, &rd}) {
-        row->ratio = row->fio_mb_s > 0 ? row->tier_mb_s / row->fio_mb_s : 0;
-        rep.rows.push_back(*row);
-      }
+      failure = MeasurePair(o, work, bs, qd, rep);
+      if (!failure.ok()) break;
     }
     if (!failure.ok()) break;
   }
@@ -225,8 +248,15 @@ std::string FormatNvmeBench(const NvmeBenchReport& rep) {
   std::ostringstream out;
   out << "kvtier-bench nvme: " << rep.dir << " (" << rep.fs << "), tier "
       << (rep.direct_io ? "O_DIRECT" : "buffered (O_DIRECT refused)") << ", sequential\n";
+  out << "best of " << rep.rounds << " rounds (fio write+read, then tier write+read, "
+      << "alternating); MB/s = 10^6 payload bytes/s; tier buffers: one arena of qd blocks, "
+      << (rep.all_registered ? "registered" : "NOT (fully) registered")
+      << " as io_uring fixed buffers\n";
   if (rep.fio_found) {
-    out << "peer: " << rep.fio_version << " --ioengine=io_uring --direct=1, same file system\n";
+    out << "peer: " << rep.fio_version << " --ioengine=io_uring --direct=1 --rw=write|read"
+        << (rep.fio_fixedbufs ? " --fixedbufs=1 --registerfiles=1"
+                              : " (fixedbufs=0, fio's default)")
+        << ", same bs and iodepth, same file system\n";
   } else {
     out << "fio is not installed: the fio column is empty. Install it with "
            "`sudo apt-get install fio` (scripts/install-deps.sh lists it).\n";
@@ -242,8 +272,8 @@ std::string FormatNvmeBench(const NvmeBenchReport& rep) {
                     r.tier_mb_s, r.ratio);
     } else {
       std::snprintf(line, sizeof(line), "%-7s %4u  %-5s  %10s  %10.0f  %8s\n",
-                    SizeName(r.block_bytes).c_str(), r.queue_depth, r.op.c_str(), "-",
-                    r.tier_mb_s, "-");
+                    SizeName(r.block_bytes).c_str(), r.queue_depth, r.op.c_str(), "-", r.tier_mb_s,
+                    "-");
     }
     out << line;
   }
@@ -255,6 +285,9 @@ std::string NvmeBenchJson(const NvmeBenchReport& rep) {
   j["dir"] = rep.dir;
   j["fs"] = rep.fs;
   j["direct_io"] = rep.direct_io;
+  j["rounds"] = rep.rounds;
+  j["all_registered"] = rep.all_registered;
+  j["fio_fixedbufs"] = rep.fio_fixedbufs;
   j["fio"] = rep.fio_found ? nlohmann::json(rep.fio_version) : nlohmann::json(nullptr);
   j["rows"] = nlohmann::json::array();
   for (const NvmeBenchRow& r : rep.rows) {

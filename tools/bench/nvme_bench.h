@@ -17,29 +17,34 @@
 namespace kvtier::bench {
 
 struct NvmeBenchOptions {
-  std::string dir = ".";                            // both files live here
+  std::string dir = ".";  // both files live here
   std::vector<uint64_t> block_sizes = {256 << 10, 1 << 20};
   std::vector<uint32_t> queue_depths = {1, 32};
-  uint64_t total_bytes = 512ull << 20;              // bytes per measurement
-  std::string fio = "fio";                          // the fio binary
+  uint64_t total_bytes = 512ull << 20;  // bytes per measurement
+  std::string fio = "fio";              // the fio binary
+  uint32_t rounds = 3;                  // alternating rounds; the best of each side is kept
+  bool fio_fixedbufs = false;           // also give fio registered buffers and files
   Status Validate() const;
 };
 
 struct NvmeBenchRow {
   uint64_t block_bytes = 0;
   uint32_t queue_depth = 0;
-  std::string op;         // "write" or "read"
-  double fio_mb_s = 0;    // 0 when fio is missing
+  std::string op;       // "write" or "read"
+  double fio_mb_s = 0;  // 0 when fio is missing
   double tier_mb_s = 0;
-  double ratio = 0;       // tier / fio; 0 when fio is missing
+  double ratio = 0;  // tier / fio; 0 when fio is missing
 };
 
 struct NvmeBenchReport {
   std::string dir;
-  std::string fs;       // file system type of dir
+  std::string fs;  // file system type of dir
   bool direct_io = false;
   bool fio_found = false;
   std::string fio_version;
+  uint32_t rounds = 0;
+  bool fio_fixedbufs = false;
+  bool all_registered = true;  // every run's buffers became fixed buffers
   std::vector<NvmeBenchRow> rows;
 };
 

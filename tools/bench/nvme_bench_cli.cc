@@ -8,7 +8,8 @@
 namespace kvtier::bench {
 
 void AddNvmeBenchCommand(CLI::App& app, NvmeBenchFlags& f) {
-  CLI::App* cmd = app.add_subcommand("nvme", "NVMe tier vs fio (io_uring, O_DIRECT), same file system");
+  CLI::App* cmd =
+      app.add_subcommand("nvme", "NVMe tier vs fio (io_uring, O_DIRECT), same file system");
   cmd->add_option("--dir", f.dir, "directory for the fio and tier files")->capture_default_str();
   cmd->add_option("--block-sizes", f.block_sizes, "comma-separated block sizes")
       ->delimiter(',')
@@ -18,6 +19,10 @@ void AddNvmeBenchCommand(CLI::App& app, NvmeBenchFlags& f) {
       ->capture_default_str();
   cmd->add_option("--total", f.total, "bytes per measurement")->capture_default_str();
   cmd->add_option("--fio", f.fio, "fio binary")->capture_default_str();
+  cmd->add_option("--rounds", f.rounds, "alternating rounds; the best of each side is kept")
+      ->capture_default_str();
+  cmd->add_flag("--fio-fixedbufs", f.fio_fixedbufs,
+                "run fio with --fixedbufs=1 --registerfiles=1 too (registered buffers)");
   cmd->add_flag("--json", f.json, "print one JSON object");
 }
 
@@ -25,6 +30,8 @@ int RunNvmeBenchCommand(const NvmeBenchFlags& f) {
   NvmeBenchOptions o;
   o.dir = f.dir;
   o.fio = f.fio;
+  o.rounds = f.rounds;
+  o.fio_fixedbufs = f.fio_fixedbufs;
   o.queue_depths = f.queue_depths;
   o.block_sizes.clear();
   for (const std::string& text : f.block_sizes) {

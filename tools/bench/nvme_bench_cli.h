@@ -13,6 +13,8 @@ struct NvmeBenchFlags {
   std::vector<uint32_t> queue_depths = {1, 32};
   std::string total = "512MiB";
   std::string fio = "fio";
+  uint32_t rounds = 3;
+  bool fio_fixedbufs = false;
   bool json = false;
 };
 

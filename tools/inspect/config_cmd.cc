@@ -78,6 +78,8 @@ void NvmeEntries(const std::string& p, const TierOptions& t, std::vector<Entry>*
       {p + "reclaim", n.reclaim, "region reclaimed when none is free: fifo or greedy"},
       {p + "direct_io", Bool(n.direct_io), "open the data file with O_DIRECT (buffered fallback)"},
       {p + "commit_every_blocks", U(n.commit_every_blocks), "blocks between index group commits"},
+      {p + "reinsert_hits", U(n.reinsert_hits),
+       "reclaim keeps blocks read this often, evicts the rest (0: keeps all)"},
   });
 }
 
