@@ -5,7 +5,8 @@
 #   build-asan/  Debug -O1 with -fsanitize=address,undefined: every test but
 #                those labelled `package` and `bench`
 #   build-tsan/  Debug -O1 with -fsanitize=thread: the tests labelled
-#                `concurrency` (runtime and tier binaries only)
+#                `concurrency` or `remote` (runtime, tier, admin and remote
+#                binaries only)
 # Exits 0 only when every build compiles and all their tests pass.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -68,15 +69,17 @@ build_and_test sanitize build-asan "-LE package|bench" "" \
   -DKVTIER_SANITIZE=address,undefined -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON ||
   status=1
 
-# ThreadSanitizer on the concurrent parts only: the runtime and the tiers.
-build_and_test thread build-tsan "-L concurrency" "kvtier_runtime_test kvtier_tiers_test" \
+# ThreadSanitizer on the concurrent parts only: the runtime, the tiers, the
+# admin endpoint, and the remote tier against kvtier-memd processes.
+build_and_test thread build-tsan "-L concurrency|remote" \
+  "kvtier_runtime_test kvtier_tiers_test kvtier_admin_test kvtier_remote_test kvtier_remote_replay_test kvtier-memd" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-  -DKVTIER_SANITIZE=thread -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=OFF ||
+  -DKVTIER_SANITIZE=thread -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON ||
   status=1
 
 echo
 echo "test.sh summary: normal build: $RESULT_normal; address,undefined build: $RESULT_sanitize;" \
-  "thread build (concurrency tests): $RESULT_thread"
+  "thread build (concurrency and remote tests): $RESULT_thread"
 if [[ $status -eq 0 ]]; then
   echo "test.sh: PASS"
 else

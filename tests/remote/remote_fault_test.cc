@@ -13,6 +13,7 @@
 
 #include "tests/remote/remote_test_util.h"
 #include "tests/support/block_data.h"
+#include "tiers/remote/rdma_protocol.h"
 #include "tiers/remote/remote_auth.h"
 #include "tiers/remote/remote_protocol.h"
 #include "tiers/remote/remote_routing.h"
@@ -157,8 +158,8 @@ TEST_F(MemdAbuseTest, WrongProofGetsNothingButAnError) {
   c.ExpectError("authentication failed");
 }
 
-TEST_F(MemdAbuseTest, MalformedBatchAfterHandshakeIsRefused) {
-  RawClient c(port());
+// Completes the handshake with the right secret.
+void Authenticate(RawClient& c, const std::string& secret) {
   memd::Hello hello;
   hello.nonce = memd::RandomNonce();
   c.Send(memd::Frame(memd::Opcode::kHello, 1, memd::EncodeBody(hello)));
@@ -166,11 +167,24 @@ TEST_F(MemdAbuseTest, MalformedBatchAfterHandshakeIsRefused) {
   ASSERT_TRUE(ch.has_value());
   auto challenge = memd::DecodeChallenge(ch->second);
   ASSERT_TRUE(challenge.ok());
-  memd::Auth auth{memd::ClientProof(procs_[0]->secret(), challenge->nonce, hello.nonce)};
+  memd::Auth auth{memd::ClientProof(secret, challenge->nonce, hello.nonce)};
   c.Send(memd::Frame(memd::Opcode::kAuth, 1, memd::EncodeBody(auth)));
   auto w = c.ReadFrame();
   ASSERT_TRUE(w.has_value());
   ASSERT_EQ(w->first.opcode, memd::Opcode::kWelcome);
+}
+
+TEST_F(MemdAbuseTest, RdmaFramesOnATcpServerAreRefusedByName) {
+  RawClient c(port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(c, procs_[0]->secret()));
+  memd::RdmaHello hello{{0x11, 1, {}, 0x22}};
+  c.Send(memd::Frame(memd::Opcode::kRdmaHello, 2, memd::EncodeBody(hello)));
+  c.ExpectError("this kvtier-memd serves transport: tcp only; RDMA frames are refused");
+}
+
+TEST_F(MemdAbuseTest, MalformedBatchAfterHandshakeIsRefused) {
+  RawClient c(port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(c, procs_[0]->secret()));
   // A PUT_DATA for an item no PUT_BEGIN granted.
   std::vector<std::byte> data(kBlock + kBlockHeaderBytes);
   c.Send(memd::Frame(memd::Opcode::kPutData, 9, data, 3));

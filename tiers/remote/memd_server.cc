@@ -124,7 +124,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
 void Session::ReadHeader() {
   auto self = shared_from_this();
-  asio::async_read(sock_, asio::buffer(in_header_),
+  asio::async_read(sock_, asio::buffer(in_header_), TransferAllBulk(),
                    [this, self](const boost::system::error_code& ec, size_t) {
                      if (Alive(ec, "read")) OnHeader();
                    });
@@ -159,7 +159,7 @@ void Session::OnHeader() {
 void Session::ReadBody() {
   body_.resize(frame_.body_bytes);
   auto self = shared_from_this();
-  asio::async_read(sock_, asio::buffer(body_),
+  asio::async_read(sock_, asio::buffer(body_), TransferAllBulk(),
                    [this, self](const boost::system::error_code& ec, size_t) {
                      if (Alive(ec, "read body")) Dispatch();
                    });
@@ -179,7 +179,7 @@ void Session::ReadPutData() {
   if (r.slot < 0) return Discard(frame_.body_bytes);
   auto self = shared_from_this();
   std::span<std::byte> dst = srv_.pool_->SlotBytes(static_cast<uint32_t>(r.slot), r.stored_bytes);
-  asio::async_read(sock_, asio::buffer(dst.data(), dst.size()),
+  asio::async_read(sock_, asio::buffer(dst.data(), dst.size()), TransferAllBulk(),
                    [this, self](const boost::system::error_code& ec, size_t) {
                      if (Alive(ec, "read block")) ReadHeader();
                    });
@@ -192,7 +192,7 @@ void Session::Discard(size_t left) {
   scratch_.resize(kDiscardChunk);
   const size_t n = std::min(left, scratch_.size());
   auto self = shared_from_this();
-  asio::async_read(sock_, asio::buffer(scratch_.data(), n),
+  asio::async_read(sock_, asio::buffer(scratch_.data(), n), TransferAllBulk(),
                    [this, self, left, n](const boost::system::error_code& ec, size_t) {
                      if (Alive(ec, "discard")) Discard(left - n);
                    });
@@ -228,6 +228,9 @@ void Session::Dispatch() {
       }
       Send(Opcode::kStatusReply, EncodeBody(out));
     }
+  } else if (op == Opcode::kRdmaHello || op == Opcode::kGetLease || op == Opcode::kLeaseRelease) {
+    return ProtocolError(StatusCode::kNotSupported,
+                         "this kvtier-memd serves transport: tcp only; RDMA frames are refused");
   } else {
     return ProtocolError(StatusCode::kInvalidArgument,
                          "opcode " + std::to_string(static_cast<int>(op)) + " is not a request");
@@ -353,15 +356,16 @@ void Session::Pump() {
     if (!o.data.empty()) bufs.emplace_back(o.data.data(), o.data.size());
   }
   auto self = shared_from_this();
-  asio::async_write(sock_, bufs, [this, self](const boost::system::error_code& ec, size_t) {
-    for (const Out& o : writing_) {
-      if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
-    }
-    writing_.clear();
-    if (closed_) return;
-    if (ec || (closing_ && queue_.empty())) return Close();
-    Pump();
-  });
+  asio::async_write(sock_, bufs, TransferAllBulk(),
+                    [this, self](const boost::system::error_code& ec, size_t) {
+                      for (const Out& o : writing_) {
+                        if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
+                      }
+                      writing_.clear();
+                      if (closed_) return;
+                      if (ec || (closing_ && queue_.empty())) return Close();
+                      Pump();
+                    });
 }
 
 void Session::ProtocolError(StatusCode code, const std::string& why) {
@@ -407,6 +411,7 @@ Status MemdServer::Impl::Listen() {
   boost::system::error_code ec;
   acceptor_.open(ep.protocol(), ec);
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) TuneBulkSocket(acceptor_);
   if (!ec) acceptor_.bind(ep, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return FromAsio(ec, "memd listen on " + options_.listen);

@@ -183,13 +183,17 @@ void Link::Connect() {
   connect_deadline_ = SteadyClock::now() + std::chrono::milliseconds(c_.o_.connect_timeout_ms);
   Tick();
   auto self = shared_from_this();
+  boost::system::error_code opened;
+  sock_.open(s_.ep.protocol(), opened);
+  if (opened) return Abort(FromAsio(opened, Prefix() + "socket"));
+  TuneBulkSocket(sock_);
   sock_.async_connect(s_.ep, [this, self](const boost::system::error_code& ec) {
     if (!Live(ec, "connect")) return;
     boost::system::error_code ignored;
     sock_.set_option(tcp::no_delay(true), ignored);
     client_nonce_ = RandomNonce();
     hs_out_ = Frame(Opcode::kHello, 0, EncodeBody(Hello{kProtocolVersion, client_nonce_}));
-    asio::async_write(sock_, asio::buffer(hs_out_),
+    asio::async_write(sock_, asio::buffer(hs_out_), TransferAllBulk(),
                       [this, self](const boost::system::error_code& e, size_t) {
                         if (!Live(e, "send HELLO")) return;
                         ReadControl([this](const FrameHeader& h) {
@@ -235,7 +239,7 @@ void Link::Handshake(const Challenge& c) {
 
 void Link::ReadControl(std::function<void(const FrameHeader&)> then) {
   auto self = shared_from_this();
-  asio::async_read(sock_, asio::buffer(in_header_),
+  asio::async_read(sock_, asio::buffer(in_header_), TransferAllBulk(),
                    [this, self, then](const boost::system::error_code& ec, size_t) {
                      if (!Live(ec, "handshake read")) return;
                      auto h = DecodeFrameHeader(in_header_, 0);
@@ -250,6 +254,7 @@ void Link::ReadControl(std::function<void(const FrameHeader&)> then) {
 }
 
 void Link::Submit(RequestPtr r) {
+  if (dead_) return r->FailAll(Status::Unavailable(Prefix() + "connection failed"));
   r->id = next_id_++;
   r->deadline = SteadyClock::now() + std::chrono::milliseconds(c_.o_.op_timeout_ms);
   Request& req = *r;
@@ -304,15 +309,16 @@ void Link::Pump() {
     if (!f.b.empty()) bufs.emplace_back(f.b.data(), f.b.size());
   }
   auto self = shared_from_this();
-  asio::async_write(sock_, bufs, [this, self](const boost::system::error_code& ec, size_t) {
-    writing_.clear();
-    if (Live(ec, "send")) Pump();
-  });
+  asio::async_write(sock_, bufs, TransferAllBulk(),
+                    [this, self](const boost::system::error_code& ec, size_t) {
+                      writing_.clear();
+                      if (Live(ec, "send")) Pump();
+                    });
 }
 
 void Link::ReadHeader() {
   auto self = shared_from_this();
-  asio::async_read(sock_, asio::buffer(in_header_),
+  asio::async_read(sock_, asio::buffer(in_header_), TransferAllBulk(),
                    [this, self](const boost::system::error_code& ec, size_t) {
                      if (Live(ec, "read")) OnHeader();
                    });
@@ -337,7 +343,7 @@ void Link::OnHeader() {
   }
   body_.resize(h->body_bytes);
   auto self = shared_from_this();
-  asio::async_read(sock_, asio::buffer(body_),
+  asio::async_read(sock_, asio::buffer(body_), TransferAllBulk(),
                    [this, self, hdr = *h](const boost::system::error_code& ec, size_t) {
                      if (!Live(ec, "read")) return;
                      OnControl(hdr);
@@ -353,7 +359,7 @@ void Link::OnGetData(Request& r, const FrameHeader& h) {
   if (payload > r.dsts[item].size()) {
     // The caller's buffer is too small: take the bytes off the wire elsewhere.
     body_.resize(h.body_bytes);
-    asio::async_read(sock_, asio::buffer(body_),
+    asio::async_read(sock_, asio::buffer(body_), TransferAllBulk(),
                      [this, self, id, item, payload](const boost::system::error_code& ec, size_t) {
                        if (!Live(ec, "read")) return;
                        Request* req = Find(id, Opcode::kGet, item);
@@ -371,7 +377,7 @@ void Link::OnGetData(Request& r, const FrameHeader& h) {
   }
   std::array<asio::mutable_buffer, 2> bufs = {asio::buffer(r.headers[item]),
                                               asio::buffer(r.dsts[item].data(), payload)};
-  asio::async_read(sock_, bufs,
+  asio::async_read(sock_, bufs, TransferAllBulk(),
                    [this, self, id, item, payload](const boost::system::error_code& ec, size_t) {
                      if (!Live(ec, "read block")) return;
                      Request* req = Find(id, Opcode::kGet, item);
@@ -522,7 +528,10 @@ void ClientImpl::Route(size_t server, RequestPtr r) {
                                               std::to_string(ms.count()) + " ms"));
       }
       ch.link = std::make_shared<Link>(*this, s, ch);
-      ch.link->Connect();
+      // Connect may fail at once and drop the channel's reference.
+      auto link = ch.link;
+      link->Connect();
+      return link->Submit(std::move(r));
     }
     ch.link->Submit(r);
   });

@@ -17,6 +17,9 @@
 //   GET(ns, keys) -> per key GET_DATA(item, stored block) or GET_STATUS(item, code)
 //   EXISTS / REMOVE(ns, keys) -> STATUS_REPLY(statuses)
 //   STATS -> STATS_REPLY
+// On a connection that switched to RDMA (RDMA_HELLO -> RDMA_READY, see
+// rdma_protocol.h) PUT_BEGIN is answered by PUT_GRANT and no PUT_DATA
+// follows, and blocks are read with GET_LEASE -> LEASE_REPLY, LEASE_RELEASE.
 // A malformed frame is answered with ERROR(code, text) and the connection is
 // closed; nothing a client sends is used as an offset or a length without a
 // bound check.
@@ -65,6 +68,13 @@ enum class Opcode : uint8_t {
   kRemove = 31,
   kStats = 40,
   kStatsReply = 41,
+  // RDMA data path (rdma_protocol.h).
+  kRdmaHello = 50,
+  kRdmaReady = 51,
+  kPutGrant = 52,
+  kGetLease = 53,
+  kLeaseReply = 54,
+  kLeaseRelease = 55,
 };
 
 struct FrameHeader {

@@ -8,13 +8,16 @@
 namespace kvtier::bench {
 
 void AddRemoteBenchCommand(CLI::App& app, RemoteBenchFlags& f) {
-  CLI::App* cmd = app.add_subcommand("remote", "remote tier over TCP vs iperf3 on loopback");
+  CLI::App* cmd =
+      app.add_subcommand("remote", "remote tier over TCP vs iperf3 (one stream) on loopback");
   cmd->add_option("--block-size", f.block_size, "block size")->capture_default_str();
   cmd->add_option("--total", f.total, "bytes per direction per round")->capture_default_str();
   cmd->add_option("--queue-depth", f.queue_depth, "blocks per batch")->capture_default_str();
+  cmd->add_option("--batches-in-flight", f.batches_in_flight, "batches outstanding at once")
+      ->capture_default_str();
   cmd->add_option("--connections", f.connections, "connections per server")->capture_default_str();
-  cmd->add_option("--rounds", f.rounds, "alternating rounds; best kept")->capture_default_str();
-  cmd->add_option("--iperf-seconds", f.iperf_seconds, "iperf3 -t")->capture_default_str();
+  cmd->add_option("--rounds", f.rounds, "rounds of iperf3 then the tier; all printed")
+      ->capture_default_str();
   cmd->add_option("--servers", f.servers, "running kvtier-memd host:port (default: in-process)")
       ->delimiter(',');
   cmd->add_option("--secret-file", f.secret_file, "shared secret of --servers");
@@ -33,8 +36,8 @@ int RunRemoteBenchCommand(const RemoteBenchFlags& f) {
   }
   o.queue_depth = f.queue_depth;
   o.connections = f.connections;
+  o.batches_in_flight = f.batches_in_flight;
   o.rounds = f.rounds;
-  o.iperf_seconds = f.iperf_seconds;
   o.servers = f.servers;
   o.secret_file = f.secret_file;
   auto r = RunRemoteBench(o);

@@ -10,10 +10,10 @@ namespace kvtier::bench {
 struct RemoteBenchFlags {
   std::string block_size = "1MiB";
   std::string total = "1GiB";
-  uint32_t queue_depth = 16;
+  uint32_t queue_depth = 4;
+  uint32_t batches_in_flight = 2;
   uint32_t connections = 2;
-  uint32_t rounds = 2;
-  uint32_t iperf_seconds = 2;
+  uint32_t rounds = 5;
   std::vector<std::string> servers;  // empty: an in-process kvtier-memd
   std::string secret_file;
 };

@@ -1,0 +1,84 @@
+// Server-side bookkeeping of one RDMA client connection: the slots granted
+// for one-sided writes (PUT_BEGIN -> PUT_GRANT ... PUT_COMMIT) and the leases
+// that keep stored blocks in place while the client reads them (GET_LEASE ->
+// LEASE_REPLY ... LEASE_RELEASE or expiry). Pure logic over a MemdPool: no
+// verbs and no clock of its own (times are passed in), so every transition
+// is unit-tested without a device.
+//
+// A granted slot is reserved in the pool until its PUT_COMMIT, which checks
+// the BlockHeader the client wrote into it (a slot the client never wrote
+// fails that check and is freed). A leased slot is pinned: eviction, removal
+// or an overwrite drops it from the index at once but never reuses it before
+// the lease ends. Not thread-safe: the server's I/O thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "tiers/remote/memd_pool.h"
+#include "tiers/remote/rdma_protocol.h"
+#include "tiers/remote/remote_protocol.h"
+
+namespace kvtier::internal::memd {
+
+class RdmaGrants {
+ public:
+  // `pool` is addressed by the peer through `region` (the pool's mapping as
+  // registered); leases last `lease_ms`. REQUIRES: `pool` outlives this.
+  RdmaGrants(MemdPool& pool, RdmaRegion region, uint32_t lease_ms);
+  // Cancels every grant and ends every lease.
+  ~RdmaGrants();
+  RdmaGrants(const RdmaGrants&) = delete;
+  RdmaGrants& operator=(const RdmaGrants&) = delete;
+
+  // Reserves one slot per item. InvalidArgument (the connection is then
+  // closed) when `request_id` already has grants or the connection would
+  // hold more than `max_reserved` reserved items.
+  Result<GrantList> Begin(uint32_t request_id, const PutBegin& m, size_t max_reserved);
+  // Publishes every granted item of `request_id`; per-item codes.
+  // InvalidArgument when the request has no grants.
+  Result<StatusList> Commit(uint32_t request_id);
+
+  // Pins each stored key under one new lease ending at now_ms + lease_ms.
+  // Misses are NotFound items; lease_id is 0 when nothing was found.
+  LeaseReply Lease(const KeyBatch& m, uint64_t now_ms);
+  // Ends a lease early; false when it is unknown (already expired or
+  // released), which is not an error: the client may be late.
+  bool Release(uint64_t lease_id);
+  // Ends every lease whose end is at or before now_ms; returns how many.
+  size_t Expire(uint64_t now_ms);
+
+  size_t reserved_items() const { return reserved_items_; }
+  size_t open_leases() const { return leases_.size(); }
+  uint32_t lease_ms() const { return lease_ms_; }
+
+ private:
+  struct Granted {
+    BlockKey key;
+    int64_t slot = -1;  // -1: refused
+    uint64_t stored_bytes = 0;
+    StatusCode code = StatusCode::kOk;
+  };
+  struct Put {
+    NamespaceId ns;
+    std::vector<Granted> items;
+  };
+  struct LeaseEntry {
+    uint64_t ends_ms = 0;
+    std::vector<uint32_t> slots;
+  };
+  void EndLease(std::unordered_map<uint64_t, LeaseEntry>::iterator it);
+
+  MemdPool& pool_;
+  const RdmaRegion region_;
+  const uint32_t lease_ms_;
+  std::unordered_map<uint32_t, Put> puts_;
+  size_t reserved_items_ = 0;
+  uint64_t next_lease_ = 1;
+  std::unordered_map<uint64_t, LeaseEntry> leases_;
+  std::multimap<uint64_t, uint64_t> by_end_;  // ends_ms -> lease id
+};
+
+}  // namespace kvtier::internal::memd
