@@ -20,8 +20,8 @@ constexpr std::array<std::string_view, 12> kModelKeys = {
     "head_size", "block_tokens", "tp_rank",  "tp_size", "layout", "hidden_size"};
 constexpr std::array<std::string_view, 1> kHashingKeys = {"algorithm"};
 constexpr std::array<std::string_view, 1> kEngineKeys = {"pool_blocks"};
-constexpr std::array<std::string_view, 4> kRuntimeKeys = {"worker_threads", "max_queued_requests",
-                                                          "admin_socket", "gpu_watermark"};
+constexpr std::array<std::string_view, 5> kRuntimeKeys = {
+    "worker_threads", "max_queued_requests", "admin_socket", "gpu_watermark", "gpu_flops"};
 constexpr std::array<std::string_view, 2> kMoverKeys = {"interval_ms", "batch_blocks"};
 
 constexpr uint64_t kMaxIntervalMs = 3600 * 1000;  // an idle mover still looks once an hour
@@ -156,6 +156,13 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
     if (const ConfigNode* p = runtime->Find("gpu_watermark")) {
       KVTIER_RETURN_IF_ERROR(ReadDouble(*p, "runtime.gpu_watermark", &rt.gpu_watermark));
     }
+    if (const ConfigNode* p = runtime->Find("gpu_flops")) {
+      KVTIER_RETURN_IF_ERROR(ReadDouble(*p, "runtime.gpu_flops", &rt.gpu_flops_per_s));
+      if (rt.gpu_flops_per_s < 0) {
+        return NodeError(p->where, "runtime.gpu_flops " + p->text + " is negative",
+                         "the engine's prefill rate in FLOP/s, e.g. 4e14; 0 = unknown");
+      }
+    }
   }
   if (const ConfigNode* mover = Section(root, "mover")) {
     KVTIER_RETURN_IF_ERROR(CheckMap(*mover, "mover", kMoverKeys));
@@ -170,6 +177,15 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
   return Status::Ok();
 }
 
+// The prefill cost of the configured model, for the policies.
+ModelCost ModelCostOf(const ModelOptions& m) {
+  ModelCost c;
+  c.layers = m.num_layers;
+  c.hidden = m.hidden_size != 0 ? m.hidden_size : m.num_kv_heads * m.head_size * 8;
+  c.kv_bytes_per_token = m.BlockBytes() / m.block_tokens;
+  return c;
+}
+
 }  // namespace
 
 Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
@@ -179,7 +195,12 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
   KVTIER_RETURN_IF_ERROR(ReadSections(root, out));
   KVTIER_RETURN_IF_ERROR(ReadTiers(root, &out->runtime.tiers));
   out->runtime.block_bytes = out->model.BlockBytes();
+  // An nvme store is bound to the namespace of the model it caches.
+  for (TierOptions& t : out->runtime.tiers) {
+    if (t.type == "nvme") t.nvme.store_namespace = ComputeNamespaceId(out->model.Namespace()).value;
+  }
   out->runtime.block_tokens = out->model.block_tokens;
+  out->runtime.model_cost = ModelCostOf(out->model);
   // A last net under the field checks: the options' own validation.
   Status s = out->runtime.Validate();
   if (!s.ok()) return Prefixed(root, "runtime", s);

@@ -5,13 +5,14 @@
 #include "config/backend_keys.h"
 #include "config/config_reader.h"
 #include "config/config_values.h"
+#include "config/policy_keys.h"
 
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 11> kTierKeys = {
+constexpr std::array<std::string_view, 12> kTierKeys = {
     "name",      "type",  "capacity", "watermarks",  "eviction", "admission",
-    "hugepages", "mlock", "path",     "region_size", "servers"};
+    "hugepages", "mlock", "path",     "region_size", "servers",  "policy"};
 constexpr std::array<std::string_view, 2> kWatermarkKeys = {"high", "low"};
 // Whether a type's backend is compiled in is the tier registry's business,
 // not the config's: it answers NotSupported when the runtime starts.
@@ -87,11 +88,12 @@ Status ReadWatermarks(const ConfigNode& node, const std::string& path, Watermark
   return Status::Ok();
 }
 
-// watermarks, eviction and admission.
+// watermarks, eviction, admission and the policies' knobs.
 Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOptions* t) {
   if (const ConfigNode* p = node.Find("watermarks")) {
     KVTIER_RETURN_IF_ERROR(ReadWatermarks(*p, path + ".watermarks", &t->watermarks));
   }
+  KVTIER_RETURN_IF_ERROR(ReadPolicyKeys(node, path, t));
   if (const ConfigNode* p = node.Find("eviction")) {
     KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".eviction", &t->eviction));
     if (!Known(EvictionPolicyNames(), t->eviction)) {
@@ -111,6 +113,12 @@ Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOpt
       if (!Known(AdmissionPolicyNames(), t->admission[i])) {
         return NodeError(items[i]->where, "unknown admission policy '" + t->admission[i] + "'",
                          "one of: " + JoinNames(AdmissionPolicyNames()));
+      }
+      if (t->admission[i] == "write_budget" && t->policy.write_budget_bytes_per_day == 0) {
+        return NodeError(
+            items[i]->where,
+            path + ".admission has write_budget but no " + path + ".policy.write_budget_per_day",
+            "a budget such as 'policy: {write_budget_per_day: 200GiB}'");
       }
     }
   }

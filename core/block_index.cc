@@ -14,6 +14,7 @@ IndexEntry* BlockIndex::Insert(const NsKey& id, IndexEntry* parent, uint64_t byt
   entry->id = id;
   entry->parent = parent;
   entry->bytes = bytes;
+  entry->depth = parent != nullptr ? parent->depth + 1 : 0;
   if (parent != nullptr) ++parent->children;
   IndexEntry* raw = entry.get();
   map_.emplace(id, std::move(entry));
@@ -48,6 +49,7 @@ void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
   bytes_in_[tier] += e->bytes;
   e->last_access_ns = now_ns;
   LinkFront(e, tier);
+  if (observer_ != nullptr) observer_->OnAdd(*e, tier);
 }
 
 void BlockIndex::DropLocation(IndexEntry* e, size_t tier) {
@@ -57,12 +59,15 @@ void BlockIndex::DropLocation(IndexEntry* e, size_t tier) {
   --blocks_in_[tier];
   bytes_in_[tier] -= e->bytes;
   Unlink(e, tier);
+  if (observer_ != nullptr) observer_->OnDrop(*e, tier);
 }
 
 void BlockIndex::Touch(IndexEntry* e, uint64_t now_ns) {
   e->last_access_ns = now_ns;
   for (size_t t = 0; t < tier_count_; ++t) {
-    if (!e->In(t) || head_[t] == e) continue;
+    if (!e->In(t)) continue;
+    if (observer_ != nullptr) observer_->OnTouch(*e, t);
+    if (head_[t] == e) continue;
     Unlink(e, t);
     LinkFront(e, t);
   }

@@ -43,6 +43,15 @@ struct IndexEntry {
   uint32_t children = 0;         // stored entries whose parent is this one
   std::array<uint32_t, kMaxTiers> children_in{};  // of those, how many are in tier t
   uint64_t last_access_ns = 0;
+  // What the policies know of the block (BlockMeta): its position in its
+  // chain, how often lookups named and found it, and the Save hints.
+  uint64_t inserted_ns = 0;
+  uint64_t session_id = 0;       // Save hint; 0 = none
+  float expected_reuse = -1.0f;  // Save hint; negative = none
+  uint32_t depth = 0;            // root = 0
+  uint32_t sightings = 0;        // lookups that named it while indexed
+  uint32_t hits = 0;             // lookups that found it
+  bool is_tail = false;          // last block of the Save that stored it
   // Intrusive recency list per tier; head = most recent.
   std::array<IndexEntry*, kMaxTiers> prev{};
   std::array<IndexEntry*, kMaxTiers> next{};
@@ -52,14 +61,30 @@ struct IndexEntry {
   uint32_t FastestTier() const { return static_cast<uint32_t>(__builtin_ctz(locations)); }
 };
 
+// Told of every change to a tier's recency list, so eviction policies that
+// keep their own state stay in step with the index. Called under the same
+// lock as the index.
+class IndexObserver {
+ public:
+  virtual ~IndexObserver() = default;
+  virtual void OnAdd(const IndexEntry& e, size_t tier) = 0;
+  virtual void OnDrop(const IndexEntry& e, size_t tier) = 0;
+  virtual void OnTouch(const IndexEntry& e, size_t tier) = 0;
+};
+
 class BlockIndex {
  public:
   explicit BlockIndex(size_t tier_count) : tier_count_(tier_count) {}
   BlockIndex(const BlockIndex&) = delete;
   BlockIndex& operator=(const BlockIndex&) = delete;
 
+  // `observer` (may be null, not owned) hears of every AddLocation,
+  // DropLocation and Touch from now on.
+  void set_observer(IndexObserver* observer) { observer_ = observer; }
+
   IndexEntry* Find(const NsKey& id);
-  // Adds a kFilling entry under `parent` (may be null). REQUIRES: absent.
+  // Adds a kFilling entry under `parent` (may be null) at depth
+  // parent->depth + 1 (0 without a parent). REQUIRES: absent.
   IndexEntry* Insert(const NsKey& id, IndexEntry* parent, uint64_t bytes);
   // Removes the entry, and then any ancestor left with no copy, child or
   // pin. REQUIRES: no children, no locations, no pins.
@@ -88,6 +113,7 @@ class BlockIndex {
   void Unlink(IndexEntry* e, size_t tier);
 
   size_t tier_count_;
+  IndexObserver* observer_ = nullptr;
   std::unordered_map<NsKey, std::unique_ptr<IndexEntry>, NsKeyHash> map_;
   std::array<IndexEntry*, kMaxTiers> head_{};
   std::array<IndexEntry*, kMaxTiers> tail_{};

@@ -191,6 +191,7 @@ void WriteTier(std::string* out, const TierStats& t) {
       {"rejected_blocks", t.rejected_blocks},
       {"admitted_blocks", t.admitted_blocks},
       {"admission_rejected_blocks", t.admission_rejected_blocks},
+      {"forced_blocks", t.forced_blocks},
       {"errors", t.errors},
       {"corruptions", t.corruptions},
   };
@@ -222,6 +223,7 @@ std::string RenderStatsJson(const RuntimeStats& s) {
       {"saved_blocks", s.saved_blocks},
       {"save_duplicates", s.save_duplicates},
       {"save_failures", s.save_failures},
+      {"save_not_admitted", s.save_not_admitted},
       {"load_blocks", s.load_blocks},
       {"loaded_blocks", s.loaded_blocks},
       {"load_failures", s.load_failures},

@@ -63,6 +63,9 @@ void VisitRequests(const RuntimeStats& s, Emitter& e) {
   e.Counter("kvtier_save_duplicate_blocks_total", "blocks a save skipped as already stored",
             s.save_duplicates);
   e.Counter("kvtier_save_failed_blocks_total", "blocks a save failed", s.save_failures);
+  e.Counter("kvtier_save_not_admitted_blocks_total",
+            "blocks a save did not store: the hub's admission refused them or a parent",
+            s.save_not_admitted);
   e.Counter("kvtier_load_requested_blocks_total", "blocks asked to be loaded", s.load_blocks);
   e.Counter("kvtier_loaded_blocks_total", "blocks loaded into the engine", s.loaded_blocks);
   e.Counter("kvtier_load_failed_blocks_total", "blocks a load reported as failed",
@@ -116,6 +119,10 @@ void VisitTier(const RuntimeStats& s, const TierStats& t, Emitter& e) {
     e.Counter("kvtier_tier_admissions_total", "admission policy decisions for the tier",
               accepted ? t.admitted_blocks : t.admission_rejected_blocks, al);
   }
+  e.Counter("kvtier_tier_forced_writes_total",
+            "blocks written into the tier although its admission refused them (a child below "
+            "needs them)",
+            t.forced_blocks, l);
   e.Counter("kvtier_tier_errors_total", "failed tier reads and writes (not misses)", t.errors, l);
   e.Counter("kvtier_tier_corruptions_total", "blocks of the tier that failed their check",
             t.corruptions, l);

@@ -1,7 +1,9 @@
-// The mover: keeps every tier under its high watermark by demoting the least
-// recently used leaves to the next tier, or dropping them from the last one.
+// The mover: keeps every tier under its high watermark by demoting leaves,
+// in the order of the tier's eviction policy, to the next tier when its
+// admission accepts them, or dropping them.
 #include <cmath>
 #include <map>
+#include <unordered_map>
 
 #include "core/runtime_impl.h"
 #include "kvtier/block_header.h"
@@ -70,26 +72,39 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, std::chrono::steady_clock::time_po
   if (HubAboveHigh()) WakeMover();
 }
 
+std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t batch) {
+  const bool has_next = tier + 1 < tier_count();
+  // Without a next tier a block can leave only if another tier still holds
+  // it or nothing hangs below it.
+  auto may_drop = [&](const IndexEntry& e, uint32_t children_chosen) {
+    return has_next || (e.locations & ~(1U << tier)) != 0 || e.children == children_chosen;
+  };
+  std::vector<IndexEntry*> victims;
+  if (policies_->lru(tier)) {
+    victims = index_.Victims(tier, batch, 4 * batch + 256, may_drop);
+  } else {
+    // The policy chooses among the least recently used few batches of
+    // candidates; Choose keeps children ahead of their parents.
+    std::vector<IndexEntry*> candidates =
+        index_.Victims(tier, 4 * batch, 8 * batch + 256, may_drop);
+    victims = policies_->Choose(tier, candidates, batch, may_drop, NowNs());
+  }
+  for (IndexEntry* v : victims) {
+    v->moving = true;
+    ++v->pins;
+  }
+  moving_blocks_ += victims.size();
+  return victims;
+}
+
 size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks) {
   size_t total = 0;
-  const bool has_next = tier + 1 < tier_count();
   while (total < blocks) {
     size_t batch = std::min<size_t>(blocks - total, options_.mover.batch_blocks);
     std::vector<IndexEntry*> victims;
     {
       std::lock_guard lock(mu_);
-      // Without a next tier a block can leave only if another tier still
-      // holds it or nothing hangs below it.
-      victims = index_.Victims(tier, batch, 4 * batch + 256,
-                               [&](const IndexEntry& e, uint32_t children_chosen) {
-                                 return has_next || (e.locations & ~(1U << tier)) != 0 ||
-                                        e.children == children_chosen;
-                               });
-      for (IndexEntry* v : victims) {
-        v->moving = true;
-        ++v->pins;
-      }
-      moving_blocks_ += victims.size();
+      victims = SelectVictimsLocked(tier, batch);
     }
     if (victims.empty()) break;
     size_t dropped = WritebackAndDrop(tier, victims);
@@ -99,54 +114,43 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks) {
   return total;
 }
 
+std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
+                                               const std::vector<IndexEntry*>& victims) {
+  const size_t next = tier + 1;
+  std::vector<bool> write(victims.size(), false);
+  const TierUsage usage = lower_[next - 1]->Usage();
+  std::lock_guard lock(mu_);
+  const TierState state = policies_->StateOf(next, usage.capacity_bytes, usage.used_bytes, NowNs());
+  // Victims come children first (BlockIndex::Victims, TierPolicies::Choose),
+  // so when a parent is decided, `vanishing` counts its children of this
+  // batch that leave every tier.
+  std::unordered_map<const IndexEntry*, uint32_t> vanishing;
+  for (size_t i = 0; i < victims.size(); ++i) {
+    IndexEntry* v = victims[i];
+    if ((v->locations >> next) != 0) continue;  // a deeper tier holds it: no write
+    const bool admit = policies_->Admit(next, policies_->MetaOf(*v), state);
+    metrics_.AddAdmission(next, admit);
+    const bool other_copy = (v->locations & ~(1U << tier)) != 0;
+    const auto gone = vanishing.find(v);
+    const uint32_t staying = v->children - (gone == vanishing.end() ? 0 : gone->second);
+    write[i] = admit || (!other_copy && staying > 0);
+    if (!admit && write[i]) ++tier_counts_[next].forced;
+    if (!write[i] && !other_copy && v->parent != nullptr) ++vanishing[v->parent];
+  }
+  return write;
+}
+
 size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims) {
   const size_t next = tier + 1;
   std::vector<bool> written(victims.size(), false);
-  if (next < tier_count()) {
-    // Group by namespace: a tier batch belongs to one namespace. Blocks that a
-    // deeper tier already holds need no write.
-    std::map<uint64_t, std::vector<size_t>> by_ns;
-    for (size_t i = 0; i < victims.size(); ++i) {
-      if ((victims[i]->locations >> next) == 0) by_ns[victims[i]->id.ns.value].push_back(i);
-    }
-    size_t to_write = 0;
-    for (auto& [ns, items] : by_ns) to_write += items.size();
-    // `always` is the only admission policy the runtime runs today: every
-    // block offered to the next tier is admitted.
-    if (to_write > 0) metrics_.AddAdmission(next, /*admitted=*/true, to_write);
-    MakeRoomBelow(next, to_write);
-    std::vector<std::vector<std::byte>> staging;  // below the hub: read first
-    for (auto& [ns, items] : by_ns) {
-      std::vector<WriteOp> ops;
-      for (size_t i : items) {
-        IndexEntry* v = victims[i];
-        if (tier == 0) {
-          auto payload = arena_->Slot(v->host_slot).first(v->bytes);
-          // Pinned and moving: nobody else touches the checksum now.
-          if (!v->checksum) v->checksum = PayloadChecksum(ChecksumKind::kXxh3_64, payload);
-          ops.push_back({v->id.key, payload});
-          continue;
-        }
-        staging.emplace_back(v->bytes);
-        ReadOp rd{v->id.key, staging.back()};
-        Completion r = lower_[tier - 1]->Read(v->id.ns, std::span(&rd, 1));
-        if (r.Wait().ok()) ops.push_back({v->id.key, staging.back()});
-      }
-      Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
-      (void)w.Wait();
-      for (size_t j = 0, k = 0; j < items.size() && k < ops.size(); ++j) {
-        if (ops[k].key != victims[items[j]]->id.key) continue;
-        written[items[j]] = w.result(k).ok();
-        ++k;
-      }
-    }
-  }
+  if (next < tier_count()) WriteToNext(tier, victims, DecideAdmission(tier, victims), written);
 
   size_t dropped = 0;
   std::vector<NsKey> removals;
   {
     std::lock_guard lock(mu_);
     const uint64_t now = NowNs();
+    uint64_t written_bytes = 0;
     for (size_t i = 0; i < victims.size(); ++i) {
       IndexEntry* v = victims[i];
       --v->pins;
@@ -156,6 +160,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
         index_.AddLocation(v, next, now);
         ++tier_counts_[tier].demoted;
         metrics_.AddMove(tier, next, 1, v->bytes);
+        written_bytes += v->bytes;
       }
       const bool other_copy = (v->locations & ~(1U << tier)) != 0;
       if (v->pins != 0 || (!other_copy && v->children != 0)) {
@@ -166,6 +171,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       ++dropped;
       DropCopyLocked(v, tier, &removals);
     }
+    if (next < tier_count()) policies_->OnWritten(next, written_bytes, now);
     // Under the lock, so a waiter cannot miss it between its check and wait.
     moves_done_.notify_all();
   }
@@ -175,6 +181,45 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     for (auto& [ns, keys] : by_ns) (void)lower_[tier - 1]->Remove(NamespaceId{ns}, keys).Wait();
   }
   return dropped;
+}
+
+void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
+                              const std::vector<bool>& write, std::vector<bool>& written) {
+  const size_t next = tier + 1;
+  // Group by namespace: a tier batch belongs to one namespace.
+  std::map<uint64_t, std::vector<size_t>> by_ns;
+  size_t to_write = 0;
+  for (size_t i = 0; i < victims.size(); ++i) {
+    if (!write[i]) continue;
+    by_ns[victims[i]->id.ns.value].push_back(i);
+    ++to_write;
+  }
+  MakeRoomBelow(next, to_write);
+  std::vector<std::vector<std::byte>> staging;  // below the hub: read first
+  for (auto& [ns, items] : by_ns) {
+    std::vector<WriteOp> ops;
+    for (size_t i : items) {
+      IndexEntry* v = victims[i];
+      if (tier == 0) {
+        auto payload = arena_->Slot(v->host_slot).first(v->bytes);
+        // Pinned and moving: nobody else touches the checksum now.
+        if (!v->checksum) v->checksum = PayloadChecksum(ChecksumKind::kXxh3_64, payload);
+        ops.push_back({v->id.key, payload});
+        continue;
+      }
+      staging.emplace_back(v->bytes);
+      ReadOp rd{v->id.key, staging.back()};
+      Completion r = lower_[tier - 1]->Read(v->id.ns, std::span(&rd, 1));
+      if (r.Wait().ok()) ops.push_back({v->id.key, staging.back()});
+    }
+    Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
+    (void)w.Wait();
+    for (size_t j = 0, k = 0; j < items.size() && k < ops.size(); ++j) {
+      if (ops[k].key != victims[items[j]]->id.key) continue;
+      written[items[j]] = w.result(k).ok();
+      ++k;
+    }
+  }
 }
 
 void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks) {

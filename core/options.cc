@@ -15,10 +15,6 @@ constexpr uint64_t kPiB = 1024 * kTiB;
 // whole queue, and the geometry is almost certainly a typo.
 constexpr uint64_t kMaxBlockBytes = kGiB;
 
-constexpr std::array<std::string_view, 1> kEvictionNames = {"lru"};
-constexpr std::array<std::string_view, 1> kAdmissionNames = {"always"};
-
-
 bool ValidTierNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
@@ -69,8 +65,9 @@ uint64_t CappedBlockBytes(const ModelOptions& m) {
 
 }  // namespace
 
-std::span<const std::string_view> EvictionPolicyNames() { return kEvictionNames; }
-std::span<const std::string_view> AdmissionPolicyNames() { return kAdmissionNames; }
+// The runtime runs every policy the policy library builds.
+std::span<const std::string_view> EvictionPolicyNames() { return PolicyEvictionNames(); }
+std::span<const std::string_view> AdmissionPolicyNames() { return PolicyAdmissionNames(); }
 
 Status WatermarkOptions::Validate() const {
   const std::string text =
@@ -81,6 +78,36 @@ Status WatermarkOptions::Validate() const {
   }
   if (!(low < high)) {
     return Status::InvalidArgument(text + ": low is not below high; expected 0 < low < high <= 1");
+  }
+  return Status::Ok();
+}
+
+Status TierOptions::ValidatePolicies() const {
+  const auto eviction_names = EvictionPolicyNames();
+  if (!internal::ContainsName(eviction_names, eviction)) {
+    return TierError(name, "unknown eviction policy '" + eviction +
+                               "'; expected one of: " + internal::JoinNames(eviction_names));
+  }
+  if (admission.empty()) {
+    return TierError(name, "admission list is empty; expected at least one policy");
+  }
+  const auto admission_names = AdmissionPolicyNames();
+  for (const std::string& a : admission) {
+    if (!internal::ContainsName(admission_names, a)) {
+      return TierError(name, "unknown admission policy '" + a +
+                                 "'; expected one of: " + internal::JoinNames(admission_names));
+    }
+    if (a == "write_budget" && policy.write_budget_bytes_per_day == 0) {
+      return TierError(name,
+                       "admission write_budget has no budget; expected "
+                       "policy.write_budget_bytes_per_day > 0");
+    }
+  }
+  Status knobs = policy.Validate();
+  if (!knobs.ok()) return TierError(name, "policy " + std::string(knobs.message()));
+  // Written as negations so that NaN is rejected too.
+  if (!(read_bytes_per_s >= 0) || !(read_latency_s >= 0)) {
+    return TierError(name, "negative read bandwidth or latency; expected values >= 0");
   }
   return Status::Ok();
 }
@@ -104,19 +131,7 @@ Status TierOptions::Validate() const {
   }
   Status wm = watermarks.Validate();
   if (!wm.ok()) return TierError(name, std::string(wm.message()));
-  if (!internal::ContainsName(kEvictionNames, eviction)) {
-    return TierError(name, "unknown eviction policy '" + eviction +
-                               "'; expected one of: " + internal::JoinNames(kEvictionNames));
-  }
-  if (admission.empty()) {
-    return TierError(name, "admission list is empty; expected at least one policy");
-  }
-  for (const std::string& a : admission) {
-    if (!internal::ContainsName(kAdmissionNames, a)) {
-      return TierError(name, "unknown admission policy '" + a +
-                                 "'; expected one of: " + internal::JoinNames(kAdmissionNames));
-    }
-  }
+  KVTIER_RETURN_IF_ERROR(ValidatePolicies());
   if (type == "nvme" && path.empty()) {
     return TierError(name, "nvme tier has no path; expected a file or block device path");
   }
@@ -240,6 +255,12 @@ Status RuntimeOptions::Validate() const {
   }
   if (mover.batch_blocks == 0) {
     return Status::InvalidArgument("mover batch_blocks is 0; expected at least 1");
+  }
+  if (!(gpu_flops_per_s >= 0)) {
+    return Status::InvalidArgument("gpu_flops_per_s is negative; expected a rate >= 0");
+  }
+  if (model_cost.layers == 0 || model_cost.hidden == 0) {
+    return Status::InvalidArgument("model_cost has 0 layers or 0 hidden; expected both >= 1");
   }
   if (!(gpu_watermark >= 0 && gpu_watermark < 1)) {
     return Status::InvalidArgument("gpu_watermark is " + std::to_string(gpu_watermark) +

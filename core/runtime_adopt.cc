@@ -46,6 +46,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
     if (e == nullptr) {
       e = index_.Insert({ns, rest[j]}, parent, options_.block_bytes);
       e->state = EntryState::kReady;
+      e->inserted_ns = now;
       for (size_t t = 1; t < tier_count(); ++t) {
         if ((present[j] >> t) & 1U) index_.AddLocation(e, t, now);
       }

@@ -68,6 +68,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
                                              pin.status().ToString());
   }
 
+  auto policies = internal::TierPolicies::Create(options);
+  if (!policies.ok()) return policies.status();
   std::vector<std::unique_ptr<Tier>> lower;
   TierContext context{options.block_bytes, options.clock, options.log};
   for (size_t i = 1; i < options.tiers.size(); ++i) {
@@ -77,10 +79,13 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
       for (auto& t : lower) t->Shutdown();
       return tier.status();
     }
+    // The hub's slots are the buffers lower tiers read into and write from.
+    (void)(*tier)->RegisterHostMemory((*arena)->Mapping());
     lower.push_back(std::move(tier).value());
   }
   auto impl = std::make_unique<internal::RuntimeImpl>(std::move(options), std::move(engine),
-                                                      std::move(arena).value(), std::move(lower));
+                                                      std::move(arena).value(), std::move(lower),
+                                                      std::move(policies).value());
   KVTIER_RETURN_IF_ERROR(impl->StartAdmin());
   return std::unique_ptr<Runtime>(std::move(impl));
 }
@@ -88,8 +93,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
 namespace internal {
 
 RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> engine,
-                         std::unique_ptr<HostArena> arena,
-                         std::vector<std::unique_ptr<Tier>> lower)
+                         std::unique_ptr<HostArena> arena, std::vector<std::unique_ptr<Tier>> lower,
+                         std::unique_ptr<TierPolicies> policies)
     : options_(std::move(options)),
       engine_(std::move(engine)),
       clock_(options_.clock),
@@ -97,7 +102,9 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
       arena_(std::move(arena)),
       lower_(std::move(lower)),
       index_(1 + lower_.size()),
+      policies_(std::move(policies)),
       tier_counts_(1 + lower_.size()) {
+  index_.set_observer(policies_.get());
   for (const auto& t : lower_) has_local_index_tier_ |= t->capabilities().local_index;
   workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests);
   if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
@@ -163,16 +170,16 @@ Completion RuntimeImpl::Submit(size_t items, std::function<void(CompletionSource
 
 Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
                              std::span<const BlockKey> keys,
-                             std::span<const uint32_t> engine_blocks) {
+                             std::span<const uint32_t> engine_blocks, const SaveOptions& options) {
   if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
     return CompletionSource::Done(keys.size(), st.WithContext("save"));
   }
   std::vector<BlockKey> k(keys.begin(), keys.end());
   std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
   const size_t n = k.size();  // read before k is moved into the job
-  return Submit(n, [this, ns, parent, k = std::move(k), b = std::move(b),
+  return Submit(n, [this, ns, parent, k = std::move(k), b = std::move(b), options,
                     start = NowNs()](CompletionSource& done) {
-    RunSave(ns, parent, k, b, done);
+    RunSave(ns, parent, k, b, options, done);
     metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
   });
 }
@@ -213,6 +220,7 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
     r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
   }
   r.hit_blocks = r.tier.size();
+  ObserveLookupLocked(ns, keys, r.hit_blocks);
   ++stats_.lookups;
   stats_.lookup_blocks += keys.size();
   stats_.lookup_hit_blocks += r.hit_blocks;
@@ -234,12 +242,25 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
     pin.result_.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
   }
   pin.result_.hit_blocks = pin.keys_.size();
+  ObserveLookupLocked(ns, keys, pin.result_.hit_blocks);
   pin.runtime_ = this;
   pin.ns_ = ns;
   ++stats_.lookups;
   stats_.lookup_blocks += keys.size();
   stats_.lookup_hit_blocks += pin.result_.hit_blocks;
   return pin;
+}
+
+void RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits) {
+  // Keys past the first miss may still be indexed (being filled, or kept
+  // only as a link of a longer chain): they were named all the same.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    IndexEntry* e = index_.Find({ns, keys[i]});
+    if (e == nullptr) continue;
+    ++e->sightings;
+    if (i < hits) ++e->hits;
+  }
+  policies_->ObserveRequest(ns, keys, NowNs());
 }
 
 void RuntimeImpl::Unpin(NamespaceId ns, std::span<const BlockKey> keys) {
@@ -321,6 +342,7 @@ RuntimeStats RuntimeImpl::Stats() const {
     s.evicted_blocks = c.evicted;
     s.demoted_blocks = c.demoted;
     s.rejected_blocks = c.rejected;
+    s.forced_blocks = c.forced;
     if (t == 0) {
       const TierOptions& o = options_.tiers[0];
       s.name = o.name;

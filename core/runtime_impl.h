@@ -18,6 +18,7 @@
 #include "core/admin_server.h"
 #include "core/block_index.h"
 #include "core/metrics.h"
+#include "core/tier_policies.h"
 #include "io/worker_pool.h"
 #include "kvtier/policy.h"
 #include "kvtier/runtime.h"
@@ -29,11 +30,13 @@ namespace kvtier::internal {
 class RuntimeImpl final : public Runtime {
  public:
   RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> engine,
-              std::unique_ptr<HostArena> arena, std::vector<std::unique_ptr<Tier>> lower);
+              std::unique_ptr<HostArena> arena, std::vector<std::unique_ptr<Tier>> lower,
+              std::unique_ptr<TierPolicies> policies);
   ~RuntimeImpl() override;
 
+  using Runtime::Save;
   Completion Save(NamespaceId ns, std::optional<BlockKey> parent, std::span<const BlockKey> keys,
-                  std::span<const uint32_t> engine_blocks) override;
+                  std::span<const uint32_t> engine_blocks, const SaveOptions& options) override;
   Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys) override;
   Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) override;
   Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
@@ -61,7 +64,7 @@ class RuntimeImpl final : public Runtime {
   struct SaveJob;
   struct LoadJob;
   struct TierCount {  // runtime-side counters per tier, guarded by mu_
-    uint64_t hit_blocks = 0, evicted = 0, demoted = 0, rejected = 0, corruptions = 0;
+    uint64_t hit_blocks = 0, evicted = 0, demoted = 0, rejected = 0, corruptions = 0, forced = 0;
     uint64_t hub_bytes_in = 0, hub_bytes_out = 0, hub_blocks_in = 0;
   };
 
@@ -72,7 +75,26 @@ class RuntimeImpl final : public Runtime {
 
   // runtime_save.cc / runtime_load.cc: the jobs, on worker threads.
   void RunSave(NamespaceId ns, std::optional<BlockKey> parent, const std::vector<BlockKey>& keys,
-               const std::vector<uint32_t>& blocks, CompletionSource& done);
+               const std::vector<uint32_t>& blocks, const SaveOptions& hints,
+               CompletionSource& done);
+  // How many leading keys the hub admits: asks the hub's admission about each
+  // key not yet stored, in order, up to the first refusal. REQUIRES: mu_ held.
+  size_t AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
+                              const std::vector<BlockKey>& keys, const SaveOptions& hints);
+  // Indexes keys[0, admitted) that are new as kFilling entries with hub slots
+  // (fresh / fresh_item), and settles every other item. REQUIRES: mu_ held.
+  void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,
+                         const std::vector<BlockKey>& keys, size_t admitted,
+                         const SaveOptions& hints, CompletionSource& done,
+                         std::vector<IndexEntry*>& fresh, std::vector<size_t>& fresh_item);
+  // Publishes the reserved entries whose bytes were copied (copied[j] for
+  // fresh[j]) and undoes the others. REQUIRES: mu_ held.
+  void FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
+                        const std::vector<size_t>& fresh_item, const std::vector<Status>& copied,
+                        CompletionSource& done);
+  // Sightings and hits of a lookup's keys, and the policies' view of the
+  // request. REQUIRES: mu_ held.
+  void ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits);
   void RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                const std::vector<uint32_t>& blocks, std::chrono::steady_clock::time_point deadline,
                const LayerDone& on_layer, CompletionSource& done);
@@ -81,7 +103,8 @@ class RuntimeImpl final : public Runtime {
                            std::vector<uint32_t>& staged_slot,
                            std::chrono::steady_clock::time_point deadline,
                            std::vector<Status>& results);
-  Status RunCopy(bool gather, std::span<const BlockCopy> copies, const LayerDone& on_layer);
+  std::vector<Status> RunCopy(bool gather, std::span<const BlockCopy> copies,
+                              const LayerDone& on_layer);
 
   // runtime_adopt.cc: indexes the leading keys that persistent tiers hold.
   void AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys);
@@ -91,7 +114,17 @@ class RuntimeImpl final : public Runtime {
   size_t MoverPass();
   // Frees up to `blocks` hub slots by demoting or dropping hub leaves.
   size_t EvictFromTier(size_t tier, size_t blocks);
+  // Picks up to `batch` victims of `tier` (policy order, leaves first) and
+  // marks them moving. REQUIRES: mu_ held.
+  std::vector<IndexEntry*> SelectVictimsLocked(size_t tier, size_t batch);
   size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims);
+  // Writes the victims `write` selects into tier + 1; sets `written`.
+  void WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
+                   const std::vector<bool>& write, std::vector<bool>& written);
+  // Which victims go to tier + 1: asks its admission about each one no deeper
+  // tier holds; a refused one is written anyway (forced) when a child of it
+  // stays stored and no other tier holds it.
+  std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims);
   // Frees `blocks` blocks of room in lower tier `tier` (>= 1), if it lacks it.
   void MakeRoomBelow(size_t tier, size_t blocks);
   // Drops tier `tier`'s copy, erasing the entry when no copy is left.
@@ -115,6 +148,7 @@ class RuntimeImpl final : public Runtime {
 
   mutable std::mutex mu_;
   BlockIndex index_;                        // guarded by mu_
+  std::unique_ptr<TierPolicies> policies_;  // guarded by mu_; observes index_
   std::vector<TierCount> tier_counts_;      // guarded by mu_
   RuntimeStats stats_;                      // guarded by mu_ (tiers left empty)
   uint64_t late_reads_ = 0;                 // guarded by mu_: reads past their deadline

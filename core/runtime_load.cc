@@ -55,7 +55,7 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
       copy_item.push_back(i);
     }
   }
-  Status copied = RunCopy(/*gather=*/false, copies, [&](uint32_t layer) {
+  std::vector<Status> copied = RunCopy(/*gather=*/false, copies, [&](uint32_t layer) {
     done.SetLayersDone(layer + 1);
     if (on_layer) on_layer(layer);
   });
@@ -63,8 +63,8 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
   std::lock_guard lock(mu_);
   for (size_t j = 0; j < copy_item.size(); ++j) {
     size_t i = copy_item[j];
-    if (!copied.ok()) {
-      results[i] = copied.WithContext("load: copy into the engine");
+    if (!copied[j].ok()) {
+      results[i] = copied[j].WithContext("load: copy into the engine");
       continue;
     }
     ++tier_counts_[source_tier[i]].hit_blocks;

@@ -1,5 +1,6 @@
 // The save path: engine pages -> hub slots, on a worker thread.
 #include <future>
+#include <unordered_set>
 
 #include "core/runtime_impl.h"
 
@@ -10,27 +11,35 @@ constexpr std::chrono::seconds kSaveRoomWait(1);
 
 }  // namespace
 
-Status RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies,
-                            const LayerDone& on_layer) {
-  if (copies.empty()) return Status::Ok();
-  std::promise<Status> promise;
-  std::future<Status> result = promise.get_future();
-  auto done = [&promise](Status st) { promise.set_value(std::move(st)); };
+std::vector<Status> RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies,
+                                         const LayerDone& on_layer) {
+  if (copies.empty()) return {};
+  std::promise<std::vector<Status>> promise;
+  std::future<std::vector<Status>> result = promise.get_future();
+  auto done = [&promise](std::vector<Status> st) { promise.set_value(std::move(st)); };
   if (gather) {
     engine_->Gather(copies, done);
   } else {
     engine_->Scatter(copies, on_layer, done);
   }
-  return result.get();
+  std::vector<Status> results = result.get();
+  if (results.size() != copies.size()) {  // a broken engine must not index out of range
+    results.assign(copies.size(),
+                   Status::Internal("copy engine returned " + std::to_string(results.size()) +
+                                    " results for " + std::to_string(copies.size()) + " copies"));
+  }
+  return results;
 }
 
 void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
                           const std::vector<BlockKey>& keys, const std::vector<uint32_t>& blocks,
-                          CompletionSource& done) {
+                          const SaveOptions& hints, CompletionSource& done) {
   size_t missing = 0;
+  size_t admitted = 0;
   {
     std::lock_guard lock(mu_);
-    for (const BlockKey& k : keys) missing += index_.Find({ns, k}) == nullptr ? 1 : 0;
+    admitted = AdmittedPrefixLocked(ns, parent, keys, hints);
+    for (size_t i = 0; i < admitted; ++i) missing += index_.Find({ns, keys[i]}) == nullptr ? 1 : 0;
   }
   // A save has no deadline of its own; this bounds how long it waits for
   // slots that other threads are freeing.
@@ -40,78 +49,152 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   std::vector<size_t> fresh_item;
   {
     std::lock_guard lock(mu_);
-    stats_.save_blocks += keys.size();
-    IndexEntry* prev = nullptr;
-    Status broken;
-    if (parent) {
-      prev = index_.Find({ns, *parent});
-      if (prev == nullptr) {
-        broken = Status::InvalidArgument("save: parent block " + ToHex(*parent) +
-                                         " is not stored; save the prefix first");
-      }
-    }
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!broken.ok()) {
-        done.Set(i, broken);
-        ++stats_.save_failures;
-        continue;
-      }
-      if (IndexEntry* e = index_.Find({ns, keys[i]})) {
-        ++stats_.save_duplicates;  // stored already, or being stored by another call
-        done.Set(i, Status::Ok());
-        prev = e;
-        continue;
-      }
-      std::optional<uint32_t> slot = arena_->Allocate();
-      if (!slot) {
-        // The rest of the chain would hang off a missing block: fail it too.
-        broken = Status::ResourceExhausted("save: tier '" + options_.tiers[0].name +
-                                           "' is full and nothing can be evicted");
-        done.Set(i, broken);
-        ++stats_.save_failures;
-        continue;
-      }
-      IndexEntry* e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes);
-      e->host_slot = *slot;
-      e->pins = 1;
-      fresh.push_back(e);
-      fresh_item.push_back(i);
-      prev = e;
-    }
+    ReserveSaveLocked(ns, parent, keys, admitted, hints, done, fresh, fresh_item);
   }
-
   std::vector<BlockCopy> copies;
   copies.reserve(fresh.size());
   for (size_t j = 0; j < fresh.size(); ++j) {
     copies.push_back({blocks[fresh_item[j]], arena_->Slot(fresh[j]->host_slot)});
   }
-  Status copied = RunCopy(/*gather=*/true, copies, {});
-
+  const std::vector<Status> copied = RunCopy(/*gather=*/true, copies, {});
   {
     std::lock_guard lock(mu_);
-    const uint64_t now = NowNs();
-    // Deepest first, so that parents end up more recent than their children
-    // and the least recent end of the list holds leaves.
-    for (size_t j = fresh.size(); j-- > 0;) {
-      IndexEntry* e = fresh[j];
-      --e->pins;
-      if (copied.ok()) {
-        e->state = EntryState::kReady;
-        index_.AddLocation(e, 0, now);
-        done.Set(fresh_item[j], Status::Ok(), e->bytes);
-        ++stats_.saved_blocks;
-        ++tier_counts_[0].hub_blocks_in;
-        tier_counts_[0].hub_bytes_in += e->bytes;
-      } else {
-        arena_->Free(e->host_slot);
-        e->state = EntryState::kReady;  // lets Erase clean up emptied ancestors
-        index_.Erase(e);
-        done.Set(fresh_item[j], copied.WithContext("save: copy from the engine"));
-        ++stats_.save_failures;
-      }
-    }
+    FinishSaveLocked(fresh, fresh_item, copied, done);
   }
   if (HubAboveHigh()) WakeMover();
+}
+
+size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
+                                         const std::vector<BlockKey>& keys,
+                                         const SaveOptions& hints) {
+  // With `always` alone the hub's answer is known: saves skip the policies
+  // (and the hub's admission counts) on their hot path.
+  if (hints.bypass_admission || policies_->admits_all(0)) return keys.size();
+  uint32_t depth = 0;
+  if (parent) {
+    const IndexEntry* p = index_.Find({ns, *parent});
+    if (p == nullptr) return keys.size();  // the save fails as a whole
+    depth = p->depth + 1;
+  }
+  const uint64_t now = NowNs();
+  const TierState hub =
+      policies_->StateOf(0, uint64_t{arena_->slot_count()} * arena_->slot_bytes(),
+                         uint64_t{arena_->used_slots()} * arena_->slot_bytes(), now);
+  for (size_t i = 0; i < keys.size(); ++i, ++depth) {
+    if (const IndexEntry* e = index_.Find({ns, keys[i]})) {
+      depth = e->depth;  // stored already: nothing to decide
+      continue;
+    }
+    // The block as it would be indexed (ReserveSaveLocked, FinishSaveLocked).
+    IndexEntry would;
+    would.id = {ns, keys[i]};
+    would.bytes = options_.block_bytes;
+    would.depth = depth;
+    would.last_access_ns = would.inserted_ns = now;
+    would.session_id = hints.session_id;
+    would.expected_reuse = hints.expected_reuse;
+    would.is_tail = i + 1 == keys.size();
+    const bool admit = policies_->Admit(0, policies_->MetaOf(would), hub);
+    metrics_.AddAdmission(0, admit);
+    if (!admit) return i;
+  }
+  return keys.size();
+}
+
+void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,
+                                    const std::vector<BlockKey>& keys, size_t admitted,
+                                    const SaveOptions& hints, CompletionSource& done,
+                                    std::vector<IndexEntry*>& fresh,
+                                    std::vector<size_t>& fresh_item) {
+  stats_.save_blocks += keys.size();
+  IndexEntry* prev = nullptr;
+  Status broken;
+  if (parent) {
+    prev = index_.Find({ns, *parent});
+    if (prev == nullptr) {
+      broken = Status::InvalidArgument("save: parent block " + ToHex(*parent) +
+                                       " is not stored; save the prefix first");
+    }
+  }
+  bool refused = false;  // the hub refused a key: the rest of the chain stays out
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!broken.ok()) {
+      done.Set(i, broken);
+      ++stats_.save_failures;
+      continue;
+    }
+    IndexEntry* e = refused ? nullptr : index_.Find({ns, keys[i]});
+    if (e != nullptr) {
+      ++stats_.save_duplicates;  // stored already, or being stored by another call
+      done.Set(i, Status::Ok());
+      prev = e;
+      continue;
+    }
+    if (i >= admitted || refused) {
+      refused = true;
+      done.Set(i, Status::Ok());
+      ++stats_.save_not_admitted;
+      continue;
+    }
+    std::optional<uint32_t> slot = arena_->Allocate();
+    if (!slot) {
+      // The rest of the chain would hang off a missing block: fail it too.
+      broken = Status::ResourceExhausted("save: tier '" + options_.tiers[0].name +
+                                         "' is full and nothing can be evicted");
+      done.Set(i, broken);
+      ++stats_.save_failures;
+      continue;
+    }
+    e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes);
+    e->host_slot = *slot;
+    e->pins = 1;
+    e->session_id = hints.session_id;
+    e->expected_reuse = hints.expected_reuse;
+    e->is_tail = i + 1 == keys.size();
+    fresh.push_back(e);
+    fresh_item.push_back(i);
+    prev = e;
+  }
+}
+
+void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
+                                   const std::vector<size_t>& fresh_item,
+                                   const std::vector<Status>& copied, CompletionSource& done) {
+  // A block whose parent's copy failed fails too: it would hang off a
+  // missing block. fresh[] is in chain order, so parents come first.
+  std::vector<Status> result = copied;
+  std::unordered_set<const IndexEntry*> failed;
+  for (size_t j = 0; j < fresh.size(); ++j) {
+    if (result[j].ok() && failed.contains(fresh[j]->parent)) {
+      result[j] = Status::Cancelled("its parent block was not copied");
+    }
+    if (!result[j].ok()) failed.insert(fresh[j]);
+  }
+  const uint64_t now = NowNs();
+  uint64_t written = 0;
+  // Deepest first, so that parents end up more recent than their children
+  // and the least recent end of the list holds leaves.
+  for (size_t j = fresh.size(); j-- > 0;) {
+    IndexEntry* e = fresh[j];
+    --e->pins;
+    if (result[j].ok()) {
+      e->state = EntryState::kReady;
+      e->inserted_ns = now;
+      written += e->bytes;
+      index_.AddLocation(e, 0, now);
+      done.Set(fresh_item[j], Status::Ok(), e->bytes);
+      ++stats_.saved_blocks;
+      ++tier_counts_[0].hub_blocks_in;
+      tier_counts_[0].hub_bytes_in += e->bytes;
+    } else {
+      arena_->Free(e->host_slot);
+      e->state = EntryState::kReady;  // lets Erase clean up emptied ancestors
+      index_.Erase(e);
+      done.Set(fresh_item[j], result[j].WithContext("save: copy from the engine"));
+      ++stats_.save_failures;
+    }
+  }
+  policies_->OnWritten(0, written, now);
 }
 
 }  // namespace kvtier::internal

@@ -21,6 +21,13 @@ Status CudaCopyEngineOptions::Validate() const {
       return Status::InvalidArgument("cuda copy engine: tensor " + std::to_string(i) + " is null");
     }
   }
+  // cudaStreamPerThread is the handle 0x2 (driver_types.h); compared by value
+  // so that this file builds without CUDA.
+  if (compute_stream == reinterpret_cast<void*>(0x2)) {
+    return Status::InvalidArgument(
+        "cuda copy engine: compute_stream is cudaStreamPerThread, which names the stream of "
+        "whichever thread uses it; pass the engine's stream itself");
+  }
   if (device < 0) {
     return Status::InvalidArgument("cuda copy engine: device is " + std::to_string(device));
   }

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
@@ -61,9 +62,9 @@ class MappedPool {
   uint64_t bytes_ = 0;
 };
 
-// Shared state is the layout (immutable) and the pool bytes; each call keeps
-// its run list on its own stack, so calls on distinct engine blocks may run
-// concurrently.
+// Shared state is the layout (immutable), the pool bytes and the fault
+// state; each call keeps its run list on its own stack, so calls on distinct
+// engine blocks may run concurrently.
 class HostCopyEngineImpl final : public HostCopyEngine {
  public:
   HostCopyEngineImpl(const KvLayout& layout, MappedPool pool)
@@ -72,15 +73,19 @@ class HostCopyEngineImpl final : public HostCopyEngine {
   const KvLayout& layout() const override { return layout_; }
 
   void Gather(std::span<const BlockCopy> copies, CopyDone done) override {
-    Status st = internal::CheckBlockCopies(layout_, copies, /*unique_blocks=*/false);
-    if (st.ok()) st = Guarded([&] { GatherAll(copies); });
-    if (done) done(std::move(st));
+    std::vector<Status> results = internal::CheckEachBlockCopy(
+        layout_, copies, /*unique_blocks=*/false, /*disjoint_hosts=*/true);
+    std::vector<internal::CopyRun> runs;
+    if (Reserve(runs, results)) GatherAll(copies, runs, results);
+    if (done) done(std::move(results));
   }
 
   void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) override {
-    Status st = internal::CheckBlockCopies(layout_, copies, /*unique_blocks=*/true);
-    if (st.ok()) st = Guarded([&] { ScatterAll(copies, on_layer); });
-    if (done) done(std::move(st));
+    std::vector<Status> results = internal::CheckEachBlockCopy(
+        layout_, copies, /*unique_blocks=*/true, /*disjoint_hosts=*/false);
+    std::vector<internal::CopyRun> runs;
+    if (Reserve(runs, results)) ScatterAll(copies, on_layer, runs, results);
+    if (done) done(std::move(results));
   }
 
   std::span<std::byte> Tensor(uint32_t index) override {
@@ -106,6 +111,12 @@ class HostCopyEngineImpl final : public HostCopyEngine {
     });
   }
 
+  void TEST_SetFaultHook(CopyFaultHook hook) override {
+    std::lock_guard lock(mu_);
+    hook_ = std::move(hook);
+    lost_ = Status::Ok();
+  }
+
  private:
   // The only thing that can throw is the run list's allocation; it must not
   // escape into a runtime worker thread.
@@ -119,23 +130,99 @@ class HostCopyEngineImpl final : public HostCopyEngine {
     }
   }
 
-  void GatherAll(std::span<const BlockCopy> copies) const {
-    std::vector<internal::CopyRun> runs;
-    for (const BlockCopy& copy : copies) {
+  // Sizes `runs` for the largest block up front, so that the copy loops never
+  // allocate; on failure every checked copy fails and false is returned.
+  bool Reserve(std::vector<internal::CopyRun>& runs, std::vector<Status>& results) const {
+    const uint64_t max_runs = uint64_t{layout_.num_layers} * layout_.Planes() *
+                              layout_.block_tokens * layout_.num_kv_heads;
+    Status st = Guarded([&] { runs.reserve(max_runs); });
+    if (st.ok()) return true;
+    for (Status& r : results) {
+      if (r.ok()) r = st;
+    }
+    return false;
+  }
+
+  // OK when layer `layer` of `block` may be copied; otherwise why not, with
+  // *lost set when the device is lost (earlier, or by this very fault).
+  Status Admit(uint32_t block, uint32_t layer, bool* lost) {
+    std::lock_guard lock(mu_);
+    if (!lost_.ok()) {
+      *lost = true;
+      return lost_;
+    }
+    if (!hook_) return Status::Ok();
+    CopyFault fault = hook_(block, layer);
+    if (fault.sticky && !fault.status.ok()) {
+      lost_ = fault.status;
+      *lost = true;
+    }
+    return fault.status;
+  }
+
+  static std::string What(bool gather, uint32_t block) {
+    return std::string("host copy engine: ") + (gather ? "save" : "load") + " of engine block " +
+           std::to_string(block);
+  }
+
+  // Block by block; a lost device fails the block it hits and every later one.
+  void GatherAll(std::span<const BlockCopy> copies, std::vector<internal::CopyRun>& runs,
+                 std::vector<Status>& results) {
+    Status lost_status;
+    for (size_t i = 0; i < copies.size(); ++i) {
+      if (!results[i].ok()) continue;
+      const uint32_t block = copies[i].engine_block;
+      if (!lost_status.ok()) {
+        results[i] = lost_status.WithContext(What(true, block));
+        continue;
+      }
+      bool lost = false;
+      for (uint32_t layer = 0; layer < layout_.num_layers && results[i].ok(); ++layer) {
+        Status st = Admit(block, layer, &lost);
+        if (!st.ok()) results[i] = st.WithContext(What(true, block));
+        if (lost) lost_status = st;
+      }
+      if (!results[i].ok()) continue;
       runs.clear();
-      internal::AppendBlockRuns(layout_, copy.engine_block, &runs);
-      ToHost(runs, copy.host.data());
+      internal::AppendBlockRuns(layout_, block, &runs);
+      ToHost(runs, copies[i].host.data());
     }
   }
 
-  // Layer-major so that on_layer(l) can report layer l of every block.
-  void ScatterAll(std::span<const BlockCopy> copies, const LayerDone& on_layer) const {
-    std::vector<internal::CopyRun> runs;
+  void FailRemaining(std::span<const BlockCopy> copies, const Status& why, uint32_t layer,
+                     std::vector<Status>& results) const {
+    for (size_t i = 0; i < copies.size(); ++i) {
+      if (!results[i].ok()) continue;
+      results[i] =
+          why.WithContext(What(false, copies[i].engine_block) + " layer " + std::to_string(layer));
+    }
+  }
+
+  // Layer-major so that on_layer(l) can report layer l of every block. A
+  // block is complete after its last layer: a lost device fails every block
+  // whose last layer has not landed, and no further layer is reported.
+  void ScatterAll(std::span<const BlockCopy> copies, const LayerDone& on_layer,
+                  std::vector<internal::CopyRun>& runs, std::vector<Status>& results) {
+    Status lost_status;
     for (uint32_t layer = 0; layer < layout_.num_layers; ++layer) {
-      for (const BlockCopy& copy : copies) {
+      for (size_t i = 0; i < copies.size(); ++i) {
+        if (!results[i].ok()) continue;
+        const uint32_t block = copies[i].engine_block;
+        bool lost = !lost_status.ok();
+        Status st = lost ? lost_status : Admit(block, layer, &lost);
+        if (lost) lost_status = st;
+        if (!st.ok()) {
+          results[i] = st.WithContext(What(false, block) + " layer " + std::to_string(layer));
+          continue;
+        }
         runs.clear();
-        internal::AppendLayerRuns(layout_, copy.engine_block, layer, &runs);
-        ToEngine(runs, copy.host.data());
+        internal::AppendLayerRuns(layout_, block, layer, &runs);
+        ToEngine(runs, copies[i].host.data());
+      }
+      if (!lost_status.ok()) {
+        // Blocks copied before the fault in the last layer are complete.
+        if (layer + 1 < layout_.num_layers) FailRemaining(copies, lost_status, layer, results);
+        return;
       }
       if (on_layer) on_layer(layer);
     }
@@ -160,6 +247,9 @@ class HostCopyEngineImpl final : public HostCopyEngine {
   const KvLayout layout_;
   const uint64_t tensor_bytes_;
   MappedPool pool_;
+  std::mutex mu_;
+  CopyFaultHook hook_;  // guarded by mu_
+  Status lost_;         // guarded by mu_; set by a sticky fault
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "gpu/layout_runs.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -92,35 +93,77 @@ Status CheckBlockCopy(const KvLayout& layout, uint32_t engine_block, uint64_t ho
   return Status::Ok();
 }
 
-Status CheckBlockCopies(const KvLayout& layout, std::span<const BlockCopy> copies,
-                        bool unique_blocks) {
-  for (size_t i = 0; i < copies.size(); ++i) {
-    Status st = CheckBlockCopy(layout, copies[i].engine_block, copies[i].host.size());
-    if (!st.ok()) return st.WithContext("copy " + std::to_string(i));
-  }
-  if (!unique_blocks || copies.size() < 2) return Status::Ok();
-  // Sorting (block, index) pairs groups the copies of each block, earliest
-  // first; a group's second entry is its first repeat. The repeat with the
-  // smallest index across groups is reported.
+namespace {
+
+std::string CopyName(std::span<const BlockCopy> copies, size_t i) {
+  return "copy " + std::to_string(i) + " (engine block " + std::to_string(copies[i].engine_block) +
+         ")";
+}
+
+// Sorting (key, index) pairs groups equal keys, earliest index first; every
+// later member of a group is a repeat of the group's first.
+void FailRepeatedBlocks(std::span<const BlockCopy> copies, std::vector<Status>& results) {
   std::vector<std::pair<uint32_t, size_t>> order;
   order.reserve(copies.size());
-  for (size_t i = 0; i < copies.size(); ++i) order.emplace_back(copies[i].engine_block, i);
-  std::sort(order.begin(), order.end());
-  size_t first_index = 0;
-  size_t repeat_index = copies.size();
-  for (size_t group = 0; group < order.size();) {
-    size_t end = group + 1;
-    while (end < order.size() && order[end].first == order[group].first) ++end;
-    if (end - group > 1 && order[group + 1].second < repeat_index) {
-      first_index = order[group].second;
-      repeat_index = order[group + 1].second;
-    }
-    group = end;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    if (results[i].ok()) order.emplace_back(copies[i].engine_block, i);
   }
-  if (repeat_index == copies.size()) return Status::Ok();
-  return Status::InvalidArgument("copy " + std::to_string(repeat_index) + ": engine block " +
-                                 std::to_string(copies[repeat_index].engine_block) +
-                                 " already targeted by copy " + std::to_string(first_index));
+  std::sort(order.begin(), order.end());
+  for (size_t k = 1; k < order.size(); ++k) {
+    size_t first = k - 1;
+    while (first > 0 && order[first - 1].first == order[k].first) --first;
+    if (order[first].first != order[k].first) continue;
+    results[order[k].second] =
+        Status::InvalidArgument(CopyName(copies, order[k].second) + ": already targeted by copy " +
+                                std::to_string(order[first].second));
+  }
+}
+
+// Sweeps the buffers in address order keeping the ones accepted so far
+// pairwise disjoint; the last accepted one then reaches furthest, so a buffer
+// overlaps an accepted one exactly when it starts before that one's end. Of
+// such a pair the copy with the larger index fails.
+void FailOverlappingHosts(std::span<const BlockCopy> copies, std::vector<Status>& results) {
+  std::vector<std::pair<uintptr_t, size_t>> order;
+  order.reserve(copies.size());
+  for (size_t i = 0; i < copies.size(); ++i) {
+    if (results[i].ok()) order.emplace_back(reinterpret_cast<uintptr_t>(copies[i].host.data()), i);
+  }
+  std::sort(order.begin(), order.end());
+  bool have_last = false;
+  size_t last = 0;  // the accepted copy that reaches furthest
+  for (const auto& [start, i] : order) {
+    if (have_last &&
+        start < reinterpret_cast<uintptr_t>(copies[last].host.data()) + copies[last].host.size()) {
+      const size_t loser = std::max(i, last);
+      results[loser] = Status::InvalidArgument(CopyName(copies, loser) +
+                                               ": host buffer overlaps the one of copy " +
+                                               std::to_string(std::min(i, last)));
+      if (loser == i) continue;
+    }
+    // Either nothing overlaps, or `last` lost and `i` (disjoint from every
+    // accepted buffer before `last`) takes its place.
+    last = i;
+    have_last = true;
+  }
+}
+
+}  // namespace
+
+std::vector<Status> CheckEachBlockCopy(const KvLayout& layout, std::span<const BlockCopy> copies,
+                                       bool unique_blocks, bool disjoint_hosts) {
+  std::vector<Status> results(copies.size());
+  for (size_t i = 0; i < copies.size(); ++i) {
+    Status st = CheckBlockCopy(layout, copies[i].engine_block, copies[i].host.size());
+    if (st.ok()) continue;
+    // The range message names the block already.
+    results[i] =
+        st.WithContext(copies[i].engine_block >= layout.num_blocks ? "copy " + std::to_string(i)
+                                                                   : CopyName(copies, i));
+  }
+  if (unique_blocks) FailRepeatedBlocks(copies, results);
+  if (disjoint_hosts) FailOverlappingHosts(copies, results);
+  return results;
 }
 
 }  // namespace kvtier::internal

@@ -50,10 +50,16 @@ void AppendBlockRuns(const KvLayout& layout, uint32_t block, std::vector<CopyRun
 // BlockBytes().
 Status CheckBlockCopy(const KvLayout& layout, uint32_t engine_block, uint64_t host_bytes);
 
-// Checks every copy as CheckBlockCopy (message prefixed "copy <i>: ") and,
-// when `unique_blocks`, that no engine block is the target of two copies.
-// Reports the first offending copy in input order.
-Status CheckBlockCopies(const KvLayout& layout, std::span<const BlockCopy> copies,
-                        bool unique_blocks);
+// Checks each copy on its own and returns one status per copy: OK or
+// InvalidArgument naming the copy and its engine block, when
+//  - CheckBlockCopy fails ("copy 1: engine block 5 out of range [0, 5)",
+//    "copy 0 (engine block 2): host buffer is 287 bytes; ..."),
+//  - `unique_blocks` and an earlier copy targets the same engine block
+//    ("copy 2 (engine block 3): already targeted by copy 0"),
+//  - `disjoint_hosts` and its host buffer overlaps the buffer of another copy
+//    that passed: of each overlapping pair the later copy fails, until the
+//    buffers of the copies that pass are pairwise disjoint.
+std::vector<Status> CheckEachBlockCopy(const KvLayout& layout, std::span<const BlockCopy> copies,
+                                       bool unique_blocks, bool disjoint_hosts);
 
 }  // namespace kvtier::internal

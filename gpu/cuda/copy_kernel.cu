@@ -50,6 +50,10 @@ __global__ void CopyPiecesKernel(const CopyPiece* pieces, uint32_t count) {
 cudaError_t LaunchCopyPieces(const CopyPiece* pieces, uint32_t count, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   const uint32_t blocks = std::min(kMaxBlocks, (count + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  // A launch reports its error through the thread's last error: clear what
+  // an earlier call left there so that it is not blamed on this launch (a
+  // sticky error stays and is reported, as it should be).
+  (void)cudaGetLastError();
   CopyPiecesKernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(pieces, count);
   return cudaGetLastError();
 }

@@ -19,7 +19,8 @@ struct CopyPiece {
 
 // Launches the kernel on `stream` over `count` pieces read from `pieces`,
 // which must be device-accessible (mapped pinned memory) and stay valid until
-// the kernel completes. Returns the launch error, if any.
+// the kernel completes. Returns the launch error, if any. Pieces of 0 bytes
+// are skipped (the engine neutralises the pieces of failed blocks so).
 cudaError_t LaunchCopyPieces(const CopyPiece* pieces, uint32_t count, cudaStream_t stream);
 
 }  // namespace kvtier::cuda

@@ -1,11 +1,19 @@
-// The CUDA copy engine. A Gather or Scatter call checks its copies, expands
-// them into contiguous pieces with gpu/layout_runs.h (the same runs the host
-// stand-in memcpys), and enqueues them on a dedicated low-priority stream
-// behind an event recorded on the engine's compute stream. Pieces go either
-// to the DMA engines (cudaMemcpyBatchAsync, one call per layer or batch) or
-// to the copy kernel through a descriptor table in mapped pinned memory.
-// Completion is an event per layer (loads) or per batch (saves), observed by
-// the EventPoller thread; the calling thread never waits for the device.
+// The CUDA copy engine. A Gather or Scatter call checks each copy, expands
+// the good ones into contiguous pieces with gpu/layout_runs.h (the same runs
+// the host stand-in memcpys), and enqueues them on a dedicated low-priority
+// stream behind an event recorded on the engine's compute stream. Pieces go
+// either to the DMA engines (cudaMemcpyBatchAsync, one call per layer or
+// batch) or to the copy kernel through a descriptor table in mapped pinned
+// memory. Completion is an event per layer (loads) or per batch (saves),
+// observed by the EventPoller thread; the calling thread never waits for the
+// device, except to drain its own stream when a batch is abandoned halfway.
+//
+// Errors are per copy: a bad copy fails before issue; a failed CUDA call is
+// retried block by block so that only the blocks whose own call fails are
+// dropped; a sticky error (the context is lost) fails every copy still in
+// flight and every later call.
+
+#include "gpu/cuda/cuda_copy_engine.h"
 
 #include <algorithm>
 #include <mutex>
@@ -20,28 +28,47 @@
 #include "gpu/cuda/pinned_pool.h"
 #include "gpu/layout_runs.h"
 
-namespace kvtier {
+namespace kvtier::cuda {
 namespace {
 
-using cuda::CopyPiece;
-using cuda::FromCuda;
-
-// The pieces of one call, split into segments that each end with an event
-// (one per layer for Scatter, one for Gather).
+// The pieces of one call. Segment s (layer s of a Scatter; the one segment
+// of a Gather) holds the pieces of copy i at [Begin(s, i), Begin(s, i + 1)).
+// Copies that failed their checks have no pieces.
 struct Plan {
   std::vector<CopyPiece> pieces;
-  std::vector<size_t> segment_end;  // pieces[segment_end[i-1], segment_end[i]) is segment i
-  bool kernel = false;              // copy kernel rather than DMA
-  bool pinned = false;              // every host buffer is page-locked
+  std::vector<size_t> starts;  // segments * copies + 1 entries
+  size_t copies = 0;
+  size_t segments = 0;
+  bool kernel = false;  // copy kernel rather than DMA
+  bool pinned = false;  // every host buffer with pieces is page-locked
+
+  size_t Begin(size_t s, size_t i) const { return starts[s * copies + i]; }
+  std::span<const CopyPiece> Of(size_t s, size_t i) const {
+    return {pieces.data() + Begin(s, i), Begin(s, i + 1) - Begin(s, i)};
+  }
 };
 
 // One direction (save or load): its stream, and an event reused to order
 // the stream after the compute stream. `mu` keeps one call's record, wait
 // and copies together.
 struct Lane {
-  cuda::Stream stream;
-  cuda::Event ready;
+  Stream stream;
+  Event ready;
   std::mutex mu;
+};
+
+// The kernel's descriptor table, as the host writes it and as kernels read it.
+struct Table {
+  CopyPiece* host = nullptr;
+  const CopyPiece* device = nullptr;
+};
+
+// A failed CUDA call: its error and the call's name.
+struct CallError {
+  cudaError_t err = cudaSuccess;
+  std::string call;
+  bool ok() const { return err == cudaSuccess; }
+  Status ToStatus() const { return FromCuda(err, call); }
 };
 
 // Typical contiguous run of one block's layer: what decides between DMA and
@@ -52,11 +79,33 @@ uint64_t LayerRunBytes(const KvLayout& layout) {
   return layout.Planes() * layout.PageBytes() / std::max<size_t>(runs.size(), 1);
 }
 
-Status IssueDma(std::span<const CopyPiece> pieces, bool pinned, cudaStream_t stream) {
-  if (pieces.empty()) return Status::Ok();
+// CUDA 12.8 added the batch call with a failIdx argument; 13.0 dropped it.
+cudaError_t BatchCopy(std::vector<void*>& dsts, std::vector<const void*>& srcs,
+                      std::vector<size_t>& sizes, cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  size_t attr_index = 0;
+#if CUDART_VERSION >= 13000
+  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
+                              &attr_index, 1, stream);
+#else
+  size_t fail_index = 0;
+  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
+                              &attr_index, 1, &fail_index, stream);
+#endif
+#else
+  (void)dsts, (void)srcs, (void)sizes, (void)stream;
+  return cudaErrorNotSupported;
+#endif
+}
+
+CallError IssueDma(std::span<const CopyPiece> pieces, bool pinned, cudaStream_t stream) {
+  if (pieces.empty()) return {};
   if (pinned && pieces.size() > 1) {
-    // One driver call for the whole segment; it needs page-locked host memory
-    // to stay asynchronous.
+    // One driver call for the whole set; it needs page-locked host memory to
+    // stay asynchronous. The arrays are read during the call only.
     std::vector<void*> dsts(pieces.size());
     std::vector<const void*> srcs(pieces.size());
     std::vector<size_t> sizes(pieces.size());
@@ -65,35 +114,61 @@ Status IssueDma(std::span<const CopyPiece> pieces, bool pinned, cudaStream_t str
       srcs[i] = reinterpret_cast<const void*>(pieces[i].src);
       sizes[i] = pieces[i].bytes;
     }
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-    size_t attr_index = 0;
-    const cudaError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
-                                                 pieces.size(), &attr, &attr_index, 1, stream);
-    if (err == cudaSuccess) return Status::Ok();
+    const cudaError_t err = BatchCopy(dsts, srcs, sizes, stream);
+    if (err == cudaSuccess) return {};
     if (err != cudaErrorNotSupported && err != cudaErrorCallRequiresNewerDriver) {
-      return FromCuda(err, "cudaMemcpyBatchAsync of " + std::to_string(pieces.size()) + " pieces");
+      return {err, "cudaMemcpyBatchAsync of " + std::to_string(pieces.size()) + " pieces"};
     }
     cudaGetLastError();  // an older driver: fall back to one call per piece
   }
   for (const CopyPiece& p : pieces) {
-    KVTIER_RETURN_IF_ERROR(FromCuda(
+    const cudaError_t err =
         cudaMemcpyAsync(reinterpret_cast<void*>(p.dst), reinterpret_cast<const void*>(p.src),
-                        p.bytes, cudaMemcpyDefault, stream),
-        "cudaMemcpyAsync"));
+                        p.bytes, cudaMemcpyDefault, stream);
+    if (err != cudaSuccess) return {err, "cudaMemcpyAsync"};
   }
-  return Status::Ok();
+  return {};
 }
+
+constexpr size_t kWholeBatch = ~size_t{0};
+
+// The state of one Gather or Scatter while it is being issued.
+struct Batch {
+  std::span<const BlockCopy> copies;
+  bool gather = false;
+  std::vector<Status> results;  // one per copy; OK while the copy is live
+  Plan plan;
+
+  // Names copy i; loads name the layer too unless `segment` is kWholeBatch.
+  std::string What(size_t i, size_t segment) const {
+    std::string w = std::string("cuda copy engine: ") + (gather ? "save" : "load") +
+                    " of engine block " + std::to_string(copies[i].engine_block);
+    if (!gather && segment != kWholeBatch) w += " layer " + std::to_string(segment);
+    return w;
+  }
+  void FailCopy(size_t i, size_t segment, const Status& why) {
+    results[i] = why.WithContext(What(i, segment));
+  }
+  // Fails every copy still live.
+  void FailLive(size_t segment, const Status& why) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (results[i].ok()) FailCopy(i, segment, why);
+    }
+  }
+  bool AnyLive() const {
+    return std::any_of(results.begin(), results.end(), [](const Status& s) { return s.ok(); });
+  }
+};
 
 class CudaCopyEngine final : public CopyEngine {
  public:
-  CudaCopyEngine(const CudaCopyEngineOptions& options, cuda::Stream save, cuda::Stream load,
-                 cuda::Event save_ready, cuda::Event load_ready)
+  CudaCopyEngine(const CudaCopyEngineOptions& options, Stream save, Stream load, Event save_ready,
+                 Event load_ready, IssueFaultHook hook)
       : options_(options),
         compute_(static_cast<cudaStream_t>(options.compute_stream)),
         layer_run_bytes_(LayerRunBytes(options.layout)),
-        poller_(options.device) {
+        hook_(std::move(hook)),
+        poller_(options.device, &health_) {
     save_.stream = std::move(save);
     save_.ready = std::move(save_ready);
     load_.stream = std::move(load);
@@ -103,77 +178,105 @@ class CudaCopyEngine final : public CopyEngine {
   const KvLayout& layout() const override { return options_.layout; }
 
   void Gather(std::span<const BlockCopy> copies, CopyDone done) override {
-    Status st = internal::CheckBlockCopies(layout(), copies, /*unique_blocks=*/false);
-    if (!st.ok() || copies.empty()) {
-      if (done) done(std::move(st));
-      return;
-    }
     Submit(copies, /*gather=*/true, nullptr, std::move(done));
   }
 
   void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) override {
-    Status st = internal::CheckBlockCopies(layout(), copies, /*unique_blocks=*/true);
-    if (st.ok() && copies.empty()) {
-      for (uint32_t l = 0; l < layout().num_layers; ++l) {
-        if (on_layer) on_layer(l);
-      }
-    }
-    if (!st.ok() || copies.empty()) {
-      if (done) done(std::move(st));
-      return;
-    }
     Submit(copies, /*gather=*/false, std::move(on_layer), std::move(done));
   }
 
   Result<std::unique_ptr<HostMemoryPin>> PinHostMemory(std::span<std::byte> memory) override {
     KVTIER_RETURN_IF_ERROR(FromCuda(cudaSetDevice(options_.device), "cudaSetDevice"));
-    KVTIER_ASSIGN_OR_RETURN(auto pin, cuda::RegisteredHostMemory::Register(memory));
+    KVTIER_ASSIGN_OR_RETURN(auto pin, RegisteredHostMemory::Register(memory));
     return std::unique_ptr<HostMemoryPin>(std::move(pin));
   }
 
  private:
-  void Submit(std::span<const BlockCopy> copies, bool gather, LayerDone on_layer, CopyDone done) {
-    auto pending = std::make_unique<cuda::PendingCopy>();
-    pending->per_layer = !gather;
-    pending->on_layer = std::move(on_layer);
-    Status st;
-    try {
-      Plan plan = MakePlan(copies, gather);
-      st = Issue(gather ? save_ : load_, plan, pending.get());
-    } catch (const std::bad_alloc&) {
-      st = Status::ResourceExhausted("cuda copy engine: out of memory for the copy list");
-    }
-    if (!st.ok()) {
-      if (done) done(st.WithContext(gather ? "save" : "load"));
-      return;
-    }
-    pending->done = std::move(done);
-    poller_.Add(std::move(pending));
+  void Submit(std::span<const BlockCopy> copies, bool gather, LayerDone on_layer, CopyDone done);
+  // Builds the plan and issues it; false when nothing went to the poller
+  // (the batch is then final in `batch.results`).
+  bool Start(Batch& batch, cuda::PendingCopy* pending);
+  void MakePlan(Batch& batch) const;
+  Status Issue(Lane& lane, Batch& batch, cuda::PendingCopy* pending);
+  Status IssueSegment(Lane& lane, Batch& batch, size_t s, const Table& table);
+  Status AskHook(Batch& batch, size_t s);
+  Status IssueDmaSegment(Lane& lane, Batch& batch, size_t s);
+  Status IssueKernelSegment(Lane& lane, Batch& batch, size_t s, const Table& table);
+  // Status of a failed call; a sticky one also marks the device lost.
+  Status Broken(const CallError& e) {
+    Status st = e.ToStatus();
+    if (IsStickyError(e.err)) health_.MarkLost(st);
+    return st;
   }
-
-  Plan MakePlan(std::span<const BlockCopy> copies, bool gather) const;
-  Status Issue(Lane& lane, const Plan& plan, cuda::PendingCopy* pending);
-  Status IssueSegments(Lane& lane, const Plan& plan, cuda::PendingCopy* pending);
 
   const CudaCopyEngineOptions options_;
   const cudaStream_t compute_;
   const uint64_t layer_run_bytes_;
+  const IssueFaultHook hook_;  // empty outside tests
+  DeviceHealth health_;
   // Teardown order: the poller drains (releasing descriptor tables) before
   // the pool and the streams go.
-  cuda::PinnedPool tables_;
+  PinnedPool tables_;
   Lane save_;
   Lane load_;
-  cuda::EventPoller poller_;
+  EventPoller poller_;
 };
+
+void CudaCopyEngine::Submit(std::span<const BlockCopy> copies, bool gather, LayerDone on_layer,
+                            CopyDone done) {
+  Batch batch;
+  batch.copies = copies;
+  batch.gather = gather;
+  batch.results = internal::CheckEachBlockCopy(layout(), copies, /*unique_blocks=*/!gather,
+                                               /*disjoint_hosts=*/gather);
+  const Status lost = health_.Lost();
+  if (!lost.ok()) batch.FailLive(kWholeBatch, lost);
+  auto pending = std::make_unique<PendingCopy>();
+  bool queued = false;
+  if (batch.AnyLive()) {
+    pending->per_layer = !gather;
+    pending->on_layer = std::move(on_layer);
+    queued = Start(batch, pending.get());
+  } else if (!gather && on_layer && lost.ok()) {
+    // Nothing to move: every layer of every good copy (none) has landed. On
+    // a lost device no layer is reported, as after any error that breaks it.
+    for (uint32_t l = 0; l < layout().num_layers; ++l) on_layer(l);
+  }
+  if (!queued) {
+    if (done) done(std::move(batch.results));
+    return;
+  }
+  pending->results = std::move(batch.results);
+  pending->blocks.reserve(copies.size());
+  for (const BlockCopy& c : copies) pending->blocks.push_back(c.engine_block);
+  pending->done = std::move(done);
+  poller_.Add(std::move(pending));
+}
+
+bool CudaCopyEngine::Start(Batch& batch, PendingCopy* pending) {
+  Status st;
+  try {
+    MakePlan(batch);
+    st = Issue(batch.gather ? save_ : load_, batch, pending);
+  } catch (const std::bad_alloc&) {
+    st = Status::ResourceExhausted("out of memory for the copy list");
+  }
+  if (st.ok()) return true;
+  // Issue drained the stream: nothing touches the buffers any more.
+  batch.FailLive(kWholeBatch, st);
+  return false;
+}
 
 // Gather: every run of each block, one segment. Scatter: layer-major, one
 // segment per layer, so layer l's event covers layer l of every block.
-Plan CudaCopyEngine::MakePlan(std::span<const BlockCopy> copies, bool gather) const {
-  Plan plan;
+void CudaCopyEngine::MakePlan(Batch& batch) const {
+  Plan& plan = batch.plan;
+  const std::span<const BlockCopy> copies = batch.copies;
   std::vector<uint64_t> host(copies.size());
   plan.pinned = true;
   for (size_t i = 0; i < copies.size(); ++i) {
-    void* dev = cuda::MappedDevicePointer(copies[i].host.data());
+    if (!batch.results[i].ok()) continue;
+    void* dev = MappedDevicePointer(copies[i].host.data());
     plan.pinned = plan.pinned && dev != nullptr;
     host[i] = reinterpret_cast<uint64_t>(dev);
   }
@@ -186,75 +289,144 @@ Plan CudaCopyEngine::MakePlan(std::span<const BlockCopy> copies, bool gather) co
       host[i] = reinterpret_cast<uint64_t>(copies[i].host.data());
     }
   }
+  plan.copies = copies.size();
+  plan.segments = batch.gather ? 1 : layout().num_layers;
   std::vector<internal::CopyRun> runs;
-  auto emit = [&](size_t i) {
-    for (const internal::CopyRun& r : runs) {
-      const uint64_t engine =
-          reinterpret_cast<uint64_t>(options_.tensors[r.tensor]) + r.engine_offset;
-      const uint64_t h = host[i] + r.host_offset;
-      plan.pieces.push_back(gather ? CopyPiece{h, engine, r.bytes} : CopyPiece{engine, h, r.bytes});
-    }
-    runs.clear();
-  };
-  if (gather) {
+  for (size_t s = 0; s < plan.segments; ++s) {
     for (size_t i = 0; i < copies.size(); ++i) {
-      internal::AppendBlockRuns(layout(), copies[i].engine_block, &runs);
-      emit(i);
+      plan.starts.push_back(plan.pieces.size());
+      if (!batch.results[i].ok()) continue;
+      runs.clear();
+      if (batch.gather) {
+        internal::AppendBlockRuns(layout(), copies[i].engine_block, &runs);
+      } else {
+        internal::AppendLayerRuns(layout(), copies[i].engine_block, static_cast<uint32_t>(s),
+                                  &runs);
+      }
+      for (const internal::CopyRun& r : runs) {
+        const uint64_t engine =
+            reinterpret_cast<uint64_t>(options_.tensors[r.tensor]) + r.engine_offset;
+        const uint64_t h = host[i] + r.host_offset;
+        plan.pieces.push_back(batch.gather ? CopyPiece{h, engine, r.bytes}
+                                           : CopyPiece{engine, h, r.bytes});
+      }
     }
-    plan.segment_end.push_back(plan.pieces.size());
-    return plan;
   }
-  for (uint32_t layer = 0; layer < layout().num_layers; ++layer) {
-    for (size_t i = 0; i < copies.size(); ++i) {
-      internal::AppendLayerRuns(layout(), copies[i].engine_block, layer, &runs);
-      emit(i);
-    }
-    plan.segment_end.push_back(plan.pieces.size());
-  }
-  return plan;
+  plan.starts.push_back(plan.pieces.size());
 }
 
-// On a failure after some pieces were enqueued, the stream is drained (not
-// the device) so that no copy still touches the caller's buffers when `done`
-// reports the error.
-Status CudaCopyEngine::Issue(Lane& lane, const Plan& plan, cuda::PendingCopy* pending) {
-  KVTIER_RETURN_IF_ERROR(FromCuda(cudaSetDevice(options_.device), "cudaSetDevice"));
+// A non-OK return abandons the batch: the stream has been drained (not the
+// device) so that no copy still touches the caller's buffers, and the caller
+// fails every copy still live.
+Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
+  if (cudaError_t err = cudaSetDevice(options_.device); err != cudaSuccess) {
+    return Broken({err, "cudaSetDevice"});
+  }
   std::lock_guard lock(lane.mu);
-  KVTIER_RETURN_IF_ERROR(
-      FromCuda(cudaEventRecord(lane.ready.get(), compute_), "cudaEventRecord on compute stream"));
-  KVTIER_RETURN_IF_ERROR(
-      FromCuda(cudaStreamWaitEvent(lane.stream.get(), lane.ready.get(), 0), "cudaStreamWaitEvent"));
-  Status st = IssueSegments(lane, plan, pending);
-  if (!st.ok()) cudaStreamSynchronize(lane.stream.get());
-  return st;
+  if (cudaError_t err = cudaEventRecord(lane.ready.get(), compute_); err != cudaSuccess) {
+    return Broken({err, "cudaEventRecord on the compute stream"});
+  }
+  if (cudaError_t err = cudaStreamWaitEvent(lane.stream.get(), lane.ready.get(), 0);
+      err != cudaSuccess) {
+    return Broken({err, "cudaStreamWaitEvent"});
+  }
+  Table table;
+  if (batch.plan.kernel) {
+    KVTIER_ASSIGN_OR_RETURN(PinnedPool::Lease lease,
+                            tables_.Acquire(batch.plan.pieces.size() * sizeof(CopyPiece)));
+    table.host = static_cast<CopyPiece*>(lease.host());
+    table.device = static_cast<const CopyPiece*>(lease.device());
+    std::copy(batch.plan.pieces.begin(), batch.plan.pieces.end(), table.host);
+    pending->lease = std::make_shared<PinnedPool::Lease>(std::move(lease));
+  }
+  for (size_t s = 0; s < batch.plan.segments; ++s) {
+    Status st = IssueSegment(lane, batch, s, table);
+    if (st.ok()) {
+      Result<Event> event = Event::Create();
+      st = event.status();
+      if (st.ok()) {
+        const cudaError_t err = cudaEventRecord(event->get(), lane.stream.get());
+        st = err == cudaSuccess ? Status::Ok() : Broken({err, "cudaEventRecord"});
+        if (st.ok()) pending->events.push_back(std::move(event).value());
+      }
+    }
+    if (!st.ok()) {
+      cudaStreamSynchronize(lane.stream.get());
+      return st;
+    }
+  }
+  return Status::Ok();
 }
 
-Status CudaCopyEngine::IssueSegments(Lane& lane, const Plan& plan, cuda::PendingCopy* pending) {
-  CopyPiece* table = nullptr;
-  if (plan.kernel) {
-    KVTIER_ASSIGN_OR_RETURN(cuda::PinnedPool::Lease lease,
-                            tables_.Acquire(plan.pieces.size() * sizeof(CopyPiece)));
-    std::copy(plan.pieces.begin(), plan.pieces.end(), static_cast<CopyPiece*>(lease.host()));
-    table = static_cast<CopyPiece*>(lease.device());
-    pending->lease = std::make_shared<cuda::PinnedPool::Lease>(std::move(lease));
-  }
-  size_t begin = 0;
-  for (size_t end : plan.segment_end) {
-    const std::span<const CopyPiece> segment(plan.pieces.data() + begin, end - begin);
-    if (plan.kernel) {
-      KVTIER_RETURN_IF_ERROR(
-          FromCuda(cuda::LaunchCopyPieces(table + begin, static_cast<uint32_t>(segment.size()),
-                                          lane.stream.get()),
-                   "copy kernel launch"));
-    } else {
-      KVTIER_RETURN_IF_ERROR(IssueDma(segment, plan.pinned, lane.stream.get()));
+Status CudaCopyEngine::IssueSegment(Lane& lane, Batch& batch, size_t s, const Table& table) {
+  KVTIER_RETURN_IF_ERROR(AskHook(batch, s));
+  if (!batch.AnyLive()) return Status::Ok();
+  return batch.plan.kernel ? IssueKernelSegment(lane, batch, s, table)
+                           : IssueDmaSegment(lane, batch, s);
+}
+
+// The hook's error replaces the block's own CUDA call, so it is handled as
+// that call failing: the block fails, or with a sticky error the batch does.
+Status CudaCopyEngine::AskHook(Batch& batch, size_t s) {
+  if (!hook_) return Status::Ok();
+  const uint32_t first = batch.gather ? 0 : static_cast<uint32_t>(s);
+  const uint32_t last = batch.gather ? layout().num_layers : first + 1;
+  for (size_t i = 0; i < batch.copies.size(); ++i) {
+    for (uint32_t layer = first; layer < last && batch.results[i].ok(); ++layer) {
+      const cudaError_t err = hook_(batch.copies[i].engine_block, layer);
+      if (err == cudaSuccess) continue;
+      const CallError e{err, "fault hook"};
+      if (IsStickyError(err)) return Broken(e);
+      batch.FailCopy(i, s, e.ToStatus());
     }
-    KVTIER_ASSIGN_OR_RETURN(cuda::Event event, cuda::Event::Create());
-    KVTIER_RETURN_IF_ERROR(
-        FromCuda(cudaEventRecord(event.get(), lane.stream.get()), "cudaEventRecord"));
-    pending->events.push_back(std::move(event));
-    begin = end;
   }
+  return Status::Ok();
+}
+
+// One call for the pieces of every live copy. If it fails without breaking
+// the device, each live copy is issued alone and only those whose own call
+// fails are dropped; re-issuing pieces that may have been queued already is
+// harmless (same bytes to the same place).
+Status CudaCopyEngine::IssueDmaSegment(Lane& lane, Batch& batch, size_t s) {
+  const Plan& plan = batch.plan;
+  std::vector<CopyPiece> live;
+  for (size_t i = 0; i < plan.copies; ++i) {
+    if (!batch.results[i].ok()) continue;
+    const std::span<const CopyPiece> mine = plan.Of(s, i);
+    live.insert(live.end(), mine.begin(), mine.end());
+  }
+  CallError e = IssueDma(live, plan.pinned, lane.stream.get());
+  if (e.ok()) return Status::Ok();
+  if (IsStickyError(e.err)) return Broken(e);
+  cudaGetLastError();  // not sticky: clear it before the retries
+  for (size_t i = 0; i < plan.copies; ++i) {
+    if (!batch.results[i].ok()) continue;
+    e = IssueDma(plan.Of(s, i), plan.pinned, lane.stream.get());
+    if (e.ok()) continue;
+    if (IsStickyError(e.err)) return Broken(e);
+    cudaGetLastError();
+    batch.FailCopy(i, s, e.ToStatus());
+  }
+  return Status::Ok();
+}
+
+// The kernel moves the whole segment in one launch: pieces of copies that
+// failed are neutralised in the table (bytes = 0) before it runs, and a
+// launch failure fails every copy of the launch.
+Status CudaCopyEngine::IssueKernelSegment(Lane& lane, Batch& batch, size_t s, const Table& table) {
+  const Plan& plan = batch.plan;
+  for (size_t i = 0; i < plan.copies; ++i) {
+    if (batch.results[i].ok()) continue;
+    for (size_t k = plan.Begin(s, i); k < plan.Begin(s, i + 1); ++k) table.host[k].bytes = 0;
+  }
+  const size_t begin = plan.Begin(s, 0), end = plan.Begin(s + 1, 0);
+  const cudaError_t err =
+      LaunchCopyPieces(table.device + begin, static_cast<uint32_t>(end - begin), lane.stream.get());
+  if (err == cudaSuccess) return Status::Ok();
+  const CallError e{err, "copy kernel launch"};
+  if (IsStickyError(err)) return Broken(e);
+  cudaGetLastError();
+  batch.FailLive(s, e.ToStatus());
   return Status::Ok();
 }
 
@@ -276,7 +448,8 @@ Status CheckTensors(const CudaCopyEngineOptions& options) {
 
 }  // namespace
 
-Result<std::unique_ptr<CopyEngine>> CreateCudaCopyEngine(const CudaCopyEngineOptions& options) {
+Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(const CudaCopyEngineOptions& options,
+                                                              IssueFaultHook hook) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   int count = 0;
   KVTIER_RETURN_IF_ERROR(
@@ -288,12 +461,21 @@ Result<std::unique_ptr<CopyEngine>> CreateCudaCopyEngine(const CudaCopyEngineOpt
   KVTIER_RETURN_IF_ERROR(
       FromCuda(cudaSetDevice(options.device), "cuda copy engine: cudaSetDevice"));
   KVTIER_RETURN_IF_ERROR(CheckTensors(options));
-  KVTIER_ASSIGN_OR_RETURN(cuda::Stream save, cuda::Stream::CreateLowPriority());
-  KVTIER_ASSIGN_OR_RETURN(cuda::Stream load, cuda::Stream::CreateLowPriority());
-  KVTIER_ASSIGN_OR_RETURN(cuda::Event save_ready, cuda::Event::Create());
-  KVTIER_ASSIGN_OR_RETURN(cuda::Event load_ready, cuda::Event::Create());
-  return std::unique_ptr<CopyEngine>(new CudaCopyEngine(
-      options, std::move(save), std::move(load), std::move(save_ready), std::move(load_ready)));
+  KVTIER_ASSIGN_OR_RETURN(Stream save, Stream::CreateLowPriority());
+  KVTIER_ASSIGN_OR_RETURN(Stream load, Stream::CreateLowPriority());
+  KVTIER_ASSIGN_OR_RETURN(Event save_ready, Event::Create());
+  KVTIER_ASSIGN_OR_RETURN(Event load_ready, Event::Create());
+  return std::unique_ptr<CopyEngine>(new CudaCopyEngine(options, std::move(save), std::move(load),
+                                                        std::move(save_ready),
+                                                        std::move(load_ready), std::move(hook)));
+}
+
+}  // namespace kvtier::cuda
+
+namespace kvtier {
+
+Result<std::unique_ptr<CopyEngine>> CreateCudaCopyEngine(const CudaCopyEngineOptions& options) {
+  return cuda::TEST_CreateCudaCopyEngine(options, nullptr);
 }
 
 }  // namespace kvtier

@@ -34,6 +34,38 @@ Status FromCuda(cudaError_t err, std::string_view what) {
   }
 }
 
+bool IsStickyError(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorExternalDevice:
+    case cudaErrorUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status DeviceHealth::Lost() const {
+  std::lock_guard lock(mu_);
+  return lost_;
+}
+
+void DeviceHealth::MarkLost(const Status& why) {
+  std::lock_guard lock(mu_);
+  if (lost_.ok()) lost_ = why;
+}
+
 // ---- Stream ----------------------------------------------------------------
 
 Result<Stream> Stream::CreateLowPriority() {

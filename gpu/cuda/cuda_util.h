@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string_view>
 
@@ -25,6 +26,24 @@ namespace kvtier::cuda {
 // arguments -> InvalidArgument, busy or unavailable devices -> Unavailable,
 // anything else (a failed copy or launch) -> IOError.
 Status FromCuda(cudaError_t err, std::string_view what);
+
+// True for the errors that leave the CUDA context unusable: every later call
+// in the process fails with them (illegal address, launch failure, ECC ...).
+bool IsStickyError(cudaError_t err);
+
+// Whether the device has been lost, shared by an engine and its completion
+// thread: once lost, every later copy fails at once with the first sticky
+// error instead of being issued. Thread-safe.
+class DeviceHealth {
+ public:
+  Status Lost() const;
+  // Keeps the first status it is given.
+  void MarkLost(const Status& why);
+
+ private:
+  mutable std::mutex mu_;
+  Status lost_;  // guarded by mu_
+};
 
 // A non-blocking stream (no implicit ordering with the legacy default stream).
 class Stream {

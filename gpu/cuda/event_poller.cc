@@ -13,7 +13,8 @@ constexpr auto kPollInterval = std::chrono::microseconds(20);
 
 }  // namespace
 
-EventPoller::EventPoller(int device) : device_(device), thread_([this] { Loop(); }) {}
+EventPoller::EventPoller(int device, DeviceHealth* health)
+    : device_(device), health_(health), thread_([this] { Loop(); }) {}
 
 EventPoller::~EventPoller() {
   {
@@ -32,24 +33,55 @@ void EventPoller::Add(std::unique_ptr<PendingCopy> copy) {
   cv_.notify_one();
 }
 
-bool EventPoller::Advance(Tracked& t) {
+// No copy of the batch is complete before its last event, so an event that
+// fails takes every copy still in flight with it.
+void EventPoller::Fail(PendingCopy& c, size_t event, cudaError_t err) {
+  const Status st = FromCuda(err, c.per_layer ? "layer " + std::to_string(event) + " event"
+                                              : std::string("completion event"));
+  if (IsStickyError(err)) health_->MarkLost(st);
+  for (size_t i = 0; i < c.results.size(); ++i) {
+    if (!c.results[i].ok()) continue;
+    c.results[i] =
+        st.WithContext(std::string("cuda copy engine: ") + (c.per_layer ? "load" : "save") +
+                       " of engine block " + std::to_string(c.blocks[i]));
+  }
+  c.lease.reset();
+  if (c.done) c.done(std::move(c.results));
+}
+
+// Events of one stream complete in order, and after an error that breaks the
+// context every query fails at once; a failure that leaves the context usable
+// (none is known to reach an event) still lets the later copies run to their
+// end before `done` hands the buffers back.
+bool EventPoller::Drained(Tracked& t) {
   PendingCopy& c = *t.copy;
   while (t.next < c.events.size()) {
+    if (cudaEventQuery(c.events[t.next].get()) == cudaErrorNotReady) return false;
+    ++t.next;
+  }
+  return true;
+}
+
+bool EventPoller::Advance(Tracked& t) {
+  PendingCopy& c = *t.copy;
+  while (t.error == cudaSuccess && t.next < c.events.size()) {
     const cudaError_t err = cudaEventQuery(c.events[t.next].get());
     if (err == cudaErrorNotReady) return false;
     if (err != cudaSuccess) {
-      // The stream is broken; later events will never be meaningful.
-      Status st =
-          FromCuda(err, c.per_layer ? "cuda copy engine: load of layer " + std::to_string(t.next)
-                                    : std::string("cuda copy engine: save"));
-      if (c.done) c.done(std::move(st));
-      return true;
+      t.error = err;
+      t.failed_event = t.next++;
+      break;
     }
     if (c.per_layer && c.on_layer) c.on_layer(static_cast<uint32_t>(t.next));
     ++t.next;
   }
+  if (t.error != cudaSuccess) {
+    if (!Drained(t)) return false;
+    Fail(c, t.failed_event, t.error);
+    return true;
+  }
   c.lease.reset();
-  if (c.done) c.done(Status::Ok());
+  if (c.done) c.done(std::move(c.results));
   return true;
 }
 

@@ -26,12 +26,17 @@ struct PendingCopy {
   LayerDone on_layer;           // may be empty
   CopyDone done;                // may be empty
   std::shared_ptr<void> lease;  // what the copy reads (descriptor table); dropped at the end
+  // One per copy: failures found while issuing; the copies still OK are in
+  // flight and end OK, or with the error of an event that fails.
+  std::vector<Status> results;
+  std::vector<uint32_t> blocks;  // engine block of each copy, for messages
 };
 
 class EventPoller {
  public:
-  // Starts the thread, which sets `device` as its current device.
-  explicit EventPoller(int device);
+  // Starts the thread, which sets `device` as its current device. A sticky
+  // error seen on an event is reported to `health`, which must outlive this.
+  EventPoller(int device, DeviceHealth* health);
   // Waits until every added copy has completed and its callbacks have run.
   ~EventPoller();
   EventPoller(const EventPoller&) = delete;
@@ -44,7 +49,11 @@ class EventPoller {
  private:
   struct Tracked {
     std::unique_ptr<PendingCopy> copy;
-    size_t next = 0;  // first event not yet seen complete
+    size_t next = 0;  // first event not yet seen complete (or failed)
+    // The first event that failed, and how; then the later events are only
+    // waited out, so that `done` never runs while a copy may still write.
+    cudaError_t error = cudaSuccess;
+    size_t failed_event = 0;
   };
 
   void Loop();
@@ -52,7 +61,13 @@ class EventPoller {
   // Runs callbacks, so it is called without mu_.
   bool Advance(Tracked& t);
 
+  // Fails the copies of `c` still in flight with `err` and runs `done`.
+  void Fail(PendingCopy& c, size_t event, cudaError_t err);
+  // After a failed event: true once no later event is still pending.
+  static bool Drained(Tracked& t);
+
   const int device_;
+  DeviceHealth* const health_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Tracked> incoming_;  // guarded by mu_

@@ -28,7 +28,8 @@ struct BlockCopy {
   std::span<std::byte> host;
 };
 
-using CopyDone = std::function<void(Status)>;
+// The outcome of one Gather or Scatter: results[i] belongs to copies[i].
+using CopyDone = std::function<void(std::vector<Status> results)>;
 using LayerDone = std::function<void(uint32_t layer)>;
 
 // Keeps a host memory range registered with a device (page-locked and mapped)
@@ -45,15 +46,25 @@ class KVTIER_EXPORT CopyEngine {
 
   virtual const KvLayout& layout() const = 0;
 
-  // Copies each engine block into its host buffer. `done` runs exactly once,
-  // possibly on another thread, after every byte has landed (or with the first
-  // error). The copies span may be released when Gather returns; the host
-  // buffers must stay valid until `done` runs. Blocks out of range or buffers
-  // of the wrong size fail with InvalidArgument before anything is copied.
+  // Copies each engine block into its host buffer and reports one result per
+  // copy. Each copy is checked on its own before anything is issued: an
+  // engine block out of range, a host buffer of the wrong size or one that
+  // overlaps an earlier copy's buffer fails that copy alone with
+  // InvalidArgument naming it ("copy <i> (engine block <b>): ..."); the
+  // others proceed. A device error on one block's copies fails that block
+  // with the device's error text; an error that breaks the device (context
+  // lost) fails every block not yet completed. `done` runs exactly once,
+  // possibly on another thread, after every issued byte has landed or the
+  // device has failed: a host buffer is never written after `done`. The
+  // copies span may be released when Gather returns; the host buffers must
+  // stay valid until `done` runs.
   virtual void Gather(std::span<const BlockCopy> copies, CopyDone done) = 0;
 
-  // Copies each host buffer into its engine block. `on_layer(l)` runs, in
-  // increasing l, once layer l of every block has landed; then `done` runs
+  // Copies each host buffer into its engine block, with per-copy checks and
+  // results as Gather (a second copy to the same engine block fails, the
+  // first proceeds). `on_layer(l)` runs, in increasing l, once layer l of
+  // every copy that has not failed has landed; after an error that breaks
+  // the device the remaining layers are not reported. Then `done` runs
   // exactly once. `on_layer` may be empty.
   virtual void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) = 0;
 
@@ -67,6 +78,13 @@ class KVTIER_EXPORT CopyEngine {
     return std::unique_ptr<HostMemoryPin>();
   }
 };
+
+// What a test fault hook decides for one (engine block, layer) copy.
+struct CopyFault {
+  Status status;        // OK: copy normally
+  bool sticky = false;  // the device is lost from here on
+};
+using CopyFaultHook = std::function<CopyFault(uint32_t engine_block, uint32_t layer)>;
 
 // The host stand-in. Its pool is ordinary memory shaped like the engine's KV
 // cache, so the runtime's save and load paths run unchanged without a GPU.
@@ -84,6 +102,14 @@ class KVTIER_EXPORT HostCopyEngine : public CopyEngine {
   // canonical host format. InvalidArgument when out of range or mis-sized.
   virtual Status WriteBlock(uint32_t engine_block, std::span<const std::byte> host) = 0;
   virtual Status ReadBlock(uint32_t engine_block, std::span<std::byte> host) = 0;
+
+  // Test hook: `hook(engine_block, layer)` is asked before each layer of
+  // each checked copy is moved (Gather asks for every layer of a block before
+  // moving it). A non-OK status fails that copy with it; `sticky` also fails
+  // every copy of the batch not yet completed, as a lost device would, and
+  // every later copy until the hook is replaced. An empty hook (the default)
+  // injects nothing. Not for production use; call it while no copy runs.
+  virtual void TEST_SetFaultHook(CopyFaultHook hook) = 0;
 };
 
 // How the CUDA engine moves a batch.
@@ -102,8 +128,11 @@ struct KVTIER_EXPORT CudaCopyEngineOptions {
   std::vector<void*> tensors;
   int device = 0;
   // The engine's compute stream (a cudaStream_t), or null for the legacy
-  // default stream. Every copy starts after the work queued on it before the
-  // Gather or Scatter call; kvtier never synchronizes the device.
+  // default stream. Not cudaStreamPerThread: kvtier records on this stream
+  // from its own threads, where that handle names a different stream, so an
+  // engine computing on per-thread default streams passes an explicit
+  // stream. Every copy starts after the work queued on it before the Gather
+  // or Scatter call; kvtier never synchronizes the device.
   void* compute_stream = nullptr;
   CudaCopyPath path = CudaCopyPath::kAuto;
   // kAuto picks the kernel when the layout's typical contiguous run (see
@@ -118,9 +147,15 @@ struct KVTIER_EXPORT CudaCopyEngineOptions {
 // for loads), an event per layer on loads, and one completion thread that
 // polls events and runs the callbacks. Host buffers that are registered
 // (PinHostMemory, cudaHostAlloc) take the chosen path; other host buffers are
-// always copied by DMA. NotSupported with the CUDA error text when the build
-// has no CUDA, the driver is missing or there is no such device;
-// InvalidArgument for bad options.
+// always copied by DMA. Per-copy results as CopyEngine says: a failed CUDA
+// call is retried block by block so that only the blocks whose own call
+// fails are dropped (with the CUDA error text); with the kernel path one
+// launch moves a whole layer, so a failed launch fails every block of it. A
+// sticky CUDA error (illegal address, launch failure, ECC: the context is
+// unusable) fails every copy in flight and every later call.
+// NotSupported with the CUDA error text when the build has no CUDA, the
+// driver is missing or there is no such device; InvalidArgument for bad
+// options.
 KVTIER_EXPORT Result<std::unique_ptr<CopyEngine>> CreateCudaCopyEngine(
     const CudaCopyEngineOptions& options);
 

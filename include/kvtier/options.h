@@ -16,6 +16,7 @@
 #include "kvtier/export.h"
 #include "kvtier/kv_layout.h"
 #include "kvtier/nvme_options.h"
+#include "kvtier/policy.h"
 #include "kvtier/redis_options.h"
 #include "kvtier/remote_options.h"
 #include "kvtier/status.h"
@@ -38,17 +39,32 @@ struct KVTIER_EXPORT WatermarkOptions {
 };
 
 // Policy names TierOptions::Validate accepts for `eviction` and `admission`,
-// in the order error messages list them. config/ reports against these too.
+// in the order error messages list them: PolicyEvictionNames() and
+// PolicyAdmissionNames() of policy.h. config/ reports against these too.
 KVTIER_EXPORT std::span<const std::string_view> EvictionPolicyNames();
 KVTIER_EXPORT std::span<const std::string_view> AdmissionPolicyNames();
+
+// kvtier's default policy set: what every tier runs unless its options (or
+// its YAML) name others. This is the one place the default is named.
+inline constexpr std::string_view kDefaultEvictionPolicy = "lru";
+inline constexpr std::string_view kDefaultAdmissionPolicy = "always";
 
 struct KVTIER_EXPORT TierOptions {
   std::string name;              // unique; names the tier in stats and --set paths
   std::string type;              // registry name: "host", later "nvme", "redis", "remote"
   uint64_t capacity_bytes = 0;   // required, > 0
   WatermarkOptions watermarks;
-  std::string eviction = "lru";                    // eviction policy name
-  std::vector<std::string> admission = {"always"};  // all must accept
+  std::string eviction{kDefaultEvictionPolicy};                              // eviction policy name
+  std::vector<std::string> admission{std::string(kDefaultAdmissionPolicy)};  // all must accept
+  // Knobs of this tier's admission and eviction policies (policy.h). A tier
+  // whose admission names write_budget needs write_budget_bytes_per_day > 0;
+  // the budget counts payload bytes and `write_amplification` converts them
+  // to device bytes.
+  PolicyKnobs policy;
+  // What `cost` admission knows of the tier: read bandwidth (bytes/s) and
+  // per-read latency (s). 0 bandwidth = unknown: cost admission then admits.
+  double read_bytes_per_s = 0;
+  double read_latency_s = 0;
   bool hugepages = true;   // host: try MAP_HUGETLB, else advise transparent huge pages
   bool mlock = true;       // host: lock the arena in memory, best effort (warns on refusal)
   std::string path;        // nvme: file or block device
@@ -59,6 +75,8 @@ struct KVTIER_EXPORT TierOptions {
   RemoteTierOptions remote;           // type remote only
 
   Status Validate() const;
+  // The eviction, admission and policy fields only (part of Validate).
+  Status ValidatePolicies() const;
 };
 
 // The model whose KV is cached: its namespace and the block geometry.
@@ -116,6 +134,13 @@ struct KVTIER_EXPORT RuntimeOptions {
   // Fraction of the engine's KV pool kept free when admitting new requests
   // (Runtime::ShouldAdmitNewRequest); in [0, 1), 0 = off.
   double gpu_watermark = 0.01;
+  // Prefill cost of the model, for the FLOPs a block saves (flop_aware
+  // eviction, cost admission); used when block_tokens > 0. config/ derives it
+  // from the model.
+  ModelCost model_cost;
+  // The engine's prefill rate in FLOP/s, for cost admission; 0 = unknown
+  // (cost admission then admits).
+  double gpu_flops_per_s = 0;
 
   Status Validate() const;
 };

@@ -41,8 +41,13 @@ struct TierStats {
   uint64_t rejected_blocks = 0;   // not admitted
   uint64_t errors = 0;            // failed reads or writes (not misses)
   uint64_t corruptions = 0;       // header or checksum mismatches
-  uint64_t admitted_blocks = 0;            // blocks this tier's admission policy accepted
-  uint64_t admission_rejected_blocks = 0;  // blocks this tier's admission policy refused
+  // Blocks this tier's admission policies accepted / refused. For the hub,
+  // saves are counted only when its admission is more than `always` alone.
+  uint64_t admitted_blocks = 0;
+  uint64_t admission_rejected_blocks = 0;
+  // Of the refused blocks, those written all the same: a child of theirs is
+  // stored at or below this tier, and dropping them would cut its chain.
+  uint64_t forced_blocks = 0;
 };
 
 // Blocks and bytes copied along one path. Endpoints are tier names, or "gpu"
@@ -79,6 +84,7 @@ struct RuntimeStats {
   uint64_t saved_blocks = 0;       // newly stored
   uint64_t save_duplicates = 0;    // already stored: skipped
   uint64_t save_failures = 0;
+  uint64_t save_not_admitted = 0;  // not stored: the hub's admission refused them or a parent
   uint64_t load_blocks = 0;
   uint64_t loaded_blocks = 0;
   uint64_t load_failures = 0;      // per-block failures reported to the engine
@@ -110,6 +116,16 @@ struct PreemptionVictim {
   uint32_t saved_blocks = 0;           // leading keys already stored in kvtier
   std::optional<BlockKey> parent;      // keys[saved_blocks - 1], if saved_blocks > 0
   std::vector<BlockKey> unsaved_keys;  // keys[saved_blocks..]: still to save
+};
+
+// Optional hints with a Save, passed on to the admission policies (BlockMeta
+// session_id and expected_reuse; marconi admission reads them).
+struct SaveOptions {
+  uint64_t session_id = 0;       // conversation or agent session; 0 = none
+  float expected_reuse = -1.0f;  // chance the saved tail is used again, in [0, 1]; < 0 = none
+  // Store the blocks whatever the hub's admission says: saves the engine
+  // relies on, such as a preemption victim's (ProposePreemption).
+  bool bypass_admission = false;
 };
 
 class Runtime;
@@ -153,11 +169,23 @@ class KVTIER_EXPORT Runtime {
   // Copies engine_blocks[i] into the hub as keys[i]. Keys already stored are
   // skipped (OK). Per-block results; ResourceExhausted when the hub has no
   // room even after eviction; Busy when the request queue is full.
+  //
+  // The hub's admission policies are asked about each new key in chain
+  // order. A refused key is not stored, and neither is any key after it (its
+  // parent would be absent): those end OK with 0 bytes, are counted in
+  // RuntimeStats::save_not_admitted, and Lookup / IsSaved do not find them.
+  // With the default `always` admission every key is admitted.
   virtual Completion Save(NamespaceId ns, std::optional<BlockKey> parent,
-                          std::span<const BlockKey> keys,
-                          std::span<const uint32_t> engine_blocks) = 0;
+                          std::span<const BlockKey> keys, std::span<const uint32_t> engine_blocks,
+                          const SaveOptions& options) = 0;
+  // Save without hints.
+  Completion Save(NamespaceId ns, std::optional<BlockKey> parent, std::span<const BlockKey> keys,
+                  std::span<const uint32_t> engine_blocks) {
+    return Save(ns, parent, keys, engine_blocks, SaveOptions{});
+  }
 
   // How many leading keys are stored, and where. Stops at the first miss.
+  // Every tier's admission policies see the chain (a request's sighting).
   virtual Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys) = 0;
   // As Lookup, and pins the hits until the returned handle is destroyed.
   virtual Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) = 0;

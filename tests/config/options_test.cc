@@ -10,6 +10,13 @@
 namespace kvtier {
 namespace {
 
+// The names as error messages list them ("a, b, c").
+std::string ListOf(std::span<const std::string_view> names) {
+  std::string out;
+  for (std::string_view n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
 std::string Message(const Status& s) { return std::string(s.message()); }
 
 TierOptions HostTier(const std::string& name = "host") {
@@ -76,14 +83,15 @@ TEST(TierOptionsTest, ValidatesEveryField) {
   EXPECT_NE(Message(t.Validate()).find("tier 'host': watermarks low 0.99"), std::string::npos);
   t = HostTier();
   t.eviction = "mru";
-  EXPECT_EQ(Message(t.Validate()),
-            "tier 'host': unknown eviction policy 'mru'; expected one of: lru");
+  EXPECT_EQ(Message(t.Validate()), "tier 'host': unknown eviction policy 'mru'; expected one of: " +
+                                       ListOf(EvictionPolicyNames()));
   t = HostTier();
   t.admission = {};
   EXPECT_NE(Message(t.Validate()).find("admission list is empty"), std::string::npos);
   t.admission = {"always", "never"};
   EXPECT_EQ(Message(t.Validate()),
-            "tier 'host': unknown admission policy 'never'; expected one of: always");
+            "tier 'host': unknown admission policy 'never'; expected one of: " +
+                ListOf(AdmissionPolicyNames()));
   t = HostTier("ssd");
   t.type = "nvme";
   EXPECT_NE(Message(t.Validate()).find("nvme tier has no path"), std::string::npos);

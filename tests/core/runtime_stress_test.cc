@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -12,7 +13,8 @@
 namespace kvtier::testing {
 namespace {
 
-TEST(RuntimeStress, ConcurrentEnginesNeverSeeWrongBytes) {
+// Runs the engines against a runtime whose options `configure` adjusts.
+void Stress(const std::function<void(RuntimeOptions&)>& configure) {
   constexpr uint32_t kThreads = 4;
   constexpr uint32_t kBlocksPerThread = 16;  // each thread owns a slice of the pool
   constexpr int kSteps = 150;
@@ -22,6 +24,7 @@ TEST(RuntimeStress, ConcurrentEnginesNeverSeeWrongBytes) {
   o.tiers[0].watermarks = {.high = 0.7, .low = 0.4};
   o.tiers.push_back(LowerHostTier("lower", bb, 48));
   o.mover.interval_ms = 1;
+  configure(o);
   auto opened = Runtime::Open(o, setup.engine);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   std::unique_ptr<Runtime> rt = std::move(opened).value();
@@ -81,6 +84,31 @@ TEST(RuntimeStress, ConcurrentEnginesNeverSeeWrongBytes) {
   RuntimeStats st = rt->Stats();
   EXPECT_GT(st.tiers[0].demoted_blocks, 0u) << "the mover ran";
   EXPECT_LE(st.tiers[0].blocks, 24u);
+}
+
+TEST(RuntimeStress, ConcurrentEnginesNeverSeeWrongBytes) {
+  Stress([](RuntimeOptions&) {});
+}
+
+// The same with policies that keep state and choose their own victims:
+// s3fifo and flop_aware orders, frequency, cost and marconi admission, on
+// the hub and below. Children must still leave before parents (the index
+// aborts otherwise) and loads must still get exactly their bytes.
+TEST(RuntimeStress, PoliciesNeverBreakTheChainsOrTheBytes) {
+  Stress([](RuntimeOptions& o) {
+    o.block_tokens = 8;
+    o.gpu_flops_per_s = 1e12;
+    o.tiers[0].eviction = "s3fifo";
+    o.tiers[1].eviction = "flop_aware";
+    o.tiers[1].admission = {"frequency", "cost"};
+    o.tiers[1].read_bytes_per_s = 1e9;
+  });
+  Stress([](RuntimeOptions& o) {
+    o.tiers[0].eviction = "flop_aware";
+    o.tiers[0].admission = {"marconi"};
+    o.tiers[1].eviction = "s3fifo";
+    o.tiers[1].admission = {"frequency"};
+  });
 }
 
 }  // namespace

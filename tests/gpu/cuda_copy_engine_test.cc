@@ -15,26 +15,14 @@
 
 #include "gpu/cuda/cuda_util.h"
 #include "kvtier/copy_engine.h"
+#include "tests/gpu/cuda_test_util.h"
 #include "tests/gpu/layout_test_util.h"
 
 namespace kvtier {
 namespace {
 
-// Empty when a device is usable, else why not.
-std::string NoDeviceReason() {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    return std::string("no usable CUDA device: cudaGetDeviceCount: ") + cudaGetErrorName(err) +
-           ": " + cudaGetErrorString(err);
-  }
-  return n == 0 ? "no CUDA device" : "";
-}
-
-#define SKIP_WITHOUT_DEVICE()                                                  \
-  do {                                                                         \
-    if (std::string why = NoDeviceReason(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
+using testing::DeviceTensors;
+using testing::FillRandom;
 
 TEST(CudaCopyEngineNoDeviceTest, CreateFailsWithTheCudaErrorText) {
   int n = 0;
@@ -69,6 +57,12 @@ TEST(CudaCopyEngineOptionsTest, ValidateMessages) {
             "tensor pointers");
   o.tensors = {nullptr};
   EXPECT_EQ(o.Validate().ToString(), "invalid_argument: cuda copy engine: tensor 0 is null");
+  o.tensors = {reinterpret_cast<void*>(0x1000)};
+  o.compute_stream = cudaStreamPerThread;
+  EXPECT_EQ(o.Validate().ToString(),
+            "invalid_argument: cuda copy engine: compute_stream is cudaStreamPerThread, which "
+            "names the stream of whichever thread uses it; pass the engine's stream itself");
+  o.compute_stream = nullptr;
   o.layout.head_size = 0;
   EXPECT_EQ(CreateCudaCopyEngine(o).status().ToString(),
             "invalid_argument: cuda copy engine: kv layout: head_size is 0");
@@ -82,6 +76,21 @@ TEST(CudaUtilTest, FromCudaMapsCodesAndKeepsTheText) {
   EXPECT_EQ(cuda::FromCuda(cudaErrorMemoryAllocation, "m").code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(cuda::FromCuda(cudaErrorInvalidValue, "v").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::FromCuda(cudaErrorIllegalAddress, "c").code(), StatusCode::kIOError);
+}
+
+TEST(CudaUtilTest, StickyErrorsAndDeviceHealth) {
+  EXPECT_TRUE(cuda::IsStickyError(cudaErrorIllegalAddress));
+  EXPECT_TRUE(cuda::IsStickyError(cudaErrorLaunchFailure));
+  EXPECT_TRUE(cuda::IsStickyError(cudaErrorECCUncorrectable));
+  EXPECT_FALSE(cuda::IsStickyError(cudaSuccess));
+  EXPECT_FALSE(cuda::IsStickyError(cudaErrorInvalidValue));
+  EXPECT_FALSE(cuda::IsStickyError(cudaErrorMemoryAllocation));
+  EXPECT_FALSE(cuda::IsStickyError(cudaErrorNotReady));
+  cuda::DeviceHealth health;
+  EXPECT_TRUE(health.Lost().ok());
+  health.MarkLost(Status::IOError("first"));
+  health.MarkLost(Status::IOError("second"));
+  EXPECT_EQ(health.Lost().ToString(), "io_error: first");
 }
 
 // ---- with a device -----------------------------------------------------------
@@ -100,47 +109,6 @@ KvLayout CaseLayout(const Case& c) {
     l.head_size = c.kind == KvLayoutKind::kMla ? 576 : 64;
   }
   return l;
-}
-
-// Device copies of the stand-in's tensors, freed at the end.
-class DeviceTensors {
- public:
-  explicit DeviceTensors(HostCopyEngine& ref) : ref_(ref) {
-    for (uint32_t t = 0; t < EngineTensorCount(ref.layout()); ++t) {
-      void* p = nullptr;
-      EXPECT_EQ(cudaMalloc(&p, ref.Tensor(t).size()), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(p, ref.Tensor(t).data(), ref.Tensor(t).size(), cudaMemcpyHostToDevice),
-                cudaSuccess);
-      ptrs_.push_back(p);
-    }
-  }
-  ~DeviceTensors() {
-    for (void* p : ptrs_) cudaFree(p);
-  }
-  const std::vector<void*>& ptrs() const { return ptrs_; }
-  std::vector<std::byte> Download(uint32_t t) const {
-    std::vector<std::byte> out(ref_.Tensor(t).size());
-    EXPECT_EQ(cudaMemcpy(out.data(), ptrs_[t], out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-
- private:
-  HostCopyEngine& ref_;
-  std::vector<void*> ptrs_;
-};
-
-void FillRandom(HostCopyEngine& engine, uint32_t seed) {
-  std::mt19937 rng(seed);
-  for (uint32_t t = 0; t < EngineTensorCount(engine.layout()); ++t) {
-    for (std::byte& b : engine.Tensor(t)) b = static_cast<std::byte>(rng() & 0xff);
-  }
-}
-
-Status Wait(std::future<Status>& f) {
-  if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-    return Status::DeadlineExceeded("copy did not complete in 20 s");
-  }
-  return f.get();
 }
 
 class CudaCopyEngineTest : public ::testing::TestWithParam<Case> {
@@ -193,10 +161,8 @@ TEST_P(CudaCopyEngineTest, GatherMatchesTheStandIn) {
   ASSERT_EQ(host.size(), blocks.size());
   std::vector<BlockCopy> copies;
   for (size_t i = 0; i < blocks.size(); ++i) copies.push_back({blocks[i], host[i].span()});
-  std::promise<Status> p;
-  std::future<Status> f = p.get_future();
-  engine_->Gather(copies, [&](Status st) { p.set_value(std::move(st)); });
-  ASSERT_TRUE(Wait(f).ok());
+  const testing::CopyResults r = testing::GatherAndWait(*engine_, copies);
+  ASSERT_TRUE(r.ok()) << r.ToString();
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::vector<std::byte> want(layout_.BlockBytes());
     ASSERT_TRUE(ref_->ReadBlock(blocks[i], want).ok());
@@ -219,20 +185,15 @@ TEST_P(CudaCopyEngineTest, ScatterMatchesTheStandInAndLayersFireInOrder) {
   ASSERT_TRUE(ref_->WriteBlock(copies[1].engine_block, copies[1].host).ok());
   const bool per_layer = EngineTensorCount(layout_) == layout_.num_layers;
   std::vector<std::string> events;  // written by the completion thread only
-  std::promise<Status> p;
-  std::future<Status> f = p.get_future();
-  engine_->Scatter(
-      copies,
-      [&](uint32_t layer) {
-        events.push_back("layer " + std::to_string(layer));
-        if (per_layer) {  // layer `layer` has fully landed
-          std::vector<std::byte> got = device_->Download(layer);
-          std::span<std::byte> want = ref_->Tensor(layer);
-          events.back() += std::memcmp(got.data(), want.data(), want.size()) == 0 ? "" : " wrong";
-        }
-      },
-      [&](Status st) { p.set_value(std::move(st)); });
-  ASSERT_TRUE(Wait(f).ok());
+  const testing::CopyResults r = testing::ScatterAndWait(*engine_, copies, [&](uint32_t layer) {
+    events.push_back("layer " + std::to_string(layer));
+    if (per_layer) {  // layer `layer` has fully landed
+      std::vector<std::byte> got = device_->Download(layer);
+      std::span<std::byte> want = ref_->Tensor(layer);
+      events.back() += std::memcmp(got.data(), want.data(), want.size()) == 0 ? "" : " wrong";
+    }
+  });
+  ASSERT_TRUE(r.ok()) << r.ToString();
   std::vector<std::string> expected;
   for (uint32_t l = 0; l < layout_.num_layers; ++l)
     expected.push_back("layer " + std::to_string(l));
@@ -246,14 +207,8 @@ TEST_P(CudaCopyEngineTest, ScatterMatchesTheStandInAndLayersFireInOrder) {
 // Pageable buffers cannot be mapped: the engine falls back to DMA.
 TEST_P(CudaCopyEngineTest, PageableHostBuffersRoundTrip) {
   std::vector<std::byte> in = testing::RandomBlock(layout_, 7), out(layout_.BlockBytes());
-  std::promise<Status> p1, p2;
-  std::future<Status> f1 = p1.get_future(), f2 = p2.get_future();
-  engine_->Scatter(std::vector<BlockCopy>{{2, in}}, nullptr,
-                   [&](Status st) { p1.set_value(std::move(st)); });
-  ASSERT_TRUE(Wait(f1).ok());
-  engine_->Gather(std::vector<BlockCopy>{{2, out}},
-                  [&](Status st) { p2.set_value(std::move(st)); });
-  ASSERT_TRUE(Wait(f2).ok());
+  ASSERT_TRUE(testing::ScatterAndWait(*engine_, std::vector<BlockCopy>{{2, in}}, nullptr).ok());
+  ASSERT_TRUE(testing::GatherAndWait(*engine_, std::vector<BlockCopy>{{2, out}}).ok());
   EXPECT_EQ(out, in);
 }
 
@@ -270,11 +225,7 @@ TEST_P(CudaCopyEngineTest, GatherIsOrderedAfterTheComputeStream) {
                               cudaMemcpyHostToDevice, compute_),
               cudaSuccess);
   }
-  std::promise<Status> p;
-  std::future<Status> f = p.get_future();
-  engine_->Gather(std::vector<BlockCopy>{{4, dst[0].span()}},
-                  [&](Status st) { p.set_value(std::move(st)); });
-  ASSERT_TRUE(Wait(f).ok());
+  ASSERT_TRUE(testing::GatherAndWait(*engine_, std::vector<BlockCopy>{{4, dst[0].span()}}).ok());
   EXPECT_EQ(std::memcmp(dst[0].data(), fresh.data(), fresh.size()), 0);
 }
 
@@ -289,11 +240,9 @@ TEST_P(CudaCopyEngineTest, RegisteredHostMemoryIsUsable) {
     ASSERT_TRUE(pin.ok()) << pin.status().ToString();
     ASSERT_NE(pin->get(), nullptr);
     EXPECT_NE(cuda::MappedDevicePointer(region.data()), nullptr);
-    std::promise<Status> p;
-    std::future<Status> f = p.get_future();
-    engine_->Gather(std::vector<BlockCopy>{{1, region.first(layout_.BlockBytes())}},
-                    [&](Status st) { p.set_value(std::move(st)); });
-    ASSERT_TRUE(Wait(f).ok());
+    ASSERT_TRUE(testing::GatherAndWait(
+                    *engine_, std::vector<BlockCopy>{{1, region.first(layout_.BlockBytes())}})
+                    .ok());
     std::vector<std::byte> want(layout_.BlockBytes());
     ASSERT_TRUE(ref_->ReadBlock(1, want).ok());
     EXPECT_EQ(std::memcmp(region.data(), want.data(), want.size()), 0);

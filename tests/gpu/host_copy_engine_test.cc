@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -31,29 +32,34 @@ std::unique_ptr<HostCopyEngine> MakeEngine(const KvLayout& l) {
   return engine.ok() ? std::move(engine).value() : nullptr;
 }
 
-// Runs Gather and returns the status `done` got; fails if done ran != once.
-Status GatherSync(CopyEngine& engine, std::vector<BlockCopy> copies) {
+using Results = testing::CopyResults;
+
+// Runs Gather and returns what `done` got; fails if done ran != once or the
+// result count is not the copy count.
+Results GatherSync(CopyEngine& engine, std::vector<BlockCopy> copies) {
   int calls = 0;
-  Status result = Status::Internal("done never ran");
-  engine.Gather(copies, [&](Status st) {
+  Results result;
+  engine.Gather(copies, [&](std::vector<Status> st) {
     ++calls;
-    result = std::move(st);
+    result.each = std::move(st);
   });
   EXPECT_EQ(calls, 1);
+  EXPECT_EQ(result.each.size(), copies.size());
   return result;
 }
 
-Status ScatterSync(CopyEngine& engine, std::vector<BlockCopy> copies,
-                   std::vector<uint32_t>* layers = nullptr) {
+Results ScatterSync(CopyEngine& engine, std::vector<BlockCopy> copies,
+                    std::vector<uint32_t>* layers = nullptr) {
   int calls = 0;
-  Status result = Status::Internal("done never ran");
+  Results result;
   LayerDone on_layer;
   if (layers != nullptr) on_layer = [layers](uint32_t l) { layers->push_back(l); };
-  engine.Scatter(copies, on_layer, [&](Status st) {
+  engine.Scatter(copies, on_layer, [&](std::vector<Status> st) {
     ++calls;
-    result = std::move(st);
+    result.each = std::move(st);
   });
   EXPECT_EQ(calls, 1);
+  EXPECT_EQ(result.each.size(), copies.size());
   return result;
 }
 
@@ -182,8 +188,10 @@ TEST(HostCopyEngineTest, OnLayerRunsOncePerLayerInOrderAfterThatLayerLanded) {
             });
           }
         },
-        [&](Status st) { events.push_back("done " + st.ToString()); });
-    const std::vector<std::string> expected = {"layer 0", "layer 1", "layer 2", "done ok"};
+        [&](std::vector<Status> st) {
+          events.push_back("done " + st[0].ToString() + " " + st[1].ToString());
+        });
+    const std::vector<std::string> expected = {"layer 0", "layer 1", "layer 2", "done ok ok"};
     EXPECT_EQ(events, expected) << KvLayoutKindName(kind);
   }
 }
@@ -202,7 +210,23 @@ TEST(HostCopyEngineTest, EmptyOnLayerAndEmptyBatch) {
 
 class HostCopyEngineErrorTest : public ::testing::TestWithParam<KvLayoutKind> {};
 
-TEST_P(HostCopyEngineErrorTest, BadCopiesFailBeforeAnythingMoves) {
+// Every byte of the pool that changed belongs to one of `blocks`.
+void ExpectOnlyBlocksChanged(HostCopyEngine& engine,
+                             const std::vector<std::vector<std::byte>>& before,
+                             const std::vector<uint32_t>& blocks) {
+  const KvLayout& l = engine.layout();
+  const auto after = Snapshot(engine);
+  for (size_t t = 0; t < after.size(); ++t) {
+    for (uint64_t i = 0; i < after[t].size(); ++i) {
+      if (after[t][i] == before[t][i]) continue;
+      const uint32_t block = RefBlockOfByte(l, i);
+      ASSERT_NE(std::find(blocks.begin(), blocks.end(), block), blocks.end())
+          << KvLayoutKindName(l.kind) << " tensor " << t << " byte " << i << " of block " << block;
+    }
+  }
+}
+
+TEST_P(HostCopyEngineErrorTest, BadCopiesFailAloneAndTheOthersMove) {
   const KvLayout l = SmallLayout(GetParam());
   auto engine = MakeEngine(l);
   ASSERT_NE(engine, nullptr);
@@ -213,31 +237,50 @@ TEST_P(HostCopyEngineErrorTest, BadCopiesFailBeforeAnythingMoves) {
   std::vector<std::byte> long_buf(l.BlockBytes() + 1, std::byte{0x11});
   std::vector<uint32_t> layers;
 
-  EXPECT_EQ(ScatterSync(*engine, {{0, good}, {5, other}}, &layers).ToString(),
-            "invalid_argument: copy 1: engine block 5 out of range [0, 5)");
-  EXPECT_EQ(ScatterSync(*engine, {{2, good}, {0, short_buf}}, &layers).ToString(),
-            "invalid_argument: copy 1: host buffer is 287 bytes; a block is 288 bytes");
-  EXPECT_EQ(ScatterSync(*engine, {{3, good}, {1, other}, {3, other}}, &layers).ToString(),
-            "invalid_argument: copy 2: engine block 3 already targeted by copy 0");
-  EXPECT_TRUE(layers.empty());
-  EXPECT_EQ(Snapshot(*engine), before);
+  EXPECT_EQ(
+      ScatterSync(*engine, {{0, good}, {5, other}, {2, short_buf}, {3, other}, {0, other}}, &layers)
+          .ToString(),
+      "ok | invalid_argument: copy 1: engine block 5 out of range [0, 5) | "
+      "invalid_argument: copy 2 (engine block 2): host buffer is 287 bytes; a block is 288 "
+      "bytes | ok | invalid_argument: copy 4 (engine block 0): already targeted by copy 0");
+  EXPECT_EQ(layers, (std::vector<uint32_t>{0, 1, 2}));
+  ExpectOnlyBlocksChanged(*engine, before, {0, 3});
+  std::vector<std::byte> got(l.BlockBytes());
+  ASSERT_TRUE(engine->ReadBlock(0, got).ok());
+  EXPECT_EQ(got, good);
+  ASSERT_TRUE(engine->ReadBlock(3, got).ok());
+  EXPECT_EQ(got, other);
 
-  const std::vector<std::byte> good_copy = good;
-  EXPECT_EQ(GatherSync(*engine, {{1, good}, {4294967295u, other}}).ToString(),
-            "invalid_argument: copy 1: engine block 4294967295 out of range [0, 5)");
-  EXPECT_EQ(GatherSync(*engine, {{1, good}, {2, long_buf}}).ToString(),
-            "invalid_argument: copy 1: host buffer is 289 bytes; a block is 288 bytes");
-  EXPECT_EQ(good, good_copy);  // Nothing was gathered into the valid copy either.
+  // Gather: out of range, wrong size, and a buffer overlapping copy 0's.
+  std::vector<std::byte> two(2 * l.BlockBytes(), std::byte{0x22});
+  std::span<std::byte> first = std::span(two).first(l.BlockBytes());
+  std::span<std::byte> overlapping = std::span(two).subspan(100, l.BlockBytes());
+  std::vector<std::byte> spare(l.BlockBytes(), std::byte{0x33});
+  EXPECT_EQ(
+      GatherSync(*engine,
+                 {{1, first}, {4294967295u, spare}, {2, long_buf}, {4, overlapping}, {3, good}})
+          .ToString(),
+      "ok | invalid_argument: copy 1: engine block 4294967295 out of range [0, 5) | "
+      "invalid_argument: copy 2 (engine block 2): host buffer is 289 bytes; a block is 288 "
+      "bytes | invalid_argument: copy 3 (engine block 4): host buffer overlaps the one of "
+      "copy 0 | ok");
+  ASSERT_TRUE(engine->ReadBlock(1, got).ok());
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin()));
+  EXPECT_TRUE(std::all_of(two.begin() + l.BlockBytes(), two.end(),
+                          [](std::byte b) { return b == std::byte{0x22}; }));
+  EXPECT_EQ(spare, std::vector<std::byte>(l.BlockBytes(), std::byte{0x33}));
+  EXPECT_EQ(long_buf, std::vector<std::byte>(l.BlockBytes() + 1, std::byte{0x11}));
+  EXPECT_EQ(good, other);  // block 3 holds `other`
   // Reading the same block twice is fine.
-  EXPECT_TRUE(GatherSync(*engine, {{1, good}, {1, other}}).ok());
-  EXPECT_EQ(good, other);
+  std::vector<std::byte> again(l.BlockBytes());
+  EXPECT_TRUE(GatherSync(*engine, {{1, spare}, {1, again}}).ok());
+  EXPECT_EQ(spare, again);
 
   EXPECT_EQ(engine->WriteBlock(5, good).ToString(),
             "invalid_argument: engine block 5 out of range [0, 5)");
   EXPECT_EQ(engine->ReadBlock(0, short_buf).ToString(),
             "invalid_argument: host buffer is 287 bytes; a block is 288 bytes");
   EXPECT_EQ(short_buf, std::vector<std::byte>(l.BlockBytes() - 1, std::byte{0x11}));
-  EXPECT_EQ(Snapshot(*engine), before);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, HostCopyEngineErrorTest, ::testing::ValuesIn(kKinds),
@@ -294,8 +337,8 @@ TEST(HostCopyEngineTest, ConcurrentCallsOnDistinctBlocks) {
         for (uint32_t round = 0; round < 200; ++round) {
           std::vector<std::byte> in = RandomBlock(l, block * 1000 + round);
           std::vector<std::byte> out(l.BlockBytes());
-          engine->Scatter(std::vector<BlockCopy>{{block, in}}, nullptr, [](Status) {});
-          engine->Gather(std::vector<BlockCopy>{{block, out}}, [](Status) {});
+          engine->Scatter(std::vector<BlockCopy>{{block, in}}, nullptr, [](std::vector<Status>) {});
+          engine->Gather(std::vector<BlockCopy>{{block, out}}, [](std::vector<Status>) {});
           if (in != out) ++mismatches[block];
         }
       });

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "tests/gpu/layout_test_util.h"
@@ -133,22 +134,56 @@ TEST(LayoutRunsTest, RunsCoverEveryRowOnceAtReferencePositions) {
   }
 }
 
-TEST(CheckBlockCopiesTest, ExactMessages) {
+// "ok | invalid_argument: ..." in copy order.
+std::string Joined(const std::vector<Status>& results) {
+  std::string out;
+  for (const Status& st : results) out += (out.empty() ? "" : " | ") + st.ToString();
+  return out;
+}
+
+TEST(CheckEachBlockCopyTest, ExactMessages) {
   const KvLayout l = SmallLayout(KvLayoutKind::kVllmNhd);
-  std::vector<std::byte> a(288), b(288), small(287);
-  EXPECT_TRUE(CheckBlockCopies(l, std::vector<BlockCopy>{{0, a}, {4, b}}, true).ok());
-  EXPECT_EQ(CheckBlockCopies(l, std::vector<BlockCopy>{{0, a}, {5, b}}, false).ToString(),
-            "invalid_argument: copy 1: engine block 5 out of range [0, 5)");
-  EXPECT_EQ(CheckBlockCopies(l, std::vector<BlockCopy>{{0, small}}, false).ToString(),
-            "invalid_argument: copy 0: host buffer is 287 bytes; a block is 288 bytes");
-  EXPECT_EQ(CheckBlockCopies(l, std::vector<BlockCopy>{{3, a}, {1, b}, {3, a}}, true).ToString(),
-            "invalid_argument: copy 2: engine block 3 already targeted by copy 0");
-  // The earliest repeat is reported: copy 2 (block 3) comes before copy 3 (block 1).
-  EXPECT_EQ(
-      CheckBlockCopies(l, std::vector<BlockCopy>{{1, a}, {3, a}, {3, a}, {1, a}}, true).ToString(),
-      "invalid_argument: copy 2: engine block 3 already targeted by copy 1");
+  std::vector<std::byte> a(288), b(288), small(287), big(288 * 3);
+  auto check = [&](std::vector<BlockCopy> copies, bool unique, bool disjoint) {
+    return Joined(CheckEachBlockCopy(l, copies, unique, disjoint));
+  };
+  EXPECT_EQ(check({{0, a}, {4, b}}, true, true), "ok | ok");
+  EXPECT_EQ(check({{0, a}, {5, b}, {1, small}}, false, false),
+            "ok | invalid_argument: copy 1: engine block 5 out of range [0, 5) | "
+            "invalid_argument: copy 2 (engine block 1): host buffer is 287 bytes; a block is 288 "
+            "bytes");
+  // Only the repeats fail; the first copy to each block stays OK.
+  EXPECT_EQ(check({{3, a}, {1, b}, {3, a}}, true, false),
+            "ok | ok | invalid_argument: copy 2 (engine block 3): already targeted by copy 0");
+  EXPECT_EQ(check({{1, a}, {3, a}, {3, a}, {1, a}, {3, b}}, true, false),
+            "ok | ok | invalid_argument: copy 2 (engine block 3): already targeted by copy 1 | "
+            "invalid_argument: copy 3 (engine block 1): already targeted by copy 0 | "
+            "invalid_argument: copy 4 (engine block 3): already targeted by copy 1");
+  // A copy that failed its own check does not claim its block.
+  EXPECT_EQ(check({{2, small}, {2, a}}, true, false),
+            "invalid_argument: copy 0 (engine block 2): host buffer is 287 bytes; a block is 288 "
+            "bytes | ok");
   // Repeats are allowed when reading.
-  EXPECT_TRUE(CheckBlockCopies(l, std::vector<BlockCopy>{{3, a}, {3, b}}, false).ok());
+  EXPECT_EQ(check({{3, a}, {3, b}}, false, true), "ok | ok");
+  // Overlapping host buffers: the later copy of each overlapping pair fails;
+  // touching buffers do not overlap.
+  std::span<std::byte> whole(big);
+  EXPECT_EQ(
+      check(
+          {{0, whole.subspan(288, 288)}, {1, whole.subspan(0, 288)}, {2, whole.subspan(576, 288)}},
+          false, true),
+      "ok | ok | ok");
+  EXPECT_EQ(check({{0, whole.subspan(100, 288)},
+                   {1, whole.subspan(0, 288)},
+                   {2, whole.subspan(300, 288)},
+                   {3, whole.subspan(100, 288)}},
+                  false, true),
+            "ok | invalid_argument: copy 1 (engine block 1): host buffer overlaps the one of copy "
+            "0 | invalid_argument: copy 2 (engine block 2): host buffer overlaps the one of copy 0 "
+            "| invalid_argument: copy 3 (engine block 3): host buffer overlaps the one of copy 0");
+  // The same buffers are fine for a scatter, which only reads them.
+  EXPECT_EQ(check({{0, whole.subspan(100, 288)}, {1, whole.subspan(0, 288)}}, true, false),
+            "ok | ok");
   EXPECT_EQ(CheckBlockCopy(l, 7, 288).ToString(),
             "invalid_argument: engine block 7 out of range [0, 5)");
 }

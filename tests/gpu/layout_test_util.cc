@@ -1,5 +1,8 @@
 #include "tests/gpu/layout_test_util.h"
 
+#include <chrono>
+#include <future>
+#include <memory>
 #include <random>
 
 namespace kvtier::testing {
@@ -105,6 +108,49 @@ std::vector<std::byte> RandomBlock(const KvLayout& l, uint32_t seed) {
   std::vector<std::byte> out(l.BlockBytes());
   for (std::byte& b : out) b = static_cast<std::byte>(byte(rng));
   return out;
+}
+
+bool CopyResults::ok() const {
+  for (const Status& st : each) {
+    if (!st.ok()) return false;
+  }
+  return true;
+}
+
+std::string CopyResults::ToString() const {
+  std::string out;
+  for (const Status& st : each) out += (out.empty() ? "" : " | ") + st.ToString();
+  return out;
+}
+
+namespace {
+
+CopyResults RunAndWait(CopyEngine& engine, std::span<const BlockCopy> copies, bool gather,
+                       LayerDone on_layer) {
+  auto promise = std::make_shared<std::promise<std::vector<Status>>>();
+  std::future<std::vector<Status>> future = promise->get_future();
+  CopyDone done = [promise](std::vector<Status> st) { promise->set_value(std::move(st)); };
+  if (gather) {
+    engine.Gather(copies, std::move(done));
+  } else {
+    engine.Scatter(copies, std::move(on_layer), std::move(done));
+  }
+  if (future.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    return {std::vector<Status>(copies.size(),
+                                Status::DeadlineExceeded("copy did not complete in 20 s"))};
+  }
+  return {future.get()};
+}
+
+}  // namespace
+
+CopyResults GatherAndWait(CopyEngine& engine, std::span<const BlockCopy> copies) {
+  return RunAndWait(engine, copies, /*gather=*/true, nullptr);
+}
+
+CopyResults ScatterAndWait(CopyEngine& engine, std::span<const BlockCopy> copies,
+                           LayerDone on_layer) {
+  return RunAndWait(engine, copies, /*gather=*/false, std::move(on_layer));
 }
 
 }  // namespace kvtier::testing

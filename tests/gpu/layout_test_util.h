@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kvtier/copy_engine.h"
@@ -49,5 +50,19 @@ void ForEachRow(const KvLayout& l, F&& fn) {
 }
 
 inline uint64_t RowBytes(const KvLayout& l) { return uint64_t{l.head_size} * l.elem_bytes; }
+
+// The per-copy results a CopyDone callback got.
+struct CopyResults {
+  std::vector<Status> each;
+  bool ok() const;
+  // "ok | invalid_argument: ..." in copy order.
+  std::string ToString() const;
+};
+
+// Runs Gather or Scatter and waits up to 20 s for `done` (which may run on
+// another thread). On timeout every result is DeadlineExceeded.
+CopyResults GatherAndWait(CopyEngine& engine, std::span<const BlockCopy> copies);
+CopyResults ScatterAndWait(CopyEngine& engine, std::span<const BlockCopy> copies,
+                           LayerDone on_layer);
 
 }  // namespace kvtier::testing

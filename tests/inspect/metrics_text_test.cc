@@ -134,7 +134,8 @@ TEST(StatsJson, ParsesAndKeepsEveryField) {
   EXPECT_EQ(j["block_tokens"], 16);
   EXPECT_EQ(j["tiers"][0]["name"], "host");
   EXPECT_EQ(j["tiers"][0]["capacity_bytes"], 1048576);
-  EXPECT_EQ(j["tiers"][0].size(), 16u);
+  EXPECT_EQ(j["tiers"][0]["forced_blocks"], 0);
+  EXPECT_EQ(j["tiers"][0].size(), 17u);
   EXPECT_EQ(j["moves"][0], nlohmann::json({{"from", "gpu"}, {"to", "host"}, {"blocks", 1},
                                            {"bytes", 4096}}));
   EXPECT_EQ(j["errors"][0]["code"], "deadline_exceeded");

@@ -67,7 +67,13 @@ double TimeEngine(CopyEngine& engine, const Setup& s, bool gather, int reps) {
     std::promise<Status> p;
     std::future<Status> f = p.get_future();
     const auto t0 = Clock::now();
-    auto done = [&](Status st) { p.set_value(std::move(st)); };
+    auto done = [&](std::vector<Status> results) {
+      Status first;  // the first failing copy, if any
+      for (Status& st : results) {
+        if (!st.ok() && first.ok()) first = std::move(st);
+      }
+      p.set_value(std::move(first));
+    };
     if (gather) {
       engine.Gather(s.copies, done);
     } else {

@@ -1,0 +1,148 @@
+#include "core/tier_policies.h"
+
+#include <string>
+#include <unordered_map>
+
+namespace kvtier::internal {
+namespace {
+
+// splitmix64's finaliser: every input bit reaches every output bit, so the
+// fold of two keys differing anywhere differs (up to 2^-64 collisions).
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t PolicyId(const NsKey& id) {
+  return Mix(id.key.lo ^ Mix(id.key.hi ^ Mix(id.ns.value + 0x9e3779b97f4a7c15ULL)));
+}
+
+Result<std::unique_ptr<TierPolicies>> TierPolicies::Create(const RuntimeOptions& options) {
+  std::unique_ptr<TierPolicies> p(
+      new TierPolicies(options.block_tokens, options.model_cost, options.gpu_flops_per_s));
+  for (size_t t = 0; t < options.tiers.size(); ++t) {
+    const TierOptions& o = options.tiers[t];
+    const std::string where = "tier '" + o.name + "': ";
+    PerTier tier;
+    // The tier index seeds write_budget's coin: runs are reproducible.
+    auto chain = AdmissionChain::Create(o.admission, o.policy, /*seed=*/t);
+    if (!chain.ok()) return chain.status().WithContext(where + "admission");
+    tier.admission = std::move(chain).value();
+    auto eviction = CreateEvictionPolicy(o.eviction, o.policy);
+    if (!eviction.ok()) return eviction.status().WithContext(where + "eviction");
+    tier.eviction = std::move(eviction).value();
+    tier.lru = o.eviction == "lru";
+    for (const std::string& a : o.admission) tier.admits_all = tier.admits_all && a == "always";
+    tier.read_bytes_per_s = o.read_bytes_per_s;
+    tier.read_latency_s = o.read_latency_s;
+    p->tiers_.push_back(std::move(tier));
+  }
+  return p;
+}
+
+void TierPolicies::ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys, uint64_t now_ns) {
+  ids_.clear();
+  for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
+  const auto full = static_cast<uint32_t>(keys.size());  // a lookup names full blocks only
+  for (PerTier& t : tiers_) t.admission.ObserveRequest(ids_, full, RequestHints{}, now_ns);
+}
+
+BlockMeta TierPolicies::MetaOf(const IndexEntry& e) const {
+  BlockMeta m;
+  m.id = PolicyId(e.id);
+  m.depth = e.depth;
+  m.tokens = block_tokens_;
+  m.bytes = e.bytes;
+  m.sightings = e.sightings;
+  m.hits = e.hits;
+  m.last_use_ns = e.last_access_ns;
+  m.inserted_ns = e.inserted_ns;
+  if (block_tokens_ != 0) {
+    const uint64_t begin = uint64_t{e.depth} * block_tokens_;
+    m.flops = cost_.SpanFlops(begin, begin + block_tokens_);
+  }
+  m.session_id = e.session_id;
+  m.expected_reuse = e.expected_reuse;
+  m.is_tail = e.is_tail;
+  return m;
+}
+
+TierState TierPolicies::StateOf(size_t tier, uint64_t capacity_bytes, uint64_t used_bytes,
+                                uint64_t now_ns) const {
+  TierState s;
+  s.capacity_bytes = capacity_bytes;
+  s.used_bytes = used_bytes;
+  s.read_bytes_per_s = tiers_[tier].read_bytes_per_s;
+  s.read_latency_s = tiers_[tier].read_latency_s;
+  s.gpu_flops_per_s = gpu_flops_per_s_;
+  s.now_ns = now_ns;
+  return s;
+}
+
+bool TierPolicies::Admit(size_t tier, const BlockMeta& block, const TierState& state) {
+  return tiers_[tier].admission.Admit(block, state);
+}
+
+void TierPolicies::OnWritten(size_t tier, uint64_t bytes, uint64_t now_ns) {
+  if (bytes != 0) tiers_[tier].admission.OnWritten(bytes, now_ns);
+}
+
+std::vector<IndexEntry*> TierPolicies::Choose(size_t tier, std::span<IndexEntry* const> candidates,
+                                              size_t max, const TakeCheck& may_take,
+                                              uint64_t now_ns) {
+  std::vector<BlockMeta> metas;
+  metas.reserve(candidates.size());
+  std::unordered_map<uint64_t, size_t> index_of;  // policy id -> candidate
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    metas.push_back(MetaOf(*candidates[i]));
+    index_of.emplace(metas.back().id, i);
+  }
+  tiers_[tier].eviction->Order(metas, now_ns);
+  std::vector<IndexEntry*> ranked;
+  ranked.reserve(metas.size());
+  for (const BlockMeta& m : metas) {
+    auto it = index_of.find(m.id);
+    if (it == index_of.end()) continue;  // a (2^-64) id collision: offered once only
+    ranked.push_back(candidates[it->second]);
+    index_of.erase(it);
+  }
+  // Best-ranked entry whose children in the tier are all taken, again and
+  // again: taking a child may free its parent, which is then considered at
+  // its own rank. Quadratic in the candidates, which are a few batches.
+  std::vector<IndexEntry*> out;
+  std::vector<bool> taken(ranked.size(), false);
+  std::unordered_map<const IndexEntry*, uint32_t> children_taken;
+  while (out.size() < max) {
+    size_t pick = ranked.size();
+    for (size_t r = 0; r < ranked.size() && pick == ranked.size(); ++r) {
+      if (taken[r]) continue;
+      auto it = children_taken.find(ranked[r]);
+      const uint32_t k = it == children_taken.end() ? 0 : it->second;
+      if (ranked[r]->children_in[tier] == k && may_take(*ranked[r], k)) pick = r;
+    }
+    if (pick == ranked.size()) break;
+    taken[pick] = true;
+    out.push_back(ranked[pick]);
+    if (ranked[pick]->parent != nullptr) ++children_taken[ranked[pick]->parent];
+  }
+  return out;
+}
+
+void TierPolicies::OnAdd(const IndexEntry& e, size_t tier) {
+  if (!tiers_[tier].lru) tiers_[tier].eviction->OnInsert(MetaOf(e));
+}
+
+void TierPolicies::OnDrop(const IndexEntry& e, size_t tier) {
+  if (!tiers_[tier].lru) tiers_[tier].eviction->OnRemove(PolicyId(e.id));
+}
+
+void TierPolicies::OnTouch(const IndexEntry& e, size_t tier) {
+  if (!tiers_[tier].lru) tiers_[tier].eviction->OnAccess(MetaOf(e));
+}
+
+}  // namespace kvtier::internal

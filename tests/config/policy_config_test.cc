@@ -1,0 +1,151 @@
+// The policy keys of the YAML config: every knob of config/examples/
+// policies.yaml lands in the options exactly, overrides reach them, and the
+// names the runtime accepts are the policy library's.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kvtier/config.h"
+#include "kvtier/policy.h"
+
+namespace kvtier {
+namespace {
+
+std::string Example(const std::string& name) {
+  return std::string(KVTIER_SOURCE_DIR) + "/config/examples/" + name;
+}
+
+TEST(PolicyConfigTest, PoliciesYamlSetsEveryKnob) {
+  Result<KvtierConfig> r = LoadConfigFile(Example("policies.yaml"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const RuntimeOptions& rt = r->runtime;
+  EXPECT_EQ(rt.gpu_flops_per_s, 4e14);
+  ASSERT_EQ(rt.tiers.size(), 2u);
+  const TierOptions& hub = rt.tiers[0];
+  EXPECT_EQ(hub.eviction, "flop_aware");
+  EXPECT_EQ(hub.admission, std::vector<std::string>{"always"});
+  EXPECT_EQ(hub.policy.flop_alpha, 1.0);
+
+  const TierOptions& ssd = rt.tiers[1];
+  EXPECT_EQ(ssd.eviction, "s3fifo");
+  EXPECT_EQ(ssd.admission, (std::vector<std::string>{"frequency", "write_budget", "cost"}));
+  const PolicyKnobs& k = ssd.policy;
+  EXPECT_EQ(k.frequency_threshold, 2u);
+  EXPECT_EQ(k.sketch_width, 65536u);
+  EXPECT_EQ(k.sketch_aging_period, 1048576u);
+  EXPECT_EQ(k.write_budget_bytes_per_day, 200 * kGiB);
+  EXPECT_EQ(k.write_amplification, 1.2);
+  EXPECT_EQ(k.write_max_bytes_per_s, 512 * kMiB);
+  EXPECT_EQ(k.write_interval_ms, 1000u);
+  EXPECT_EQ(k.cost_margin, 1.0);
+  EXPECT_EQ(k.s3fifo_small_fraction, 0.1);
+  EXPECT_EQ(ssd.read_bytes_per_s, 2e9);
+  EXPECT_DOUBLE_EQ(ssd.read_latency_s, 100e-6);
+  // Untouched knobs keep their defaults.
+  EXPECT_EQ(k.marconi_admit_tails, PolicyKnobs{}.marconi_admit_tails);
+  EXPECT_EQ(k.flop_alpha, PolicyKnobs{}.flop_alpha);
+}
+
+TEST(PolicyConfigTest, ModelCostComesFromTheModel) {
+  Result<KvtierConfig> r = LoadConfigFile(Example("policies.yaml"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ModelCost& c = r->runtime.model_cost;
+  EXPECT_EQ(c.layers, 4u);                // preset tiny
+  EXPECT_EQ(c.hidden, 4096u);             // hidden_size in the file
+  EXPECT_EQ(c.kv_bytes_per_token, 512u);  // 256 KiB blocks of 512 tokens
+  EXPECT_EQ(r->runtime.block_tokens, 512u);
+
+  // Without hidden_size: kv_heads * head_size * 8.
+  Result<KvtierConfig> d =
+      ParseConfig("model: {preset: tiny}\ntiers: [{name: h, type: host, capacity: 1GiB}]\n", "d");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->runtime.model_cost.hidden, 2u * 16u * 8u);
+  EXPECT_EQ(d->runtime.gpu_flops_per_s, 0.0);
+}
+
+TEST(PolicyConfigTest, OverridesReachTheKnobs) {
+  const std::vector<std::string> sets = {"tiers.ssd.policy.frequency_threshold=5",
+                                         "tiers.ssd.policy.write_budget_per_day=1TiB",
+                                         "tiers.host.policy.flop_alpha=2.5",
+                                         "tiers.ssd.admission=[frequency]",
+                                         "tiers.ssd.eviction=flop_aware",
+                                         "runtime.gpu_flops=1e15",
+                                         "tiers.ssd.policy.slru_protected_fraction=0.5",
+                                         "tiers.ssd.policy.reuse_ratio=1.5",
+                                         "tiers.ssd.policy.reuse_spread=0.25",
+                                         "tiers.ssd.policy.reuse_min_samples=8",
+                                         "tiers.ssd.policy.reuse_half_life=4096",
+                                         "tiers.ssd.policy.marconi_admit_tails=false",
+                                         "tiers.ssd.policy.marconi_continue_threshold=0.75",
+                                         "tiers.ssd.policy.marconi_probation=0.5"};
+  Result<KvtierConfig> r = LoadConfigFile(Example("policies.yaml"), sets);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.tiers[1].policy.frequency_threshold, 5u);
+  EXPECT_EQ(r->runtime.tiers[1].policy.write_budget_bytes_per_day, kTiB);
+  EXPECT_EQ(r->runtime.tiers[0].policy.flop_alpha, 2.5);
+  EXPECT_EQ(r->runtime.tiers[1].admission, std::vector<std::string>{"frequency"});
+  EXPECT_EQ(r->runtime.tiers[1].eviction, "flop_aware");
+  EXPECT_EQ(r->runtime.gpu_flops_per_s, 1e15);
+  const PolicyKnobs& k = r->runtime.tiers[1].policy;
+  EXPECT_EQ(k.slru_protected_fraction, 0.5);
+  EXPECT_EQ(k.reuse_ratio, 1.5);
+  EXPECT_EQ(k.reuse_spread, 0.25);
+  EXPECT_EQ(k.reuse_min_samples, 8u);
+  EXPECT_EQ(k.reuse_half_life, 4096u);
+  EXPECT_FALSE(k.marconi_admit_tails);
+  EXPECT_EQ(k.marconi_continue_threshold, 0.75f);
+  EXPECT_EQ(k.marconi_probation, 0.5);
+
+  Result<KvtierConfig> bad = LoadConfigFile(
+      Example("policies.yaml"), std::vector<std::string>{"tiers.ssd.policy.cost_margin=-1"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "--set tiers.ssd.policy.cost_margin=-1: tiers.ssd.policy.cost_margin -1 is out of "
+            "range; expected a number > 0");
+}
+
+TEST(PolicyConfigTest, EveryPolicyOfTheLibraryIsAccepted) {
+  const auto eviction = EvictionPolicyNames();
+  const auto admission = AdmissionPolicyNames();
+  ASSERT_EQ(eviction.size(), PolicyEvictionNames().size());
+  ASSERT_EQ(admission.size(), PolicyAdmissionNames().size());
+  for (std::string_view name : PolicyEvictionNames()) {
+    Result<KvtierConfig> r =
+        LoadConfigFile(Example("policies.yaml"),
+                       std::vector<std::string>{"tiers.ssd.eviction=" + std::string(name)});
+    EXPECT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+  }
+  for (std::string_view name : PolicyAdmissionNames()) {
+    Result<KvtierConfig> r =
+        LoadConfigFile(Example("policies.yaml"),
+                       std::vector<std::string>{"tiers.ssd.admission=[" + std::string(name) + "]"});
+    EXPECT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+  }
+}
+
+TEST(PolicyConfigTest, TierOptionsValidateThePolicyFields) {
+  TierOptions t;
+  t.name = "ssd";
+  t.type = "host";
+  t.capacity_bytes = kGiB;
+  EXPECT_EQ(t.eviction, std::string(kDefaultEvictionPolicy));
+  EXPECT_EQ(t.admission, std::vector<std::string>{std::string(kDefaultAdmissionPolicy)});
+  EXPECT_TRUE(t.Validate().ok());
+  t.admission = {"frequency", "write_budget"};
+  EXPECT_EQ(t.Validate().message(),
+            "tier 'ssd': admission write_budget has no budget; expected "
+            "policy.write_budget_bytes_per_day > 0");
+  t.policy.write_budget_bytes_per_day = kGiB;
+  EXPECT_TRUE(t.Validate().ok());
+  t.policy.frequency_threshold = 0;
+  EXPECT_EQ(t.Validate().message(),
+            "tier 'ssd': policy frequency_threshold is 0; expected at least 1");
+  t.policy.frequency_threshold = 2;
+  t.read_latency_s = -1;
+  EXPECT_EQ(t.Validate().message(),
+            "tier 'ssd': negative read bandwidth or latency; expected values >= 0");
+}
+
+}  // namespace
+}  // namespace kvtier
