@@ -11,7 +11,7 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 20> kPolicyKeys = {"frequency_threshold",
+constexpr std::array<std::string_view, 22> kPolicyKeys = {"frequency_threshold",
                                                           "sketch_width",
                                                           "sketch_aging_period",
                                                           "marconi_admit_tails",
@@ -25,6 +25,8 @@ constexpr std::array<std::string_view, 20> kPolicyKeys = {"frequency_threshold",
                                                           "read_bandwidth",
                                                           "read_latency_us",
                                                           "flop_alpha",
+                                                          "alpha_tune_every",
+                                                          "alpha_tune_window",
                                                           "s3fifo_small_fraction",
                                                           "slru_protected_fraction",
                                                           "reuse_ratio",
@@ -125,6 +127,12 @@ Status ReadCounts(const ConfigNode& node, const std::string& path, TierOptions* 
   if (const ConfigNode* p = node.Find("write_interval_ms")) {
     KVTIER_RETURN_IF_ERROR(
         ReadUint(*p, path + ".write_interval_ms", 1, kMaxIntervalMs, &k.write_interval_ms));
+  }
+  if (const ConfigNode* p = node.Find("alpha_tune_every")) {  // 0 = never
+    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".alpha_tune_every", 0, &k.alpha_tune_every));
+  }
+  if (const ConfigNode* p = node.Find("alpha_tune_window")) {
+    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".alpha_tune_window", 1, &k.alpha_tune_window));
   }
   if (const ConfigNode* p = node.Find("marconi_admit_tails")) {
     KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".marconi_admit_tails", &k.marconi_admit_tails));

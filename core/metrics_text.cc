@@ -196,6 +196,10 @@ void WriteTier(std::string* out, const TierStats& t) {
       {"corruptions", t.corruptions},
   };
   for (const auto& [k, v] : fields) o.Num(k, static_cast<double>(v));
+  if (t.flop_alpha >= 0) {  // flop_aware tiers only
+    o.Num("flop_alpha", t.flop_alpha);
+    o.Num("alpha_tunings", static_cast<double>(t.alpha_tunings));
+  }
   o.Close();
 }
 

@@ -22,6 +22,10 @@ class Emitter {
              std::span<const MetricLabel> labels) {
     Emit(name, help, MetricType::kGauge, static_cast<double>(value), labels);
   }
+  void GaugeReal(std::string_view name, std::string_view help, double value,
+                 std::span<const MetricLabel> labels) {
+    Emit(name, help, MetricType::kGauge, value, labels);
+  }
   void Histogram(std::string_view name, std::string_view help, const LatencyStats& s) {
     std::vector<uint64_t> cumulative;
     uint64_t running = 0;
@@ -126,6 +130,13 @@ void VisitTier(const RuntimeStats& s, const TierStats& t, Emitter& e) {
   e.Counter("kvtier_tier_errors_total", "failed tier reads and writes (not misses)", t.errors, l);
   e.Counter("kvtier_tier_corruptions_total", "blocks of the tier that failed their check",
             t.corruptions, l);
+  if (t.flop_alpha >= 0) {  // flop_aware tiers only
+    e.GaugeReal("kvtier_tier_flop_alpha",
+                "flop_aware eviction: weight of prefill FLOPs saved against recency", t.flop_alpha,
+                l);
+    e.Counter("kvtier_tier_alpha_tunings_total", "flop_aware alpha tunings the mover ran",
+              t.alpha_tunings, l);
+  }
 }
 
 }  // namespace

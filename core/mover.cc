@@ -38,7 +38,28 @@ bool RuntimeImpl::HubAboveHigh() const {
          options_.tiers[0].watermarks.high * static_cast<double>(arena_->slot_count());
 }
 
+uint64_t RuntimeImpl::CapacityBlocks(size_t tier) const {
+  if (tier == 0) return arena_->slot_count();
+  return lower_[tier - 1]->Usage().capacity_bytes / options_.block_bytes;
+}
+
+void RuntimeImpl::TuneAlphas() {
+  std::vector<AlphaTuning> due;
+  {
+    std::lock_guard lock(mu_);
+    due = policies_->TakeDueTunings();  // copies shared pointers only
+  }
+  for (const AlphaTuning& tuning : due) {
+    // The replay (a few grid points over the window) runs without mu_:
+    // lookups, saves and loads go on meanwhile.
+    const double alpha = RunAlphaTuning(tuning, CapacityBlocks(tuning.tier));
+    std::lock_guard lock(mu_);
+    policies_->SetAlpha(tuning.tier, alpha);
+  }
+}
+
 size_t RuntimeImpl::MoverPass() {
+  TuneAlphas();
   size_t moved = 0;
   for (size_t t = 0; t < tier_count(); ++t) {
     const WatermarkOptions& wm = options_.tiers[t].watermarks;

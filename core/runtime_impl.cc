@@ -207,51 +207,56 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
   });
 }
 
-Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
+Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKey> keys,
+                                         const LookupOptions& options) {
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
   AdoptStoredBlocks(ns, keys);
   LookupResult r;
-  std::lock_guard lock(mu_);
-  for (const BlockKey& key : keys) {
-    IndexEntry* e = index_.Find({ns, key});
-    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
-    r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
+  bool tune = false;
+  {
+    std::lock_guard lock(mu_);
+    for (const BlockKey& key : keys) {
+      IndexEntry* e = index_.Find({ns, key});
+      if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
+      r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
+    }
+    r.hit_blocks = r.tier.size();
+    tune = ObserveLookupLocked(ns, keys, r.hit_blocks, options);
   }
-  r.hit_blocks = r.tier.size();
-  ObserveLookupLocked(ns, keys, r.hit_blocks);
-  ++stats_.lookups;
-  stats_.lookup_blocks += keys.size();
-  stats_.lookup_hit_blocks += r.hit_blocks;
+  if (tune) WakeMover();  // the replay runs on the mover thread, not here
   return r;
 }
 
-Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) {
+Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys,
+                                               const LookupOptions& options) {
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
   AdoptStoredBlocks(ns, keys);
   PinnedPrefix pin;
-  std::lock_guard lock(mu_);
-  for (const BlockKey& key : keys) {
-    IndexEntry* e = index_.Find({ns, key});
-    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
-    ++e->pins;
-    pin.keys_.push_back(key);
-    pin.result_.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
+  bool tune = false;
+  {
+    std::lock_guard lock(mu_);
+    for (const BlockKey& key : keys) {
+      IndexEntry* e = index_.Find({ns, key});
+      if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
+      ++e->pins;
+      pin.keys_.push_back(key);
+      pin.result_.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
+    }
+    pin.result_.hit_blocks = pin.keys_.size();
+    tune = ObserveLookupLocked(ns, keys, pin.result_.hit_blocks, options);
+    pin.runtime_ = this;
+    pin.ns_ = ns;
   }
-  pin.result_.hit_blocks = pin.keys_.size();
-  ObserveLookupLocked(ns, keys, pin.result_.hit_blocks);
-  pin.runtime_ = this;
-  pin.ns_ = ns;
-  ++stats_.lookups;
-  stats_.lookup_blocks += keys.size();
-  stats_.lookup_hit_blocks += pin.result_.hit_blocks;
+  if (tune) WakeMover();
   return pin;
 }
 
-void RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits) {
+bool RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits,
+                                      const LookupOptions& hints) {
   // Keys past the first miss may still be indexed (being filled, or kept
   // only as a link of a longer chain): they were named all the same.
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -260,7 +265,12 @@ void RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> 
     ++e->sightings;
     if (i < hits) ++e->hits;
   }
-  policies_->ObserveRequest(ns, keys, NowNs());
+  ++stats_.lookups;
+  stats_.lookup_blocks += keys.size();
+  stats_.lookup_hit_blocks += hits;
+  const RequestHints request{.session_id = hints.session_id,
+                             .expected_reuse = hints.expected_reuse};
+  return policies_->ObserveRequest(ns, keys, request, NowNs());
 }
 
 void RuntimeImpl::Unpin(NamespaceId ns, std::span<const BlockKey> keys) {
@@ -343,6 +353,8 @@ RuntimeStats RuntimeImpl::Stats() const {
     s.demoted_blocks = c.demoted;
     s.rejected_blocks = c.rejected;
     s.forced_blocks = c.forced;
+    s.flop_alpha = policies_->alpha(t);
+    s.alpha_tunings = policies_->alpha_tunings(t);
     if (t == 0) {
       const TierOptions& o = options_.tiers[0];
       s.name = o.name;

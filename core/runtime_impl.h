@@ -34,11 +34,15 @@ class RuntimeImpl final : public Runtime {
               std::unique_ptr<TierPolicies> policies);
   ~RuntimeImpl() override;
 
+  using Runtime::Lookup;
+  using Runtime::LookupAndPin;
   using Runtime::Save;
   Completion Save(NamespaceId ns, std::optional<BlockKey> parent, std::span<const BlockKey> keys,
                   std::span<const uint32_t> engine_blocks, const SaveOptions& options) override;
-  Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys) override;
-  Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) override;
+  Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys,
+                              const LookupOptions& options) override;
+  Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys,
+                                    const LookupOptions& options) override;
   Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
                   std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
                   LayerDone on_layer) override;
@@ -93,8 +97,10 @@ class RuntimeImpl final : public Runtime {
                         const std::vector<size_t>& fresh_item, const std::vector<Status>& copied,
                         CompletionSource& done);
   // Sightings and hits of a lookup's keys, and the policies' view of the
-  // request. REQUIRES: mu_ held.
-  void ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits);
+  // request with its hints. Returns true when an α tuning has become due
+  // (the caller wakes the mover once it has dropped mu_). REQUIRES: mu_ held.
+  bool ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits,
+                           const LookupOptions& hints);
   void RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                const std::vector<uint32_t>& blocks, std::chrono::steady_clock::time_point deadline,
                const LayerDone& on_layer, CompletionSource& done);
@@ -112,6 +118,12 @@ class RuntimeImpl final : public Runtime {
   // mover.cc
   void MoverLoop();
   size_t MoverPass();
+  // Runs the α tunings that are due (TierPolicies::TakeDueTunings): the
+  // window is copied under mu_, replayed without it, and the chosen α set
+  // under it again. Mover thread (or TEST_RunMoverOnce) only.
+  void TuneAlphas();
+  // Tier `tier`'s capacity in blocks, for α tuning.
+  uint64_t CapacityBlocks(size_t tier) const;
   // Frees up to `blocks` hub slots by demoting or dropping hub leaves.
   size_t EvictFromTier(size_t tier, size_t blocks);
   // Picks up to `batch` victims of `tier` (policy order, leaves first) and

@@ -1,5 +1,6 @@
 #include "core/tier_policies.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 
@@ -22,9 +23,25 @@ uint64_t PolicyId(const NsKey& id) {
   return Mix(id.key.lo ^ Mix(id.key.hi ^ Mix(id.ns.value + 0x9e3779b97f4a7c15ULL)));
 }
 
+std::vector<double> AlphaGridFrom(double current) {
+  std::vector<double> grid{current};
+  for (double a : kAlphaGrid) {
+    if (a != current) grid.push_back(a);
+  }
+  return grid;
+}
+
+double RunAlphaTuning(const AlphaTuning& tuning, uint64_t capacity_blocks) {
+  std::vector<TuneRequest> window;
+  window.reserve(tuning.window.size());
+  for (const auto& r : tuning.window) window.push_back(*r);
+  const std::vector<double> grid = AlphaGridFrom(tuning.current);
+  return TuneAlpha(window, capacity_blocks, grid);
+}
+
 Result<std::unique_ptr<TierPolicies>> TierPolicies::Create(const RuntimeOptions& options) {
-  std::unique_ptr<TierPolicies> p(
-      new TierPolicies(options.block_tokens, options.model_cost, options.gpu_flops_per_s));
+  std::unique_ptr<TierPolicies> p(new TierPolicies(options.block_bytes, options.block_tokens,
+                                                   options.model_cost, options.gpu_flops_per_s));
   for (size_t t = 0; t < options.tiers.size(); ++t) {
     const TierOptions& o = options.tiers[t];
     const std::string where = "tier '" + o.name + "': ";
@@ -40,16 +57,76 @@ Result<std::unique_ptr<TierPolicies>> TierPolicies::Create(const RuntimeOptions&
     for (const std::string& a : o.admission) tier.admits_all = tier.admits_all && a == "always";
     tier.read_bytes_per_s = o.read_bytes_per_s;
     tier.read_latency_s = o.read_latency_s;
+    tier.flop_aware = o.eviction == "flop_aware";
+    if (tier.flop_aware && o.policy.alpha_tune_every != 0 && o.policy.alpha_tune_window != 0) {
+      tier.tune_every = o.policy.alpha_tune_every;
+      tier.tune_window = o.policy.alpha_tune_window;
+      p->window_limit_ = std::max<size_t>(p->window_limit_, tier.tune_window);
+    }
     p->tiers_.push_back(std::move(tier));
   }
   return p;
 }
 
-void TierPolicies::ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys, uint64_t now_ns) {
+bool TierPolicies::ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys,
+                                  const RequestHints& hints, uint64_t now_ns) {
   ids_.clear();
   for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
   const auto full = static_cast<uint32_t>(keys.size());  // a lookup names full blocks only
-  for (PerTier& t : tiers_) t.admission.ObserveRequest(ids_, full, RequestHints{}, now_ns);
+  for (PerTier& t : tiers_) t.admission.ObserveRequest(ids_, full, hints, now_ns);
+  return window_limit_ != 0 && RecordForTuning(ids_);
+}
+
+double TierPolicies::FlopsAt(uint32_t depth) const {
+  if (block_tokens_ == 0) return 0;
+  const uint64_t begin = uint64_t{depth} * block_tokens_;
+  return cost_.SpanFlops(begin, begin + block_tokens_);
+}
+
+bool TierPolicies::RecordForTuning(std::span<const uint64_t> ids) {
+  // A lookup's keys start at the root, so a block's depth is its index.
+  auto r = std::make_shared<TuneRequest>();
+  r->blocks.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    BlockMeta& m = r->blocks[i];
+    m.id = ids[i];
+    m.depth = static_cast<uint32_t>(i);
+    m.tokens = block_tokens_;
+    m.bytes = block_bytes_;
+    m.flops = FlopsAt(m.depth);
+  }
+  window_.push_back(std::move(r));
+  while (window_.size() > window_limit_) window_.pop_front();
+  bool due = false;
+  for (PerTier& t : tiers_) {
+    if (t.tune_every == 0) continue;
+    ++t.since_tune;
+    due = due || t.since_tune == t.tune_every;  // wake the mover once per tuning
+  }
+  return due;
+}
+
+std::vector<AlphaTuning> TierPolicies::TakeDueTunings() {
+  std::vector<AlphaTuning> due;
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    PerTier& t = tiers_[i];
+    if (t.tune_every == 0 || t.since_tune < t.tune_every) continue;
+    t.since_tune = 0;
+    AlphaTuning job{.tier = i, .current = t.eviction->alpha(), .window = {}};
+    const size_t n = std::min<size_t>(t.tune_window, window_.size());
+    job.window.assign(window_.end() - static_cast<std::ptrdiff_t>(n), window_.end());
+    due.push_back(std::move(job));
+  }
+  return due;
+}
+
+void TierPolicies::SetAlpha(size_t tier, double alpha) {
+  tiers_[tier].eviction->SetAlpha(alpha);
+  ++tiers_[tier].tunings;
+}
+
+double TierPolicies::alpha(size_t tier) const {
+  return tiers_[tier].flop_aware ? tiers_[tier].eviction->alpha() : -1.0;
 }
 
 BlockMeta TierPolicies::MetaOf(const IndexEntry& e) const {
@@ -62,10 +139,7 @@ BlockMeta TierPolicies::MetaOf(const IndexEntry& e) const {
   m.hits = e.hits;
   m.last_use_ns = e.last_access_ns;
   m.inserted_ns = e.inserted_ns;
-  if (block_tokens_ != 0) {
-    const uint64_t begin = uint64_t{e.depth} * block_tokens_;
-    m.flops = cost_.SpanFlops(begin, begin + block_tokens_);
-  }
+  m.flops = FlopsAt(e.depth);
   m.session_id = e.session_id;
   m.expected_reuse = e.expected_reuse;
   m.is_tail = e.is_tail;

@@ -7,7 +7,9 @@
 // being used in its tier, in step with the index.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -23,6 +25,24 @@ namespace kvtier::internal {
 // its 128-bit key. Two blocks of different namespaces get different ids.
 uint64_t PolicyId(const NsKey& id);
 
+// The α values a tuning tries after the one in use.
+inline constexpr std::array<double, 5> kAlphaGrid = {0, 0.5, 1, 2, 4};
+
+// One tier's α tuning: a copy of its window of recent requests, taken under
+// the runtime lock and replayed without it.
+struct AlphaTuning {
+  size_t tier = 0;
+  double current = 0;  // the α in use when the window was copied
+  std::vector<std::shared_ptr<const TuneRequest>> window;  // oldest first
+};
+
+// The grid a tuning replays: `current` first, then kAlphaGrid without it, so
+// that ties (TuneAlpha keeps the first) leave the α as it is.
+std::vector<double> AlphaGridFrom(double current);
+// The α that saves the most FLOPs over the tuning's window in a cache of
+// `capacity_blocks` (TuneAlpha over AlphaGridFrom(current)). Pure.
+double RunAlphaTuning(const AlphaTuning& tuning, uint64_t capacity_blocks);
+
 class TierPolicies final : public IndexObserver {
  public:
   // Builds every tier's policies from options.tiers[t] (eviction, admission,
@@ -31,8 +51,10 @@ class TierPolicies final : public IndexObserver {
   static Result<std::unique_ptr<TierPolicies>> Create(const RuntimeOptions& options);
 
   // A lookup's chain, root first, seen by every tier's admission before the
-  // engine prefills the misses.
-  void ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys, uint64_t now_ns);
+  // engine prefills the misses, and recorded in the α tuning window when a
+  // flop_aware tier tunes. Returns true when a tuning has become due.
+  bool ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys, const RequestHints& hints,
+                      uint64_t now_ns);
   // What the policies know of `e`.
   BlockMeta MetaOf(const IndexEntry& e) const;
   // The tier as its admission sees it, from the tier's usage.
@@ -58,6 +80,17 @@ class TierPolicies final : public IndexObserver {
   std::vector<IndexEntry*> Choose(size_t tier, std::span<IndexEntry* const> candidates, size_t max,
                                   const TakeCheck& may_take, uint64_t now_ns);
 
+  // α tuning of flop_aware tiers (policy.alpha_tune_every > 0). Every tier
+  // whose alpha_tune_every requests have been seen since its last tuning,
+  // with the last alpha_tune_window requests; restarts their counts.
+  std::vector<AlphaTuning> TakeDueTunings();
+  // Sets tier `tier`'s α, as a tuning chose it.
+  void SetAlpha(size_t tier, double alpha);
+  // The α tier `tier` uses; -1 unless it evicts by flop_aware.
+  double alpha(size_t tier) const;
+  // Tunings SetAlpha applied to tier `tier`.
+  uint64_t alpha_tunings(size_t tier) const { return tiers_[tier].tunings; }
+
   // IndexObserver: keeps each tier's eviction policy in step with the index.
   void OnAdd(const IndexEntry& e, size_t tier) override;
   void OnDrop(const IndexEntry& e, size_t tier) override;
@@ -71,15 +104,33 @@ class TierPolicies final : public IndexObserver {
     bool admits_all = true;
     double read_bytes_per_s = 0;
     double read_latency_s = 0;
+    bool flop_aware = false;
+    uint32_t tune_every = 0;  // 0: never tuned
+    uint32_t tune_window = 0;
+    uint64_t since_tune = 0;  // requests seen since the last tuning
+    uint64_t tunings = 0;
   };
-  TierPolicies(uint32_t block_tokens, const ModelCost& cost, double gpu_flops_per_s)
-      : block_tokens_(block_tokens), cost_(cost), gpu_flops_per_s_(gpu_flops_per_s) {}
+  TierPolicies(uint64_t block_bytes, uint32_t block_tokens, const ModelCost& cost,
+               double gpu_flops_per_s)
+      : block_bytes_(block_bytes),
+        block_tokens_(block_tokens),
+        cost_(cost),
+        gpu_flops_per_s_(gpu_flops_per_s) {}
+  // Appends the request to the tuning window; true when a tuning is due.
+  bool RecordForTuning(std::span<const uint64_t> ids);
+  // FLOPs a hit on the block at `depth` saves (0 without block_tokens).
+  double FlopsAt(uint32_t depth) const;
 
+  const uint64_t block_bytes_;
   const uint32_t block_tokens_;
   const ModelCost cost_;
   const double gpu_flops_per_s_;
   std::vector<PerTier> tiers_;
   std::vector<uint64_t> ids_;  // ObserveRequest scratch
+  // The recent requests, shared with tunings in flight; bounded by the
+  // largest window of a tuning tier (0: nothing recorded).
+  std::deque<std::shared_ptr<const TuneRequest>> window_;
+  size_t window_limit_ = 0;
 };
 
 }  // namespace kvtier::internal

@@ -48,6 +48,11 @@ struct TierStats {
   // Of the refused blocks, those written all the same: a child of theirs is
   // stored at or below this tier, and dropping them would cut its chain.
   uint64_t forced_blocks = 0;
+  // flop_aware eviction only: the α in use (the configured flop_alpha until
+  // the mover's first tuning), and how many tunings ran. -1 and 0 for a tier
+  // with another eviction policy.
+  double flop_alpha = -1;
+  uint64_t alpha_tunings = 0;
 };
 
 // Blocks and bytes copied along one path. Endpoints are tier names, or "gpu"
@@ -128,6 +133,14 @@ struct SaveOptions {
   bool bypass_admission = false;
 };
 
+// Optional hints with a lookup, passed to every tier's admission policies
+// with the request's chain (RequestHints; marconi admission keeps the new
+// path of a request hinted to continue).
+struct LookupOptions {
+  uint64_t session_id = 0;       // conversation or agent session; 0 = none
+  float expected_reuse = -1.0f;  // chance the request's tail is used again, in [0, 1]; < 0 = none
+};
+
 class Runtime;
 namespace internal {
 class RuntimeImpl;
@@ -185,10 +198,21 @@ class KVTIER_EXPORT Runtime {
   }
 
   // How many leading keys are stored, and where. Stops at the first miss.
-  // Every tier's admission policies see the chain (a request's sighting).
-  virtual Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys) = 0;
+  // Every tier's admission policies see the chain (a request's sighting),
+  // with the hints of `options`.
+  virtual Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys,
+                                      const LookupOptions& options) = 0;
+  // Lookup without hints.
+  Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
+    return Lookup(ns, keys, LookupOptions{});
+  }
   // As Lookup, and pins the hits until the returned handle is destroyed.
-  virtual Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) = 0;
+  virtual Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys,
+                                            const LookupOptions& options) = 0;
+  // LookupAndPin without hints.
+  Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys) {
+    return LookupAndPin(ns, keys, LookupOptions{});
+  }
 
   // Copies keys[i] into engine_blocks[i], reading lower tiers into the hub
   // first. Each block ends OK, NotFound, DeadlineExceeded (not done within
