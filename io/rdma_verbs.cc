@@ -121,41 +121,63 @@ Result<QueuePairInfo> QueuePair::LocalInfo(uint8_t port) const {
   return info;
 }
 
-Status QueuePair::Connect(const QueuePairInfo& remote, uint8_t port, uint32_t local_psn) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = port;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-  int err =
-      ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  if (err != 0) return FromIbv(err, "ibv_modify_qp INIT");
-  a = {};
+QpTransition InitTransition(uint8_t port) {
+  QpTransition t;
+  t.attr.qp_state = IBV_QPS_INIT;
+  t.attr.port_num = port;
+  t.attr.qp_access_flags =
+      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  t.mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  return t;
+}
+
+QpTransition RtrTransition(const QueuePairInfo& remote, uint8_t port) {
+  QpTransition t;
+  ibv_qp_attr& a = t.attr;
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_4096;
-  a.dest_qp_num = remote.qp_num;
-  a.rq_psn = remote.psn;
+  a.dest_qp_num = remote.qp_num & 0xFFFFFFu;
+  a.rq_psn = remote.psn & 0xFFFFFFu;
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
   a.ah_attr.dlid = remote.lid;
   a.ah_attr.port_num = port;
-  a.ah_attr.is_global = 1;
-  std::memcpy(a.ah_attr.grh.dgid.raw, remote.gid.data(), remote.gid.size());
-  a.ah_attr.grh.hop_limit = 1;
-  err = ibv_modify_qp(qp_, &a,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (err != 0) return FromIbv(err, "ibv_modify_qp RTR");
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = local_psn;
-  a.max_rd_atomic = 16;
-  err = ibv_modify_qp(qp_, &a,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-  return FromIbv(err, "ibv_modify_qp RTS");
+  bool routed = false;
+  for (uint8_t b : remote.gid) routed = routed || b != 0;
+  if (routed) {
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, remote.gid.data(), remote.gid.size());
+    a.ah_attr.grh.hop_limit = 1;
+  }
+  t.mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  return t;
+}
+
+QpTransition RtsTransition(uint32_t local_psn) {
+  QpTransition t;
+  t.attr.qp_state = IBV_QPS_RTS;
+  t.attr.timeout = 14;
+  t.attr.retry_cnt = 7;
+  t.attr.rnr_retry = 7;
+  t.attr.sq_psn = local_psn & 0xFFFFFFu;
+  t.attr.max_rd_atomic = 16;
+  t.mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+           IBV_QP_MAX_QP_RD_ATOMIC;
+  return t;
+}
+
+Status QueuePair::Connect(const QueuePairInfo& remote, uint8_t port, uint32_t local_psn) {
+  QpTransition t = InitTransition(port);
+  if (int err = ibv_modify_qp(qp_, &t.attr, t.mask); err != 0) {
+    return FromIbv(err, "ibv_modify_qp INIT");
+  }
+  t = RtrTransition(remote, port);
+  if (int err = ibv_modify_qp(qp_, &t.attr, t.mask); err != 0) {
+    return FromIbv(err, "ibv_modify_qp RTR");
+  }
+  t = RtsTransition(local_psn);
+  return FromIbv(ibv_modify_qp(qp_, &t.attr, t.mask), "ibv_modify_qp RTS");
 }
 
 CqPoller::CqPoller(CompletionQueue& cq) : cq_(cq), free_slots_(cq.depth()) {

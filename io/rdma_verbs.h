@@ -99,6 +99,19 @@ struct QueuePairInfo {
   uint32_t psn = 0;
 };
 
+// One ibv_modify_qp step: the attributes and the mask naming them. Built
+// apart from the call so the values derived from the peer's info are
+// unit-tested without a device.
+struct QpTransition {
+  ibv_qp_attr attr{};
+  int mask = 0;
+};
+QpTransition InitTransition(uint8_t port);
+// A zero GID means an InfiniBand peer addressed by LID alone; any other GID
+// is routed (RoCE), so the address vector carries a global route header.
+QpTransition RtrTransition(const QueuePairInfo& remote, uint8_t port);
+QpTransition RtsTransition(uint32_t local_psn);
+
 class QueuePair {
  public:
   static Result<QueuePair> Create(const ProtectionDomain& pd, const CompletionQueue& cq,

@@ -6,6 +6,7 @@
 
 #include "io/rdma_verbs.h"
 #include "tiers/remote/memd_server.h"
+#include "tiers/remote/rdma_device.h"
 
 namespace kvtier::internal::rdma {
 namespace {
@@ -44,6 +45,64 @@ TEST(RdmaVerbsTest, FromIbvMapsErrnoToCodes) {
   EXPECT_EQ(FromIbv(ENODEV, "x").code(), StatusCode::kNotSupported);
   EXPECT_EQ(FromIbv(EAGAIN, "x").code(), StatusCode::kBusy);
   EXPECT_TRUE(FromIbv(0, "x").ok());
+}
+
+// The queue-pair transitions built from what the peer sent over the control
+// connection; no device needed.
+TEST(RdmaVerbsTest, TransitionsCarryThePeersInfo) {
+  QueuePairInfo peer;
+  peer.qp_num = 0xFF123456;  // only 24 bits are a queue pair number
+  peer.lid = 0x21;
+  peer.psn = 0x1ABCDEF;
+  QpTransition init = InitTransition(1);
+  EXPECT_EQ(init.attr.qp_state, IBV_QPS_INIT);
+  EXPECT_EQ(init.attr.port_num, 1);
+  EXPECT_EQ(init.attr.qp_access_flags,
+            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE);
+  EXPECT_EQ(init.mask, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+
+  QpTransition rtr = RtrTransition(peer, 1);
+  EXPECT_EQ(rtr.attr.qp_state, IBV_QPS_RTR);
+  EXPECT_EQ(rtr.attr.dest_qp_num, 0x123456u);
+  EXPECT_EQ(rtr.attr.rq_psn, 0xABCDEFu);
+  EXPECT_EQ(rtr.attr.ah_attr.dlid, 0x21);
+  EXPECT_EQ(rtr.attr.ah_attr.port_num, 1);
+  EXPECT_EQ(rtr.attr.ah_attr.is_global, 0);  // zero GID: InfiniBand, LID routed
+  EXPECT_EQ(rtr.mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  peer.gid[0] = 0xFE;
+  peer.gid[15] = 0x01;
+  rtr = RtrTransition(peer, 2);
+  EXPECT_EQ(rtr.attr.ah_attr.is_global, 1);  // RoCE: a global route header
+  EXPECT_EQ(rtr.attr.ah_attr.grh.dgid.raw[0], 0xFE);
+  EXPECT_EQ(rtr.attr.ah_attr.grh.dgid.raw[15], 0x01);
+  EXPECT_EQ(rtr.attr.ah_attr.grh.hop_limit, 1);
+
+  QpTransition rts = RtsTransition(0x7000001);
+  EXPECT_EQ(rts.attr.qp_state, IBV_QPS_RTS);
+  EXPECT_EQ(rts.attr.sq_psn, 0x000001u);
+  EXPECT_EQ(rts.mask, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+TEST(RdmaVerbsTest, WireEndpointsConvertBothWays) {
+  memd::QpEndpoint e;
+  e.qp_num = 0x123456;
+  e.lid = 9;
+  e.gid[3] = std::byte{0x44};
+  e.psn = 0xFEDCBA;
+  QueuePairInfo info = memd::ToQueuePairInfo(e);
+  EXPECT_EQ(info.qp_num, 0x123456u);
+  EXPECT_EQ(info.lid, 9);
+  EXPECT_EQ(info.gid[3], 0x44);
+  EXPECT_EQ(info.psn, 0xFEDCBAu);
+  memd::QpEndpoint back = memd::ToQpEndpoint(info);
+  EXPECT_EQ(back.qp_num, e.qp_num);
+  EXPECT_EQ(back.lid, e.lid);
+  EXPECT_EQ(back.gid, e.gid);
+  EXPECT_EQ(back.psn, e.psn);
+  info.qp_num = 0xAB000001;
+  EXPECT_EQ(memd::ToQpEndpoint(info).qp_num, 1u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "tests/remote/remote_test_util.h"
 #include "tests/support/block_data.h"
 #include "tests/support/tier_conformance.h"
+#include "tiers/remote/memd_server.h"
 
 namespace kvtier::testing {
 namespace {
@@ -73,6 +74,7 @@ TEST(RemoteTierTest, BlockLargerThanServerSlotsIsRefusedAtOpen) {
 }
 
 TEST(RemoteTierTest, RdmaTransportWithoutDeviceNamesTheFallback) {
+  if (internal::memd::ProbeRdmaTransport().ok()) GTEST_SKIP() << "an RDMA device is present";
   auto procs = FreshMemd(1);
   ASSERT_EQ(procs.size(), 1u);
   TierOptions o = RemoteOptions(procs, 1 << 20);

@@ -1,6 +1,7 @@
 #include "tiers/remote/memd_server.h"
 
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <deque>
 #include <future>
@@ -9,6 +10,7 @@
 #include <unordered_set>
 
 #include "io/asio_loop.h"
+#include "tiers/remote/rdma_session.h"
 #include "tiers/remote/remote_auth.h"
 
 namespace kvtier::internal::memd {
@@ -24,6 +26,14 @@ namespace {
 constexpr size_t kMaxReservedItems = 4 * kMaxBatchItems;
 constexpr size_t kDiscardChunk = 64 * 1024;
 constexpr size_t kMaxFramesPerWrite = 64;
+// Expired leases are ended on this tick (transport: rdma).
+constexpr auto kLeaseTick = std::chrono::milliseconds(20);
+
+uint64_t NowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 
 }  // namespace
 
@@ -37,10 +47,13 @@ class MemdServer::Impl {
         pool_(std::move(pool)),
         instance_id_(RandomId()),
         loop_("memd", log_),
-        acceptor_(loop_.context()) {}
+        acceptor_(loop_.context()),
+        lease_timer_(loop_.context()) {}
 
   Status Listen();
   void Accept();
+  Status OpenRdma();
+  void ExpireLeases();
   void Stop();
   void Forget(Session* s);
 
@@ -49,10 +62,15 @@ class MemdServer::Impl {
   // Declared before the loop: sessions die with the loop's handlers, and the
   // pool must outlive them.
   std::unique_ptr<MemdPool> pool_;
+  // transport: rdma. Sessions' queue pairs die before the region and the
+  // device (sessions_ and the loop are declared after them).
+  std::unique_ptr<RdmaDevice> rdma_;
+  std::unique_ptr<RdmaMemory> pool_mr_;
   const uint64_t instance_id_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;  // loop thread only
   AsioLoop loop_;
   tcp::acceptor acceptor_;
+  asio::steady_timer lease_timer_;
   uint16_t port_ = 0;
   std::once_flag stopped_;
 };
@@ -68,6 +86,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Start() { ReadHeader(); }
   void Close();
+  void ExpireLeases(uint64_t now_ms) {
+    if (rdma_) rdma_->Expire(now_ms);
+  }
 
  private:
   enum class Phase { kHello, kAuth, kReady };
@@ -99,6 +120,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void Begin(const PutBegin& m);
   void Commit();
   void Get(const KeyBatch& m);
+  bool WantsRdma(Opcode op) const;
+  void HandleRdma();
   void Send(Opcode op, std::vector<std::byte> body, uint16_t item = 0);
   void Pump();
   void ProtocolError(StatusCode code, const std::string& why);
@@ -118,7 +141,8 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t reserved_items_ = 0;
   std::deque<Out> queue_;
   std::vector<Out> writing_;
-  bool closing_ = false;  // an ERROR is queued; close once it is sent
+  std::unique_ptr<RdmaSession> rdma_;  // created by the first RDMA frame
+  bool closing_ = false;               // an ERROR is queued; close once it is sent
   bool closed_ = false;
 };
 
@@ -201,6 +225,7 @@ void Session::Discard(size_t left) {
 void Session::Dispatch() {
   if (phase_ != Phase::kReady) return Handshake();
   const Opcode op = frame_.opcode;
+  if (WantsRdma(op)) return HandleRdma();
   if (op == Opcode::kPutBegin) {
     auto m = DecodePutBegin(body_);
     if (!m.ok())
@@ -228,13 +253,35 @@ void Session::Dispatch() {
       }
       Send(Opcode::kStatusReply, EncodeBody(out));
     }
-  } else if (op == Opcode::kRdmaHello || op == Opcode::kGetLease || op == Opcode::kLeaseRelease) {
-    return ProtocolError(StatusCode::kNotSupported,
-                         "this kvtier-memd serves transport: tcp only; RDMA frames are refused");
   } else {
     return ProtocolError(StatusCode::kInvalidArgument,
                          "opcode " + std::to_string(static_cast<int>(op)) + " is not a request");
   }
+  if (!closing_) ReadHeader();
+}
+
+bool Session::WantsRdma(Opcode op) const {
+  if (rdma_) return rdma_->Handles(op);
+  return op == Opcode::kRdmaHello || op == Opcode::kGetLease || op == Opcode::kLeaseRelease;
+}
+
+void Session::HandleRdma() {
+  if (!srv_.rdma_) {
+    return ProtocolError(StatusCode::kNotSupported,
+                         "this kvtier-memd serves transport: tcp only; RDMA frames are refused");
+  }
+  if (!rdma_) {
+    RdmaSession::Options o;
+    o.pool_region = srv_.pool_mr_->region();
+    o.lease_ms = srv_.options_.lease_ms;
+    o.max_reserved_items = kMaxReservedItems;
+    rdma_ = std::make_unique<RdmaSession>(*srv_.pool_, *srv_.rdma_, o);
+  }
+  auto reply = rdma_->Handle(frame_.opcode, frame_.request_id, body_, NowMs());
+  if (!reply.ok()) {
+    return ProtocolError(reply.status().code(), std::string(reply.status().message()));
+  }
+  if (*reply) Send((*reply)->op, std::move((*reply)->body));
   if (!closing_) ReadHeader();
 }
 
@@ -395,6 +442,8 @@ void Session::Close() {
   if (closed_) return;
   closed_ = true;
   ReleaseReservations();
+  // Destroys the queue pair, then returns its grants and leases.
+  rdma_.reset();
   for (const Out& o : queue_) {
     if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
   }
@@ -437,12 +486,34 @@ void MemdServer::Impl::Accept() {
 
 void MemdServer::Impl::Forget(Session* s) { sessions_.erase(s); }
 
+Status MemdServer::Impl::OpenRdma() {
+  auto device = options_.rdma_device ? options_.rdma_device() : OpenRdmaDevice();
+  if (!device.ok()) return device.status();
+  rdma_ = std::move(device).value();
+  auto mr = rdma_->Register(pool_->mapping());
+  if (!mr.ok()) return mr.status().WithContext("memd: registering the pool for RDMA");
+  pool_mr_ = std::move(mr).value();
+  return Status::Ok();
+}
+
+// One timer for every session: a lease outlives its end by at most a tick.
+void MemdServer::Impl::ExpireLeases() {
+  lease_timer_.expires_after(kLeaseTick);
+  lease_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !acceptor_.is_open()) return;
+    const uint64_t now = NowMs();
+    for (auto& [p, s] : sessions_) s->ExpireLeases(now);
+    ExpireLeases();
+  });
+}
+
 void MemdServer::Impl::Stop() {
   std::call_once(stopped_, [this] {
     std::promise<void> closed;
     loop_.Post([this, &closed] {
       boost::system::error_code ec;
       acceptor_.close(ec);
+      lease_timer_.cancel();
       auto all = sessions_;
       for (auto& [p, s] : all) s->Close();
       closed.set_value();
@@ -462,21 +533,34 @@ Status MemdServerOptions::Validate() const {
                                    "' is unknown; expected tcp or rdma");
   }
   if (max_connections == 0) return Status::InvalidArgument("max_connections must be at least 1");
+  if (lease_ms == 0 || lease_ms > kMaxLeaseMs) {
+    return Status::InvalidArgument("lease_ms is " + std::to_string(lease_ms) + "; expected 1 to " +
+                                   std::to_string(kMaxLeaseMs));
+  }
   return pool.Validate();
 }
 
 Result<std::unique_ptr<MemdServer>> MemdServer::Start(const MemdServerOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
-  if (options.transport == "rdma") KVTIER_RETURN_IF_ERROR(ProbeRdmaTransport());
+  if (options.transport == "rdma" && !options.rdma_device) {
+    KVTIER_RETURN_IF_ERROR(ProbeRdmaTransport());
+  }
   std::shared_ptr<LogSink> log = options.log ? options.log : StderrLogSink();
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<MemdPool> pool,
                           MemdPool::Create(options.pool, log.get()));
   auto impl = std::make_unique<Impl>(options, std::move(pool));
+  if (options.transport == "rdma") {
+    if (Status s = impl->OpenRdma(); !s.ok()) {
+      impl->Stop();
+      return s;
+    }
+  }
   Status listen;
   std::promise<void> done;
   impl->loop_.Post([&] {
     listen = impl->Listen();
     if (listen.ok()) impl->Accept();
+    if (listen.ok() && impl->rdma_) impl->ExpireLeases();
     done.set_value();
   });
   done.get_future().wait();

@@ -14,6 +14,7 @@
 #include "kvtier/env.h"
 #include "kvtier/status.h"
 #include "tiers/remote/memd_pool.h"
+#include "tiers/remote/rdma_transport.h"
 
 namespace kvtier::internal::memd {
 
@@ -23,6 +24,8 @@ struct MemdServerOptions {
   std::string transport = "tcp";          // tcp | rdma
   MemdPoolOptions pool;
   uint32_t max_connections = 256;  // more are accepted and closed at once
+  uint32_t lease_ms = 2000;        // rdma: how long a GET_LEASE pins blocks, 1..kMaxLeaseMs
+  RdmaDeviceFactory rdma_device;   // rdma: the device; null opens the first one
   std::shared_ptr<LogSink> log;    // null: stderr
   Status Validate() const;
 };
@@ -32,6 +35,9 @@ class MemdServer {
   // Maps the pool, binds and starts serving. InvalidArgument for bad
   // options; NotSupported for `transport: rdma` without a device (the message
   // names the fallback `transport: tcp`); Unavailable when the bind fails.
+  // With `transport: rdma` the pool is registered with the device and each
+  // connection may switch to the RDMA data path (rdma_session.h); TCP
+  // requests keep working on every connection.
   static Result<std::unique_ptr<MemdServer>> Start(const MemdServerOptions& options);
   // Stops (see Stop()).
   ~MemdServer();

@@ -11,3 +11,11 @@ Status ProbeRdmaTransport() {
 }
 
 }  // namespace kvtier::internal::memd
+
+#include "tiers/remote/rdma_transport.h"
+
+namespace kvtier::internal::memd {
+
+Result<std::unique_ptr<RdmaDevice>> OpenRdmaDevice() { return ProbeRdmaTransport(); }
+
+}  // namespace kvtier::internal::memd

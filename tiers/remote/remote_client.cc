@@ -10,6 +10,7 @@
 #include <map>
 
 #include "io/asio_loop.h"
+#include "tiers/remote/rdma_link.h"
 #include "tiers/remote/remote_auth.h"
 
 namespace kvtier::internal::memd {
@@ -94,6 +95,12 @@ class Link : public std::enable_shared_from_this<Link> {
 
  private:
   void Handshake(const Challenge& c);
+  void StartRdma(uint64_t instance);
+  void Ready(uint64_t instance);
+  bool OnRdmaReply(const FrameHeader& h, Request& r);
+  void Granted(uint32_t id, std::vector<Status> items);
+  void Leased(uint32_t id, uint64_t lease, std::vector<Status> items, std::vector<uint64_t> bytes);
+  void Control(Opcode op, uint32_t id, std::vector<std::byte> body);
   void ReadControl(std::function<void(const FrameHeader&)> then);
   void OnWelcome(const FrameHeader& h);
   void Enqueue(Request& r);
@@ -128,6 +135,7 @@ class Link : public std::enable_shared_from_this<Link> {
   std::vector<std::byte> hs_out_;
   FrameHeaderBytes in_header_{};
   std::vector<std::byte> body_;
+  std::unique_ptr<RdmaLinkPath> rdma_;  // transport: rdma, from the handshake on
 };
 
 class ClientImpl final : public RemoteClient {
@@ -148,6 +156,7 @@ class ClientImpl final : public RemoteClient {
     Keys(Opcode::kRemove, server, ns, std::move(keys), std::move(done));
   }
   Result<Stats> GetStats(size_t server) override;
+  uint64_t RegisterHostMemory(std::span<std::byte> memory) override;
   void Shutdown() override;
 
   void OnReady(ServerState& s, Channel& ch, Link* l, uint64_t instance);
@@ -156,6 +165,12 @@ class ClientImpl final : public RemoteClient {
   const RemoteClientOptions o_;
   std::shared_ptr<LogSink> log_;
   RestartHook hook_;
+  // transport: rdma. Declared before servers_: queue pairs and staging
+  // regions go before the device. Completions reach the loop through post_,
+  // which drops them once the loop has stopped.
+  std::unique_ptr<RdmaDevice> rdma_;
+  std::shared_ptr<RdmaMemory> arena_;  // loop thread
+  LoopGate gate_{[this](std::function<void()> fn) { loop_.Post(std::move(fn)); }};
   std::vector<std::unique_ptr<ServerState>> servers_;
   std::atomic<bool> stopped_{false};
   AsioLoop loop_;  // last: stopped and destroyed first
@@ -224,17 +239,44 @@ void Link::Handshake(const Challenge& c) {
                 Status::InvalidArgument(Prefix() + "server failed to prove the shared secret"));
           }
           slot_bytes_ = w->slot_bytes;
-          ready_ = true;
-          c_.OnReady(s_, ch_, this, challenge.instance_id);
-          if (dead_) return;
-          for (uint32_t id : waiting_) {
-            if (auto it = pending_.find(id); it != pending_.end()) Enqueue(*it->second);
-          }
-          waiting_.clear();
-          Pump();
-          ReadHeader();
+          if (c_.rdma_) return StartRdma(challenge.instance_id);
+          Ready(challenge.instance_id);
         });
       });
+}
+
+void Link::Ready(uint64_t instance) {
+  ready_ = true;
+  c_.OnReady(s_, ch_, this, instance);
+  if (dead_) return;
+  for (uint32_t id : waiting_) {
+    if (auto it = pending_.find(id); it != pending_.end()) Enqueue(*it->second);
+  }
+  waiting_.clear();
+  Pump();
+  ReadHeader();
+}
+
+// RDMA_HELLO with this connection's queue pair; RDMA_READY brings the
+// server's, which the queue pair connects to before any request is sent.
+void Link::StartRdma(uint64_t instance) {
+  auto path = RdmaLinkPath::Create(*c_.rdma_, c_.arena_, c_.gate_.post());
+  if (!path.ok()) return Abort(path.status().WithContext(Prefix() + "RDMA queue pair"));
+  rdma_ = std::move(path).value();
+  hs_out_ = Frame(Opcode::kRdmaHello, 0, EncodeBody(rdma_->Hello()));
+  auto self = shared_from_this();
+  asio::async_write(sock_, asio::buffer(hs_out_),
+                    [this, self, instance](const boost::system::error_code& e, size_t) {
+                      if (!Live(e, "send RDMA_HELLO")) return;
+                      ReadControl([this, instance](const FrameHeader& h) {
+                        if (h.opcode != Opcode::kRdmaReady) return OnControl(h);
+                        auto ready = DecodeRdmaReady(body_);
+                        if (!ready.ok()) return Bad(std::string(ready.status().message()));
+                        Status st = rdma_->Connect(*ready);
+                        if (!st.ok()) return Abort(st.WithContext(Prefix() + "RDMA connect"));
+                        Ready(instance);
+                      });
+                    });
 }
 
 void Link::ReadControl(std::function<void(const FrameHeader&)> then) {
@@ -279,6 +321,8 @@ void Link::Enqueue(Request& r) {
     PutBegin begin{r.ns, {}};
     for (size_t i = 0; i < r.keys.size(); ++i) begin.items.push_back({r.keys[i], r.srcs[i].size()});
     control(Opcode::kPutBegin, EncodeBody(begin));
+    // Over RDMA the blocks go after PUT_GRANT, and PUT_COMMIT after them.
+    if (rdma_) return;
     for (size_t i = 0; i < r.keys.size(); ++i) {
       OutFrame f;
       f.header = EncodeFrameHeader({Opcode::kPutData, static_cast<uint16_t>(i), r.id,
@@ -290,6 +334,8 @@ void Link::Enqueue(Request& r) {
     control(Opcode::kPutCommit, {});
   } else if (r.op == Opcode::kStats) {
     control(Opcode::kStats, {});
+  } else if (r.op == Opcode::kGet && rdma_) {
+    control(Opcode::kGetLease, EncodeBody(KeyBatch{r.ns, r.keys}));
   } else {
     control(r.op, EncodeBody(KeyBatch{r.ns, r.keys}));
   }
@@ -420,6 +466,7 @@ void Link::OnControl(const FrameHeader& h) {
     r.Finish(0, Status::Ok(), 0);
     return Done(r);
   }
+  if (rdma_ && OnRdmaReply(h, r)) return;
   const bool put = r.op == Opcode::kPutBegin;
   const bool keys = r.op == Opcode::kExists || r.op == Opcode::kRemove;
   if (!(h.opcode == Opcode::kBeginReply && put) &&
@@ -440,6 +487,82 @@ void Link::OnControl(const FrameHeader& h) {
     } else {
       r.Finish(i, Status(code, Prefix() + "refused: " + std::string(StatusCodeName(code))), 0);
     }
+  }
+  Done(r);
+}
+
+void Link::Control(Opcode op, uint32_t id, std::vector<std::byte> body) {
+  OutFrame f;
+  f.header = EncodeFrameHeader({op, 0, id, static_cast<uint32_t>(body.size())});
+  f.body = std::move(body);
+  queue_.push_back(std::move(f));
+  Pump();
+}
+
+// PUT_GRANT and LEASE_REPLY: true when `h` was one of them (handled).
+bool Link::OnRdmaReply(const FrameHeader& h, Request& r) {
+  auto self = shared_from_this();
+  const uint32_t id = r.id;
+  if (h.opcode == Opcode::kPutGrant && r.op == Opcode::kPutBegin) {
+    auto g = DecodeGrantList(body_);
+    if (!g.ok()) return Bad(std::string(g.status().message())), true;
+    Status st = rdma_->WriteGranted(*g, r.headers, r.srcs,
+                                    [this, self, id](std::vector<Status> items, auto) {
+                                      if (!dead_) Granted(id, std::move(items));
+                                    });
+    if (!st.ok()) Bad(std::string(st.message()));
+    return true;
+  }
+  if (h.opcode == Opcode::kLeaseReply && r.op == Opcode::kGet) {
+    auto l = DecodeLeaseReply(body_);
+    if (!l.ok()) return Bad(std::string(l.status().message())), true;
+    const uint64_t lease = l->lease_id;
+    Status st = rdma_->ReadLeased(
+        *l, r.dsts, r.headers,
+        [this, self, id, lease](std::vector<Status> items, std::vector<uint64_t> bytes) {
+          if (!dead_) Leased(id, lease, std::move(items), std::move(bytes));
+        });
+    if (!st.ok()) Bad(std::string(st.message()));
+    return true;
+  }
+  return false;
+}
+
+// Every granted block is in place (or failed): commit the request.
+void Link::Granted(uint32_t id, std::vector<Status> items) {
+  if (pending_.count(id) == 0) return;
+  // A failed completion leaves the queue pair in the error state.
+  for (const Status& st : items) {
+    if (st.code() == StatusCode::kIOError || st.code() == StatusCode::kCancelled) {
+      return Abort(st.WithContext(Prefix() + "RDMA WRITE"));
+    }
+  }
+  Control(Opcode::kPutCommit, id, {});
+}
+
+void Link::Leased(uint32_t id, uint64_t lease, std::vector<Status> items,
+                  std::vector<uint64_t> bytes) {
+  if (lease != 0) Control(Opcode::kLeaseRelease, id, EncodeBody(LeaseRelease{lease}));
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  Request& r = *it->second;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StatusCode code = items[i].code();
+    if (code == StatusCode::kIOError || code == StatusCode::kCancelled) {
+      return Abort(items[i].WithContext(Prefix() + "RDMA READ"));
+    }
+    Status st = items[i];
+    if (st.ok()) {
+      auto header = DecodeBlockHeader(r.headers[i]);
+      st = header.ok() ? VerifyBlock(*header, r.ns, r.keys[i], r.dsts[i].first(bytes[i]))
+                       : Status::Corruption(header.status().message());
+      if (!st.ok()) st = st.WithContext(Prefix() + "stored block");
+    } else if (code == StatusCode::kNotFound) {
+      st = Status::NotFound("not on " + s_.endpoint);
+    } else {
+      st = st.WithContext(Prefix() + "GET failed");
+    }
+    r.Finish(i, st, st.ok() ? bytes[i] : 0);
   }
   Done(r);
 }
@@ -477,6 +600,8 @@ void Link::Abort(const Status& s) {
   // the callbacks below may let their owners free them.
   boost::system::error_code ec;
   sock_.close(ec);
+  // The queue pair goes too: no RDMA operation touches a buffer after this.
+  rdma_.reset();
   timer_.cancel();
   queue_.clear();
   std::map<uint32_t, RequestPtr> pending;
@@ -603,6 +728,26 @@ Result<Stats> ClientImpl::GetStats(size_t server) {
   return fut.get();
 }
 
+uint64_t ClientImpl::RegisterHostMemory(std::span<std::byte> memory) {
+  if (!rdma_ || memory.empty()) return 0;
+  auto mr = rdma_->Register(memory);
+  if (!mr.ok()) {
+    log_->Log(LogLevel::kWarning,
+              "remote tier: host arena not registered for RDMA (blocks are "
+              "staged instead): " +
+                  mr.status().ToString());
+    return 0;
+  }
+  std::shared_ptr<RdmaMemory> arena = std::move(mr).value();
+  std::promise<void> set;
+  loop_.Post([this, arena, &set] {
+    arena_ = arena;
+    set.set_value();
+  });
+  set.get_future().wait();
+  return memory.size();
+}
+
 void ClientImpl::Shutdown() {
   if (stopped_.exchange(true)) return;
   std::promise<void> closed;
@@ -616,6 +761,7 @@ void ClientImpl::Shutdown() {
   });
   closed.get_future().wait();
   loop_.Stop();
+  gate_.Close();
 }
 
 Result<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOptions& options,
@@ -633,8 +779,19 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOpt
     s->channels.resize(std::max<uint32_t>(1, options.connections));
     servers.push_back(std::move(s));
   }
+  if (options.transport != "tcp" && options.transport != "rdma") {
+    return Status::InvalidArgument("transport '" + options.transport +
+                                   "' is unknown; expected tcp or rdma");
+  }
+  std::unique_ptr<RdmaDevice> device;
+  if (options.transport == "rdma") {
+    auto d = options.rdma_device ? options.rdma_device() : OpenRdmaDevice();
+    if (!d.ok()) return d.status();
+    device = std::move(d).value();
+  }
   auto c =
       std::make_unique<ClientImpl>(options, log ? log : StderrLogSink(), std::move(on_restart));
+  c->rdma_ = std::move(device);
   c->servers_ = std::move(servers);
   return std::unique_ptr<RemoteClient>(std::move(c));
 }

@@ -24,6 +24,7 @@
 #include "kvtier/block_key.h"
 #include "kvtier/env.h"
 #include "kvtier/status.h"
+#include "tiers/remote/rdma_transport.h"
 #include "tiers/remote/remote_protocol.h"
 
 namespace kvtier::internal::memd {
@@ -36,6 +37,10 @@ struct RemoteClientOptions {
   uint32_t op_timeout_ms = 2000;       // deadline of every request
   uint32_t reconnect_backoff_ms = 50;
   uint32_t reconnect_backoff_max_ms = 2000;
+  // tcp, or rdma: each connection also connects a queue pair (RDMA_HELLO)
+  // and moves block bytes with one-sided WRITE/READ (rdma_link.h).
+  std::string transport = "tcp";
+  RdmaDeviceFactory rdma_device;  // rdma: the device; null opens the first one
 };
 
 // Called once per item, on the loop thread, with the item's index in the call.
@@ -71,6 +76,11 @@ class RemoteClient {
   virtual void Remove(size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done) = 0;
   // Blocks until the server answers STATS or fails (within the deadline).
   virtual Result<Stats> GetStats(size_t server) = 0;
+  // transport: rdma: registers `memory` so that blocks inside it move
+  // without staging copies; connections opened afterwards use it. Returns
+  // the bytes registered (0 over TCP or when registration fails).
+  // REQUIRES: `memory` stays mapped until Shutdown().
+  virtual uint64_t RegisterHostMemory(std::span<std::byte> memory) = 0;
 
   // Fails everything in flight with Unavailable, closes the connections and
   // joins the loop thread. Idempotent.

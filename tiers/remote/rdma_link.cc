@@ -1,0 +1,229 @@
+#include "tiers/remote/rdma_link.h"
+
+#include <cstring>
+#include <string>
+
+namespace kvtier::internal::memd {
+
+// One batch's operations and the memory they use. Shared by the completion
+// closures, so the staging region outlives every operation posted on it.
+struct RdmaLinkPath::Batch {
+  struct Op {
+    size_t item = 0;
+    LocalPiece pieces[2];
+    uint64_t addr = 0;
+    uint32_t rkey = 0;
+    std::byte* header_staged = nullptr;  // read: copied to header_out at the end
+    HeaderBytes* header_out = nullptr;
+    std::byte* bounce = nullptr;  // read: copied to bounce_out at the end
+    std::byte* bounce_out = nullptr;
+  };
+  bool write = false;
+  std::vector<Status> items;
+  std::vector<uint64_t> bytes;
+  std::vector<Op> ops;
+  size_t remaining = 0;
+  ItemsDone done;
+  std::vector<std::byte> staging;
+  std::unique_ptr<RdmaMemory> staging_mr;
+};
+
+Result<std::unique_ptr<RdmaLinkPath>> RdmaLinkPath::Create(RdmaDevice& device,
+                                                           std::shared_ptr<RdmaMemory> arena,
+                                                           LoopPost post) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RdmaQp> qp, device.CreateQp());
+  std::unique_ptr<RdmaLinkPath> p(
+      new RdmaLinkPath(std::move(qp), std::move(arena), std::move(post)));
+  p->device_ = &device;
+  return p;
+}
+
+RdmaLinkPath::~RdmaLinkPath() {
+  // Completions still on their way find the token gone and do nothing; the
+  // queue pair is destroyed before the staging regions they hold.
+  alive_.reset();
+  backlog_.clear();
+  qp_.reset();
+}
+
+Status RdmaLinkPath::Connect(const RdmaReady& ready) {
+  if (ready.lease_ms == 0 || ready.lease_ms > kMaxLeaseMs) {
+    return Status::InvalidArgument("RDMA_READY lease of " + std::to_string(ready.lease_ms) +
+                                   " ms is out of range");
+  }
+  KVTIER_RETURN_IF_ERROR(qp_->Connect(ready.qp));
+  region_ = ready.pool;
+  return Status::Ok();
+}
+
+uint32_t RdmaLinkPath::ArenaKey(const std::byte* p, size_t n) const {
+  if (!arena_) return 0;
+  const std::span<std::byte> a = arena_->bytes();
+  if (p < a.data() || n > a.size() || p - a.data() > static_cast<ptrdiff_t>(a.size() - n)) return 0;
+  return arena_->lkey();
+}
+
+Status RdmaLinkPath::Stage(Batch& b, size_t bytes) {
+  b.staging.resize(bytes);
+  if (bytes == 0) return Status::Ok();
+  auto mr = device_->Register(b.staging);
+  if (!mr.ok()) return mr.status().WithContext("registering RDMA staging memory");
+  b.staging_mr = std::move(mr).value();
+  return Status::Ok();
+}
+
+Status RdmaLinkPath::WriteGranted(const GrantList& grants, std::span<const HeaderBytes> headers,
+                                  std::span<const std::span<const std::byte>> payloads,
+                                  ItemsDone done) {
+  const size_t n = grants.items.size();
+  if (n != headers.size() || n != payloads.size()) {
+    return Status::InvalidArgument("PUT_GRANT item count does not match the request");
+  }
+  auto b = std::make_shared<Batch>();
+  b->write = true;
+  b->items.assign(n, Status::Ok());
+  b->bytes.assign(n, 0);
+  b->done = std::move(done);
+  size_t staged = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const RemoteSlot& g = grants.items[i];
+    if (g.code != StatusCode::kOk) {
+      b->items[i] = Status(g.code, "server refused the block");
+      continue;
+    }
+    KVTIER_RETURN_IF_ERROR(CheckGrant(region_, g, kBlockHeaderBytes + payloads[i].size()));
+    staged += kBlockHeaderBytes;
+    if (ArenaKey(payloads[i].data(), payloads[i].size()) == 0) staged += payloads[i].size();
+  }
+  KVTIER_RETURN_IF_ERROR(Stage(*b, staged));
+  std::byte* at = b->staging.data();
+  for (size_t i = 0; i < n; ++i) {
+    if (grants.items[i].code != StatusCode::kOk) continue;
+    Batch::Op op{i, {}, grants.items[i].addr, grants.items[i].rkey};
+    std::memcpy(at, headers[i].data(), kBlockHeaderBytes);
+    op.pieces[0] = {at, static_cast<uint32_t>(kBlockHeaderBytes), b->staging_mr->lkey()};
+    at += kBlockHeaderBytes;
+    const auto& src = payloads[i];
+    if (uint32_t key = ArenaKey(src.data(), src.size()); key != 0) {
+      op.pieces[1] = {const_cast<std::byte*>(src.data()), static_cast<uint32_t>(src.size()), key};
+    } else {
+      std::memcpy(at, src.data(), src.size());
+      op.pieces[1] = {at, static_cast<uint32_t>(src.size()), b->staging_mr->lkey()};
+      at += src.size();
+    }
+    b->bytes[i] = src.size();
+    b->ops.push_back(op);
+  }
+  Launch(b);
+  return Status::Ok();
+}
+
+Status RdmaLinkPath::ReadLeased(const LeaseReply& lease, std::span<const std::span<std::byte>> dsts,
+                                std::span<HeaderBytes> headers, ItemsDone done) {
+  const size_t n = lease.items.size();
+  if (n != dsts.size() || n != headers.size()) {
+    return Status::InvalidArgument("LEASE_REPLY item count does not match the request");
+  }
+  auto b = std::make_shared<Batch>();
+  b->items.assign(n, Status::Ok());
+  b->bytes.assign(n, 0);
+  b->done = std::move(done);
+  size_t staged = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const RemoteSlot& l = lease.items[i];
+    if (l.code != StatusCode::kOk) {
+      b->items[i] = l.code == StatusCode::kNotFound ? Status::NotFound("not on the server")
+                                                    : Status(l.code, "server refused the read");
+      continue;
+    }
+    if (l.bytes > kBlockHeaderBytes + dsts[i].size()) {
+      b->items[i] = Status::InvalidArgument("destination of " + std::to_string(dsts[i].size()) +
+                                            " bytes is smaller than the block's " +
+                                            std::to_string(l.bytes - kBlockHeaderBytes));
+      continue;
+    }
+    KVTIER_RETURN_IF_ERROR(CheckLease(region_, l, kBlockHeaderBytes + dsts[i].size()));
+    const uint64_t payload = l.bytes - kBlockHeaderBytes;
+    staged += kBlockHeaderBytes + (ArenaKey(dsts[i].data(), payload) == 0 ? payload : 0);
+  }
+  KVTIER_RETURN_IF_ERROR(Stage(*b, staged));
+  std::byte* at = b->staging.data();
+  for (size_t i = 0; i < n; ++i) {
+    if (!b->items[i].ok()) continue;
+    const RemoteSlot& l = lease.items[i];
+    const auto payload = static_cast<uint32_t>(l.bytes - kBlockHeaderBytes);
+    Batch::Op op{i, {}, l.addr, l.rkey};
+    op.pieces[0] = {at, static_cast<uint32_t>(kBlockHeaderBytes), b->staging_mr->lkey()};
+    op.header_staged = at;
+    op.header_out = &headers[i];
+    at += kBlockHeaderBytes;
+    if (uint32_t key = ArenaKey(dsts[i].data(), payload); key != 0) {
+      op.pieces[1] = {dsts[i].data(), payload, key};
+    } else {
+      op.pieces[1] = {at, payload, b->staging_mr->lkey()};
+      op.bounce = at;
+      op.bounce_out = dsts[i].data();
+      at += payload;
+    }
+    b->bytes[i] = payload;
+    b->ops.push_back(op);
+  }
+  Launch(b);
+  return Status::Ok();
+}
+
+void RdmaLinkPath::Launch(const std::shared_ptr<Batch>& b) {
+  b->remaining = b->ops.size();
+  if (b->remaining == 0) {
+    b->done(std::move(b->items), std::move(b->bytes));
+    return;
+  }
+  for (size_t i = 0; i < b->ops.size(); ++i) backlog_.emplace_back(b, i);
+  Drain();
+}
+
+Status RdmaLinkPath::PostOne(const std::shared_ptr<Batch>& b, size_t op) {
+  const Batch::Op& o = b->ops[op];
+  // A zero-length payload needs no second piece.
+  const size_t pieces = o.pieces[1].bytes == 0 ? 1 : 2;
+  std::weak_ptr<bool> alive = alive_;
+  RdmaDone cb = [this, alive, b, op, post = post_](const Status& s) {
+    post([this, alive, b, op, s] {
+      if (alive.expired()) return;
+      OpDone(b, op, s);
+      // The batch's callback may have closed the link and destroyed this.
+      if (!alive.expired()) Drain();
+    });
+  };
+  const std::span<const LocalPiece> local(o.pieces, pieces);
+  return b->write ? qp_->PostWrite(local, o.addr, o.rkey, std::move(cb))
+                  : qp_->PostRead(local, o.addr, o.rkey, std::move(cb));
+}
+
+void RdmaLinkPath::OpDone(const std::shared_ptr<Batch>& b, size_t op, const Status& s) {
+  Batch::Op& o = b->ops[op];
+  if (!s.ok()) {
+    b->items[o.item] = s;
+    b->bytes[o.item] = 0;
+  } else if (!b->write) {
+    std::memcpy(o.header_out->data(), o.header_staged, kBlockHeaderBytes);
+    if (o.bounce != nullptr) std::memcpy(o.bounce_out, o.bounce, o.pieces[1].bytes);
+  }
+  if (--b->remaining == 0) b->done(std::move(b->items), std::move(b->bytes));
+}
+
+void RdmaLinkPath::Drain() {
+  const std::weak_ptr<bool> alive = alive_;
+  while (!backlog_.empty()) {
+    auto [b, op] = backlog_.front();
+    Status s = PostOne(b, op);
+    // A full completion queue: wait for a completion of this path to retry
+    // (the request's deadline bounds the wait).
+    if (s.code() == StatusCode::kBusy) return;
+    backlog_.pop_front();
+    if (!s.ok()) OpDone(b, op, s);
+    if (alive.expired()) return;
+  }
+}
+
+}  // namespace kvtier::internal::memd

@@ -1,0 +1,122 @@
+// The RDMA half of one remote-client connection (remote_client.cc): its
+// queue pair, the checks of what the server grants or leases, and the
+// one-sided operations of a batch. The TCP connection carries the control
+// frames; this class only moves block bytes:
+//   PUT: after PUT_GRANT, WriteGranted RDMA WRITEs BlockHeader + payload of
+//        each granted item into its slot; the link then sends PUT_COMMIT.
+//   GET: after LEASE_REPLY, ReadLeased RDMA READs each leased block into
+//        the caller's destination; the link verifies header and checksum
+//        and sends LEASE_RELEASE.
+// Local memory must be registered: buffers inside the registered host
+// arena (Tier::RegisterHostMemory) are used in place; block headers and
+// buffers outside it go through a staging region registered per batch.
+//
+// Threads: every method and every ItemsDone runs on the client's loop
+// thread (completions are handed over with `post`). Nothing is touched
+// after the object is destroyed except through `post`, which must drop
+// closures once the loop is gone.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "kvtier/block_header.h"
+#include "tiers/remote/rdma_protocol.h"
+#include "tiers/remote/rdma_transport.h"
+
+namespace kvtier::internal::memd {
+
+using HeaderBytes = std::array<std::byte, kBlockHeaderBytes>;
+// Per item: OK with the payload bytes moved, or why its bytes did not move.
+// Runs once per batch.
+using ItemsDone = std::function<void(std::vector<Status> items, std::vector<uint64_t> bytes)>;
+using LoopPost = std::function<void(std::function<void()>)>;
+
+// Hands completions to the loop thread until Close(); closures posted
+// after it are dropped (the loop may be gone). Thread-safe.
+class LoopGate {
+ public:
+  explicit LoopGate(std::function<void(std::function<void()>)> post)
+      : state_(std::make_shared<State>()) {
+    state_->post = std::move(post);
+  }
+  LoopPost post() const {
+    return [s = state_](std::function<void()> fn) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (s->post) s->post(std::move(fn));
+    };
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->post = nullptr;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::function<void(std::function<void()>)> post;  // guarded by mu
+  };
+  std::shared_ptr<State> state_;
+};
+
+class RdmaLinkPath {
+ public:
+  // A queue pair on `device`, not yet connected. `arena` may be null.
+  // REQUIRES: `device` outlives this and every completion it delivers.
+  static Result<std::unique_ptr<RdmaLinkPath>> Create(RdmaDevice& device,
+                                                      std::shared_ptr<RdmaMemory> arena,
+                                                      LoopPost post);
+  ~RdmaLinkPath();
+  RdmaLinkPath(const RdmaLinkPath&) = delete;
+  RdmaLinkPath& operator=(const RdmaLinkPath&) = delete;
+
+  RdmaHello Hello() const { return RdmaHello{qp_->local()}; }
+  // Connects to the server's queue pair and keeps its pool region.
+  Status Connect(const RdmaReady& ready);
+  const RdmaRegion& region() const { return region_; }
+
+  // REQUIRES: grants, headers and payloads have one entry per item. An item
+  // whose grant code is not Ok reports that code. InvalidArgument (the
+  // server is not trusted) when a grant fails CheckGrant; nothing is posted
+  // then and `done` is not called.
+  Status WriteGranted(const GrantList& grants, std::span<const HeaderBytes> headers,
+                      std::span<const std::span<const std::byte>> payloads, ItemsDone done);
+  // Reads each leased block: its header into headers[i], its payload into
+  // dsts[i]. NotFound for a missed item; InvalidArgument for an item whose
+  // block is larger than its destination; an error status like
+  // WriteGranted's when a lease fails CheckLease.
+  Status ReadLeased(const LeaseReply& lease, std::span<const std::span<std::byte>> dsts,
+                    std::span<HeaderBytes> headers, ItemsDone done);
+
+  size_t backlog() const { return backlog_.size(); }
+
+ private:
+  struct Batch;
+  RdmaLinkPath(std::unique_ptr<RdmaQp> qp, std::shared_ptr<RdmaMemory> arena, LoopPost post)
+      : qp_(std::move(qp)), arena_(std::move(arena)), post_(std::move(post)) {}
+  // The lkey of [p, p + n) when it lies in the registered arena, else 0.
+  uint32_t ArenaKey(const std::byte* p, size_t n) const;
+  Status Stage(Batch& b, size_t bytes);
+  void Launch(const std::shared_ptr<Batch>& b);
+  Status PostOne(const std::shared_ptr<Batch>& b, size_t op);
+  void OpDone(const std::shared_ptr<Batch>& b, size_t op, const Status& s);
+  // Posts what the completion queue has room for; the rest waits.
+  void Drain();
+
+  std::unique_ptr<RdmaQp> qp_;
+  std::shared_ptr<RdmaMemory> arena_;
+  LoopPost post_;
+  RdmaDevice* device_ = nullptr;
+  RdmaRegion region_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  // Operations not yet posted (the completion queue was full), in order.
+  std::deque<std::pair<std::shared_ptr<Batch>, size_t>> backlog_;
+};
+
+}  // namespace kvtier::internal::memd
