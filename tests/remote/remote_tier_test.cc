@@ -100,5 +100,20 @@ TEST(RemoteTierTest, MemdRdmaTransportFailsAtStartWithoutDevice) {
   EXPECT_EQ(p.status().message(), "kvtier-memd exited at start (status 256)");
 }
 
+TEST(RemoteTierTest, MemdTakesALeaseWithinItsRange) {
+  MemdProcessOptions ok;
+  ok.extra_args = {"--lease-ms", "500"};
+  auto p = MemdProcess::Start(ok);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->Terminate(), 0);
+
+  MemdProcessOptions too_long;
+  too_long.extra_args = {"--lease-ms", "60001"};
+  auto q = MemdProcess::Start(too_long);
+  ASSERT_FALSE(q.ok());
+  // exit(2): the options are refused before anything is mapped or bound.
+  EXPECT_EQ(q.status().message(), "kvtier-memd exited at start (status 512)");
+}
+
 }  // namespace
 }  // namespace kvtier::testing

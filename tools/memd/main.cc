@@ -22,6 +22,7 @@ using kvtier::internal::memd::MemdServerOptions;
 
 struct Flags {
   std::string config, listen, pool_size, slot_size, secret_file, transport, port_file;
+  uint32_t lease_ms = 0;  // 0: keep the file's or the default
   bool no_hugepages = false;
 };
 
@@ -39,6 +40,7 @@ int BuildOptions(const Flags& f, MemdServerOptions* o) {
   }
   if (!f.listen.empty()) o->listen = f.listen;
   if (!f.transport.empty()) o->transport = f.transport;
+  if (f.lease_ms != 0) o->lease_ms = f.lease_ms;
   if (!f.secret_file.empty()) secret_file = f.secret_file;
   if (f.no_hugepages) o->pool.hugepages = false;
   for (auto [text, out] : {std::pair{&f.pool_size, &o->pool.pool_bytes},
@@ -62,7 +64,7 @@ int main(int argc, char** argv) {
   Flags f;
   app.add_option("--config", f.config,
                  "YAML file (listen, pool_size, slot_size, secret_file, "
-                 "transport, hugepages, watermarks, max_connections)");
+                 "transport, hugepages, watermarks, max_connections, lease_ms)");
   app.add_option("--listen", f.listen,
                  "host:port to listen on (default 127.0.0.1:7400; port 0 "
                  "picks one)");
@@ -70,6 +72,8 @@ int main(int argc, char** argv) {
   app.add_option("--slot-size", f.slot_size, "slot size: largest block + 64 (default 4MiB+4KiB)");
   app.add_option("--secret-file", f.secret_file, "file holding the shared secret");
   app.add_option("--transport", f.transport, "tcp (default) or rdma");
+  app.add_option("--lease-ms", f.lease_ms,
+                 "rdma: how long a GET lease pins its blocks, ms (default 2000)");
   app.add_option("--port-file", f.port_file, "write the bound port here once listening");
   app.add_flag("--no-hugepages", f.no_hugepages, "do not try huge pages");
   try {

@@ -38,6 +38,8 @@ Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions
       s = internal::ReadBool(n, k, &o->pool.hugepages);
     } else if (k == "max_connections") {
       s = internal::ReadU32(n, k, 1, &o->max_connections);
+    } else if (k == "lease_ms") {
+      s = internal::ReadU32(n, k, 1, &o->lease_ms);
     } else if (k == "watermarks" && n.kind == ConfigNode::Kind::kMap) {
       for (const ConfigNode& w : n.items) {
         if (w.key == "high") {
@@ -53,7 +55,7 @@ Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions
     } else {
       s = internal::NodeError(n.key_where, "unknown key '" + k + "'",
                               "listen, pool_size, slot_size, secret_file, transport, hugepages, "
-                              "watermarks or max_connections");
+                              "watermarks, max_connections or lease_ms");
     }
     if (!s.ok()) return s;
   }
