@@ -63,13 +63,18 @@ Result<std::unique_ptr<TierPolicies>> TierPolicies::Create(const RuntimeOptions&
       tier.tune_window = o.policy.alpha_tune_window;
       p->window_limit_ = std::max<size_t>(p->window_limit_, tier.tune_window);
     }
+    p->observes_ = p->observes_ || !tier.admits_all;
     p->tiers_.push_back(std::move(tier));
   }
+  p->observes_ = p->observes_ || p->window_limit_ != 0;
   return p;
 }
 
 bool TierPolicies::ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys,
                                   const RequestHints& hints, uint64_t now_ns) {
+  // `always` ignores observations: with it on every tier and no tuning, a
+  // lookup need not fold its keys.
+  if (!observes_) return false;
   ids_.clear();
   for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
   const auto full = static_cast<uint32_t>(keys.size());  // a lookup names full blocks only

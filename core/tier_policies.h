@@ -127,6 +127,7 @@ class TierPolicies final : public IndexObserver {
   const double gpu_flops_per_s_;
   std::vector<PerTier> tiers_;
   std::vector<uint64_t> ids_;  // ObserveRequest scratch
+  bool observes_ = false;      // some admission watches requests, or alpha is tuned
   // The recent requests, shared with tunings in flight; bounded by the
   // largest window of a tuning tier (0: nothing recorded).
   std::deque<std::shared_ptr<const TuneRequest>> window_;
