@@ -12,6 +12,7 @@
 
 #include "kvtier/copy_engine.h"
 #include "kvtier/runtime.h"
+#include "tests/core/runtime_test_util.h"
 #include "tests/support/block_data.h"
 
 namespace kvtier {
@@ -42,17 +43,7 @@ class CopyEngineRuntimeTest : public ::testing::TestWithParam<KvLayoutKind> {
     auto engine = HostCopyEngine::Create(layout);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     engine_ = std::move(engine).value();
-    RuntimeOptions o;
-    o.block_bytes = layout.BlockBytes();
-    TierOptions hub;
-    hub.name = "host";
-    hub.type = "host";
-    hub.capacity_bytes = 32 * layout.BlockBytes();
-    hub.mlock = false;
-    hub.hugepages = false;
-    o.tiers.push_back(hub);
-    o.mover.start_thread = false;
-    auto rt = Runtime::Open(o, engine_);
+    auto rt = Runtime::Open(testing::MakeOptions(layout.BlockBytes(), 32), engine_);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();
     for (uint64_t i = 0; i < 4; ++i) keys_.push_back(TestKey(i));

@@ -17,6 +17,7 @@
 #include "gpu/cuda/cuda_util.h"
 #include "kvtier/copy_engine.h"
 #include "kvtier/runtime.h"
+#include "tests/core/runtime_test_util.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/gpu/layout_test_util.h"
 #include "tests/support/block_data.h"
@@ -177,17 +178,8 @@ TEST_P(CudaCopyEngineFaultTest, ThroughTheRuntimeOnlyTheFaultyBlockFails) {
     ASSERT_TRUE(ref_->WriteBlock(i, testing::BlockBytes(keys[i], layout_.BlockBytes())).ok());
   }
   device_->Upload();
-  RuntimeOptions o;
-  o.block_bytes = layout_.BlockBytes();
-  TierOptions hub;
-  hub.name = "host";
-  hub.type = "host";
-  hub.capacity_bytes = 16 * layout_.BlockBytes();
-  hub.mlock = false;
-  hub.hugepages = false;
-  o.tiers.push_back(hub);
-  o.mover.start_thread = false;
-  auto rt = Runtime::Open(o, std::shared_ptr<CopyEngine>(std::move(engine_)));
+  auto rt = Runtime::Open(testing::MakeOptions(layout_.BlockBytes(), 16),
+                          std::shared_ptr<CopyEngine>(std::move(engine_)));
   ASSERT_TRUE(rt.ok()) << rt.status().ToString();
   const NamespaceId ns{7};
   const std::vector<uint32_t> from = {0, 1, 2, 3}, to = {8, 9, 10, 11};
