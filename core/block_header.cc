@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/byte_writer.h"
+#include "core/payload_hash.h"
 
 namespace kvtier {
 namespace {
@@ -26,7 +27,7 @@ std::string Hex64(uint64_t v) {
 
 uint64_t PayloadChecksum(ChecksumKind kind, std::span<const std::byte> payload) {
   (void)kind;  // one kind today; the field lets a later format add CRC32C
-  return XXH3_64bits(payload.data(), payload.size());
+  return internal::PayloadXxh3(payload.data(), payload.size());
 }
 
 BlockHeader MakeBlockHeader(NamespaceId ns, const BlockKey& key,

@@ -36,6 +36,29 @@ TEST(BlockHeader, RoundTrip) {
   EXPECT_EQ(static_cast<char>(b[3]), 'B');
 }
 
+// Checksums are part of the stored format: they must equal XXH3-64 whichever
+// implementation the CPU picks (AVX2 or baseline). These values come from
+// the reference libxxhash, over every XXH3 length class.
+TEST(BlockHeader, PayloadChecksumIsXxh3OverEveryLengthClass) {
+  struct Case {
+    size_t bytes;
+    uint64_t xxh3;
+  };
+  const Case cases[] = {
+      {0, 0x2d06800538d394c2ULL},     {1, 0x4c5cca45d0f4811fULL},
+      {3, 0x15f7093b173d005cULL},     {16, 0x7e484c18d74895d0ULL},
+      {17, 0x208bde5ee2bed407ULL},    {128, 0xf92b70eaa21a6288ULL},
+      {129, 0xf8f76713f2bb60faULL},   {240, 0xccc7375172c41f03ULL},
+      {241, 0x0b3b630948ce4a00ULL},   {1000, 0x989765d0ea7a5ecdULL},
+      {65541, 0x12f4b6b91a8432aeULL}, {1048576, 0x269eb834f6c110a9ULL},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::byte> payload(c.bytes);
+    for (size_t i = 0; i < c.bytes; ++i) payload[i] = static_cast<std::byte>(i * 31 + 7);
+    EXPECT_EQ(PayloadChecksum(ChecksumKind::kXxh3_64, payload), c.xxh3) << c.bytes << " bytes";
+  }
+}
+
 TEST(BlockHeader, EveryMalformedFieldIsRejectedWithItsReason) {
   Fixture f;
   struct Case {
