@@ -32,11 +32,16 @@ uint64_t PayloadChecksum(ChecksumKind kind, std::span<const std::byte> payload) 
 
 BlockHeader MakeBlockHeader(NamespaceId ns, const BlockKey& key,
                             std::span<const std::byte> payload) {
+  return MakeBlockHeader(ns, key, payload, std::nullopt);
+}
+
+BlockHeader MakeBlockHeader(NamespaceId ns, const BlockKey& key,
+                            std::span<const std::byte> payload, std::optional<uint64_t> known) {
   BlockHeader h;
   h.ns = ns;
   h.key = key;
   h.payload_bytes = payload.size();
-  h.payload_checksum = PayloadChecksum(h.checksum_kind, payload);
+  h.payload_checksum = known ? *known : PayloadChecksum(h.checksum_kind, payload);
   return h;
 }
 

@@ -225,13 +225,13 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
         auto payload = arena_->Slot(v->host_slot).first(v->bytes);
         // Pinned and moving: nobody else touches the checksum now.
         if (!v->checksum) v->checksum = PayloadChecksum(ChecksumKind::kXxh3_64, payload);
-        ops.push_back({v->id.key, payload});
+        ops.push_back({v->id.key, payload, v->checksum});
         continue;
       }
       staging.emplace_back(v->bytes);
       ReadOp rd{v->id.key, staging.back()};
       Completion r = lower_[tier - 1]->Read(v->id.ns, std::span(&rd, 1));
-      if (r.Wait().ok()) ops.push_back({v->id.key, staging.back()});
+      if (r.Wait().ok()) ops.push_back({v->id.key, staging.back(), v->checksum});
     }
     Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
     (void)w.Wait();

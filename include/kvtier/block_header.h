@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "kvtier/block_key.h"
@@ -41,6 +42,11 @@ KVTIER_EXPORT uint64_t PayloadChecksum(ChecksumKind kind, std::span<const std::b
 // Builds the header of `payload` for (ns, key).
 KVTIER_EXPORT BlockHeader MakeBlockHeader(NamespaceId ns, const BlockKey& key,
                                           std::span<const std::byte> payload);
+// The same with the payload checksum already known (PayloadChecksum of
+// `payload`, e.g. WriteOp::checksum): hashes only when `known` is empty.
+KVTIER_EXPORT BlockHeader MakeBlockHeader(NamespaceId ns, const BlockKey& key,
+                                          std::span<const std::byte> payload,
+                                          std::optional<uint64_t> known);
 
 // REQUIRES: out.size() >= kBlockHeaderBytes.
 KVTIER_EXPORT void EncodeBlockHeader(const BlockHeader& header, std::span<std::byte> out);

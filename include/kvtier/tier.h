@@ -66,6 +66,11 @@ struct ReadOp {
 struct WriteOp {
   BlockKey key;
   std::span<const std::byte> src;  // payload; must be non-empty
+  // PayloadChecksum(kXxh3_64, src) when the caller already has it (the
+  // runtime takes it once, when a block first leaves the hub): a tier that
+  // stores block headers uses it instead of hashing the payload again. A
+  // wrong value makes later reads of the block fail as Corruption.
+  std::optional<uint64_t> checksum;
 };
 
 class KVTIER_EXPORT Tier {

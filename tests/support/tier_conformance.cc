@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvtier/block_header.h"
 #include "tests/support/block_data.h"
 
 namespace kvtier::testing {
@@ -54,6 +55,34 @@ TEST_P(TierConformanceTest, RoundTripIsByteExact) {
     EXPECT_EQ(out[i], b.data[i]) << "block " << i;
   }
   EXPECT_EQ(tier->Usage().blocks, 8u);
+  tier->Shutdown();
+}
+
+// WriteOp::checksum is the payload checksum the caller already took. A tier
+// with block headers stores it as given (so a wrong one reads back as
+// Corruption, never as bytes); any tier returns the block written with the
+// right one byte for byte.
+TEST_P(TierConformanceTest, KnownChecksumIsStoredAsGiven) {
+  auto tier = Make(16);
+  ASSERT_TRUE(tier);
+  Blocks b = MakeBlocks(20, 2, kBlockBytes);
+  b.ops[0].checksum = PayloadChecksum(ChecksumKind::kXxh3_64, b.data[0]);
+  b.ops[1].checksum = PayloadChecksum(ChecksumKind::kXxh3_64, b.data[1]) ^ 1;
+  Completion w = tier->Write(kNs, b.ops);
+  ASSERT_TRUE(w.Wait().ok()) << w.status().ToString();
+
+  std::vector<std::vector<std::byte>> out(2, std::vector<std::byte>(kBlockBytes));
+  std::vector<ReadOp> reads{{b.keys[0], out[0]}, {b.keys[1], out[1]}};
+  Completion r = tier->Read(kNs, reads);
+  (void)r.Wait();
+  ASSERT_TRUE(r.result(0).ok()) << r.result(0).ToString();
+  EXPECT_EQ(out[0], b.data[0]);
+  if (tier->capabilities().checksummed) {
+    EXPECT_EQ(r.result(1).code(), StatusCode::kCorruption) << r.result(1).ToString();
+  } else {
+    ASSERT_TRUE(r.result(1).ok()) << r.result(1).ToString();
+    EXPECT_EQ(out[1], b.data[1]);
+  }
   tier->Shutdown();
 }
 

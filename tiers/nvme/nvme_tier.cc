@@ -312,7 +312,7 @@ void NvmeTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionS
   auto batch = std::make_shared<BatchDone>(std::move(done));
   for (size_t i = 0; i < ops.size(); ++i) {
     const NsKey id{ns, ops[i].key};
-    const BlockHeader header = MakeBlockHeader(ns, ops[i].key, ops[i].src);
+    const BlockHeader header = MakeBlockHeader(ns, ops[i].key, ops[i].src, ops[i].checksum);
     Result<Placement> place = s_->Reserve(id, ops[i].src.size(), header.payload_checksum);
     if (!place.ok()) {
       batch->done.Set(i, place.status());

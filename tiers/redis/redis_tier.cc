@@ -204,7 +204,7 @@ void RedisTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, Completion
     }
     batch->fresh()[i] = fresh;
     RedisOp op = MakeOp(RedisOp::Kind::kSet, ns, ops[i].key, i);
-    EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].src), op.header);
+    EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].src, ops[i].checksum), op.header);
     op.payload = ops[i].src;
     out.push_back(std::move(op));
   }

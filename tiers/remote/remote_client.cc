@@ -677,9 +677,11 @@ void ClientImpl::Put(size_t server, NamespaceId ns, std::vector<PutOp> ops, Item
     for (size_t i = begin; i < end; ++i) {
       r->keys.push_back(ops[i].key);
       r->srcs.push_back(ops[i].payload);
-      // The header carries the payload checksum, computed on the caller's thread.
+      // The header carries the payload checksum: the caller's, or computed
+      // here on the caller's thread.
       r->headers.emplace_back();
-      EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].payload), r->headers.back());
+      EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].payload, ops[i].checksum),
+                        r->headers.back());
     }
     Route(server, std::move(r));
     begin = end;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +53,7 @@ using RestartHook = std::function<void(size_t server)>;
 struct PutOp {
   BlockKey key;
   std::span<const std::byte> payload;
+  std::optional<uint64_t> checksum;  // PayloadChecksum of payload if known
 };
 
 class RemoteClient {

@@ -156,7 +156,7 @@ void RemoteTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, Completio
       it->second.bytes = bytes;
       it->second.writing += 1;
       it->second.seq = ++seq_;
-      puts[s].push_back({ops[i].key, ops[i].src});
+      puts[s].push_back({ops[i].key, ops[i].src, ops[i].checksum});
       where[s].push_back(i);
     }
   }
