@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <charconv>
 #include <exception>
+#include <fstream>
 
 namespace kvtier::internal {
 
@@ -76,6 +77,21 @@ void AsioLoop::Run() {
       if (log_) log_->Log(LogLevel::kError, name_ + ": handler threw: " + e.what());
     }
   }
+}
+
+namespace {
+int64_t ReadSysctl(const char* path) {
+  std::ifstream in(path);
+  int64_t v = -1;
+  if (!(in >> v)) return -1;
+  return v;
+}
+}  // namespace
+
+bool BulkBuffersAllowed(bool send) {
+  static const bool send_ok = ReadSysctl("/proc/sys/net/core/wmem_max") >= kBulkSocketBufferBytes;
+  static const bool recv_ok = ReadSysctl("/proc/sys/net/core/rmem_max") >= kBulkSocketBufferBytes;
+  return send ? send_ok : recv_ok;
 }
 
 }  // namespace kvtier::internal

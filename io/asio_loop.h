@@ -38,9 +38,15 @@ struct TransferAllBulk {
   }
 };
 
-// Socket buffers asked for on bulk-data sockets (the kernel caps them at
-// net.core.{w,r}mem_max and doubles what it grants).
+// Socket buffers asked for on bulk-data sockets (the kernel doubles what it
+// grants).
 inline constexpr int kBulkSocketBufferBytes = 4 << 20;
+
+// Whether asking for kBulkSocketBufferBytes helps: only when the kernel lets
+// a socket have that much (net.core.wmem_max / rmem_max). Below it the
+// request would be cut to the cap and would also switch off the kernel's
+// own buffer sizing, which may grow past that cap (net.ipv4.tcp_wmem/rmem).
+bool BulkBuffersAllowed(bool send);
 
 // Prepares a socket (or a listener, whose accepted sockets inherit it) for
 // bulk transfers of large blocks: big send and receive buffers, so that one
@@ -51,8 +57,12 @@ inline constexpr int kBulkSocketBufferBytes = 4 << 20;
 template <typename Socket>
 void TuneBulkSocket(Socket& s) {
   boost::system::error_code ignored;
-  s.set_option(boost::asio::socket_base::send_buffer_size(kBulkSocketBufferBytes), ignored);
-  s.set_option(boost::asio::socket_base::receive_buffer_size(kBulkSocketBufferBytes), ignored);
+  if (BulkBuffersAllowed(true)) {
+    s.set_option(boost::asio::socket_base::send_buffer_size(kBulkSocketBufferBytes), ignored);
+  }
+  if (BulkBuffersAllowed(false)) {
+    s.set_option(boost::asio::socket_base::receive_buffer_size(kBulkSocketBufferBytes), ignored);
+  }
 }
 
 class AsioLoop {
