@@ -63,7 +63,9 @@ Result<std::unique_ptr<TierPolicies>> TierPolicies::Create(const RuntimeOptions&
       tier.tune_window = o.policy.alpha_tune_window;
       p->window_limit_ = std::max<size_t>(p->window_limit_, tier.tune_window);
     }
-    p->observes_ = p->observes_ || !tier.admits_all;
+    // `reuse` eviction learns from the requests, as `reuse` admission does.
+    tier.eviction_observes = o.eviction == "reuse";
+    p->observes_ = p->observes_ || !tier.admits_all || tier.eviction_observes;
     p->tiers_.push_back(std::move(tier));
   }
   p->observes_ = p->observes_ || p->window_limit_ != 0;
@@ -78,8 +80,22 @@ bool TierPolicies::ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys
   ids_.clear();
   for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
   const auto full = static_cast<uint32_t>(keys.size());  // a lookup names full blocks only
-  for (PerTier& t : tiers_) t.admission.ObserveRequest(ids_, full, hints, now_ns);
+  for (PerTier& t : tiers_) {
+    t.admission.ObserveRequest(ids_, full, hints, now_ns);
+    if (t.eviction_observes) t.eviction->ObserveRequest(ids_, full, hints, now_ns);
+  }
   return window_limit_ != 0 && RecordForTuning(ids_);
+}
+
+void TierPolicies::ObserveFinish(NamespaceId ns, std::span<const BlockKey> keys,
+                                 uint32_t output_tokens, uint64_t now_ns) {
+  if (!observes_) return;
+  ids_.clear();
+  for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
+  for (PerTier& t : tiers_) {
+    t.admission.ObserveFinish(ids_, output_tokens, now_ns);
+    if (t.eviction_observes) t.eviction->ObserveFinish(ids_, output_tokens, now_ns);
+  }
 }
 
 double TierPolicies::FlopsAt(uint32_t depth) const {

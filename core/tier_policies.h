@@ -55,6 +55,12 @@ class TierPolicies final : public IndexObserver {
   // flop_aware tier tunes. Returns true when a tuning has become due.
   bool ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys, const RequestHints& hints,
                       uint64_t now_ns);
+  // The request whose lookup chain was `keys` finished decoding with
+  // `output_tokens` tokens (the engine knows it when the request ends, before
+  // its blocks leave the hub); `reuse` admission and eviction learn from it.
+  // Not yet called by the runtime: it needs a finish hint from the engine.
+  void ObserveFinish(NamespaceId ns, std::span<const BlockKey> keys, uint32_t output_tokens,
+                     uint64_t now_ns);
   // What the policies know of `e`.
   BlockMeta MetaOf(const IndexEntry& e) const;
   // The tier as its admission sees it, from the tier's usage.
@@ -102,6 +108,7 @@ class TierPolicies final : public IndexObserver {
     std::unique_ptr<EvictionPolicy> eviction;
     bool lru = true;
     bool admits_all = true;
+    bool eviction_observes = false;  // the eviction policy learns from requests (reuse)
     double read_bytes_per_s = 0;
     double read_latency_s = 0;
     bool flop_aware = false;

@@ -144,7 +144,8 @@ class CostAdmission final : public AdmissionPolicy {
 
 constexpr std::array<std::string_view, 6> kAdmission = {"always",       "frequency", "marconi",
                                                         "write_budget", "cost",      "reuse"};
-constexpr std::array<std::string_view, 4> kEviction = {"lru", "s3fifo", "flop_aware", "slru"};
+constexpr std::array<std::string_view, 5> kEviction = {"lru", "s3fifo", "flop_aware", "slru",
+                                                       "reuse"};
 
 }  // namespace
 
@@ -182,6 +183,11 @@ Result<AdmissionChain> AdmissionChain::Create(std::span<const std::string> names
 void AdmissionChain::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
                                     const RequestHints& hints, uint64_t now_ns) {
   for (auto& p : policies_) p->ObserveRequest(chain, full_blocks, hints, now_ns);
+}
+
+void AdmissionChain::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens,
+                                   uint64_t now_ns) {
+  for (auto& p : policies_) p->ObserveFinish(chain, output_tokens, now_ns);
 }
 
 bool AdmissionChain::Admit(const BlockMeta& block, const TierState& tier) {

@@ -219,6 +219,7 @@ Result<std::unique_ptr<EvictionPolicy>> CreateEvictionPolicy(std::string_view na
   if (name == "s3fifo") {
     return std::unique_ptr<EvictionPolicy>(new S3FifoEviction(knobs.s3fifo_small_fraction));
   }
+  if (name == "reuse") return internal::NewReuseEviction(knobs);
   return Status::InvalidArgument("unknown eviction policy '" + std::string(name) + "'");
 }
 

@@ -18,5 +18,6 @@ inline uint64_t Mix64(uint64_t x) {
 
 Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs);
 Result<std::unique_ptr<AdmissionPolicy>> NewReuseAdmission(const PolicyKnobs& knobs);
+Result<std::unique_ptr<EvictionPolicy>> NewReuseEviction(const PolicyKnobs& knobs);
 
 }  // namespace kvtier::internal

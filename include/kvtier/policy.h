@@ -78,6 +78,11 @@ class KVTIER_EXPORT AdmissionPolicy {
   // Sees every request's chain before its prefill (sightings, radix tree).
   virtual void ObserveRequest(std::span<const uint64_t> /*chain*/, uint32_t /*full_blocks*/,
                               const RequestHints& /*hints*/, uint64_t /*now_ns*/) {}
+  // The request whose chain is `chain` (as given to ObserveRequest) has
+  // finished decoding with `output_tokens` tokens. An engine knows this when
+  // the request ends, before its blocks leave the host; `reuse` learns from it.
+  virtual void ObserveFinish(std::span<const uint64_t> /*chain*/, uint32_t /*output_tokens*/,
+                             uint64_t /*now_ns*/) {}
   virtual bool Admit(const BlockMeta& block, const TierState& tier) = 0;
   // Bytes actually written into the tier after an admit.
   virtual void OnWritten(uint64_t /*bytes*/, uint64_t /*now_ns*/) {}
@@ -93,6 +98,11 @@ class KVTIER_EXPORT EvictionPolicy {
   virtual void OnInsert(const BlockMeta& /*block*/) {}
   virtual void OnAccess(const BlockMeta& /*block*/) {}
   virtual void OnRemove(uint64_t /*id*/) {}
+  // Request observations, as AdmissionPolicy's (only `reuse` uses them).
+  virtual void ObserveRequest(std::span<const uint64_t> /*chain*/, uint32_t /*full_blocks*/,
+                              const RequestHints& /*hints*/, uint64_t /*now_ns*/) {}
+  virtual void ObserveFinish(std::span<const uint64_t> /*chain*/, uint32_t /*output_tokens*/,
+                             uint64_t /*now_ns*/) {}
   // Reorders `candidates` so that the first is evicted first. Ties keep the
   // caller's order (stable). May update the policy's own state.
   virtual void Order(std::span<BlockMeta> candidates, uint64_t now_ns) = 0;
@@ -120,11 +130,12 @@ struct KVTIER_EXPORT PolicyKnobs {
   uint32_t alpha_tune_window = 512;         // flop_aware: requests replayed per tuning
   double s3fifo_small_fraction = 0.1;       // s3fifo: share of the small FIFO
   double slru_protected_fraction = 0.8;     // slru: share of a tier blocks seen twice may hold
-  double reuse_ratio = 1.0;                 // reuse: admit a class whose learned reuse rate is
+  double reuse_ratio = 0.7;                 // reuse: admit a class whose learned reuse rate is
                                             //   >= ratio x the average of first-seen blocks
+                                            //   (>= 1 x once the tier is 95 % full)
   double reuse_spread = 0;                  // reuse: 0 = hard cut; else admit probability ramps
                                             //   from 0 to 1 over ratio -/+ spread (per request)
-  uint32_t reuse_min_samples = 64;          // reuse: blocks a class needs before it is judged
+  uint32_t reuse_min_samples = 64;          // reuse: matured blocks a class needs to be judged
   uint64_t reuse_half_life = 1 << 18;       // reuse: class counts halve every N block sightings
 
   Status Validate() const;
@@ -134,7 +145,8 @@ struct KVTIER_EXPORT PolicyKnobs {
 // "write_budget", "cost", "reuse"). `seed` makes write_budget's coin reproducible.
 KVTIER_EXPORT Result<std::unique_ptr<AdmissionPolicy>> CreateAdmissionPolicy(
     std::string_view name, const PolicyKnobs& knobs, uint64_t seed = 0);
-// Builds one eviction policy by name ("lru", "s3fifo", "flop_aware", "slru").
+// Builds one eviction policy by name ("lru", "s3fifo", "flop_aware", "slru",
+// "reuse": learned reuse rate / time since last use, lowest first).
 KVTIER_EXPORT Result<std::unique_ptr<EvictionPolicy>> CreateEvictionPolicy(
     std::string_view name, const PolicyKnobs& knobs);
 
@@ -148,6 +160,7 @@ class KVTIER_EXPORT AdmissionChain {
   void Add(std::unique_ptr<AdmissionPolicy> p) { policies_.push_back(std::move(p)); }
   void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
                       const RequestHints& hints, uint64_t now_ns);
+  void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens, uint64_t now_ns);
   bool Admit(const BlockMeta& block, const TierState& tier);
   void OnWritten(uint64_t bytes, uint64_t now_ns);
   bool empty() const { return policies_.empty(); }

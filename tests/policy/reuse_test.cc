@@ -2,7 +2,6 @@
 // sweep's default set, on hand-built sequences with exact decisions.
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <vector>
 
 #include "kvtier/policy.h"
@@ -21,45 +20,8 @@ BlockMeta Block(uint64_t id, uint32_t sightings = 0, uint64_t last_use = 0) {
   return b;
 }
 
-std::vector<uint64_t> Range(uint64_t first, size_t n) {
-  std::vector<uint64_t> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
-
-std::unique_ptr<AdmissionPolicy> Reuse() {
-  PolicyKnobs k;
-  k.reuse_min_samples = 1;
-  k.reuse_half_life = 0;  // no decay: the rates below are exact fractions
-  auto p = CreateAdmissionPolicy("reuse", k);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return std::move(*p);
-}
-
 void Observe(AdmissionPolicy& p, const std::vector<uint64_t>& chain, size_t full) {
   p.ObserveRequest(chain, static_cast<uint32_t>(full), {}, 0);
-}
-
-TEST(ReuseAdmissionTest, AdmitsTheClassesThatCameBack) {
-  auto p = Reuse();
-  Observe(*p, Range(100, 16), 16);  // long request: length class 16
-  Observe(*p, {200, 201}, 2);       // short request: length class 4
-  std::vector<uint64_t> l2 = Range(100, 8);
-  for (uint64_t id = 120; id < 128; ++id) l2.push_back(id);
-  Observe(*p, l2, 16);  // names 100..107 again; 120..127 are new, class 16
-  // First-seen rates: class 16 = 8 renamed / 24 named, class 4 = 0 / 2;
-  // their average 8 / 26. Named twice: 8 blocks, none named again yet.
-  EXPECT_TRUE(p->Admit(Block(108), {}));   // class 16: 0.33 >= 0.31
-  EXPECT_TRUE(p->Admit(Block(120), {}));   // class 16 too
-  EXPECT_FALSE(p->Admit(Block(200), {}));  // class 4: 0
-  EXPECT_FALSE(p->Admit(Block(100), {}));  // named twice: 0 / 8
-  Observe(*p, Range(100, 4), 4);           // 100..103 a third time
-  EXPECT_TRUE(
-      p->Admit(Block(104), {}));  // named twice: 4 / 8 >= 8 / 26 (4-block class 8 adds 0 / 0)
-  EXPECT_FALSE(p->Admit(Block(100), {}));  // named 3+ times: 0 / 4
-  // Ids the tree never saw: only a block the caller saw twice.
-  EXPECT_FALSE(p->Admit(Block(999, 1), {}));
-  EXPECT_TRUE(p->Admit(Block(999, 2), {}));
 }
 
 TEST(ReuseAdmissionTest, RefusesPartialTailsAndAdmitsUnlearnedClasses) {

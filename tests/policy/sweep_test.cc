@@ -52,6 +52,30 @@ TEST(SweepCacheTest, DemotesChildrenFirstAndReadsThroughTheHub) {
   EXPECT_EQ(cache.blocks_in(1), 2u);
 }
 
+// Request observations and finishes reach the hub's `reuse` eviction: once
+// one request has finished, the blocks of a request still decoding stay and
+// the finished one's leaf leaves, where LRU drops the older unfinished leaf.
+TEST(SweepCacheTest, FinishesReachTheReuseEviction) {
+  for (const char* eviction : {"reuse", "lru"}) {
+    auto tiers = Tiers(3, 0);
+    tiers[0].eviction = std::move(CreateEvictionPolicy(eviction, {})).value();
+    TieredCache cache(std::move(tiers), 100, 1e15, 1);
+    const std::vector<uint64_t> a = {1, 2}, b = {3}, c = {4};
+    cache.ObserveRequest(a, 2, {}, 1);
+    cache.Use(Chain(a), 0, 1, false);
+    cache.ObserveRequest(b, 1, {}, 2);
+    cache.Use(Chain(b), 0, 2, false);
+    cache.ObserveFinish(b, 5, 3);  // b has finished decoding, a has not
+    cache.ObserveRequest(c, 1, {}, 4);
+    cache.Use(Chain(c), 0, 4, false);
+    std::vector<uint8_t> found;
+    const bool reuse = std::string(eviction) == "reuse";
+    EXPECT_EQ(cache.Lookup(Chain(a), &found), reuse ? 2u : 1u) << eviction;
+    EXPECT_EQ(cache.Lookup(Chain(b), &found), reuse ? 0u : 1u) << eviction;
+    EXPECT_EQ(cache.counters(0).evicted, 1u) << eviction;
+  }
+}
+
 TEST(SweepEngineTest, GpuWatermarkCutsPreemptionsAndRecompute) {
   auto trace = ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) +
                                  "/traces/mooncake_arxiv_trace_first1000.jsonl");

@@ -44,8 +44,8 @@ Result<SweepPolicy> NamedSweepPolicy(const std::string& name) {
     // The default set; see docs/BENCHMARKS.md.
     p.label = "kvtier default";
     p.nvme_admission = {"reuse"};
-    p.host_eviction = "lru";
-    p.nvme_eviction = "lru";
+    p.host_eviction = "reuse";
+    p.nvme_eviction = "reuse";
   } else {
     return Status::InvalidArgument(
         "unknown sweep policy '" + name +

@@ -76,7 +76,7 @@ Result<SweepResult> RunSweepOne(const Trace& trace, const SweepEngine& engine,
 
 // Named policy sets: "lru" (admit-all + LRU), "oracle", "frequency",
 // "s3fifo", "slru", "marconi", "cost", "write_budget", "flop_aware", "kvtier"
-// (the default set: learned reuse admission, LRU on both tiers).
+// (the default set: learned reuse admission, reuse eviction on both tiers).
 Result<SweepPolicy> NamedSweepPolicy(const std::string& name);
 
 // A set spelled HOST_EVICTION:ADMISSION[+ADMISSION...]:NVME_EVICTION, e.g.

@@ -77,6 +77,22 @@ void TieredCache::Use(std::span<const SimBlock> chain, size_t hits, uint64_t now
   busy_.clear();
 }
 
+void TieredCache::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
+                                 const RequestHints& hints, uint64_t now_ns) {
+  tiers_[1].admission.ObserveRequest(chain, full_blocks, hints, now_ns);
+  for (SimTierConfig& t : tiers_) {
+    if (t.eviction) t.eviction->ObserveRequest(chain, full_blocks, hints, now_ns);
+  }
+}
+
+void TieredCache::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens,
+                                uint64_t now_ns) {
+  tiers_[1].admission.ObserveFinish(chain, output_tokens, now_ns);
+  for (SimTierConfig& t : tiers_) {
+    if (t.eviction) t.eviction->ObserveFinish(chain, output_tokens, now_ns);
+  }
+}
+
 void TieredCache::AddLocation(Entry& e, size_t t, uint64_t) {
   e.locations |= static_cast<uint8_t>(1U << t);
   ++blocks_in_[t];

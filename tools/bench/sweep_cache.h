@@ -58,6 +58,11 @@ class TieredCache {
   EvictionPolicy* eviction(size_t t) { return tiers_[t].eviction.get(); }
   // The lower tier's chain also observes every request before its prefill.
   AdmissionChain& admission(size_t t) { return tiers_[t].admission; }
+  // Every request before its prefill, and its finish (output length) once
+  // decoding ends: to the lower tier's admission and every tier's eviction.
+  void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
+                      const RequestHints& hints, uint64_t now_ns);
+  void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens, uint64_t now_ns);
 
  private:
   struct Entry {

@@ -37,7 +37,6 @@ class Engine {
         p_(p),
         capacity_(capacity),
         cache_(cache),
-        observers_(cache.admission(1)),
         wm_(e.gpu_watermark, e.gpu_flops_per_s) {
     BuildChains();
   }
@@ -60,7 +59,6 @@ class Engine {
   const SweepPolicy& p_;
   SweepCapacity capacity_;
   TieredCache& cache_;
-  AdmissionChain& observers_;
   GpuWatermark wm_;
   std::vector<ReqState> req_;
   std::deque<size_t> waiting_;
@@ -117,7 +115,7 @@ double Engine::Prefill(size_t r) {
   std::vector<SimBlock> chain = first ? s.chain : ResumeChain(r);
   if (first) {
     std::vector<uint64_t> ids(tr.hash_ids.begin(), tr.hash_ids.end());
-    observers_.ObserveRequest(ids, s.full_blocks, RequestHints{}, now_ns);
+    cache_.ObserveRequest(ids, s.full_blocks, RequestHints{}, now_ns);
   }
   std::vector<uint8_t> tier_of;
   const size_t hits = cache_.Lookup(chain, &tier_of);
@@ -198,7 +196,11 @@ void Engine::DecodeStep() {
   now_s_ += e_.decode_step_s;
   for (size_t i = 0; i < running_.size();) {
     Running& run = running_[i];
-    if (++req_[run.idx].generated >= trace_.requests[run.idx].output_length) {
+    const TraceRequest& tr = trace_.requests[run.idx];
+    if (++req_[run.idx].generated >= tr.output_length) {
+      // The engine learns the output length when decoding ends, not before.
+      std::vector<uint64_t> ids(tr.hash_ids.begin(), tr.hash_ids.end());
+      cache_.ObserveFinish(ids, tr.output_length, static_cast<uint64_t>(now_s_ * 1e9));
       free_ += run.blocks;
       running_.erase(running_.begin() + static_cast<long>(i));
       ++finished_;

@@ -1,0 +1,63 @@
+// `reuse` eviction: hyperbolic caching over the learned reuse classes. A
+// candidate's priority is its class's learned rate of being named again
+// divided by the time since its last use; the lowest priority leaves first.
+// With one rate for all it is LRU; with learned rates a block of a class that
+// comes back (e.g. the context of a tool-call turn) outlives one that does
+// not, and still ages out if it is not used.
+//
+// Blocks first named by a request that is still decoding leave after all the
+// others (LRU among them): the engine still holds them, and once the request
+// finishes its output length tells their class, so the lower tier's `reuse`
+// admission judges them by it instead of by the request length. This applies
+// only once the engine reports finishes (ObserveFinish); without them the
+// order is rate / age alone.
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+#include "policy/policy_internal.h"
+#include "policy/reuse_model.h"
+
+namespace kvtier::internal {
+namespace {
+
+class ReuseEviction final : public EvictionPolicy {
+ public:
+  explicit ReuseEviction(const PolicyKnobs& k) : model_(k) {}
+  std::string_view Name() const override { return "reuse"; }
+  void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks, const RequestHints&,
+                      uint64_t) override {
+    model_.ObserveRequest(chain, full_blocks);
+  }
+  void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens, uint64_t) override {
+    model_.ObserveFinish(chain, output_tokens);
+  }
+
+  void Order(std::span<BlockMeta> c, uint64_t now_ns) override {
+    const double base = model_.FirstSightingRate();
+    const double fallback = base > 0 ? base : 1.0;  // unknown class: the average
+    std::vector<std::tuple<bool, double, size_t>> key(c.size());
+    for (size_t i = 0; i < c.size(); ++i) {
+      const double age = double(now_ns > c[i].last_use_ns ? now_ns - c[i].last_use_ns : 0) + 1.0;
+      const bool unfinished = model_.Unfinished(c[i].id);
+      const double rate = unfinished ? 1.0 : model_.RateOf(c[i].id);
+      key[i] = {unfinished, (rate < 0 ? fallback : rate) / age, i};
+    }
+    std::sort(key.begin(), key.end());  // the index breaks ties: stable
+    std::vector<BlockMeta> sorted;
+    sorted.reserve(c.size());
+    for (const auto& k : key) sorted.push_back(c[std::get<2>(k)]);
+    std::copy(sorted.begin(), sorted.end(), c.begin());
+  }
+
+ private:
+  ReuseModel model_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<EvictionPolicy>> NewReuseEviction(const PolicyKnobs& knobs) {
+  return std::unique_ptr<EvictionPolicy>(new ReuseEviction(knobs));
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,165 @@
+// The reuse learner. Rates are counted per class: a block entering a class
+// counts as named there, and a later request naming it again counts a reuse
+// of the class it was in. The tree sees every request, stored or not, so the
+// rates are learned from refused and evicted blocks too and no exploration is
+// needed.
+//
+// A first-named block is judged by the length class of the request that
+// brought it until that request finishes; the finish tells its output length
+// (an engine knows it once decoding ends, before the blocks leave the host),
+// and from then on the block is judged by the output class, which on agentic
+// traces separates tool-call turns (short outputs, context continued by the
+// next turn) from final answers. Both tables keep learning side by side.
+#include "policy/reuse_model.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "policy/policy_internal.h"
+
+namespace kvtier::internal {
+
+uint8_t ReuseModel::LengthClass(size_t blocks) {
+  const double q = 4.0 * std::log2(double(std::max<size_t>(blocks, 1)));
+  return static_cast<uint8_t>(std::min<double>(kLengthClasses - 1, q));
+}
+
+uint8_t ReuseModel::OutputClass(uint32_t tokens) {
+  const auto octave = static_cast<size_t>(std::bit_width(tokens));  // 0 for 0 tokens
+  return static_cast<uint8_t>(std::min(kOutputClasses - 1, octave));
+}
+
+void ReuseModel::Enter(size_t cls) {
+  rates_[cls].named += 1;
+  // Counts decay so the rates follow a drifting workload: every
+  // `half_life_` sightings all counts halve.
+  if (half_life_ != 0 && ++entries_ >= half_life_) {
+    for (Rate& r : rates_) r = {r.named / 2, r.renamed / 2, r.matured / 2};
+    entries_ = 0;
+  }
+}
+
+void ReuseModel::Mature() {
+  const double lag = std::max(1.0, mean_lag_);
+  while (!immature_.empty() && double(next_tag_ - immature_.front().seq) >= lag) {
+    rates_[immature_.front().cls].matured += immature_.front().count;
+    immature_.pop_front();
+  }
+}
+
+void ReuseModel::Rename(Node& n) {
+  mean_lag_ += (double(next_tag_ - n.seq) - mean_lag_) / 256.0;
+  rates_[n.cls].renamed += 1;
+  if (n.post != kNone) rates_[n.post].renamed += 1;
+}
+
+void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks) {
+  if (nodes_.size() > kMaxNodes) nodes_.clear();        // bounded memory: start over
+  if (pending_.size() > kMaxPending) pending_.clear();  // finishes that never came
+  size_t known = 0;
+  while (known < chain.size() && nodes_.count(chain[known]) != 0) ++known;
+  Mature();
+  const uint32_t tag = next_tag_++;
+  std::array<uint32_t, kClasses> entered{};
+  Pending p{chain.empty() ? 0 : chain.back(), chain.size(), known >= kContinuedBlocks, {}};
+  const float coin = chain.empty() ? 0.0f : float(Mix64(chain.back() ^ kSalt) >> 40) * 0x1p-24f;
+  const uint8_t first_cls = p.continued ? uint8_t(kContinued) : LengthClass(chain.size());
+  for (size_t i = 0; i < chain.size(); ++i) {
+    auto [it, fresh] = nodes_.try_emplace(chain[i]);
+    Node& n = it->second;
+    if (!fresh) Rename(n);
+    n.sightings = fresh ? 1 : std::min<uint32_t>(n.sightings + 1, 3);
+    n.cls = n.sightings == 1 ? first_cls : uint8_t(kTwice + n.sightings - 2);
+    n.post = kNone;
+    n.partial = i >= full_blocks;
+    n.seq = tag;
+    ++entered[n.cls];
+    if (fresh) {
+      n.tag = tag;
+      n.coin = coin;
+    }
+    if (fresh && !n.partial) p.fresh.push_back(chain[i]);
+    Enter(n.cls);
+  }
+  for (size_t c = 0; c < kClasses; ++c) {
+    if (entered[c] != 0) immature_.push_back({tag, uint8_t(c), entered[c]});
+  }
+  // The finish is matched by the last block's tag, which is this request's
+  // only if it named that block first.
+  if (!p.fresh.empty() && nodes_.at(chain.back()).tag == tag) pending_[tag] = std::move(p);
+}
+
+void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens) {
+  if (chain.empty()) return;
+  finishes_ = true;
+  auto it = nodes_.find(chain.back());
+  if (it == nodes_.end()) return;
+  auto pit = pending_.find(it->second.tag);
+  if (pit == pending_.end() || pit->second.last != chain.back() ||
+      pit->second.length != chain.size()) {
+    return;
+  }
+  const Pending p = std::move(pit->second);
+  pending_.erase(pit);
+  if (p.continued) return;  // continued paths keep their own class
+  const auto post = static_cast<uint8_t>(kOutputBase + OutputClass(output_tokens));
+  uint32_t count = 0;
+  for (uint64_t id : p.fresh) {
+    auto nit = nodes_.find(id);
+    if (nit == nodes_.end()) continue;
+    rates_[post].named += 1;
+    ++count;
+    // Named again before the finish: a reuse of the output class as well.
+    if (nit->second.sightings > 1) {
+      rates_[post].renamed += 1;
+    } else {
+      nit->second.post = post;
+    }
+  }
+  // Matures with the request's other blocks: its lag runs from its naming.
+  if (count != 0) immature_.push_back({it->second.tag, post, count});
+}
+
+double ReuseModel::FirstSightingRate() const {
+  double named = rates_[kContinued].matured, renamed = rates_[kContinued].renamed;
+  for (size_t c = 0; c < kLengthClasses; ++c) {
+    named += rates_[c].matured;
+    renamed += rates_[c].renamed;
+  }
+  return named == 0 ? -1 : renamed / named;
+}
+
+double ReuseModel::RateOf(uint64_t id) const {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return -1;
+  const Node& n = it->second;
+  for (uint8_t c : {n.post, n.cls}) {
+    if (c != kNone && Learned(c)) return std::min(1.0, rates_[c].renamed / rates_[c].matured);
+  }
+  return -1;
+}
+
+bool ReuseModel::Partial(uint64_t id) const {
+  auto it = nodes_.find(id);
+  return it != nodes_.end() && it->second.partial;
+}
+
+bool ReuseModel::Unfinished(uint64_t id) const {
+  auto it = nodes_.find(id);
+  return finishes_ && it != nodes_.end() && it->second.sightings == 1 && it->second.post == kNone &&
+         pending_.count(it->second.tag) != 0;
+}
+
+float ReuseModel::CoinOf(uint64_t id) const {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? 0.0f : it->second.coin;
+}
+
+size_t ReuseModel::ClassOf(uint64_t id) const {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return kClasses;
+  return it->second.post != kNone ? it->second.post : it->second.cls;
+}
+
+}  // namespace kvtier::internal

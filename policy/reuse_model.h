@@ -1,0 +1,113 @@
+// The learner behind the `reuse` admission and eviction policies: a radix
+// tree of every request's chain (ids are prefix-chained, so a chain is a path)
+// and, per block class, the learned rate at which a block of that class is
+// named again by a later request. Pure; not thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/policy.h"
+
+namespace kvtier::internal {
+
+class ReuseModel {
+ public:
+  // Length classes (quarter-octaves of the chain length) of a request's new
+  // blocks before it finishes; output classes (octaves of its output tokens)
+  // after; blocks new to a request that continued a known path of at least
+  // kContinuedBlocks blocks; blocks named twice; named three or more times.
+  static constexpr size_t kLengthClasses = 24;
+  static constexpr size_t kOutputClasses = 14;
+  static constexpr uint32_t kContinuedBlocks = 2;
+  static constexpr size_t kOutputBase = kLengthClasses;
+  static constexpr size_t kContinued = kOutputBase + kOutputClasses;
+  static constexpr size_t kTwice = kContinued + 1;
+  static constexpr size_t kClasses = kTwice + 2;
+
+  explicit ReuseModel(const PolicyKnobs& k)
+      : min_samples_(k.reuse_min_samples), half_life_(k.reuse_half_life) {}
+
+  // A request's chain, before its prefill; blocks from `full_blocks` on are
+  // partial (the request's last, partly filled block).
+  void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks);
+  // The request whose chain ends in `chain.back()` (chain.size() blocks)
+  // finished with `output_tokens` tokens: its new blocks move to an output
+  // class. A finish the model cannot match to a pending request is ignored.
+  void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens);
+
+  // Learned rate at which the block's class is named again, and the average
+  // rate of first-named blocks; -1 when the block or its class is unknown
+  // (fewer than reuse_min_samples blocks judged).
+  double RateOf(uint64_t id) const;
+  double FirstSightingRate() const;
+  // Whether `id` is a partial last block the tree has seen (never worth a write).
+  bool Partial(uint64_t id) const;
+  // Whether `id` was named first by a request that has not finished yet
+  // (false until some finish has been observed: the engine reports none).
+  bool Unfinished(uint64_t id) const;
+  bool Known(uint64_t id) const { return nodes_.count(id) != 0; }
+  // One coin per request, uniform in [0, 1): a request's new path is
+  // admitted or refused as a whole under a probabilistic cut.
+  float CoinOf(uint64_t id) const;
+  // The class `id` is judged by now (kClasses when unknown); for tests.
+  size_t ClassOf(uint64_t id) const;
+
+  static uint8_t LengthClass(size_t blocks);
+  static uint8_t OutputClass(uint32_t tokens);
+
+ private:
+  static constexpr uint8_t kNone = 0xFF;
+  struct Node {
+    uint32_t sightings = 0;
+    uint32_t tag = 0;      // the request that named it first
+    uint32_t seq = 0;      // the request that named it last
+    uint8_t cls = 0;       // class while first-named before the finish, or kTwice+
+    uint8_t post = kNone;  // output (or continued) class after the finish
+    bool partial = false;
+    float coin = 0;  // the naming request's coin, uniform in [0, 1)
+  };
+  struct Rate {
+    double named = 0;    // blocks that entered the class
+    double renamed = 0;  // of those, named again while in it
+    double matured = 0;  // of `named`, those named at least the mean reuse lag ago
+  };
+  struct Entry {  // blocks that entered a class at request `seq`, not yet matured
+    uint32_t seq = 0;
+    uint8_t cls = 0;
+    uint32_t count = 0;
+  };
+  struct Pending {
+    uint64_t last = 0;  // the request's last id and chain length, to match its finish
+    size_t length = 0;
+    bool continued = false;
+    std::vector<uint64_t> fresh;  // full blocks it named first
+  };
+  bool Learned(size_t cls) const { return rates_[cls].matured >= double(min_samples_); }
+  void Enter(size_t cls);
+  void Mature();
+  void Rename(Node& n);
+
+  static constexpr size_t kMaxNodes = size_t{1} << 23;
+  static constexpr size_t kMaxPending = size_t{1} << 16;
+  static constexpr uint64_t kSalt = 0x7265757365636f69ULL;
+  uint32_t min_samples_;
+  uint64_t half_life_;
+  uint64_t entries_ = 0;
+  uint32_t next_tag_ = 1;
+  std::array<Rate, kClasses> rates_{};
+  std::unordered_map<uint64_t, Node> nodes_;
+  std::unordered_map<uint32_t, Pending> pending_;
+  // Rates divide reuses by matured blocks: a block named a moment ago has
+  // had no time to come back, and counting it would favour the classes whose
+  // reuse comes soonest. The lag is learned (mean over renames, in requests).
+  std::deque<Entry> immature_;
+  double mean_lag_ = 1;
+  bool finishes_ = false;  // some finish was observed
+};
+
+}  // namespace kvtier::internal

@@ -1,0 +1,177 @@
+// The reuse learner (policy/reuse_model.h) and the `reuse` admission and
+// eviction built on it, on hand-built sequences with exact classes, rates,
+// decisions and orders.
+#include "policy/reuse_model.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kvtier/policy.h"
+
+namespace kvtier {
+namespace {
+
+using internal::ReuseModel;
+
+PolicyKnobs ExactKnobs() {
+  PolicyKnobs k;
+  k.reuse_min_samples = 1;
+  k.reuse_half_life = 0;  // no decay: the rates below are exact fractions
+  return k;
+}
+
+// Requests whose rates are worked out in the comments of each test:
+// r1 names 1..4 (length class 8); r2 names 50 (length class 0); r3 names
+// 1, 2 again (a continuation of a known 2-block path, nothing new).
+template <typename P>
+void ObserveThree(P& p) {
+  const std::vector<uint64_t> r1 = {1, 2, 3, 4}, r2 = {50}, r3 = {1, 2};
+  p.ObserveRequest(r1, 4, RequestHints{}, 0);
+  p.ObserveRequest(r2, 1, RequestHints{}, 0);
+  p.ObserveRequest(r3, 2, RequestHints{}, 0);
+}
+
+struct ModelAdapter {  // gives ReuseModel the policies' ObserveRequest signature
+  ReuseModel& m;
+  void ObserveRequest(std::span<const uint64_t> c, uint32_t full, const RequestHints&, uint64_t) {
+    m.ObserveRequest(c, full);
+  }
+};
+
+TEST(ReuseModelTest, ClassesFollowLengthThenOutputAfterTheFinish) {
+  ReuseModel m(ExactKnobs());
+  m.ObserveRequest(std::vector<uint64_t>{1, 2, 3, 4}, 4);
+  m.ObserveRequest(std::vector<uint64_t>{10, 11, 12}, 3);
+  m.ObserveRequest(std::vector<uint64_t>{1, 2, 20, 21}, 4);  // continues 1, 2
+  m.ObserveRequest(std::vector<uint64_t>{30, 31, 32}, 2);    // 32 is partial
+  EXPECT_FALSE(m.Unfinished(10));                     // no finish reported yet: never "unfinished"
+  m.ObserveFinish(std::vector<uint64_t>{10, 11}, 7);  // not a request's chain: ignored
+  EXPECT_TRUE(m.Unfinished(10));
+  m.ObserveFinish(std::vector<uint64_t>{10, 11, 12}, 7);
+  m.ObserveFinish(std::vector<uint64_t>{1, 2, 20, 21}, 1);
+  m.ObserveFinish(std::vector<uint64_t>{1, 2, 3, 4}, 0);
+  m.ObserveFinish(std::vector<uint64_t>{30, 31, 32}, 100000);
+  struct Row {
+    uint64_t id;
+    size_t cls;
+  };
+  const Row rows[] = {
+      {1, ReuseModel::kTwice},             // named by two requests
+      {3, ReuseModel::kOutputBase + 0},    // output 0 tokens: octave 0
+      {10, ReuseModel::kOutputBase + 3},   // output 7 tokens: octave 3
+      {20, ReuseModel::kContinued},        // continued paths keep their class
+      {30, ReuseModel::kOutputBase + 13},  // 100000 tokens: the last octave
+      {32, ReuseModel::LengthClass(3)},    // partial: never re-classed
+      {99, ReuseModel::kClasses},          // unknown
+  };
+  for (const Row& r : rows) EXPECT_EQ(m.ClassOf(r.id), r.cls) << "block " << r.id;
+  EXPECT_EQ(ReuseModel::LengthClass(3), 6u);  // floor(4 log2 3)
+  EXPECT_TRUE(m.Partial(32));
+  EXPECT_FALSE(m.Partial(31));
+  EXPECT_FALSE(m.Unfinished(10));
+}
+
+TEST(ReuseModelTest, RatesCountOnlyMaturedBlocks) {
+  ReuseModel m(ExactKnobs());
+  ModelAdapter a{m};
+  const std::vector<uint64_t> r1 = {1, 2, 3, 4}, r2 = {50}, r3 = {1, 2};
+  a.ObserveRequest(r1, 4, {}, 0);
+  // Nothing matured yet (the mean reuse lag starts at 1 request).
+  EXPECT_EQ(m.RateOf(1), -1);
+  EXPECT_EQ(m.FirstSightingRate(), -1);
+  a.ObserveRequest(r2, 1, {}, 0);  // r1's 4 blocks mature: class 8 = 0 / 4
+  EXPECT_EQ(m.RateOf(1), 0.0);
+  EXPECT_EQ(m.RateOf(50), -1);            // r2's block has not matured
+  a.ObserveRequest(r3, 2, {}, 0);         // r2's block matures; 1 and 2 come back
+  EXPECT_EQ(m.RateOf(3), 0.5);            // class 8: 2 reused / 4 matured
+  EXPECT_EQ(m.RateOf(50), 0.0);           // class 0: 0 / 1
+  EXPECT_EQ(m.FirstSightingRate(), 0.4);  // (2 + 0) / (4 + 1)
+  EXPECT_EQ(m.RateOf(1), -1);             // "named twice" has matured nothing yet
+}
+
+TEST(ReuseAdmissionTest, AdmitsClassesAboveRatioTimesTheAverage) {
+  PolicyKnobs k = ExactKnobs();
+  struct Row {
+    double ratio;
+    uint64_t id;
+    uint32_t sightings;
+    uint64_t used;  // of a tier of 100 bytes
+    bool admit;
+  };
+  // Rates after ObserveThree: class 8 (blocks 3, 4) 0.5, class 0 (block 50)
+  // 0, named twice (1, 2) not learned, the first-sighting average 0.4.
+  const Row rows[] = {
+      {0.7, 3, 0, 0, true},     // 0.5 >= 0.7 x 0.4
+      {1.25, 3, 0, 0, true},    // 0.5 >= 1.25 x 0.4 (equal)
+      {1.3, 3, 0, 0, false},    // 0.5 < 0.52
+      {0.7, 50, 0, 0, false},   // 0 < 0.28
+      {0.0, 50, 0, 0, true},    // ratio 0 admits every learned class into free space
+      {0.0, 50, 0, 94, true},   // 94 % used: still free space
+      {0.0, 50, 0, 95, false},  // 95 % used (full): the ratio is at least 1
+      {0.0, 3, 0, 95, true},    // 0.5 >= 1 x 0.4
+      {5.0, 1, 0, 0, true},     // not learned yet: admitted
+      {0.7, 99, 1, 0, false},   // unknown to the tree: only if seen twice
+      {0.7, 99, 2, 0, true},
+  };
+  for (const Row& r : rows) {
+    k.reuse_ratio = r.ratio;
+    auto p = CreateAdmissionPolicy("reuse", k);
+    ASSERT_TRUE(p.ok());
+    ObserveThree(**p);
+    BlockMeta b;
+    b.id = r.id;
+    b.sightings = r.sightings;
+    TierState tier;
+    tier.capacity_bytes = 100;
+    tier.used_bytes = r.used;
+    EXPECT_EQ((*p)->Admit(b, tier), r.admit)
+        << "ratio " << r.ratio << " block " << r.id << " used " << r.used;
+  }
+}
+
+std::vector<uint64_t> OrderIds(EvictionPolicy& p, std::vector<BlockMeta> c, uint64_t now) {
+  p.Order(c, now);
+  std::vector<uint64_t> ids;
+  for (const BlockMeta& b : c) ids.push_back(b.id);
+  return ids;
+}
+
+BlockMeta Used(uint64_t id, uint64_t last_use_ns) {
+  BlockMeta b;
+  b.id = id;
+  b.last_use_ns = last_use_ns;
+  return b;
+}
+
+TEST(ReuseEvictionTest, LowestRateOverAgeLeavesFirstAndUnfinishedLast) {
+  auto p = CreateEvictionPolicy("reuse", ExactKnobs());
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->Name(), "reuse");
+  ObserveThree(**p);
+  // Priority = rate / (age + 1 ns) at now = 1000; unknown classes (named
+  // twice, not learned; id 99) take the average 0.4.
+  const std::vector<uint64_t> order =
+      OrderIds(**p,
+               {Used(3, 0),     // 0.5 / 1001
+                Used(50, 900),  // 0 / 101: never comes back, goes first
+                Used(99, 600),  // 0.4 / 401
+                Used(4, 990),   // 0.5 / 11
+                Used(1, 0)},    // 0.4 / 1001
+               1000);
+  EXPECT_EQ(order, (std::vector<uint64_t>{50, 1, 3, 99, 4}));
+  // Once finishes are reported, blocks of a request still decoding leave
+  // last (LRU among them). r1 and r2 finish; their blocks' output class has
+  // matured nothing, so they keep their length class's rate.
+  (*p)->ObserveRequest(std::vector<uint64_t>{60, 61}, 2, {}, 0);
+  (*p)->ObserveFinish(std::vector<uint64_t>{50}, 10, 0);
+  EXPECT_EQ(OrderIds(**p, {Used(60, 0), Used(4, 999)}, 1000), (std::vector<uint64_t>{60, 4}));
+  (*p)->ObserveFinish(std::vector<uint64_t>{1, 2, 3, 4}, 10, 0);
+  EXPECT_EQ(OrderIds(**p, {Used(60, 0), Used(50, 0), Used(4, 999)}, 1000),
+            (std::vector<uint64_t>{50, 4, 60}));
+  (*p)->ObserveFinish(std::vector<uint64_t>{60, 61}, 10, 0);  // 60 finished: by rate / age
+  EXPECT_EQ(OrderIds(**p, {Used(4, 999), Used(60, 0)}, 1000), (std::vector<uint64_t>{60, 4}));
+}
+
+}  // namespace
+}  // namespace kvtier
