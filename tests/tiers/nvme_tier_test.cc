@@ -113,6 +113,31 @@ TEST(NvmeTier, LayoutMismatchIsRefusedOrWiped) {
   (*wiped)->Shutdown();
 }
 
+// The data file deleted while its index stays (a user removing one file of
+// the pair): the index lists blocks that are gone, so the reopened tier
+// starts empty and answers NotFound instead of Corruption for every block.
+TEST(NvmeTier, AnIndexWhoseDataFileWasDeletedIsDiscarded) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  {
+    auto t = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    WriteBlocks(**t, 0, 4, 8192);
+    (*t)->Shutdown();
+  }
+  ASSERT_EQ(::unlink(o.path.c_str()), 0);
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Stats().recovered_blocks, 0u);
+  EXPECT_EQ((*t)->Usage().blocks, 0u);
+  for (uint64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(ReadAndCheck(**t, i, 8192).code(), StatusCode::kNotFound);
+  WriteBlocks(**t, 10, 2, 8192);
+  EXPECT_TRUE(ReadAndCheck(**t, 10, 8192).ok());
+  (*t)->Shutdown();
+}
+
 // Fill, remove every other block, write again: the tier must reclaim the
 // dead half, keep every live block readable, and account for the rewrite.
 void ReclaimKeepsLiveBlocks(const std::string& policy) {

@@ -23,6 +23,7 @@ DataFile& DataFile::operator=(DataFile&& other) noexcept {
     direct_ = other.direct_;
     block_device_ = other.block_device_;
     preallocated_ = other.preallocated_;
+    created_ = other.created_;
   }
   return *this;
 }
@@ -35,8 +36,10 @@ DataFile::~DataFile() {
 Result<DataFile> DataFile::Open(const std::string& path, uint64_t bytes, bool direct,
                                 LogSink* log) {
   DataFile f;
-  struct stat st{};
-  f.block_device_ = stat(path.c_str(), &st) == 0 && S_ISBLK(st.st_mode);
+  struct stat st {};
+  const bool existed = stat(path.c_str(), &st) == 0;
+  f.block_device_ = existed && S_ISBLK(st.st_mode);
+  f.created_ = !existed;
   const int base = O_RDWR | O_CLOEXEC | (f.block_device_ ? 0 : O_CREAT);
   f.fd_ = direct ? open(path.c_str(), base | O_DIRECT, 0644) : -1;
   f.direct_ = f.fd_ >= 0;
@@ -45,8 +48,8 @@ Result<DataFile> DataFile::Open(const std::string& path, uint64_t bytes, bool di
     f.fd_ = open(path.c_str(), base, 0644);
     if (f.fd_ < 0) return FromErrno(errno, "open " + path);
     if (direct && log) {
-      log->Log(LogLevel::kWarning, "nvme: " + path +
-                                       ": the file system refuses O_DIRECT; using buffered I/O");
+      log->Log(LogLevel::kWarning,
+               "nvme: " + path + ": the file system refuses O_DIRECT; using buffered I/O");
     }
   }
   // One live tier per store: offline tools take a shared lock and are
@@ -78,9 +81,10 @@ Result<DataFile> DataFile::Open(const std::string& path, uint64_t bytes, bool di
     return f;
   }
   if (errno != EOPNOTSUPP) return FromErrno(errno, "fallocate " + path);
-  struct stat now{};
+  struct stat now {};
   if (fstat(f.fd_, &now) == 0 && static_cast<uint64_t>(now.st_size) >= bytes) return f;
-  if (ftruncate(f.fd_, static_cast<off_t>(bytes)) != 0) return FromErrno(errno, "ftruncate " + path);
+  if (ftruncate(f.fd_, static_cast<off_t>(bytes)) != 0)
+    return FromErrno(errno, "ftruncate " + path);
   if (log) {
     log->Log(LogLevel::kWarning, "nvme: " + path +
                                      ": fallocate is not supported; the file is sparse and its "

@@ -20,8 +20,7 @@ class DataFile {
   // another DataFile or an offline reader holds it.
   // ResourceExhausted when the space cannot be reserved; InvalidArgument for
   // a block device smaller than `bytes`.
-  static Result<DataFile> Open(const std::string& path, uint64_t bytes, bool direct,
-                               LogSink* log);
+  static Result<DataFile> Open(const std::string& path, uint64_t bytes, bool direct, LogSink* log);
 
   DataFile() = default;
   DataFile(DataFile&& other) noexcept;
@@ -34,6 +33,8 @@ class DataFile {
   bool direct() const { return direct_; }
   bool block_device() const { return block_device_; }
   bool preallocated() const { return preallocated_; }
+  // The file did not exist before this Open: no block of an older store is in it.
+  bool created() const { return created_; }
 
  private:
   int fd_ = -1;
@@ -41,6 +42,7 @@ class DataFile {
   bool direct_ = false;
   bool block_device_ = false;
   bool preallocated_ = false;
+  bool created_ = false;
 };
 
 }  // namespace kvtier::internal

@@ -52,11 +52,23 @@ bool Matches(StoreMeta stored, StoreMeta wanted) {
   return stored == wanted;
 }
 
+// Destroys the index at `dir` (open in `db`) and creates it anew.
+Result<std::unique_ptr<NvmeIndex>> Wipe(std::unique_ptr<rocksdb::DB> db, const std::string& dir,
+                                        const StoreMeta& meta, const std::string& why, LogSink* log,
+                                        bool* wiped) {
+  if (log) log->Log(LogLevel::kWarning, "nvme store at " + dir + " wiped: " + why);
+  db.reset();
+  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(dir, DbOptions()), "destroy " + dir));
+  auto index = NvmeIndex::Open(dir, meta, false, false, log, wiped);
+  *wiped = true;
+  return index;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const StoreMeta& meta,
-                                                   bool wipe_on_mismatch, LogSink* log,
-                                                   bool* wiped) {
+                                                   bool wipe_on_mismatch, bool data_created,
+                                                   LogSink* log, bool* wiped) {
   *wiped = false;
   KVTIER_ASSIGN_OR_RETURN(rocksdb::DB * raw, OpenDb(dir));
   std::unique_ptr<rocksdb::DB> db(raw);
@@ -70,6 +82,9 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   }
   KVTIER_RETURN_IF_ERROR(FromRocks(s, "read meta"));
   std::optional<StoreMeta> stored = DecodeMeta(value);
+  if (data_created) {
+    return Wipe(std::move(db), dir, meta, "its data file was created anew", log, wiped);
+  }
   if (stored && Matches(*stored, meta)) {
     if (stored->namespace_id == 0 && meta.namespace_id != 0) {
       // An unbound store (or one from before namespaces were recorded)
@@ -93,11 +108,7 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
     return Status::InvalidArgument("nvme store at " + dir + " " + what + why +
                                    "); set 'on_mismatch: wipe' to discard it");
   }
-  if (log) log->Log(LogLevel::kWarning, "nvme store at " + dir + " wiped: " + why);
-  db.reset();
-  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(dir, DbOptions()), "destroy " + dir));
-  *wiped = true;
-  return Open(dir, meta, false, log, wiped);
+  return Wipe(std::move(db), dir, meta, why, log, wiped);
 }
 
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& dir,

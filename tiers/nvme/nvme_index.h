@@ -40,15 +40,16 @@ class NvmeIndex {
   // Opens (creating if absent) the index at `dir`. A store whose meta
   // differs from `meta` is refused with InvalidArgument naming the
   // difference, or destroyed and recreated when `wipe_on_mismatch`.
+  // An index found beside a data file created anew (`data_created`) lists
+  // blocks that are gone: it is destroyed whatever `wipe_on_mismatch` says.
   // `*wiped` tells the caller that old data must be ignored.
   static Result<std::unique_ptr<NvmeIndex>> Open(const std::string& dir, const StoreMeta& meta,
-                                                 bool wipe_on_mismatch, LogSink* log,
-                                                 bool* wiped);
+                                                 bool wipe_on_mismatch, bool data_created,
+                                                 LogSink* log, bool* wiped);
   // Opens an existing index for reading only (no lock, no writes; a live
   // tier may hold it) and returns its meta in *meta. NotFound when there is
   // no index at `dir`; Corruption when it has no valid meta.
-  static Result<std::unique_ptr<NvmeIndex>> OpenReadOnly(const std::string& dir,
-                                                         StoreMeta* meta);
+  static Result<std::unique_ptr<NvmeIndex>> OpenReadOnly(const std::string& dir, StoreMeta* meta);
   ~NvmeIndex();
   NvmeIndex(const NvmeIndex&) = delete;
   NvmeIndex& operator=(const NvmeIndex&) = delete;

@@ -62,7 +62,7 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
                  options.nvme.store_namespace};
   bool wiped = false;
   KVTIER_ASSIGN_OR_RETURN(s->index, NvmeIndex::Open(dir, meta, options.nvme.on_mismatch == "wipe",
-                                                    s->log.get(), &wiped));
+                                                    s->file.created(), s->log.get(), &wiped));
   if (!engine) {
     UringEngineOptions eo{.queue_depth = options.nvme.queue_depth,
                           .max_queued = options.nvme.max_queued,
