@@ -64,8 +64,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
   if (pin.ok()) {
     (*arena)->AdoptPin(std::move(pin).value());
   } else {
-    options.log->Log(LogLevel::kWarning, "host arena not registered with the copy engine: " +
-                                             pin.status().ToString());
+    options.log->Log(LogLevel::kWarning,
+                     "host arena not registered with the copy engine: " + pin.status().ToString());
   }
 
   auto policies = internal::TierPolicies::Create(options);
@@ -193,8 +193,8 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
   std::vector<uint32_t> sorted(engine_blocks.begin(), engine_blocks.end());
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    return CompletionSource::Done(
-        keys.size(), Status::InvalidArgument("load: an engine block appears twice"));
+    return CompletionSource::Done(keys.size(),
+                                  Status::InvalidArgument("load: an engine block appears twice"));
   }
   auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<BlockKey> k(keys.begin(), keys.end());
@@ -273,6 +273,13 @@ bool RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> 
   return policies_->ObserveRequest(ns, keys, request, NowNs());
 }
 
+void RuntimeImpl::RequestFinished(NamespaceId ns, std::span<const BlockKey> keys,
+                                  uint32_t output_tokens) {
+  if (keys.empty()) return;
+  std::lock_guard lock(mu_);
+  policies_->ObserveFinish(ns, keys, output_tokens, NowNs());
+}
+
 void RuntimeImpl::Unpin(NamespaceId ns, std::span<const BlockKey> keys) {
   std::lock_guard lock(mu_);
   for (const BlockKey& key : keys) {
@@ -330,7 +337,8 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   for (size_t t = 1; t < tier_count(); ++t) {
     if (per_tier[t].empty()) continue;
     Status st = lower_[t - 1]->Remove(ns, per_tier[t]).Wait();
-    if (!st.ok() && result.ok()) result = st.WithContext("remove from tier '" + lower_[t - 1]->name() + "'");
+    if (!st.ok() && result.ok())
+      result = st.WithContext("remove from tier '" + lower_[t - 1]->name() + "'");
   }
   return result;
 }

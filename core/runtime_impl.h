@@ -43,6 +43,8 @@ class RuntimeImpl final : public Runtime {
                               const LookupOptions& options) override;
   Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys,
                                     const LookupOptions& options) override;
+  void RequestFinished(NamespaceId ns, std::span<const BlockKey> keys,
+                       uint32_t output_tokens) override;
   Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
                   std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
                   LayerDone on_layer) override;
@@ -159,19 +161,19 @@ class RuntimeImpl final : public Runtime {
   std::vector<std::unique_ptr<Tier>> lower_;  // tiers 1..n
 
   mutable std::mutex mu_;
-  BlockIndex index_;                        // guarded by mu_
-  std::unique_ptr<TierPolicies> policies_;  // guarded by mu_; observes index_
-  std::vector<TierCount> tier_counts_;      // guarded by mu_
-  RuntimeStats stats_;                      // guarded by mu_ (tiers left empty)
-  uint64_t late_reads_ = 0;                 // guarded by mu_: reads past their deadline
-  uint64_t moving_blocks_ = 0;              // guarded by mu_: selected by an eviction pass
-  std::condition_variable moves_done_;      // signalled when moving blocks are settled
+  BlockIndex index_;                         // guarded by mu_
+  std::unique_ptr<TierPolicies> policies_;   // guarded by mu_; observes index_
+  std::vector<TierCount> tier_counts_;       // guarded by mu_
+  RuntimeStats stats_;                       // guarded by mu_ (tiers left empty)
+  uint64_t late_reads_ = 0;                  // guarded by mu_: reads past their deadline
+  uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
+  std::condition_variable moves_done_;       // signalled when moving blocks are settled
   std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
 
   std::mutex mover_mu_;
   std::condition_variable mover_cv_;
-  bool mover_stop_ = false;    // guarded by mover_mu_
-  bool mover_kick_ = false;    // guarded by mover_mu_
+  bool mover_stop_ = false;  // guarded by mover_mu_
+  bool mover_kick_ = false;  // guarded by mover_mu_
   std::thread mover_thread_;
 
   // The engine's GPU pool and running requests (runtime_engine_usage.cc).
@@ -190,8 +192,8 @@ class RuntimeImpl final : public Runtime {
   std::atomic<bool> shut_down_{false};
   std::once_flag shutdown_once_;
   std::unique_ptr<WorkerPool> workers_;
-  RuntimeMetrics metrics_;               // atomics: recorded without mu_
-  std::unique_ptr<AdminServer> admin_;   // stopped first by Shutdown()
+  RuntimeMetrics metrics_;              // atomics: recorded without mu_
+  std::unique_ptr<AdminServer> admin_;  // stopped first by Shutdown()
 };
 
 }  // namespace kvtier::internal

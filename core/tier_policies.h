@@ -57,8 +57,8 @@ class TierPolicies final : public IndexObserver {
                       uint64_t now_ns);
   // The request whose lookup chain was `keys` finished decoding with
   // `output_tokens` tokens (the engine knows it when the request ends, before
-  // its blocks leave the hub); `reuse` admission and eviction learn from it.
-  // Not yet called by the runtime: it needs a finish hint from the engine.
+  // its blocks leave the hub); `reuse` admission and eviction learn from it
+  // (Runtime::RequestFinished).
   void ObserveFinish(NamespaceId ns, std::span<const BlockKey> keys, uint32_t output_tokens,
                      uint64_t now_ns);
   // What the policies know of `e`.

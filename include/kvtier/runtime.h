@@ -32,15 +32,15 @@ struct TierStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t blocks = 0;
-  uint64_t hit_blocks = 0;        // blocks a Load served from this tier
-  uint64_t bytes_read = 0;        // bytes read out of this tier
-  uint64_t bytes_written = 0;     // bytes written into this tier
+  uint64_t hit_blocks = 0;     // blocks a Load served from this tier
+  uint64_t bytes_read = 0;     // bytes read out of this tier
+  uint64_t bytes_written = 0;  // bytes written into this tier
   uint64_t blocks_written = 0;
-  uint64_t evicted_blocks = 0;    // dropped from this tier by the mover
-  uint64_t demoted_blocks = 0;    // copied from this tier to the next one
-  uint64_t rejected_blocks = 0;   // not admitted
-  uint64_t errors = 0;            // failed reads or writes (not misses)
-  uint64_t corruptions = 0;       // header or checksum mismatches
+  uint64_t evicted_blocks = 0;   // dropped from this tier by the mover
+  uint64_t demoted_blocks = 0;   // copied from this tier to the next one
+  uint64_t rejected_blocks = 0;  // not admitted
+  uint64_t errors = 0;           // failed reads or writes (not misses)
+  uint64_t corruptions = 0;      // header or checksum mismatches
   // Blocks this tier's admission policies accepted / refused. For the hub,
   // saves are counted only when its admission is more than `always` alone.
   uint64_t admitted_blocks = 0;
@@ -92,11 +92,11 @@ struct RuntimeStats {
   uint64_t save_not_admitted = 0;  // not stored: the hub's admission refused them or a parent
   uint64_t load_blocks = 0;
   uint64_t loaded_blocks = 0;
-  uint64_t load_failures = 0;      // per-block failures reported to the engine
-  uint64_t busy_rejections = 0;    // requests refused because the queue was full
-  uint64_t adopted_blocks = 0;     // found in a persistent tier after a restart
-  std::vector<TierStats> tiers;    // in tier order; tiers[0] is the host hub
-  uint32_t block_tokens = 0;       // RuntimeOptions::block_tokens (0: token counts unknown)
+  uint64_t load_failures = 0;         // per-block failures reported to the engine
+  uint64_t busy_rejections = 0;       // requests refused because the queue was full
+  uint64_t adopted_blocks = 0;        // found in a persistent tier after a restart
+  std::vector<TierStats> tiers;       // in tier order; tiers[0] is the host hub
+  uint32_t block_tokens = 0;          // RuntimeOptions::block_tokens (0: token counts unknown)
   uint64_t preemption_proposals = 0;  // requests proposed to the engine for preemption
   // gpu->host, host->gpu, then per lower tier: from the tier above, to host.
   std::vector<MoveStats> moves;
@@ -106,8 +106,8 @@ struct RuntimeStats {
 };
 
 struct LookupResult {
-  size_t hit_blocks = 0;           // leading keys available
-  std::vector<uint8_t> tier;       // for each hit, the fastest tier holding it
+  size_t hit_blocks = 0;      // leading keys available
+  std::vector<uint8_t> tier;  // for each hit, the fastest tier holding it
 };
 
 // A running request ProposePreemption suggests preempting. Before freeing
@@ -206,6 +206,14 @@ class KVTIER_EXPORT Runtime {
   Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys) {
     return Lookup(ns, keys, LookupOptions{});
   }
+  // Optional: the request whose lookup named `keys` has finished decoding,
+  // with `output_tokens` generated tokens. The `reuse` admission and eviction
+  // policies learn from it which requests' blocks are used again (an agent's
+  // tool-call turn, with a short output, is usually continued by the next
+  // turn); other policies ignore it. Call it when the request ends, before
+  // its blocks leave the hub. A chain no lookup named is ignored.
+  virtual void RequestFinished(NamespaceId ns, std::span<const BlockKey> keys,
+                               uint32_t output_tokens) = 0;
   // As Lookup, and pins the hits until the returned handle is destroyed.
   virtual Result<PinnedPrefix> LookupAndPin(NamespaceId ns, std::span<const BlockKey> keys,
                                             const LookupOptions& options) = 0;
@@ -219,8 +227,8 @@ class KVTIER_EXPORT Runtime {
   // `timeout`) or another error; the engine recomputes the failures.
   // `on_layer(l)` runs when layer l of every block has landed.
   virtual Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
-                          std::span<const uint32_t> engine_blocks,
-                          std::chrono::nanoseconds timeout, LayerDone on_layer = {}) = 0;
+                          std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
+                          LayerDone on_layer = {}) = 0;
 
   // Drops keys from every tier. Keys not stored are ignored. A key with
   // stored children is refused (InvalidArgument) unless they are removed in

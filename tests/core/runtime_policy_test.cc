@@ -311,6 +311,32 @@ TEST_F(RuntimePolicyTest, S3FifoKeepsTheReusedBlockThatLruDrops) {
   }
 }
 
+// B = {20, 21} then, a second later, A = {10, 11} are looked up and saved
+// into a hub of 4 blocks with reuse eviction; one block must go. Without
+// finish reports the order is rate / idle time, so B's older leaf goes.
+// Once the engine reports A finished (Runtime::RequestFinished), B is a
+// request still decoding whose blocks leave last, so A's leaf goes.
+TEST_F(RuntimePolicyTest, ReuseEvictionKeepsUnfinishedRequestsOnceFinishesAreReported) {
+  for (const bool report : {false, true}) {
+    SCOPED_TRACE(report ? "A reported finished" : "no finish reports");
+    RuntimeOptions o = Options(4, {.high = 0.9, .low = 0.75});
+    o.tiers[0].eviction = "reuse";
+    Open(o);
+    const std::vector<uint64_t> a{10, 11}, b{20, 21};
+    ASSERT_EQ(Hits(b), 0u);
+    Save(b);
+    clock_->Advance(kSecond);
+    ASSERT_EQ(Hits(a), 0u);
+    Save(a);
+    if (report) rt_->RequestFinished(kTestNs, ChainKeys(a), 12);
+    ASSERT_EQ(Move(), 1u);
+    EXPECT_EQ(rt_->Stats().tiers[0].blocks, 3u);
+    EXPECT_EQ(Stored({10, 11}), !report);
+    EXPECT_EQ(Stored({20, 21}), report);
+    rt_.reset();
+  }
+}
+
 TEST_F(RuntimePolicyTest, UnbuildablePoliciesFailOpen) {
   RuntimeOptions o = Options(4, {});
   AddLower(o, bb_).admission = {"write_budget"};  // no budget

@@ -137,6 +137,8 @@ void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {
   for (size_t i = 0; i < hits; ++i) report_->token_hits += BlockTokensAt(req, i, block_tokens);
 
   PrefillAndSave(all, blocks, hits);
+  // Decoding is not modelled: the request ends as soon as it is saved.
+  runtime_->RequestFinished(ns_, keys, req.output_length);
   free_.insert(free_.end(), blocks.begin(), blocks.end());
 }
 
