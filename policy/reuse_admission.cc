@@ -11,19 +11,11 @@
 namespace kvtier::internal {
 namespace {
 
-class ReuseAdmission final : public AdmissionPolicy {
+class ReuseAdmission final : public ObservesReuse<AdmissionPolicy> {
  public:
   explicit ReuseAdmission(const PolicyKnobs& k)
-      : ratio_(k.reuse_ratio), spread_(k.reuse_spread), model_(k) {}
+      : ObservesReuse(k), ratio_(k.reuse_ratio), spread_(k.reuse_spread) {}
   std::string_view Name() const override { return "reuse"; }
-
-  void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks, const RequestHints&,
-                      uint64_t) override {
-    model_.ObserveRequest(chain, full_blocks);
-  }
-  void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens, uint64_t) override {
-    model_.ObserveFinish(chain, output_tokens);
-  }
 
   bool Admit(const BlockMeta& block, const TierState& tier) override {
     if (!model_.Known(block.id)) return block.sightings >= 2;
@@ -51,7 +43,6 @@ class ReuseAdmission final : public AdmissionPolicy {
   static constexpr double kFullShare = 0.95;
   double ratio_;
   double spread_;
-  ReuseModel model_;
 };
 
 }  // namespace

@@ -21,17 +21,10 @@
 namespace kvtier::internal {
 namespace {
 
-class ReuseEviction final : public EvictionPolicy {
+class ReuseEviction final : public ObservesReuse<EvictionPolicy> {
  public:
-  explicit ReuseEviction(const PolicyKnobs& k) : model_(k) {}
+  explicit ReuseEviction(const PolicyKnobs& k) : ObservesReuse(k) {}
   std::string_view Name() const override { return "reuse"; }
-  void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks, const RequestHints&,
-                      uint64_t) override {
-    model_.ObserveRequest(chain, full_blocks);
-  }
-  void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens, uint64_t) override {
-    model_.ObserveFinish(chain, output_tokens);
-  }
 
   void Order(std::span<BlockMeta> c, uint64_t now_ns) override {
     const double base = model_.FirstSightingRate();
@@ -49,9 +42,6 @@ class ReuseEviction final : public EvictionPolicy {
     for (const auto& k : key) sorted.push_back(c[std::get<2>(k)]);
     std::copy(sorted.begin(), sorted.end(), c.begin());
   }
-
- private:
-  ReuseModel model_;
 };
 
 }  // namespace

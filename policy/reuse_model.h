@@ -110,4 +110,23 @@ class ReuseModel {
   bool finishes_ = false;  // some finish was observed
 };
 
+// Base of the `reuse` admission and eviction policies (Policy is
+// AdmissionPolicy or EvictionPolicy): feeds every request and finish the
+// policy observes to its model.
+template <typename Policy>
+class ObservesReuse : public Policy {
+ public:
+  explicit ObservesReuse(const PolicyKnobs& k) : model_(k) {}
+  void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks, const RequestHints&,
+                      uint64_t) override {
+    model_.ObserveRequest(chain, full_blocks);
+  }
+  void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens, uint64_t) override {
+    model_.ObserveFinish(chain, output_tokens);
+  }
+
+ protected:
+  ReuseModel model_;
+};
+
 }  // namespace kvtier::internal

@@ -89,16 +89,19 @@ TEST(NvmeTier, RestartKeepsEveryBlock) {
   (*t)->Shutdown();
 }
 
+// Opens a tier of 8 KiB blocks at `o`, writes blocks 0..3 and shuts it down.
+void WriteFourBlocksAndClose(const TierOptions& o) {
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WriteBlocks(**t, 0, 4, 8192);
+  (*t)->Shutdown();
+}
+
 TEST(NvmeTier, LayoutMismatchIsRefusedOrWiped) {
   ScratchDir dir;
   ASSERT_TRUE(dir.ok());
   TierOptions o = NvmeOptions(dir.path(), 16, 8192);
-  {
-    auto t = OpenNvmeTier(o, TierContext{8192});
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    WriteBlocks(**t, 0, 4, 8192);
-    (*t)->Shutdown();
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
   auto refused = OpenNvmeTier(o, TierContext{16384});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().ToString(),
@@ -120,12 +123,7 @@ TEST(NvmeTier, AnIndexWhoseDataFileWasDeletedIsDiscarded) {
   ScratchDir dir;
   ASSERT_TRUE(dir.ok());
   TierOptions o = NvmeOptions(dir.path(), 16, 8192);
-  {
-    auto t = OpenNvmeTier(o, TierContext{8192});
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    WriteBlocks(**t, 0, 4, 8192);
-    (*t)->Shutdown();
-  }
+  ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
   ASSERT_EQ(::unlink(o.path.c_str()), 0);
   auto t = OpenNvmeTier(o, TierContext{8192});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
