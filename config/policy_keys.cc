@@ -11,7 +11,7 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 22> kPolicyKeys = {"frequency_threshold",
+constexpr std::array<std::string_view, 23> kPolicyKeys = {"frequency_threshold",
                                                           "sketch_width",
                                                           "sketch_aging_period",
                                                           "marconi_admit_tails",
@@ -31,6 +31,7 @@ constexpr std::array<std::string_view, 22> kPolicyKeys = {"frequency_threshold",
                                                           "slru_protected_fraction",
                                                           "reuse_ratio",
                                                           "reuse_spread",
+                                                          "reuse_fill_share",
                                                           "reuse_min_samples",
                                                           "reuse_half_life"};
 
@@ -77,6 +78,7 @@ Status ReadNumbers(const ConfigNode& node, const std::string& path, TierOptions*
       {"slru_protected_fraction", {0, true, 1, "a fraction in (0, 1]"}, &k.slru_protected_fraction},
       {"reuse_ratio", {0, false, 1e12, "a number >= 0"}, &k.reuse_ratio},
       {"reuse_spread", {0, false, 1e12, "a number >= 0"}, &k.reuse_spread},
+      {"reuse_fill_share", {0, false, 1, "a fraction from 0 to 1"}, &k.reuse_fill_share},
   };
   for (const DoubleKey& d : keys) {
     if (const ConfigNode* p = node.Find(std::string(d.key))) {

@@ -220,6 +220,9 @@ Status PolicyKnobs::Validate() const {
   if (!(reuse_ratio >= 0) || !(reuse_spread >= 0)) {
     return Status::InvalidArgument("reuse_ratio and reuse_spread must be >= 0");
   }
+  if (!(reuse_fill_share >= 0 && reuse_fill_share <= 1)) {
+    return Status::InvalidArgument("reuse_fill_share must be in [0, 1]");
+  }
   if (!(marconi_continue_threshold >= 0 && marconi_continue_threshold <= 1)) {
     return Status::InvalidArgument("marconi_continue_threshold must be in [0, 1]");
   }

@@ -14,12 +14,17 @@ namespace {
 class ReuseAdmission final : public ObservesReuse<AdmissionPolicy> {
  public:
   explicit ReuseAdmission(const PolicyKnobs& k)
-      : ObservesReuse(k), ratio_(k.reuse_ratio), spread_(k.reuse_spread) {}
+      : ObservesReuse(k),
+        ratio_(k.reuse_ratio),
+        spread_(k.reuse_spread),
+        fill_share_(k.reuse_fill_share) {}
   std::string_view Name() const override { return "reuse"; }
 
   bool Admit(const BlockMeta& block, const TierState& tier) override {
     if (!model_.Known(block.id)) return block.sightings >= 2;
     if (model_.Partial(block.id)) return false;  // a request's partial last block: reused ~1-5 %
+    // Filling free space costs the device's endurance but evicts nothing.
+    if (Below(tier, fill_share_)) return true;
     const double rate = model_.RateOf(block.id);
     if (rate < 0) return true;  // not learned yet
     const double base = model_.FirstSightingRate();
@@ -30,8 +35,7 @@ class ReuseAdmission final : public ObservesReuse<AdmissionPolicy> {
     // Once the tier is (nearly) full every write evicts a resident: then only
     // classes at least as likely as the average first-named block to come
     // back are worth it, whatever a lower ratio admits into free space.
-    const bool full = tier.capacity_bytes != 0 &&
-                      double(tier.used_bytes) >= kFullShare * double(tier.capacity_bytes);
+    const bool full = tier.capacity_bytes != 0 && !Below(tier, kFullShare);
     const double ratio = full ? std::max(ratio_, 1.0) : ratio_;
     if (spread_ <= 0) return rel >= ratio;
     const double p = std::clamp((rel - (ratio - spread_)) / (2 * spread_), 0.0, 1.0);
@@ -41,8 +45,12 @@ class ReuseAdmission final : public ObservesReuse<AdmissionPolicy> {
  private:
   // Eviction frees a batch at a time, so "full" is a share, not equality.
   static constexpr double kFullShare = 0.95;
+  static bool Below(const TierState& t, double share) {
+    return double(t.used_bytes) < share * double(t.capacity_bytes);
+  }
   double ratio_;
   double spread_;
+  double fill_share_;
 };
 
 }  // namespace

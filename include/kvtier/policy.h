@@ -135,6 +135,8 @@ struct KVTIER_EXPORT PolicyKnobs {
                                             //   (>= 1 x once the tier is 95 % full)
   double reuse_spread = 0;                  // reuse: 0 = hard cut; else admit probability ramps
                                             //   from 0 to 1 over ratio -/+ spread (per request)
+  double reuse_fill_share = 0;              // reuse: admit every full block while the tier is
+                                            //   below this share of its capacity (0 = off)
   uint32_t reuse_min_samples = 64;          // reuse: matured blocks a class needs to be judged
   uint64_t reuse_half_life = 1 << 18;       // reuse: class counts halve every N block sightings
 

@@ -74,6 +74,7 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
                                          "tiers.ssd.policy.slru_protected_fraction=0.5",
                                          "tiers.ssd.policy.reuse_ratio=1.5",
                                          "tiers.ssd.policy.reuse_spread=0.25",
+                                         "tiers.ssd.policy.reuse_fill_share=0.4",
                                          "tiers.ssd.policy.reuse_min_samples=8",
                                          "tiers.ssd.policy.reuse_half_life=4096",
                                          "tiers.ssd.policy.marconi_admit_tails=false",
@@ -91,6 +92,7 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
   EXPECT_EQ(k.slru_protected_fraction, 0.5);
   EXPECT_EQ(k.reuse_ratio, 1.5);
   EXPECT_EQ(k.reuse_spread, 0.25);
+  EXPECT_EQ(k.reuse_fill_share, 0.4);
   EXPECT_EQ(k.reuse_min_samples, 8u);
   EXPECT_EQ(k.reuse_half_life, 4096u);
   EXPECT_FALSE(k.marconi_admit_tails);

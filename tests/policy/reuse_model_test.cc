@@ -130,6 +130,44 @@ TEST(ReuseAdmissionTest, AdmitsClassesAboveRatioTimesTheAverage) {
   }
 }
 
+// reuse_fill_share admits every full block the tree knows while the tier is
+// below that share of its capacity, whatever its class; above it the class
+// cut applies again. Blocks the tree never saw and partial blocks keep their
+// own rules.
+TEST(ReuseAdmissionTest, FillShareAdmitsEveryKnownBlockIntoFreeSpace) {
+  PolicyKnobs k = ExactKnobs();
+  k.reuse_fill_share = 0.5;
+  auto p = CreateAdmissionPolicy("reuse", k);
+  ASSERT_TRUE(p.ok());
+  ObserveThree(**p);
+  const std::vector<uint64_t> partial = {60, 61};
+  (*p)->ObserveRequest(partial, 1, RequestHints{}, 0);  // 61 is partial
+  struct Row {
+    uint64_t id;
+    uint32_t sightings;
+    uint64_t used;  // of a tier of 100 bytes
+    bool admit;
+  };
+  const Row rows[] = {
+      {50, 0, 49, true},   // class rate 0, but the tier is below half full
+      {50, 0, 50, false},  // half full: 0 < 0.7 x 0.4
+      {3, 0, 50, true},    // 0.5 >= 0.7 x 0.4
+      {61, 0, 0, false},   // a partial block, even into an empty tier
+      {99, 1, 0, false},   // unknown to the tree: only if seen twice
+  };
+  for (const Row& r : rows) {
+    BlockMeta b;
+    b.id = r.id;
+    b.sightings = r.sightings;
+    TierState tier;
+    tier.capacity_bytes = 100;
+    tier.used_bytes = r.used;
+    EXPECT_EQ((*p)->Admit(b, tier), r.admit) << "block " << r.id << " used " << r.used;
+  }
+  k.reuse_fill_share = 1.5;
+  EXPECT_EQ(k.Validate().message(), "reuse_fill_share must be in [0, 1]");
+}
+
 std::vector<uint64_t> OrderIds(EvictionPolicy& p, std::vector<BlockMeta> c, uint64_t now) {
   p.Order(c, now);
   std::vector<uint64_t> ids;

@@ -44,7 +44,7 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
       ->capture_default_str();
   cmd->add_option(
       "--knob", f.knobs,
-      "NAME=VALUE: override a policy knob (marconi_probation, reuse_ratio, reuse_spread, "
+      "NAME=VALUE: override a policy knob (marconi_probation, reuse_ratio, reuse_spread, reuse_fill_share, "
       "reuse_min_samples, reuse_half_life, slru_protected_fraction, "
       "s3fifo_small_fraction, flop_alpha, cost_margin)");
   cmd->add_flag("--hybrid", f.hybrid,
@@ -73,6 +73,8 @@ Status ApplyKnob(const std::string& spec, PolicyKnobs& k) {
     k.reuse_ratio = v;
   else if (name == "reuse_spread")
     k.reuse_spread = v;
+  else if (name == "reuse_fill_share")
+    k.reuse_fill_share = v;
   else if (name == "reuse_min_samples")
     k.reuse_min_samples = static_cast<uint32_t>(v);
   else if (name == "reuse_half_life")
