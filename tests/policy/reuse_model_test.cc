@@ -90,6 +90,18 @@ TEST(ReuseModelTest, RatesCountOnlyMaturedBlocks) {
   EXPECT_EQ(m.RateOf(1), -1);             // "named twice" has matured nothing yet
 }
 
+// Asks `p` about block `id` (seen `sightings` times) for a tier of 100
+// bytes with `used` bytes used.
+bool AdmitInTier100(AdmissionPolicy& p, uint64_t id, uint32_t sightings, uint64_t used) {
+  BlockMeta b;
+  b.id = id;
+  b.sightings = sightings;
+  TierState tier;
+  tier.capacity_bytes = 100;
+  tier.used_bytes = used;
+  return p.Admit(b, tier);
+}
+
 TEST(ReuseAdmissionTest, AdmitsClassesAboveRatioTimesTheAverage) {
   PolicyKnobs k = ExactKnobs();
   struct Row {
@@ -119,13 +131,7 @@ TEST(ReuseAdmissionTest, AdmitsClassesAboveRatioTimesTheAverage) {
     auto p = CreateAdmissionPolicy("reuse", k);
     ASSERT_TRUE(p.ok());
     ObserveThree(**p);
-    BlockMeta b;
-    b.id = r.id;
-    b.sightings = r.sightings;
-    TierState tier;
-    tier.capacity_bytes = 100;
-    tier.used_bytes = r.used;
-    EXPECT_EQ((*p)->Admit(b, tier), r.admit)
+    EXPECT_EQ(AdmitInTier100(**p, r.id, r.sightings, r.used), r.admit)
         << "ratio " << r.ratio << " block " << r.id << " used " << r.used;
   }
 }
@@ -156,13 +162,8 @@ TEST(ReuseAdmissionTest, FillShareAdmitsEveryKnownBlockIntoFreeSpace) {
       {99, 1, 0, false},   // unknown to the tree: only if seen twice
   };
   for (const Row& r : rows) {
-    BlockMeta b;
-    b.id = r.id;
-    b.sightings = r.sightings;
-    TierState tier;
-    tier.capacity_bytes = 100;
-    tier.used_bytes = r.used;
-    EXPECT_EQ((*p)->Admit(b, tier), r.admit) << "block " << r.id << " used " << r.used;
+    EXPECT_EQ(AdmitInTier100(**p, r.id, r.sightings, r.used), r.admit)
+        << "block " << r.id << " used " << r.used;
   }
   k.reuse_fill_share = 1.5;
   EXPECT_EQ(k.Validate().message(), "reuse_fill_share must be in [0, 1]");
