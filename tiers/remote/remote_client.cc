@@ -677,8 +677,7 @@ void ClientImpl::Put(size_t server, NamespaceId ns, std::vector<PutOp> ops, Item
     for (size_t i = begin; i < end; ++i) {
       r->keys.push_back(ops[i].key);
       r->srcs.push_back(ops[i].payload);
-      // The header carries the payload checksum: the caller's, or computed
-      // here on the caller's thread.
+      // The header's checksum: the caller's, or computed here on its thread.
       r->headers.emplace_back();
       EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].payload, ops[i].checksum),
                         r->headers.back());
