@@ -216,37 +216,54 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     ++to_write;
   }
   MakeRoomBelow(next, to_write);
-  std::vector<std::vector<std::byte>> staging;  // below the hub: read first
   for (auto& [ns, items] : by_ns) {
-    std::vector<WriteOp> ops;
-    for (size_t i : items) {
-      IndexEntry* v = victims[i];
-      if (tier == 0) {
-        auto payload = arena_->Slot(v->host_slot).first(v->bytes);
-        // Pinned and moving: nobody else touches the checksum now.
-        if (!v->checksum) v->checksum = PayloadChecksum(ChecksumKind::kXxh3_64, payload);
-        ops.push_back({v->id.key, payload, v->checksum});
-        continue;
-      }
-      staging.emplace_back(v->bytes);
-      ReadOp rd{v->id.key, staging.back()};
-      Completion r = lower_[tier - 1]->Read(v->id.ns, std::span(&rd, 1));
-      if (r.Wait().ok()) ops.push_back({v->id.key, staging.back(), v->checksum});
-    }
+    std::vector<std::vector<std::byte>> staging;
+    std::vector<size_t> op_item;
+    const std::vector<WriteOp> ops = StageWrites(tier, victims, items, staging, op_item);
     Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
     (void)w.Wait();
-    for (size_t j = 0, k = 0; j < items.size() && k < ops.size(); ++j) {
-      if (ops[k].key != victims[items[j]]->id.key) continue;
-      written[items[j]] = w.result(k).ok();
-      ++k;
-    }
+    for (size_t k = 0; k < ops.size(); ++k) written[op_item[k]] = w.result(k).ok();
   }
+}
+
+std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<IndexEntry*>& victims,
+                                              const std::vector<size_t>& items,
+                                              std::vector<std::vector<std::byte>>& staging,
+                                              std::vector<size_t>& op_item) {
+  std::vector<WriteOp> ops;
+  if (tier == 0) {
+    for (size_t i : items) {
+      IndexEntry* v = victims[i];
+      auto payload = arena_->Slot(v->host_slot).first(v->bytes);
+      // Pinned and moving: nobody else touches the checksum now.
+      if (!v->checksum) v->checksum = PayloadChecksum(ChecksumKind::kXxh3_64, payload);
+      ops.push_back({v->id.key, payload, v->checksum});
+      op_item.push_back(i);
+    }
+    return ops;
+  }
+  // Below the hub the payloads are read first, in one batch.
+  std::vector<ReadOp> reads;
+  for (size_t i : items) {
+    staging.emplace_back(victims[i]->bytes);
+    reads.push_back({victims[i]->id.key, staging.back()});
+  }
+  Completion r = lower_[tier - 1]->Read(victims[items.front()]->id.ns, reads);
+  (void)r.Wait();
+  for (size_t j = 0; j < items.size(); ++j) {
+    if (!r.result(j).ok()) continue;
+    const IndexEntry* v = victims[items[j]];
+    ops.push_back({v->id.key, staging[j], v->checksum});
+    op_item.push_back(items[j]);
+  }
+  return ops;
 }
 
 void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks) {
   if (blocks == 0) return;
   TierUsage u = lower_[tier - 1]->Usage();
-  uint64_t free = (u.capacity_bytes - std::min(u.used_bytes, u.capacity_bytes)) / options_.block_bytes;
+  uint64_t free =
+      (u.capacity_bytes - std::min(u.used_bytes, u.capacity_bytes)) / options_.block_bytes;
   // Cascades: demoting out of `tier` makes room in the tier below it first.
   if (free < blocks) EvictFromTier(tier, blocks - free);
 }

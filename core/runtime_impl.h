@@ -133,6 +133,14 @@ class RuntimeImpl final : public Runtime {
   std::vector<IndexEntry*> SelectVictimsLocked(size_t tier, size_t batch);
   size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims);
   // Writes the victims `write` selects into tier + 1; sets `written`.
+  // The write ops of victims[items] leaving `tier`, all of one namespace:
+  // hub payloads in place, lower-tier payloads read into `staging` in one
+  // batch (a block whose read fails is left out). op_item[k] is the victim
+  // index of ops[k].
+  std::vector<WriteOp> StageWrites(size_t tier, const std::vector<IndexEntry*>& victims,
+                                   const std::vector<size_t>& items,
+                                   std::vector<std::vector<std::byte>>& staging,
+                                   std::vector<size_t>& op_item);
   void WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
                    const std::vector<bool>& write, std::vector<bool>& written);
   // Which victims go to tier + 1: asks its admission about each one no deeper
