@@ -5,6 +5,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -115,6 +116,7 @@ class HostCopyEngineImpl final : public HostCopyEngine {
     std::lock_guard lock(mu_);
     hook_ = std::move(hook);
     lost_ = Status::Ok();
+    faults_.store(static_cast<bool>(hook_), std::memory_order_release);
   }
 
  private:
@@ -146,6 +148,9 @@ class HostCopyEngineImpl final : public HostCopyEngine {
   // OK when layer `layer` of `block` may be copied; otherwise why not, with
   // *lost set when the device is lost (earlier, or by this very fault).
   Status Admit(uint32_t block, uint32_t layer, bool* lost) {
+    // Without a hook nothing can fail a copy (lost_ is set only by a hook's
+    // fault): real copies skip the lock.
+    if (!faults_.load(std::memory_order_acquire)) return Status::Ok();
     std::lock_guard lock(mu_);
     if (!lost_.ok()) {
       *lost = true;
@@ -248,8 +253,9 @@ class HostCopyEngineImpl final : public HostCopyEngine {
   const uint64_t tensor_bytes_;
   MappedPool pool_;
   std::mutex mu_;
-  CopyFaultHook hook_;  // guarded by mu_
-  Status lost_;         // guarded by mu_; set by a sticky fault
+  CopyFaultHook hook_;               // guarded by mu_
+  Status lost_;                      // guarded by mu_; set by a sticky fault
+  std::atomic<bool> faults_{false};  // a hook is set
 };
 
 }  // namespace

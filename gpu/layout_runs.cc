@@ -109,10 +109,12 @@ void FailRepeatedBlocks(std::span<const BlockCopy> copies, std::vector<Status>& 
     if (results[i].ok()) order.emplace_back(copies[i].engine_block, i);
   }
   std::sort(order.begin(), order.end());
+  size_t first = 0;  // the first copy of the current engine block
   for (size_t k = 1; k < order.size(); ++k) {
-    size_t first = k - 1;
-    while (first > 0 && order[first - 1].first == order[k].first) --first;
-    if (order[first].first != order[k].first) continue;
+    if (order[k].first != order[k - 1].first) {
+      first = k;
+      continue;
+    }
     results[order[k].second] =
         Status::InvalidArgument(CopyName(copies, order[k].second) + ": already targeted by copy " +
                                 std::to_string(order[first].second));

@@ -114,7 +114,7 @@ void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSour
     std::lock_guard lock(s.mu);
     Region& r = s.regions[c.loc.region];
     if (--r.readers == 0) s.cv.notify_all();
-    if (st.ok()) {
+    if (st.ok() && s.options.nvme.reinsert_hits > 0) {  // hits matter only for reinsertion
       auto it = s.map.find(c.id);
       if (it != s.map.end() && it->second.seq == c.seq) ++it->second.hits;
     }
