@@ -139,9 +139,15 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
                                                const std::vector<IndexEntry*>& victims) {
   const size_t next = tier + 1;
   std::vector<bool> write(victims.size(), false);
-  const TierUsage usage = lower_[next - 1]->Usage();
+  // An `always` tier needs no per-block question (nor its tier state).
+  const bool admits_all = policies_->admits_all(next);
+  TierUsage usage;
+  if (!admits_all) usage = lower_[next - 1]->Usage();
   std::lock_guard lock(mu_);
-  const TierState state = policies_->StateOf(next, usage.capacity_bytes, usage.used_bytes, NowNs());
+  TierState state;
+  if (!admits_all)
+    state = policies_->StateOf(next, usage.capacity_bytes, usage.used_bytes, NowNs());
+  uint64_t admitted = 0, refused = 0;
   // Victims come children first (BlockIndex::Victims, TierPolicies::Choose),
   // so when a parent is decided, `vanishing` counts its children of this
   // batch that leave every tier.
@@ -149,8 +155,8 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
   for (size_t i = 0; i < victims.size(); ++i) {
     IndexEntry* v = victims[i];
     if ((v->locations >> next) != 0) continue;  // a deeper tier holds it: no write
-    const bool admit = policies_->Admit(next, policies_->MetaOf(*v), state);
-    metrics_.AddAdmission(next, admit);
+    const bool admit = admits_all || policies_->Admit(next, policies_->MetaOf(*v), state);
+    ++(admit ? admitted : refused);
     const bool other_copy = (v->locations & ~(1U << tier)) != 0;
     const auto gone = vanishing.find(v);
     const uint32_t staying = v->children - (gone == vanishing.end() ? 0 : gone->second);
@@ -158,6 +164,8 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
     if (!admit && write[i]) ++tier_counts_[next].forced;
     if (!write[i] && !other_copy && v->parent != nullptr) ++vanishing[v->parent];
   }
+  if (admitted != 0) metrics_.AddAdmission(next, true, admitted);
+  if (refused != 0) metrics_.AddAdmission(next, false, refused);
   return write;
 }
 

@@ -220,6 +220,8 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
     for (const BlockKey& key : keys) {
       IndexEntry* e = index_.Find({ns, key});
       if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
+      ++e->sightings;
+      ++e->hits;
       r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
     }
     r.hit_blocks = r.tier.size();
@@ -243,6 +245,8 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
       IndexEntry* e = index_.Find({ns, key});
       if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
       ++e->pins;
+      ++e->sightings;
+      ++e->hits;
       pin.keys_.push_back(key);
       pin.result_.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
     }
@@ -257,13 +261,12 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
 
 bool RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits,
                                       const LookupOptions& hints) {
-  // Keys past the first miss may still be indexed (being filled, or kept
-  // only as a link of a longer chain): they were named all the same.
-  for (size_t i = 0; i < keys.size(); ++i) {
+  // The callers counted the `hits` leading entries' sightings as they found
+  // them. Keys past the first miss may still be indexed (being filled, or
+  // kept only as a link of a longer chain): they were named all the same.
+  for (size_t i = hits; i < keys.size(); ++i) {
     IndexEntry* e = index_.Find({ns, keys[i]});
-    if (e == nullptr) continue;
-    ++e->sightings;
-    if (i < hits) ++e->hits;
+    if (e != nullptr) ++e->sightings;
   }
   ++stats_.lookups;
   stats_.lookup_blocks += keys.size();

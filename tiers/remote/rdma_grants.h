@@ -52,7 +52,6 @@ class RdmaGrants {
 
   size_t reserved_items() const { return reserved_items_; }
   size_t open_leases() const { return leases_.size(); }
-  uint32_t lease_ms() const { return lease_ms_; }
 
  private:
   struct Granted {

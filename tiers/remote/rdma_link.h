@@ -79,7 +79,6 @@ class RdmaLinkPath {
   RdmaHello Hello() const { return RdmaHello{qp_->local()}; }
   // Connects to the server's queue pair and keeps its pool region.
   Status Connect(const RdmaReady& ready);
-  const RdmaRegion& region() const { return region_; }
 
   // REQUIRES: grants, headers and payloads have one entry per item. An item
   // whose grant code is not Ok reports that code. InvalidArgument (the
@@ -93,8 +92,6 @@ class RdmaLinkPath {
   // WriteGranted's when a lease fails CheckLease.
   Status ReadLeased(const LeaseReply& lease, std::span<const std::span<std::byte>> dsts,
                     std::span<HeaderBytes> headers, ItemsDone done);
-
-  size_t backlog() const { return backlog_.size(); }
 
  private:
   struct Batch;

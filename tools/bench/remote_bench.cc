@@ -22,6 +22,9 @@
 namespace kvtier::bench {
 namespace {
 
+// The shared secret of the in-process kvtier-memd and of the tier that talks to it.
+constexpr char kLocalSecret[] = "kvtier-bench remote";
+
 using SteadyClock = std::chrono::steady_clock;
 
 // CPU seconds (user + system) used so far by this process or by its reaped
@@ -162,7 +165,7 @@ double Median(std::vector<double> v) {
 Result<std::unique_ptr<internal::memd::MemdServer>> StartLocalMemd(const RemoteBenchOptions& o) {
   internal::memd::MemdServerOptions m;
   m.listen = "127.0.0.1:0";
-  m.secret = "kvtier-bench remote";
+  m.secret = kLocalSecret;
   m.pool.slot_bytes = o.block_bytes + kBlockHeaderBytes;
   m.pool.pool_bytes =
       2ull * o.queue_depth * o.batches_in_flight * ((m.pool.slot_bytes + 4095) / 4096 * 4096);
@@ -201,7 +204,7 @@ Result<RemoteBenchResult> RunRemoteBench(const RemoteBenchOptions& o) {
   if (o.servers.empty()) {
     KVTIER_ASSIGN_OR_RETURN(server, StartLocalMemd(o));
     t.servers = {"127.0.0.1:" + std::to_string(server->port())};
-    t.remote.secret = "kvtier-bench remote";
+    t.remote.secret = kLocalSecret;
   } else {
     t.remote.secret_file = o.secret_file;
   }

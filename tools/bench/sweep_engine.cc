@@ -114,8 +114,7 @@ double Engine::Prefill(size_t r) {
   const uint64_t now_ns = static_cast<uint64_t>(now_s_ * 1e9);
   std::vector<SimBlock> chain = first ? s.chain : ResumeChain(r);
   if (first) {
-    std::vector<uint64_t> ids(tr.hash_ids.begin(), tr.hash_ids.end());
-    cache_.ObserveRequest(ids, s.full_blocks, RequestHints{}, now_ns);
+    cache_.ObserveRequest(tr.hash_ids, s.full_blocks, RequestHints{}, now_ns);
   }
   std::vector<uint8_t> tier_of;
   const size_t hits = cache_.Lookup(chain, &tier_of);
@@ -199,8 +198,7 @@ void Engine::DecodeStep() {
     const TraceRequest& tr = trace_.requests[run.idx];
     if (++req_[run.idx].generated >= tr.output_length) {
       // The engine learns the output length when decoding ends, not before.
-      std::vector<uint64_t> ids(tr.hash_ids.begin(), tr.hash_ids.end());
-      cache_.ObserveFinish(ids, tr.output_length, static_cast<uint64_t>(now_s_ * 1e9));
+      cache_.ObserveFinish(tr.hash_ids, tr.output_length, static_cast<uint64_t>(now_s_ * 1e9));
       free_ += run.blocks;
       running_.erase(running_.begin() + static_cast<long>(i));
       ++finished_;
