@@ -195,6 +195,7 @@ std::vector<IndexEntry*> TierPolicies::Choose(size_t tier, std::span<IndexEntry*
   std::unordered_map<uint64_t, size_t> index_of;  // policy id -> candidate
   for (size_t i = 0; i < candidates.size(); ++i) {
     metas.push_back(MetaOf(*candidates[i]));
+    metas.back().backed = (candidates[i]->locations >> (tier + 1)) != 0;
     index_of.emplace(metas.back().id, i);
   }
   tiers_[tier].eviction->Order(metas, now_ns);

@@ -11,6 +11,10 @@
 // admission judges them by it instead of by the request length. This applies
 // only once the engine reports finishes (ObserveFinish); without them the
 // order is rate / age alone.
+//
+// Ahead of all of that leave the blocks a slower tier also holds (`backed`):
+// dropping such a copy costs no write and loses no hit, so the room goes to
+// blocks that exist only here, which then have longer to be judged.
 #include <algorithm>
 #include <tuple>
 #include <vector>
@@ -29,17 +33,17 @@ class ReuseEviction final : public ObservesReuse<EvictionPolicy> {
   void Order(std::span<BlockMeta> c, uint64_t now_ns) override {
     const double base = model_.FirstSightingRate();
     const double fallback = base > 0 ? base : 1.0;  // unknown class: the average
-    std::vector<std::tuple<bool, double, size_t>> key(c.size());
+    std::vector<std::tuple<bool, bool, double, size_t>> key(c.size());
     for (size_t i = 0; i < c.size(); ++i) {
       const double age = double(now_ns > c[i].last_use_ns ? now_ns - c[i].last_use_ns : 0) + 1.0;
       const bool unfinished = model_.Unfinished(c[i].id);
       const double rate = unfinished ? 1.0 : model_.RateOf(c[i].id);
-      key[i] = {unfinished, (rate < 0 ? fallback : rate) / age, i};
+      key[i] = {!c[i].backed, unfinished, (rate < 0 ? fallback : rate) / age, i};
     }
     std::sort(key.begin(), key.end());  // the index breaks ties: stable
     std::vector<BlockMeta> sorted;
     sorted.reserve(c.size());
-    for (const auto& k : key) sorted.push_back(c[std::get<2>(k)]);
+    for (const auto& k : key) sorted.push_back(c[std::get<3>(k)]);
     std::copy(sorted.begin(), sorted.end(), c.begin());
   }
 };

@@ -337,6 +337,34 @@ TEST_F(RuntimePolicyTest, ReuseEvictionKeepsUnfinishedRequestsOnceFinishesAreRep
   }
 }
 
+// A hub copy of a block the lower tier also holds (here: loaded back from
+// it) is the first a `reuse` hub drops: no write, and the block is still
+// found below. LRU drops the least recent block instead, writing it down.
+TEST_F(RuntimePolicyTest, ReuseHubDropsCopiesALowerTierHoldsFirst) {
+  for (const char* policy : {"reuse", "lru"}) {
+    SCOPED_TRACE(policy);
+    RuntimeOptions o = Options(4, {.high = 0.9, .low = 0.75});
+    o.tiers[0].eviction = policy;
+    AddLower(o, bb_);
+    Open(o);
+    for (uint64_t id : {1, 2, 3, 4}) {
+      clock_->Advance(kSecond);
+      Save({id});
+    }
+    ASSERT_EQ(Move(), 1u);  // the oldest, 1, goes down
+    ASSERT_EQ(Where({1}), (std::vector<uint8_t>{1}));
+    clock_->Advance(kSecond);
+    ASSERT_TRUE(sim_->Load(ChainKeys({1}), 10).status().ok());  // the hub holds a copy again
+    ASSERT_EQ(Move(), 1u);
+    const bool reuse = std::string(policy) == "reuse";
+    const uint8_t hub = 0, ssd = 1;
+    EXPECT_EQ(Where({1}), (std::vector<uint8_t>{reuse ? ssd : hub}));
+    EXPECT_EQ(Where({2}), (std::vector<uint8_t>{reuse ? hub : ssd}));
+    EXPECT_EQ(rt_->Stats().tiers[1].blocks, reuse ? 1u : 2u);
+    rt_.reset();
+  }
+}
+
 TEST_F(RuntimePolicyTest, UnbuildablePoliciesFailOpen) {
   RuntimeOptions o = Options(4, {});
   AddLower(o, bb_).admission = {"write_budget"};  // no budget

@@ -212,5 +212,27 @@ TEST(ReuseEvictionTest, LowestRateOverAgeLeavesFirstAndUnfinishedLast) {
   EXPECT_EQ(OrderIds(**p, {Used(4, 999), Used(60, 0)}, 1000), (std::vector<uint64_t>{60, 4}));
 }
 
+// A copy a slower tier also holds leaves before everything else, even a
+// block of a class that never comes back and a block of an unfinished
+// request: dropping it costs no write and loses no hit. Among backed copies
+// the usual order holds.
+TEST(ReuseEvictionTest, BackedCopiesLeaveFirst) {
+  auto p = CreateEvictionPolicy("reuse", ExactKnobs());
+  ASSERT_TRUE(p.ok());
+  ObserveThree(**p);
+  (*p)->ObserveRequest(std::vector<uint64_t>{60, 61}, 2, {}, 0);
+  (*p)->ObserveFinish(std::vector<uint64_t>{50}, 10, 0);
+  (*p)->ObserveFinish(std::vector<uint64_t>{1, 2, 3, 4}, 10, 0);  // 60 still decoding
+  auto backed = [](BlockMeta b) {
+    b.backed = true;
+    return b;
+  };
+  EXPECT_EQ(
+      OrderIds(**p, {Used(50, 900), Used(60, 0), backed(Used(4, 999)), backed(Used(3, 0))}, 1000),
+      (std::vector<uint64_t>{3, 4, 50, 60}));
+  EXPECT_EQ(OrderIds(**p, {Used(50, 900), backed(Used(60, 0))}, 1000),
+            (std::vector<uint64_t>{60, 50}));
+}
+
 }  // namespace
 }  // namespace kvtier

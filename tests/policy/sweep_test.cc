@@ -76,6 +76,33 @@ TEST(SweepCacheTest, FinishesReachTheReuseEviction) {
   }
 }
 
+// A hub copy of a block the NVMe tier holds is what the `reuse` hub order
+// drops first: that costs no write, and the next use still finds the block
+// (in NVMe). LRU drops the least recent leaf instead, which must be written
+// down, pushing the backed block's NVMe copy out.
+TEST(SweepCacheTest, ReuseHubDropsCopiesTheLowerTierHolds) {
+  for (const char* eviction : {"reuse", "lru"}) {
+    auto tiers = Tiers(2, 1);
+    tiers[0].eviction = std::move(CreateEvictionPolicy(eviction, {})).value();
+    TieredCache cache(std::move(tiers), 100, 1e15, 1);
+    std::vector<uint8_t> found;
+    cache.Use(Chain({1}), 0, 1, false);
+    cache.Use(Chain({2}), 0, 2, false);
+    cache.Use(Chain({3}), 0, 3, false);  // 1 goes down to NVMe
+    ASSERT_EQ(cache.Lookup(Chain({1}), &found), 1u);
+    ASSERT_EQ(found, (std::vector<uint8_t>{1}));
+    cache.Use(Chain({1}), 1, 4, false);  // read through the hub: 2 leaves (NVMe is full)
+    cache.Use(Chain({4}), 0, 5, false);  // the hub holds 3 and 1, which NVMe backs
+    const bool reuse = std::string(eviction) == "reuse";
+    const uint8_t hub = 0, nvme = 1;
+    ASSERT_EQ(cache.Lookup(Chain({3}), &found), 1u) << eviction;
+    EXPECT_EQ(found[0], reuse ? hub : nvme) << eviction;
+    ASSERT_EQ(cache.Lookup(Chain({1}), &found), 1u) << eviction;
+    EXPECT_EQ(found[0], reuse ? nvme : hub) << eviction;
+    EXPECT_EQ(cache.counters(1).blocks_written, reuse ? 1u : 2u) << eviction;
+  }
+}
+
 TEST(SweepEngineTest, GpuWatermarkCutsPreemptionsAndRecompute) {
   auto trace = ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) +
                                  "/traces/mooncake_arxiv_trace_first1000.jsonl");

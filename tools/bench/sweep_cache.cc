@@ -129,6 +129,7 @@ std::vector<BlockMeta> TieredCache::Candidates(size_t t) const {
     const Entry& e = map_.at(id);
     if (t > 0 && !e.In(0) && e.children != 0) continue;  // would strand a child
     out.push_back(e.meta);
+    out.back().backed = (e.locations >> (t + 1)) != 0;
   }
   // Hash-set order is arbitrary; sort by id so runs are reproducible.
   std::sort(out.begin(), out.end(),
