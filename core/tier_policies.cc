@@ -4,6 +4,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "policy/policy_build.h"
+
 namespace kvtier::internal {
 namespace {
 
@@ -47,10 +49,10 @@ Result<std::unique_ptr<TierPolicies>> TierPolicies::Create(const RuntimeOptions&
     const std::string where = "tier '" + o.name + "': ";
     PerTier tier;
     // The tier index seeds write_budget's coin: runs are reproducible.
-    auto chain = AdmissionChain::Create(o.admission, o.policy, /*seed=*/t);
+    auto chain = BuildAdmissionChain(o.admission, o.policy, /*seed=*/t, &p->reuse_models_);
     if (!chain.ok()) return chain.status().WithContext(where + "admission");
     tier.admission = std::move(chain).value();
-    auto eviction = CreateEvictionPolicy(o.eviction, o.policy);
+    auto eviction = BuildEviction(o.eviction, o.policy, &p->reuse_models_);
     if (!eviction.ok()) return eviction.status().WithContext(where + "eviction");
     tier.eviction = std::move(eviction).value();
     tier.lru = o.eviction == "lru";
@@ -80,6 +82,7 @@ bool TierPolicies::ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys
   ids_.clear();
   for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
   const auto full = static_cast<uint32_t>(keys.size());  // a lookup names full blocks only
+  reuse_models_.ObserveRequest(ids_, full);
   for (PerTier& t : tiers_) {
     t.admission.ObserveRequest(ids_, full, hints, now_ns);
     if (t.eviction_observes) t.eviction->ObserveRequest(ids_, full, hints, now_ns);
@@ -92,6 +95,7 @@ void TierPolicies::ObserveFinish(NamespaceId ns, std::span<const BlockKey> keys,
   if (!observes_) return;
   ids_.clear();
   for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
+  reuse_models_.ObserveFinish(ids_, output_tokens);
   for (PerTier& t : tiers_) {
     t.admission.ObserveFinish(ids_, output_tokens, now_ns);
     if (t.eviction_observes) t.eviction->ObserveFinish(ids_, output_tokens, now_ns);

@@ -18,6 +18,7 @@
 #include "core/block_index.h"
 #include "kvtier/options.h"
 #include "kvtier/policy.h"
+#include "policy/reuse_model.h"
 
 namespace kvtier::internal {
 
@@ -132,6 +133,8 @@ class TierPolicies final : public IndexObserver {
   const uint32_t block_tokens_;
   const ModelCost cost_;
   const double gpu_flops_per_s_;
+  // The learners of every tier's `reuse` policies, fed once per request.
+  SharedReuseModels reuse_models_;
   std::vector<PerTier> tiers_;
   std::vector<uint64_t> ids_;  // ObserveRequest scratch
   bool observes_ = false;      // some admission watches requests, or alpha is tuned

@@ -7,7 +7,9 @@
 #include <limits>
 
 #include "kvtier/policy.h"
+#include "policy/policy_build.h"
 #include "policy/policy_internal.h"
+#include "policy/reuse_model.h"
 
 namespace kvtier {
 namespace {
@@ -152,13 +154,15 @@ constexpr std::array<std::string_view, 5> kEviction = {"lru", "s3fifo", "flop_aw
 std::span<const std::string_view> PolicyAdmissionNames() { return kAdmission; }
 std::span<const std::string_view> PolicyEvictionNames() { return kEviction; }
 
-Result<std::unique_ptr<AdmissionPolicy>> CreateAdmissionPolicy(std::string_view name,
-                                                               const PolicyKnobs& knobs,
-                                                               uint64_t seed) {
+namespace internal {
+
+Result<std::unique_ptr<AdmissionPolicy>> BuildAdmission(std::string_view name,
+                                                        const PolicyKnobs& knobs, uint64_t seed,
+                                                        SharedReuseModels* models) {
   if (name == "always") return std::unique_ptr<AdmissionPolicy>(new AlwaysAdmission());
   if (name == "frequency") return std::unique_ptr<AdmissionPolicy>(new FrequencyAdmission(knobs));
-  if (name == "marconi") return internal::NewMarconiAdmission(knobs);
-  if (name == "reuse") return internal::NewReuseAdmission(knobs);
+  if (name == "marconi") return NewMarconiAdmission(knobs);
+  if (name == "reuse") return NewReuseAdmission(knobs, models ? models->For(knobs) : nullptr);
   if (name == "cost") return std::unique_ptr<AdmissionPolicy>(new CostAdmission(knobs));
   if (name == "write_budget") {
     if (knobs.write_budget_bytes_per_day == 0) {
@@ -169,15 +173,29 @@ Result<std::unique_ptr<AdmissionPolicy>> CreateAdmissionPolicy(std::string_view 
   return Status::InvalidArgument("unknown admission policy '" + std::string(name) + "'");
 }
 
-Result<AdmissionChain> AdmissionChain::Create(std::span<const std::string> names,
-                                              const PolicyKnobs& knobs, uint64_t seed) {
+Result<AdmissionChain> BuildAdmissionChain(std::span<const std::string> names,
+                                           const PolicyKnobs& knobs, uint64_t seed,
+                                           SharedReuseModels* models) {
   AdmissionChain chain;
   for (const std::string& n : names) {
-    auto p = CreateAdmissionPolicy(n, knobs, seed);
+    auto p = BuildAdmission(n, knobs, seed, models);
     if (!p.ok()) return p.status();
     chain.Add(std::move(*p));
   }
   return chain;
+}
+
+}  // namespace internal
+
+Result<std::unique_ptr<AdmissionPolicy>> CreateAdmissionPolicy(std::string_view name,
+                                                               const PolicyKnobs& knobs,
+                                                               uint64_t seed) {
+  return internal::BuildAdmission(name, knobs, seed, nullptr);
+}
+
+Result<AdmissionChain> AdmissionChain::Create(std::span<const std::string> names,
+                                              const PolicyKnobs& knobs, uint64_t seed) {
+  return internal::BuildAdmissionChain(names, knobs, seed, nullptr);
 }
 
 void AdmissionChain::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,

@@ -6,7 +6,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "policy/policy_build.h"
 #include "policy/policy_internal.h"
+#include "policy/reuse_model.h"
 
 namespace kvtier {
 namespace {
@@ -207,8 +209,11 @@ class SlruEviction final : public EvictionPolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<EvictionPolicy>> CreateEvictionPolicy(std::string_view name,
-                                                             const PolicyKnobs& knobs) {
+namespace internal {
+
+Result<std::unique_ptr<EvictionPolicy>> BuildEviction(std::string_view name,
+                                                      const PolicyKnobs& knobs,
+                                                      SharedReuseModels* models) {
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruEviction());
   if (name == "flop_aware") {
     return std::unique_ptr<EvictionPolicy>(new FlopAwareEviction(knobs.flop_alpha));
@@ -219,8 +224,15 @@ Result<std::unique_ptr<EvictionPolicy>> CreateEvictionPolicy(std::string_view na
   if (name == "s3fifo") {
     return std::unique_ptr<EvictionPolicy>(new S3FifoEviction(knobs.s3fifo_small_fraction));
   }
-  if (name == "reuse") return internal::NewReuseEviction(knobs);
+  if (name == "reuse") return NewReuseEviction(knobs, models ? models->For(knobs) : nullptr);
   return Status::InvalidArgument("unknown eviction policy '" + std::string(name) + "'");
+}
+
+}  // namespace internal
+
+Result<std::unique_ptr<EvictionPolicy>> CreateEvictionPolicy(std::string_view name,
+                                                             const PolicyKnobs& knobs) {
+  return internal::BuildEviction(name, knobs, nullptr);
 }
 
 }  // namespace kvtier

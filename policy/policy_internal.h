@@ -17,7 +17,12 @@ inline uint64_t Mix64(uint64_t x) {
 }
 
 Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs);
-Result<std::unique_ptr<AdmissionPolicy>> NewReuseAdmission(const PolicyKnobs& knobs);
-Result<std::unique_ptr<EvictionPolicy>> NewReuseEviction(const PolicyKnobs& knobs);
+class ReuseModel;
+// `shared` (may be null): a learner its owner feeds (SharedReuseModels);
+// null gives the policy its own, fed by what the policy observes.
+Result<std::unique_ptr<AdmissionPolicy>> NewReuseAdmission(const PolicyKnobs& knobs,
+                                                           std::shared_ptr<ReuseModel> shared);
+Result<std::unique_ptr<EvictionPolicy>> NewReuseEviction(const PolicyKnobs& knobs,
+                                                         std::shared_ptr<ReuseModel> shared);
 
 }  // namespace kvtier::internal

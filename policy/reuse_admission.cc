@@ -13,19 +13,20 @@ namespace {
 
 class ReuseAdmission final : public ObservesReuse<AdmissionPolicy> {
  public:
-  explicit ReuseAdmission(const PolicyKnobs& k)
-      : ObservesReuse(k),
+  ReuseAdmission(const PolicyKnobs& k, std::shared_ptr<ReuseModel> shared)
+      : ObservesReuse(k, std::move(shared)),
         ratio_(k.reuse_ratio),
         spread_(k.reuse_spread),
         fill_share_(k.reuse_fill_share) {}
   std::string_view Name() const override { return "reuse"; }
 
   bool Admit(const BlockMeta& block, const TierState& tier) override {
-    if (!model_.Known(block.id)) return block.sightings >= 2;
-    if (model_.Partial(block.id)) return false;  // a request's partial last block: reused ~1-5 %
+    const ReuseModel::Look look = model_.LookUp(block.id);
+    if (!look.known) return block.sightings >= 2;
+    if (look.partial) return false;  // a request's partial last block: reused ~1-5 %
     // Filling free space costs the device's endurance but evicts nothing.
     if (Below(tier, fill_share_)) return true;
-    const double rate = model_.RateOf(block.id);
+    const double rate = look.rate;
     if (rate < 0) return true;  // not learned yet
     const double base = model_.FirstSightingRate();
     if (base <= 0) return true;
@@ -39,7 +40,7 @@ class ReuseAdmission final : public ObservesReuse<AdmissionPolicy> {
     const double ratio = full ? std::max(ratio_, 1.0) : ratio_;
     if (spread_ <= 0) return rel >= ratio;
     const double p = std::clamp((rel - (ratio - spread_)) / (2 * spread_), 0.0, 1.0);
-    return model_.CoinOf(block.id) < p;
+    return look.coin < p;
   }
 
  private:
@@ -55,8 +56,9 @@ class ReuseAdmission final : public ObservesReuse<AdmissionPolicy> {
 
 }  // namespace
 
-Result<std::unique_ptr<AdmissionPolicy>> NewReuseAdmission(const PolicyKnobs& knobs) {
-  return std::unique_ptr<AdmissionPolicy>(new ReuseAdmission(knobs));
+Result<std::unique_ptr<AdmissionPolicy>> NewReuseAdmission(const PolicyKnobs& knobs,
+                                                           std::shared_ptr<ReuseModel> shared) {
+  return std::unique_ptr<AdmissionPolicy>(new ReuseAdmission(knobs, std::move(shared)));
 }
 
 }  // namespace kvtier::internal

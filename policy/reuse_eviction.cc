@@ -27,7 +27,8 @@ namespace {
 
 class ReuseEviction final : public ObservesReuse<EvictionPolicy> {
  public:
-  explicit ReuseEviction(const PolicyKnobs& k) : ObservesReuse(k) {}
+  ReuseEviction(const PolicyKnobs& k, std::shared_ptr<ReuseModel> shared)
+      : ObservesReuse(k, std::move(shared)) {}
   std::string_view Name() const override { return "reuse"; }
 
   void Order(std::span<BlockMeta> c, uint64_t now_ns) override {
@@ -36,8 +37,9 @@ class ReuseEviction final : public ObservesReuse<EvictionPolicy> {
     std::vector<std::tuple<bool, bool, double, size_t>> key(c.size());
     for (size_t i = 0; i < c.size(); ++i) {
       const double age = double(now_ns > c[i].last_use_ns ? now_ns - c[i].last_use_ns : 0) + 1.0;
-      const bool unfinished = model_.Unfinished(c[i].id);
-      const double rate = unfinished ? 1.0 : model_.RateOf(c[i].id);
+      const ReuseModel::Look look = model_.LookUp(c[i].id);
+      const bool unfinished = look.unfinished;
+      const double rate = unfinished ? 1.0 : look.rate;
       key[i] = {!c[i].backed, unfinished, (rate < 0 ? fallback : rate) / age, i};
     }
     std::sort(key.begin(), key.end());  // the index breaks ties: stable
@@ -50,8 +52,9 @@ class ReuseEviction final : public ObservesReuse<EvictionPolicy> {
 
 }  // namespace
 
-Result<std::unique_ptr<EvictionPolicy>> NewReuseEviction(const PolicyKnobs& knobs) {
-  return std::unique_ptr<EvictionPolicy>(new ReuseEviction(knobs));
+Result<std::unique_ptr<EvictionPolicy>> NewReuseEviction(const PolicyKnobs& knobs,
+                                                         std::shared_ptr<ReuseModel> shared) {
+  return std::unique_ptr<EvictionPolicy>(new ReuseEviction(knobs, std::move(shared)));
 }
 
 }  // namespace kvtier::internal

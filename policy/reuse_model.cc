@@ -130,14 +130,16 @@ double ReuseModel::FirstSightingRate() const {
   return named == 0 ? -1 : renamed / named;
 }
 
-double ReuseModel::RateOf(uint64_t id) const {
-  auto it = nodes_.find(id);
-  if (it == nodes_.end()) return -1;
-  const Node& n = it->second;
+double ReuseModel::RateOf(const Node& n) const {
   for (uint8_t c : {n.post, n.cls}) {
     if (c != kNone && Learned(c)) return std::min(1.0, rates_[c].renamed / rates_[c].matured);
   }
   return -1;
+}
+
+double ReuseModel::RateOf(uint64_t id) const {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? -1 : RateOf(it->second);
 }
 
 bool ReuseModel::Partial(uint64_t id) const {
@@ -145,10 +147,20 @@ bool ReuseModel::Partial(uint64_t id) const {
   return it != nodes_.end() && it->second.partial;
 }
 
+bool ReuseModel::Unfinished(const Node& n) const {
+  return finishes_ && n.sightings == 1 && n.post == kNone && pending_.count(n.tag) != 0;
+}
+
 bool ReuseModel::Unfinished(uint64_t id) const {
   auto it = nodes_.find(id);
-  return finishes_ && it != nodes_.end() && it->second.sightings == 1 && it->second.post == kNone &&
-         pending_.count(it->second.tag) != 0;
+  return it != nodes_.end() && Unfinished(it->second);
+}
+
+ReuseModel::Look ReuseModel::LookUp(uint64_t id) const {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return {};
+  const Node& n = it->second;
+  return {true, n.partial, Unfinished(n), RateOf(n), n.coin};
 }
 
 float ReuseModel::CoinOf(uint64_t id) const {
@@ -160,6 +172,22 @@ size_t ReuseModel::ClassOf(uint64_t id) const {
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return kClasses;
   return it->second.post != kNone ? it->second.post : it->second.cls;
+}
+
+std::shared_ptr<ReuseModel> SharedReuseModels::For(const PolicyKnobs& k) {
+  for (const Slot& s : models_) {
+    if (s.min_samples == k.reuse_min_samples && s.half_life == k.reuse_half_life) return s.model;
+  }
+  models_.push_back({k.reuse_min_samples, k.reuse_half_life, std::make_shared<ReuseModel>(k)});
+  return models_.back().model;
+}
+
+void SharedReuseModels::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks) {
+  for (Slot& s : models_) s.model->ObserveRequest(chain, full_blocks);
+}
+
+void SharedReuseModels::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens) {
+  for (Slot& s : models_) s.model->ObserveFinish(chain, output_tokens);
 }
 
 }  // namespace kvtier::internal

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -57,6 +58,17 @@ class ReuseModel {
   // The class `id` is judged by now (kClasses when unknown); for tests.
   size_t ClassOf(uint64_t id) const;
 
+  // What one decision needs of a block, found with one lookup: the fields
+  // of RateOf, Partial, Unfinished and CoinOf.
+  struct Look {
+    bool known = false;
+    bool partial = false;
+    bool unfinished = false;
+    double rate = -1;
+    float coin = 0;
+  };
+  Look LookUp(uint64_t id) const;
+
   static uint8_t LengthClass(size_t blocks);
   static uint8_t OutputClass(uint32_t tokens);
 
@@ -88,6 +100,8 @@ class ReuseModel {
     std::vector<uint64_t> fresh;  // full blocks it named first
   };
   bool Learned(size_t cls) const { return rates_[cls].matured >= double(min_samples_); }
+  double RateOf(const Node& n) const;
+  bool Unfinished(const Node& n) const;
   void Enter(size_t cls);
   void Mature();
   void Rename(Node& n);
@@ -110,23 +124,51 @@ class ReuseModel {
   bool finishes_ = false;  // some finish was observed
 };
 
+// The learners of one cache: one ReuseModel per set of learning knobs,
+// shared by every `reuse` policy of every tier built from it (BuildEviction,
+// BuildAdmissionChain in policy/policy_build.h), so each request is learned
+// once, not once per policy. The owner feeds it; the policies do not.
+class SharedReuseModels {
+ public:
+  std::shared_ptr<ReuseModel> For(const PolicyKnobs& k);
+  void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks);
+  void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens);
+  size_t size() const { return models_.size(); }
+
+ private:
+  struct Slot {
+    uint32_t min_samples = 0;
+    uint64_t half_life = 0;
+    std::shared_ptr<ReuseModel> model;
+  };
+  std::vector<Slot> models_;
+};
+
 // Base of the `reuse` admission and eviction policies (Policy is
-// AdmissionPolicy or EvictionPolicy): feeds every request and finish the
-// policy observes to its model.
+// AdmissionPolicy or EvictionPolicy). With its own model it feeds it every
+// request and finish the policy observes; with a shared one (from
+// SharedReuseModels) it leaves that to the model's owner.
 template <typename Policy>
 class ObservesReuse : public Policy {
  public:
-  explicit ObservesReuse(const PolicyKnobs& k) : model_(k) {}
+  ObservesReuse(const PolicyKnobs& k, std::shared_ptr<ReuseModel> shared)
+      : feeds_(shared == nullptr),
+        owned_(feeds_ ? std::make_shared<ReuseModel>(k) : std::move(shared)),
+        model_(*owned_) {}
   void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks, const RequestHints&,
                       uint64_t) override {
-    model_.ObserveRequest(chain, full_blocks);
+    if (feeds_) model_.ObserveRequest(chain, full_blocks);
   }
   void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens, uint64_t) override {
-    model_.ObserveFinish(chain, output_tokens);
+    if (feeds_) model_.ObserveFinish(chain, output_tokens);
   }
 
+ private:
+  bool feeds_;
+  std::shared_ptr<ReuseModel> owned_;
+
  protected:
-  ReuseModel model_;
+  ReuseModel& model_;
 };
 
 }  // namespace kvtier::internal

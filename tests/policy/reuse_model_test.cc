@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvtier/policy.h"
+#include "policy/policy_build.h"
 
 namespace kvtier {
 namespace {
@@ -232,6 +233,49 @@ TEST(ReuseEvictionTest, BackedCopiesLeaveFirst) {
       (std::vector<uint64_t>{3, 4, 50, 60}));
   EXPECT_EQ(OrderIds(**p, {Used(50, 900), backed(Used(60, 0))}, 1000),
             (std::vector<uint64_t>{60, 50}));
+}
+
+struct SharedAdapter {  // gives SharedReuseModels the policies' ObserveRequest signature
+  internal::SharedReuseModels& m;
+  void ObserveRequest(std::span<const uint64_t> c, uint32_t full, const RequestHints&, uint64_t) {
+    m.ObserveRequest(c, full);
+  }
+};
+
+// The `reuse` policies of one cache share one learner per knob set, which
+// the cache feeds once per request: a policy's own observations do not feed
+// it again, and what the cache feeds reaches every policy built from it,
+// which then decides exactly as a policy with its own learner does.
+TEST(SharedReuseModelsTest, PoliciesShareOneLearnerPerKnobSetFedOnce) {
+  internal::SharedReuseModels models;
+  const PolicyKnobs k = ExactKnobs();
+  auto admission = internal::BuildAdmission("reuse", k, 0, &models);
+  auto eviction = internal::BuildEviction("reuse", k, &models);
+  ASSERT_TRUE(admission.ok() && eviction.ok());
+  EXPECT_EQ(models.size(), 1u);
+  EXPECT_EQ(models.For(k), models.For(k));
+  PolicyKnobs other = k;
+  other.reuse_min_samples = 2;
+  EXPECT_NE(models.For(other), models.For(k));
+  EXPECT_EQ(models.size(), 2u);
+
+  (*admission)->ObserveRequest(std::vector<uint64_t>{7, 8}, 2, {}, 0);
+  EXPECT_FALSE(models.For(k)->Known(7));  // the owner feeds, not the policy
+
+  SharedAdapter feed{models};
+  ObserveThree(feed);
+  EXPECT_TRUE(models.For(other)->Known(50));
+  EXPECT_EQ(OrderIds(**eviction,
+                     {Used(3, 0), Used(50, 900), Used(99, 600), Used(4, 990), Used(1, 0)}, 1000),
+            (std::vector<uint64_t>{50, 1, 3, 99, 4}));
+  EXPECT_FALSE(AdmitInTier100(**admission, 50, 0, 0));  // class rate 0 < 0.7 x 0.4
+  EXPECT_TRUE(AdmitInTier100(**admission, 3, 0, 0));    // 0.5 >= 0.7 x 0.4
+  // Public factories keep a learner of their own, fed by what they observe.
+  auto own = CreateAdmissionPolicy("reuse", k);
+  ASSERT_TRUE(own.ok());
+  ObserveThree(**own);
+  EXPECT_FALSE(AdmitInTier100(**own, 50, 0, 0));
+  EXPECT_TRUE(AdmitInTier100(**own, 3, 0, 0));
 }
 
 }  // namespace

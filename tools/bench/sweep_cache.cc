@@ -10,8 +10,10 @@
 namespace kvtier::bench {
 
 TieredCache::TieredCache(std::array<SimTierConfig, kSimTiers> tiers, uint64_t block_bytes,
-                         double gpu_flops_per_s, uint32_t evict_batch)
-    : tiers_(std::move(tiers)),
+                         double gpu_flops_per_s, uint32_t evict_batch,
+                         std::unique_ptr<internal::SharedReuseModels> reuse_models)
+    : reuse_models_(std::move(reuse_models)),
+      tiers_(std::move(tiers)),
       block_bytes_(block_bytes),
       gpu_flops_per_s_(gpu_flops_per_s),
       evict_batch_(std::max<uint32_t>(1, evict_batch)) {}
@@ -79,6 +81,7 @@ void TieredCache::Use(std::span<const SimBlock> chain, size_t hits, uint64_t now
 
 void TieredCache::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
                                  const RequestHints& hints, uint64_t now_ns) {
+  if (reuse_models_) reuse_models_->ObserveRequest(chain, full_blocks);
   tiers_[1].admission.ObserveRequest(chain, full_blocks, hints, now_ns);
   for (SimTierConfig& t : tiers_) {
     if (t.eviction) t.eviction->ObserveRequest(chain, full_blocks, hints, now_ns);
@@ -87,6 +90,7 @@ void TieredCache::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_
 
 void TieredCache::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens,
                                 uint64_t now_ns) {
+  if (reuse_models_) reuse_models_->ObserveFinish(chain, output_tokens);
   tiers_[1].admission.ObserveFinish(chain, output_tokens, now_ns);
   for (SimTierConfig& t : tiers_) {
     if (t.eviction) t.eviction->ObserveFinish(chain, output_tokens, now_ns);

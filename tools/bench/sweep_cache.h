@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvtier/policy.h"
+#include "policy/reuse_model.h"
 
 namespace kvtier::bench {
 
@@ -44,8 +45,11 @@ struct SimBlock {
 
 class TieredCache {
  public:
+  // `reuse_models` (may be null): the learners the tiers' `reuse` policies
+  // share (policy/policy_build.h); the cache feeds them every request.
   TieredCache(std::array<SimTierConfig, kSimTiers> tiers, uint64_t block_bytes,
-              double gpu_flops_per_s, uint32_t evict_batch);
+              double gpu_flops_per_s, uint32_t evict_batch,
+              std::unique_ptr<internal::SharedReuseModels> reuse_models = nullptr);
 
   // Leading blocks of `chain` stored in some tier; tier_of[i] = fastest tier.
   size_t Lookup(std::span<const SimBlock> chain, std::vector<uint8_t>* tier_of) const;
@@ -83,6 +87,7 @@ class TieredCache {
   void EraseIfHomeless(uint64_t id);
   std::vector<BlockMeta> Candidates(size_t t) const;
 
+  std::unique_ptr<internal::SharedReuseModels> reuse_models_;
   std::array<SimTierConfig, kSimTiers> tiers_;
   uint64_t block_bytes_;
   double gpu_flops_per_s_;

@@ -8,6 +8,8 @@
 #include <deque>
 #include <unordered_map>
 
+#include "policy/policy_build.h"
+#include "policy/reuse_model.h"
 #include "tools/bench/sweep.h"
 #include "tools/bench/sweep_cache.h"
 
@@ -301,17 +303,19 @@ Result<SweepResult> RunSweepOne(const Trace& trace, const SweepEngine& engine,
   tiers[1].read_bytes_per_s = engine.nvme_read_bytes_per_s;
   tiers[1].read_latency_s = engine.nvme_read_latency_s;
   const std::string evictions[kSimTiers] = {policy.host_eviction, policy.nvme_eviction};
+  auto models = std::make_unique<internal::SharedReuseModels>();
   for (size_t t = 0; t < kSimTiers; ++t) {
     tiers[t].oracle = policy.oracle;
-    auto ev = CreateEvictionPolicy(policy.oracle ? "lru" : evictions[t], knobs);
+    auto ev = internal::BuildEviction(policy.oracle ? "lru" : evictions[t], knobs, models.get());
     if (!ev.ok()) return ev.status();
     tiers[t].eviction = std::move(*ev);
   }
-  auto chain = AdmissionChain::Create(policy.nvme_admission, knobs, /*seed=*/7);
+  auto chain =
+      internal::BuildAdmissionChain(policy.nvme_admission, knobs, /*seed=*/7, models.get());
   if (!chain.ok()) return chain.status();
   tiers[1].admission = std::move(*chain);
   TieredCache cache(std::move(tiers), engine.BlockBytes(), engine.gpu_flops_per_s,
-                    engine.evict_batch);
+                    engine.evict_batch, std::move(models));
   Engine sim(trace, engine, policy, capacity, cache);
   SweepResult r = sim.Run(knobs);
   r.label = policy.label;
