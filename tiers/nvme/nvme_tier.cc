@@ -188,17 +188,39 @@ std::optional<uint64_t> NvmeTier::TEST_FileOffset(NamespaceId ns, const BlockKey
 
 namespace {
 
-// Looks up one read; a miss or a too small buffer is answered at once.
+// What the index holds for one read, copied out under the lock. A hit that
+// will be read pins its region (Region::readers): reclaim waits for the pin
+// to drop in FinishRead before the region is reused, so the bytes at `loc`
+// stay those of this entry. Everything else a read needs (buffers,
+// requests) is built from this copy after the lock is released.
+struct ReadHit {
+  bool found = false;
+  BlockLocation loc;
+  uint64_t seq = 0;
+};
+
 // REQUIRES: s.mu held.
-std::shared_ptr<ReadCtx> PrepareRead(NvmeTier::State& s, const std::string& tier, size_t i,
-                                     NamespaceId ns, const ReadOp& op, CompletionSource& done) {
-  const NsKey id{ns, op.key};
+ReadHit LookupReadLocked(NvmeTier::State& s, const NsKey& id, const ReadOp& op) {
+  ReadHit hit;
   auto it = s.map.find(id);
-  if (it == s.map.end()) {
+  if (it == s.map.end()) return hit;
+  hit.found = true;
+  hit.loc = it->second.loc;
+  hit.seq = it->second.seq;
+  // A too small buffer is refused without a read, so it takes no pin.
+  if (op.dst.size() >= hit.loc.payload_bytes) ++s.regions[hit.loc.region].readers;
+  return hit;
+}
+
+// A miss or a too small buffer is answered at once (nullptr); otherwise the
+// read's context, its region already pinned by LookupReadLocked.
+std::shared_ptr<ReadCtx> PrepareRead(const ReadHit& hit, const std::string& tier, size_t i,
+                                     NamespaceId ns, const ReadOp& op, CompletionSource& done) {
+  if (!hit.found) {
     done.Set(i, Status::NotFound("not in tier '" + tier + "'"));
     return nullptr;
   }
-  const BlockLocation& loc = it->second.loc;
+  const BlockLocation& loc = hit.loc;
   if (op.dst.size() < loc.payload_bytes) {
     done.Set(i, Status::InvalidArgument("read buffer of " + std::to_string(op.dst.size()) +
                                         " bytes < block of " + std::to_string(loc.payload_bytes)));
@@ -206,40 +228,49 @@ std::shared_ptr<ReadCtx> PrepareRead(NvmeTier::State& s, const std::string& tier
   }
   auto c = std::make_shared<ReadCtx>();
   c->item = i;
-  c->id = id;
+  c->id = {ns, op.key};
   c->loc = loc;
-  c->seq = it->second.seq;
+  c->seq = hit.seq;
   c->dst = op.dst;
   c->direct = IsAligned(c->dst.data()) && loc.payload_bytes % kNvmeAlign == 0;
   c->buf = AlignedBuffer(c->direct ? kNvmeAlign : DiskBytes(loc.payload_bytes));
-  ++s.regions[loc.region].readers;
   return c;
 }
 
 }  // namespace
 
+// Only the index lookup holds mu. The pin it takes keeps the block's bytes in
+// place until FinishRead, so a block overwritten or removed after the lookup
+// still reads as the version looked up; FinishRead verifies header and
+// checksum against that version and updates the index entry only while its
+// seq (and location) still match.
 void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) {
   auto batch = std::make_shared<BatchDone>(std::move(done));
-  std::vector<IoRequest> reqs;
-  std::vector<std::shared_ptr<ReadCtx>> ctxs;
+  std::vector<ReadHit> hits;
+  hits.reserve(ops.size());
   {
     std::lock_guard lock(s_->mu);
     for (size_t i = 0; i < ops.size(); ++i) {
-      std::shared_ptr<ReadCtx> c = PrepareRead(*s_, name(), i, ns, ops[i], batch->done);
-      if (c == nullptr) continue;
-      std::optional<iovec> payload;
-      if (c->direct) payload = iovec{c->dst.data(), c->loc.payload_bytes};
-      std::vector<IoRequest> block =
-          BlockRequests(*s_->engine, IoOp::kRead, s_->file.fd(),
-                        uint64_t{c->loc.region} * s_->region_bytes + c->loc.offset,
-                        {c->buf.data(), c->buf.size()}, payload);
-      JoinParts(block, c->parts, [s = s_.get(), batch, c](const Status& st) {
-        FinishRead(*s, *c, st, batch->done);
-        batch->Release();
-      });
-      for (IoRequest& r : block) reqs.push_back(std::move(r));
-      ctxs.push_back(std::move(c));
+      hits.push_back(LookupReadLocked(*s_, {ns, ops[i].key}, ops[i]));
     }
+  }
+  std::vector<IoRequest> reqs;
+  std::vector<std::shared_ptr<ReadCtx>> ctxs;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    std::shared_ptr<ReadCtx> c = PrepareRead(hits[i], name(), i, ns, ops[i], batch->done);
+    if (c == nullptr) continue;
+    std::optional<iovec> payload;
+    if (c->direct) payload = iovec{c->dst.data(), c->loc.payload_bytes};
+    std::vector<IoRequest> block =
+        BlockRequests(*s_->engine, IoOp::kRead, s_->file.fd(),
+                      uint64_t{c->loc.region} * s_->region_bytes + c->loc.offset,
+                      {c->buf.data(), c->buf.size()}, payload);
+    JoinParts(block, c->parts, [s = s_.get(), batch, c](const Status& st) {
+      FinishRead(*s, *c, st, batch->done);
+      batch->Release();
+    });
+    for (IoRequest& r : block) reqs.push_back(std::move(r));
+    ctxs.push_back(std::move(c));
   }
   batch->remaining.fetch_add(ctxs.size(), std::memory_order_relaxed);
   if (Status st = reqs.empty() ? Status::Ok() : s_->engine->Submit(std::move(reqs)); !st.ok()) {
