@@ -76,16 +76,20 @@ class HostCopyEngineImpl final : public HostCopyEngine {
   void Gather(std::span<const BlockCopy> copies, CopyDone done) override {
     std::vector<Status> results = internal::CheckEachBlockCopy(
         layout_, copies, /*unique_blocks=*/false, /*disjoint_hosts=*/true);
+    // Runs are rebuilt block by block.
     std::vector<internal::CopyRun> runs;
-    if (Reserve(runs, results)) GatherAll(copies, runs, results);
+    if (Reserve(internal::MaxBlockRuns(layout_), runs, results)) GatherAll(copies, runs, results);
     if (done) done(std::move(results));
   }
 
   void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) override {
     std::vector<Status> results = internal::CheckEachBlockCopy(
         layout_, copies, /*unique_blocks=*/true, /*disjoint_hosts=*/false);
+    // Runs are rebuilt layer by layer, block by block.
     std::vector<internal::CopyRun> runs;
-    if (Reserve(runs, results)) ScatterAll(copies, on_layer, runs, results);
+    if (Reserve(internal::MaxLayerRuns(layout_), runs, results)) {
+      ScatterAll(copies, on_layer, runs, results);
+    }
     if (done) done(std::move(results));
   }
 
@@ -98,6 +102,7 @@ class HostCopyEngineImpl final : public HostCopyEngine {
     KVTIER_RETURN_IF_ERROR(internal::CheckBlockCopy(layout_, engine_block, host.size()));
     return Guarded([&] {
       std::vector<internal::CopyRun> runs;
+      runs.reserve(internal::MaxBlockRuns(layout_));
       internal::AppendBlockRuns(layout_, engine_block, &runs);
       ToEngine(runs, host.data());
     });
@@ -107,6 +112,7 @@ class HostCopyEngineImpl final : public HostCopyEngine {
     KVTIER_RETURN_IF_ERROR(internal::CheckBlockCopy(layout_, engine_block, host.size()));
     return Guarded([&] {
       std::vector<internal::CopyRun> runs;
+      runs.reserve(internal::MaxBlockRuns(layout_));
       internal::AppendBlockRuns(layout_, engine_block, &runs);
       ToHost(runs, host.data());
     });
@@ -132,12 +138,15 @@ class HostCopyEngineImpl final : public HostCopyEngine {
     }
   }
 
-  // Sizes `runs` for the largest block up front, so that the copy loops never
-  // allocate; on failure every checked copy fails and false is returned.
-  bool Reserve(std::vector<internal::CopyRun>& runs, std::vector<Status>& results) const {
-    const uint64_t max_runs = uint64_t{layout_.num_layers} * layout_.Planes() *
-                              layout_.block_tokens * layout_.num_kv_heads;
-    Status st = Guarded([&] { runs.reserve(max_runs); });
+  // Sizes `runs` up front for the most runs one block (Gather) or one layer
+  // (Scatter) of this layout can take, so that the copy loops never
+  // allocate; nothing when no copy passed its checks. On failure every
+  // checked copy fails and false is returned.
+  static bool Reserve(uint64_t max_runs, std::vector<internal::CopyRun>& runs,
+                      std::vector<Status>& results) {
+    bool any = false;
+    for (const Status& r : results) any |= r.ok();
+    Status st = Guarded([&] { runs.reserve(any ? max_runs : 0); });
     if (st.ok()) return true;
     for (Status& r : results) {
       if (r.ok()) r = st;

@@ -57,9 +57,14 @@ void AppendLayerPages(const KvLayout& layout, uint32_t block, uint32_t layer, si
   }
 }
 
+// HND and packed pages are strided in the engine: one run per row.
+bool WalksRows(const KvLayout& layout) {
+  return layout.kind == KvLayoutKind::kVllmHnd || layout.kind == KvLayoutKind::kPacked;
+}
+
 void AppendLayer(const KvLayout& layout, uint32_t block, uint32_t layer, size_t first,
                  std::vector<CopyRun>* runs) {
-  if (layout.kind == KvLayoutKind::kVllmHnd || layout.kind == KvLayoutKind::kPacked) {
+  if (WalksRows(layout)) {
     AppendLayerRows(layout, block, layer, first, runs);
   } else {
     AppendLayerPages(layout, block, layer, first, runs);
@@ -78,6 +83,15 @@ void AppendBlockRuns(const KvLayout& layout, uint32_t block, std::vector<CopyRun
   for (uint32_t layer = 0; layer < layout.num_layers; ++layer) {
     AppendLayer(layout, block, layer, first, runs);
   }
+}
+
+uint64_t MaxLayerRuns(const KvLayout& layout) {
+  const uint64_t planes = layout.Planes();
+  return WalksRows(layout) ? planes * layout.block_tokens * layout.num_kv_heads : planes;
+}
+
+uint64_t MaxBlockRuns(const KvLayout& layout) {
+  return uint64_t{layout.num_layers} * MaxLayerRuns(layout);
 }
 
 Status CheckBlockCopy(const KvLayout& layout, uint32_t engine_block, uint64_t host_bytes) {

@@ -46,6 +46,15 @@ void AppendLayerRuns(const KvLayout& layout, uint32_t block, uint32_t layer,
 // REQUIRES: as AppendLayerRuns.
 void AppendBlockRuns(const KvLayout& layout, uint32_t block, std::vector<CopyRun>* runs);
 
+// The most runs one AppendLayerRuns call appends for any block of `layout`,
+// before merging: Planes() where pages are contiguous in the engine,
+// Planes() * block_tokens * num_kv_heads for HND and packed. An empty list
+// with this capacity (MaxBlockRuns for AppendBlockRuns) takes one call's runs
+// without reallocating. REQUIRES: layout.Validate().ok().
+uint64_t MaxLayerRuns(const KvLayout& layout);
+// num_layers * MaxLayerRuns(layout). REQUIRES: as MaxLayerRuns.
+uint64_t MaxBlockRuns(const KvLayout& layout);
+
 // InvalidArgument unless engine_block < num_blocks and host_bytes equals
 // BlockBytes().
 Status CheckBlockCopy(const KvLayout& layout, uint32_t engine_block, uint64_t host_bytes);

@@ -134,6 +134,53 @@ TEST(LayoutRunsTest, RunsCoverEveryRowOnceAtReferencePositions) {
   }
 }
 
+// Small layout: 3 layers, 4 tokens, 2 heads; Planes() is 2 (1 for MLA).
+TEST(LayoutRunsTest, MaxRunsPerLayerAndBlock) {
+  struct Case {
+    KvLayoutKind kind;
+    uint64_t layer;
+  };
+  const Case cases[] = {{KvLayoutKind::kVllmNhd, 2},        {KvLayoutKind::kVllmHnd, 2 * 4 * 2},
+                        {KvLayoutKind::kFlashInfer, 2},     {KvLayoutKind::kCrossLayer, 2},
+                        {KvLayoutKind::kPacked, 2 * 4 * 2}, {KvLayoutKind::kMla, 1}};
+  for (const Case& c : cases) {
+    const KvLayout l = SmallLayout(c.kind);
+    EXPECT_EQ(MaxLayerRuns(l), c.layer) << KvLayoutKindName(c.kind);
+    EXPECT_EQ(MaxBlockRuns(l), 3 * c.layer) << KvLayoutKindName(c.kind);
+  }
+  KvLayout big = SmallLayout(KvLayoutKind::kVllmHnd);
+  big.num_layers = 80;
+  big.block_tokens = 1u << 12;
+  big.num_kv_heads = 1u << 10;
+  EXPECT_EQ(MaxBlockRuns(big), uint64_t{80} * 2 * (1u << 22));  // past 2^32: no overflow
+}
+
+// The copy engines reserve these bounds so that appending never reallocates:
+// no call appends more, for any kind, block or layer, degenerate shapes too.
+TEST(LayoutRunsTest, NoAppendExceedsTheMaxRuns) {
+  for (KvLayoutKind kind : kAllKvLayoutKinds) {
+    for (uint32_t heads : {1u, 2u}) {
+      KvLayout l = SmallLayout(kind);
+      l.num_kv_heads = heads;
+      if (!l.Validate().ok()) continue;
+      bool reached = false;  // the bound is tight for some layer
+      for (uint32_t block = 0; block < l.num_blocks; ++block) {
+        EXPECT_LE(BlockRuns(l, block).size(), MaxBlockRuns(l)) << KvLayoutKindName(kind);
+        for (uint32_t layer = 0; layer < l.num_layers; ++layer) {
+          const uint64_t n = LayerRuns(l, block, layer).size();
+          EXPECT_LE(n, MaxLayerRuns(l)) << KvLayoutKindName(kind) << " heads " << heads;
+          reached |= n == MaxLayerRuns(l);
+        }
+      }
+      // The bound is exact unless a block's pages are adjacent (FlashInfer,
+      // cross-layer) or HND rows are (one head).
+      const bool merges = kind == KvLayoutKind::kFlashInfer || kind == KvLayoutKind::kCrossLayer ||
+                          (kind == KvLayoutKind::kVllmHnd && heads == 1);
+      EXPECT_EQ(reached, !merges) << KvLayoutKindName(kind) << " heads " << heads;
+    }
+  }
+}
+
 // "ok | invalid_argument: ..." in copy order.
 std::string Joined(const std::vector<Status>& results) {
   std::string out;
