@@ -84,9 +84,12 @@ class RuntimeImpl final : public Runtime {
                const std::vector<uint32_t>& blocks, const SaveOptions& hints,
                CompletionSource& done);
   // How many leading keys the hub admits: asks the hub's admission about each
-  // key not yet stored, in order, up to the first refusal. REQUIRES: mu_ held.
+  // key not yet stored, in order, up to the first refusal. Sets *missing to
+  // the number of admitted keys not stored yet, from the same lookups.
+  // REQUIRES: mu_ held.
   size_t AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
-                              const std::vector<BlockKey>& keys, const SaveOptions& hints);
+                              const std::vector<BlockKey>& keys, const SaveOptions& hints,
+                              size_t* missing);
   // Indexes keys[0, admitted) that are new as kFilling entries with hub slots
   // (fresh / fresh_item), and settles every other item. REQUIRES: mu_ held.
   void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,

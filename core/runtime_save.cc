@@ -34,12 +34,18 @@ std::vector<Status> RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy>
 void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
                           const std::vector<BlockKey>& keys, const std::vector<uint32_t>& blocks,
                           const SaveOptions& hints, CompletionSource& done) {
+  // Three phases hold mu_, with the lock dropped between them (EnsureHubRoom
+  // may evict, the gather runs unlocked); within a phase each key is looked
+  // up once. An entry found in one phase may be inserted, evicted or erased
+  // by another thread before the next, and is not pinned, so the reservation
+  // looks every key up again rather than trusting what admission saw. The
+  // publish phase looks nothing up: the reserved entries are kFilling and
+  // pinned, so their pointers carry through.
   size_t missing = 0;
   size_t admitted = 0;
   {
     std::lock_guard lock(mu_);
-    admitted = AdmittedPrefixLocked(ns, parent, keys, hints);
-    for (size_t i = 0; i < admitted; ++i) missing += index_.Find({ns, keys[i]}) == nullptr ? 1 : 0;
+    admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing);
   }
   // A save has no deadline of its own; this bounds how long it waits for
   // slots that other threads are freeing.
@@ -66,14 +72,19 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
 
 size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                                          const std::vector<BlockKey>& keys,
-                                         const SaveOptions& hints) {
+                                         const SaveOptions& hints, size_t* missing) {
+  *missing = 0;
+  auto admit_all = [&] {
+    for (const BlockKey& key : keys) *missing += index_.Find({ns, key}) == nullptr ? 1 : 0;
+    return keys.size();
+  };
   // With `always` alone the hub's answer is known: saves skip the policies
   // (and the hub's admission counts) on their hot path.
-  if (hints.bypass_admission || policies_->admits_all(0)) return keys.size();
+  if (hints.bypass_admission || policies_->admits_all(0)) return admit_all();
   uint32_t depth = 0;
   if (parent) {
     const IndexEntry* p = index_.Find({ns, *parent});
-    if (p == nullptr) return keys.size();  // the save fails as a whole
+    if (p == nullptr) return admit_all();  // the save fails as a whole
     depth = p->depth + 1;
   }
   const uint64_t now = NowNs();
@@ -97,6 +108,7 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     const bool admit = policies_->Admit(0, policies_->MetaOf(would), hub);
     metrics_.AddAdmission(0, admit);
     if (!admit) return i;
+    ++*missing;
   }
   return keys.size();
 }
@@ -116,6 +128,7 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
                                        " is not stored; save the prefix first");
     }
   }
+  // The parent is looked up again too: RunSave dropped mu_ since admission.
   bool refused = false;  // the hub refused a key: the rest of the chain stays out
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!broken.ok()) {

@@ -365,6 +365,38 @@ TEST_F(RuntimePolicyTest, ReuseHubDropsCopiesALowerTierHoldsFirst) {
   }
 }
 
+// A save into a full hub makes room for the blocks it lacks, not for the
+// ones stored already: {1..5} over a hub holding {1..4} demotes exactly one
+// block, with the hub's admission skipped or asked (frequency, every key
+// sighted once).
+TEST_F(RuntimePolicyTest, SaveIntoAFullHubMakesRoomForItsNewBlocksOnly) {
+  for (const bool bypass : {true, false}) {
+    SCOPED_TRACE(bypass ? "admission skipped" : "admission asked");
+    RuntimeOptions o = Options(4, {.high = 1.0, .low = 0.5});
+    AddLower(o, bb_);
+    if (!bypass) {
+      o.tiers[0].admission = {"frequency"};
+      o.tiers[0].policy.frequency_threshold = 1;
+    }
+    Open(o);
+    const SaveOptions opts{.bypass_admission = bypass};
+    EXPECT_EQ(Hits({1, 2, 3, 4, 5}), 0u);  // the sightings
+    Save({1, 2, 3, 4}, opts);
+    ASSERT_EQ(rt_->Stats().tiers[0].blocks, 4u);
+    Completion c = Save({1, 2, 3, 4, 5}, opts);
+    for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(c.result(i).ok()) << i;
+    EXPECT_EQ(c.bytes(4), bb_);
+    const RuntimeStats st = rt_->Stats();
+    EXPECT_EQ(st.saved_blocks, 5u);
+    EXPECT_EQ(st.save_duplicates, 4u);
+    EXPECT_EQ(st.tiers[0].blocks, 4u);
+    EXPECT_EQ(st.tiers[0].demoted_blocks, 1u);
+    EXPECT_EQ(st.tiers[1].blocks, 1u);
+    EXPECT_EQ(Hits({1, 2, 3, 4, 5}), 5u);
+    rt_.reset();
+  }
+}
+
 TEST_F(RuntimePolicyTest, UnbuildablePoliciesFailOpen) {
   RuntimeOptions o = Options(4, {});
   AddLower(o, bb_).admission = {"write_budget"};  // no budget
