@@ -55,7 +55,7 @@ TEST(ConfigExamplesTest, DefaultYaml) {
   EXPECT_EQ(t.capacity_bytes, 256 * kMiB);
   EXPECT_EQ(t.watermarks.high, 0.95);
   EXPECT_EQ(t.watermarks.low, 0.85);
-  EXPECT_EQ(t.eviction, "lru");
+  EXPECT_EQ(t.eviction, "reuse");
   EXPECT_EQ(t.admission, std::vector<std::string>{"always"});
   EXPECT_TRUE(t.hugepages);
   EXPECT_TRUE(t.mlock);
@@ -130,6 +130,7 @@ TEST(ParseConfigTest, MinimalConfigTakesDefaults) {
   EXPECT_EQ(r->gpu_pool_blocks, 512u);
   EXPECT_EQ(r->runtime.tiers[0].capacity_bytes, kMiB);
   EXPECT_EQ(r->runtime.tiers[0].admission, std::vector<std::string>{"always"});
+  EXPECT_EQ(r->runtime.tiers[0].eviction, "lru");
 }
 
 TEST(ParseConfigTest, PresetFirstThenExplicitFields) {

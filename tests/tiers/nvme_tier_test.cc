@@ -271,6 +271,9 @@ TEST(NvmeConfig, ExampleKeysReachTheOptions) {
   EXPECT_EQ(t.nvme.on_mismatch, "refuse");
   EXPECT_TRUE(t.nvme.direct_io);
   EXPECT_EQ(t.nvme.reinsert_hits, 3u);
+  EXPECT_EQ(c->runtime.tiers[0].eviction, "reuse");  // the winning set (docs/BENCHMARKS.md)
+  EXPECT_EQ(t.eviction, "reuse");
+  EXPECT_EQ(t.admission, std::vector<std::string>{"reuse"});
   // The store is bound to the model's namespace.
   EXPECT_NE(t.nvme.store_namespace, 0u);
   EXPECT_EQ(t.nvme.store_namespace, ComputeNamespaceId(c->model.Namespace()).value);
