@@ -67,14 +67,17 @@ class FakeRdmaFabric {
     }
     return 0;
   }
+  // Ranges registered now, and registrations ever made.
   size_t registered() {
     std::lock_guard<std::mutex> lock(mu_);
     return ranges_.size();
   }
+  int registrations() const { return registrations_.load(); }
 
   uint32_t Add(std::span<std::byte> bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     ranges_[next_key_] = bytes;
+    registrations_.fetch_add(1);
     return next_key_++;
   }
   void Drop(uint32_t key) {
@@ -121,7 +124,7 @@ class FakeRdmaFabric {
   int fail_next_ = 0;
   bool held_ = false;
   bool stop_ = false;
-  std::atomic<int> writes_{0}, reads_{0};
+  std::atomic<int> writes_{0}, reads_{0}, registrations_{0};
   std::deque<std::pair<RdmaDone, Status>> queue_;
   std::thread thread_;
 };

@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "tests/remote/memd_test_pool.h"
+#include "tiers/remote/memd_reservations.h"
 #include "tiers/remote/rdma_grants.h"
 
 namespace kvtier::internal::memd {
@@ -118,18 +120,6 @@ TEST(RdmaProtocolTest, ClientRejectsGrantsOutsideThePoolOrOfTheWrongSize) {
             StatusCode::kInvalidArgument);
 }
 
-std::unique_ptr<MemdPool> MakePool(uint64_t slots) {
-  MemdPoolOptions o;
-  o.pool_bytes = slots * kSlot;
-  o.slot_bytes = kSlot;
-  o.hugepages = false;
-  o.high_watermark = 1.0;
-  o.low_watermark = 0.99;
-  auto p = MemdPool::Create(o, nullptr);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return std::move(p).value();
-}
-
 // What the client's RDMA WRITE does: a stored block at the granted address.
 void WriteGranted(MemdPool& pool, const RemoteSlot& g, BlockKey key, std::byte fill) {
   const uint64_t payload = g.bytes - kBlockHeaderBytes;
@@ -140,9 +130,10 @@ void WriteGranted(MemdPool& pool, const RemoteSlot& g, BlockKey key, std::byte f
 }
 
 TEST(RdmaGrantsTest, GrantWriteCommitPublishesOnlyWhatWasWritten) {
-  auto pool = MakePool(4);
-  RdmaGrants grants(*pool, kRegion, 500);
-  auto g = grants.Begin(9, PutBegin{kNs, {{{1, 1}, 1000}, {{1, 2}, 1000}}}, 16);
+  auto pool = SmallPool(4, kSlot);
+  MemdReservations table(*pool, 16);
+  RdmaGrants grants(*pool, table, kRegion, 500);
+  auto g = grants.Begin(9, PutBegin{kNs, {{{1, 1}, 1000}, {{1, 2}, 1000}}});
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   ASSERT_EQ(g->items.size(), 2u);
   for (const RemoteSlot& s : g->items) {
@@ -163,24 +154,27 @@ TEST(RdmaGrantsTest, GrantWriteCommitPublishesOnlyWhatWasWritten) {
 }
 
 TEST(RdmaGrantsTest, RefusesOverfullPoolsReusedIdsAndTheReservationLimit) {
-  auto pool = MakePool(2);
-  RdmaGrants grants(*pool, kRegion, 500);
-  auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 10}, {{1, 2}, 10}, {{1, 3}, 10}}}, 16);
+  auto pool = SmallPool(2, kSlot);
+  MemdReservations table(*pool, 4);
+  RdmaGrants grants(*pool, table, kRegion, 500);
+  auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 10}, {{1, 2}, 10}, {{1, 3}, 10}}});
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->items[2].code, StatusCode::kResourceExhausted);
   EXPECT_EQ(g->items[2].addr, 0u);
-  EXPECT_EQ(grants.Begin(1, PutBegin{kNs, {{{2, 1}, 10}}}, 16).status().code(),
+  EXPECT_EQ(grants.Begin(1, PutBegin{kNs, {{{2, 1}, 10}}}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(grants.Begin(2, PutBegin{kNs, {{{2, 1}, 10}}}, 3).status().message(),
+  // Refused items count: three reserved, and two more exceed the limit of 4.
+  EXPECT_EQ(grants.Begin(2, PutBegin{kNs, {{{2, 1}, 10}, {{2, 2}, 10}}}).status().message(),
             "PUT_BEGIN reuses a request id or exceeds the reservation limit");
-  EXPECT_EQ(grants.Begin(3, PutBegin{kNs, {{{2, 1}, 5000}}}, 16)->items[0].code,
+  EXPECT_EQ(grants.Begin(3, PutBegin{kNs, {{{2, 1}, 5000}}})->items[0].code,
             StatusCode::kInvalidArgument);
 }
 
 TEST(RdmaGrantsTest, LeasedBlocksStayInPlaceUntilReleasedOrExpired) {
-  auto pool = MakePool(2);
-  RdmaGrants grants(*pool, kRegion, 500);
-  auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 100}}}, 16);
+  auto pool = SmallPool(2, kSlot);
+  MemdReservations table(*pool, 16);
+  RdmaGrants grants(*pool, table, kRegion, 500);
+  auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 100}}});
   WriteGranted(*pool, g->items[0], {1, 1}, std::byte{1});
   ASSERT_EQ(grants.Commit(1)->codes[0], StatusCode::kOk);
   LeaseReply l = grants.Lease(KeyBatch{kNs, {{1, 1}, {9, 9}}}, 1000);
@@ -199,10 +193,11 @@ TEST(RdmaGrantsTest, LeasedBlocksStayInPlaceUntilReleasedOrExpired) {
 }
 
 TEST(RdmaGrantsTest, ReleaseEndsOneLeaseAndTeardownFreesEverything) {
-  auto pool = MakePool(4);
+  auto pool = SmallPool(4, kSlot);
   {
-    RdmaGrants grants(*pool, kRegion, 500);
-    auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 100}}}, 16);
+    MemdReservations table(*pool, 16);
+    RdmaGrants grants(*pool, table, kRegion, 500);
+    auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 100}}});
     WriteGranted(*pool, g->items[0], {1, 1}, std::byte{1});
     ASSERT_EQ(grants.Commit(1)->codes[0], StatusCode::kOk);
     LeaseReply a = grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0);
@@ -213,7 +208,7 @@ TEST(RdmaGrantsTest, ReleaseEndsOneLeaseAndTeardownFreesEverything) {
     EXPECT_EQ(grants.open_leases(), 1u);
     EXPECT_TRUE(pool->Remove(kNs, {1, 1}));
     EXPECT_EQ(pool->used_slots(), 1u);  // b still pins it
-    ASSERT_TRUE(grants.Begin(2, PutBegin{kNs, {{{2, 2}, 100}}}, 16).ok());
+    ASSERT_TRUE(grants.Begin(2, PutBegin{kNs, {{{2, 2}, 100}}}).ok());
     EXPECT_EQ(pool->used_slots(), 2u);
   }
   // The grant never committed and the open lease both ended with the connection.

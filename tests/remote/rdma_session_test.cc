@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "tests/remote/fake_rdma_device.h"
+#include "tests/remote/memd_test_pool.h"
 
 namespace kvtier::internal::memd {
 namespace {
@@ -24,17 +25,13 @@ class RdmaSessionTest : public ::testing::TestWithParam<RdmaDev> {
   void SetUp() override {
     auto factory = testing::DeviceFor(GetParam(), fabric_);
     if (!factory.ok()) GTEST_SKIP() << "no RDMA device: " << factory.status().message();
-    MemdPoolOptions o;
-    o.pool_bytes = 4 * kSlot;
-    o.slot_bytes = kSlot;
-    o.hugepages = false;
-    o.high_watermark = 1.0;
-    o.low_watermark = 0.99;
-    pool_ = std::move(MemdPool::Create(o, nullptr)).value();
+    pool_ = SmallPool(4, kSlot);
+    ASSERT_NE(pool_, nullptr);
     device_ = std::move((*factory)()).value();
     mr_ = std::move(device_->Register(pool_->mapping())).value();
-    session_ = std::make_unique<RdmaSession>(*pool_, *device_,
-                                             RdmaSession::Options{mr_->region(), kLeaseMs, 8});
+    table_ = std::make_unique<MemdReservations>(*pool_, 8);
+    session_ = std::make_unique<RdmaSession>(*pool_, *device_, *table_,
+                                             RdmaSession::Options{mr_->region(), kLeaseMs});
   }
   Result<std::optional<RdmaSession::Reply>> Send(Opcode op, uint32_t id,
                                                  const std::vector<std::byte>& body,
@@ -82,6 +79,7 @@ class RdmaSessionTest : public ::testing::TestWithParam<RdmaDev> {
   std::unique_ptr<RdmaDevice> device_;
   std::unique_ptr<RdmaMemory> mr_;
   std::unique_ptr<RdmaQp> client_qp_;
+  std::unique_ptr<MemdReservations> table_;  // the connection's, TCP puts included
   std::unique_ptr<RdmaSession> session_;
 };
 
@@ -179,6 +177,29 @@ TEST_P(RdmaSessionTest, ReservationsAreBoundedPerConnection) {
   auto r = Send(Opcode::kPutBegin, 2, EncodeBody(PutBegin{kNs, items}));
   EXPECT_EQ(r.status().ToString(),
             "invalid_argument: PUT_BEGIN reuses a request id or exceeds the reservation limit");
+}
+
+TEST_P(RdmaSessionTest, TcpPutsOfTheConnectionCountAgainstItsGrants) {
+  // Six items begun over TCP before the switch to RDMA (only four fit the
+  // pool; the refused two count all the same).
+  std::vector<PutItem> tcp(6, PutItem{{7, 7}, 10});
+  ASSERT_TRUE(table_->Begin(40, PutPath::kTcp, PutBegin{kNs, tcp}).ok());
+  EXPECT_EQ(pool_->used_slots(), 4u);
+  Hello();
+  std::vector<PutItem> three(3, PutItem{{1, 1}, 10});
+  EXPECT_EQ(Send(Opcode::kPutBegin, 2, EncodeBody(PutBegin{kNs, three})).status().ToString(),
+            "invalid_argument: PUT_BEGIN reuses a request id or exceeds the reservation limit");
+  // Request ids are the connection's, whichever path began them.
+  EXPECT_EQ(Send(Opcode::kPutBegin, 40, EncodeBody(PutBegin{kNs, {{{1, 1}, 10}}})).status().code(),
+            StatusCode::kInvalidArgument);
+  auto two = Send(Opcode::kPutBegin, 3, EncodeBody(PutBegin{kNs, {three[0], three[1]}}));
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_EQ(session_->reserved_items(), 8u);
+  // Grants go with the session (its queue pair first); TCP puts stay.
+  session_.reset();
+  EXPECT_EQ(table_->reserved_items(), 6u);
+  EXPECT_EQ(table_->open_puts(), 1u);
+  EXPECT_EQ(pool_->used_slots(), 4u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Device, RdmaSessionTest, KVTIER_RDMA_DEVICES, testing::RdmaDevName);

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "io/asio_loop.h"
+#include "tiers/remote/memd_reservations.h"
 #include "tiers/remote/rdma_session.h"
 #include "tiers/remote/remote_auth.h"
 
@@ -21,8 +22,8 @@ using asio::ip::tcp;
 namespace {
 
 // Reservations a connection may hold at once (PUT_BEGIN items not yet
-// committed): four full batches. A client that asks for more is cut off, so
-// one connection cannot pin the whole pool.
+// committed, TCP and RDMA together): four full batches. A client that asks
+// for more is cut off, so one connection cannot pin the whole pool.
 constexpr size_t kMaxReservedItems = 4 * kMaxBatchItems;
 constexpr size_t kDiscardChunk = 64 * 1024;
 constexpr size_t kMaxFramesPerWrite = 64;
@@ -77,7 +78,8 @@ class MemdServer::Impl {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(MemdServer::Impl& srv, tcp::socket sock) : srv_(srv), sock_(std::move(sock)) {
+  Session(MemdServer::Impl& srv, tcp::socket sock)
+      : srv_(srv), sock_(std::move(sock)), reservations_(*srv.pool_, kMaxReservedItems) {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? "unknown peer" : ep.address().to_string() + ":" + std::to_string(ep.port());
@@ -92,17 +94,6 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   enum class Phase { kHello, kAuth, kReady };
-  struct Reservation {
-    BlockKey key;
-    uint64_t stored_bytes = 0;
-    int64_t slot = -1;
-    StatusCode code = StatusCode::kOk;
-    bool filled = false;
-  };
-  struct Put {
-    NamespaceId ns;
-    std::vector<Reservation> items;
-  };
   struct Out {
     FrameHeaderBytes header{};
     std::vector<std::byte> body;
@@ -125,7 +116,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void Send(Opcode op, std::vector<std::byte> body, uint16_t item = 0);
   void Pump();
   void ProtocolError(StatusCode code, const std::string& why);
-  void ReleaseReservations();
   bool Alive(const boost::system::error_code& ec, const char* what);
 
   MemdServer::Impl& srv_;
@@ -137,10 +127,11 @@ class Session : public std::enable_shared_from_this<Session> {
   FrameHeader frame_;
   std::vector<std::byte> body_;
   std::vector<std::byte> scratch_;
-  std::unordered_map<uint32_t, Put> puts_;
-  size_t reserved_items_ = 0;
   std::deque<Out> queue_;
   std::vector<Out> writing_;
+  // Puts of both paths. Declared before rdma_, which grants from it and
+  // cancels its grants only once its queue pair is gone.
+  MemdReservations reservations_;
   std::unique_ptr<RdmaSession> rdma_;  // created by the first RDMA frame
   bool closing_ = false;               // an ERROR is queued; close once it is sent
   bool closed_ = false;
@@ -190,19 +181,11 @@ void Session::ReadBody() {
 }
 
 void Session::ReadPutData() {
-  auto put = puts_.find(frame_.request_id);
-  if (put == puts_.end() || frame_.item >= put->second.items.size()) {
-    return ProtocolError(StatusCode::kInvalidArgument, "PUT_DATA names no PUT_BEGIN item");
-  }
-  Reservation& r = put->second.items[frame_.item];
-  if (r.filled || frame_.body_bytes != r.stored_bytes) {
-    return ProtocolError(StatusCode::kInvalidArgument,
-                         "PUT_DATA repeats an item or its size differs from PUT_BEGIN");
-  }
-  r.filled = true;
-  if (r.slot < 0) return Discard(frame_.body_bytes);
+  auto r = reservations_.Fill(frame_.request_id, frame_.item, frame_.body_bytes);
+  if (!r.ok()) return ProtocolError(r.status().code(), std::string(r.status().message()));
+  if (r->slot < 0) return Discard(frame_.body_bytes);
   auto self = shared_from_this();
-  std::span<std::byte> dst = srv_.pool_->SlotBytes(static_cast<uint32_t>(r.slot), r.stored_bytes);
+  std::span<std::byte> dst = srv_.pool_->SlotBytes(static_cast<uint32_t>(r->slot), r->stored_bytes);
   asio::async_read(sock_, asio::buffer(dst.data(), dst.size()), TransferAllBulk(),
                    [this, self](const boost::system::error_code& ec, size_t) {
                      if (Alive(ec, "read block")) ReadHeader();
@@ -274,8 +257,7 @@ void Session::HandleRdma() {
     RdmaSession::Options o;
     o.pool_region = srv_.pool_mr_->region();
     o.lease_ms = srv_.options_.lease_ms;
-    o.max_reserved_items = kMaxReservedItems;
-    rdma_ = std::make_unique<RdmaSession>(*srv_.pool_, *srv_.rdma_, o);
+    rdma_ = std::make_unique<RdmaSession>(*srv_.pool_, *srv_.rdma_, reservations_, o);
   }
   auto reply = rdma_->Handle(frame_.opcode, frame_.request_id, body_, NowMs());
   if (!reply.ok()) {
@@ -315,51 +297,21 @@ void Session::Handshake() {
 }
 
 void Session::Begin(const PutBegin& m) {
-  if (puts_.count(frame_.request_id) != 0 || reserved_items_ + m.items.size() > kMaxReservedItems) {
-    return ProtocolError(StatusCode::kInvalidArgument,
-                         "PUT_BEGIN reuses a request id or exceeds the reservation limit");
+  auto items = reservations_.Begin(frame_.request_id, PutPath::kTcp, m);
+  if (!items.ok()) {
+    return ProtocolError(items.status().code(), std::string(items.status().message()));
   }
-  Put put{m.ns, {}};
   StatusList reply;
-  for (const PutItem& it : m.items) {
-    Reservation r;
-    r.key = it.key;
-    r.stored_bytes = it.payload_bytes + kBlockHeaderBytes;
-    auto slot = srv_.pool_->Reserve(r.stored_bytes);
-    if (slot.ok()) {
-      r.slot = *slot;
-    } else {
-      r.code = slot.status().code();
-    }
-    reply.codes.push_back(r.code);
-    put.items.push_back(r);
-  }
-  reserved_items_ += put.items.size();
-  puts_.emplace(frame_.request_id, std::move(put));
+  for (const Reservation& r : *items) reply.codes.push_back(r.code);
   Send(Opcode::kBeginReply, EncodeBody(reply));
 }
 
 void Session::Commit() {
-  auto it = puts_.find(frame_.request_id);
-  if (it == puts_.end()) {
-    return ProtocolError(StatusCode::kInvalidArgument, "PUT_COMMIT names no PUT_BEGIN");
+  auto reply = reservations_.Commit(frame_.request_id);
+  if (!reply.ok()) {
+    return ProtocolError(reply.status().code(), std::string(reply.status().message()));
   }
-  StatusList reply;
-  for (Reservation& r : it->second.items) {
-    StatusCode code = r.code;
-    if (r.slot >= 0 && !r.filled) {
-      srv_.pool_->CancelReservation(static_cast<uint32_t>(r.slot));
-      code = StatusCode::kInvalidArgument;
-    } else if (r.slot >= 0) {
-      code = srv_.pool_->Commit(it->second.ns, r.key, static_cast<uint32_t>(r.slot), r.stored_bytes)
-                 .code();
-    }
-    r.slot = -1;
-    reply.codes.push_back(code);
-  }
-  reserved_items_ -= it->second.items.size();
-  puts_.erase(it);
-  Send(Opcode::kStatusReply, EncodeBody(reply));
+  Send(Opcode::kStatusReply, EncodeBody(*reply));
 }
 
 void Session::Get(const KeyBatch& m) {
@@ -417,7 +369,9 @@ void Session::Pump() {
 
 void Session::ProtocolError(StatusCode code, const std::string& why) {
   srv_.log_->Log(LogLevel::kWarning, "memd: " + peer_ + ": " + why + "; closing the connection");
-  ReleaseReservations();
+  // RDMA grants wait for Close(): the peer may still be writing into them
+  // until the queue pair is destroyed.
+  reservations_.Cancel(PutPath::kTcp);
   // Nothing queued after the error is sent: drop queued GET frames (and
   // their pins) so the error is the last thing the peer reads.
   for (const Out& o : queue_) {
@@ -428,22 +382,12 @@ void Session::ProtocolError(StatusCode code, const std::string& why) {
   Send(Opcode::kError, EncodeBody(ErrorReply{code, why}));
 }
 
-void Session::ReleaseReservations() {
-  for (auto& [id, put] : puts_) {
-    for (Reservation& r : put.items) {
-      if (r.slot >= 0) srv_.pool_->CancelReservation(static_cast<uint32_t>(r.slot));
-    }
-  }
-  puts_.clear();
-  reserved_items_ = 0;
-}
-
 void Session::Close() {
   if (closed_) return;
   closed_ = true;
-  ReleaseReservations();
   // Destroys the queue pair, then returns its grants and leases.
   rdma_.reset();
+  reservations_.Cancel();
   for (const Out& o : queue_) {
     if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
   }

@@ -2,64 +2,33 @@
 
 #include <string>
 
-#include "kvtier/block_header.h"
-
 namespace kvtier::internal::memd {
 
-RdmaGrants::RdmaGrants(MemdPool& pool, RdmaRegion region, uint32_t lease_ms)
-    : pool_(pool), region_(region), lease_ms_(lease_ms) {}
+RdmaGrants::RdmaGrants(MemdPool& pool, MemdReservations& table, RdmaRegion region,
+                       uint32_t lease_ms)
+    : pool_(pool), table_(table), region_(region), lease_ms_(lease_ms) {}
 
 RdmaGrants::~RdmaGrants() {
-  for (auto& [id, put] : puts_) {
-    for (const Granted& g : put.items) {
-      if (g.slot >= 0) pool_.CancelReservation(static_cast<uint32_t>(g.slot));
-    }
-  }
+  table_.Cancel(PutPath::kRdma);
   while (!leases_.empty()) EndLease(leases_.begin());
 }
 
-Result<GrantList> RdmaGrants::Begin(uint32_t request_id, const PutBegin& m, size_t max_reserved) {
-  if (puts_.count(request_id) != 0 || reserved_items_ + m.items.size() > max_reserved) {
-    return Status::InvalidArgument(
-        "PUT_BEGIN reuses a request id or exceeds the reservation limit");
-  }
-  Put put{m.ns, {}};
+Result<GrantList> RdmaGrants::Begin(uint32_t request_id, const PutBegin& m) {
+  KVTIER_ASSIGN_OR_RETURN(std::span<const Reservation> items,
+                          table_.Begin(request_id, PutPath::kRdma, m));
   GrantList reply;
-  for (const PutItem& it : m.items) {
-    Granted g{it.key, -1, it.payload_bytes + kBlockHeaderBytes};
+  reply.items.reserve(items.size());
+  for (const Reservation& r : items) {
     RemoteSlot out;
-    auto slot = pool_.Reserve(g.stored_bytes);
-    if (slot.ok()) {
-      g.slot = *slot;
+    out.code = r.code;
+    if (r.slot >= 0) {
       // Grants are computed from the pool's own slot numbers: nothing the
       // client sent becomes an address.
-      out = {StatusCode::kOk, region_.addr + pool_.SlotOffset(*slot), region_.rkey, g.stored_bytes};
-    } else {
-      g.code = slot.status().code();
-      out.code = g.code;
+      const auto slot = static_cast<uint32_t>(r.slot);
+      out = {StatusCode::kOk, region_.addr + pool_.SlotOffset(slot), region_.rkey, r.stored_bytes};
     }
-    put.items.push_back(g);
     reply.items.push_back(out);
   }
-  reserved_items_ += put.items.size();
-  puts_.emplace(request_id, std::move(put));
-  return reply;
-}
-
-Result<StatusList> RdmaGrants::Commit(uint32_t request_id) {
-  auto it = puts_.find(request_id);
-  if (it == puts_.end()) return Status::InvalidArgument("PUT_COMMIT names no PUT_BEGIN");
-  StatusList reply;
-  for (const Granted& g : it->second.items) {
-    StatusCode code = g.code;
-    if (g.slot >= 0) {
-      code =
-          pool_.Commit(it->second.ns, g.key, static_cast<uint32_t>(g.slot), g.stored_bytes).code();
-    }
-    reply.codes.push_back(code);
-  }
-  reserved_items_ -= it->second.items.size();
-  puts_.erase(it);
   return reply;
 }
 

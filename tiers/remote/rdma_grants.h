@@ -5,11 +5,14 @@
 // verbs and no clock of its own (times are passed in), so every transition
 // is unit-tested without a device.
 //
-// A granted slot is reserved in the pool until its PUT_COMMIT, which checks
-// the BlockHeader the client wrote into it (a slot the client never wrote
-// fails that check and is freed). A leased slot is pinned: eviction, removal
-// or an overwrite drops it from the index at once but never reuses it before
-// the lease ends. Not thread-safe: the server's I/O thread owns it.
+// Grants are RDMA puts in the connection's reservation table
+// (memd_reservations.h), which its TCP puts share, so both paths draw on one
+// per-connection limit. A granted slot stays reserved until its PUT_COMMIT,
+// which checks the BlockHeader the client wrote into it (a slot the client
+// never wrote fails that check and is freed). A leased slot is pinned:
+// eviction, removal or an overwrite drops it from the index at once but
+// never reuses it before the lease ends. Not thread-safe: the server's I/O
+// thread owns it.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "tiers/remote/memd_pool.h"
+#include "tiers/remote/memd_reservations.h"
 #include "tiers/remote/rdma_protocol.h"
 #include "tiers/remote/remote_protocol.h"
 
@@ -26,20 +30,22 @@ namespace kvtier::internal::memd {
 class RdmaGrants {
  public:
   // `pool` is addressed by the peer through `region` (the pool's mapping as
-  // registered); leases last `lease_ms`. REQUIRES: `pool` outlives this.
-  RdmaGrants(MemdPool& pool, RdmaRegion region, uint32_t lease_ms);
-  // Cancels every grant and ends every lease.
+  // registered); grants are kept in `table`; leases last `lease_ms`.
+  // REQUIRES: `pool` and `table` outlive this.
+  RdmaGrants(MemdPool& pool, MemdReservations& table, RdmaRegion region, uint32_t lease_ms);
+  // Cancels every grant (the RDMA puts of the table) and ends every lease.
+  // REQUIRES: the peer can no longer write into the pool.
   ~RdmaGrants();
   RdmaGrants(const RdmaGrants&) = delete;
   RdmaGrants& operator=(const RdmaGrants&) = delete;
 
-  // Reserves one slot per item. InvalidArgument (the connection is then
-  // closed) when `request_id` already has grants or the connection would
-  // hold more than `max_reserved` reserved items.
-  Result<GrantList> Begin(uint32_t request_id, const PutBegin& m, size_t max_reserved);
+  // Reserves one slot per item in the table and grants it at its address
+  // in the region. InvalidArgument (the connection is then closed) as
+  // MemdReservations::Begin.
+  Result<GrantList> Begin(uint32_t request_id, const PutBegin& m);
   // Publishes every granted item of `request_id`; per-item codes.
-  // InvalidArgument when the request has no grants.
-  Result<StatusList> Commit(uint32_t request_id);
+  // InvalidArgument when the request is not open.
+  Result<StatusList> Commit(uint32_t request_id) { return table_.Commit(request_id); }
 
   // Pins each stored key under one new lease ending at now_ms + lease_ms.
   // Misses are NotFound items; lease_id is 0 when nothing was found.
@@ -50,20 +56,11 @@ class RdmaGrants {
   // Ends every lease whose end is at or before now_ms; returns how many.
   size_t Expire(uint64_t now_ms);
 
-  size_t reserved_items() const { return reserved_items_; }
+  // Reserved items of the connection, on either path.
+  size_t reserved_items() const { return table_.reserved_items(); }
   size_t open_leases() const { return leases_.size(); }
 
  private:
-  struct Granted {
-    BlockKey key;
-    int64_t slot = -1;  // -1: refused
-    uint64_t stored_bytes = 0;
-    StatusCode code = StatusCode::kOk;
-  };
-  struct Put {
-    NamespaceId ns;
-    std::vector<Granted> items;
-  };
   struct LeaseEntry {
     uint64_t ends_ms = 0;
     std::vector<uint32_t> slots;
@@ -71,10 +68,9 @@ class RdmaGrants {
   void EndLease(std::unordered_map<uint64_t, LeaseEntry>::iterator it);
 
   MemdPool& pool_;
+  MemdReservations& table_;
   const RdmaRegion region_;
   const uint32_t lease_ms_;
-  std::unordered_map<uint32_t, Put> puts_;
-  size_t reserved_items_ = 0;
   uint64_t next_lease_ = 1;
   std::unordered_map<uint64_t, LeaseEntry> leases_;
   std::multimap<uint64_t, uint64_t> by_end_;  // ends_ms -> lease id

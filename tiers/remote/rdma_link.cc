@@ -6,7 +6,8 @@
 namespace kvtier::internal::memd {
 
 // One batch's operations and the memory they use. Shared by the completion
-// closures, so the staging region outlives every operation posted on it.
+// closures; the staging lease is given back once every operation posted on
+// it has completed (or, when the link goes first, with the last closure).
 struct RdmaLinkPath::Batch {
   struct Op {
     size_t item = 0;
@@ -24,23 +25,23 @@ struct RdmaLinkPath::Batch {
   std::vector<Op> ops;
   size_t remaining = 0;
   ItemsDone done;
-  std::vector<std::byte> staging;
-  std::unique_ptr<RdmaMemory> staging_mr;
+  RdmaStagingPool::Lease staging;
 };
 
 Result<std::unique_ptr<RdmaLinkPath>> RdmaLinkPath::Create(RdmaDevice& device,
                                                            std::shared_ptr<RdmaMemory> arena,
-                                                           LoopPost post) {
+                                                           LoopPost post,
+                                                           const RdmaStagingOptions& staging) {
+  KVTIER_RETURN_IF_ERROR(staging.Validate());
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RdmaQp> qp, device.CreateQp());
-  std::unique_ptr<RdmaLinkPath> p(
-      new RdmaLinkPath(std::move(qp), std::move(arena), std::move(post)));
-  p->device_ = &device;
-  return p;
+  return std::unique_ptr<RdmaLinkPath>(
+      new RdmaLinkPath(std::move(qp), std::move(arena), std::move(post),
+                       std::make_unique<RdmaStagingPool>(device, staging)));
 }
 
 RdmaLinkPath::~RdmaLinkPath() {
   // Completions still on their way find the token gone and do nothing; the
-  // queue pair is destroyed before the staging regions they hold.
+  // queue pair is destroyed before the staging leases they hold.
   alive_.reset();
   backlog_.clear();
   qp_.reset();
@@ -64,12 +65,14 @@ uint32_t RdmaLinkPath::ArenaKey(const std::byte* p, size_t n) const {
 }
 
 Status RdmaLinkPath::Stage(Batch& b, size_t bytes) {
-  b.staging.resize(bytes);
-  if (bytes == 0) return Status::Ok();
-  auto mr = device_->Register(b.staging);
-  if (!mr.ok()) return mr.status().WithContext("registering RDMA staging memory");
-  b.staging_mr = std::move(mr).value();
+  KVTIER_ASSIGN_OR_RETURN(b.staging, staging_->Acquire(bytes));
   return Status::Ok();
+}
+
+void RdmaLinkPath::Finish(Batch& b) {
+  // Returned before `done` runs, so a batch that `done` starts reuses it.
+  b.staging.Reset();
+  b.done(std::move(b.items), std::move(b.bytes));
 }
 
 Status RdmaLinkPath::WriteGranted(const GrantList& grants, std::span<const HeaderBytes> headers,
@@ -96,19 +99,19 @@ Status RdmaLinkPath::WriteGranted(const GrantList& grants, std::span<const Heade
     if (ArenaKey(payloads[i].data(), payloads[i].size()) == 0) staged += payloads[i].size();
   }
   KVTIER_RETURN_IF_ERROR(Stage(*b, staged));
-  std::byte* at = b->staging.data();
+  std::byte* at = b->staging.bytes().data();
   for (size_t i = 0; i < n; ++i) {
     if (grants.items[i].code != StatusCode::kOk) continue;
     Batch::Op op{i, {}, grants.items[i].addr, grants.items[i].rkey};
     std::memcpy(at, headers[i].data(), kBlockHeaderBytes);
-    op.pieces[0] = {at, static_cast<uint32_t>(kBlockHeaderBytes), b->staging_mr->lkey()};
+    op.pieces[0] = {at, static_cast<uint32_t>(kBlockHeaderBytes), b->staging.lkey()};
     at += kBlockHeaderBytes;
     const auto& src = payloads[i];
     if (uint32_t key = ArenaKey(src.data(), src.size()); key != 0) {
       op.pieces[1] = {const_cast<std::byte*>(src.data()), static_cast<uint32_t>(src.size()), key};
     } else {
       std::memcpy(at, src.data(), src.size());
-      op.pieces[1] = {at, static_cast<uint32_t>(src.size()), b->staging_mr->lkey()};
+      op.pieces[1] = {at, static_cast<uint32_t>(src.size()), b->staging.lkey()};
       at += src.size();
     }
     b->bytes[i] = src.size();
@@ -147,20 +150,20 @@ Status RdmaLinkPath::ReadLeased(const LeaseReply& lease, std::span<const std::sp
     staged += kBlockHeaderBytes + (ArenaKey(dsts[i].data(), payload) == 0 ? payload : 0);
   }
   KVTIER_RETURN_IF_ERROR(Stage(*b, staged));
-  std::byte* at = b->staging.data();
+  std::byte* at = b->staging.bytes().data();
   for (size_t i = 0; i < n; ++i) {
     if (!b->items[i].ok()) continue;
     const RemoteSlot& l = lease.items[i];
     const auto payload = static_cast<uint32_t>(l.bytes - kBlockHeaderBytes);
     Batch::Op op{i, {}, l.addr, l.rkey};
-    op.pieces[0] = {at, static_cast<uint32_t>(kBlockHeaderBytes), b->staging_mr->lkey()};
+    op.pieces[0] = {at, static_cast<uint32_t>(kBlockHeaderBytes), b->staging.lkey()};
     op.header_staged = at;
     op.header_out = &headers[i];
     at += kBlockHeaderBytes;
     if (uint32_t key = ArenaKey(dsts[i].data(), payload); key != 0) {
       op.pieces[1] = {dsts[i].data(), payload, key};
     } else {
-      op.pieces[1] = {at, payload, b->staging_mr->lkey()};
+      op.pieces[1] = {at, payload, b->staging.lkey()};
       op.bounce = at;
       op.bounce_out = dsts[i].data();
       at += payload;
@@ -174,10 +177,7 @@ Status RdmaLinkPath::ReadLeased(const LeaseReply& lease, std::span<const std::sp
 
 void RdmaLinkPath::Launch(const std::shared_ptr<Batch>& b) {
   b->remaining = b->ops.size();
-  if (b->remaining == 0) {
-    b->done(std::move(b->items), std::move(b->bytes));
-    return;
-  }
+  if (b->remaining == 0) return Finish(*b);
   for (size_t i = 0; i < b->ops.size(); ++i) backlog_.emplace_back(b, i);
   Drain();
 }
@@ -209,7 +209,7 @@ void RdmaLinkPath::OpDone(const std::shared_ptr<Batch>& b, size_t op, const Stat
     std::memcpy(o.header_out->data(), o.header_staged, kBlockHeaderBytes);
     if (o.bounce != nullptr) std::memcpy(o.bounce_out, o.bounce, o.pieces[1].bytes);
   }
-  if (--b->remaining == 0) b->done(std::move(b->items), std::move(b->bytes));
+  if (--b->remaining == 0) Finish(*b);
 }
 
 void RdmaLinkPath::Drain() {

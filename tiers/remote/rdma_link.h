@@ -9,7 +9,8 @@
 //        and sends LEASE_RELEASE.
 // Local memory must be registered: buffers inside the registered host
 // arena (Tier::RegisterHostMemory) are used in place; block headers and
-// buffers outside it go through a staging region registered per batch.
+// buffers outside it go through staging memory lent by a pool of registered
+// buffers (rdma_staging.h) for the life of the batch.
 //
 // Threads: every method and every ItemsDone runs on the client's loop
 // thread (completions are handed over with `post`). Nothing is touched
@@ -28,6 +29,7 @@
 
 #include "kvtier/block_header.h"
 #include "tiers/remote/rdma_protocol.h"
+#include "tiers/remote/rdma_staging.h"
 #include "tiers/remote/rdma_transport.h"
 
 namespace kvtier::internal::memd {
@@ -67,11 +69,14 @@ class LoopGate {
 
 class RdmaLinkPath {
  public:
-  // A queue pair on `device`, not yet connected. `arena` may be null.
-  // REQUIRES: `device` outlives this and every completion it delivers.
+  // A queue pair on `device`, not yet connected. `arena` may be null;
+  // `staging` sizes the pool of staging buffers (InvalidArgument when it
+  // does not validate). REQUIRES: `device` outlives this and every
+  // completion it delivers.
   static Result<std::unique_ptr<RdmaLinkPath>> Create(RdmaDevice& device,
                                                       std::shared_ptr<RdmaMemory> arena,
-                                                      LoopPost post);
+                                                      LoopPost post,
+                                                      const RdmaStagingOptions& staging = {});
   ~RdmaLinkPath();
   RdmaLinkPath(const RdmaLinkPath&) = delete;
   RdmaLinkPath& operator=(const RdmaLinkPath&) = delete;
@@ -95,11 +100,17 @@ class RdmaLinkPath {
 
  private:
   struct Batch;
-  RdmaLinkPath(std::unique_ptr<RdmaQp> qp, std::shared_ptr<RdmaMemory> arena, LoopPost post)
-      : qp_(std::move(qp)), arena_(std::move(arena)), post_(std::move(post)) {}
+  RdmaLinkPath(std::unique_ptr<RdmaQp> qp, std::shared_ptr<RdmaMemory> arena, LoopPost post,
+               std::unique_ptr<RdmaStagingPool> staging)
+      : qp_(std::move(qp)),
+        arena_(std::move(arena)),
+        post_(std::move(post)),
+        staging_(std::move(staging)) {}
   // The lkey of [p, p + n) when it lies in the registered arena, else 0.
   uint32_t ArenaKey(const std::byte* p, size_t n) const;
   Status Stage(Batch& b, size_t bytes);
+  // Ends a batch: its staging memory goes back to the pool, then `done` runs.
+  static void Finish(Batch& b);
   void Launch(const std::shared_ptr<Batch>& b);
   Status PostOne(const std::shared_ptr<Batch>& b, size_t op);
   void OpDone(const std::shared_ptr<Batch>& b, size_t op, const Status& s);
@@ -109,7 +120,8 @@ class RdmaLinkPath {
   std::unique_ptr<RdmaQp> qp_;
   std::shared_ptr<RdmaMemory> arena_;
   LoopPost post_;
-  RdmaDevice* device_ = nullptr;
+  // Batches in flight hold leases on it, which outlive the pool if need be.
+  std::unique_ptr<RdmaStagingPool> staging_;
   RdmaRegion region_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   // Operations not yet posted (the completion queue was full), in order.

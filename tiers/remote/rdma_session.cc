@@ -4,8 +4,9 @@
 
 namespace kvtier::internal::memd {
 
-RdmaSession::RdmaSession(MemdPool& pool, RdmaDevice& device, const Options& options)
-    : pool_(pool), device_(device), options_(options) {}
+RdmaSession::RdmaSession(MemdPool& pool, RdmaDevice& device, MemdReservations& table,
+                         const Options& options)
+    : pool_(pool), device_(device), table_(table), options_(options) {}
 
 RdmaSession::~RdmaSession() {
   // The queue pair goes first: once it is destroyed no RDMA WRITE of this
@@ -37,7 +38,7 @@ Result<RdmaSession::Reply> RdmaSession::Hello(std::span<const std::byte> body) {
   ready.qp = qp->local();
   ready.pool = options_.pool_region;
   ready.lease_ms = options_.lease_ms;
-  grants_ = std::make_unique<RdmaGrants>(pool_, options_.pool_region, options_.lease_ms);
+  grants_ = std::make_unique<RdmaGrants>(pool_, table_, options_.pool_region, options_.lease_ms);
   qp_ = std::move(qp);
   return Reply{Opcode::kRdmaReady, EncodeBody(ready)};
 }
@@ -54,8 +55,7 @@ Result<std::optional<RdmaSession::Reply>> RdmaSession::Handle(Opcode op, uint32_
   }
   if (op == Opcode::kPutBegin) {
     KVTIER_ASSIGN_OR_RETURN(PutBegin m, DecodePutBegin(body));
-    KVTIER_ASSIGN_OR_RETURN(GrantList g,
-                            grants_->Begin(request_id, m, options_.max_reserved_items));
+    KVTIER_ASSIGN_OR_RETURN(GrantList g, grants_->Begin(request_id, m));
     return std::optional<Reply>(Reply{Opcode::kPutGrant, EncodeBody(g)});
   }
   if (op == Opcode::kPutCommit) {

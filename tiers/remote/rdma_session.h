@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tiers/remote/memd_pool.h"
+#include "tiers/remote/memd_reservations.h"
 #include "tiers/remote/rdma_grants.h"
 #include "tiers/remote/rdma_transport.h"
 #include "tiers/remote/remote_protocol.h"
@@ -28,17 +29,18 @@ namespace kvtier::internal::memd {
 class RdmaSession {
  public:
   struct Options {
-    RdmaRegion pool_region;         // the pool's mapping as registered
-    uint32_t lease_ms = 2000;       // 1..kMaxLeaseMs
-    size_t max_reserved_items = 0;  // granted, uncommitted items per connection
+    RdmaRegion pool_region;    // the pool's mapping as registered
+    uint32_t lease_ms = 2000;  // 1..kMaxLeaseMs
   };
   struct Reply {
     Opcode op = Opcode::kError;
     std::vector<std::byte> body;
   };
 
-  // REQUIRES: `pool` and `device` outlive this.
-  RdmaSession(MemdPool& pool, RdmaDevice& device, const Options& options);
+  // Grants are reserved in `table`, the connection's reservation table that
+  // its TCP puts share (one limit for both). REQUIRES: `pool`, `device` and
+  // `table` outlive this.
+  RdmaSession(MemdPool& pool, RdmaDevice& device, MemdReservations& table, const Options& options);
   ~RdmaSession();
   RdmaSession(const RdmaSession&) = delete;
   RdmaSession& operator=(const RdmaSession&) = delete;
@@ -58,13 +60,15 @@ class RdmaSession {
 
   bool connected() const { return qp_ != nullptr; }
   size_t open_leases() const { return grants_ ? grants_->open_leases() : 0; }
-  size_t reserved_items() const { return grants_ ? grants_->reserved_items() : 0; }
+  // Reserved items of the connection, TCP puts included.
+  size_t reserved_items() const { return table_.reserved_items(); }
 
  private:
   Result<Reply> Hello(std::span<const std::byte> body);
 
   MemdPool& pool_;
   RdmaDevice& device_;
+  MemdReservations& table_;
   const Options options_;
   // Declared before qp_ so the queue pair is destroyed first.
   std::unique_ptr<RdmaGrants> grants_;

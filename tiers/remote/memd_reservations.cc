@@ -1,0 +1,93 @@
+#include "tiers/remote/memd_reservations.h"
+
+#include <iterator>
+
+#include "kvtier/block_header.h"
+
+namespace kvtier::internal::memd {
+
+Result<std::span<const Reservation>> MemdReservations::Begin(uint32_t request_id, PutPath path,
+                                                             const PutBegin& m) {
+  // The check comes before any slot is reserved: a refused PUT_BEGIN leaves
+  // the pool as it was.
+  if (puts_.count(request_id) != 0 || reserved_items_ + m.items.size() > max_items_) {
+    return Status::InvalidArgument(
+        "PUT_BEGIN reuses a request id or exceeds the reservation limit");
+  }
+  Put put{m.ns, path, {}};
+  put.items.reserve(m.items.size());
+  for (const PutItem& it : m.items) {
+    Reservation r;
+    r.key = it.key;
+    r.stored_bytes = it.payload_bytes + kBlockHeaderBytes;
+    // An RDMA item is written one-sided; only the header check at commit
+    // tells whether it arrived.
+    r.filled = path == PutPath::kRdma;
+    auto slot = pool_.Reserve(r.stored_bytes);
+    if (slot.ok()) {
+      r.slot = *slot;
+    } else {
+      r.code = slot.status().code();
+    }
+    put.items.push_back(r);
+  }
+  reserved_items_ += put.items.size();
+  auto [it, inserted] = puts_.emplace(request_id, std::move(put));
+  return std::span<const Reservation>(it->second.items);
+}
+
+Result<Reservation> MemdReservations::Fill(uint32_t request_id, uint32_t item, uint64_t bytes) {
+  auto put = puts_.find(request_id);
+  if (put == puts_.end() || put->second.path != PutPath::kTcp || item >= put->second.items.size()) {
+    return Status::InvalidArgument("PUT_DATA names no PUT_BEGIN item");
+  }
+  Reservation& r = put->second.items[item];
+  if (r.filled || bytes != r.stored_bytes) {
+    return Status::InvalidArgument("PUT_DATA repeats an item or its size differs from PUT_BEGIN");
+  }
+  r.filled = true;
+  return r;
+}
+
+Result<StatusList> MemdReservations::Commit(uint32_t request_id) {
+  auto it = puts_.find(request_id);
+  if (it == puts_.end()) return Status::InvalidArgument("PUT_COMMIT names no PUT_BEGIN");
+  StatusList reply;
+  reply.codes.reserve(it->second.items.size());
+  for (Reservation& r : it->second.items) {
+    StatusCode code = r.code;
+    if (r.slot >= 0 && !r.filled) {
+      pool_.CancelReservation(static_cast<uint32_t>(r.slot));
+      code = StatusCode::kInvalidArgument;
+    } else if (r.slot >= 0) {
+      code =
+          pool_.Commit(it->second.ns, r.key, static_cast<uint32_t>(r.slot), r.stored_bytes).code();
+    }
+    r.slot = -1;  // the pool owns it again, stored or free
+    reply.codes.push_back(code);
+  }
+  Drop(it);
+  return reply;
+}
+
+void MemdReservations::Cancel() {
+  while (!puts_.empty()) Drop(puts_.begin());
+}
+
+void MemdReservations::Cancel(PutPath path) {
+  for (auto it = puts_.begin(); it != puts_.end();) {
+    auto next = std::next(it);
+    if (it->second.path == path) Drop(it);
+    it = next;
+  }
+}
+
+void MemdReservations::Drop(std::unordered_map<uint32_t, Put>::iterator it) {
+  for (const Reservation& r : it->second.items) {
+    if (r.slot >= 0) pool_.CancelReservation(static_cast<uint32_t>(r.slot));
+  }
+  reserved_items_ -= it->second.items.size();
+  puts_.erase(it);
+}
+
+}  // namespace kvtier::internal::memd

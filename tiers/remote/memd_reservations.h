@@ -1,0 +1,83 @@
+// The puts one kvtier-memd connection has begun and not yet committed: the
+// pool slots PUT_BEGIN reserved for them, keyed by request id, under one
+// limit on reserved items per connection. Both data paths share the table,
+// so a connection that puts over TCP (PUT_DATA frames) and over RDMA
+// (one-sided WRITEs into granted slots) still holds at most `max_items`.
+//
+// A TCP item must receive its PUT_DATA before PUT_COMMIT, or its slot is
+// freed and the item fails with InvalidArgument. An RDMA item is written by
+// the peer without the server seeing it; its commit relies on the pool's
+// BlockHeader check (a slot never written fails it and is freed).
+//
+// Not thread-safe: the server's I/O thread owns it. REQUIRES: the pool
+// outlives the table.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "tiers/remote/memd_pool.h"
+#include "tiers/remote/remote_protocol.h"
+
+namespace kvtier::internal::memd {
+
+// How a put's bytes reach its slots.
+enum class PutPath : uint8_t { kTcp, kRdma };
+
+// One item of a begun put.
+struct Reservation {
+  BlockKey key;
+  uint64_t stored_bytes = 0;          // BlockHeader + payload
+  int64_t slot = -1;                  // -1: the pool refused it (see code)
+  StatusCode code = StatusCode::kOk;  // why it was refused
+  bool filled = false;                // TCP: its PUT_DATA arrived; RDMA: always
+};
+
+class MemdReservations {
+ public:
+  MemdReservations(MemdPool& pool, size_t max_items) : pool_(pool), max_items_(max_items) {}
+  // Cancels every open reservation.
+  ~MemdReservations() { Cancel(); }
+  MemdReservations(const MemdReservations&) = delete;
+  MemdReservations& operator=(const MemdReservations&) = delete;
+
+  // Reserves one slot per item; a slot the pool refuses is an item with its
+  // code. InvalidArgument (the connection is then closed) when `request_id`
+  // is already open, on either path, or the connection would hold more than
+  // `max_items` reserved items. The span is valid until the next call.
+  Result<std::span<const Reservation>> Begin(uint32_t request_id, PutPath path, const PutBegin& m);
+  // Accepts the PUT_DATA of one TCP item of `bytes` stored bytes and returns
+  // it (slot -1: read the data and drop it). InvalidArgument for an unknown
+  // request or item, an RDMA put, a repeated item or a size other than the
+  // one PUT_BEGIN announced.
+  Result<Reservation> Fill(uint32_t request_id, uint32_t item, uint64_t bytes);
+  // Publishes every item of `request_id` and frees its entry; per-item codes.
+  // InvalidArgument when the request is not open.
+  Result<StatusList> Commit(uint32_t request_id);
+  // Returns the slots of every open put, or only of those on `path`.
+  // REQUIRES (RDMA): the peer can no longer write into them (its queue pair
+  // is gone).
+  void Cancel();
+  void Cancel(PutPath path);
+
+  size_t reserved_items() const { return reserved_items_; }
+  size_t open_puts() const { return puts_.size(); }
+
+ private:
+  struct Put {
+    NamespaceId ns;
+    PutPath path = PutPath::kTcp;
+    std::vector<Reservation> items;
+  };
+  void Drop(std::unordered_map<uint32_t, Put>::iterator it);
+
+  MemdPool& pool_;
+  const size_t max_items_;
+  std::unordered_map<uint32_t, Put> puts_;
+  size_t reserved_items_ = 0;
+};
+
+}  // namespace kvtier::internal::memd
