@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <string>
 
+#include "tests/support/forwarding_io_engine.h"
+
 namespace kvtier::testing {
 namespace {
 
@@ -14,10 +16,10 @@ using internal::IoEngine;
 using internal::IoOp;
 using internal::IoRequest;
 
-class FaultIoEngine final : public IoEngine {
+class FaultIoEngine final : public ForwardingIoEngine {
  public:
   FaultIoEngine(std::unique_ptr<IoEngine> inner, IoFaults* faults)
-      : inner_(std::move(inner)), faults_(faults) {
+      : ForwardingIoEngine(std::move(inner)), faults_(faults) {
     // An empty pipe blocks its readers; a full one blocks its writers.
     if (pipe2(read_pipe_, O_CLOEXEC) != 0 || pipe2(write_pipe_, O_CLOEXEC) != 0) return;
     const int flags = fcntl(write_pipe_[1], F_GETFL);
@@ -51,7 +53,7 @@ class FaultIoEngine final : public IoEngine {
       if (r.op == IoOp::kRead && faults_->torn_reads.load()) Tear(r);
       forward.push_back(std::move(r));
     }
-    if (!forward.empty()) KVTIER_RETURN_IF_ERROR(inner_->Submit(std::move(forward)));
+    if (!forward.empty()) KVTIER_RETURN_IF_ERROR(inner().Submit(std::move(forward)));
     for (IoRequest& r : failed) {
       const int err =
           r.op == IoOp::kRead ? faults_->read_errno.load() : faults_->write_errno.load();
@@ -63,16 +65,6 @@ class FaultIoEngine final : public IoEngine {
     }
     return Status::Ok();
   }
-
-  void Shutdown() override { inner_->Shutdown(); }
-  uint64_t RegisterBuffers(std::span<const iovec> ranges) override {
-    return inner_->RegisterBuffers(ranges);
-  }
-  bool IsRegistered(const void* p, uint64_t len) const override {
-    return inner_->IsRegistered(p, len);
-  }
-  Status RegisterFile(int fd) override { return inner_->RegisterFile(fd); }
-  uint64_t FixedBufferIos() const override { return inner_->FixedBufferIos(); }
 
  private:
   void Stall(IoRequest& r, int fd) {
@@ -102,7 +94,6 @@ class FaultIoEngine final : public IoEngine {
     };
   }
 
-  std::unique_ptr<IoEngine> inner_;
   IoFaults* faults_;
   int read_pipe_[2] = {-1, -1};
   int write_pipe_[2] = {-1, -1};

@@ -13,6 +13,7 @@
 
 #include "io/io_engine.h"
 #include "tests/support/block_data.h"
+#include "tests/support/forwarding_io_engine.h"
 #include "tests/tiers/nvme_blocks.h"
 #include "tests/tiers/nvme_test_util.h"
 #include "tiers/nvme/nvme_tier.h"
@@ -35,9 +36,9 @@ constexpr auto kNoHang = std::chrono::seconds(10);
 // Forwards to a real engine, except that once armed it keeps the next
 // batch holding a read until Release(): the read has been looked up and
 // built but has not reached the device.
-class GateEngine final : public IoEngine {
+class GateEngine final : public ForwardingIoEngine {
  public:
-  explicit GateEngine(std::unique_ptr<IoEngine> inner) : inner_(std::move(inner)) {}
+  explicit GateEngine(std::unique_ptr<IoEngine> inner) : ForwardingIoEngine(std::move(inner)) {}
 
   void HoldNextRead() {
     std::lock_guard lock(mu_);
@@ -53,7 +54,7 @@ class GateEngine final : public IoEngine {
       std::lock_guard lock(mu_);
       held.swap(held_);
     }
-    return held.empty() ? Status::Ok() : inner_->Submit(std::move(held));
+    return held.empty() ? Status::Ok() : inner().Submit(std::move(held));
   }
 
   Status Submit(std::vector<IoRequest> requests) override {
@@ -67,23 +68,14 @@ class GateEngine final : public IoEngine {
         return Status::Ok();
       }
     }
-    return inner_->Submit(std::move(requests));
+    return inner().Submit(std::move(requests));
   }
   void Shutdown() override {
     (void)Release();  // every accepted request completes
-    inner_->Shutdown();
+    inner().Shutdown();
   }
-  uint64_t RegisterBuffers(std::span<const iovec> ranges) override {
-    return inner_->RegisterBuffers(ranges);
-  }
-  bool IsRegistered(const void* p, uint64_t len) const override {
-    return inner_->IsRegistered(p, len);
-  }
-  Status RegisterFile(int fd) override { return inner_->RegisterFile(fd); }
-  uint64_t FixedBufferIos() const override { return inner_->FixedBufferIos(); }
 
  private:
-  std::unique_ptr<IoEngine> inner_;
   mutable std::mutex mu_;
   bool armed_ = false;           // guarded by mu_
   std::vector<IoRequest> held_;  // guarded by mu_
