@@ -35,7 +35,6 @@ class FlopAwareEviction final : public EvictionPolicy {
   void Order(std::span<BlockMeta> c, uint64_t) override {
     if (c.empty()) return;
     double rmin = INFINITY, rmax = -INFINITY, fmin = INFINITY, fmax = -INFINITY;
-    std::vector<std::pair<double, size_t>> score(c.size());
     for (const BlockMeta& b : c) {
       rmin = std::min(rmin, double(b.last_use_ns));
       rmax = std::max(rmax, double(b.last_use_ns));
@@ -44,16 +43,9 @@ class FlopAwareEviction final : public EvictionPolicy {
     }
     const double rspan = rmax > rmin ? rmax - rmin : 1.0;
     const double fspan = fmax > fmin ? fmax - fmin : 1.0;
-    for (size_t i = 0; i < c.size(); ++i) {
-      score[i] = {
-          (double(c[i].last_use_ns) - rmin) / rspan + alpha_ * (PerByte(c[i]) - fmin) / fspan, i};
-    }
-    std::stable_sort(score.begin(), score.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<BlockMeta> sorted;
-    sorted.reserve(c.size());
-    for (const auto& s : score) sorted.push_back(c[s.second]);
-    std::copy(sorted.begin(), sorted.end(), c.begin());
+    internal::OrderByKeys(c, [&](const BlockMeta& b) {
+      return (double(b.last_use_ns) - rmin) / rspan + alpha_ * (PerByte(b) - fmin) / fspan;
+    });
   }
 
  private:
@@ -103,13 +95,9 @@ class S3FifoEviction final : public EvictionPolicy {
   void Order(std::span<BlockMeta> c, uint64_t) override {
     const bool small_first =
         main_ == 0 || double(small_) > small_fraction_ * double(small_ + main_);
-    std::vector<std::pair<std::pair<int, uint64_t>, size_t>> keys(c.size());
-    for (size_t i = 0; i < c.size(); ++i) {
-      auto it = state_.find(c[i].id);
-      if (it == state_.end()) {
-        keys[i] = {{0, 0}, i};  // unknown to the policy: first to go
-        continue;
-      }
+    internal::OrderByKeys(c, [&](const BlockMeta& b) -> std::pair<int, uint64_t> {
+      auto it = state_.find(b.id);
+      if (it == state_.end()) return {0, 0};  // unknown to the policy: first to go
       Entry& e = it->second;
       if (e.freq > 0) {  // promoted from small, or reinserted in main
         if (!e.main) {
@@ -120,15 +108,8 @@ class S3FifoEviction final : public EvictionPolicy {
         --e.freq;
         e.seq = ++seq_;
       }
-      const int queue = e.main == small_first ? 2 : 1;
-      keys[i] = {{queue, e.seq}, i};
-    }
-    std::stable_sort(keys.begin(), keys.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<BlockMeta> sorted;
-    sorted.reserve(c.size());
-    for (const auto& k : keys) sorted.push_back(c[k.second]);
-    std::copy(sorted.begin(), sorted.end(), c.begin());
+      return {e.main == small_first ? 2 : 1, e.seq};
+    });
   }
 
  private:
@@ -188,14 +169,10 @@ class SlruEviction final : public EvictionPolicy {
   }
   void Order(std::span<BlockMeta> c, uint64_t) override {
     const bool over = double(protected_) > protected_fraction_ * double(seen_.size());
-    auto rank = [&](const BlockMeta& b) {
+    internal::OrderByKeys(c, [&](const BlockMeta& b) {
       auto it = seen_.find(b.id);
       const bool prot = it != seen_.end() && it->second >= 2;
-      return prot == over ? 0 : 1;
-    };
-    std::stable_sort(c.begin(), c.end(), [&](const BlockMeta& a, const BlockMeta& b) {
-      const int ra = rank(a), rb = rank(b);
-      return ra != rb ? ra < rb : a.last_use_ns < b.last_use_ns;
+      return std::pair<int, uint64_t>{prot == over ? 0 : 1, b.last_use_ns};
     });
   }
 

@@ -1,8 +1,12 @@
 // Helpers shared by the policy implementations.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "kvtier/policy.h"
 
@@ -17,6 +21,22 @@ inline uint64_t Mix64(uint64_t x) {
 }
 
 Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs);
+// Reorders the candidates by ascending key_of(candidate), keeping ties in
+// their order. Each key is computed once, in candidate order (key_of may
+// update the policy's state), not once per comparison.
+template <typename KeyOf>
+void OrderByKeys(std::span<BlockMeta> c, KeyOf key_of) {
+  using Key = decltype(key_of(c[0]));
+  std::vector<std::pair<Key, size_t>> keys;
+  keys.reserve(c.size());
+  for (size_t i = 0; i < c.size(); ++i) keys.emplace_back(key_of(c[i]), i);
+  std::sort(keys.begin(), keys.end());  // the index breaks ties: stable
+  std::vector<BlockMeta> sorted;
+  sorted.reserve(c.size());
+  for (const auto& k : keys) sorted.push_back(c[k.second]);
+  std::copy(sorted.begin(), sorted.end(), c.begin());
+}
+
 class ReuseModel;
 // `shared` (may be null): a learner its owner feeds (SharedReuseModels);
 // null gives the policy its own, fed by what the policy observes.

@@ -34,19 +34,13 @@ class ReuseEviction final : public ObservesReuse<EvictionPolicy> {
   void Order(std::span<BlockMeta> c, uint64_t now_ns) override {
     const double base = model_.FirstSightingRate();
     const double fallback = base > 0 ? base : 1.0;  // unknown class: the average
-    std::vector<std::tuple<bool, bool, double, size_t>> key(c.size());
-    for (size_t i = 0; i < c.size(); ++i) {
-      const double age = double(now_ns > c[i].last_use_ns ? now_ns - c[i].last_use_ns : 0) + 1.0;
-      const ReuseModel::Look look = model_.LookUp(c[i].id);
-      const bool unfinished = look.unfinished;
-      const double rate = unfinished ? 1.0 : look.rate;
-      key[i] = {!c[i].backed, unfinished, (rate < 0 ? fallback : rate) / age, i};
-    }
-    std::sort(key.begin(), key.end());  // the index breaks ties: stable
-    std::vector<BlockMeta> sorted;
-    sorted.reserve(c.size());
-    for (const auto& k : key) sorted.push_back(c[std::get<3>(k)]);
-    std::copy(sorted.begin(), sorted.end(), c.begin());
+    OrderByKeys(c, [&](const BlockMeta& b) {
+      const double age = double(now_ns > b.last_use_ns ? now_ns - b.last_use_ns : 0) + 1.0;
+      const ReuseModel::Look look = model_.LookUp(b.id);
+      const double rate = look.unfinished ? 1.0 : look.rate;
+      return std::tuple<bool, bool, double>{!b.backed, look.unfinished,
+                                            (rate < 0 ? fallback : rate) / age};
+    });
   }
 };
 
