@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "io/io_engine.h"
@@ -81,6 +83,36 @@ class GateEngine final : public ForwardingIoEngine {
   std::vector<IoRequest> held_;  // guarded by mu_
 };
 
+// Holds reads at the tier's after-lookup hook (index looked up and region
+// pinned, lock released, I/O not yet built) until Release.
+class LookupGate {
+ public:
+  void Hold() {
+    std::unique_lock lock(mu_);
+    reached_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
+  }
+  bool WaitReached(std::chrono::seconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return reached_; });
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool reached_ = false;
+  bool released_ = false;
+};
+
+// Where a read is held while writers race it.
+enum class HoldAt { kDevice, kAfterLookup };
+
 class NvmeReadRaceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -110,7 +142,7 @@ class NvmeReadRaceTest : public ::testing::Test {
     return tier_->Write(kNs, ops).Wait();
   }
 
-  void HeldReadKeepsItsRegion(bool remove_first);
+  void HeldReadKeepsItsRegion(HoldAt at, bool remove_first);
 
   ScratchDir dir_;
   GateEngine* gate_ = nullptr;  // owned by tier_
@@ -121,14 +153,23 @@ class NvmeReadRaceTest : public ::testing::Test {
 // the rest of its region; writing on needs that region back, and its reclaim
 // must wait for the held read. Once released, the read sees what it looked
 // up: version 0, intact.
-void NvmeReadRaceTest::HeldReadKeepsItsRegion(bool remove_first) {
+void NvmeReadRaceTest::HeldReadKeepsItsRegion(HoldAt at, bool remove_first) {
   ASSERT_TRUE(Write(0, kLive, 0).ok());  // 3 regions, 12 blocks each
   std::vector<std::byte> out(kBytes);
   ReadOp rd{TestKey(0), out};
-  gate_->HoldNextRead();
-  Completion read = tier_->Read(kNs, std::span(&rd, 1));
-  ASSERT_TRUE(gate_->holding());
-  EXPECT_FALSE(read.Poll());
+  LookupGate lookup;
+  std::future<Completion> reader;  // HoldAt::kAfterLookup: Read returns once released
+  std::optional<Completion> held;  // HoldAt::kDevice
+  if (at == HoldAt::kDevice) {
+    gate_->HoldNextRead();
+    held = tier_->Read(kNs, std::span(&rd, 1));
+    ASSERT_TRUE(gate_->holding());
+    EXPECT_FALSE(held->Poll());
+  } else {
+    tier_->TEST_SetAfterReadLookup([&] { lookup.Hold(); });
+    reader = std::async(std::launch::async, [&] { return tier_->Read(kNs, std::span(&rd, 1)); });
+    ASSERT_TRUE(lookup.WaitReached(kNoHang));
+  }
   if (remove_first) {
     ASSERT_TRUE(tier_->Remove(kNs, std::vector<BlockKey>{TestKey(0)}).Wait().ok());
   }
@@ -145,9 +186,17 @@ void NvmeReadRaceTest::HeldReadKeepsItsRegion(bool remove_first) {
   // The writer stays blocked in reclaim for as long as the read is held.
   EXPECT_EQ(writer.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
       << "block 0's region was reclaimed under a pinned read";
-  EXPECT_FALSE(read.Poll());
+  if (held) EXPECT_FALSE(held->Poll());
 
-  ASSERT_TRUE(gate_->Release().ok());
+  if (at == HoldAt::kDevice) {
+    ASSERT_TRUE(gate_->Release().ok());
+  } else {
+    lookup.Release();
+    ASSERT_EQ(reader.wait_for(kNoHang), std::future_status::ready);
+    held = reader.get();
+    tier_->TEST_SetAfterReadLookup(nullptr);  // no read in flight past the hook now
+  }
+  Completion& read = *held;
   ASSERT_TRUE(read.WaitFor(kNoHang).ok()) << read.result(0).ToString();
   EXPECT_EQ(read.bytes(0), kBytes);
   EXPECT_TRUE(out == BlockBytes(TestKey(0), kBytes, 0)) << "the held read got other bytes";
@@ -162,9 +211,24 @@ void NvmeReadRaceTest::HeldReadKeepsItsRegion(bool remove_first) {
   EXPECT_TRUE(ReadAndCheck(*tier_, kLive - 1, kBytes, 2).ok());
 }
 
-TEST_F(NvmeReadRaceTest, OverwriteAndReclaimWaitForAHeldRead) { HeldReadKeepsItsRegion(false); }
+TEST_F(NvmeReadRaceTest, OverwriteAndReclaimWaitForAHeldRead) {
+  HeldReadKeepsItsRegion(HoldAt::kDevice, false);
+}
 
-TEST_F(NvmeReadRaceTest, RemoveAndReclaimWaitForAHeldRead) { HeldReadKeepsItsRegion(true); }
+TEST_F(NvmeReadRaceTest, RemoveAndReclaimWaitForAHeldRead) {
+  HeldReadKeepsItsRegion(HoldAt::kDevice, true);
+}
+
+// The window this guards: the lookup has dropped the tier lock and the
+// read's I/O is not built yet. The pin taken under the lock must already
+// hold the region.
+TEST_F(NvmeReadRaceTest, ReclaimWaitsForAReadBetweenLookupAndIo) {
+  HeldReadKeepsItsRegion(HoldAt::kAfterLookup, false);
+}
+
+TEST_F(NvmeReadRaceTest, RemoveAndReclaimWaitForAReadBetweenLookupAndIo) {
+  HeldReadKeepsItsRegion(HoldAt::kAfterLookup, true);
+}
 
 // A miss and a too small buffer are answered without I/O and take no pin: a
 // reclaim behind them does not wait.
@@ -179,9 +243,14 @@ TEST_F(NvmeReadRaceTest, MissesAndShortBuffersPinNothing) {
   EXPECT_EQ(c.result(0).ToString(), "not_found: not in tier 'ssd'");
   EXPECT_EQ(c.result(1).ToString(),
             "invalid_argument: read buffer of 16383 bytes < block of 16384");
-  for (uint64_t n = 0; n < 2 * kLive; n += 12) {
-    ASSERT_TRUE(Write(n % kLive, 12, 1).ok()) << n;
-  }
+  // A leaked pin would hold reclaim (and so these writes) forever: bounded.
+  auto writer = std::async(std::launch::async, [this] {
+    Status st;
+    for (uint64_t n = 0; n < 2 * kLive && st.ok(); n += 12) st = Write(n % kLive, 12, 1);
+    return st;
+  });
+  ASSERT_EQ(writer.wait_for(kNoHang), std::future_status::ready) << "reclaim waits on a pin";
+  ASSERT_TRUE(writer.get().ok());
   EXPECT_EQ(tier_->Stats().reclaims, 4u);
   EXPECT_TRUE(ReadAndCheck(*tier_, 0, kBytes, 1).ok());
 }

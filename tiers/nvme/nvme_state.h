@@ -8,6 +8,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +69,9 @@ struct NvmeTier::State {
   DataFile file;
   std::unique_ptr<NvmeIndex> index;
   std::unique_ptr<IoEngine> engine;
+  // Tests only: runs in DoRead after the index lookup has released `mu`,
+  // before the read's requests are built. Set before any read.
+  std::function<void()> after_read_lookup;
 
   mutable std::mutex mu;
   std::condition_variable cv;                              // region pins dropped, commit progress

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <new>
 #include <optional>
 
 #include "kvtier/block_header.h"
@@ -184,6 +185,10 @@ std::optional<uint64_t> NvmeTier::TEST_FileOffset(NamespaceId ns, const BlockKey
   return uint64_t{it->second.loc.region} * s_->region_bytes + it->second.loc.offset;
 }
 
+void NvmeTier::TEST_SetAfterReadLookup(std::function<void()> hook) {
+  s_->after_read_lookup = std::move(hook);
+}
+
 // ---- reads -------------------------------------------------------------------
 
 namespace {
@@ -195,6 +200,7 @@ namespace {
 // requests) is built from this copy after the lock is released.
 struct ReadHit {
   bool found = false;
+  bool pinned = false;  // found, and the buffer holds it: a read goes out
   BlockLocation loc;
   uint64_t seq = 0;
 };
@@ -208,7 +214,8 @@ ReadHit LookupReadLocked(NvmeTier::State& s, const NsKey& id, const ReadOp& op) 
   hit.loc = it->second.loc;
   hit.seq = it->second.seq;
   // A too small buffer is refused without a read, so it takes no pin.
-  if (op.dst.size() >= hit.loc.payload_bytes) ++s.regions[hit.loc.region].readers;
+  hit.pinned = op.dst.size() >= hit.loc.payload_bytes;
+  if (hit.pinned) ++s.regions[hit.loc.region].readers;
   return hit;
 }
 
@@ -221,7 +228,7 @@ std::shared_ptr<ReadCtx> PrepareRead(const ReadHit& hit, const std::string& tier
     return nullptr;
   }
   const BlockLocation& loc = hit.loc;
-  if (op.dst.size() < loc.payload_bytes) {
+  if (!hit.pinned) {
     done.Set(i, Status::InvalidArgument("read buffer of " + std::to_string(op.dst.size()) +
                                         " bytes < block of " + std::to_string(loc.payload_bytes)));
     return nullptr;
@@ -254,23 +261,42 @@ void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSou
       hits.push_back(LookupReadLocked(*s_, {ns, ops[i].key}, ops[i]));
     }
   }
+  if (s_->after_read_lookup) s_->after_read_lookup();
   std::vector<IoRequest> reqs;
   std::vector<std::shared_ptr<ReadCtx>> ctxs;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    std::shared_ptr<ReadCtx> c = PrepareRead(hits[i], name(), i, ns, ops[i], batch->done);
-    if (c == nullptr) continue;
-    std::optional<iovec> payload;
-    if (c->direct) payload = iovec{c->dst.data(), c->loc.payload_bytes};
-    std::vector<IoRequest> block =
-        BlockRequests(*s_->engine, IoOp::kRead, s_->file.fd(),
-                      uint64_t{c->loc.region} * s_->region_bytes + c->loc.offset,
-                      {c->buf.data(), c->buf.size()}, payload);
-    JoinParts(block, c->parts, [s = s_.get(), batch, c](const Status& st) {
-      FinishRead(*s, *c, st, batch->done);
-      batch->Release();
-    });
-    for (IoRequest& r : block) reqs.push_back(std::move(r));
-    ctxs.push_back(std::move(c));
+  size_t i = 0;
+  try {
+    for (; i < ops.size(); ++i) {
+      std::shared_ptr<ReadCtx> c = PrepareRead(hits[i], name(), i, ns, ops[i], batch->done);
+      if (c == nullptr) continue;
+      std::optional<iovec> payload;
+      if (c->direct) payload = iovec{c->dst.data(), c->loc.payload_bytes};
+      std::vector<IoRequest> block =
+          BlockRequests(*s_->engine, IoOp::kRead, s_->file.fd(),
+                        uint64_t{c->loc.region} * s_->region_bytes + c->loc.offset,
+                        {c->buf.data(), c->buf.size()}, payload);
+      JoinParts(block, c->parts, [s = s_.get(), batch, c](const Status& st) {
+        FinishRead(*s, *c, st, batch->done);
+        batch->Release();
+      });
+      for (IoRequest& r : block) reqs.push_back(std::move(r));
+      ctxs.push_back(std::move(c));
+    }
+  } catch (const std::bad_alloc&) {
+    // Out of memory building the I/O: nothing goes out. Contexts built so far
+    // release their pins in FinishRead; the hits from `i` on hold pins no
+    // context owns, and a pin never released would stall reclaim for good.
+    reqs.clear();
+    const Status oom = Status::ResourceExhausted("nvme read: out of memory building the I/O");
+    for (auto& c : ctxs) FinishRead(*s_, *c, oom, batch->done);
+    ctxs.clear();
+    {
+      std::lock_guard lock(s_->mu);
+      for (size_t j = i; j < ops.size(); ++j) {
+        if (hits[j].pinned && --s_->regions[hits[j].loc.region].readers == 0) s_->cv.notify_all();
+      }
+    }
+    for (size_t j = i; j < ops.size(); ++j) batch->done.Set(j, oom);
   }
   batch->remaining.fetch_add(ctxs.size(), std::memory_order_relaxed);
   if (Status st = reqs.empty() ? Status::Ok() : s_->engine->Submit(std::move(reqs)); !st.ok()) {

@@ -29,6 +29,7 @@
 // other buffer as one vectored request. The data file is a fixed file.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -77,6 +78,9 @@ class NvmeTier final : public Tier {
   Status Flush();
   // Byte offset in the data file where the block's header page starts.
   std::optional<uint64_t> TEST_FileOffset(NamespaceId ns, const BlockKey& key) const;
+  // Runs `hook` in every read after its index lookup, before its I/O is
+  // built. REQUIRES: no read in flight.
+  void TEST_SetAfterReadLookup(std::function<void()> hook);
 
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
