@@ -78,15 +78,16 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     for (const BlockKey& key : keys) *missing += index_.Find({ns, key}) == nullptr ? 1 : 0;
     return keys.size();
   };
-  // With `always` alone the hub's answer is known: saves skip the policies
-  // (and the hub's admission counts) on their hot path.
-  if (hints.bypass_admission || policies_->admits_all(0)) return admit_all();
   uint32_t depth = 0;
   if (parent) {
     const IndexEntry* p = index_.Find({ns, *parent});
-    if (p == nullptr) return admit_all();  // the save fails as a whole
+    // The save fails as a whole (ReserveSaveLocked): no room to make for it.
+    if (p == nullptr) return keys.size();
     depth = p->depth + 1;
   }
+  // With `always` alone the hub's answer is known: saves skip the policies
+  // (and the hub's admission counts) on their hot path.
+  if (hints.bypass_admission || policies_->admits_all(0)) return admit_all();
   const uint64_t now = NowNs();
   const TierState hub =
       policies_->StateOf(0, uint64_t{arena_->slot_count()} * arena_->slot_bytes(),

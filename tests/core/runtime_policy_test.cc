@@ -397,6 +397,26 @@ TEST_F(RuntimePolicyTest, SaveIntoAFullHubMakesRoomForItsNewBlocksOnly) {
   }
 }
 
+// A save under a parent that is not stored fails as a whole, so it makes no
+// room: a full hub demotes nothing for it.
+TEST_F(RuntimePolicyTest, SaveUnderAMissingParentDemotesNothing) {
+  RuntimeOptions o = Options(4, {.high = 1.0, .low = 0.5});
+  AddLower(o, bb_);
+  Open(o);
+  Save({1, 2, 3, 4});
+  const std::vector<BlockKey> keys = ChainKeys({99, 100, 101});
+  sim_->Prefill(keys, 0);
+  const std::vector<BlockKey> child{keys[1], keys[2]};
+  const std::vector<uint32_t> blocks{1, 2};
+  Completion c = rt_->Save(kTestNs, keys[0], child, blocks, SaveOptions{});
+  (void)c.Wait();
+  EXPECT_EQ(c.result(0).code(), StatusCode::kInvalidArgument) << c.result(0).ToString();
+  const RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.tiers[0].blocks, 4u);
+  EXPECT_EQ(st.tiers[0].demoted_blocks, 0u);
+  EXPECT_EQ(st.tiers[1].blocks, 0u);
+}
+
 TEST_F(RuntimePolicyTest, UnbuildablePoliciesFailOpen) {
   RuntimeOptions o = Options(4, {});
   AddLower(o, bb_).admission = {"write_budget"};  // no budget
