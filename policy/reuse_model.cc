@@ -163,11 +163,6 @@ ReuseModel::Look ReuseModel::LookUp(uint64_t id) const {
   return {true, n.partial, Unfinished(n), RateOf(n), n.coin};
 }
 
-float ReuseModel::CoinOf(uint64_t id) const {
-  auto it = nodes_.find(id);
-  return it == nodes_.end() ? 0.0f : it->second.coin;
-}
-
 size_t ReuseModel::ClassOf(uint64_t id) const {
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return kClasses;

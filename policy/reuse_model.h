@@ -52,19 +52,18 @@ class ReuseModel {
   // (false until some finish has been observed: the engine reports none).
   bool Unfinished(uint64_t id) const;
   bool Known(uint64_t id) const { return nodes_.count(id) != 0; }
-  // One coin per request, uniform in [0, 1): a request's new path is
-  // admitted or refused as a whole under a probabilistic cut.
-  float CoinOf(uint64_t id) const;
   // The class `id` is judged by now (kClasses when unknown); for tests.
   size_t ClassOf(uint64_t id) const;
 
   // What one decision needs of a block, found with one lookup: the fields
-  // of RateOf, Partial, Unfinished and CoinOf.
+  // of RateOf, Partial and Unfinished, and the naming request's coin.
   struct Look {
     bool known = false;
     bool partial = false;
     bool unfinished = false;
     double rate = -1;
+    // One coin per request, uniform in [0, 1): a request's new path is
+    // admitted or refused as a whole under a probabilistic cut.
     float coin = 0;
   };
   Look LookUp(uint64_t id) const;

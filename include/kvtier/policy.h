@@ -50,9 +50,9 @@ struct BlockMeta {
   float expected_reuse = -1.0f;    // Save hint in [0, 1]; negative = none
   bool is_tail = false;            // last full block of the request that saved it
   bool is_checkpoint = false;      // hybrid state checkpoint, not a KV block
-  bool backed = false;             // eviction only: a slower tier holds a copy too, so
-                                   // dropping this one loses nothing
   uint64_t next_use = UINT64_MAX;  // oracle only: next request index naming it
+  bool backed = false;  // eviction only: a slower tier holds a copy too, so dropping this
+                        // one costs no write and keeps the hit (read from that tier)
 };
 
 // The tier being asked, as the admission policy sees it.
