@@ -149,10 +149,11 @@ TEST(LayoutRunsTest, MaxRunsPerLayerAndBlock) {
     EXPECT_EQ(MaxBlockRuns(l), 3 * c.layer) << KvLayoutKindName(c.kind);
   }
   KvLayout big = SmallLayout(KvLayoutKind::kVllmHnd);
-  big.num_layers = 80;
-  big.block_tokens = 1u << 12;
-  big.num_kv_heads = 1u << 10;
-  EXPECT_EQ(MaxBlockRuns(big), uint64_t{80} * 2 * (1u << 22));  // past 2^32: no overflow
+  big.num_layers = 1024;
+  big.block_tokens = 1u << 16;
+  big.num_kv_heads = 1u << 16;  // tokens x heads alone is 2^32: no 32-bit product survives
+  EXPECT_EQ(MaxLayerRuns(big), uint64_t{1} << 33);
+  EXPECT_EQ(MaxBlockRuns(big), uint64_t{1} << 43);
 }
 
 // The copy engines reserve these bounds so that appending never reallocates:

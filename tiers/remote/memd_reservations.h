@@ -55,7 +55,10 @@ class MemdReservations {
   // one PUT_BEGIN announced.
   Result<Reservation> Fill(uint32_t request_id, uint32_t item, uint64_t bytes);
   // Publishes every item of `request_id` and frees its entry; per-item codes.
-  // InvalidArgument when the request is not open.
+  // InvalidArgument when the request is not open. The commit may come on
+  // either path (a TCP put begun before RDMA_HELLO commits after it): the
+  // table is the connection's, and a TCP item whose PUT_DATA never came
+  // fails whatever path commits it.
   Result<StatusList> Commit(uint32_t request_id);
   // Returns the slots of every open put, or only of those on `path`.
   // REQUIRES (RDMA): the peer can no longer write into them (its queue pair

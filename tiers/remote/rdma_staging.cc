@@ -1,6 +1,7 @@
 #include "tiers/remote/rdma_staging.h"
 
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,7 +97,16 @@ Result<RdmaStagingPool::Lease> RdmaStagingPool::Acquire(size_t bytes) {
   }
   if (!lease.pooled_) {
     const size_t n = grow ? options_.buffer_bytes : bytes;
-    lease.buffer_ = std::make_unique_for_overwrite<std::byte[]>(n);
+    try {
+      lease.buffer_ = std::make_unique_for_overwrite<std::byte[]>(n);
+    } catch (const std::bad_alloc&) {
+      if (grow) {
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        --shared_->pooled;
+      }
+      return Status::ResourceExhausted("RDMA staging: out of memory for " + std::to_string(n) +
+                                       " bytes");
+    }
     auto mr = device_.Register({lease.buffer_.get(), n});
     if (!mr.ok()) {
       if (grow) {
