@@ -65,9 +65,9 @@ Result<std::unique_ptr<TierPolicies>> TierPolicies::Create(const RuntimeOptions&
       tier.tune_window = o.policy.alpha_tune_window;
       p->window_limit_ = std::max<size_t>(p->window_limit_, tier.tune_window);
     }
-    // `reuse` eviction learns from the requests, as `reuse` admission does.
-    tier.eviction_observes = o.eviction == "reuse";
-    p->observes_ = p->observes_ || !tier.admits_all || tier.eviction_observes;
+    // `reuse` eviction learns from the requests through reuse_models_, which
+    // ObserveRequest feeds; the policy itself needs no call.
+    p->observes_ = p->observes_ || !tier.admits_all || o.eviction == "reuse";
     p->tiers_.push_back(std::move(tier));
   }
   p->observes_ = p->observes_ || p->window_limit_ != 0;
@@ -83,10 +83,7 @@ bool TierPolicies::ObserveRequest(NamespaceId ns, std::span<const BlockKey> keys
   for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
   const auto full = static_cast<uint32_t>(keys.size());  // a lookup names full blocks only
   reuse_models_.ObserveRequest(ids_, full);
-  for (PerTier& t : tiers_) {
-    t.admission.ObserveRequest(ids_, full, hints, now_ns);
-    if (t.eviction_observes) t.eviction->ObserveRequest(ids_, full, hints, now_ns);
-  }
+  for (PerTier& t : tiers_) t.admission.ObserveRequest(ids_, full, hints, now_ns);
   return window_limit_ != 0 && RecordForTuning(ids_);
 }
 
@@ -96,10 +93,7 @@ void TierPolicies::ObserveFinish(NamespaceId ns, std::span<const BlockKey> keys,
   ids_.clear();
   for (const BlockKey& k : keys) ids_.push_back(PolicyId({ns, k}));
   reuse_models_.ObserveFinish(ids_, output_tokens);
-  for (PerTier& t : tiers_) {
-    t.admission.ObserveFinish(ids_, output_tokens, now_ns);
-    if (t.eviction_observes) t.eviction->ObserveFinish(ids_, output_tokens, now_ns);
-  }
+  for (PerTier& t : tiers_) t.admission.ObserveFinish(ids_, output_tokens, now_ns);
 }
 
 double TierPolicies::FlopsAt(uint32_t depth) const {

@@ -109,7 +109,6 @@ class TierPolicies final : public IndexObserver {
     std::unique_ptr<EvictionPolicy> eviction;
     bool lru = true;
     bool admits_all = true;
-    bool eviction_observes = false;  // the eviction policy learns from requests (reuse)
     double read_bytes_per_s = 0;
     double read_latency_s = 0;
     bool flop_aware = false;
