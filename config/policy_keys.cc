@@ -11,7 +11,7 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 23> kPolicyKeys = {"frequency_threshold",
+constexpr std::array<std::string_view, 24> kPolicyKeys = {"frequency_threshold",
                                                           "sketch_width",
                                                           "sketch_aging_period",
                                                           "marconi_admit_tails",
@@ -33,7 +33,8 @@ constexpr std::array<std::string_view, 23> kPolicyKeys = {"frequency_threshold",
                                                           "reuse_spread",
                                                           "reuse_fill_share",
                                                           "reuse_min_samples",
-                                                          "reuse_half_life"};
+                                                          "reuse_half_life",
+                                                          "reuse_age_exponent"};
 
 constexpr uint64_t kMaxIntervalMs = 24ULL * 3600 * 1000;  // a budget adjusted once a day at least
 
@@ -79,6 +80,7 @@ Status ReadNumbers(const ConfigNode& node, const std::string& path, TierOptions*
       {"reuse_ratio", {0, false, 1e12, "a number >= 0"}, &k.reuse_ratio},
       {"reuse_spread", {0, false, 1e12, "a number >= 0"}, &k.reuse_spread},
       {"reuse_fill_share", {0, false, 1, "a fraction from 0 to 1"}, &k.reuse_fill_share},
+      {"reuse_age_exponent", {0, true, 4, "a number in (0, 4]"}, &k.reuse_age_exponent},
   };
   for (const DoubleKey& d : keys) {
     if (const ConfigNode* p = node.Find(std::string(d.key))) {

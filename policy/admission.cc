@@ -241,6 +241,9 @@ Status PolicyKnobs::Validate() const {
   if (!(reuse_fill_share >= 0 && reuse_fill_share <= 1)) {
     return Status::InvalidArgument("reuse_fill_share must be in [0, 1]");
   }
+  if (!(reuse_age_exponent > 0 && reuse_age_exponent <= 4)) {
+    return Status::InvalidArgument("reuse_age_exponent must be in (0, 4]");
+  }
   if (!(marconi_continue_threshold >= 0 && marconi_continue_threshold <= 1)) {
     return Status::InvalidArgument("marconi_continue_threshold must be in [0, 1]");
   }

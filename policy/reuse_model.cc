@@ -62,7 +62,7 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
   Mature();
   const uint32_t tag = next_tag_++;
   std::array<uint32_t, kClasses> entered{};
-  Pending p{chain.empty() ? 0 : chain.back(), chain.size(), known >= kContinuedBlocks, {}};
+  Pending p{chain.empty() ? 0 : chain.back(), chain.size(), known >= kContinuedBlocks, {}, {}};
   const float coin = chain.empty() ? 0.0f : float(Mix64(chain.back() ^ kSalt) >> 40) * 0x1p-24f;
   const uint8_t first_cls = p.continued ? uint8_t(kContinued) : LengthClass(chain.size());
   for (size_t i = 0; i < chain.size(); ++i) {
@@ -79,7 +79,7 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
       n.tag = tag;
       n.coin = coin;
     }
-    if (fresh && !n.partial) p.fresh.push_back(chain[i]);
+    if (!n.partial) (fresh ? p.fresh : p.renamed).push_back(chain[i]);
     Enter(n.cls);
   }
   for (size_t c = 0; c < kClasses; ++c) {
@@ -101,9 +101,32 @@ void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_
     return;
   }
   const Pending p = std::move(pit->second);
+  const uint32_t tag = pit->first;
   pending_.erase(pit);
+  const uint8_t out = OutputClass(output_tokens);
+  std::array<uint32_t, 2> again{};
+  for (uint64_t id : p.renamed) {
+    auto nit = nodes_.find(id);
+    if (nit == nodes_.end()) continue;
+    Node& n = nit->second;
+    const size_t level = n.cls == kTwice ? 0 : 1;
+    const auto post = static_cast<uint8_t>(kRenamedBase + level * kOutputClasses + out);
+    rates_[post].named += 1;
+    ++again[level];
+    if (n.seq != tag) {
+      rates_[post].renamed += 1;  // named again before the finish
+    } else {
+      n.post = post;
+    }
+  }
+  for (size_t level = 0; level < 2; ++level) {
+    if (again[level] != 0) {
+      immature_.push_back(
+          {tag, uint8_t(kRenamedBase + level * kOutputClasses + out), again[level]});
+    }
+  }
   if (p.continued) return;  // continued paths keep their own class
-  const auto post = static_cast<uint8_t>(kOutputBase + OutputClass(output_tokens));
+  const auto post = static_cast<uint8_t>(kOutputBase + out);
   uint32_t count = 0;
   for (uint64_t id : p.fresh) {
     auto nit = nodes_.find(id);

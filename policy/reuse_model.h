@@ -21,14 +21,17 @@ class ReuseModel {
   // Length classes (quarter-octaves of the chain length) of a request's new
   // blocks before it finishes; output classes (octaves of its output tokens)
   // after; blocks new to a request that continued a known path of at least
-  // kContinuedBlocks blocks; blocks named twice; named three or more times.
+  // kContinuedBlocks blocks; blocks named twice; named three or more times;
+  // and, once the request that named them last finishes, blocks named twice
+  // and three or more times by that request's output class.
   static constexpr size_t kLengthClasses = 24;
   static constexpr size_t kOutputClasses = 14;
   static constexpr uint32_t kContinuedBlocks = 2;
   static constexpr size_t kOutputBase = kLengthClasses;
   static constexpr size_t kContinued = kOutputBase + kOutputClasses;
   static constexpr size_t kTwice = kContinued + 1;
-  static constexpr size_t kClasses = kTwice + 2;
+  static constexpr size_t kRenamedBase = kTwice + 2;
+  static constexpr size_t kClasses = kRenamedBase + 2 * kOutputClasses;
 
   explicit ReuseModel(const PolicyKnobs& k)
       : min_samples_(k.reuse_min_samples), half_life_(k.reuse_half_life) {}
@@ -96,7 +99,8 @@ class ReuseModel {
     uint64_t last = 0;  // the request's last id and chain length, to match its finish
     size_t length = 0;
     bool continued = false;
-    std::vector<uint64_t> fresh;  // full blocks it named first
+    std::vector<uint64_t> fresh;    // full blocks it named first
+    std::vector<uint64_t> renamed;  // full blocks it named again
   };
   bool Learned(size_t cls) const { return rates_[cls].matured >= double(min_samples_); }
   double RateOf(const Node& n) const;

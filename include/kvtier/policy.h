@@ -141,6 +141,8 @@ struct KVTIER_EXPORT PolicyKnobs {
                                             //   below this share of its capacity (0 = off)
   uint32_t reuse_min_samples = 64;          // reuse: matured blocks a class needs to be judged
   uint64_t reuse_half_life = 1 << 18;       // reuse: class counts halve every N block sightings
+  double reuse_age_exponent = 0.5;          // reuse eviction: priority = rate / idle^exponent
+                                            //   (1 = hyperbolic; lower trusts the class more)
 
   Status Validate() const;
 };

@@ -77,6 +77,7 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
                                          "tiers.ssd.policy.reuse_fill_share=0.4",
                                          "tiers.ssd.policy.reuse_min_samples=8",
                                          "tiers.ssd.policy.reuse_half_life=4096",
+                                         "tiers.ssd.policy.reuse_age_exponent=0.75",
                                          "tiers.ssd.policy.marconi_admit_tails=false",
                                          "tiers.ssd.policy.marconi_continue_threshold=0.75",
                                          "tiers.ssd.policy.marconi_probation=0.5"};
@@ -95,6 +96,7 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
   EXPECT_EQ(k.reuse_fill_share, 0.4);
   EXPECT_EQ(k.reuse_min_samples, 8u);
   EXPECT_EQ(k.reuse_half_life, 4096u);
+  EXPECT_EQ(k.reuse_age_exponent, 0.75);
   EXPECT_FALSE(k.marconi_admit_tails);
   EXPECT_EQ(k.marconi_continue_threshold, 0.75f);
   EXPECT_EQ(k.marconi_probation, 0.5);
@@ -105,6 +107,12 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
   EXPECT_EQ(bad.status().message(),
             "--set tiers.ssd.policy.cost_margin=-1: tiers.ssd.policy.cost_margin -1 is out of "
             "range; expected a number > 0");
+  bad = LoadConfigFile(Example("policies.yaml"),
+                       std::vector<std::string>{"tiers.ssd.policy.reuse_age_exponent=0"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "--set tiers.ssd.policy.reuse_age_exponent=0: tiers.ssd.policy.reuse_age_exponent 0 "
+            "is out of range; expected a number in (0, 4]");
 }
 
 TEST(PolicyConfigTest, EveryPolicyOfTheLibraryIsAccepted) {

@@ -58,7 +58,7 @@ TEST(ReuseModelTest, ClassesFollowLengthThenOutputAfterTheFinish) {
     size_t cls;
   };
   const Row rows[] = {
-      {1, ReuseModel::kTwice},             // named by two requests
+      {1, ReuseModel::kRenamedBase + 1},   // named again by a request that output 1 token
       {3, ReuseModel::kOutputBase + 0},    // output 0 tokens: octave 0
       {10, ReuseModel::kOutputBase + 3},   // output 7 tokens: octave 3
       {20, ReuseModel::kContinued},        // continued paths keep their class
@@ -71,6 +71,45 @@ TEST(ReuseModelTest, ClassesFollowLengthThenOutputAfterTheFinish) {
   EXPECT_TRUE(m.Partial(32));
   EXPECT_FALSE(m.Partial(31));
   EXPECT_FALSE(m.Unfinished(10));
+  // Named again (1, 2: a third time) by a request still decoding: by
+  // sightings until it finishes, then by its output class, per sightings.
+  m.ObserveRequest(std::vector<uint64_t>{1, 2, 20, 21, 22}, 5);
+  EXPECT_EQ(m.ClassOf(1), ReuseModel::kTwice + 1);
+  EXPECT_EQ(m.ClassOf(20), ReuseModel::kTwice);
+  m.ObserveFinish(std::vector<uint64_t>{1, 2, 20, 21, 22}, 300);  // octave 9
+  EXPECT_EQ(m.ClassOf(1), ReuseModel::kRenamedBase + ReuseModel::kOutputClasses + 9);
+  EXPECT_EQ(m.ClassOf(20), ReuseModel::kRenamedBase + 9);
+  EXPECT_EQ(m.ClassOf(22), ReuseModel::kContinued);  // new on a continued path
+  // A block named again before the finish is judged by its last namer:
+  // 10 by the unfinished second request, 12 by the first one's output.
+  m.ObserveRequest(std::vector<uint64_t>{10, 11, 12, 13}, 4);
+  m.ObserveRequest(std::vector<uint64_t>{10, 11, 14}, 3);
+  m.ObserveFinish(std::vector<uint64_t>{10, 11, 12, 13}, 2);  // octave 2
+  EXPECT_EQ(m.ClassOf(10), ReuseModel::kTwice + 1);
+  EXPECT_EQ(m.ClassOf(12), ReuseModel::kRenamedBase + 2);
+}
+
+// Blocks named again are learned by the output class of the request that
+// named them last: a path continued by short tool-call turns keeps coming
+// back, a path whose last turn wrote a long answer does not.
+TEST(ReuseModelTest, RenamedBlocksLearnTheirLastNamersOutputClass) {
+  ReuseModel m(ExactKnobs());
+  auto turn = [&m](std::vector<uint64_t> chain, uint32_t output) {
+    m.ObserveRequest(chain, uint32_t(chain.size()));
+    m.ObserveFinish(chain, output);
+  };
+  turn({1, 2}, 1);
+  turn({1, 2, 3}, 1);  // 1, 2 named again; short output: class R(1)
+  turn({20, 21}, 1);
+  turn({20, 21, 22}, 1);  // 20, 21: R(1) too
+  turn({10, 11}, 1000);
+  turn({10, 11, 12}, 1000);  // 10, 11 named again; long output: R(1000)
+  turn({1, 2, 3, 4}, 1);     // 1, 2 come back; 3, named again, joins R(1)
+  for (uint64_t id = 100; id < 104; ++id) turn({id}, 5);  // lets every class mature
+  EXPECT_EQ(m.ClassOf(20), ReuseModel::kRenamedBase + 1);
+  EXPECT_EQ(m.RateOf(20), 0.4);  // R(1): 1, 2 of 1, 2, 20, 21, 3 came back
+  EXPECT_EQ(m.ClassOf(10), ReuseModel::kRenamedBase + ReuseModel::OutputClass(1000));
+  EXPECT_EQ(m.RateOf(10), 0.0);
 }
 
 TEST(ReuseModelTest, RatesCountOnlyMaturedBlocks) {
@@ -185,7 +224,9 @@ BlockMeta Used(uint64_t id, uint64_t last_use_ns) {
 }
 
 TEST(ReuseEvictionTest, LowestRateOverAgeLeavesFirstAndUnfinishedLast) {
-  auto p = CreateEvictionPolicy("reuse", ExactKnobs());
+  PolicyKnobs k = ExactKnobs();
+  k.reuse_age_exponent = 1;  // hyperbolic
+  auto p = CreateEvictionPolicy("reuse", k);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)->Name(), "reuse");
   ObserveThree(**p);
@@ -211,6 +252,33 @@ TEST(ReuseEvictionTest, LowestRateOverAgeLeavesFirstAndUnfinishedLast) {
             (std::vector<uint64_t>{50, 4, 60}));
   (*p)->ObserveFinish(std::vector<uint64_t>{60, 61}, 10, 0);  // 60 finished: by rate / age
   EXPECT_EQ(OrderIds(**p, {Used(4, 999), Used(60, 0)}, 1000), (std::vector<uint64_t>{60, 4}));
+}
+
+// The age exponent sets how much the class weighs against idle time: block
+// 3 (rate 0.5, idle 1001 ns) and block 99 (unknown: the average 0.4, idle
+// 701 ns) swap places between 1 and the default 0.5.
+TEST(ReuseEvictionTest, AgeExponentWeighsTheClassAgainstIdleTime) {
+  struct Row {
+    double exponent;
+    std::vector<uint64_t> order;
+  };
+  const Row rows[] = {
+      {1.0, {3, 99}},  // 0.5 / 1001 < 0.4 / 701
+      {0.5, {99, 3}},  // 0.4 / 26.5 < 0.5 / 31.6
+      {2.0, {3, 99}},
+  };
+  for (const Row& r : rows) {
+    PolicyKnobs k = ExactKnobs();
+    k.reuse_age_exponent = r.exponent;
+    auto p = CreateEvictionPolicy("reuse", k);
+    ASSERT_TRUE(p.ok());
+    ObserveThree(**p);
+    EXPECT_EQ(OrderIds(**p, {Used(3, 0), Used(99, 300)}, 1000), r.order) << r.exponent;
+  }
+  EXPECT_EQ(PolicyKnobs{}.reuse_age_exponent, 0.5);
+  PolicyKnobs bad;
+  bad.reuse_age_exponent = 0;
+  EXPECT_EQ(bad.Validate().message(), "reuse_age_exponent must be in (0, 4]");
 }
 
 // A copy a slower tier also holds leaves before everything else, even a

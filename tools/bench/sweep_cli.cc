@@ -44,8 +44,9 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
       ->capture_default_str();
   cmd->add_option(
       "--knob", f.knobs,
-      "NAME=VALUE: override a policy knob (marconi_probation, reuse_ratio, reuse_spread, reuse_fill_share, "
-      "reuse_min_samples, reuse_half_life, slru_protected_fraction, "
+      "NAME=VALUE: override a policy knob (marconi_probation, reuse_ratio, reuse_spread, "
+      "reuse_fill_share, "
+      "reuse_min_samples, reuse_half_life, reuse_age_exponent, slru_protected_fraction, "
       "s3fifo_small_fraction, flop_alpha, cost_margin)");
   cmd->add_flag("--hybrid", f.hybrid,
                 "also compare state-checkpoint placements of a hybrid (attention + SSM) model "
@@ -79,6 +80,8 @@ Status ApplyKnob(const std::string& spec, PolicyKnobs& k) {
     k.reuse_min_samples = static_cast<uint32_t>(v);
   else if (name == "reuse_half_life")
     k.reuse_half_life = static_cast<uint64_t>(v);
+  else if (name == "reuse_age_exponent")
+    k.reuse_age_exponent = v;
   else if (name == "slru_protected_fraction")
     k.slru_protected_fraction = v;
   else if (name == "s3fifo_small_fraction")
