@@ -55,8 +55,11 @@ void ReuseModel::Rename(Node& n) {
 }
 
 void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks) {
-  if (nodes_.size() > kMaxNodes) nodes_.clear();        // bounded memory: start over
-  if (pending_.size() > kMaxPending) pending_.clear();  // finishes that never came
+  if (nodes_.size() > kMaxNodes) nodes_.clear();  // bounded memory: start over
+  if (pending_.size() > kMaxPending || pending_ids_ > kMaxPendingIds) {
+    pending_.clear();  // finishes that never came
+    pending_ids_ = 0;
+  }
   size_t known = 0;
   while (known < chain.size() && nodes_.count(chain[known]) != 0) ++known;
   Mature();
@@ -87,7 +90,10 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
   }
   // The finish is matched by the last block's tag, which is this request's
   // only if it named that block first.
-  if (!p.fresh.empty() && nodes_.at(chain.back()).tag == tag) pending_[tag] = std::move(p);
+  if (!p.fresh.empty() && nodes_.at(chain.back()).tag == tag) {
+    pending_ids_ += p.fresh.size() + p.renamed.size();
+    pending_[tag] = std::move(p);
+  }
 }
 
 void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens) {
@@ -103,6 +109,7 @@ void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_
   const Pending p = std::move(pit->second);
   const uint32_t tag = pit->first;
   pending_.erase(pit);
+  pending_ids_ -= p.fresh.size() + p.renamed.size();
   const uint8_t out = OutputClass(output_tokens);
   std::array<uint32_t, 2> again{};
   for (uint64_t id : p.renamed) {

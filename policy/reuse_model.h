@@ -111,6 +111,7 @@ class ReuseModel {
 
   static constexpr size_t kMaxNodes = size_t{1} << 23;
   static constexpr size_t kMaxPending = size_t{1} << 16;
+  static constexpr size_t kMaxPendingIds = size_t{1} << 22;  // 32 MiB of ids
   static constexpr uint64_t kSalt = 0x7265757365636f69ULL;
   uint32_t min_samples_;
   uint64_t half_life_;
@@ -119,6 +120,7 @@ class ReuseModel {
   std::array<Rate, kClasses> rates_{};
   std::unordered_map<uint64_t, Node> nodes_;
   std::unordered_map<uint32_t, Pending> pending_;
+  size_t pending_ids_ = 0;  // ids held by pending_, bounded like its size
   // Rates divide reuses by matured blocks: a block named a moment ago has
   // had no time to come back, and counting it would favour the classes whose
   // reuse comes soonest. The lag is learned (mean over renames, in requests).
