@@ -1,6 +1,7 @@
-// The insides of NvmeTier, shared by nvme_tier.cc (the read, write, remove
-// paths) and nvme_store.cc (open and recovery, region allocation, reclaim,
-// group commit). Not for use outside tiers/nvme.
+// The insides of NvmeTier, shared by nvme_read.cc (the read path),
+// nvme_tier.cc (the write and remove paths), nvme_store.cc (open and
+// recovery, region allocation, group commit) and nvme_reclaim.cc (reclaim).
+// Not for use outside tiers/nvme.
 //
 // Locking: mu_ guards everything marked "guarded"; it is never held across a
 // blocking I/O wait, only across the synced RocksDB write of a region's new
@@ -117,6 +118,7 @@ struct NvmeTier::State {
   Status ActivateLocked(int region);
   int FreeRegionLocked() const;
   int GiveUpEmptiestRegion(std::vector<IndexUpdate>& drops);
+  // nvme_reclaim.cc
   Status Reclaim();
   int PickVictimLocked() const;
   Status Relocate(int victim, std::vector<LiveBlock>& live, uint64_t* reinserted);
