@@ -12,6 +12,8 @@
 // retried block by block so that only the blocks whose own call fails are
 // dropped; a sticky error (the context is lost) fails every copy still in
 // flight and every later call.
+//
+// The plan of pieces is built in copy_plan.cc; this file issues it.
 
 #include "gpu/cuda/cuda_copy_engine.h"
 
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "gpu/cuda/copy_kernel.h"
+#include "gpu/cuda/copy_plan.h"
 #include "gpu/cuda/cuda_util.h"
 #include "gpu/cuda/event_poller.h"
 #include "gpu/cuda/pinned_pool.h"
@@ -30,23 +33,6 @@
 
 namespace kvtier::cuda {
 namespace {
-
-// The pieces of one call. Segment s (layer s of a Scatter; the one segment
-// of a Gather) holds the pieces of copy i at [Begin(s, i), Begin(s, i + 1)).
-// Copies that failed their checks have no pieces.
-struct Plan {
-  std::vector<CopyPiece> pieces;
-  std::vector<size_t> starts;  // segments * copies + 1 entries
-  size_t copies = 0;
-  size_t segments = 0;
-  bool kernel = false;  // copy kernel rather than DMA
-  bool pinned = false;  // every host buffer with pieces is page-locked
-
-  size_t Begin(size_t s, size_t i) const { return starts[s * copies + i]; }
-  std::span<const CopyPiece> Of(size_t s, size_t i) const {
-    return {pieces.data() + Begin(s, i), Begin(s, i + 1) - Begin(s, i)};
-  }
-};
 
 // One direction (save or load): its stream, and an event reused to order
 // the stream after the compute stream. `mu` keeps one call's record, wait
@@ -70,14 +56,6 @@ struct CallError {
   bool ok() const { return err == cudaSuccess; }
   Status ToStatus() const { return FromCuda(err, call); }
 };
-
-// Typical contiguous run of one block's layer: what decides between DMA and
-// the kernel.
-uint64_t LayerRunBytes(const KvLayout& layout) {
-  std::vector<internal::CopyRun> runs;
-  internal::AppendLayerRuns(layout, 0, 0, &runs);
-  return layout.Planes() * layout.PageBytes() / std::max<size_t>(runs.size(), 1);
-}
 
 // CUDA 12.8 added the batch call with a failIdx argument; 13.0 dropped it.
 cudaError_t BatchCopy(std::vector<void*>& dsts, std::vector<const void*>& srcs,
@@ -130,36 +108,6 @@ CallError IssueDma(std::span<const CopyPiece> pieces, bool pinned, cudaStream_t 
   return {};
 }
 
-constexpr size_t kWholeBatch = ~size_t{0};
-
-// The state of one Gather or Scatter while it is being issued.
-struct Batch {
-  std::span<const BlockCopy> copies;
-  bool gather = false;
-  std::vector<Status> results;  // one per copy; OK while the copy is live
-  Plan plan;
-
-  // Names copy i; loads name the layer too unless `segment` is kWholeBatch.
-  std::string What(size_t i, size_t segment) const {
-    std::string w = std::string("cuda copy engine: ") + (gather ? "save" : "load") +
-                    " of engine block " + std::to_string(copies[i].engine_block);
-    if (!gather && segment != kWholeBatch) w += " layer " + std::to_string(segment);
-    return w;
-  }
-  void FailCopy(size_t i, size_t segment, const Status& why) {
-    results[i] = why.WithContext(What(i, segment));
-  }
-  // Fails every copy still live.
-  void FailLive(size_t segment, const Status& why) {
-    for (size_t i = 0; i < results.size(); ++i) {
-      if (results[i].ok()) FailCopy(i, segment, why);
-    }
-  }
-  bool AnyLive() const {
-    return std::any_of(results.begin(), results.end(), [](const Status& s) { return s.ok(); });
-  }
-};
-
 class CudaCopyEngine final : public CopyEngine {
  public:
   CudaCopyEngine(const CudaCopyEngineOptions& options, Stream save, Stream load, Event save_ready,
@@ -196,7 +144,6 @@ class CudaCopyEngine final : public CopyEngine {
   // Builds the plan and issues it; false when nothing went to the poller
   // (the batch is then final in `batch.results`).
   bool Start(Batch& batch, cuda::PendingCopy* pending);
-  void MakePlan(Batch& batch) const;
   Status Issue(Lane& lane, Batch& batch, cuda::PendingCopy* pending);
   Status IssueSegment(Lane& lane, Batch& batch, size_t s, const Table& table);
   Status AskHook(Batch& batch, size_t s);
@@ -256,7 +203,7 @@ void CudaCopyEngine::Submit(std::span<const BlockCopy> copies, bool gather, Laye
 bool CudaCopyEngine::Start(Batch& batch, PendingCopy* pending) {
   Status st;
   try {
-    MakePlan(batch);
+    MakePlan(options_, layer_run_bytes_, batch);
     st = Issue(batch.gather ? save_ : load_, batch, pending);
   } catch (const std::bad_alloc&) {
     st = Status::ResourceExhausted("out of memory for the copy list");
@@ -265,54 +212,6 @@ bool CudaCopyEngine::Start(Batch& batch, PendingCopy* pending) {
   // Issue drained the stream: nothing touches the buffers any more.
   batch.FailLive(kWholeBatch, st);
   return false;
-}
-
-// Gather: every run of each block, one segment. Scatter: layer-major, one
-// segment per layer, so layer l's event covers layer l of every block.
-void CudaCopyEngine::MakePlan(Batch& batch) const {
-  Plan& plan = batch.plan;
-  const std::span<const BlockCopy> copies = batch.copies;
-  std::vector<uint64_t> host(copies.size());
-  plan.pinned = true;
-  for (size_t i = 0; i < copies.size(); ++i) {
-    if (!batch.results[i].ok()) continue;
-    void* dev = MappedDevicePointer(copies[i].host.data());
-    plan.pinned = plan.pinned && dev != nullptr;
-    host[i] = reinterpret_cast<uint64_t>(dev);
-  }
-  const bool want_kernel =
-      options_.path == CudaCopyPath::kKernel ||
-      (options_.path == CudaCopyPath::kAuto && layer_run_bytes_ < options_.kernel_max_run_bytes);
-  plan.kernel = want_kernel && plan.pinned;
-  if (!plan.kernel) {
-    for (size_t i = 0; i < copies.size(); ++i) {
-      host[i] = reinterpret_cast<uint64_t>(copies[i].host.data());
-    }
-  }
-  plan.copies = copies.size();
-  plan.segments = batch.gather ? 1 : layout().num_layers;
-  std::vector<internal::CopyRun> runs;
-  for (size_t s = 0; s < plan.segments; ++s) {
-    for (size_t i = 0; i < copies.size(); ++i) {
-      plan.starts.push_back(plan.pieces.size());
-      if (!batch.results[i].ok()) continue;
-      runs.clear();
-      if (batch.gather) {
-        internal::AppendBlockRuns(layout(), copies[i].engine_block, &runs);
-      } else {
-        internal::AppendLayerRuns(layout(), copies[i].engine_block, static_cast<uint32_t>(s),
-                                  &runs);
-      }
-      for (const internal::CopyRun& r : runs) {
-        const uint64_t engine =
-            reinterpret_cast<uint64_t>(options_.tensors[r.tensor]) + r.engine_offset;
-        const uint64_t h = host[i] + r.host_offset;
-        plan.pieces.push_back(batch.gather ? CopyPiece{h, engine, r.bytes}
-                                           : CopyPiece{engine, h, r.bytes});
-      }
-    }
-  }
-  plan.starts.push_back(plan.pieces.size());
 }
 
 // A non-OK return abandons the batch: the stream has been drained (not the

@@ -13,6 +13,13 @@ constexpr auto kPollInterval = std::chrono::microseconds(20);
 
 }  // namespace
 
+std::string CopyName(bool save, uint32_t engine_block, std::optional<uint32_t> layer) {
+  std::string name = std::string("cuda copy engine: ") + (save ? "save" : "load") +
+                     " of engine block " + std::to_string(engine_block);
+  if (layer) name += " layer " + std::to_string(*layer);
+  return name;
+}
+
 EventPoller::EventPoller(int device, DeviceHealth* health)
     : device_(device), health_(health), thread_([this] { Loop(); }) {}
 
@@ -34,16 +41,16 @@ void EventPoller::Add(std::unique_ptr<PendingCopy> copy) {
 }
 
 // No copy of the batch is complete before its last event, so an event that
-// fails takes every copy still in flight with it.
+// fails takes every copy still in flight with it. The layer is named once,
+// with the copy, as when issuing it fails.
 void EventPoller::Fail(PendingCopy& c, size_t event, cudaError_t err) {
-  const Status st = FromCuda(err, c.per_layer ? "layer " + std::to_string(event) + " event"
-                                              : std::string("completion event"));
+  const Status st = FromCuda(err, "completion event");
   if (IsStickyError(err)) health_->MarkLost(st);
+  std::optional<uint32_t> layer;
+  if (c.per_layer) layer = static_cast<uint32_t>(event);
   for (size_t i = 0; i < c.results.size(); ++i) {
     if (!c.results[i].ok()) continue;
-    c.results[i] =
-        st.WithContext(std::string("cuda copy engine: ") + (c.per_layer ? "load" : "save") +
-                       " of engine block " + std::to_string(c.blocks[i]));
+    c.results[i] = st.WithContext(CopyName(!c.per_layer, c.blocks[i], layer));
   }
   c.lease.reset();
   if (c.done) c.done(std::move(c.results));

@@ -9,6 +9,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,6 +18,11 @@
 #include "kvtier/copy_engine.h"
 
 namespace kvtier::cuda {
+
+// How results name one copy: "cuda copy engine: save of engine block 7", and
+// for a load's layer "cuda copy engine: load of engine block 7 layer 3". The
+// one place the engine and the poller build it, so both read alike.
+std::string CopyName(bool save, uint32_t engine_block, std::optional<uint32_t> layer);
 
 // One submitted Gather or Scatter.
 struct PendingCopy {
