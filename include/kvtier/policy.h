@@ -139,7 +139,7 @@ struct KVTIER_EXPORT PolicyKnobs {
                                             //   from 0 to 1 over ratio -/+ spread (per request)
   double reuse_fill_share = 0;              // reuse: admit every full block while the tier is
                                             //   below this share of its capacity (0 = off)
-  uint32_t reuse_min_samples = 64;          // reuse: matured blocks a class needs to be judged
+  uint32_t reuse_min_samples = 256;         // reuse: matured blocks a class needs to be judged
   uint64_t reuse_half_life = 1 << 18;       // reuse: class counts halve every N block sightings
   double reuse_age_exponent = 0.5;          // reuse eviction: priority = rate / idle^exponent
                                             //   (1 = hyperbolic; lower trusts the class more)
