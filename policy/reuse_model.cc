@@ -10,6 +10,9 @@
 // and from then on the block is judged by the output class, which on agentic
 // traces separates tool-call turns (short outputs, context continued by the
 // next turn) from final answers. Both tables keep learning side by side.
+// A block named again is judged by its sightings until the request that
+// named it last finishes, then by that request's output class too: a prefix
+// whose latest turn was a tool call is likely to be continued again.
 #include "policy/reuse_model.h"
 
 #include <algorithm>
