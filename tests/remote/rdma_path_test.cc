@@ -67,34 +67,44 @@ std::vector<std::byte> Pattern(size_t n, int seed) {
   return v;
 }
 
+memd::MemdServerOptions ServerOptions() {
+  memd::MemdServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.secret = "rdma-test-secret";
+  o.transport = "rdma";
+  o.pool.pool_bytes = 16 * (64 << 10);
+  o.pool.slot_bytes = 64 << 10;
+  o.pool.hugepages = false;
+  o.pool.prefault = false;
+  o.log = StderrLogSink(LogLevel::kError);
+  return o;
+}
+
+memd::RemoteClientOptions ClientOptions(uint16_t port) {
+  memd::RemoteClientOptions co;
+  co.servers = {"127.0.0.1:" + std::to_string(port)};
+  co.secret = "rdma-test-secret";
+  co.connections = 1;
+  co.op_timeout_ms = kTimeoutMs;
+  co.reconnect_backoff_ms = 1;
+  co.reconnect_backoff_max_ms = 1;
+  co.transport = "rdma";
+  return co;
+}
+
 class RdmaPathTest : public ::testing::TestWithParam<RdmaDev> {
  protected:
   void SetUp() override {
     auto f = DeviceFor(GetParam(), fabric_);
     if (!f.ok()) GTEST_SKIP() << "no RDMA device: " << f.status().message();
     factory_ = *f;
-    memd::MemdServerOptions o;
-    o.listen = "127.0.0.1:0";
-    o.secret = "rdma-test-secret";
-    o.transport = "rdma";
-    o.rdma_device = factory_;
-    o.pool.pool_bytes = 16 * (64 << 10);
-    o.pool.slot_bytes = 64 << 10;
-    o.pool.hugepages = false;
-    o.pool.prefault = false;
-    o.log = StderrLogSink(LogLevel::kError);
+    memd::MemdServerOptions o = ServerOptions();
+    o.rdma_device = Counted(server_opens_);
     auto s = MemdServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s).value();
-    memd::RemoteClientOptions co;
-    co.servers = {"127.0.0.1:" + std::to_string(server_->port())};
-    co.secret = o.secret;
-    co.connections = 1;
-    co.op_timeout_ms = kTimeoutMs;
-    co.reconnect_backoff_ms = 1;
-    co.reconnect_backoff_max_ms = 1;
-    co.transport = "rdma";
-    co.rdma_device = factory_;
+    memd::RemoteClientOptions co = ClientOptions(server_->port());
+    co.rdma_device = Counted(client_opens_);
     auto c = RemoteClient::Create(co, StderrLogSink(LogLevel::kError), nullptr);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(c).value();
@@ -114,8 +124,18 @@ class RdmaPathTest : public ::testing::TestWithParam<RdmaDev> {
     return w.Wait();
   }
 
+  // factory_, counting the devices it opens.
+  memd::RdmaDeviceFactory Counted(std::atomic<int>& opens) {
+    return [this, &opens] {
+      opens.fetch_add(1);
+      return factory_();
+    };
+  }
+
   FakeRdmaFabric fabric_;  // first: outlives the server and the client
   memd::RdmaDeviceFactory factory_;
+  std::atomic<int> server_opens_{0};
+  std::atomic<int> client_opens_{0};
   std::unique_ptr<MemdServer> server_;
   std::unique_ptr<RemoteClient> client_;
 };
@@ -248,7 +268,57 @@ TEST_P(RdmaPathTest, ServerStoppedMidBatchFailsItsBlocksWithinTheDeadline) {
   }
 }
 
+// The server and the client each open their device once, at start; new
+// connections and reconnects reuse it.
+TEST_P(RdmaPathTest, ServerAndClientEachOpenTheDeviceOnce) {
+  EXPECT_EQ(server_opens_.load(), 1);
+  EXPECT_EQ(client_opens_.load(), 1);
+  const auto a = Pattern(3000, 6);
+  ASSERT_TRUE(Put({{{1, 1}, a}}).status[0].ok());
+  std::vector<std::byte> d(a.size());
+  ASSERT_TRUE(Get({d}, {{1, 1}}).status[0].ok());
+  EXPECT_EQ(d, a);
+  EXPECT_EQ(server_opens_.load(), 1);
+  EXPECT_EQ(client_opens_.load(), 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Device, RdmaPathTest, KVTIER_RDMA_DEVICES, RdmaDevName);
+
+// A device that fails to open fails the server's start and the client's
+// creation with its own reason, untouched.
+TEST(RdmaDeviceOpenTest, AFailedOpenIsTheStartError) {
+  const Status why = Status::NotSupported("no device here; use transport: tcp");
+  int opens = 0;
+  memd::RdmaDeviceFactory failing = [&]() -> Result<std::unique_ptr<memd::RdmaDevice>> {
+    ++opens;
+    return why;
+  };
+  memd::MemdServerOptions o = ServerOptions();
+  o.rdma_device = failing;
+  auto s = MemdServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().ToString(), why.ToString());
+  EXPECT_EQ(opens, 1);
+  memd::RemoteClientOptions co = ClientOptions(1);
+  co.rdma_device = failing;
+  auto c = RemoteClient::Create(co, StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().ToString(), why.ToString());
+  EXPECT_EQ(opens, 2);
+}
+
+// Without an injected device the server opens the machine's first one; where
+// there is none (or the build lacks libibverbs) its start fails with exactly
+// the reason OpenRdmaDevice gives, naming transport: tcp.
+TEST(RdmaDeviceOpenTest, ServerWithoutDeviceFailsAtStartWithTheDevicesReason) {
+  const auto device = memd::OpenRdmaDevice();
+  if (device.ok()) GTEST_SKIP() << "an RDMA device is present; this test covers its absence";
+  auto s = MemdServer::Start(ServerOptions());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().ToString(), device.status().ToString());
+  EXPECT_EQ(s.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(s.status().message().find("use transport: tcp"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace kvtier::testing

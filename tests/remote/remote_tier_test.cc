@@ -3,7 +3,7 @@
 #include "tests/remote/remote_test_util.h"
 #include "tests/support/block_data.h"
 #include "tests/support/tier_conformance.h"
-#include "tiers/remote/memd_server.h"
+#include "tiers/remote/rdma_transport.h"
 
 namespace kvtier::testing {
 namespace {
@@ -74,7 +74,8 @@ TEST(RemoteTierTest, BlockLargerThanServerSlotsIsRefusedAtOpen) {
 }
 
 TEST(RemoteTierTest, RdmaTransportWithoutDeviceNamesTheFallback) {
-  if (internal::memd::ProbeRdmaTransport().ok()) GTEST_SKIP() << "an RDMA device is present";
+  const auto device = internal::memd::OpenRdmaDevice();
+  if (device.ok()) GTEST_SKIP() << "an RDMA device is present";
   auto procs = FreshMemd(1);
   ASSERT_EQ(procs.size(), 1u);
   TierOptions o = RemoteOptions(procs, 1 << 20);
@@ -84,6 +85,8 @@ TEST(RemoteTierTest, RdmaTransportWithoutDeviceNamesTheFallback) {
   EXPECT_EQ(tier.status().code(), StatusCode::kNotSupported);
   EXPECT_NE(tier.status().message().find("use transport: tcp"), std::string::npos)
       << tier.status().ToString();
+  // The device's own reason, under the tier's name, as the server gives it.
+  EXPECT_EQ(tier.status().message(), "tier 'remote': " + std::string(device.status().message()));
 }
 
 TEST(RemoteTierTest, MemdStopsCleanlyOnSigterm) {

@@ -35,9 +35,10 @@ class MemdServer {
   // Maps the pool, binds and starts serving. InvalidArgument for bad
   // options; NotSupported for `transport: rdma` without a device (the message
   // names the fallback `transport: tcp`); Unavailable when the bind fails.
-  // With `transport: rdma` the pool is registered with the device and each
-  // connection may switch to the RDMA data path (rdma_session.h); TCP
-  // requests keep working on every connection.
+  // With `transport: rdma` the device is opened once (rdma_device, or the
+  // first one), before the pool is mapped; the pool is registered with it
+  // and each connection may switch to the RDMA data path (rdma_session.h);
+  // TCP requests keep working on every connection.
   static Result<std::unique_ptr<MemdServer>> Start(const MemdServerOptions& options);
   // Stops (see Stop()).
   ~MemdServer();
@@ -58,9 +59,5 @@ class MemdServer {
   explicit MemdServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// OK when this build and machine can serve `transport: rdma`; otherwise why
-// not, naming the fallback. Implemented by the RDMA build or a stub.
-Status ProbeRdmaTransport();
 
 }  // namespace kvtier::internal::memd

@@ -172,9 +172,11 @@ QpEndpoint ToQpEndpoint(const rdma::QueuePairInfo& info) {
 
 Result<std::unique_ptr<RdmaDevice>> OpenRdmaDevice() {
   KVTIER_ASSIGN_OR_RETURN(rdma::Context ctx, rdma::Context::OpenFirst());
-  KVTIER_ASSIGN_OR_RETURN(rdma::ProtectionDomain pd, rdma::ProtectionDomain::Create(ctx));
+  auto pd = rdma::ProtectionDomain::Create(ctx);
+  if (!pd.ok()) return pd.status().WithContext("transport: rdma (use transport: tcp instead)");
   KVTIER_ASSIGN_OR_RETURN(rdma::CompletionQueue cq, rdma::CompletionQueue::Create(ctx, kCqDepth));
-  return std::unique_ptr<RdmaDevice>(new VerbsDevice(std::move(ctx), std::move(pd), std::move(cq)));
+  return std::unique_ptr<RdmaDevice>(
+      new VerbsDevice(std::move(ctx), std::move(pd).value(), std::move(cq)));
 }
 
 }  // namespace kvtier::internal::memd

@@ -1,4 +1,4 @@
-// The RDMA half of one remote-client connection (remote_client.cc): its
+// The RDMA half of one remote-client connection (remote_client_rdma.cc): its
 // queue pair, the checks of what the server grants or leases, and the
 // one-sided operations of a batch. The TCP connection carries the control
 // frames; this class only moves block bytes:

@@ -72,7 +72,8 @@ class RdmaDevice {
 
 // Opens the first RDMA device (protection domain, completion queue and its
 // poller). NotSupported naming `transport: tcp` where there is none or the
-// build lacks libibverbs.
+// build lacks libibverbs. The memd server and the remote tier each call it
+// once, at start, and fail with this reason; there is no separate probe.
 Result<std::unique_ptr<RdmaDevice>> OpenRdmaDevice();
 
 // How servers and clients obtain their device; tests inject a stand-in.

@@ -1,13 +1,11 @@
 #include "tiers/remote/remote_tier.h"
 
-#include "core/ns_key.h"
-
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
-#include "tiers/remote/memd_server.h"
+#include "core/ns_key.h"
 #include "tiers/remote/remote_auth.h"
 #include "tiers/remote/remote_client.h"
 #include "tiers/remote/remote_routing.h"
@@ -28,6 +26,15 @@ struct Batch {
     if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) source.Finish();
   }
 };
+
+// Hands a device opened already to the client, which asks its factory once.
+memd::RdmaDeviceFactory HandOn(std::unique_ptr<memd::RdmaDevice> device) {
+  auto held = std::make_shared<std::unique_ptr<memd::RdmaDevice>>(std::move(device));
+  return [held]() -> Result<std::unique_ptr<memd::RdmaDevice>> {
+    if (!*held) return Status::Internal("the RDMA device was handed on already");
+    return std::move(*held);
+  };
+}
 
 using FullKey = internal::NsKey;
 using FullKeyHash = internal::NsKeyHash;
@@ -230,11 +237,14 @@ Result<std::unique_ptr<Tier>> NewRemoteTier(const TierOptions& options,
   if (options.servers.empty()) {
     return Status::InvalidArgument(who + "type remote needs servers (kvtier-memd host:port)");
   }
-  if (options.remote.transport == "rdma") {
-    Status rdma = memd::ProbeRdmaTransport();
-    if (!rdma.ok()) return rdma.WithContext(who.substr(0, who.size() - 2));
-  }
+  // The device is opened here, once, so that its absence is reported as
+  // this tier's error before anything else is tried; the client takes it.
   memd::RemoteClientOptions co;
+  if (options.remote.transport == "rdma") {
+    auto device = memd::OpenRdmaDevice();
+    if (!device.ok()) return device.status().WithContext(who.substr(0, who.size() - 2));
+    co.rdma_device = HandOn(std::move(device).value());
+  }
   co.transport = options.remote.transport;
   co.servers = options.servers;
   co.secret = options.remote.secret;

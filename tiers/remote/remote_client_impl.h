@@ -1,0 +1,187 @@
+// RemoteClient's internals (remote_client.h), shared by the files that
+// implement it:
+//   remote_client.cc       servers, channels, reconnect backoff, the public calls
+//   remote_client_link.cc  one connection: connect, handshake, deadlines, abort
+//   remote_client_tcp.cc   framing requests and reading replies on the socket
+//   remote_client_rdma.cc  the RDMA handshake, granted writes, leased reads
+// Links and channels live on the client's loop thread; the public calls
+// come from any thread and post their requests to it (ClientImpl::Route).
+// Only those files include this header (it pulls in Boost.Asio).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+
+#include "io/asio_loop.h"
+#include "tiers/remote/rdma_link.h"
+#include "tiers/remote/remote_auth.h"
+#include "tiers/remote/remote_client.h"
+
+namespace kvtier::internal::memd {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+// One request to one server (a chunk of a caller's batch); each item
+// finishes exactly once, by reply, failure or shutdown.
+struct Request {
+  Opcode op = Opcode::kStats;
+  uint32_t id = 0;
+  NamespaceId ns;
+  std::vector<BlockKey> keys;
+  std::vector<std::span<std::byte>> dsts;                         // GET
+  std::vector<std::span<const std::byte>> srcs;                   // PUT payloads
+  std::vector<std::array<std::byte, kBlockHeaderBytes>> headers;  // PUT: sent; GET: received
+  std::vector<uint8_t> done;
+  size_t remaining = 0;
+  ItemDone cb;
+  std::function<void(const Stats&)> on_stats;
+  SteadyClock::time_point deadline;
+
+  void Init(size_t items, ItemDone fn) {
+    done.assign(items, 0);
+    remaining = items;
+    cb = std::move(fn);
+  }
+  void Finish(size_t i, const Status& s, uint64_t bytes) {
+    if (i >= done.size() || done[i]) return;
+    done[i] = 1;
+    --remaining;
+    cb(i, s, bytes);
+  }
+  void FailAll(const Status& s) {
+    for (size_t i = 0; i < done.size(); ++i) Finish(i, s, 0);
+  }
+};
+using RequestPtr = std::shared_ptr<Request>;
+
+// A frame queued for the socket; a and b point into the request's buffers.
+struct OutFrame {
+  FrameHeaderBytes header{};
+  std::vector<std::byte> body;
+  std::span<const std::byte> a, b;  // block header and payload of PUT_DATA
+};
+
+class ClientImpl;
+class Link;
+
+struct Channel {
+  std::shared_ptr<Link> link;
+  SteadyClock::time_point next_attempt{};
+  uint32_t backoff_ms = 0;
+};
+
+struct ServerState {
+  size_t index = 0;
+  std::string endpoint;
+  tcp::endpoint ep;
+  std::vector<Channel> channels;
+  size_t next = 0;
+  uint64_t instance = 0;
+  bool seen = false;
+};
+
+// One TCP connection: handshake, then pipelined requests. Lives in a
+// shared_ptr held by its channel and by every pending handler.
+class Link : public std::enable_shared_from_this<Link> {
+ public:
+  Link(ClientImpl& c, ServerState& s, Channel& ch);
+  void Connect();
+  void Submit(RequestPtr r);
+  void Abort(const Status& s);
+  bool dead() const { return dead_; }
+
+ private:
+  void Handshake(const Challenge& c);
+  void StartRdma(uint64_t instance);
+  void Ready(uint64_t instance);
+  bool OnRdmaReply(const FrameHeader& h, Request& r);
+  void Granted(uint32_t id, std::vector<Status> items);
+  void Leased(uint32_t id, uint64_t lease, std::vector<Status> items, std::vector<uint64_t> bytes);
+  void Control(Opcode op, uint32_t id, std::vector<std::byte> body);
+  void ReadControl(std::function<void(const FrameHeader&)> then);
+  void OnWelcome(const FrameHeader& h);
+  void Enqueue(Request& r);
+  void Pump();
+  void ReadHeader();
+  void OnHeader();
+  void OnGetData(Request& r, const FrameHeader& h);
+  void OnControl(const FrameHeader& h);
+  void Done(Request& r);
+  Request* Find(uint32_t id, Opcode op, size_t item);
+  void Tick();
+  void Bad(const std::string& why) { Abort(Status::IOError(Prefix() + "bad reply: " + why)); }
+  std::string Prefix() const;
+  bool Live(const boost::system::error_code& ec, const char* what);
+
+  ClientImpl& c_;
+  ServerState& s_;
+  Channel& ch_;
+  tcp::socket sock_;
+  asio::steady_timer timer_;
+  bool ticking_ = false;
+  bool ready_ = false;
+  bool dead_ = false;
+  SteadyClock::time_point connect_deadline_;
+  Nonce client_nonce_{};
+  uint64_t slot_bytes_ = 0;
+  uint32_t next_id_ = 1;
+  std::map<uint32_t, RequestPtr> pending_;  // by id: the first has the earliest deadline
+  std::vector<uint32_t> waiting_;           // submitted while connecting
+  std::deque<OutFrame> queue_;
+  std::vector<OutFrame> writing_;
+  std::vector<std::byte> hs_out_;
+  FrameHeaderBytes in_header_{};
+  std::vector<std::byte> body_;
+  std::unique_ptr<RdmaLinkPath> rdma_;  // transport: rdma, from the handshake on
+};
+
+class ClientImpl final : public RemoteClient {
+ public:
+  ClientImpl(RemoteClientOptions o, std::shared_ptr<LogSink> log, RestartHook hook)
+      : o_(std::move(o)), log_(std::move(log)), hook_(std::move(hook)), loop_("remote", log_) {}
+  ~ClientImpl() override { Shutdown(); }
+
+  size_t server_count() const override { return servers_.size(); }
+  const std::string& endpoint(size_t i) const override { return servers_[i]->endpoint; }
+  void Put(size_t server, NamespaceId ns, std::vector<PutOp> ops, ItemDone done) override;
+  void Get(size_t server, NamespaceId ns, std::vector<std::span<std::byte>> dsts,
+           std::vector<BlockKey> keys, ItemDone done) override;
+  void Exists(size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done) override {
+    Keys(Opcode::kExists, server, ns, std::move(keys), std::move(done));
+  }
+  void Remove(size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done) override {
+    Keys(Opcode::kRemove, server, ns, std::move(keys), std::move(done));
+  }
+  Result<Stats> GetStats(size_t server) override;
+  uint64_t RegisterHostMemory(std::span<std::byte> memory) override;
+  void Shutdown() override;
+
+  void OnReady(ServerState& s, Channel& ch, Link* l, uint64_t instance);
+  void OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, const Status& why);
+
+  const RemoteClientOptions o_;
+  std::shared_ptr<LogSink> log_;
+  RestartHook hook_;
+  // transport: rdma. Declared before servers_: queue pairs and staging
+  // regions go before the device. Completions reach the loop through post_,
+  // which drops them once the loop has stopped.
+  std::unique_ptr<RdmaDevice> rdma_;
+  std::shared_ptr<RdmaMemory> arena_;  // loop thread
+  LoopGate gate_{[this](std::function<void()> fn) { loop_.Post(std::move(fn)); }};
+  std::vector<std::unique_ptr<ServerState>> servers_;
+  std::atomic<bool> stopped_{false};
+  AsioLoop loop_;  // last: stopped and destroyed first
+
+ private:
+  void Keys(Opcode op, size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done);
+  void Route(size_t server, RequestPtr r);
+};
+
+}  // namespace kvtier::internal::memd

@@ -1,0 +1,150 @@
+// One connection of the remote client (Link): connecting, the HMAC
+// handshake, the deadline tick and tearing the connection down.
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include "tiers/remote/remote_client_impl.h"
+
+namespace kvtier::internal::memd {
+namespace {
+
+// Deadlines are checked on this tick while a connection has work.
+constexpr auto kTick = std::chrono::milliseconds(10);
+
+}  // namespace
+
+Link::Link(ClientImpl& c, ServerState& s, Channel& ch)
+    : c_(c), s_(s), ch_(ch), sock_(c.loop_.context()), timer_(c.loop_.context()) {}
+
+std::string Link::Prefix() const { return "remote server " + s_.endpoint + ": "; }
+
+bool Link::Live(const boost::system::error_code& ec, const char* what) {
+  if (dead_) return false;
+  if (ec) {
+    Abort(FromAsio(ec, Prefix() + what));
+    return false;
+  }
+  return true;
+}
+
+void Link::Connect() {
+  connect_deadline_ = SteadyClock::now() + std::chrono::milliseconds(c_.o_.connect_timeout_ms);
+  Tick();
+  auto self = shared_from_this();
+  boost::system::error_code opened;
+  sock_.open(s_.ep.protocol(), opened);
+  if (opened) return Abort(FromAsio(opened, Prefix() + "socket"));
+  TuneBulkSocket(sock_);
+  sock_.async_connect(s_.ep, [this, self](const boost::system::error_code& ec) {
+    if (!Live(ec, "connect")) return;
+    boost::system::error_code ignored;
+    sock_.set_option(tcp::no_delay(true), ignored);
+    client_nonce_ = RandomNonce();
+    hs_out_ = Frame(Opcode::kHello, 0, EncodeBody(Hello{kProtocolVersion, client_nonce_}));
+    asio::async_write(sock_, asio::buffer(hs_out_), TransferAllBulk(),
+                      [this, self](const boost::system::error_code& e, size_t) {
+                        if (!Live(e, "send HELLO")) return;
+                        ReadControl([this](const FrameHeader& h) {
+                          if (h.opcode != Opcode::kChallenge) return OnControl(h);
+                          auto ch = DecodeChallenge(body_);
+                          if (!ch.ok()) return Bad(std::string(ch.status().message()));
+                          Handshake(*ch);
+                        });
+                      });
+  });
+}
+
+void Link::Handshake(const Challenge& c) {
+  hs_out_ =
+      Frame(Opcode::kAuth, 0, EncodeBody(Auth{ClientProof(c_.o_.secret, c.nonce, client_nonce_)}));
+  auto self = shared_from_this();
+  const Challenge challenge = c;
+  asio::async_write(
+      sock_, asio::buffer(hs_out_),
+      [this, self, challenge](const boost::system::error_code& e, size_t) {
+        if (!Live(e, "send AUTH")) return;
+        ReadControl([this, challenge](const FrameHeader& h) {
+          if (h.opcode != Opcode::kWelcome) return OnControl(h);
+          auto w = DecodeWelcome(body_);
+          if (!w.ok()) return Bad(std::string(w.status().message()));
+          if (!SameMac(w->mac, ServerProof(c_.o_.secret, challenge.nonce, client_nonce_))) {
+            return Abort(
+                Status::InvalidArgument(Prefix() + "server failed to prove the shared secret"));
+          }
+          slot_bytes_ = w->slot_bytes;
+          if (c_.rdma_) return StartRdma(challenge.instance_id);
+          Ready(challenge.instance_id);
+        });
+      });
+}
+
+void Link::Ready(uint64_t instance) {
+  ready_ = true;
+  c_.OnReady(s_, ch_, this, instance);
+  if (dead_) return;
+  for (uint32_t id : waiting_) {
+    if (auto it = pending_.find(id); it != pending_.end()) Enqueue(*it->second);
+  }
+  waiting_.clear();
+  Pump();
+  ReadHeader();
+}
+
+void Link::ReadControl(std::function<void(const FrameHeader&)> then) {
+  auto self = shared_from_this();
+  asio::async_read(sock_, asio::buffer(in_header_), TransferAllBulk(),
+                   [this, self, then](const boost::system::error_code& ec, size_t) {
+                     if (!Live(ec, "handshake read")) return;
+                     auto h = DecodeFrameHeader(in_header_, 0);
+                     if (!h.ok()) return Bad(std::string(h.status().message()));
+                     body_.resize(h->body_bytes);
+                     asio::async_read(
+                         sock_, asio::buffer(body_),
+                         [this, self, then, hdr = *h](const boost::system::error_code& e, size_t) {
+                           if (Live(e, "handshake read")) then(hdr);
+                         });
+                   });
+}
+
+void Link::Tick() {
+  if (ticking_ || dead_) return;
+  ticking_ = true;
+  timer_.expires_after(kTick);
+  auto self = shared_from_this();
+  timer_.async_wait([this, self](const boost::system::error_code&) {
+    ticking_ = false;
+    if (dead_) return;
+    const auto now = SteadyClock::now();
+    if (!ready_ && now >= connect_deadline_) {
+      return Abort(Status::Unavailable(Prefix() + "no connection within " +
+                                       std::to_string(c_.o_.connect_timeout_ms) + " ms"));
+    }
+    if (!pending_.empty() && pending_.begin()->second->deadline <= now) {
+      return Abort(Status::DeadlineExceeded(Prefix() + "no reply within " +
+                                            std::to_string(c_.o_.op_timeout_ms) + " ms"));
+    }
+    if (!ready_ || !pending_.empty()) Tick();
+  });
+}
+
+void Link::Abort(const Status& s) {
+  if (dead_) return;
+  dead_ = true;
+  const bool was_ready = ready_;
+  // Closing first: after this no buffer of a pending request is touched, so
+  // the callbacks below may let their owners free them.
+  boost::system::error_code ec;
+  sock_.close(ec);
+  // The queue pair goes too: no RDMA operation touches a buffer after this.
+  rdma_.reset();
+  timer_.cancel();
+  queue_.clear();
+  std::map<uint32_t, RequestPtr> pending;
+  pending.swap(pending_);
+  waiting_.clear();
+  auto self = shared_from_this();  // the channel may drop its reference below
+  c_.OnDead(s_, ch_, this, was_ready, s);
+  for (auto& [id, r] : pending) r->FailAll(s);
+}
+
+}  // namespace kvtier::internal::memd
