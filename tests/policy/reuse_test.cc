@@ -2,6 +2,7 @@
 // sweep's default set, on hand-built sequences with exact decisions.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "kvtier/policy.h"
@@ -103,21 +104,32 @@ TEST(SweepPolicyTest, CustomSetsParse) {
   EXPECT_EQ(NamedSweepPolicy("kvtier")->nvme_admission, (std::vector<std::string>{"reuse"}));
 }
 
+// Runs the named sets at one capacity point of a trace in traces/, as
+// `kvtier-bench sweep --gpu-tflops 800` does.
+std::vector<SweepResult> SweepPoint(const std::string& file, SweepCapacity cap,
+                                    const std::vector<std::string>& sets) {
+  auto trace = ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) + "/traces/" + file);
+  EXPECT_TRUE(trace.ok()) << file;
+  std::vector<SweepResult> out;
+  if (!trace.ok()) return out;
+  SweepEngine engine;
+  engine.gpu_flops_per_s = 8e14;
+  for (const std::string& name : sets) {
+    auto r = RunSweepOne(*trace, engine, *NamedSweepPolicy(name), cap, {});
+    EXPECT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+    if (r.ok()) out.push_back(*r);
+  }
+  return out;
+}
+
 // The default set against admit-all + LRU at the arXiv trace's smallest point
 // (host 5 %, NVMe 30 % of 12,207 unique blocks): at least LRU's token hit rate
 // with at most half its NVMe bytes (docs/BENCHMARKS.md).
 TEST(SweepPolicyTest, DefaultSetMatchesLruWithHalfTheWritesOnArxiv) {
-  auto trace = ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) +
-                                 "/traces/mooncake_arxiv_trace_first1000.jsonl");
-  ASSERT_TRUE(trace.ok());
-  SweepEngine engine;
-  engine.gpu_flops_per_s = 8e14;
-  const SweepCapacity cap{610, 3662};
-  auto lru = RunSweepOne(*trace, engine, *NamedSweepPolicy("lru"), cap, {});
-  auto def = RunSweepOne(*trace, engine, *NamedSweepPolicy("kvtier"), cap, {});
-  ASSERT_TRUE(lru.ok() && def.ok());
-  EXPECT_GE(def->HitRate(), lru->HitRate());
-  EXPECT_LE(2 * def->bytes_written_nvme, lru->bytes_written_nvme);
+  const auto r = SweepPoint("mooncake_arxiv_trace_first1000.jsonl", {610, 3662}, {"lru", "kvtier"});
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_GE(r[1].HitRate(), r[0].HitRate());
+  EXPECT_LE(2 * r[1].bytes_written_nvme, r[0].bytes_written_nvme);
 }
 
 // The whole target at the synthetic trace's smallest point (host 5 %, NVMe
@@ -125,18 +137,11 @@ TEST(SweepPolicyTest, DefaultSetMatchesLruWithHalfTheWritesOnArxiv) {
 // at most half of admit-all + LRU's NVMe bytes, and at least half of the
 // hit-rate gap between it and the oracle closed (docs/BENCHMARKS.md).
 TEST(SweepPolicyTest, DefaultSetClosesHalfTheGapOnSyntheticWithHalfTheWrites) {
-  auto trace =
-      ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) + "/traces/mooncake_synthetic_trace.jsonl");
-  ASSERT_TRUE(trace.ok());
-  SweepEngine engine;
-  engine.gpu_flops_per_s = 8e14;
-  const SweepCapacity cap{2196, 13177};
-  auto lru = RunSweepOne(*trace, engine, *NamedSweepPolicy("lru"), cap, {});
-  auto oracle = RunSweepOne(*trace, engine, *NamedSweepPolicy("oracle"), cap, {});
-  auto def = RunSweepOne(*trace, engine, *NamedSweepPolicy("kvtier"), cap, {});
-  ASSERT_TRUE(lru.ok() && oracle.ok() && def.ok());
-  EXPECT_GE(def->HitRate(), (lru->HitRate() + oracle->HitRate()) / 2);
-  EXPECT_LE(2 * def->bytes_written_nvme, lru->bytes_written_nvme);
+  const auto r =
+      SweepPoint("mooncake_synthetic_trace.jsonl", {2196, 13177}, {"lru", "oracle", "kvtier"});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_GE(r[2].HitRate(), (r[0].HitRate() + r[1].HitRate()) / 2);
+  EXPECT_LE(2 * r[2].bytes_written_nvme, r[0].bytes_written_nvme);
 }
 
 }  // namespace
