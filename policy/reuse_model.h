@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -99,14 +100,18 @@ class ReuseModel {
     uint64_t last = 0;  // the request's last id and chain length, to match its finish
     size_t length = 0;
     bool continued = false;
-    std::vector<uint64_t> fresh;    // full blocks it named first
-    std::vector<uint64_t> renamed;  // full blocks it named again
+    std::vector<uint64_t> fresh;  // full blocks it named first
+    // Full blocks it named again: [0] for the second time, [1] for the
+    // third or later (the level it named them at, whatever came since).
+    std::array<std::vector<uint64_t>, 2> renamed;
+    size_t Ids() const { return fresh.size() + renamed[0].size() + renamed[1].size(); }
   };
   bool Learned(size_t cls) const { return rates_[cls].matured >= double(min_samples_); }
   double RateOf(const Node& n) const;
   bool Unfinished(const Node& n) const;
   void Enter(size_t cls);
   void Mature();
+  void Immature(uint32_t seq, uint8_t cls, uint32_t count);
   void Rename(Node& n);
 
   static constexpr size_t kMaxNodes = size_t{1} << 23;
@@ -119,7 +124,8 @@ class ReuseModel {
   uint32_t next_tag_ = 1;
   std::array<Rate, kClasses> rates_{};
   std::unordered_map<uint64_t, Node> nodes_;
-  std::unordered_map<uint32_t, Pending> pending_;
+  // Ordered by tag, so the oldest (finishes that never came) go first.
+  std::map<uint32_t, Pending> pending_;
   size_t pending_ids_ = 0;  // ids held by pending_, bounded like its size
   // Rates divide reuses by matured blocks: a block named a moment ago has
   // had no time to come back, and counting it would favour the classes whose

@@ -89,6 +89,20 @@ TEST(ReuseModelTest, ClassesFollowLengthThenOutputAfterTheFinish) {
   EXPECT_EQ(m.ClassOf(12), ReuseModel::kRenamedBase + 2);
 }
 
+// Finishes that never come age out oldest first once 2^16 requests wait:
+// the newest keep theirs, so one flood of aborted requests does not cost
+// the requests still decoding their class.
+TEST(ReuseModelTest, PendingFinishesAgeOutOldestFirst) {
+  ReuseModel m(ExactKnobs());
+  const uint64_t waiting = uint64_t{1} << 16;
+  for (uint64_t r = 0; r <= waiting; ++r) m.ObserveRequest(std::vector<uint64_t>{1000 + r}, 1);
+  m.ObserveRequest(std::vector<uint64_t>{5}, 1);  // one over the bound: the oldest goes
+  m.ObserveFinish(std::vector<uint64_t>{1000}, 1);
+  m.ObserveFinish(std::vector<uint64_t>{1000 + waiting}, 1);
+  EXPECT_EQ(m.ClassOf(1000), ReuseModel::LengthClass(1));  // aged out: its finish is ignored
+  EXPECT_EQ(m.ClassOf(1000 + waiting), ReuseModel::kOutputBase + 1);
+}
+
 // Blocks named again are learned by the output class of the request that
 // named them last: a path continued by short tool-call turns keeps coming
 // back, a path whose last turn wrote a long answer does not.
@@ -110,6 +124,40 @@ TEST(ReuseModelTest, RenamedBlocksLearnTheirLastNamersOutputClass) {
   EXPECT_EQ(m.RateOf(20), 0.4);  // R(1): 1, 2 of 1, 2, 20, 21, 3 came back
   EXPECT_EQ(m.ClassOf(10), ReuseModel::kRenamedBase + ReuseModel::OutputClass(1000));
   EXPECT_EQ(m.RateOf(10), 0.0);
+}
+
+// A block's level (named twice, or three or more times) is the one its
+// request named it at: X names 1, 2 a second time, Y a third time before X
+// finishes. X's finish counts them in "twice" (reused since: by Y), Y's in
+// "three or more" (never back). A turn that adds no full block is not
+// followed to its finish: the blocks it names again keep their sightings.
+TEST(ReuseModelTest, RenamedBlocksCountAtTheLevelTheirRequestNamedThem) {
+  ReuseModel m(ExactKnobs());
+  auto turn = [&m](std::vector<uint64_t> chain, uint32_t output) {
+    m.ObserveRequest(chain, uint32_t(chain.size()));
+    m.ObserveFinish(chain, output);
+  };
+  turn({1, 2}, 1);
+  m.ObserveRequest(std::vector<uint64_t>{1, 2, 3}, 3);  // X
+  m.ObserveRequest(std::vector<uint64_t>{1, 2, 4}, 3);  // Y, X still decoding
+  m.ObserveFinish(std::vector<uint64_t>{1, 2, 3}, 1);
+  m.ObserveFinish(std::vector<uint64_t>{1, 2, 4}, 1);
+  turn({50, 51}, 1);
+  turn({50, 51, 52}, 1);  // 50, 51: twice, output 1, never back
+  for (uint64_t id = 100; id < 110; ++id) turn({id}, 5);
+  EXPECT_EQ(m.ClassOf(50), ReuseModel::kRenamedBase + 1);
+  EXPECT_EQ(m.RateOf(50), 0.5);  // twice x output 1: 1, 2 (back) and 50, 51
+  EXPECT_EQ(m.ClassOf(1), ReuseModel::kRenamedBase + ReuseModel::kOutputClasses + 1);
+  EXPECT_EQ(m.RateOf(1), 0.0);  // three or more x output 1: 1, 2, never back
+
+  m.ObserveRequest(std::vector<uint64_t>{50, 51, 60}, 2);  // 60 is partial
+  m.ObserveFinish(std::vector<uint64_t>{50, 51, 60}, 1);
+  EXPECT_EQ(m.ClassOf(50), ReuseModel::kTwice + 1);
+  // While a request decodes its new full blocks are unfinished, its partial
+  // last block is not: it is never written, so there is nothing to wait for.
+  m.ObserveRequest(std::vector<uint64_t>{70, 71, 72}, 2);
+  EXPECT_TRUE(m.Unfinished(71));
+  EXPECT_FALSE(m.Unfinished(72));
 }
 
 TEST(ReuseModelTest, RatesCountOnlyMaturedBlocks) {
