@@ -7,7 +7,7 @@
 // The default exponent 0.5 lets the class weigh more than plain hyperbolic
 // (1) does: a tier that holds thousands of requests' blocks sees reuse lags
 // spread far wider than the class rates differ, and at synthetic 5/30 the
-// sweep's hit rate is 59.09 % at 0.5 against 58.65 % at 1 (docs/BENCHMARKS.md).
+// sweep's hit rate is 58.97 % at 0.5 against 58.56 % at 1 (docs/BENCHMARKS.md).
 //
 // Blocks first named by a request that is still decoding leave after all the
 // others (LRU among them): the engine still holds them, and once the request
