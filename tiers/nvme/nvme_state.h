@@ -3,9 +3,9 @@
 // recovery, region allocation, group commit) and nvme_reclaim.cc (reclaim).
 // Not for use outside tiers/nvme.
 //
-// Locking: mu_ guards everything marked "guarded"; it is never held across a
+// Locking: mu guards everything marked "guarded"; it is never held across a
 // blocking I/O wait, only across the synced RocksDB write of a region's new
-// generation. reclaim_mu_ serialises reclaims and is taken before mu_.
+// generation. reclaim_mu serialises reclaims and is taken before mu.
 #pragma once
 
 #include <condition_variable>

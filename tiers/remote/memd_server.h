@@ -25,8 +25,9 @@ struct MemdServerOptions {
   MemdPoolOptions pool;
   uint32_t max_connections = 256;  // more are accepted and closed at once
   uint32_t lease_ms = 2000;        // rdma: how long a GET_LEASE pins blocks, 1..kMaxLeaseMs
-  RdmaDeviceFactory rdma_device;   // rdma: the device; null opens the first one
-  std::shared_ptr<LogSink> log;    // null: stderr
+  // rdma: the device, asked for once by Start; null opens the first one.
+  RdmaDeviceFactory rdma_device;
+  std::shared_ptr<LogSink> log;  // null: stderr
   Status Validate() const;
 };
 

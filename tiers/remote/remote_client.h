@@ -41,7 +41,9 @@ struct RemoteClientOptions {
   // tcp, or rdma: each connection also connects a queue pair (RDMA_HELLO)
   // and moves block bytes with one-sided WRITE/READ (rdma_link.h).
   std::string transport = "tcp";
-  RdmaDeviceFactory rdma_device;  // rdma: the device; null opens the first one
+  // rdma: the device, asked for once by Create and shared by every
+  // connection and reconnect; null opens the first one.
+  RdmaDeviceFactory rdma_device;
 };
 
 // Called once per item, on the loop thread, with the item's index in the call.
