@@ -103,15 +103,18 @@ TEST(ReuseModelTest, PendingFinishesAgeOutOldestFirst) {
   EXPECT_EQ(m.ClassOf(1000 + waiting), ReuseModel::kOutputBase + 1);
 }
 
+// One request of full blocks that runs to its finish.
+void Turn(ReuseModel& m, const std::vector<uint64_t>& chain, uint32_t output) {
+  m.ObserveRequest(chain, uint32_t(chain.size()));
+  m.ObserveFinish(chain, output);
+}
+
 // Blocks named again are learned by the output class of the request that
 // named them last: a path continued by short tool-call turns keeps coming
 // back, a path whose last turn wrote a long answer does not.
 TEST(ReuseModelTest, RenamedBlocksLearnTheirLastNamersOutputClass) {
   ReuseModel m(ExactKnobs());
-  auto turn = [&m](std::vector<uint64_t> chain, uint32_t output) {
-    m.ObserveRequest(chain, uint32_t(chain.size()));
-    m.ObserveFinish(chain, output);
-  };
+  auto turn = [&m](std::vector<uint64_t> chain, uint32_t output) { Turn(m, chain, output); };
   turn({1, 2}, 1);
   turn({1, 2, 3}, 1);  // 1, 2 named again; short output: class R(1)
   turn({20, 21}, 1);
@@ -133,10 +136,7 @@ TEST(ReuseModelTest, RenamedBlocksLearnTheirLastNamersOutputClass) {
 // followed to its finish: the blocks it names again keep their sightings.
 TEST(ReuseModelTest, RenamedBlocksCountAtTheLevelTheirRequestNamedThem) {
   ReuseModel m(ExactKnobs());
-  auto turn = [&m](std::vector<uint64_t> chain, uint32_t output) {
-    m.ObserveRequest(chain, uint32_t(chain.size()));
-    m.ObserveFinish(chain, output);
-  };
+  auto turn = [&m](std::vector<uint64_t> chain, uint32_t output) { Turn(m, chain, output); };
   turn({1, 2}, 1);
   m.ObserveRequest(std::vector<uint64_t>{1, 2, 3}, 3);  // X
   m.ObserveRequest(std::vector<uint64_t>{1, 2, 4}, 3);  // Y, X still decoding
