@@ -42,17 +42,23 @@ class ReuseEviction final : public ObservesReuse<EvictionPolicy> {
   void Order(std::span<BlockMeta> c, uint64_t now_ns) override {
     const double base = model_.FirstSightingRate();
     const double fallback = base > 0 ? base : 1.0;  // unknown class: the average
+    // rate / idle^e orders as rate^(1/e) / idle (a monotone map of
+    // non-negative keys), which needs no pow per candidate at e = 1 or 0.5.
     OrderByKeys(c, [&](const BlockMeta& b) {
       const double idle = double(now_ns > b.last_use_ns ? now_ns - b.last_use_ns : 0) + 1.0;
-      const double age = exponent_ == 1.0 ? idle : std::pow(idle, exponent_);
       const ReuseModel::Look look = model_.LookUp(b.id);
       const double rate = look.unfinished ? 1.0 : look.rate;
       return std::tuple<bool, bool, double>{!b.backed, look.unfinished,
-                                            (rate < 0 ? fallback : rate) / age};
+                                            Lift(rate < 0 ? fallback : rate) / idle};
     });
   }
 
  private:
+  double Lift(double rate) const {
+    if (exponent_ == 1.0) return rate;
+    if (exponent_ == 0.5) return rate * rate;
+    return std::pow(rate, 1.0 / exponent_);
+  }
   double exponent_;
 };
 

@@ -131,31 +131,22 @@ void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_
   pending_ids_ -= p.Ids();
   const uint8_t out = OutputClass(output_tokens);
   for (size_t level = 0; level < 2; ++level) {
-    const auto post = static_cast<uint8_t>(kRenamedBase + level * kOutputClasses + out);
-    uint32_t count = 0;
-    for (uint64_t id : p.renamed[level]) {
-      auto nit = nodes_.find(id);
-      if (nit == nodes_.end()) continue;
-      rates_[post].named += 1;
-      ++count;
-      if (nit->second.seq != tag) {
-        rates_[post].renamed += 1;  // named again before the finish
-      } else {
-        nit->second.post = post;
-      }
-    }
-    if (count != 0) Immature(tag, post, count);
+    Judge(p.renamed[level], tag, static_cast<uint8_t>(kRenamedBase + level * kOutputClasses + out));
   }
   if (p.continued) return;  // continued paths keep their own class
-  const auto post = static_cast<uint8_t>(kOutputBase + out);
+  Judge(p.fresh, tag, static_cast<uint8_t>(kOutputBase + out));
+}
+
+void ReuseModel::Judge(std::span<const uint64_t> ids, uint32_t tag, uint8_t post) {
   uint32_t count = 0;
-  for (uint64_t id : p.fresh) {
+  for (uint64_t id : ids) {
     auto nit = nodes_.find(id);
     if (nit == nodes_.end()) continue;
     rates_[post].named += 1;
     ++count;
-    // Named again before the finish: a reuse of the output class as well.
-    if (nit->second.sightings > 1) {
+    // Named again (by a later request) before the finish: a reuse of the
+    // output class as well; otherwise the block is judged by it from now on.
+    if (nit->second.seq != tag) {
       rates_[post].renamed += 1;
     } else {
       nit->second.post = post;

@@ -112,6 +112,8 @@ class ReuseModel {
   void Enter(size_t cls);
   void Mature();
   void Immature(uint32_t seq, uint8_t cls, uint32_t count);
+  // At the finish of request `tag`: enters its blocks `ids` into class `post`.
+  void Judge(std::span<const uint64_t> ids, uint32_t tag, uint8_t post);
   void Rename(Node& n);
 
   static constexpr size_t kMaxNodes = size_t{1} << 23;

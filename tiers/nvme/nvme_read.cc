@@ -153,8 +153,7 @@ void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSou
       std::optional<iovec> payload;
       if (c->direct) payload = iovec{c->dst.data(), c->loc.payload_bytes};
       std::vector<IoRequest> block =
-          BlockRequests(*s_->engine, IoOp::kRead, s_->file.fd(),
-                        uint64_t{c->loc.region} * s_->region_bytes + c->loc.offset,
+          BlockRequests(*s_->engine, IoOp::kRead, s_->file.fd(), s_->FileOffset(c->loc),
                         {c->buf.data(), c->buf.size()}, payload);
       JoinParts(block, c->parts, [s = s_.get(), batch, c](const Status& st) {
         FinishRead(*s, *c, st, batch->done);

@@ -65,6 +65,10 @@ struct NvmeTier::State {
   TierOptions options;
   uint64_t block_bytes = 0;
   uint64_t region_bytes = 0;
+  // Where a block's header starts in the file.
+  uint64_t FileOffset(const BlockLocation& loc) const {
+    return uint64_t{loc.region} * region_bytes + loc.offset;
+  }
   uint64_t disk_budget = 0;  // disk bytes of live blocks the capacity allows
   std::shared_ptr<LogSink> log;
   DataFile file;

@@ -60,7 +60,7 @@ std::optional<uint64_t> NvmeTier::TEST_FileOffset(NamespaceId ns, const BlockKey
   std::lock_guard lock(s_->mu);
   auto it = s_->map.find({ns, key});
   if (it == s_->map.end()) return std::nullopt;
-  return uint64_t{it->second.loc.region} * s_->region_bytes + it->second.loc.offset;
+  return s_->FileOffset(it->second.loc);
 }
 
 void NvmeTier::TEST_SetAfterReadLookup(std::function<void()> hook) {
@@ -149,8 +149,7 @@ void NvmeTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionS
     std::optional<iovec> payload;
     if (direct) payload = iovec{const_cast<std::byte*>(ops[i].src.data()), ops[i].src.size()};
     std::vector<IoRequest> req =
-        BlockRequests(*s_->engine, IoOp::kWrite, s_->file.fd(),
-                      uint64_t{place->loc.region} * s_->region_bytes + place->loc.offset,
+        BlockRequests(*s_->engine, IoOp::kWrite, s_->file.fd(), s_->FileOffset(place->loc),
                       {c->buf.data(), c->buf.size()}, payload);
     JoinParts(req, c->parts, [s = s_.get(), batch, c](const Status& st) {
       FinishWrite(*s, *c, st, batch->done);

@@ -97,24 +97,21 @@ Result<RdmaStagingPool::Lease> RdmaStagingPool::Acquire(size_t bytes) {
   }
   if (!lease.pooled_) {
     const size_t n = grow ? options_.buffer_bytes : bytes;
+    auto fail = [&](Status why) {  // a buffer counted above never came to be
+      if (grow) {
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        --shared_->pooled;
+      }
+      return why;
+    };
     try {
       lease.buffer_ = std::make_unique_for_overwrite<std::byte[]>(n);
     } catch (const std::bad_alloc&) {
-      if (grow) {
-        std::lock_guard<std::mutex> lock(shared_->mu);
-        --shared_->pooled;
-      }
-      return Status::ResourceExhausted("RDMA staging: out of memory for " + std::to_string(n) +
-                                       " bytes");
+      return fail(Status::ResourceExhausted("RDMA staging: out of memory for " + std::to_string(n) +
+                                            " bytes"));
     }
     auto mr = device_.Register({lease.buffer_.get(), n});
-    if (!mr.ok()) {
-      if (grow) {
-        std::lock_guard<std::mutex> lock(shared_->mu);
-        --shared_->pooled;
-      }
-      return mr.status().WithContext("registering RDMA staging memory");
-    }
+    if (!mr.ok()) return fail(mr.status().WithContext("registering RDMA staging memory"));
     lease.mr_ = std::move(mr).value();
     lease.pooled_ = grow;
   }

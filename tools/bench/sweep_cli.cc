@@ -45,9 +45,8 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
   cmd->add_option(
       "--knob", f.knobs,
       "NAME=VALUE: override a policy knob (marconi_probation, reuse_ratio, reuse_spread, "
-      "reuse_fill_share, "
-      "reuse_min_samples, reuse_half_life, reuse_age_exponent, slru_protected_fraction, "
-      "s3fifo_small_fraction, flop_alpha, cost_margin)");
+      "reuse_fill_share, reuse_min_samples, reuse_half_life, reuse_age_exponent, "
+      "slru_protected_fraction, s3fifo_small_fraction, flop_alpha, cost_margin)");
   cmd->add_flag("--hybrid", f.hybrid,
                 "also compare state-checkpoint placements of a hybrid (attention + SSM) model "
                 "in one tier of (host + nvme fraction) x unique blocks x KV block bytes");
