@@ -3,7 +3,6 @@
 // completions. Other threads only touch the bounded queue and an eventfd
 // whose pending read (armed in the ring) wakes the owner.
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "io/fixed_buffers.h"
 #include "io/io_engine.h"
 #include "io/ring.h"
 
@@ -40,48 +40,6 @@ using SteadyClock = std::chrono::steady_clock;
 // user_data tags that are not request pointers (those are 8-byte aligned).
 constexpr uint64_t kWakeTag = 1;
 constexpr uint64_t kTimeoutTag = 3;
-// The kernel refuses fixed buffers over 1 GiB and more than 16384 of them.
-constexpr uint64_t kMaxFixedBufferBytes = 1ULL << 30;
-constexpr size_t kMaxFixedBuffers = 16384;
-constexpr uint64_t kPageBytes = 4096;
-
-// `ranges` cut into pieces the kernel accepts, at most `budget` bytes in all.
-std::vector<iovec> FixedChunks(std::span<const iovec> ranges, uint64_t budget) {
-  std::vector<iovec> out;
-  for (const iovec& r : ranges) {
-    auto* p = static_cast<char*>(r.iov_base);
-    uint64_t left = r.iov_len;
-    while (left >= kPageBytes && budget >= kPageBytes && out.size() < kMaxFixedBuffers) {
-      const uint64_t n = std::min({left, kMaxFixedBufferBytes, budget}) / kPageBytes * kPageBytes;
-      out.push_back({p, n});
-      p += n;
-      left -= n;
-      budget -= n;
-    }
-  }
-  return out;
-}
-
-uint64_t TotalBytes(std::span<const iovec> v) {
-  uint64_t n = 0;
-  for (const iovec& x : v) n += x.iov_len;
-  return n;
-}
-
-// The budgets registration tries in turn: everything (unless an unprivileged
-// process is over its locked-memory limit: trying would fault in and pin
-// memory only to give it back), the limit, then halves of it.
-std::vector<uint64_t> RegistrationBudgets(uint64_t total) {
-  std::vector<uint64_t> out;
-  rlimit lim{};
-  const bool limited = getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
-                       lim.rlim_cur < total;
-  if (!limited || geteuid() == 0) out.push_back(total);
-  if (limited) out.push_back(lim.rlim_cur);
-  while (out.size() < 8 && out.back() / 2 >= kPageBytes) out.push_back(out.back() / 2);
-  return out;
-}
-
 struct Inflight {
   IoRequest req;
   uint64_t expected = 0;

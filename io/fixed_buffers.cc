@@ -1,0 +1,46 @@
+// Fixed-buffer registration sizes for the io_uring engine (fixed_buffers.h).
+#include "io/fixed_buffers.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace kvtier::internal {
+
+std::vector<iovec> FixedChunks(std::span<const iovec> ranges, uint64_t budget) {
+  std::vector<iovec> out;
+  for (const iovec& r : ranges) {
+    auto* p = static_cast<char*>(r.iov_base);
+    uint64_t left = r.iov_len;
+    while (left >= kFixedPageBytes && budget >= kFixedPageBytes &&
+           out.size() < kMaxFixedBuffers) {
+      const uint64_t n =
+          std::min({left, kMaxFixedBufferBytes, budget}) / kFixedPageBytes * kFixedPageBytes;
+      out.push_back({p, n});
+      p += n;
+      left -= n;
+      budget -= n;
+    }
+  }
+  return out;
+}
+
+uint64_t TotalBytes(std::span<const iovec> v) {
+  uint64_t n = 0;
+  for (const iovec& x : v) n += x.iov_len;
+  return n;
+}
+
+std::vector<uint64_t> RegistrationBudgets(uint64_t total) {
+  std::vector<uint64_t> out;
+  rlimit lim{};
+  const bool limited = getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+                       lim.rlim_cur < total;
+  if (!limited || geteuid() == 0) out.push_back(total);
+  if (limited) out.push_back(lim.rlim_cur);
+  while (out.size() < 8 && out.back() / 2 >= kFixedPageBytes) out.push_back(out.back() / 2);
+  return out;
+}
+
+}  // namespace kvtier::internal

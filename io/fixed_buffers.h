@@ -1,0 +1,31 @@
+// How the io_uring engine cuts the ranges it is asked to register into
+// fixed buffers the kernel accepts, and the budgets it tries in turn.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvtier::internal {
+
+// The kernel refuses fixed buffers over 1 GiB and more than 16384 of them.
+inline constexpr uint64_t kMaxFixedBufferBytes = 1ULL << 30;
+inline constexpr size_t kMaxFixedBuffers = 16384;
+inline constexpr uint64_t kFixedPageBytes = 4096;
+
+// `ranges` cut into whole pages of at most kMaxFixedBufferBytes each, at most
+// kMaxFixedBuffers pieces and `budget` bytes in all; a range's tail shorter
+// than a page is left out.
+std::vector<iovec> FixedChunks(std::span<const iovec> ranges, uint64_t budget);
+
+uint64_t TotalBytes(std::span<const iovec> v);
+
+// The budgets registration tries in turn: everything (unless an unprivileged
+// process is over its locked-memory limit: trying would fault in and pin
+// memory only to give it back), the limit, then halves of it, down to a page
+// and at most 8 in all.
+std::vector<uint64_t> RegistrationBudgets(uint64_t total);
+
+}  // namespace kvtier::internal

@@ -1,0 +1,76 @@
+// How the io_uring engine cuts registration ranges into fixed buffers and
+// which budgets it tries. The ranges are never touched: only their
+// addresses and lengths are read.
+#include "io/fixed_buffers.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace kvtier::internal {
+namespace {
+
+constexpr uint64_t kPage = kFixedPageBytes;
+constexpr uint64_t kGiB = 1ULL << 30;
+
+void* At(uint64_t addr) { return reinterpret_cast<void*>(static_cast<uintptr_t>(addr)); }
+
+TEST(FixedChunksTest, WholePagesOnlyAndTheShortTailIsLeftOut) {
+  const std::vector<iovec> ranges{{At(1ULL << 40), 3 * kPage + 100}, {At(1ULL << 41), kPage - 1}};
+  const std::vector<iovec> out = FixedChunks(ranges, UINT64_MAX);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].iov_base, At(1ULL << 40));
+  EXPECT_EQ(out[0].iov_len, 3 * kPage);
+}
+
+TEST(FixedChunksTest, ARangeOverOneGiBIsCutAtOneGiB) {
+  const uint64_t base = 1ULL << 40;
+  const std::vector<iovec> ranges{{At(base), 2 * kGiB + kGiB / 2}};
+  const std::vector<iovec> out = FixedChunks(ranges, UINT64_MAX);
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_EQ(out[0].iov_len, kGiB);
+  EXPECT_EQ(out[1].iov_base, At(base + kGiB));
+  EXPECT_EQ(out[1].iov_len, kGiB);
+  EXPECT_EQ(out[2].iov_base, At(base + 2 * kGiB));
+  EXPECT_EQ(out[2].iov_len, kGiB / 2);
+}
+
+TEST(FixedChunksTest, TheBudgetRoundsDownToPagesAndStopsTheCut) {
+  const std::vector<iovec> ranges{{At(1ULL << 40), 4 * kPage}, {At(1ULL << 41), 4 * kPage}};
+  const std::vector<iovec> out = FixedChunks(ranges, 5 * kPage + 7);
+  ASSERT_EQ(out.size(), 2U);
+  EXPECT_EQ(out[0].iov_len, 4 * kPage);
+  EXPECT_EQ(out[1].iov_base, At(1ULL << 41));
+  EXPECT_EQ(out[1].iov_len, kPage);
+  EXPECT_EQ(TotalBytes(out), 5 * kPage);
+  EXPECT_TRUE(FixedChunks(ranges, kPage - 1).empty());
+}
+
+TEST(FixedChunksTest, NoMoreBuffersThanTheKernelTakes) {
+  std::vector<iovec> ranges;
+  for (uint64_t i = 0; i < kMaxFixedBuffers + 5; ++i) {
+    ranges.push_back({At((1ULL << 40) + i * 2 * kPage), kPage});
+  }
+  const std::vector<iovec> out = FixedChunks(ranges, UINT64_MAX);
+  EXPECT_EQ(out.size(), kMaxFixedBuffers);
+  EXPECT_EQ(out.back().iov_base, ranges[kMaxFixedBuffers - 1].iov_base);
+}
+
+TEST(RegistrationBudgetsTest, HalvesDownToAPageAtMostEightTimes) {
+  // A total under any locked-memory limit is tried whole first.
+  const std::vector<uint64_t> small = RegistrationBudgets(8 * kPage);
+  EXPECT_EQ(small, (std::vector<uint64_t>{8 * kPage, 4 * kPage, 2 * kPage, kPage}));
+  const std::vector<uint64_t> big = RegistrationBudgets(kPage);
+  EXPECT_EQ(big, std::vector<uint64_t>{kPage});
+  // However the first budgets are chosen, there are at most 8, each half the
+  // one before after the first two, none under a page.
+  const std::vector<uint64_t> huge = RegistrationBudgets(1ULL << 50);
+  ASSERT_FALSE(huge.empty());
+  EXPECT_LE(huge.size(), 8U);
+  for (size_t i = 0; i < huge.size(); ++i) EXPECT_GE(huge[i], kPage);
+  for (size_t i = 2; i < huge.size(); ++i) EXPECT_EQ(huge[i], huge[i - 1] / 2);
+}
+
+}  // namespace
+}  // namespace kvtier::internal
