@@ -15,7 +15,7 @@
 namespace kvtier {
 namespace {
 
-Status NotBuilt(const TierOptions& o, const char* what) {
+[[maybe_unused]] Status NotBuilt(const TierOptions& o, const char* what) {
   return Status::NotSupported("tier '" + o.name + "': type '" + o.type + "' is not available in " +
                               "this build (" + what + ")");
 }

@@ -64,7 +64,7 @@ Status TierBatch(Tier& tier, const Shape& s, Buffers& buf, uint64_t first) {
   for (uint32_t i = 0; i < s.depth; ++i) {
     const uint64_t slot = (first + i) % s.blocks;
     const BlockKey key{0, slot};
-    writes[i] = {key, buf.src.subspan(slot * s.block_bytes, s.block_bytes)};
+    writes[i] = {key, buf.src.subspan(slot * s.block_bytes, s.block_bytes), std::nullopt};
     reads[i] = {key, buf.dst.subspan(slot * s.block_bytes, s.block_bytes)};
   }
   const NamespaceId ns{1};

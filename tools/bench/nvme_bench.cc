@@ -134,7 +134,9 @@ Result<TierRun> RunTier(const NvmeBenchOptions& o, const std::string& dir, uint6
   t.path = dir + "/tier.dat";
   t.region_bytes = std::max<uint64_t>(64 << 20, 4 * (bs + 4096));
   t.nvme.queue_depth = std::max<uint32_t>(64, qd);
-  auto tier = CreateTier(t, TierContext{bs});
+  TierContext ctx;
+  ctx.block_bytes = bs;
+  auto tier = CreateTier(t, ctx);
   if (!tier.ok()) return tier.status();
   // One arena of qd slots, announced to the tier as the runtime announces
   // the hub arena (the NVMe tier registers it as io_uring fixed buffers).
@@ -150,7 +152,7 @@ Result<TierRun> RunTier(const NvmeBenchOptions& o, const std::string& dir, uint6
   std::vector<WriteOp> wops(qd);
   std::vector<ReadOp> rops(qd);
   auto w = Pump(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
-    wops[slot] = WriteOp{BlockKey{i + 1, 0xB0}, bufs[slot]};
+    wops[slot] = WriteOp{BlockKey{i + 1, 0xB0}, bufs[slot], std::nullopt};
     return (*tier)->Write(kBenchNs, std::span(&wops[slot], 1));
   });
   if (!w.ok()) return w.status().WithContext("tier write");

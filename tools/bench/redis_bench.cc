@@ -171,7 +171,8 @@ Result<double> RunTier(Tier& tier, TierClients& cl, uint64_t value_bytes, uint64
       std::vector<WriteOp> w;
       std::vector<ReadOp> r;
       for (size_t i = 0; i < cl.keys[c].size(); ++i) {
-        w.push_back({cl.keys[c][i], std::span(cl.src[c]).subspan(i * value_bytes, value_bytes)});
+        w.push_back({cl.keys[c][i], std::span(cl.src[c]).subspan(i * value_bytes, value_bytes),
+                     std::nullopt});
         r.push_back({cl.keys[c][i], std::span(cl.dst[c]).subspan(i * value_bytes, value_bytes)});
       }
       for (uint64_t b = 0; b < batches && errors[c].ok(); ++b) {
