@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -244,12 +245,26 @@ inline std::string RdmaDevName(const ::testing::TestParamInfo<RdmaDev>& i) {
   return i.param == RdmaDev::kFake ? "StandIn" : "Verbs";
 }
 
-// The factory for `dev`, or why the test must skip.
+// The factory for `dev`, or why the test must skip. For kVerbs the device
+// opened to find out is not thrown away: the factory's first call hands it
+// out and later calls open another one.
 inline Result<memd::RdmaDeviceFactory> DeviceFor(RdmaDev dev, FakeRdmaFabric& fabric) {
   if (dev == RdmaDev::kFake) return fabric.Factory();
   auto probe = memd::OpenRdmaDevice();
   if (!probe.ok()) return probe.status();
-  return memd::RdmaDeviceFactory([] { return memd::OpenRdmaDevice(); });
+  struct First {
+    std::mutex mu;
+    std::unique_ptr<memd::RdmaDevice> device;  // guarded by mu; null once handed out
+  };
+  auto first = std::make_shared<First>();
+  first->device = std::move(probe).value();
+  return memd::RdmaDeviceFactory([first]() -> Result<std::unique_ptr<memd::RdmaDevice>> {
+    {
+      std::lock_guard<std::mutex> lock(first->mu);
+      if (first->device) return std::move(first->device);
+    }
+    return memd::OpenRdmaDevice();
+  });
 }
 
 }  // namespace kvtier::testing

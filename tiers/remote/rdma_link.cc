@@ -57,6 +57,12 @@ Status RdmaLinkPath::Connect(const RdmaReady& ready) {
   return Status::Ok();
 }
 
+void RdmaLinkPath::UseArena(std::shared_ptr<RdmaMemory> arena) {
+  if (arena == arena_) return;
+  if (arena_) retired_arenas_.push_back(std::move(arena_));
+  arena_ = std::move(arena);
+}
+
 uint32_t RdmaLinkPath::ArenaKey(const std::byte* p, size_t n) const {
   if (!arena_) return 0;
   const std::span<std::byte> a = arena_->bytes();

@@ -140,6 +140,14 @@ uint64_t ClientImpl::RegisterHostMemory(std::span<std::byte> memory) {
   std::promise<void> set;
   loop_.Post([this, arena, &set] {
     arena_ = arena;
+    // Links connected already (the tier reaches every server at open, before
+    // the runtime registers its arena) take it too; links made later take it
+    // from arena_.
+    for (auto& s : servers_) {
+      for (Channel& ch : s->channels) {
+        if (ch.link) ch.link->UseArena(arena);
+      }
+    }
     set.set_value();
   });
   set.get_future().wait();

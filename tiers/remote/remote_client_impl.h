@@ -96,6 +96,10 @@ class Link : public std::enable_shared_from_this<Link> {
   void Submit(RequestPtr r);
   void Abort(const Status& s);
   bool dead() const { return dead_; }
+  // The client registered `arena` after this link's RDMA path was made.
+  void UseArena(std::shared_ptr<RdmaMemory> arena) {
+    if (rdma_) rdma_->UseArena(std::move(arena));
+  }
 
  private:
   void Handshake(const Challenge& c);

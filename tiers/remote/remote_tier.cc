@@ -233,6 +233,12 @@ void RemoteTier::KeyOp(NamespaceId ns, std::span<const BlockKey> keys, Completio
 
 Result<std::unique_ptr<Tier>> NewRemoteTier(const TierOptions& options,
                                             const TierContext& context) {
+  return NewRemoteTierOn(options, context, memd::OpenRdmaDevice);
+}
+
+Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
+                                              const TierContext& context,
+                                              memd::RdmaDeviceFactory open_device) {
   const std::string who = "tier '" + options.name + "': ";
   if (options.servers.empty()) {
     return Status::InvalidArgument(who + "type remote needs servers (kvtier-memd host:port)");
@@ -241,7 +247,7 @@ Result<std::unique_ptr<Tier>> NewRemoteTier(const TierOptions& options,
   // this tier's error before anything else is tried; the client takes it.
   memd::RemoteClientOptions co;
   if (options.remote.transport == "rdma") {
-    auto device = memd::OpenRdmaDevice();
+    auto device = open_device();
     if (!device.ok()) return device.status().WithContext(who.substr(0, who.size() - 2));
     co.rdma_device = HandOn(std::move(device).value());
   }

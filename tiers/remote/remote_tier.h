@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "kvtier/tier.h"
+#include "tiers/remote/rdma_transport.h"
 
 namespace kvtier::internal {
 
@@ -21,5 +22,14 @@ namespace kvtier::internal {
 // `transport: rdma` without an RDMA device (naming `transport: tcp`);
 // Unavailable when no server answers at open.
 Result<std::unique_ptr<Tier>> NewRemoteTier(const TierOptions& options, const TierContext& context);
+
+// NewRemoteTier with the device taken from `open_device` instead of
+// memd::OpenRdmaDevice; the tests run the tier on a stand-in device this
+// way. For `transport: rdma` the tier asks it exactly once, before it reads
+// the secret or reaches a server, and fails with its error under the tier's
+// name; other transports never ask. REQUIRES: `open_device` is set.
+Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
+                                              const TierContext& context,
+                                              memd::RdmaDeviceFactory open_device);
 
 }  // namespace kvtier::internal

@@ -11,4 +11,10 @@ Result<std::unique_ptr<Tier>> NewRemoteTier(const TierOptions& options,
                               "libboost-dev)");
 }
 
+Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
+                                              const TierContext& context,
+                                              memd::RdmaDeviceFactory /*open_device*/) {
+  return NewRemoteTier(options, context);
+}
+
 }  // namespace kvtier::internal
