@@ -108,7 +108,8 @@ std::vector<Window> MakeWindows(const RemoteBenchOptions& o, std::vector<std::by
       const uint64_t n = uint64_t{b} * o.queue_depth + i;
       const size_t at = n * o.block_bytes;
       windows[b].writes.push_back(
-          {BlockKey{1, n}, std::span<const std::byte>(src).subspan(at, o.block_bytes)});
+          {BlockKey{1, n}, std::span<const std::byte>(src).subspan(at, o.block_bytes),
+           std::nullopt});
       windows[b].reads.push_back({BlockKey{1, n}, std::span(dst).subspan(at, o.block_bytes)});
     }
   }
@@ -208,7 +209,9 @@ Result<RemoteBenchResult> RunRemoteBench(const RemoteBenchOptions& o) {
   } else {
     t.remote.secret_file = o.secret_file;
   }
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Tier> tier, CreateTier(t, TierContext{o.block_bytes}));
+  TierContext ctx;
+  ctx.block_bytes = o.block_bytes;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Tier> tier, CreateTier(t, ctx));
   std::vector<std::byte> src(in_flight_bytes), dst(src.size());
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
   RemoteBenchResult res;
