@@ -13,8 +13,7 @@ std::vector<iovec> FixedChunks(std::span<const iovec> ranges, uint64_t budget) {
   for (const iovec& r : ranges) {
     auto* p = static_cast<char*>(r.iov_base);
     uint64_t left = r.iov_len;
-    while (left >= kFixedPageBytes && budget >= kFixedPageBytes &&
-           out.size() < kMaxFixedBuffers) {
+    while (left >= kFixedPageBytes && budget >= kFixedPageBytes && out.size() < kMaxFixedBuffers) {
       const uint64_t n =
           std::min({left, kMaxFixedBufferBytes, budget}) / kFixedPageBytes * kFixedPageBytes;
       out.push_back({p, n});
@@ -35,8 +34,8 @@ uint64_t TotalBytes(std::span<const iovec> v) {
 std::vector<uint64_t> RegistrationBudgets(uint64_t total) {
   std::vector<uint64_t> out;
   rlimit lim{};
-  const bool limited = getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
-                       lim.rlim_cur < total;
+  const bool limited =
+      getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < total;
   if (!limited || geteuid() == 0) out.push_back(total);
   if (limited) out.push_back(lim.rlim_cur);
   while (out.size() < 8 && out.back() / 2 >= kFixedPageBytes) out.push_back(out.back() / 2);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tests/remote/fake_rdma_device.h"
+#include "tests/remote/memd_test_options.h"
 #include "tiers/remote/memd_server.h"
 #include "tiers/remote/remote_client.h"
 
@@ -67,18 +68,7 @@ std::vector<std::byte> Pattern(size_t n, int seed) {
   return v;
 }
 
-memd::MemdServerOptions ServerOptions() {
-  memd::MemdServerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.secret = "rdma-test-secret";
-  o.transport = "rdma";
-  o.pool.pool_bytes = 16 * (64 << 10);
-  o.pool.slot_bytes = 64 << 10;
-  o.pool.hugepages = false;
-  o.pool.prefault = false;
-  o.log = StderrLogSink(LogLevel::kError);
-  return o;
-}
+memd::MemdServerOptions ServerOptions() { return SmallMemdOptions("rdma-test-secret", "rdma"); }
 
 memd::RemoteClientOptions ClientOptions(uint16_t port) {
   memd::RemoteClientOptions co;

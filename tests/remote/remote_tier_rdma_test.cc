@@ -14,6 +14,7 @@
 
 #include "kvtier/env.h"
 #include "tests/remote/fake_rdma_device.h"
+#include "tests/remote/memd_test_options.h"
 #include "tests/support/block_data.h"
 #include "tiers/remote/memd_server.h"
 #include "tiers/remote/remote_tier.h"
@@ -30,16 +31,7 @@ constexpr char kTierName[] = "rdma-remote";
 constexpr auto kWait = std::chrono::seconds(10);
 
 memd::MemdServerOptions ServerOptions(const std::string& transport) {
-  memd::MemdServerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.secret = kSecret;
-  o.transport = transport;
-  o.pool.pool_bytes = 16 * (64 << 10);
-  o.pool.slot_bytes = 64 << 10;
-  o.pool.hugepages = false;
-  o.pool.prefault = false;
-  o.log = StderrLogSink(LogLevel::kError);
-  return o;
+  return SmallMemdOptions(kSecret, transport);
 }
 
 TierOptions TierOptionsFor(uint16_t port, const std::string& transport) {

@@ -1,8 +1,8 @@
 #include "tools/bench/host_bench.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>

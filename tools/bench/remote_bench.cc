@@ -107,9 +107,9 @@ std::vector<Window> MakeWindows(const RemoteBenchOptions& o, std::vector<std::by
     for (uint32_t i = 0; i < o.queue_depth; ++i) {
       const uint64_t n = uint64_t{b} * o.queue_depth + i;
       const size_t at = n * o.block_bytes;
-      windows[b].writes.push_back(
-          {BlockKey{1, n}, std::span<const std::byte>(src).subspan(at, o.block_bytes),
-           std::nullopt});
+      windows[b].writes.push_back({BlockKey{1, n},
+                                   std::span<const std::byte>(src).subspan(at, o.block_bytes),
+                                   std::nullopt});
       windows[b].reads.push_back({BlockKey{1, n}, std::span(dst).subspan(at, o.block_bytes)});
     }
   }
