@@ -55,6 +55,8 @@ class FakeRdmaFabric {
   }
   int writes() const { return writes_.load(); }
   int reads() const { return reads_.load(); }
+  // Queue pairs made so far, by every device on the fabric.
+  int queue_pairs() const { return static_cast<int>(next_qp_.load() - kFirstQpNum); }
   // Local pieces that were inside the range with this key.
   int pieces_with_key(uint32_t key) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -121,7 +123,8 @@ class FakeRdmaFabric {
   std::map<uint32_t, std::span<std::byte>> ranges_;
   std::map<uint32_t, int> by_key_;
   uint32_t next_key_ = 0x100;
-  std::atomic<uint32_t> next_qp_{0x10};
+  static constexpr uint32_t kFirstQpNum = 0x10;
+  std::atomic<uint32_t> next_qp_{kFirstQpNum};
   int fail_next_ = 0;
   bool held_ = false;
   bool stop_ = false;

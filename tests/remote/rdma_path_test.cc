@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -271,6 +272,41 @@ TEST_P(RdmaPathTest, ServerAndClientEachOpenTheDeviceOnce) {
   EXPECT_EQ(d, a);
   EXPECT_EQ(server_opens_.load(), 1);
   EXPECT_EQ(client_opens_.load(), 1);
+}
+
+// Runs `fn` on its own thread; false when it has not returned within `limit`
+// (the thread is then left behind, blocked: the test fails instead of hanging).
+bool ReturnsWithin(std::function<void()> fn, std::chrono::milliseconds limit) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto returned = done->get_future();
+  std::thread([fn = std::move(fn), done] {
+    fn();
+    done->set_value();
+  }).detach();
+  return returned.wait_for(limit) == std::future_status::ready;
+}
+
+// After Shutdown the loop is gone: a call that still posted to it would wait
+// forever. Each must answer at once instead.
+TEST_P(RdmaPathTest, CallsAfterShutdownAnswerAtOnce) {
+  client_->Shutdown();
+  std::vector<std::byte> arena(64 << 10);
+  uint64_t registered = 1;
+  EXPECT_TRUE(ReturnsWithin([&] { registered = client_->RegisterHostMemory(arena); },
+                            std::chrono::seconds(5)));
+  EXPECT_EQ(registered, 0u);
+  Result<memd::Stats> stats = Status::Ok();
+  EXPECT_TRUE(ReturnsWithin([&] { stats = client_->GetStats(0); }, std::chrono::seconds(5)));
+  EXPECT_EQ(stats.status().code(), StatusCode::kUnavailable);
+  const std::vector<std::byte> payload(100, std::byte{1});
+  Outcome put;
+  EXPECT_TRUE(ReturnsWithin(
+      [&] {
+        put = Put({{BlockKey{1, 1}, payload, std::nullopt}});
+      },
+      std::chrono::seconds(5)));
+  ASSERT_EQ(put.status.size(), 1u);
+  EXPECT_EQ(put.status[0].code(), StatusCode::kUnavailable) << put.status[0].ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Device, RdmaPathTest, KVTIER_RDMA_DEVICES, RdmaDevName);

@@ -6,8 +6,9 @@
 namespace kvtier::internal::memd {
 
 // One batch's operations and the memory they use. Shared by the completion
-// closures; the staging lease is given back once every operation posted on
-// it has completed (or, when the link goes first, with the last closure).
+// closures; the staging lease and the arena are let go once every operation
+// posted on them has completed (or, when the link goes first, with the last
+// closure), so an arena replaced meanwhile stays registered until then.
 struct RdmaLinkPath::Batch {
   struct Op {
     size_t item = 0;
@@ -26,6 +27,7 @@ struct RdmaLinkPath::Batch {
   size_t remaining = 0;
   ItemsDone done;
   RdmaStagingPool::Lease staging;
+  std::shared_ptr<RdmaMemory> arena;  // the arena its in-place pieces use
 };
 
 Result<std::unique_ptr<RdmaLinkPath>> RdmaLinkPath::Create(RdmaDevice& device,
@@ -57,11 +59,7 @@ Status RdmaLinkPath::Connect(const RdmaReady& ready) {
   return Status::Ok();
 }
 
-void RdmaLinkPath::UseArena(std::shared_ptr<RdmaMemory> arena) {
-  if (arena == arena_) return;
-  if (arena_) retired_arenas_.push_back(std::move(arena_));
-  arena_ = std::move(arena);
-}
+void RdmaLinkPath::UseArena(std::shared_ptr<RdmaMemory> arena) { arena_ = std::move(arena); }
 
 uint32_t RdmaLinkPath::ArenaKey(const std::byte* p, size_t n) const {
   if (!arena_) return 0;
@@ -78,6 +76,7 @@ Status RdmaLinkPath::Stage(Batch& b, size_t bytes) {
 void RdmaLinkPath::Finish(Batch& b) {
   // Returned before `done` runs, so a batch that `done` starts reuses it.
   b.staging.Reset();
+  b.arena.reset();
   b.done(std::move(b.items), std::move(b.bytes));
 }
 
@@ -90,6 +89,7 @@ Status RdmaLinkPath::WriteGranted(const GrantList& grants, std::span<const Heade
   }
   auto b = std::make_shared<Batch>();
   b->write = true;
+  b->arena = arena_;
   b->items.assign(n, Status::Ok());
   b->bytes.assign(n, 0);
   b->done = std::move(done);
@@ -134,6 +134,7 @@ Status RdmaLinkPath::ReadLeased(const LeaseReply& lease, std::span<const std::sp
     return Status::InvalidArgument("LEASE_REPLY item count does not match the request");
   }
   auto b = std::make_shared<Batch>();
+  b->arena = arena_;
   b->items.assign(n, Status::Ok());
   b->bytes.assign(n, 0);
   b->done = std::move(done);

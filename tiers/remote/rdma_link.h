@@ -84,9 +84,8 @@ class RdmaLinkPath {
   RdmaHello Hello() const { return RdmaHello{qp_->local()}; }
   // Connects to the server's queue pair and keeps its pool region.
   Status Connect(const RdmaReady& ready);
-  // Buffers inside `arena` are used in place from the next batch on. The
-  // arena it replaces stays registered until this path is destroyed: batches
-  // in flight may still use its key.
+  // Buffers inside `arena` are used in place from the next batch on; a
+  // batch in flight keeps the arena it started with until it finishes.
   void UseArena(std::shared_ptr<RdmaMemory> arena);
 
   // REQUIRES: grants, headers and payloads have one entry per item. An item
@@ -123,7 +122,6 @@ class RdmaLinkPath {
 
   std::unique_ptr<RdmaQp> qp_;
   std::shared_ptr<RdmaMemory> arena_;
-  std::vector<std::shared_ptr<RdmaMemory>> retired_arenas_;
   LoopPost post_;
   // Batches in flight hold leases on it, which outlive the pool if need be.
   std::unique_ptr<RdmaStagingPool> staging_;

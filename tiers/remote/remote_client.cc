@@ -32,9 +32,16 @@ void ClientImpl::OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, co
   }
 }
 
+bool ClientImpl::PostLive(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(life_mu_);
+  if (stopped_.load(std::memory_order_relaxed)) return false;
+  loop_.Post(std::move(fn));
+  return true;
+}
+
 void ClientImpl::Route(size_t server, RequestPtr r) {
   // Runs on the loop thread, so channel state needs no lock.
-  loop_.Post([this, server, r] {
+  const bool posted = PostLive([this, server, r] {
     if (stopped_.load(std::memory_order_relaxed)) {
       return r->FailAll(Status::Unavailable("remote tier is shut down"));
     }
@@ -57,6 +64,7 @@ void ClientImpl::Route(size_t server, RequestPtr r) {
     }
     ch.link->Submit(r);
   });
+  if (!posted) r->FailAll(Status::Unavailable("remote tier is shut down"));
 }
 
 // A batch is cut into one contiguous chunk per connection of the server, so
@@ -138,7 +146,7 @@ uint64_t ClientImpl::RegisterHostMemory(std::span<std::byte> memory) {
   }
   std::shared_ptr<RdmaMemory> arena = std::move(mr).value();
   std::promise<void> set;
-  loop_.Post([this, arena, &set] {
+  const bool posted = PostLive([this, arena, &set] {
     arena_ = arena;
     // Links connected already (the tier reaches every server at open, before
     // the runtime registers its arena) take it too; links made later take it
@@ -150,12 +158,16 @@ uint64_t ClientImpl::RegisterHostMemory(std::span<std::byte> memory) {
     }
     set.set_value();
   });
+  if (!posted) return 0;  // shut down: nothing will use it
   set.get_future().wait();
   return memory.size();
 }
 
 void ClientImpl::Shutdown() {
-  if (stopped_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(life_mu_);
+    if (stopped_.exchange(true)) return;
+  }
   std::promise<void> closed;
   loop_.Post([this, &closed] {
     for (auto& s : servers_) {

@@ -81,13 +81,15 @@ class RemoteClient {
   // Blocks until the server answers STATS or fails (within the deadline).
   virtual Result<Stats> GetStats(size_t server) = 0;
   // transport: rdma: registers `memory` so that blocks inside it move
-  // without staging copies; connections opened afterwards use it. Returns
-  // the bytes registered (0 over TCP or when registration fails).
+  // without staging copies; every connection, open already or opened later,
+  // uses it from its next batch on. Returns the bytes registered (0 over
+  // TCP, after Shutdown(), or when registration fails).
   // REQUIRES: `memory` stays mapped until Shutdown().
   virtual uint64_t RegisterHostMemory(std::span<std::byte> memory) = 0;
 
   // Fails everything in flight with Unavailable, closes the connections and
-  // joins the loop thread. Idempotent.
+  // joins the loop thread. Calls after it answer at once: every item fails
+  // with Unavailable, GetStats too, RegisterHostMemory returns 0. Idempotent.
   virtual void Shutdown() = 0;
 };
 

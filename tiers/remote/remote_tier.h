@@ -27,7 +27,9 @@ Result<std::unique_ptr<Tier>> NewRemoteTier(const TierOptions& options, const Ti
 // memd::OpenRdmaDevice; the tests run the tier on a stand-in device this
 // way. For `transport: rdma` the tier asks it exactly once, before it reads
 // the secret or reaches a server, and fails with its error under the tier's
-// name; other transports never ask. REQUIRES: `open_device` is set.
+// name; other transports never ask. REQUIRES: `open_device` is set, and
+// `context` is as CreateTier passes it (options validated, block size set,
+// log and clock not null).
 Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
                                               const TierContext& context,
                                               memd::RdmaDeviceFactory open_device);

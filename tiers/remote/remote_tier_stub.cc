@@ -14,6 +14,7 @@ Result<std::unique_ptr<Tier>> NewRemoteTier(const TierOptions& options,
 Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
                                               const TierContext& context,
                                               memd::RdmaDeviceFactory /*open_device*/) {
+  // Without Boost there is no remote tier to open a device for.
   return NewRemoteTier(options, context);
 }
 
