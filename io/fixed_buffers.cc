@@ -25,21 +25,25 @@ std::vector<iovec> FixedChunks(std::span<const iovec> ranges, uint64_t budget) {
   return out;
 }
 
-uint64_t TotalBytes(std::span<const iovec> v) {
+uint64_t IovecBytes(std::span<const iovec> v) {
   uint64_t n = 0;
   for (const iovec& x : v) n += x.iov_len;
   return n;
 }
 
-std::vector<uint64_t> RegistrationBudgets(uint64_t total) {
+std::vector<uint64_t> RegistrationBudgets(uint64_t total, uint64_t memlock_limit, bool privileged) {
   std::vector<uint64_t> out;
-  rlimit lim{};
-  const bool limited =
-      getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < total;
-  if (!limited || geteuid() == 0) out.push_back(total);
-  if (limited) out.push_back(lim.rlim_cur);
+  const bool limited = memlock_limit < total;
+  if (!limited || privileged) out.push_back(total);
+  if (limited) out.push_back(memlock_limit);
   while (out.size() < 8 && out.back() / 2 >= kFixedPageBytes) out.push_back(out.back() / 2);
   return out;
+}
+
+std::vector<uint64_t> RegistrationBudgets(uint64_t total) {
+  rlimit lim{};
+  const bool known = getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
+  return RegistrationBudgets(total, known ? uint64_t{lim.rlim_cur} : UINT64_MAX, geteuid() == 0);
 }
 
 }  // namespace kvtier::internal

@@ -20,12 +20,15 @@ inline constexpr uint64_t kFixedPageBytes = 4096;
 // than a page is left out.
 std::vector<iovec> FixedChunks(std::span<const iovec> ranges, uint64_t budget);
 
-uint64_t TotalBytes(std::span<const iovec> v);
+uint64_t IovecBytes(std::span<const iovec> v);
 
-// The budgets registration tries in turn: everything (unless an unprivileged
-// process is over its locked-memory limit: trying would fault in and pin
-// memory only to give it back), the limit, then halves of it, down to a page
-// and at most 8 in all.
+// The budgets registration tries in turn for `total` bytes under a
+// locked-memory limit of `memlock_limit` (UINT64_MAX: none): everything
+// (unless an unprivileged process is over the limit: trying would fault in
+// and pin memory only to give it back), the limit, then halves of it, down
+// to a page and at most 8 in all.
+std::vector<uint64_t> RegistrationBudgets(uint64_t total, uint64_t memlock_limit, bool privileged);
+// The same for this process: its RLIMIT_MEMLOCK, privileged when root.
 std::vector<uint64_t> RegistrationBudgets(uint64_t total);
 
 }  // namespace kvtier::internal

@@ -40,6 +40,7 @@ using SteadyClock = std::chrono::steady_clock;
 // user_data tags that are not request pointers (those are 8-byte aligned).
 constexpr uint64_t kWakeTag = 1;
 constexpr uint64_t kTimeoutTag = 3;
+
 struct Inflight {
   IoRequest req;
   uint64_t expected = 0;
@@ -112,7 +113,7 @@ class UringEngine final : public IoEngine {
     std::lock_guard lock(register_mu_);
     if (buffers_tried_) return 0;
     buffers_tried_ = true;
-    for (uint64_t budget : RegistrationBudgets(TotalBytes(ranges))) {
+    for (uint64_t budget : RegistrationBudgets(IovecBytes(ranges))) {
       std::vector<iovec> chunks = FixedChunks(ranges, budget);
       if (chunks.empty()) break;
       if (!ring_.RegisterBuffers(chunks.data(), static_cast<unsigned>(chunks.size())).ok()) {
@@ -120,7 +121,7 @@ class UringEngine final : public IoEngine {
       }
       fixed_ = std::move(chunks);
       fixed_ready_.store(true, std::memory_order_release);
-      return TotalBytes(fixed_);
+      return IovecBytes(fixed_);
     }
     return 0;
   }

@@ -43,7 +43,7 @@ TEST(FixedChunksTest, TheBudgetRoundsDownToPagesAndStopsTheCut) {
   EXPECT_EQ(out[0].iov_len, 4 * kPage);
   EXPECT_EQ(out[1].iov_base, At(1ULL << 41));
   EXPECT_EQ(out[1].iov_len, kPage);
-  EXPECT_EQ(TotalBytes(out), 5 * kPage);
+  EXPECT_EQ(IovecBytes(out), 5 * kPage);
   EXPECT_TRUE(FixedChunks(ranges, kPage - 1).empty());
 }
 
@@ -57,19 +57,26 @@ TEST(FixedChunksTest, NoMoreBuffersThanTheKernelTakes) {
   EXPECT_EQ(out.back().iov_base, ranges[kMaxFixedBuffers - 1].iov_base);
 }
 
-TEST(RegistrationBudgetsTest, HalvesDownToAPageAtMostEightTimes) {
-  // A total under any locked-memory limit is tried whole first.
-  const std::vector<uint64_t> small = RegistrationBudgets(8 * kPage);
-  EXPECT_EQ(small, (std::vector<uint64_t>{8 * kPage, 4 * kPage, 2 * kPage, kPage}));
-  const std::vector<uint64_t> big = RegistrationBudgets(kPage);
-  EXPECT_EQ(big, std::vector<uint64_t>{kPage});
-  // However the first budgets are chosen, there are at most 8, each half the
-  // one before after the first two, none under a page.
-  const std::vector<uint64_t> huge = RegistrationBudgets(1ULL << 50);
-  ASSERT_FALSE(huge.empty());
-  EXPECT_LE(huge.size(), 8U);
-  for (size_t i = 0; i < huge.size(); ++i) EXPECT_GE(huge[i], kPage);
-  for (size_t i = 2; i < huge.size(); ++i) EXPECT_EQ(huge[i], huge[i - 1] / 2);
+TEST(RegistrationBudgetsTest, UnderTheLimitEverythingThenHalvesDownToAPage) {
+  EXPECT_EQ(RegistrationBudgets(8 * kPage, UINT64_MAX, false),
+            (std::vector<uint64_t>{8 * kPage, 4 * kPage, 2 * kPage, kPage}));
+  EXPECT_EQ(RegistrationBudgets(8 * kPage, 8 * kPage, false),
+            (std::vector<uint64_t>{8 * kPage, 4 * kPage, 2 * kPage, kPage}));
+  EXPECT_EQ(RegistrationBudgets(kPage, UINT64_MAX, false), std::vector<uint64_t>{kPage});
+}
+
+TEST(RegistrationBudgetsTest, OverTheLimitOnlyAPrivilegedProcessTriesEverything) {
+  EXPECT_EQ(RegistrationBudgets(64 * kPage, 8 * kPage, false),
+            (std::vector<uint64_t>{8 * kPage, 4 * kPage, 2 * kPage, kPage}));
+  EXPECT_EQ(RegistrationBudgets(64 * kPage, 8 * kPage, true),
+            (std::vector<uint64_t>{64 * kPage, 8 * kPage, 4 * kPage, 2 * kPage, kPage}));
+}
+
+TEST(RegistrationBudgetsTest, AtMostEightBudgets) {
+  const std::vector<uint64_t> out = RegistrationBudgets(1ULL << 50, UINT64_MAX, false);
+  ASSERT_EQ(out.size(), 8U);
+  EXPECT_EQ(out.front(), 1ULL << 50);
+  EXPECT_EQ(out.back(), (1ULL << 50) >> 7);
 }
 
 }  // namespace
