@@ -1,6 +1,7 @@
 // RuntimeImpl: the Runtime behind the public interface. Split over several
-// files by flow: runtime_impl.cc (open, lookup, remove, stats, shutdown),
-// runtime_save.cc, runtime_load.cc and mover.cc.
+// files by flow: runtime_impl.cc (open, lookup, remove, shutdown),
+// runtime_save.cc, runtime_load.cc, mover.cc, runtime_adopt.cc,
+// runtime_engine_usage.cc and runtime_stats.cc.
 //
 // Locking: mu_ guards the index, the per-tier statistics and the hub's slot
 // ownership. Bytes are never copied under mu_: a block being copied is pinned
