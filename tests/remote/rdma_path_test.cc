@@ -286,9 +286,12 @@ bool ReturnsWithin(std::function<void()> fn, std::chrono::milliseconds limit) {
   return returned.wait_for(limit) == std::future_status::ready;
 }
 
-// After Shutdown the loop is gone: a call that still posted to it would wait
-// forever. Each must answer at once instead.
+// After Shutdown (client) or Stop (server) the loop is gone: a call that
+// still posted to it would wait forever. Each must answer at once instead.
 TEST_P(RdmaPathTest, CallsAfterShutdownAnswerAtOnce) {
+  const std::vector<std::byte> stored(100, std::byte{2});
+  const Outcome first = Put({{BlockKey{1, 2}, stored, std::nullopt}});
+  ASSERT_TRUE(first.status[0].ok()) << first.status[0].ToString();
   client_->Shutdown();
   std::vector<std::byte> arena(64 << 10);
   uint64_t registered = 1;
@@ -307,6 +310,10 @@ TEST_P(RdmaPathTest, CallsAfterShutdownAnswerAtOnce) {
       std::chrono::seconds(5)));
   ASSERT_EQ(put.status.size(), 1u);
   EXPECT_EQ(put.status[0].code(), StatusCode::kUnavailable) << put.status[0].ToString();
+  server_->Stop();
+  memd::Stats after;
+  EXPECT_TRUE(ReturnsWithin([&] { after = server_->GetStats(); }, std::chrono::seconds(5)));
+  EXPECT_EQ(after.used_slots, 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Device, RdmaPathTest, KVTIER_RDMA_DEVICES, RdmaDevName);

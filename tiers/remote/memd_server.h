@@ -51,7 +51,8 @@ class MemdServer {
   // Closes the listener and every connection, and joins the I/O thread.
   // Idempotent; thread-safe.
   void Stop();
-  // A snapshot of the pool's counters, taken on the I/O thread.
+  // A snapshot of the pool's counters, taken on the I/O thread (after Stop,
+  // once it has joined that thread).
   Stats GetStats();
 
   class Impl;
