@@ -65,7 +65,8 @@ class KVTIER_EXPORT CopyEngine {
   // first proceeds). `on_layer(l)` runs, in increasing l, once layer l of
   // every copy that has not failed has landed; after an error that breaks
   // the device the remaining layers are not reported. Then `done` runs
-  // exactly once. `on_layer` may be empty.
+  // exactly once. `on_layer` may be empty; it runs on the engine's
+  // completion thread and must not block.
   virtual void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) = 0;
 
   // Registers `memory` (the host arena, which every host block lives in) so
