@@ -79,11 +79,11 @@ size_t RuntimeImpl::MoverPass() {
   return moved;
 }
 
-void RuntimeImpl::EnsureHubRoom(size_t slots, std::chrono::steady_clock::time_point deadline) {
+void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
   for (;;) {
     const size_t free = HubFreeSlots();
     if (free >= slots || std::chrono::steady_clock::now() >= deadline) break;
-    if (EvictFromTier(0, slots - free) > 0) continue;
+    if (EvictFromTier(0, slots - free, deadline) > 0) continue;
     // Nothing this thread may take: blocks that another pass (the mover, or
     // another request) is moving out will free their slots shortly.
     std::unique_lock lock(mu_);
@@ -118,9 +118,10 @@ std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t ba
   return victims;
 }
 
-size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks) {
+size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks, SteadyTime deadline) {
   size_t total = 0;
   while (total < blocks) {
+    if (deadline != SteadyTime::max() && std::chrono::steady_clock::now() >= deadline) break;
     size_t batch = std::min<size_t>(blocks - total, options_.mover.batch_blocks);
     std::vector<IndexEntry*> victims;
     {
@@ -128,7 +129,7 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks) {
       victims = SelectVictimsLocked(tier, batch);
     }
     if (victims.empty()) break;
-    size_t dropped = WritebackAndDrop(tier, victims);
+    size_t dropped = WritebackAndDrop(tier, victims, deadline);
     total += dropped;
     if (dropped == 0) break;
   }
@@ -169,10 +170,13 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
   return write;
 }
 
-size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims) {
+size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims,
+                                     SteadyTime deadline) {
   const size_t next = tier + 1;
   std::vector<bool> written(victims.size(), false);
-  if (next < tier_count()) WriteToNext(tier, victims, DecideAdmission(tier, victims), written);
+  if (next < tier_count()) {
+    WriteToNext(tier, victims, DecideAdmission(tier, victims), written, deadline);
+  }
 
   size_t dropped = 0;
   std::vector<NsKey> removals;
@@ -213,7 +217,8 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
 }
 
 void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
-                              const std::vector<bool>& write, std::vector<bool>& written) {
+                              const std::vector<bool>& write, std::vector<bool>& written,
+                              SteadyTime deadline) {
   const size_t next = tier + 1;
   // Group by namespace: a tier batch belongs to one namespace.
   std::map<uint64_t, std::vector<size_t>> by_ns;
@@ -223,7 +228,7 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     by_ns[victims[i]->id.ns.value].push_back(i);
     ++to_write;
   }
-  MakeRoomBelow(next, to_write);
+  MakeRoomBelow(next, to_write, deadline);
   for (auto& [ns, items] : by_ns) {
     std::vector<std::vector<std::byte>> staging;
     std::vector<size_t> op_item;
@@ -267,13 +272,13 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
   return ops;
 }
 
-void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks) {
+void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks, SteadyTime deadline) {
   if (blocks == 0) return;
   TierUsage u = lower_[tier - 1]->Usage();
   uint64_t free =
       (u.capacity_bytes - std::min(u.used_bytes, u.capacity_bytes)) / options_.block_bytes;
   // Cascades: demoting out of `tier` makes room in the tier below it first.
-  if (free < blocks) EvictFromTier(tier, blocks - free);
+  if (free < blocks) EvictFromTier(tier, blocks - free, deadline);
 }
 
 void RuntimeImpl::DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals) {

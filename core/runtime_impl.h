@@ -30,6 +30,8 @@ namespace kvtier::internal {
 
 class RuntimeImpl final : public Runtime {
  public:
+  using SteadyTime = std::chrono::steady_clock::time_point;
+
   RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> engine,
               std::unique_ptr<HostArena> arena, std::vector<std::unique_ptr<Tier>> lower,
               std::unique_ptr<TierPolicies> policies);
@@ -130,12 +132,15 @@ class RuntimeImpl final : public Runtime {
   void TuneAlphas();
   // Tier `tier`'s capacity in blocks, for α tuning.
   uint64_t CapacityBlocks(size_t tier) const;
-  // Frees up to `blocks` hub slots by demoting or dropping hub leaves.
-  size_t EvictFromTier(size_t tier, size_t blocks);
+  // Frees up to `blocks` blocks of `tier` by demoting or dropping its leaves,
+  // one batch at a time; starts no batch (here or in the tiers below it
+  // makes room in) once `deadline` has passed, so a caller that waits is held
+  // at most one batch past it. The mover passes no deadline.
+  size_t EvictFromTier(size_t tier, size_t blocks, SteadyTime deadline = SteadyTime::max());
   // Picks up to `batch` victims of `tier` (policy order, leaves first) and
   // marks them moving. REQUIRES: mu_ held.
   std::vector<IndexEntry*> SelectVictimsLocked(size_t tier, size_t batch);
-  size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims);
+  size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims, SteadyTime deadline);
   // Writes the victims `write` selects into tier + 1; sets `written`.
   // The write ops of victims[items] leaving `tier`, all of one namespace:
   // hub payloads in place, lower-tier payloads read into `staging` in one
@@ -146,13 +151,13 @@ class RuntimeImpl final : public Runtime {
                                    std::vector<std::vector<std::byte>>& staging,
                                    std::vector<size_t>& op_item);
   void WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
-                   const std::vector<bool>& write, std::vector<bool>& written);
+                   const std::vector<bool>& write, std::vector<bool>& written, SteadyTime deadline);
   // Which victims go to tier + 1: asks its admission about each one no deeper
   // tier holds; a refused one is written anyway (forced) when a child of it
   // stays stored and no other tier holds it.
   std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims);
   // Frees `blocks` blocks of room in lower tier `tier` (>= 1), if it lacks it.
-  void MakeRoomBelow(size_t tier, size_t blocks);
+  void MakeRoomBelow(size_t tier, size_t blocks, SteadyTime deadline);
   // Drops tier `tier`'s copy, erasing the entry when no copy is left.
   // REQUIRES: mu_ held; returns the lower-tier key to remove, if any.
   void DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals);
@@ -160,7 +165,7 @@ class RuntimeImpl final : public Runtime {
   size_t HubFreeSlots() const { return arena_->slot_count() - arena_->used_slots(); }
   // Frees hub slots until `slots` are free, waiting (until `deadline`) for
   // blocks another thread is already moving out when nothing else can go.
-  void EnsureHubRoom(size_t slots, std::chrono::steady_clock::time_point deadline);
+  void EnsureHubRoom(size_t slots, SteadyTime deadline);
   void WakeMover();
 
   const RuntimeOptions options_;

@@ -16,16 +16,18 @@ using Clock = std::chrono::steady_clock;
 class RuntimeFaultTest : public ::testing::Test {
  protected:
   // Hub of 4 blocks over a 32-block lower tier wrapped with `faults`.
-  void Open(FaultOptions faults, uint32_t workers = 2, uint32_t queue = 1024) {
+  void Open(FaultOptions faults, uint32_t workers = 2, uint32_t queue = 1024,
+            uint32_t batch_blocks = 64) {
     setup_ = MakeEngine(64);
     const uint64_t bb = setup_.layout.BlockBytes();
     RuntimeOptions o = MakeOptions(bb, 4);
     o.worker_threads = workers;
     o.max_queued_requests = queue;
+    o.mover.batch_blocks = batch_blocks;
     o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
     o.tiers.push_back(LowerHostTier("faulty", bb, 32));
-    o.tier_factory = [faults](const TierOptions& t, const TierContext& c)
-        -> Result<std::unique_ptr<Tier>> {
+    o.tier_factory = [faults](const TierOptions& t,
+                              const TierContext& c) -> Result<std::unique_ptr<Tier>> {
       auto inner = CreateTier(t, c);
       if (!inner.ok()) return inner.status();
       return NewFaultInjectingTier(std::move(inner).value(), faults);
@@ -53,7 +55,8 @@ class RuntimeFaultTest : public ::testing::Test {
       } else {
         std::vector<std::byte> got(setup_.layout.BlockBytes());
         ASSERT_TRUE(setup_.engine->ReadBlock(b, got).ok());
-        EXPECT_EQ(got, std::vector<std::byte>(got.size())) << "failed block " << i << " was written";
+        EXPECT_EQ(got, std::vector<std::byte>(got.size()))
+            << "failed block " << i << " was written";
       }
     }
   }
@@ -141,6 +144,34 @@ TEST_F(RuntimeFaultTest, SlowTierMissesTheDeadlineWithoutHanging) {
   EXPECT_GE(late, 3u);
   ExpectNoWrongBytes(c, keys, 8);
   rt_->Shutdown();  // waits for the late reads to release their slots
+}
+
+// A load into a full hub makes room by writing hub blocks down, one batch at
+// a time; past its deadline it starts no further batch. Here each batch is
+// one block and takes the tier's 300 ms: room for 3 blocks would take 900 ms,
+// and the load, due in 50 ms, ends after the first.
+TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
+  FaultOptions f;
+  f.latency = std::chrono::milliseconds(300);
+  Open(f, /*workers=*/2, /*queue=*/1024, /*batch_blocks=*/1);
+  auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
+  auto b = ChainKeys({20, 21, 22});
+  sim_->Prefill(b, 10);
+  ASSERT_TRUE(sim_->SaveFrom(b, 0, 10).status().ok());
+  ASSERT_EQ(rt_->Lookup(kTestNs, b)->hit_blocks, 3u);  // the hub is full
+  sim_->Scrub(0, 64);
+  const auto start = Clock::now();
+  Completion c = sim_->Load(a, 30, std::chrono::milliseconds(50));
+  const auto waited = Clock::now() - start;
+  EXPECT_LT(waited, std::chrono::milliseconds(750)) << "room was made past the deadline";
+  EXPECT_EQ(c.result(0).code(), StatusCode::kOk);
+  size_t late = 0;
+  for (size_t i = 1; i < a.size(); ++i) {
+    late += c.result(i).code() == StatusCode::kDeadlineExceeded ? 1 : 0;
+  }
+  EXPECT_GE(late, 1u);
+  ExpectNoWrongBytes(c, a, 30);
+  rt_->Shutdown();
 }
 
 TEST_F(RuntimeFaultTest, FullQueueAnswersBusy) {
