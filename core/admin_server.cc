@@ -29,10 +29,14 @@ int RemainingMs(SteadyTime deadline) {
 
 std::string_view ReasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    default: return "Internal Server Error";
+    case 200:
+      return "OK";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    default:
+      return "Internal Server Error";
   }
 }
 
@@ -56,9 +60,12 @@ Status ClearStaleSocket(const std::string& path, const sockaddr_un& addr) {
   if (!S_ISSOCK(st.st_mode)) {
     return Status::InvalidArgument("admin socket " + path + " exists and is not a socket");
   }
-  UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // Non-blocking: a listener whose backlog is full (a stuck process) would
+  // hold a blocking connect forever; EAGAIN means someone listens.
+  UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!probe.valid()) return FromErrno(errno, "admin socket");
-  if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+  if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 ||
+      errno == EAGAIN) {
     return Status::Unavailable("admin socket " + path + " is in use by another process");
   }
   if (errno != ECONNREFUSED) return FromErrno(errno, "admin socket probe " + path);
@@ -221,11 +228,10 @@ void AdminServer::Serve(int fd) {
     WriteAll(fd, resp.body);
     return;
   }
-  std::string out = "HTTP/1.0 " + std::to_string(resp.http_status) + " " +
-                    std::string(ReasonPhrase(resp.http_status)) +
-                    "\r\nContent-Type: " + resp.content_type +
-                    "\r\nContent-Length: " + std::to_string(resp.body.size()) +
-                    "\r\nConnection: close\r\n\r\n";
+  std::string out =
+      "HTTP/1.0 " + std::to_string(resp.http_status) + " " +
+      std::string(ReasonPhrase(resp.http_status)) + "\r\nContent-Type: " + resp.content_type +
+      "\r\nContent-Length: " + std::to_string(resp.body.size()) + "\r\nConnection: close\r\n\r\n";
   WriteAll(fd, out + resp.body);
 }
 

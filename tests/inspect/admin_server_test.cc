@@ -1,15 +1,18 @@
 // The admin endpoint of a live runtime: what it serves, both request forms,
 // and how it treats the socket path.
+#include "core/admin_server.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
-#include "core/admin_server.h"
 #include "kvtier/metrics.h"
 #include "tests/inspect/inspect_test_util.h"
 #include "tools/inspect/admin_client.h"
@@ -34,8 +37,7 @@ UniqueFd Connect(const std::string& path) {
 // Sends `request` as is and reads until the server closes.
 std::string RawRequest(const std::string& path, const std::string& request) {
   UniqueFd fd = Connect(path);
-  EXPECT_EQ(write(fd.get(), request.data(), request.size()),
-            static_cast<ssize_t>(request.size()));
+  EXPECT_EQ(write(fd.get(), request.data(), request.size()), static_cast<ssize_t>(request.size()));
   std::string out;
   char buf[4096];
   for (ssize_t n; (n = read(fd.get(), buf, sizeof(buf))) > 0;) out.append(buf, n);
@@ -76,7 +78,8 @@ TEST(AdminEndpoint, PlainLineRequestsGetTheBodyAlone) {
   TempDir dir;
   auto s = OpenScenario(dir.File("a.sock"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_EQ(RawRequest(dir.File("a.sock"), "GET /health\n"), "ok\npaths: /stats /metrics /health\n");
+  EXPECT_EQ(RawRequest(dir.File("a.sock"), "GET /health\n"),
+            "ok\npaths: /stats /metrics /health\n");
   // No newline: the end of the client's stream ends the request.
   UniqueFd fd = Connect(dir.File("a.sock"));
   ASSERT_EQ(write(fd.get(), "GET /health", 11), 11);
@@ -95,7 +98,7 @@ TEST(AdminEndpoint, StalledClientDoesNotBlockOthersOrTheEngine) {
   auto s = OpenScenario(dir.File("a.sock"));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   UniqueFd stalled = Connect(dir.File("a.sock"));  // sends nothing
-  RunScenario(*s);  // the engine's calls go on meanwhile
+  RunScenario(*s);                                 // the engine's calls go on meanwhile
   auto stats = FetchAdmin(dir.File("a.sock"), "/stats", kTimeout);  // served once it times out
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(nlohmann::json::parse(*stats)["saved_blocks"], 4);
@@ -144,6 +147,39 @@ TEST(AdminEndpoint, SocketPathRules) {
 
   auto unreachable = FetchAdmin(dir.File("none.sock"), "/stats", kTimeout);
   EXPECT_EQ(unreachable.status().code(), StatusCode::kUnavailable);
+}
+
+// A listener that accepts nothing (a stuck process) with its backlog full:
+// opening a runtime on its path must not hang in the stale-socket probe,
+// and a fetch must end at its deadline.
+TEST(AdminEndpoint, AFullBacklogNeitherHangsOpenNorFetch) {
+  TempDir dir;
+  const std::string path = dir.File("stuck.sock");
+  UniqueFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  ASSERT_EQ(bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener.get(), 0), 0);
+  std::vector<UniqueFd> pending;
+  for (int i = 0; i < 64; ++i) {
+    UniqueFd c(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (connect(c.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
+      break;
+    }
+    pending.push_back(std::move(c));
+  }
+  ASSERT_LT(pending.size(), 64u) << "the backlog never filled";
+
+  auto second = OpenScenario(path);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().ToString(),
+            "unavailable: admin socket " + path + " is in use by another process");
+  const auto start = std::chrono::steady_clock::now();
+  auto stuck = FetchAdmin(path, "/health", std::chrono::milliseconds(200));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_EQ(stuck.status().code(), StatusCode::kDeadlineExceeded) << stuck.status().ToString();
 }
 
 TEST(AdminEndpoint, ParsesRequestLines) {

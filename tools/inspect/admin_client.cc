@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "core/admin_server.h"
 
@@ -58,17 +60,27 @@ Result<std::string> FetchAdmin(const std::string& socket_path, std::string_view 
                                    std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
   }
   std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // Non-blocking, so that a runtime whose backlog is full (EAGAIN; a Unix
+  // socket's connect cannot be polled) is retried until the deadline
+  // instead of holding a blocking connect forever.
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return FromErrno(errno, what);
-  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return Status::Unavailable(what + ": cannot connect: " + std::strerror(errno) +
-                               " (is a runtime running with runtime.admin_socket set?)");
+  while (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) {
+      return Status::Unavailable(what + ": cannot connect: " + std::strerror(errno) +
+                                 " (is a runtime running with runtime.admin_socket set?)");
+    }
+    if (Clock::now() >= deadline) {
+      return Status::DeadlineExceeded(what + ": the runtime accepts no connection (backlog full)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::string request = "GET " + std::string(path) + " HTTP/1.0\r\nHost: kvtier\r\n\r\n";
   for (size_t sent = 0; sent < request.size();) {
     KVTIER_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, what));
     const ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno != EINTR) return FromErrno(errno, what + ": send");
+    if (n < 0 && errno != EINTR && errno != EAGAIN) return FromErrno(errno, what + ": send");
     if (n > 0) sent += static_cast<size_t>(n);
   }
   std::string raw;
@@ -76,7 +88,7 @@ Result<std::string> FetchAdmin(const std::string& socket_path, std::string_view 
   for (;;) {
     KVTIER_RETURN_IF_ERROR(WaitFor(fd.get(), POLLIN, deadline, what));
     const ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n < 0) return FromErrno(errno, what + ": read");
     if (n == 0) break;
     raw.append(buf, static_cast<size_t>(n));
