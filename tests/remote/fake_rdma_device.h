@@ -4,7 +4,7 @@
 // at post time, and reports its completion on the fabric's own thread, like
 // a completion-queue poller. Queue pairs must be connected to each other
 // before posting. Faults: fail the next N operations with IOError, or hold
-// completions until released.
+// completions until released, or refuse the next N posts as Busy.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -45,6 +45,12 @@ class FakeRdmaFabric {
   void FailNext(int n) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_next_ = n;
+  }
+  // The next n posts are refused as a full completion queue would refuse
+  // them: Busy, nothing queued.
+  void BusyNext(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_next_ = n;
   }
   void Hold(bool held) {
     {
@@ -126,6 +132,7 @@ class FakeRdmaFabric {
   static constexpr uint32_t kFirstQpNum = 0x10;
   std::atomic<uint32_t> next_qp_{kFirstQpNum};
   int fail_next_ = 0;
+  int busy_next_ = 0;
   bool held_ = false;
   bool stop_ = false;
   std::atomic<int> writes_{0}, reads_{0}, registrations_{0};
@@ -136,6 +143,10 @@ class FakeRdmaFabric {
 inline Status FakeRdmaFabric::Transfer(bool write, std::span<const LocalPiece> pieces,
                                        uint64_t addr, uint32_t rkey, RdmaDone done) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (busy_next_ > 0) {
+    --busy_next_;
+    return Status::Busy("RDMA completion queue is full");
+  }
   Status st;
   uint64_t total = 0;
   for (const LocalPiece& p : pieces) total += p.bytes;

@@ -274,6 +274,20 @@ TEST_P(RdmaPathTest, ServerAndClientEachOpenTheDeviceOnce) {
   EXPECT_EQ(client_opens_.load(), 1);
 }
 
+// A post refused by a full completion queue while nothing of this link is
+// in flight has no completion to retry it: the link's tick does, well
+// within the request's 1 s deadline.
+TEST_P(RdmaPathTest, AFullCompletionQueueIsRetriedWithNothingInFlight) {
+  if (GetParam() != RdmaDev::kFake) GTEST_SKIP() << "refuses posts on the stand-in";
+  fabric_.BusyNext(3);
+  const std::vector<std::byte> payload(3000, std::byte{5});
+  const Outcome put = Put({{BlockKey{1, 9}, payload, std::nullopt}});
+  ASSERT_EQ(put.status.size(), 1u);
+  EXPECT_TRUE(put.status[0].ok()) << put.status[0].ToString();
+  EXPECT_EQ(put.bytes[0], payload.size());
+  EXPECT_EQ(fabric_.writes(), 1);
+}
+
 // Runs `fn` on its own thread; false when it has not returned within `limit`
 // (the thread is then left behind, blocked: the test fails instead of hanging).
 bool ReturnsWithin(std::function<void()> fn, std::chrono::milliseconds limit) {

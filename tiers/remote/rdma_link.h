@@ -101,6 +101,11 @@ class RdmaLinkPath {
   Status ReadLeased(const LeaseReply& lease, std::span<const std::span<std::byte>> dsts,
                     std::span<HeaderBytes> headers, ItemsDone done);
 
+  // Posts what the completion queue has room for; the rest waits for the
+  // next completion of this path, or the next call (the link calls it on
+  // each tick, for the case where none is in flight).
+  void Drain();
+
  private:
   struct Batch;
   RdmaLinkPath(std::unique_ptr<RdmaQp> qp, std::shared_ptr<RdmaMemory> arena, LoopPost post,
@@ -117,8 +122,6 @@ class RdmaLinkPath {
   void Launch(const std::shared_ptr<Batch>& b);
   Status PostOne(const std::shared_ptr<Batch>& b, size_t op);
   void OpDone(const std::shared_ptr<Batch>& b, size_t op, const Status& s);
-  // Posts what the completion queue has room for; the rest waits.
-  void Drain();
 
   std::unique_ptr<RdmaQp> qp_;
   std::shared_ptr<RdmaMemory> arena_;

@@ -123,6 +123,10 @@ void Link::Tick() {
       return Abort(Status::DeadlineExceeded(Prefix() + "no reply within " +
                                             std::to_string(c_.o_.op_timeout_ms) + " ms"));
     }
+    // RDMA operations a full completion queue held back are retried on each
+    // completion of this link; when none is in flight, here.
+    if (rdma_) rdma_->Drain();
+    if (dead_) return;
     if (!ready_ || !pending_.empty()) Tick();
   });
 }
