@@ -228,7 +228,9 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     by_ns[victims[i]->id.ns.value].push_back(i);
     ++to_write;
   }
-  MakeRoomBelow(next, to_write, deadline);
+  // A batch under way finishes: the room it needs below is made whatever the
+  // deadline, or admitted victims would be refused by a full tier.
+  MakeRoomBelow(next, to_write);
   for (auto& [ns, items] : by_ns) {
     std::vector<std::vector<std::byte>> staging;
     std::vector<size_t> op_item;
@@ -272,13 +274,13 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
   return ops;
 }
 
-void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks, SteadyTime deadline) {
+void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks) {
   if (blocks == 0) return;
   TierUsage u = lower_[tier - 1]->Usage();
   uint64_t free =
       (u.capacity_bytes - std::min(u.used_bytes, u.capacity_bytes)) / options_.block_bytes;
   // Cascades: demoting out of `tier` makes room in the tier below it first.
-  if (free < blocks) EvictFromTier(tier, blocks - free, deadline);
+  if (free < blocks) EvictFromTier(tier, blocks - free);
 }
 
 void RuntimeImpl::DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals) {

@@ -133,9 +133,10 @@ class RuntimeImpl final : public Runtime {
   // Tier `tier`'s capacity in blocks, for α tuning.
   uint64_t CapacityBlocks(size_t tier) const;
   // Frees up to `blocks` blocks of `tier` by demoting or dropping its leaves,
-  // one batch at a time; starts no batch (here or in the tiers below it
-  // makes room in) once `deadline` has passed, so a caller that waits is held
-  // at most one batch past it. The mover passes no deadline.
+  // one batch at a time; starts no batch once `deadline` has passed. A batch
+  // under way finishes, with the room it needs in the tiers below, so a
+  // caller that waits is held at most one batch (and its cascade) past it.
+  // The mover passes no deadline.
   size_t EvictFromTier(size_t tier, size_t blocks, SteadyTime deadline = SteadyTime::max());
   // Picks up to `batch` victims of `tier` (policy order, leaves first) and
   // marks them moving. REQUIRES: mu_ held.
@@ -157,7 +158,7 @@ class RuntimeImpl final : public Runtime {
   // stays stored and no other tier holds it.
   std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims);
   // Frees `blocks` blocks of room in lower tier `tier` (>= 1), if it lacks it.
-  void MakeRoomBelow(size_t tier, size_t blocks, SteadyTime deadline);
+  void MakeRoomBelow(size_t tier, size_t blocks);
   // Drops tier `tier`'s copy, erasing the entry when no copy is left.
   // REQUIRES: mu_ held; returns the lower-tier key to remove, if any.
   void DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals);

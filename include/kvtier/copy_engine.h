@@ -66,7 +66,7 @@ class KVTIER_EXPORT CopyEngine {
   // every copy that has not failed has landed; after an error that breaks
   // the device the remaining layers are not reported. Then `done` runs
   // exactly once. `on_layer` may be empty; it runs on the engine's
-  // completion thread and must not block.
+  // completion thread or inline within Scatter, and must not block.
   virtual void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) = 0;
 
   // Registers `memory` (the host arena, which every host block lives in) so

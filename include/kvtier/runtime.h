@@ -226,8 +226,9 @@ class KVTIER_EXPORT Runtime {
   // first. Each block ends OK, NotFound, DeadlineExceeded (not done within
   // `timeout`) or another error; the engine recomputes the failures.
   // `on_layer(l)` runs when layer l of every block has landed, on the copy
-  // engine's completion thread: it must not block, wait on another Save or
-  // Load, or shut the runtime down (nothing could then finish this Load).
+  // engine's completion thread or inline on the runtime's worker: it must
+  // not block, wait on another Save or Load, or shut the runtime down
+  // (nothing could then finish this Load).
   virtual Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
                           std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
                           LayerDone on_layer = {}) = 0;

@@ -149,7 +149,7 @@ TEST_F(RuntimeFaultTest, SlowTierMissesTheDeadlineWithoutHanging) {
 // A load into a full hub makes room by writing hub blocks down, one batch at
 // a time; past its deadline it starts no further batch. Here each batch is
 // one block and takes the tier's 300 ms: room for 3 blocks would take 900 ms,
-// and the load, due in 50 ms, ends after the first.
+// and the load, due in 200 ms, ends after the first.
 TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
   FaultOptions f;
   f.latency = std::chrono::milliseconds(300);
@@ -161,15 +161,16 @@ TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
   ASSERT_EQ(rt_->Lookup(kTestNs, b)->hit_blocks, 3u);  // the hub is full
   sim_->Scrub(0, 64);
   const auto start = Clock::now();
-  Completion c = sim_->Load(a, 30, std::chrono::milliseconds(50));
+  Completion c = sim_->Load(a, 30, std::chrono::milliseconds(200));
   const auto waited = Clock::now() - start;
   EXPECT_LT(waited, std::chrono::milliseconds(750)) << "room was made past the deadline";
   EXPECT_EQ(c.result(0).code(), StatusCode::kOk);
-  size_t late = 0;
+  // The blocks below get no room in time: late, or refused for lack of room.
   for (size_t i = 1; i < a.size(); ++i) {
-    late += c.result(i).code() == StatusCode::kDeadlineExceeded ? 1 : 0;
+    const StatusCode code = c.result(i).code();
+    EXPECT_TRUE(code == StatusCode::kDeadlineExceeded || code == StatusCode::kResourceExhausted)
+        << i << ": " << c.result(i).ToString();
   }
-  EXPECT_GE(late, 1u);
   ExpectNoWrongBytes(c, a, 30);
   rt_->Shutdown();
 }

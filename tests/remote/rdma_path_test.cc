@@ -11,6 +11,7 @@
 
 #include "tests/remote/fake_rdma_device.h"
 #include "tests/remote/memd_test_options.h"
+#include "tests/support/returns_within.h"
 #include "tiers/remote/memd_server.h"
 #include "tiers/remote/remote_client.h"
 
@@ -286,18 +287,6 @@ TEST_P(RdmaPathTest, AFullCompletionQueueIsRetriedWithNothingInFlight) {
   EXPECT_TRUE(put.status[0].ok()) << put.status[0].ToString();
   EXPECT_EQ(put.bytes[0], payload.size());
   EXPECT_EQ(fabric_.writes(), 1);
-}
-
-// Runs `fn` on its own thread; false when it has not returned within `limit`
-// (the thread is then left behind, blocked: the test fails instead of hanging).
-bool ReturnsWithin(std::function<void()> fn, std::chrono::milliseconds limit) {
-  auto done = std::make_shared<std::promise<void>>();
-  auto returned = done->get_future();
-  std::thread([fn = std::move(fn), done] {
-    fn();
-    done->set_value();
-  }).detach();
-  return returned.wait_for(limit) == std::future_status::ready;
 }
 
 // After Shutdown (client) or Stop (server) the loop is gone: a call that
