@@ -129,7 +129,7 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks, SteadyTime deadlin
       victims = SelectVictimsLocked(tier, batch);
     }
     if (victims.empty()) break;
-    size_t dropped = WritebackAndDrop(tier, victims, deadline);
+    size_t dropped = WritebackAndDrop(tier, victims);
     total += dropped;
     if (dropped == 0) break;
   }
@@ -170,13 +170,10 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
   return write;
 }
 
-size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims,
-                                     SteadyTime deadline) {
+size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims) {
   const size_t next = tier + 1;
   std::vector<bool> written(victims.size(), false);
-  if (next < tier_count()) {
-    WriteToNext(tier, victims, DecideAdmission(tier, victims), written, deadline);
-  }
+  if (next < tier_count()) WriteToNext(tier, victims, DecideAdmission(tier, victims), written);
 
   size_t dropped = 0;
   std::vector<NsKey> removals;
@@ -217,8 +214,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
 }
 
 void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
-                              const std::vector<bool>& write, std::vector<bool>& written,
-                              SteadyTime deadline) {
+                              const std::vector<bool>& write, std::vector<bool>& written) {
   const size_t next = tier + 1;
   // Group by namespace: a tier batch belongs to one namespace.
   std::map<uint64_t, std::vector<size_t>> by_ns;

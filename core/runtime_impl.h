@@ -141,7 +141,7 @@ class RuntimeImpl final : public Runtime {
   // Picks up to `batch` victims of `tier` (policy order, leaves first) and
   // marks them moving. REQUIRES: mu_ held.
   std::vector<IndexEntry*> SelectVictimsLocked(size_t tier, size_t batch);
-  size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims, SteadyTime deadline);
+  size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims);
   // Writes the victims `write` selects into tier + 1; sets `written`.
   // The write ops of victims[items] leaving `tier`, all of one namespace:
   // hub payloads in place, lower-tier payloads read into `staging` in one
@@ -152,7 +152,7 @@ class RuntimeImpl final : public Runtime {
                                    std::vector<std::vector<std::byte>>& staging,
                                    std::vector<size_t>& op_item);
   void WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
-                   const std::vector<bool>& write, std::vector<bool>& written, SteadyTime deadline);
+                   const std::vector<bool>& write, std::vector<bool>& written);
   // Which victims go to tier + 1: asks its admission about each one no deeper
   // tier holds; a refused one is written anyway (forced) when a child of it
   // stays stored and no other tier holds it.
