@@ -83,9 +83,12 @@ class IoEngine {
 };
 
 struct UringEngineOptions {
-  uint32_t queue_depth = 64;     // requests in flight in the kernel at once
-  uint32_t max_queued = 1024;    // accepted but not yet in flight; beyond: Busy
-  uint32_t timeout_ms = 1000;    // deadline of every request (IORING_OP_LINK_TIMEOUT)
+  uint32_t queue_depth = 64;   // requests in flight in the kernel at once
+  uint32_t max_queued = 1024;  // accepted but not yet in flight; beyond: Busy
+  // Deadline of every request (IORING_OP_LINK_TIMEOUT); I/O the device has
+  // already started completes only when the device (or the kernel's block
+  // layer timeout) ends it.
+  uint32_t timeout_ms = 1000;
   uint32_t eagain_retries = 16;  // -EAGAIN is resubmitted this many times
 };
 
