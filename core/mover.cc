@@ -121,7 +121,7 @@ std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t ba
 size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks, SteadyTime deadline) {
   size_t total = 0;
   while (total < blocks) {
-    if (deadline != SteadyTime::max() && std::chrono::steady_clock::now() >= deadline) break;
+    if (std::chrono::steady_clock::now() >= deadline) break;
     size_t batch = std::min<size_t>(blocks - total, options_.mover.batch_blocks);
     std::vector<IndexEntry*> victims;
     {

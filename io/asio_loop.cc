@@ -58,9 +58,18 @@ AsioLoop::AsioLoop(std::string name, std::shared_ptr<LogSink> log)
 
 AsioLoop::~AsioLoop() { Stop(); }
 
-void AsioLoop::Post(std::function<void()> fn) { boost::asio::post(io_, std::move(fn)); }
+bool AsioLoop::Post(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(post_mu_);
+  if (stopping_) return false;
+  boost::asio::post(io_, std::move(fn));
+  return true;
+}
 
 void AsioLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    stopping_ = true;
+  }
   if (!thread_.joinable()) return;
   work_.reset();
   thread_.join();

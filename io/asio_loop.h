@@ -9,6 +9,7 @@
 #include <boost/system/error_code.hpp>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,8 +76,10 @@ class AsioLoop {
   AsioLoop& operator=(const AsioLoop&) = delete;
 
   boost::asio::io_context& context() { return io_; }
-  // Runs `fn` on the loop thread.
-  void Post(std::function<void()> fn);
+  // Runs `fn` on the loop thread. False, and `fn` dropped, once Stop() has
+  // begun: a closure accepted here runs before the thread ends, so whoever
+  // waits on it is answered.
+  bool Post(std::function<void()> fn);
   // Lets the thread finish once no handler is pending, and joins it. The
   // owner closes its sockets and timers first (through Post) so the pending
   // handlers end with operation_aborted. Idempotent; not from the loop thread.
@@ -90,6 +93,8 @@ class AsioLoop {
   std::shared_ptr<LogSink> log_;
   boost::asio::io_context io_{1};
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::mutex post_mu_;  // orders Post against Stop setting stopping_
+  bool stopping_ = false;
   std::thread thread_;
 };
 

@@ -259,6 +259,14 @@ inline std::string RdmaDevName(const ::testing::TestParamInfo<RdmaDev>& i) {
   return i.param == RdmaDev::kFake ? "StandIn" : "Verbs";
 }
 
+// `inner`, counting the times it is asked.
+inline memd::RdmaDeviceFactory Counted(memd::RdmaDeviceFactory inner, std::atomic<int>& asks) {
+  return [inner = std::move(inner), &asks] {
+    asks.fetch_add(1);
+    return inner();
+  };
+}
+
 // The factory for `dev`, or why the test must skip. For kVerbs the device
 // opened to find out is not thrown away: the factory's first call hands it
 // out and later calls open another one.

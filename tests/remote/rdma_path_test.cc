@@ -91,12 +91,12 @@ class RdmaPathTest : public ::testing::TestWithParam<RdmaDev> {
     if (!f.ok()) GTEST_SKIP() << "no RDMA device: " << f.status().message();
     factory_ = *f;
     memd::MemdServerOptions o = ServerOptions();
-    o.rdma_device = Counted(server_opens_);
+    o.rdma_device = Counted(factory_, server_opens_);
     auto s = MemdServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s).value();
     memd::RemoteClientOptions co = ClientOptions(server_->port());
-    co.rdma_device = Counted(client_opens_);
+    co.rdma_device = Counted(factory_, client_opens_);
     auto c = RemoteClient::Create(co, StderrLogSink(LogLevel::kError), nullptr);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     client_ = std::move(c).value();
@@ -114,14 +114,6 @@ class RdmaPathTest : public ::testing::TestWithParam<RdmaDev> {
     Waiter w(keys.size());
     client_->Get(0, kNs, std::move(dsts), std::move(keys), w.Done());
     return w.Wait();
-  }
-
-  // factory_, counting the devices it opens.
-  memd::RdmaDeviceFactory Counted(std::atomic<int>& opens) {
-    return [this, &opens] {
-      opens.fetch_add(1);
-      return factory_();
-    };
   }
 
   FakeRdmaFabric fabric_;  // first: outlives the server and the client

@@ -54,14 +54,6 @@ TierContext Context() {
   return TierContext{kBlockBytes, SystemClock(), StderrLogSink(LogLevel::kError)};
 }
 
-// `inner`, counting the times it is asked.
-memd::RdmaDeviceFactory Counted(memd::RdmaDeviceFactory inner, std::atomic<int>& asks) {
-  return [inner = std::move(inner), &asks] {
-    asks.fetch_add(1);
-    return inner();
-  };
-}
-
 class RemoteTierRdmaTest : public ::testing::TestWithParam<RdmaDev> {
  protected:
   void SetUp() override {

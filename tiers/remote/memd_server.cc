@@ -72,10 +72,6 @@ void MemdServer::Impl::ExpireLeases() {
 
 void MemdServer::Impl::Stop() {
   std::call_once(stopped_, [this] {
-    {
-      std::lock_guard<std::mutex> lock(life_mu_);
-      stopping_ = true;
-    }
     std::promise<void> closed;
     loop_.Post([this, &closed] {
       boost::system::error_code ec;
@@ -149,16 +145,10 @@ void MemdServer::Stop() { impl_->Stop(); }
 
 Stats MemdServer::GetStats() {
   std::promise<Stats> p;
-  bool posted = false;
-  {
-    std::lock_guard<std::mutex> lock(impl_->life_mu_);
-    if (!impl_->stopping_) {
-      impl_->loop_.Post([&] { p.set_value(impl_->pool_->GetStats()); });
-      posted = true;
-    }
+  if (impl_->loop_.Post([&] { p.set_value(impl_->pool_->GetStats()); })) {
+    return p.get_future().get();
   }
-  if (posted) return p.get_future().get();
-  // Stopping or stopped: a post would never run. Stop returns once the loop
+  // Stopping or stopped: the loop took nothing. Stop returns once the loop
   // thread is joined (call_once waits for a Stop in progress); the pool is
   // then touched by nobody else.
   Stop();

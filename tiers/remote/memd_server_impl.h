@@ -70,10 +70,6 @@ class MemdServer::Impl {
   asio::steady_timer lease_timer_;
   uint16_t port_ = 0;
   std::once_flag stopped_;
-  // Set under life_mu_ when Stop begins: a closure posted under it before
-  // then runs before Stop's own, so before the loop stops.
-  std::mutex life_mu_;
-  bool stopping_ = false;
 };
 
 class Session : public std::enable_shared_from_this<Session> {

@@ -32,16 +32,9 @@ void ClientImpl::OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, co
   }
 }
 
-bool ClientImpl::PostLive(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(life_mu_);
-  if (stopped_.load(std::memory_order_relaxed)) return false;
-  loop_.Post(std::move(fn));
-  return true;
-}
-
 void ClientImpl::Route(size_t server, RequestPtr r) {
   // Runs on the loop thread, so channel state needs no lock.
-  const bool posted = PostLive([this, server, r] {
+  const bool posted = loop_.Post([this, server, r] {
     if (stopped_.load(std::memory_order_relaxed)) {
       return r->FailAll(Status::Unavailable("remote tier is shut down"));
     }
@@ -146,7 +139,7 @@ uint64_t ClientImpl::RegisterHostMemory(std::span<std::byte> memory) {
   }
   std::shared_ptr<RdmaMemory> arena = std::move(mr).value();
   std::promise<void> set;
-  const bool posted = PostLive([this, arena, &set] {
+  const bool posted = loop_.Post([this, arena, &set] {
     arena_ = arena;
     // Links connected already (the tier reaches every server at open, before
     // the runtime registers its arena) take it too; links made later take it
@@ -164,10 +157,7 @@ uint64_t ClientImpl::RegisterHostMemory(std::span<std::byte> memory) {
 }
 
 void ClientImpl::Shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(life_mu_);
-    if (stopped_.exchange(true)) return;
-  }
+  if (stopped_.exchange(true)) return;
   std::promise<void> closed;
   loop_.Post([this, &closed] {
     for (auto& s : servers_) {

@@ -16,7 +16,6 @@
 #include <chrono>
 #include <deque>
 #include <map>
-#include <mutex>
 
 #include "io/asio_loop.h"
 #include "tiers/remote/rdma_link.h"
@@ -182,14 +181,9 @@ class ClientImpl final : public RemoteClient {
   LoopGate gate_{[this](std::function<void()> fn) { loop_.Post(std::move(fn)); }};
   std::vector<std::unique_ptr<ServerState>> servers_;
   std::atomic<bool> stopped_{false};
-  std::mutex life_mu_;  // orders PostLive against Shutdown setting stopped_
   AsioLoop loop_;  // last: stopped and destroyed first
 
  private:
-  // Posts `fn` to the loop unless Shutdown() has begun (false then, and `fn`
-  // is dropped). A closure posted here runs before Shutdown's own, so before
-  // the loop stops: whoever waits on it is answered.
-  bool PostLive(std::function<void()> fn);
   void Keys(Opcode op, size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done);
   void Route(size_t server, RequestPtr r);
 };
