@@ -5,6 +5,7 @@
 #include <charconv>
 #include <exception>
 #include <fstream>
+#include <future>
 
 namespace kvtier::internal {
 
@@ -63,6 +64,22 @@ bool AsioLoop::Post(std::function<void()> fn) {
   if (stopping_) return false;
   boost::asio::post(io_, std::move(fn));
   return true;
+}
+
+Status AsioLoop::Call(std::function<void()> fn) {
+  std::promise<Status> ran;
+  const bool posted = Post([&fn, &ran] {
+    try {
+      fn();
+      ran.set_value(Status::Ok());
+    } catch (const std::exception& e) {
+      ran.set_value(Status::Internal(std::string("loop call threw: ") + e.what()));
+    } catch (...) {
+      ran.set_value(Status::Internal("loop call threw a non-standard exception"));
+    }
+  });
+  if (!posted) return Status::Unavailable(name_ + " is stopping");
+  return ran.get_future().get();
 }
 
 void AsioLoop::Stop() {

@@ -80,6 +80,10 @@ class AsioLoop {
   // begun: a closure accepted here runs before the thread ends, so whoever
   // waits on it is answered.
   bool Post(std::function<void()> fn);
+  // Runs `fn` on the loop thread and waits until it has run. Unavailable,
+  // and `fn` dropped, once Stop() has begun; Internal naming the exception
+  // when `fn` threw (the loop goes on serving). Not from the loop thread.
+  Status Call(std::function<void()> fn);
   // Lets the thread finish once no handler is pending, and joins it. The
   // owner closes its sockets and timers first (through Post) so the pending
   // handlers end with operation_aborted. Idempotent; not from the loop thread.

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <stdexcept>
+#include <thread>
+
+#include "tests/support/returns_within.h"
 
 namespace kvtier::internal {
 namespace {
@@ -52,6 +56,33 @@ TEST(ParseTcpEndpoint, AcceptsHostPortAndRefusesBadInput) {
   EXPECT_TRUE(ParseTcpEndpoint("127.0.0.1:0", true).ok());
   EXPECT_FALSE(ParseTcpEndpoint("127.0.0.1", false).ok());
   EXPECT_FALSE(ParseTcpEndpoint("127.0.0.1:65536", false).ok());
+}
+
+// Call answers whoever waits even when the closure throws, and the loop
+// keeps serving; after Stop it refuses at once instead of waiting forever.
+TEST(AsioLoopCall, AnswersWhenTheClosureThrowsAndAfterStop) {
+  AsioLoop loop("test-loop", nullptr);
+  std::thread::id ran_on;
+  ASSERT_TRUE(loop.Call([&] { ran_on = std::this_thread::get_id(); }).ok());
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+
+  Status threw;
+  ASSERT_TRUE(
+      testing::ReturnsWithin([&] { threw = loop.Call([] { throw std::runtime_error("boom"); }); },
+                             std::chrono::seconds(5)));
+  EXPECT_EQ(threw.code(), StatusCode::kInternal) << threw.ToString();
+  EXPECT_NE(threw.message().find("boom"), std::string::npos) << threw.ToString();
+
+  int after = 0;
+  EXPECT_TRUE(loop.Call([&] { after = 1; }).ok());
+  EXPECT_EQ(after, 1);
+
+  loop.Stop();
+  Status refused;
+  ASSERT_TRUE(testing::ReturnsWithin([&] { refused = loop.Call([&] { after = 2; }); },
+                                     std::chrono::seconds(5)));
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.ToString();
+  EXPECT_EQ(after, 1);
 }
 
 }  // namespace

@@ -2,8 +2,6 @@
 // device and the pool's registration, lease expiry, start and stop.
 #include "tiers/remote/memd_server.h"
 
-#include <future>
-
 #include "tiers/remote/memd_server_impl.h"
 
 namespace kvtier::internal::memd {
@@ -72,16 +70,14 @@ void MemdServer::Impl::ExpireLeases() {
 
 void MemdServer::Impl::Stop() {
   std::call_once(stopped_, [this] {
-    std::promise<void> closed;
-    loop_.Post([this, &closed] {
+    const Status closed = loop_.Call([this] {
       boost::system::error_code ec;
       acceptor_.close(ec);
       lease_timer_.cancel();
       auto all = sessions_;
       for (auto& [p, s] : all) s->Close();
-      closed.set_value();
     });
-    closed.get_future().wait();
+    if (!closed.ok()) log_->Log(LogLevel::kWarning, "kvtier-memd stop: " + closed.ToString());
     loop_.Stop();
   });
 }
@@ -124,14 +120,14 @@ Result<std::unique_ptr<MemdServer>> MemdServer::Start(const MemdServerOptions& o
     }
   }
   Status listen;
-  std::promise<void> done;
-  impl->loop_.Post([&] {
-    listen = impl->Listen();
-    if (listen.ok()) impl->Accept();
-    if (listen.ok() && impl->rdma_) impl->ExpireLeases();
-    done.set_value();
-  });
-  done.get_future().wait();
+  if (Status ran = impl->loop_.Call([&] {
+        listen = impl->Listen();
+        if (listen.ok()) impl->Accept();
+        if (listen.ok() && impl->rdma_) impl->ExpireLeases();
+      });
+      !ran.ok()) {
+    listen = ran;
+  }
   if (!listen.ok()) {
     impl->Stop();
     return listen;
@@ -144,13 +140,16 @@ uint16_t MemdServer::port() const { return impl_->port_; }
 void MemdServer::Stop() { impl_->Stop(); }
 
 Stats MemdServer::GetStats() {
-  std::promise<Stats> p;
-  if (impl_->loop_.Post([&] { p.set_value(impl_->pool_->GetStats()); })) {
-    return p.get_future().get();
+  Stats stats;
+  const Status ran = impl_->loop_.Call([&] { stats = impl_->pool_->GetStats(); });
+  if (ran.ok()) return stats;
+  if (ran.code() != StatusCode::kUnavailable) {
+    impl_->log_->Log(LogLevel::kError, "memd stats: " + ran.ToString());
+    return stats;
   }
   // Stopping or stopped: the loop took nothing. Stop returns once the loop
   // thread is joined (call_once waits for a Stop in progress); the pool is
-  // then touched by nobody else.
+  // then touched by nobody else. (GetStats itself does not throw.)
   Stop();
   return impl_->pool_->GetStats();
 }

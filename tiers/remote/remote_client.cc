@@ -32,30 +32,40 @@ void ClientImpl::OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, co
   }
 }
 
+void ClientImpl::RouteOnLoop(size_t server, const RequestPtr& r) {
+  if (stopped_.load(std::memory_order_relaxed)) {
+    return r->FailAll(Status::Unavailable("remote tier is shut down"));
+  }
+  ServerState& s = *servers_[server];
+  Channel& ch = s.channels[s.next++ % s.channels.size()];
+  if (!ch.link) {
+    const auto now = SteadyClock::now();
+    if (now < ch.next_attempt) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(ch.next_attempt - now);
+      return r->FailAll(Status::Unavailable("remote server " + s.endpoint +
+                                            " is unreachable; next attempt in " +
+                                            std::to_string(ms.count()) + " ms"));
+    }
+    ch.link = std::make_shared<Link>(*this, s, ch);
+    // Connect may fail at once and drop the channel's reference.
+    auto link = ch.link;
+    link->Connect();
+    return link->Submit(r);
+  }
+  ch.link->Submit(r);
+}
+
 void ClientImpl::Route(size_t server, RequestPtr r) {
-  // Runs on the loop thread, so channel state needs no lock.
+  // Runs on the loop thread, so channel state needs no lock. A closure that
+  // throws (allocation failure) fails its items rather than leaving them to
+  // the request's deadline.
   const bool posted = loop_.Post([this, server, r] {
-    if (stopped_.load(std::memory_order_relaxed)) {
-      return r->FailAll(Status::Unavailable("remote tier is shut down"));
+    try {
+      RouteOnLoop(server, r);
+    } catch (const std::exception& e) {
+      r->FailAll(
+          Status::Internal(std::string("remote tier: routing a request threw: ") + e.what()));
     }
-    ServerState& s = *servers_[server];
-    Channel& ch = s.channels[s.next++ % s.channels.size()];
-    if (!ch.link) {
-      const auto now = SteadyClock::now();
-      if (now < ch.next_attempt) {
-        const auto ms =
-            std::chrono::duration_cast<std::chrono::milliseconds>(ch.next_attempt - now);
-        return r->FailAll(Status::Unavailable("remote server " + s.endpoint +
-                                              " is unreachable; next attempt in " +
-                                              std::to_string(ms.count()) + " ms"));
-      }
-      ch.link = std::make_shared<Link>(*this, s, ch);
-      // Connect may fail at once and drop the channel's reference.
-      auto link = ch.link;
-      link->Connect();
-      return link->Submit(std::move(r));
-    }
-    ch.link->Submit(r);
   });
   if (!posted) r->FailAll(Status::Unavailable("remote tier is shut down"));
 }
@@ -138,8 +148,7 @@ uint64_t ClientImpl::RegisterHostMemory(std::span<std::byte> memory) {
     return 0;
   }
   std::shared_ptr<RdmaMemory> arena = std::move(mr).value();
-  std::promise<void> set;
-  const bool posted = loop_.Post([this, arena, &set] {
+  const Status set = loop_.Call([this, arena] {
     arena_ = arena;
     // Links connected already (the tier reaches every server at open, before
     // the runtime registers its arena) take it too; links made later take it
@@ -149,25 +158,27 @@ uint64_t ClientImpl::RegisterHostMemory(std::span<std::byte> memory) {
         if (ch.link) ch.link->UseArena(arena);
       }
     }
-    set.set_value();
   });
-  if (!posted) return 0;  // shut down: nothing will use it
-  set.get_future().wait();
+  if (!set.ok()) {  // shut down (nothing will use it), or the hand-over failed
+    if (set.code() != StatusCode::kUnavailable) {
+      log_->Log(LogLevel::kWarning,
+                "remote tier: host arena not handed to links: " + set.ToString());
+    }
+    return 0;
+  }
   return memory.size();
 }
 
 void ClientImpl::Shutdown() {
   if (stopped_.exchange(true)) return;
-  std::promise<void> closed;
-  loop_.Post([this, &closed] {
+  const Status closed = loop_.Call([this] {
     for (auto& s : servers_) {
       for (Channel& ch : s->channels) {
         if (auto l = ch.link) l->Abort(Status::Unavailable("remote tier is shut down"));
       }
     }
-    closed.set_value();
   });
-  closed.get_future().wait();
+  if (!closed.ok()) log_->Log(LogLevel::kWarning, "remote tier shutdown: " + closed.ToString());
   loop_.Stop();
   gate_.Close();
 }

@@ -186,6 +186,7 @@ class ClientImpl final : public RemoteClient {
  private:
   void Keys(Opcode op, size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done);
   void Route(size_t server, RequestPtr r);
+  void RouteOnLoop(size_t server, const RequestPtr& r);  // on the loop thread
 };
 
 }  // namespace kvtier::internal::memd
