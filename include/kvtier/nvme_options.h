@@ -13,7 +13,9 @@ namespace kvtier {
 
 struct NvmeTierOptions {
   // Deadline of every device I/O; a request the device has not answered by
-  // then fails with DeadlineExceeded (the block is reported per block).
+  // then fails with DeadlineExceeded (the block is reported per block). The
+  // kernel cancels I/O still queued; I/O the device has already started ends
+  // only when the device answers or the block layer's own timeout fires.
   uint32_t io_timeout_ms = 1000;
   // Requests in flight in the kernel at once (the io_uring queue depth).
   uint32_t queue_depth = 64;

@@ -224,7 +224,12 @@ class KVTIER_EXPORT Runtime {
 
   // Copies keys[i] into engine_blocks[i], reading lower tiers into the hub
   // first. Each block ends OK, NotFound, DeadlineExceeded (not done within
-  // `timeout`) or another error; the engine recomputes the failures.
+  // `timeout`) or another error; the engine recomputes the failures. The
+  // timeout bounds the waits for hub room and for reads from lower tiers;
+  // the copy into engine pages, once issued, is waited for until the device
+  // ends it, since a copy abandoned in flight could still land in pages the
+  // engine has given to another request. Wait for the Completion before
+  // reusing engine_blocks.
   // `on_layer(l)` runs when layer l of every block has landed, on the copy
   // engine's completion thread or inline on the runtime's worker: it must
   // not block, wait on another Save or Load, or shut the runtime down
