@@ -319,6 +319,10 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
       }
     }
     // Leaves first: an entry becomes erasable once its children are gone.
+    // Each entry is pinned until its turn: erasing a child also erases a
+    // parent that is left with no copy and no child (a link kept only for
+    // the chain), which would free an entry still listed here.
+    for (auto& [e, n] : removing) ++e->pins;
     while (!removing.empty()) {
       for (auto it = removing.begin(); it != removing.end();) {
         IndexEntry* e = it->first;
@@ -331,6 +335,7 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
         }
         if (e->In(0)) arena_->Free(e->host_slot);
         for (size_t t = 0; t < tier_count(); ++t) index_.DropLocation(e, t);
+        --e->pins;
         index_.Erase(e);
         it = removing.erase(it);
       }

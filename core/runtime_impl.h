@@ -117,6 +117,12 @@ class RuntimeImpl final : public Runtime {
                            std::vector<uint32_t>& staged_slot,
                            std::chrono::steady_clock::time_point deadline,
                            std::vector<Status>& results);
+  // Checks what one tier's read returned and moves good blocks into the hub;
+  // corrupt keys are appended to `corrupt`. REQUIRES: mu_ held.
+  void InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,
+                           const std::vector<size_t>& items, const Completion& c,
+                           std::vector<uint32_t>& staged, std::vector<Status>& results,
+                           std::vector<BlockKey>& corrupt);
   std::vector<Status> RunCopy(bool gather, std::span<const BlockCopy> copies,
                               const LayerDone& on_layer);
 

@@ -141,41 +141,58 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
       });
       continue;
     }
-    std::lock_guard lock(mu_);
-    const uint64_t now = NowNs();
-    for (size_t j = 0; j < items.size(); ++j) {
-      size_t i = items[j];
-      IndexEntry* e = entries[i];
-      Status st = c.result(j);
-      if (st.ok() && c.bytes(j) != e->bytes) {
-        st = Status::Corruption("load: tier '" + t.name() + "' returned " +
-                                std::to_string(c.bytes(j)) + " bytes for a " +
-                                std::to_string(e->bytes) + "-byte block");
-      } else if (st.ok() && e->checksum &&
-                 PayloadChecksum(ChecksumKind::kXxh3_64, arena_->Slot(staged[i]).first(e->bytes)) !=
-                     *e->checksum) {
-        st = Status::Corruption("load: block " + ToHex(e->id.key) + " read from tier '" +
-                                t.name() + "' fails its checksum");
-      }
-      if (st.code() == StatusCode::kCorruption) ++tier_counts_[tier].corruptions;
-      if (!st.ok()) {
-        results[i] = st;
-        arena_->Free(staged[i]);
-        // The tier no longer has a usable copy (lost or corrupt): forget it.
-        if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kCorruption) {
-          index_.DropLocation(e, tier);
-        }
-      } else if (e->In(0)) {
-        arena_->Free(staged[i]);  // another load promoted it meanwhile
-      } else {
-        e->host_slot = staged[i];
-        index_.AddLocation(e, 0, now);
-        ++tier_counts_[0].hub_blocks_in;
-        tier_counts_[0].hub_bytes_in += e->bytes;
-        metrics_.AddMove(tier, 0, 1, e->bytes);
-      }
-      staged[i] = kNoSlot;
+    std::vector<BlockKey> corrupt;
+    {
+      std::lock_guard lock(mu_);
+      InstallStagedLocked(tier, entries, items, c, staged, results, corrupt);
     }
+    // A corrupt copy is useless but still takes room in the tier, which
+    // evicts only what the index names: have the tier drop it. Not waited
+    // for (the load has a deadline); a remove that lands late costs at most
+    // a miss.
+    if (!corrupt.empty()) (void)t.Remove(ns, corrupt);
+  }
+}
+
+void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,
+                                      const std::vector<size_t>& items, const Completion& c,
+                                      std::vector<uint32_t>& staged, std::vector<Status>& results,
+                                      std::vector<BlockKey>& corrupt) {
+  Tier& t = *lower_[tier - 1];
+  const uint64_t now = NowNs();
+  for (size_t j = 0; j < items.size(); ++j) {
+    size_t i = items[j];
+    IndexEntry* e = entries[i];
+    Status st = c.result(j);
+    if (st.ok() && c.bytes(j) != e->bytes) {
+      st = Status::Corruption("load: tier '" + t.name() + "' returned " +
+                              std::to_string(c.bytes(j)) + " bytes for a " +
+                              std::to_string(e->bytes) + "-byte block");
+    } else if (st.ok() && e->checksum &&
+               PayloadChecksum(ChecksumKind::kXxh3_64, arena_->Slot(staged[i]).first(e->bytes)) !=
+                   *e->checksum) {
+      st = Status::Corruption("load: block " + ToHex(e->id.key) + " read from tier '" + t.name() +
+                              "' fails its checksum");
+    }
+    if (st.code() == StatusCode::kCorruption) ++tier_counts_[tier].corruptions;
+    if (!st.ok()) {
+      results[i] = st;
+      arena_->Free(staged[i]);
+      // The tier no longer has a usable copy (lost or corrupt): forget it.
+      if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kCorruption) {
+        index_.DropLocation(e, tier);
+      }
+      if (st.code() == StatusCode::kCorruption) corrupt.push_back(e->id.key);
+    } else if (e->In(0)) {
+      arena_->Free(staged[i]);  // another load promoted it meanwhile
+    } else {
+      e->host_slot = staged[i];
+      index_.AddLocation(e, 0, now);
+      ++tier_counts_[0].hub_blocks_in;
+      tier_counts_[0].hub_bytes_in += e->bytes;
+      metrics_.AddMove(tier, 0, 1, e->bytes);
+    }
+    staged[i] = kNoSlot;
   }
 }
 

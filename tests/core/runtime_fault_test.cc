@@ -86,7 +86,31 @@ TEST_F(RuntimeFaultTest, CorruptReadsAreCorruptionNeverData) {
   ExpectNoWrongBytes(c, keys, 8);
   RuntimeStats st = rt_->Stats();
   EXPECT_EQ(st.tiers[1].corruptions, corrupt);
+  EXPECT_EQ(st.tiers[1].blocks, 0u) << "corrupt copies are removed from the tier";
   EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u) << "corrupt copies are forgotten";
+}
+
+// A corrupt parent whose children are still stored below stays in the index
+// as a link with no copy. Removing it with its children must not touch it
+// after erasing its last child has erased it too (ASan saw that).
+TEST_F(RuntimeFaultTest, RemovingAChainThroughALinkWithNoCopyKeepsTheIndexSound) {
+  FaultOptions f;
+  f.corrupt_on_read = true;
+  Open(f);
+  auto keys = SaveAndDemote(1);
+  Completion c = sim_->Load(std::vector<BlockKey>(keys.begin(), keys.begin() + 2), 8);
+  ASSERT_EQ(c.result(1).code(), StatusCode::kCorruption);
+  ASSERT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u);
+  const std::vector<BlockKey> tail(keys.begin() + 1, keys.end());
+  ASSERT_TRUE(rt_->Remove(kTestNs, tail).ok());
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u);
+  EXPECT_EQ(rt_->Stats().tiers[1].blocks, 0u);
+  // The chain can be saved again under the same root.
+  sim_->Prefill(keys, 16);
+  ASSERT_TRUE(sim_->SaveFrom(keys, 0, 16).status().ok());
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 4u);
+  ASSERT_TRUE(rt_->Remove(kTestNs, keys).ok());
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 0u);
 }
 
 TEST_F(RuntimeFaultTest, TruncatedReadsAreCorruption) {
