@@ -9,6 +9,14 @@ namespace {
 
 constexpr std::chrono::seconds kSaveRoomWait(1);
 
+// Whether a save must copy the block: no entry, or one kept only so that its
+// stored children stay chained (a link: no copy in any tier, not being
+// filled, moved or used), which the save gives a copy again.
+bool NeedsCopy(const IndexEntry* e) {
+  return e == nullptr || (e->locations == 0 && e->state == EntryState::kReady && e->pins == 0 &&
+                          !e->moving);
+}
+
 }  // namespace
 
 std::vector<Status> RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies,
@@ -75,7 +83,7 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
                                          const SaveOptions& hints, size_t* missing) {
   *missing = 0;
   auto admit_all = [&] {
-    for (const BlockKey& key : keys) *missing += index_.Find({ns, key}) == nullptr ? 1 : 0;
+    for (const BlockKey& key : keys) *missing += NeedsCopy(index_.Find({ns, key})) ? 1 : 0;
     return keys.size();
   };
   uint32_t depth = 0;
@@ -94,7 +102,8 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
                          uint64_t{arena_->used_slots()} * arena_->slot_bytes(), now);
   for (size_t i = 0; i < keys.size(); ++i, ++depth) {
     if (const IndexEntry* e = index_.Find({ns, keys[i]})) {
-      depth = e->depth;  // stored already: nothing to decide
+      depth = e->depth;  // stored already, or a link admitted before: nothing to decide
+      *missing += NeedsCopy(e) ? 1 : 0;
       continue;
     }
     // The block as it would be indexed (ReserveSaveLocked, FinishSaveLocked).
@@ -138,7 +147,8 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       continue;
     }
     IndexEntry* e = refused ? nullptr : index_.Find({ns, keys[i]});
-    if (e != nullptr) {
+    const bool link = e != nullptr && NeedsCopy(e);
+    if (e != nullptr && !link) {
       ++stats_.save_duplicates;  // stored already, or being stored by another call
       done.Set(i, Status::Ok());
       prev = e;
@@ -159,9 +169,13 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       ++stats_.save_failures;
       continue;
     }
-    e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes);
+    if (link) {
+      e->state = EntryState::kFilling;  // a link kept for its children gets its copy back
+    } else {
+      e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes);
+    }
     e->host_slot = *slot;
-    e->pins = 1;
+    ++e->pins;
     e->session_id = hints.session_id;
     e->expected_reuse = hints.expected_reuse;
     e->is_tail = i + 1 == keys.size();
@@ -202,8 +216,11 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
       tier_counts_[0].hub_bytes_in += e->bytes;
     } else {
       arena_->Free(e->host_slot);
+      e->host_slot = kNoSlot;
       e->state = EntryState::kReady;  // lets Erase clean up emptied ancestors
-      index_.Erase(e);
+      // Another save may have chained children under it while it was being
+      // filled: then it stays, as a link with no copy, until they go.
+      if (e->children == 0 && e->pins == 0) index_.Erase(e);
       done.Set(fresh_item[j], result[j].WithContext("save: copy from the engine"));
       ++stats_.save_failures;
     }

@@ -113,6 +113,23 @@ TEST_F(RuntimeFaultTest, RemovingAChainThroughALinkWithNoCopyKeepsTheIndexSound)
   EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 0u);
 }
 
+// The same link is filled again by the next save of the chain: the engine
+// recomputes the corrupt block, saves it, and the whole prefix hits again.
+TEST_F(RuntimeFaultTest, ASaveGivesALinkWithNoCopyItsCopyBack) {
+  FaultOptions f;
+  f.corrupt_on_read = true;
+  Open(f);
+  auto keys = SaveAndDemote(1);
+  Completion c = sim_->Load(std::vector<BlockKey>(keys.begin(), keys.begin() + 2), 8);
+  ASSERT_EQ(c.result(1).code(), StatusCode::kCorruption);
+  ASSERT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u);
+  sim_->Prefill(keys, 16);
+  ASSERT_TRUE(sim_->SaveFrom(keys, 0, 16).status().ok());
+  auto after = rt_->Lookup(kTestNs, keys);
+  EXPECT_EQ(after->hit_blocks, 4u);
+  EXPECT_EQ(after->tier, (std::vector<uint8_t>{0, 0, 1, 1}));
+}
+
 TEST_F(RuntimeFaultTest, TruncatedReadsAreCorruption) {
   FaultOptions f;
   f.truncate_on_read = true;
