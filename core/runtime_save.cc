@@ -13,8 +13,8 @@ constexpr std::chrono::seconds kSaveRoomWait(1);
 // stored children stay chained (a link: no copy in any tier, not being
 // filled, moved or used), which the save gives a copy again.
 bool NeedsCopy(const IndexEntry* e) {
-  return e == nullptr || (e->locations == 0 && e->state == EntryState::kReady && e->pins == 0 &&
-                          !e->moving);
+  return e == nullptr ||
+         (e->locations == 0 && e->state == EntryState::kReady && e->pins == 0 && !e->moving);
 }
 
 }  // namespace
