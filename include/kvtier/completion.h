@@ -42,8 +42,9 @@ class KVTIER_EXPORT Completion {
   Status status() const;
   // REQUIRES: Poll(). Number of items that ended OK.
   size_t ok_count() const;
-  // Layers whose data has landed for every item (loads only); grows to the
-  // layer count. Never blocks.
+  // Layers whose data has landed for every item being copied (loads only;
+  // items that failed before the copy are not counted); grows to the layer
+  // count. Never blocks.
   uint32_t layers_done() const;
 
   // Runs `fn` once the results are final: on the finishing thread before any

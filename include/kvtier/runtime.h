@@ -230,10 +230,14 @@ class KVTIER_EXPORT Runtime {
   // ends it, since a copy abandoned in flight could still land in pages the
   // engine has given to another request. Wait for the Completion before
   // reusing engine_blocks.
-  // `on_layer(l)` runs when layer l of every block has landed, on the copy
-  // engine's completion thread or inline on the runtime's worker: it must
-  // not block, wait on another Save or Load, or shut the runtime down
-  // (nothing could then finish this Load).
+  // `on_layer(l)` runs when layer l of every block being copied has landed,
+  // on the copy engine's completion thread or inline on the runtime's
+  // worker: it must not block, wait on another Save or Load, or shut the
+  // runtime down (nothing could then finish this Load). Blocks that failed
+  // before the copy (a miss, a read error, the deadline) are not waited for
+  // and their pages are not written: work started on `on_layer` for a
+  // request must be discarded when the Completion reports one of its blocks
+  // failed.
   virtual Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
                           std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
                           LayerDone on_layer = {}) = 0;
