@@ -57,9 +57,13 @@ void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSour
     std::lock_guard lock(s.mu);
     Region& r = s.regions[c.loc.region];
     if (--r.readers == 0) s.cv.notify_all();
-    if (st.ok() && s.options.nvme.reinsert_hits > 0) {  // hits matter only for reinsertion
+    // Hits matter only for reinsertion; a good read claims a recovered block.
+    if (st.ok() && (s.options.nvme.reinsert_hits > 0 || s.unclaimed_blocks > 0)) {
       auto it = s.map.find(c.id);
-      if (it != s.map.end() && it->second.seq == c.seq) ++it->second.hits;
+      if (it != s.map.end() && it->second.seq == c.seq) {
+        ++it->second.hits;
+        s.ClaimLocked(it->second);
+      }
     }
     if (st.code() == StatusCode::kCorruption) {
       ++s.stats.corruptions;

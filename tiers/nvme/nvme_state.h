@@ -9,6 +9,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,10 @@ struct Entry {
   BlockLocation loc;
   uint64_t seq = 0;   // write sequence; a later write wins
   uint32_t hits = 0;  // reads served since written or last reinserted
+  // Recovered at open and not yet read, rewritten or removed in this run: no
+  // one above the tier is known to hold it, so Usage leaves it out and
+  // Reserve drops it to make room.
+  bool unclaimed = false;
 };
 
 // A block of a region being reclaimed, and what becomes of it.
@@ -95,6 +100,11 @@ struct NvmeTier::State {
   uint64_t since_commit = 0;   // guarded: blocks installed since the last commit
   NvmeStats stats;             // guarded
   WriteTotals totals_at_open;  // lifetime totals recorded before this open
+  // Unclaimed entries (Entry::unclaimed): their payload bytes and count, and
+  // their ids oldest first as recovered; ids claimed or gone since are skipped.
+  uint64_t unclaimed_payload = 0;     // guarded
+  uint64_t unclaimed_blocks = 0;      // guarded
+  std::deque<NsKey> unclaimed_order;  // guarded
 
   bool commit_requested = false;  // guarded
   bool stop_committer = false;    // guarded
@@ -113,6 +123,8 @@ struct NvmeTier::State {
   Result<Placement> Reserve(const NsKey& id, uint64_t payload, uint64_t checksum);
   // Drops an indexed entry's accounting. REQUIRES: mu held.
   void DropLocked(const NsKey& id, const Entry& e, bool record_delete);
+  // Counts an unclaimed entry as used from now on. REQUIRES: mu held.
+  void ClaimLocked(Entry& e);
   void RequestCommitLocked();
   Status CommitNow();
   void CommitLoop();
@@ -122,6 +134,8 @@ struct NvmeTier::State {
   Status ActivateLocked(int region);
   int FreeRegionLocked() const;
   int GiveUpEmptiestRegion(std::vector<IndexUpdate>& drops);
+  // Drops the oldest unclaimed entry; false when there is none.
+  bool DropOldestUnclaimedLocked();
   // nvme_reclaim.cc
   Status Reclaim();
   int PickVictimLocked() const;

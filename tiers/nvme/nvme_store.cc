@@ -82,7 +82,8 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
 // Rebuilds the in-memory index from RocksDB. Entries whose generation is not
 // their region's (the region was reused after they were written) or that do
 // not fit the geometry are dropped. Every region holding a live block counts
-// as sealed; the rest are free.
+// as sealed; the rest are free. Every recovered entry starts unclaimed (see
+// Entry::unclaimed), queued oldest first: by its region's age, then offset.
 Status NvmeTier::State::Recover() {
   KVTIER_ASSIGN_OR_RETURN(totals_at_open, index->ReadTotals());
   std::vector<std::pair<NsKey, BlockLocation>> entries;
@@ -94,6 +95,7 @@ Status NvmeTier::State::Recover() {
       },
       [&](const NsKey& id, const BlockLocation& loc) { entries.emplace_back(id, loc); }, &bad));
   std::vector<IndexUpdate> drops;
+  std::vector<std::pair<NsKey, BlockLocation>> kept;
   for (auto& [id, loc] : entries) {
     const bool fits = loc.region < regions.size() && loc.offset % kNvmeAlign == 0 &&
                       loc.payload_bytes > 0 && loc.payload_bytes <= block_bytes &&
@@ -106,8 +108,17 @@ Status NvmeTier::State::Recover() {
     r.live_bytes += DiskBytes(loc.payload_bytes);
     used_payload += loc.payload_bytes;
     live_disk += DiskBytes(loc.payload_bytes);
-    map[id] = Entry{loc, 0};
+    map[id] = Entry{.loc = loc, .unclaimed = true};
+    unclaimed_payload += loc.payload_bytes;
+    ++unclaimed_blocks;
+    kept.emplace_back(id, loc);
   }
+  // A region's generation is its age: regions are activated in generation order.
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second.generation, a.second.offset) <
+           std::pair(b.second.generation, b.second.offset);
+  });
+  for (const auto& [id, loc] : kept) unclaimed_order.push_back(id);
   for (Region& r : regions) {
     if (r.live_bytes == 0) continue;
     r.state = RegionState::kSealed;
@@ -174,16 +185,22 @@ Status NvmeTier::State::ActivateLocked(int r) {
 Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, uint64_t checksum) {
   const uint64_t disk = DiskBytes(payload);
   std::unique_lock lock(mu);
-  uint64_t replaced_payload = 0, replaced_disk = 0;
-  if (auto it = map.find(id); it != map.end()) {
-    replaced_payload = it->second.loc.payload_bytes;
-    replaced_disk = DiskBytes(replaced_payload);
-  }
-  if (used_payload - replaced_payload + payload > options.capacity_bytes ||
-      live_disk - replaced_disk + disk > disk_budget) {
-    return Status::ResourceExhausted("tier '" + name + "' is full (" +
-                                     std::to_string(used_payload) + " of " +
-                                     std::to_string(options.capacity_bytes) + " bytes)");
+  auto fits = [&] {
+    uint64_t replaced_payload = 0, replaced_disk = 0;
+    if (auto it = map.find(id); it != map.end()) {
+      replaced_payload = it->second.loc.payload_bytes;
+      replaced_disk = DiskBytes(replaced_payload);
+    }
+    return used_payload - replaced_payload + payload <= options.capacity_bytes &&
+           live_disk - replaced_disk + disk <= disk_budget;
+  };
+  // Blocks recovered at open that this run never used give way first.
+  while (!fits()) {
+    if (!DropOldestUnclaimedLocked()) {
+      return Status::ResourceExhausted("tier '" + name + "' is full (" +
+                                       std::to_string(used_payload) + " of " +
+                                       std::to_string(options.capacity_bytes) + " bytes)");
+    }
   }
   for (size_t attempt = 0;; ++attempt) {
     if (active >= 0 && regions[active].write_ptr + disk <= region_bytes) break;
@@ -218,7 +235,34 @@ void NvmeTier::State::DropLocked(const NsKey& id, const Entry& e, bool record_de
   regions[e.loc.region].live_bytes -= disk;
   used_payload -= e.loc.payload_bytes;
   live_disk -= disk;
+  if (e.unclaimed) {
+    unclaimed_payload -= e.loc.payload_bytes;
+    if (--unclaimed_blocks == 0) unclaimed_order.clear();
+  }
   if (record_delete) pending[id] = std::nullopt;
+}
+
+void NvmeTier::State::ClaimLocked(Entry& e) {
+  if (!e.unclaimed) return;
+  e.unclaimed = false;
+  unclaimed_payload -= e.loc.payload_bytes;
+  if (--unclaimed_blocks == 0) unclaimed_order.clear();
+}
+
+// The queue is not kept exact: ids claimed, removed or replaced since open
+// are skipped here. The delete reaches RocksDB with the next group commit.
+bool NvmeTier::State::DropOldestUnclaimedLocked() {
+  while (!unclaimed_order.empty()) {
+    const NsKey id = unclaimed_order.front();
+    unclaimed_order.pop_front();
+    auto it = map.find(id);
+    if (it == map.end() || !it->second.unclaimed) continue;
+    DropLocked(id, it->second, true);
+    map.erase(it);
+    ++stats.unclaimed_dropped;
+    return true;
+  }
+  return false;
 }
 
 void NvmeTier::State::RequestCommitLocked() {

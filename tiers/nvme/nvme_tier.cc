@@ -26,7 +26,9 @@ void NvmeTier::DoShutdown() { s_->Close(); }
 
 TierUsage NvmeTier::Usage() const {
   std::lock_guard lock(s_->mu);
-  return {s_->options.capacity_bytes, s_->used_payload, s_->map.size()};
+  // Unclaimed blocks are free space to the caller: Reserve drops them on demand.
+  return {s_->options.capacity_bytes, s_->used_payload - s_->unclaimed_payload,
+          s_->map.size() - s_->unclaimed_blocks};
 }
 
 NvmeStats NvmeTier::Stats() const {

@@ -19,6 +19,14 @@
 // differs from their region's are dropped on open. A crash loses at most
 // the blocks written since the last commit (nvme.commit_every_blocks).
 //
+// Restart: every indexed block is recovered, but starts unclaimed: the
+// runtime above knows of it only once a lookup adopts it, and can evict only
+// what it knows. Until this run reads it (successfully), rewrites it or
+// removes it, an unclaimed block is left out of Usage() (it is free space to
+// the caller), and a write that finds the tier full drops unclaimed blocks,
+// oldest first, before it answers ResourceExhausted; their deletes reach
+// RocksDB with the next group commit.
+//
 // Reads go straight into the caller's buffer when it is 4 KiB-aligned and
 // the payload is a multiple of 4 KiB (host hub slots), else through a bounce
 // buffer. Every read checks the header and payload checksum; a mismatch is
@@ -49,13 +57,14 @@ struct NvmeStats {
   uint64_t reclaims = 0;
   uint64_t index_commits = 0;  // group commits that wrote entries
   uint64_t commit_failures = 0;
-  uint64_t recovered_blocks = 0;  // entries loaded at open
-  uint64_t dropped_on_open = 0;   // stale or malformed entries dropped at open
-  uint64_t corruptions = 0;       // reads that failed their checks
-  bool direct_io = false;         // false: buffered fallback (tmpfs)
-  bool fixed_file = false;        // the data file is registered with the ring
-  uint64_t registered_bytes = 0;  // host memory registered as fixed buffers
-  uint64_t fixed_buffer_ios = 0;  // reads and writes that used them
+  uint64_t recovered_blocks = 0;   // entries loaded at open
+  uint64_t dropped_on_open = 0;    // stale or malformed entries dropped at open
+  uint64_t unclaimed_dropped = 0;  // recovered blocks never used, dropped to make room
+  uint64_t corruptions = 0;        // reads that failed their checks
+  bool direct_io = false;          // false: buffered fallback (tmpfs)
+  bool fixed_file = false;         // the data file is registered with the ring
+  uint64_t registered_bytes = 0;   // host memory registered as fixed buffers
+  uint64_t fixed_buffer_ios = 0;   // reads and writes that used them
   uint32_t regions = 0;
   uint32_t free_regions = 0;
   // Device bytes per admitted byte; 0 before any write.

@@ -1,0 +1,181 @@
+// The NVMe tier after a restart: recovered blocks stay unclaimed (left out of
+// Usage) until this run reads, rewrites or removes them, and a write that
+// finds the tier full drops the oldest unclaimed ones instead of failing.
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "tests/support/block_data.h"
+#include "tests/tiers/nvme_blocks.h"
+#include "tests/tiers/nvme_test_util.h"
+#include "tiers/nvme/nvme_tier.h"
+
+namespace kvtier::testing {
+namespace {
+
+using internal::NvmeTier;
+using internal::OpenNvmeTier;
+
+constexpr NamespaceId kNs = kNvmeNs;
+// Three blocks fill a region; 12 blocks of capacity give 6 regions: 4 full
+// ones after the first fill, the spare and one free region.
+constexpr uint64_t kBytes = 16 * 1024, kDisk = 20 * 1024, kBlocks = 12;
+
+TierOptions Options(const ScratchDir& dir) {
+  return NvmeOptions(dir.path(), kBlocks, kBytes, 3 * kDisk);
+}
+
+std::unique_ptr<NvmeTier> Open(const TierOptions& o) {
+  auto t = OpenNvmeTier(o, TierContext{kBytes});
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+// Fills a fresh store with blocks 0..11 and closes it.
+void FillAndClose(const TierOptions& o) {
+  std::unique_ptr<NvmeTier> t = Open(o);
+  ASSERT_NE(t, nullptr);
+  WriteBlocks(*t, 0, kBlocks, kBytes);
+  t->Shutdown();
+}
+
+Status WriteOne(Tier& t, uint64_t i) {
+  const std::vector<std::byte> data = BlockBytes(TestKey(i), kBytes);
+  WriteOp w{TestKey(i), data};
+  return t.Write(kNs, std::span(&w, 1)).Wait();
+}
+
+// Contains moves no payload, so it claims nothing.
+bool Present(Tier& t, uint64_t i) {
+  const BlockKey key = TestKey(i);
+  Completion c = t.Contains(kNs, std::span(&key, 1));
+  (void)c.Wait();
+  EXPECT_TRUE(c.result(0).ok() || c.result(0).code() == StatusCode::kNotFound)
+      << c.result(0).ToString();
+  return c.result(0).ok();
+}
+
+void ExpectPresent(Tier& t, std::initializer_list<uint64_t> blocks, bool present) {
+  for (uint64_t i : blocks) EXPECT_EQ(Present(t, i), present) << "block " << i;
+}
+
+TEST(NvmeUnclaimed, RecoveredBlocksAreFreeSpaceUntilUsed) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const TierOptions o = Options(dir);
+  ASSERT_NO_FATAL_FAILURE(FillAndClose(o));
+  std::unique_ptr<NvmeTier> t = Open(o);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->Stats().recovered_blocks, kBlocks);
+  EXPECT_EQ(t->Usage().capacity_bytes, kBlocks * kBytes);
+  EXPECT_EQ(t->Usage().used_bytes, 0u);
+  EXPECT_EQ(t->Usage().blocks, 0u);
+  ExpectPresent(*t, {0, 5, 11}, true);
+  EXPECT_EQ(t->Usage().blocks, 0u) << "Contains claims nothing";
+
+  ASSERT_TRUE(ReadAndCheck(*t, 5, kBytes).ok());
+  EXPECT_EQ(t->Usage().used_bytes, kBytes);
+  EXPECT_EQ(t->Usage().blocks, 1u);
+  ASSERT_TRUE(ReadAndCheck(*t, 5, kBytes).ok());
+  EXPECT_EQ(t->Usage().blocks, 1u) << "a second read claims nothing more";
+
+  WriteBlocks(*t, 7, 1, kBytes, 1);  // a rewrite claims the new version
+  EXPECT_EQ(t->Usage().blocks, 2u);
+  const BlockKey nine = TestKey(9);
+  ASSERT_TRUE(t->Remove(kNs, std::span(&nine, 1)).Wait().ok());
+  EXPECT_EQ(t->Usage().blocks, 2u);
+  EXPECT_EQ(t->Usage().used_bytes, 2 * kBytes);
+  t->Shutdown();
+
+  t = Open(o);  // everything recovered starts unclaimed again
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->Stats().recovered_blocks, kBlocks - 1);
+  EXPECT_EQ(t->Usage().blocks, 0u);
+  EXPECT_TRUE(ReadAndCheck(*t, 7, kBytes, 1).ok());
+  EXPECT_EQ(t->Usage().blocks, 1u);
+  t->Shutdown();
+}
+
+// A store full at restart: new writes drop the oldest unclaimed blocks, not
+// the one read since, and the drops are durable.
+TEST(NvmeUnclaimed, FullStoreAtRestartDropsOldestUnusedBlocksForNewWrites) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const TierOptions o = Options(dir);
+  ASSERT_NO_FATAL_FAILURE(FillAndClose(o));
+  {
+    std::unique_ptr<NvmeTier> t = Open(o);
+    ASSERT_NE(t, nullptr);
+    ASSERT_TRUE(ReadAndCheck(*t, 0, kBytes).ok());  // the oldest, claimed
+    for (uint64_t i = 100; i < 105; ++i) ASSERT_TRUE(WriteOne(*t, i).ok()) << i;
+    EXPECT_EQ(t->Stats().unclaimed_dropped, 5u);
+    ExpectPresent(*t, {1, 2, 3, 4, 5}, false);
+    ExpectPresent(*t, {0, 6, 7, 8, 9, 10, 11, 100, 101, 102, 103, 104}, true);
+    EXPECT_EQ(t->Usage().blocks, 6u);
+    EXPECT_EQ(t->Usage().used_bytes, 6 * kBytes);
+    t->Shutdown();
+  }
+  {
+    // Blocks 3..5 shared a region no write reused: only the recorded
+    // deletes keep them from coming back.
+    std::unique_ptr<NvmeTier> t = Open(o);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->Stats().recovered_blocks, kBlocks);
+    for (uint64_t i = 1; i <= 5; ++i)
+      EXPECT_EQ(ReadAndCheck(*t, i, kBytes).code(), StatusCode::kNotFound) << i;
+    for (uint64_t i : {0, 100, 101, 102, 103, 104}) EXPECT_TRUE(ReadAndCheck(*t, i, kBytes).ok());
+    EXPECT_EQ(t->Usage().blocks, 6u);
+    for (uint64_t i = 200; i < 206; ++i) ASSERT_TRUE(WriteOne(*t, i).ok()) << i;
+    EXPECT_EQ(t->Stats().unclaimed_dropped, 6u);
+    ExpectPresent(*t, {6, 7, 8, 9, 10, 11}, false);
+    EXPECT_EQ(t->Usage().blocks, kBlocks);
+    // Nothing unclaimed is left: the claimed blocks are the caller's to evict.
+    EXPECT_EQ(WriteOne(*t, 206).code(), StatusCode::kResourceExhausted);
+    t->Shutdown();
+  }
+  std::unique_ptr<NvmeTier> t = Open(o);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->Stats().recovered_blocks, kBlocks);
+  for (uint64_t i = 1; i < kBlocks; ++i)
+    EXPECT_EQ(ReadAndCheck(*t, i, kBytes).code(), StatusCode::kNotFound) << i;
+  for (uint64_t i : {0, 100, 101, 102, 103, 104, 200, 201, 202, 203, 204, 205})
+    EXPECT_TRUE(ReadAndCheck(*t, i, kBytes).ok()) << i;
+  EXPECT_EQ(t->Stats().corruptions, 0u);
+  t->Shutdown();
+}
+
+// A write drops block 0 while a read of it is between its index lookup and
+// its I/O: the read's region pin keeps the bytes in place, so it still
+// returns them verified, and claims nothing (block 0 stays dropped).
+TEST(NvmeUnclaimed, ReadInFlightOfADroppedBlockStillReturnsItsBytes) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const TierOptions o = Options(dir);
+  ASSERT_NO_FATAL_FAILURE(FillAndClose(o));
+  std::unique_ptr<NvmeTier> t = Open(o);
+  ASSERT_NE(t, nullptr);
+  bool fired = false;
+  Status during;
+  t->TEST_SetAfterReadLookup([&] {
+    if (fired) return;
+    fired = true;
+    during = WriteOne(*t, 100);  // a free region takes it: no reclaim waits on the pin
+  });
+  EXPECT_TRUE(ReadAndCheck(*t, 0, kBytes).ok());
+  t->TEST_SetAfterReadLookup(nullptr);
+  ASSERT_TRUE(fired);
+  EXPECT_TRUE(during.ok()) << during.ToString();
+  EXPECT_EQ(t->Stats().unclaimed_dropped, 1u);
+  ExpectPresent(*t, {0}, false);
+  ExpectPresent(*t, {1, 100}, true);
+  EXPECT_EQ(t->Usage().blocks, 1u);  // block 100 only
+  EXPECT_EQ(t->Stats().corruptions, 0u);
+  t->Shutdown();
+}
+
+}  // namespace
+}  // namespace kvtier::testing
