@@ -90,6 +90,34 @@ TEST_F(RedisFaultTest, KilledDuringABatchFailsUnavailableThenReconnects) {
   tier->Shutdown();
 }
 
+// Keys the server lost (flushed here, as after a restart without
+// persistence or a TTL expiry) stop counting once a read finds them gone:
+// the runtime then forgets the key and never removes it from the tier.
+TEST_F(RedisFaultTest, KeysTheServerLostFreeTheirRoomWhenFoundMissing) {
+  StartServer();
+  options_.capacity_bytes = 4 * kBlock;
+  auto tier = Open();
+  ASSERT_TRUE(tier);
+  Batch b = MakeBatch(0, 4);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  ASSERT_EQ(tier->Usage().blocks, 4u);
+  ASSERT_TRUE(server_->Command({"FLUSHALL"}).ok());
+  Batch one = MakeBatch(10, 1);
+  EXPECT_EQ(tier->Write(kNs, one.ops).Wait().code(), StatusCode::kResourceExhausted);
+
+  std::vector<std::vector<std::byte>> out(4, std::vector<std::byte>(kBlock));
+  std::vector<ReadOp> reads;
+  for (size_t i = 0; i < 4; ++i) reads.push_back({b.ops[i].key, out[i]});
+  Completion c = tier->Read(kNs, reads);
+  (void)c.Wait();
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.result(i).code(), StatusCode::kNotFound) << i;
+  EXPECT_EQ(tier->Usage().blocks, 0u);
+  EXPECT_EQ(tier->Usage().used_bytes, 0u);
+  Batch next = MakeBatch(20, 4);
+  EXPECT_TRUE(tier->Write(kNs, next.ops).Wait().ok());
+  tier->Shutdown();
+}
+
 TEST_F(RedisFaultTest, FrozenServerTimesOutWithinTheDeadline) {
   StartServer();
   options_.redis.op_timeout_ms = 300;

@@ -70,6 +70,10 @@ class RedisTier final : public Tier {
     std::lock_guard lock(usage_mu_);
     return {options_.capacity_bytes, used_bytes_, held_.size()};
   }
+  uint64_t WriteClock() const {
+    std::lock_guard lock(usage_mu_);
+    return write_clock_;
+  }
 
   RedisRouter& router() { return *router_; }
   // Records the outcome of one op in the usage count and the completion.
@@ -96,13 +100,25 @@ class RedisTier final : public Tier {
   // Accounts `bytes` for (ns, key) before its SET: *fresh when the tier did
   // not hold the key. ResourceExhausted when a new key does not fit.
   Status Reserve(const NsKey& k, uint64_t bytes, bool* fresh);
-  void Unaccount(const NsKey& k);
+  // A SET of `k` ended; a failed SET of a key the tier did not hold frees it.
+  void WriteEnded(const NsKey& k, bool ok, bool fresh);
+  // A read found `k` missing: the server lost it (expired, evicted, or a
+  // restart without persistence), unless a SET of it was under way or ended
+  // after the read was issued (the read may have overtaken it).
+  void FoundMissing(const NsKey& k, uint64_t issued_at);
+  void Unaccount(const NsKey& k);  // REQUIRES: usage_mu_ held
 
+  struct Held {
+    uint64_t bytes = 0;
+    uint32_t writing = 0;     // SETs in flight
+    uint64_t settled_at = 0;  // write_clock_ when the last SET ended
+  };
   const TierOptions options_;
   std::unique_ptr<RedisRouter> router_;
   mutable std::mutex usage_mu_;
-  std::unordered_map<NsKey, uint64_t, NsKeyHash> held_;  // guarded by usage_mu_
-  uint64_t used_bytes_ = 0;                              // guarded by usage_mu_
+  std::unordered_map<NsKey, Held, NsKeyHash> held_;  // guarded by usage_mu_
+  uint64_t used_bytes_ = 0;                          // guarded by usage_mu_
+  uint64_t write_clock_ = 0;                         // guarded: counts ended SETs
 };
 
 void Batch::Dispatch(std::vector<RedisOp> ops) {
@@ -156,10 +172,22 @@ void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<Redis
 
 void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
   const NsKey k{batch.ns(), op.block};
-  if (batch.kind() == RedisOp::Kind::kSet && !result.status.ok() && batch.fresh()[op.index]) {
-    Unaccount(k);
+  switch (batch.kind()) {
+    case RedisOp::Kind::kSet:
+      WriteEnded(k, result.status.ok(), batch.fresh()[op.index]);
+      break;
+    case RedisOp::Kind::kDel:
+      if (result.status.ok()) {
+        std::lock_guard lock(usage_mu_);
+        Unaccount(k);
+      }
+      break;
+    case RedisOp::Kind::kGet:
+    case RedisOp::Kind::kExists:
+      // The runtime forgets a key found missing and never removes it.
+      if (result.status.code() == StatusCode::kNotFound) FoundMissing(k, op.issued_at);
+      break;
   }
-  if (batch.kind() == RedisOp::Kind::kDel && result.status.ok()) Unaccount(k);
   batch.done().Set(op.index, std::move(result.status), result.bytes);
 }
 
@@ -168,8 +196,9 @@ Status RedisTier::Reserve(const NsKey& k, uint64_t bytes, bool* fresh) {
   auto it = held_.find(k);
   *fresh = it == held_.end();
   if (!*fresh) {
-    used_bytes_ = used_bytes_ - it->second + bytes;
-    it->second = bytes;
+    used_bytes_ = used_bytes_ - it->second.bytes + bytes;
+    it->second.bytes = bytes;
+    ++it->second.writing;
     return Status::Ok();
   }
   if (used_bytes_ + bytes > options_.capacity_bytes) {
@@ -177,16 +206,31 @@ Status RedisTier::Reserve(const NsKey& k, uint64_t bytes, bool* fresh) {
                                      std::to_string(used_bytes_) + " of " +
                                      std::to_string(options_.capacity_bytes) + " bytes used)");
   }
-  held_.emplace(k, bytes);
+  held_.emplace(k, Held{.bytes = bytes, .writing = 1});
   used_bytes_ += bytes;
   return Status::Ok();
 }
 
-void RedisTier::Unaccount(const NsKey& k) {
+void RedisTier::WriteEnded(const NsKey& k, bool ok, bool fresh) {
   std::lock_guard lock(usage_mu_);
   auto it = held_.find(k);
+  if (it == held_.end()) return;  // removed meanwhile
+  if (it->second.writing > 0) --it->second.writing;
+  it->second.settled_at = ++write_clock_;
+  if (!ok && fresh && it->second.writing == 0) Unaccount(k);
+}
+
+void RedisTier::FoundMissing(const NsKey& k, uint64_t issued_at) {
+  std::lock_guard lock(usage_mu_);
+  auto it = held_.find(k);
+  if (it == held_.end() || it->second.writing > 0 || it->second.settled_at > issued_at) return;
+  Unaccount(k);
+}
+
+void RedisTier::Unaccount(const NsKey& k) {
+  auto it = held_.find(k);
   if (it == held_.end()) return;
-  used_bytes_ -= it->second;
+  used_bytes_ -= it->second.bytes;
   held_.erase(it);
 }
 
@@ -216,9 +260,11 @@ void RedisTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSo
   auto batch = std::make_shared<Batch>(this, ns, RedisOp::Kind::kGet, std::move(done));
   std::vector<RedisOp> out;
   out.reserve(ops.size());
+  const uint64_t now = WriteClock();
   for (size_t i = 0; i < ops.size(); ++i) {
     RedisOp op = MakeOp(RedisOp::Kind::kGet, ns, ops[i].key, i);
     op.dst = ops[i].dst;
+    op.issued_at = now;
     out.push_back(std::move(op));
   }
   batch->Dispatch(std::move(out));
@@ -230,7 +276,11 @@ void RedisTier::RunKeys(RedisOp::Kind kind, NamespaceId ns, std::span<const Bloc
   auto batch = std::make_shared<Batch>(this, ns, kind, std::move(done));
   std::vector<RedisOp> out;
   out.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) out.push_back(MakeOp(kind, ns, keys[i], i));
+  const uint64_t now = WriteClock();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out.push_back(MakeOp(kind, ns, keys[i], i));
+    out.back().issued_at = now;
+  }
   batch->Dispatch(std::move(out));
   batch->Release();
 }
