@@ -295,8 +295,6 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
-  std::vector<NsKey> lower_removals;
-  std::vector<std::vector<BlockKey>> per_tier(tier_count());
   {
     std::lock_guard lock(mu_);
     std::unordered_map<IndexEntry*, uint32_t> removing;  // entry -> children also removed
@@ -330,9 +328,6 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
           ++it;
           continue;
         }
-        for (size_t t = 1; t < tier_count(); ++t) {
-          if (e->In(t)) per_tier[t].push_back(e->id.key);
-        }
         if (e->In(0)) arena_->Free(e->host_slot);
         for (size_t t = 0; t < tier_count(); ++t) index_.DropLocation(e, t);
         --e->pins;
@@ -341,10 +336,13 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
       }
     }
   }
+  // Every lower tier is asked for every key, indexed there or not: a
+  // persistent tier may hold copies this run has not adopted (saved before a
+  // restart, or hidden behind a newer copy in the hub), which a later lookup
+  // would otherwise adopt again.
   Status result;
   for (size_t t = 1; t < tier_count(); ++t) {
-    if (per_tier[t].empty()) continue;
-    Status st = lower_[t - 1]->Remove(ns, per_tier[t]).Wait();
+    Status st = lower_[t - 1]->Remove(ns, keys).Wait();
     if (!st.ok() && result.ok())
       result = st.WithContext("remove from tier '" + lower_[t - 1]->name() + "'");
   }

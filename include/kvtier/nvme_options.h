@@ -24,8 +24,9 @@ struct NvmeTierOptions {
   // RocksDB directory of the persistent index; empty: "<path>.index".
   std::string index_path;
   // What to do with a store written with another format, block size,
-  // region size or namespace: "refuse" (open fails, naming the difference)
-  // or "wipe".
+  // region size, region count (capacity / region size: a changed capacity
+  // is a mismatch too) or namespace: "refuse" (open fails, naming the
+  // difference) or "wipe".
   std::string on_mismatch = "refuse";
   // The namespace (NamespaceId::value of the served model) the store is
   // bound to; a store bound to another one is a mismatch. 0: unbound (opens

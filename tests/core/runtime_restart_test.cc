@@ -67,6 +67,30 @@ TEST_F(RuntimeRestartTest, PersistentBlocksAreAdoptedAfterARestart) {
   for (uint32_t i = 0; i < 4; ++i) EXPECT_TRUE(sim.Holds(10 + i, keys[i])) << i;
 }
 
+// Remove reaches copies a persistent tier kept from before the restart,
+// adopted or not: removed keys must not come back on the next lookup.
+TEST_F(RuntimeRestartTest, RemoveDropsCopiesNotYetAdopted) {
+  auto keys = ChainKeys({1, 2, 3, 4});
+  {
+    std::unique_ptr<Runtime> rt = Open(true);
+    SimEngine sim(rt.get(), setup_.engine.get());
+    sim.Prefill(keys, 0);
+    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(disk_->Usage().blocks, 3u);
+  }
+  std::unique_ptr<Runtime> rt = Open(true);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  const std::vector<BlockKey> tail(keys.begin() + 1, keys.end());
+  ASSERT_TRUE(rt->Remove(kTestNs, tail).ok());
+  EXPECT_EQ(disk_->Usage().blocks, 0u);
+  std::vector<BlockKey> root(keys.begin(), keys.begin() + 1);
+  sim.Prefill(root, 0);
+  ASSERT_TRUE(sim.SaveFrom(root, 0, 0).status().ok());
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 1u) << "removed keys came back";
+  EXPECT_EQ(rt->Stats().adopted_blocks, 0u);
+}
+
 TEST_F(RuntimeRestartTest, TiersWithoutALocalIndexAreNotAsked) {
   auto keys = ChainKeys({7});
   std::vector<BlockKey> one(keys);
