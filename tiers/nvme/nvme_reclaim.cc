@@ -74,7 +74,9 @@ Status NvmeTier::State::Reclaim() {
 
 // Reads the victim's blocks worth keeping and packs those that still verify
 // to the front of `buf` (offsets only move down, so memmove in offset order
-// never overwrites a source). Sets each block's fate and new offset.
+// never overwrites a source). Sets each block's fate and new offset. Recovery
+// keeps no overlapping entries; should one still start before the bytes
+// packed so far or end past the buffer, it is taken as corrupt, not read.
 Status NvmeTier::State::PackLive(int victim, std::vector<LiveBlock>& live, AlignedBuffer& buf,
                                  uint64_t* packed) {
   std::sort(live.begin(), live.end(),
@@ -84,7 +86,7 @@ Status NvmeTier::State::PackLive(int victim, std::vector<LiveBlock>& live, Align
   for (LiveBlock& b : live) {
     b.fate = hot == 0 || b.entry.hits >= hot ? LiveBlock::kCorrupt : LiveBlock::kEvict;
     if (b.fate == LiveBlock::kCorrupt)
-      end = b.entry.loc.offset + DiskBytes(b.entry.loc.payload_bytes);
+      end = std::max(end, b.entry.loc.offset + DiskBytes(b.entry.loc.payload_bytes));
   }
   *packed = 0;
   if (end == 0) return Status::Ok();  // nothing to keep: no read
@@ -94,6 +96,7 @@ Status NvmeTier::State::PackLive(int victim, std::vector<LiveBlock>& live, Align
     if (b.fate == LiveBlock::kEvict) continue;
     const BlockLocation& loc = b.entry.loc;
     const uint64_t disk = DiskBytes(loc.payload_bytes);
+    if (loc.offset < *packed || loc.offset + disk > buf.size()) continue;  // stays kCorrupt
     std::span<const std::byte> image(buf.data() + loc.offset, disk);
     Result<BlockHeader> h = DecodeBlockHeader(image.first(kBlockHeaderBytes));
     if (!h.ok() || h->payload_checksum != loc.checksum ||

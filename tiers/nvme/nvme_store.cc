@@ -38,6 +38,37 @@ Result<Geometry> ComputeGeometry(const TierOptions& o, uint64_t block_bytes) {
   return g;
 }
 
+using Recovered = std::vector<std::pair<NsKey, BlockLocation>>;
+
+// Drops every entry whose disk extent overlaps another's in the same region.
+// Normal operation never writes such entries (a damaged or foreign index can);
+// which of them holds the bytes cannot be told, so none of them is kept.
+// Sorted by region and offset, an entry overlaps an earlier one when it starts
+// before the furthest end so far, and a later one when the next starts before
+// its own end.
+void DropOverlaps(Recovered& kept, std::vector<IndexUpdate>& drops) {
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second.region, a.second.offset) <
+           std::pair(b.second.region, b.second.offset);
+  });
+  Recovered apart;
+  uint64_t reach = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const BlockLocation& loc = kept[i].second;
+    if (i == 0 || kept[i - 1].second.region != loc.region) reach = 0;
+    const uint64_t end = loc.offset + DiskBytes(loc.payload_bytes);
+    const bool next_overlaps = i + 1 < kept.size() && kept[i + 1].second.region == loc.region &&
+                               kept[i + 1].second.offset < end;
+    if (loc.offset < reach || next_overlaps) {
+      drops.push_back({kept[i].first, std::nullopt});
+    } else {
+      apart.push_back(kept[i]);
+    }
+    reach = std::max(reach, end);
+  }
+  kept = std::move(apart);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions& options,
@@ -81,12 +112,13 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
 
 // Rebuilds the in-memory index from RocksDB. Entries whose generation is not
 // their region's (the region was reused after they were written) or that do
-// not fit the geometry are dropped. Every region holding a live block counts
-// as sealed; the rest are free. Every recovered entry starts unclaimed (see
-// Entry::unclaimed), queued oldest first: by its region's age, then offset.
+// not fit the geometry are dropped, and so are entries that overlap on disk.
+// Every region holding a live block counts as sealed; the rest are free. Every
+// recovered entry starts unclaimed (see Entry::unclaimed), queued oldest
+// first: by its region's age, then offset.
 Status NvmeTier::State::Recover() {
   KVTIER_ASSIGN_OR_RETURN(totals_at_open, index->ReadTotals());
-  std::vector<std::pair<NsKey, BlockLocation>> entries;
+  Recovered entries;
   uint64_t bad = 0;
   KVTIER_RETURN_IF_ERROR(index->Scan(
       [&](uint32_t r, uint64_t gen) {
@@ -95,7 +127,7 @@ Status NvmeTier::State::Recover() {
       },
       [&](const NsKey& id, const BlockLocation& loc) { entries.emplace_back(id, loc); }, &bad));
   std::vector<IndexUpdate> drops;
-  std::vector<std::pair<NsKey, BlockLocation>> kept;
+  Recovered kept;
   for (auto& [id, loc] : entries) {
     const bool fits = loc.region < regions.size() && loc.offset % kNvmeAlign == 0 &&
                       loc.payload_bytes > 0 && loc.payload_bytes <= block_bytes &&
@@ -104,6 +136,10 @@ Status NvmeTier::State::Recover() {
       drops.push_back({id, std::nullopt});
       continue;
     }
+    kept.emplace_back(id, loc);
+  }
+  DropOverlaps(kept, drops);
+  for (const auto& [id, loc] : kept) {
     Region& r = regions[loc.region];
     r.live_bytes += DiskBytes(loc.payload_bytes);
     used_payload += loc.payload_bytes;
@@ -111,7 +147,6 @@ Status NvmeTier::State::Recover() {
     map[id] = Entry{.loc = loc, .unclaimed = true};
     unclaimed_payload += loc.payload_bytes;
     ++unclaimed_blocks;
-    kept.emplace_back(id, loc);
   }
   // A region's generation is its age: regions are activated in generation order.
   std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
