@@ -61,6 +61,20 @@ class RuntimeFaultTest : public ::testing::Test {
     }
   }
 
+  // A 4-block chain on a lower tier that corrupts every read, whose second
+  // block was then read: it failed its check, lost its only copy and stays
+  // in the index as a link, since its children are still stored.
+  std::vector<BlockKey> LinkWithNoCopy() {
+    FaultOptions f;
+    f.corrupt_on_read = true;
+    Open(f);
+    auto keys = SaveAndDemote(1);
+    Completion c = sim_->Load(std::vector<BlockKey>(keys.begin(), keys.begin() + 2), 8);
+    EXPECT_EQ(c.result(1).code(), StatusCode::kCorruption);
+    EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u);
+    return keys;
+  }
+
   EngineSetup setup_;
   std::unique_ptr<Runtime> rt_;
   std::unique_ptr<SimEngine> sim_;
@@ -94,13 +108,7 @@ TEST_F(RuntimeFaultTest, CorruptReadsAreCorruptionNeverData) {
 // as a link with no copy. Removing it with its children must not touch it
 // after erasing its last child has erased it too (ASan saw that).
 TEST_F(RuntimeFaultTest, RemovingAChainThroughALinkWithNoCopyKeepsTheIndexSound) {
-  FaultOptions f;
-  f.corrupt_on_read = true;
-  Open(f);
-  auto keys = SaveAndDemote(1);
-  Completion c = sim_->Load(std::vector<BlockKey>(keys.begin(), keys.begin() + 2), 8);
-  ASSERT_EQ(c.result(1).code(), StatusCode::kCorruption);
-  ASSERT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u);
+  const std::vector<BlockKey> keys = LinkWithNoCopy();
   const std::vector<BlockKey> tail(keys.begin() + 1, keys.end());
   ASSERT_TRUE(rt_->Remove(kTestNs, tail).ok());
   EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u);
@@ -116,13 +124,7 @@ TEST_F(RuntimeFaultTest, RemovingAChainThroughALinkWithNoCopyKeepsTheIndexSound)
 // The same link is filled again by the next save of the chain: the engine
 // recomputes the corrupt block, saves it, and the whole prefix hits again.
 TEST_F(RuntimeFaultTest, ASaveGivesALinkWithNoCopyItsCopyBack) {
-  FaultOptions f;
-  f.corrupt_on_read = true;
-  Open(f);
-  auto keys = SaveAndDemote(1);
-  Completion c = sim_->Load(std::vector<BlockKey>(keys.begin(), keys.begin() + 2), 8);
-  ASSERT_EQ(c.result(1).code(), StatusCode::kCorruption);
-  ASSERT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u);
+  const std::vector<BlockKey> keys = LinkWithNoCopy();
   sim_->Prefill(keys, 16);
   ASSERT_TRUE(sim_->SaveFrom(keys, 0, 16).status().ok());
   auto after = rt_->Lookup(kTestNs, keys);

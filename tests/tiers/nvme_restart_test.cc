@@ -63,11 +63,20 @@ void ExpectPresent(Tier& t, std::initializer_list<uint64_t> blocks, bool present
   for (uint64_t i : blocks) EXPECT_EQ(Present(t, i), present) << "block " << i;
 }
 
-TEST(NvmeUnclaimed, RecoveredBlocksAreFreeSpaceUntilUsed) {
-  ScratchDir dir;
-  ASSERT_TRUE(dir.ok());
-  const TierOptions o = Options(dir);
-  ASSERT_NO_FATAL_FAILURE(FillAndClose(o));
+// Each test starts from a store filled with blocks 0..11 and closed.
+class NvmeUnclaimed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(dir_.ok());
+    options_ = Options(dir_);
+    ASSERT_NO_FATAL_FAILURE(FillAndClose(options_));
+  }
+  ScratchDir dir_;
+  TierOptions options_;
+};
+
+TEST_F(NvmeUnclaimed, RecoveredBlocksAreFreeSpaceUntilUsed) {
+  const TierOptions& o = options_;
   std::unique_ptr<NvmeTier> t = Open(o);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->Stats().recovered_blocks, kBlocks);
@@ -102,11 +111,8 @@ TEST(NvmeUnclaimed, RecoveredBlocksAreFreeSpaceUntilUsed) {
 
 // A store full at restart: new writes drop the oldest unclaimed blocks, not
 // the one read since, and the drops are durable.
-TEST(NvmeUnclaimed, FullStoreAtRestartDropsOldestUnusedBlocksForNewWrites) {
-  ScratchDir dir;
-  ASSERT_TRUE(dir.ok());
-  const TierOptions o = Options(dir);
-  ASSERT_NO_FATAL_FAILURE(FillAndClose(o));
+TEST_F(NvmeUnclaimed, FullStoreAtRestartDropsOldestUnusedBlocksForNewWrites) {
+  const TierOptions& o = options_;
   {
     std::unique_ptr<NvmeTier> t = Open(o);
     ASSERT_NE(t, nullptr);
@@ -151,11 +157,8 @@ TEST(NvmeUnclaimed, FullStoreAtRestartDropsOldestUnusedBlocksForNewWrites) {
 // A write drops block 0 while a read of it is between its index lookup and
 // its I/O: the read's region pin keeps the bytes in place, so it still
 // returns them verified, and claims nothing (block 0 stays dropped).
-TEST(NvmeUnclaimed, ReadInFlightOfADroppedBlockStillReturnsItsBytes) {
-  ScratchDir dir;
-  ASSERT_TRUE(dir.ok());
-  const TierOptions o = Options(dir);
-  ASSERT_NO_FATAL_FAILURE(FillAndClose(o));
+TEST_F(NvmeUnclaimed, ReadInFlightOfADroppedBlockStillReturnsItsBytes) {
+  const TierOptions& o = options_;
   std::unique_ptr<NvmeTier> t = Open(o);
   ASSERT_NE(t, nullptr);
   bool fired = false;
