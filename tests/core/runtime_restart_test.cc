@@ -33,6 +33,18 @@ class RuntimeRestartTest : public ::testing::Test {
     return rt.ok() ? std::move(rt).value() : nullptr;
   }
 
+  // A runtime saves the 4-block chain `keys`, demotes all but its root to
+  // the disk (4 > 2 blocks: down to 1) and ends, taking the root with it.
+  void SaveInARunThatEnds(const std::vector<BlockKey>& keys) {
+    std::unique_ptr<Runtime> rt = Open(true);
+    ASSERT_NE(rt, nullptr);
+    SimEngine sim(rt.get(), setup_.engine.get());
+    sim.Prefill(keys, 0);
+    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(disk_->Usage().blocks, 3u);
+  }
+
   EngineSetup setup_;
   uint64_t bb_ = 0;
   std::shared_ptr<Tier> disk_;
@@ -40,14 +52,7 @@ class RuntimeRestartTest : public ::testing::Test {
 
 TEST_F(RuntimeRestartTest, PersistentBlocksAreAdoptedAfterARestart) {
   auto keys = ChainKeys({1, 2, 3, 4});
-  {
-    std::unique_ptr<Runtime> rt = Open(true);
-    SimEngine sim(rt.get(), setup_.engine.get());
-    sim.Prefill(keys, 0);
-    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
-    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());  // 4 > 2: demote down to 1
-    ASSERT_EQ(disk_->Usage().blocks, 3u);
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveInARunThatEnds(keys));
   // The first runtime is gone, and with it the hub's copy of the root: only
   // blocks 2..4 survive, so a chain lookup (which needs the root) finds none.
   std::unique_ptr<Runtime> rt = Open(true);
@@ -71,14 +76,7 @@ TEST_F(RuntimeRestartTest, PersistentBlocksAreAdoptedAfterARestart) {
 // adopted or not: removed keys must not come back on the next lookup.
 TEST_F(RuntimeRestartTest, RemoveDropsCopiesNotYetAdopted) {
   auto keys = ChainKeys({1, 2, 3, 4});
-  {
-    std::unique_ptr<Runtime> rt = Open(true);
-    SimEngine sim(rt.get(), setup_.engine.get());
-    sim.Prefill(keys, 0);
-    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
-    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
-    ASSERT_EQ(disk_->Usage().blocks, 3u);
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveInARunThatEnds(keys));
   std::unique_ptr<Runtime> rt = Open(true);
   SimEngine sim(rt.get(), setup_.engine.get());
   const std::vector<BlockKey> tail(keys.begin() + 1, keys.end());

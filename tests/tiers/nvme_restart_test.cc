@@ -76,8 +76,7 @@ class NvmeUnclaimed : public ::testing::Test {
 };
 
 TEST_F(NvmeUnclaimed, RecoveredBlocksAreFreeSpaceUntilUsed) {
-  const TierOptions& o = options_;
-  std::unique_ptr<NvmeTier> t = Open(o);
+  std::unique_ptr<NvmeTier> t = Open(options_);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->Stats().recovered_blocks, kBlocks);
   EXPECT_EQ(t->Usage().capacity_bytes, kBlocks * kBytes);
@@ -100,7 +99,7 @@ TEST_F(NvmeUnclaimed, RecoveredBlocksAreFreeSpaceUntilUsed) {
   EXPECT_EQ(t->Usage().used_bytes, 2 * kBytes);
   t->Shutdown();
 
-  t = Open(o);  // everything recovered starts unclaimed again
+  t = Open(options_);  // everything recovered starts unclaimed again
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->Stats().recovered_blocks, kBlocks - 1);
   EXPECT_EQ(t->Usage().blocks, 0u);
@@ -112,9 +111,8 @@ TEST_F(NvmeUnclaimed, RecoveredBlocksAreFreeSpaceUntilUsed) {
 // A store full at restart: new writes drop the oldest unclaimed blocks, not
 // the one read since, and the drops are durable.
 TEST_F(NvmeUnclaimed, FullStoreAtRestartDropsOldestUnusedBlocksForNewWrites) {
-  const TierOptions& o = options_;
   {
-    std::unique_ptr<NvmeTier> t = Open(o);
+    std::unique_ptr<NvmeTier> t = Open(options_);
     ASSERT_NE(t, nullptr);
     ASSERT_TRUE(ReadAndCheck(*t, 0, kBytes).ok());  // the oldest, claimed
     for (uint64_t i = 100; i < 105; ++i) ASSERT_TRUE(WriteOne(*t, i).ok()) << i;
@@ -128,7 +126,7 @@ TEST_F(NvmeUnclaimed, FullStoreAtRestartDropsOldestUnusedBlocksForNewWrites) {
   {
     // Blocks 3..5 shared a region no write reused: only the recorded
     // deletes keep them from coming back.
-    std::unique_ptr<NvmeTier> t = Open(o);
+    std::unique_ptr<NvmeTier> t = Open(options_);
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(t->Stats().recovered_blocks, kBlocks);
     for (uint64_t i = 1; i <= 5; ++i)
@@ -143,7 +141,7 @@ TEST_F(NvmeUnclaimed, FullStoreAtRestartDropsOldestUnusedBlocksForNewWrites) {
     EXPECT_EQ(WriteOne(*t, 206).code(), StatusCode::kResourceExhausted);
     t->Shutdown();
   }
-  std::unique_ptr<NvmeTier> t = Open(o);
+  std::unique_ptr<NvmeTier> t = Open(options_);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->Stats().recovered_blocks, kBlocks);
   for (uint64_t i = 1; i < kBlocks; ++i)
@@ -158,8 +156,7 @@ TEST_F(NvmeUnclaimed, FullStoreAtRestartDropsOldestUnusedBlocksForNewWrites) {
 // its I/O: the read's region pin keeps the bytes in place, so it still
 // returns them verified, and claims nothing (block 0 stays dropped).
 TEST_F(NvmeUnclaimed, ReadInFlightOfADroppedBlockStillReturnsItsBytes) {
-  const TierOptions& o = options_;
-  std::unique_ptr<NvmeTier> t = Open(o);
+  std::unique_ptr<NvmeTier> t = Open(options_);
   ASSERT_NE(t, nullptr);
   bool fired = false;
   Status during;

@@ -136,6 +136,8 @@ struct NvmeTier::State {
   int GiveUpEmptiestRegion(std::vector<IndexUpdate>& drops);
   // Drops the oldest unclaimed entry; false when there is none.
   bool DropOldestUnclaimedLocked();
+  // Takes one unclaimed entry of `payload` bytes out of the totals.
+  void UncountUnclaimedLocked(uint64_t payload);
   // nvme_reclaim.cc
   Status Reclaim();
   int PickVictimLocked() const;

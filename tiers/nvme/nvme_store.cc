@@ -270,17 +270,18 @@ void NvmeTier::State::DropLocked(const NsKey& id, const Entry& e, bool record_de
   regions[e.loc.region].live_bytes -= disk;
   used_payload -= e.loc.payload_bytes;
   live_disk -= disk;
-  if (e.unclaimed) {
-    unclaimed_payload -= e.loc.payload_bytes;
-    if (--unclaimed_blocks == 0) unclaimed_order.clear();
-  }
+  if (e.unclaimed) UncountUnclaimedLocked(e.loc.payload_bytes);
   if (record_delete) pending[id] = std::nullopt;
 }
 
 void NvmeTier::State::ClaimLocked(Entry& e) {
   if (!e.unclaimed) return;
   e.unclaimed = false;
-  unclaimed_payload -= e.loc.payload_bytes;
+  UncountUnclaimedLocked(e.loc.payload_bytes);
+}
+
+void NvmeTier::State::UncountUnclaimedLocked(uint64_t payload) {
+  unclaimed_payload -= payload;
   if (--unclaimed_blocks == 0) unclaimed_order.clear();
 }
 

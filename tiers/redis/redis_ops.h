@@ -28,7 +28,6 @@ struct RedisOp {
   std::array<std::byte, kBlockHeaderBytes> header{};  // kSet: encoded block header
   std::span<const std::byte> payload;                 // kSet: caller's bytes
   std::span<std::byte> dst;                           // kGet: caller's buffer
-  uint64_t issued_at = 0;  // kGet / kExists: the tier's write clock when issued
 };
 
 struct RedisOpResult {

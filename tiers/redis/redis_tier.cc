@@ -26,11 +26,15 @@ class RedisTier;
 // and the completion that finishes when the last of them is delivered.
 class Batch final : public RedisBatch, public std::enable_shared_from_this<Batch> {
  public:
-  Batch(RedisTier* tier, NamespaceId ns, RedisOp::Kind kind, CompletionSource done)
-      : tier_(tier), ns_(ns), kind_(kind), done_(std::move(done)) {}
+  // `issued_at`: the tier's write clock when a read batch (GET, EXISTS) is
+  // issued; see RedisTier::FoundMissing.
+  Batch(RedisTier* tier, NamespaceId ns, RedisOp::Kind kind, CompletionSource done,
+        uint64_t issued_at = 0)
+      : tier_(tier), ns_(ns), kind_(kind), issued_at_(issued_at), done_(std::move(done)) {}
 
   NamespaceId ns() const override { return ns_; }
   RedisOp::Kind kind() const { return kind_; }
+  uint64_t issued_at() const { return issued_at_; }
   CompletionSource& done() { return done_; }
   // Item i of a write reserved capacity for a key the tier did not hold.
   std::vector<bool>& fresh() { return fresh_; }
@@ -49,6 +53,7 @@ class Batch final : public RedisBatch, public std::enable_shared_from_this<Batch
   RedisTier* const tier_;
   const NamespaceId ns_;
   const RedisOp::Kind kind_;
+  const uint64_t issued_at_;
   CompletionSource done_;
   std::vector<bool> fresh_;
   // Jobs not yet delivered, plus one held by whoever is dispatching.
@@ -185,7 +190,7 @@ void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
     case RedisOp::Kind::kGet:
     case RedisOp::Kind::kExists:
       // The runtime forgets a key found missing and never removes it.
-      if (result.status.code() == StatusCode::kNotFound) FoundMissing(k, op.issued_at);
+      if (result.status.code() == StatusCode::kNotFound) FoundMissing(k, batch.issued_at());
       break;
   }
   batch.done().Set(op.index, std::move(result.status), result.bytes);
@@ -257,14 +262,13 @@ void RedisTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, Completion
 }
 
 void RedisTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) {
-  auto batch = std::make_shared<Batch>(this, ns, RedisOp::Kind::kGet, std::move(done));
+  auto batch =
+      std::make_shared<Batch>(this, ns, RedisOp::Kind::kGet, std::move(done), WriteClock());
   std::vector<RedisOp> out;
   out.reserve(ops.size());
-  const uint64_t now = WriteClock();
   for (size_t i = 0; i < ops.size(); ++i) {
     RedisOp op = MakeOp(RedisOp::Kind::kGet, ns, ops[i].key, i);
     op.dst = ops[i].dst;
-    op.issued_at = now;
     out.push_back(std::move(op));
   }
   batch->Dispatch(std::move(out));
@@ -273,14 +277,10 @@ void RedisTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSo
 
 void RedisTier::RunKeys(RedisOp::Kind kind, NamespaceId ns, std::span<const BlockKey> keys,
                         CompletionSource done) {
-  auto batch = std::make_shared<Batch>(this, ns, kind, std::move(done));
+  auto batch = std::make_shared<Batch>(this, ns, kind, std::move(done), WriteClock());
   std::vector<RedisOp> out;
   out.reserve(keys.size());
-  const uint64_t now = WriteClock();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    out.push_back(MakeOp(kind, ns, keys[i], i));
-    out.back().issued_at = now;
-  }
+  for (size_t i = 0; i < keys.size(); ++i) out.push_back(MakeOp(kind, ns, keys[i], i));
   batch->Dispatch(std::move(out));
   batch->Release();
 }

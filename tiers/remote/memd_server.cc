@@ -149,7 +149,7 @@ Stats MemdServer::GetStats() {
   }
   // Stopping or stopped: the loop took nothing. Stop returns once the loop
   // thread is joined (call_once waits for a Stop in progress); the pool is
-  // then touched by nobody else. (GetStats itself does not throw.)
+  // then touched by nobody else.
   Stop();
   return impl_->pool_->GetStats();
 }

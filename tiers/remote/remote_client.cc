@@ -32,6 +32,7 @@ void ClientImpl::OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, co
   }
 }
 
+// Runs on the loop thread, so channel state needs no lock.
 void ClientImpl::RouteOnLoop(size_t server, const RequestPtr& r) {
   if (stopped_.load(std::memory_order_relaxed)) {
     return r->FailAll(Status::Unavailable("remote tier is shut down"));
@@ -56,9 +57,8 @@ void ClientImpl::RouteOnLoop(size_t server, const RequestPtr& r) {
 }
 
 void ClientImpl::Route(size_t server, RequestPtr r) {
-  // Runs on the loop thread, so channel state needs no lock. A closure that
-  // throws (allocation failure) fails its items rather than leaving them to
-  // the request's deadline.
+  // A closure that throws (allocation failure) fails its items rather than
+  // leaving them to the request's deadline.
   const bool posted = loop_.Post([this, server, r] {
     try {
       RouteOnLoop(server, r);
