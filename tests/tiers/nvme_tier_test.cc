@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -115,6 +116,32 @@ TEST(NvmeTier, LayoutMismatchIsRefusedOrWiped) {
   EXPECT_EQ((*wiped)->Stats().recovered_blocks, 0u);
   EXPECT_EQ(ReadAndCheck(**wiped, 0, 16384).code(), StatusCode::kNotFound);
   (*wiped)->Shutdown();
+}
+
+// A larger capacity is another layout (more regions). Refused, the store is
+// left as it was: its data file is not grown to the new size first.
+TEST(NvmeTier, ARefusedCapacityChangeLeavesTheDataFileAsItWas) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
+  struct stat before {};
+  ASSERT_EQ(::stat(o.path.c_str(), &before), 0);
+  o.capacity_bytes *= 64;
+  auto refused = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("was written with another layout (region count "),
+            std::string::npos)
+      << refused.status().ToString();
+  struct stat after {};
+  ASSERT_EQ(::stat(o.path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_size, before.st_size);
+  EXPECT_EQ(after.st_blocks, before.st_blocks);
+  o.capacity_bytes /= 64;  // the old size still opens, blocks intact
+  auto reopened = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_EQ((*reopened)->Stats().recovered_blocks, 4u);
+  (*reopened)->Shutdown();
 }
 
 // The data file deleted while its index stays (a user removing one file of

@@ -19,6 +19,7 @@ DataFile& DataFile::operator=(DataFile&& other) noexcept {
     if (fd_ >= 0) close(fd_);
     if (lock_fd_ >= 0) close(lock_fd_);
     fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
     lock_fd_ = std::exchange(other.lock_fd_, -1);
     direct_ = other.direct_;
     block_device_ = other.block_device_;
@@ -33,9 +34,9 @@ DataFile::~DataFile() {
   if (lock_fd_ >= 0) close(lock_fd_);
 }
 
-Result<DataFile> DataFile::Open(const std::string& path, uint64_t bytes, bool direct,
-                                LogSink* log) {
+Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* log) {
   DataFile f;
+  f.path_ = path;
   struct stat st {};
   const bool existed = stat(path.c_str(), &st) == 0;
   f.block_device_ = existed && S_ISBLK(st.st_mode);
@@ -64,33 +65,35 @@ Result<DataFile> DataFile::Open(const std::string& path, uint64_t bytes, bool di
     }
     return FromErrno(errno, "flock " + path);
   }
-  if (f.block_device_) {
+  return f;
+}
+
+Status DataFile::Reserve(uint64_t bytes, LogSink* log) {
+  if (block_device_) {
     uint64_t size = 0;
-    if (ioctl(f.fd_, BLKGETSIZE64, &size) != 0) return FromErrno(errno, "BLKGETSIZE64 " + path);
+    if (ioctl(fd_, BLKGETSIZE64, &size) != 0) return FromErrno(errno, "BLKGETSIZE64 " + path_);
     if (size < bytes) {
-      return Status::InvalidArgument("nvme: block device " + path + " holds " +
+      return Status::InvalidArgument("nvme: block device " + path_ + " holds " +
                                      std::to_string(size) + " bytes; the tier needs " +
                                      std::to_string(bytes));
     }
-    f.preallocated_ = true;
-    return f;
+    preallocated_ = true;
+    return Status::Ok();
   }
-  int rc = fallocate(f.fd_, 0, 0, static_cast<off_t>(bytes));
-  if (rc == 0) {
-    f.preallocated_ = true;
-    return f;
+  if (fallocate(fd_, 0, 0, static_cast<off_t>(bytes)) == 0) {
+    preallocated_ = true;
+    return Status::Ok();
   }
-  if (errno != EOPNOTSUPP) return FromErrno(errno, "fallocate " + path);
+  if (errno != EOPNOTSUPP) return FromErrno(errno, "fallocate " + path_);
   struct stat now {};
-  if (fstat(f.fd_, &now) == 0 && static_cast<uint64_t>(now.st_size) >= bytes) return f;
-  if (ftruncate(f.fd_, static_cast<off_t>(bytes)) != 0)
-    return FromErrno(errno, "ftruncate " + path);
+  if (fstat(fd_, &now) == 0 && static_cast<uint64_t>(now.st_size) >= bytes) return Status::Ok();
+  if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return FromErrno(errno, "ftruncate " + path_);
   if (log) {
-    log->Log(LogLevel::kWarning, "nvme: " + path +
+    log->Log(LogLevel::kWarning, "nvme: " + path_ +
                                      ": fallocate is not supported; the file is sparse and its "
                                      "space is not reserved");
   }
-  return f;
+  return Status::Ok();
 }
 
 }  // namespace kvtier::internal

@@ -13,14 +13,17 @@ namespace kvtier::internal {
 
 class DataFile {
  public:
-  // A file of at least `bytes`. With `direct`, O_DIRECT is tried first; a
-  // file system that refuses it (tmpfs) gets buffered I/O and one warning.
-  // A file system without fallocate gets a sparse file and one warning.
-  // The file is locked (flock, exclusive) while open: Unavailable when
-  // another DataFile or an offline reader holds it.
+  // Opens (creating a missing regular file) without sizing it. With
+  // `direct`, O_DIRECT is tried first; a file system that refuses it (tmpfs)
+  // gets buffered I/O and one warning. The file is locked (flock, exclusive)
+  // while open: Unavailable when another DataFile or an offline reader holds it.
+  static Result<DataFile> Open(const std::string& path, bool direct, LogSink* log);
+  // Makes the file at least `bytes` long, its space reserved. Separate from
+  // Open so that a store refused for its layout is not grown first. A file
+  // system without fallocate gets a sparse file and one warning.
   // ResourceExhausted when the space cannot be reserved; InvalidArgument for
   // a block device smaller than `bytes`.
-  static Result<DataFile> Open(const std::string& path, uint64_t bytes, bool direct, LogSink* log);
+  Status Reserve(uint64_t bytes, LogSink* log);
 
   DataFile() = default;
   DataFile(DataFile&& other) noexcept;
@@ -38,6 +41,7 @@ class DataFile {
 
  private:
   int fd_ = -1;
+  std::string path_;
   int lock_fd_ = -1;  // holds the flock; never used for I/O
   bool direct_ = false;
   bool block_device_ = false;

@@ -83,8 +83,7 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   s->disk_budget = g.disk_budget;
   s->log = context.log;
   KVTIER_ASSIGN_OR_RETURN(s->file,
-                          DataFile::Open(options.path, uint64_t{g.regions} * options.region_bytes,
-                                         options.nvme.direct_io, s->log.get()));
+                          DataFile::Open(options.path, options.nvme.direct_io, s->log.get()));
   const std::string dir =
       options.nvme.index_path.empty() ? options.path + ".index" : options.nvme.index_path;
   StoreMeta meta{kNvmeFormatVersion, context.block_bytes, options.region_bytes, g.regions,
@@ -92,6 +91,8 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   bool wiped = false;
   KVTIER_ASSIGN_OR_RETURN(s->index, NvmeIndex::Open(dir, meta, options.nvme.on_mismatch == "wipe",
                                                     s->file.created(), s->log.get(), &wiped));
+  // Sized only once the index accepts the store: a refused one stays as it was.
+  KVTIER_RETURN_IF_ERROR(s->file.Reserve(uint64_t{g.regions} * options.region_bytes, s->log.get()));
   if (!engine) {
     UringEngineOptions eo{.queue_depth = options.nvme.queue_depth,
                           .max_queued = options.nvme.max_queued,
