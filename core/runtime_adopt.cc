@@ -16,8 +16,10 @@ constexpr std::chrono::milliseconds kContainsWait(50);
 void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys) {
   if (!has_local_index_tier_) return;
   size_t first = 0;
+  uint64_t removes_before = 0;
   {
     std::lock_guard lock(mu_);
+    removes_before = removes_ended_;
     while (first < keys.size()) {
       IndexEntry* e = index_.Find({ns, keys[first]});
       if (e == nullptr) break;
@@ -38,6 +40,10 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   }
 
   std::lock_guard lock(mu_);
+  // A Remove that overlapped the Contains may have dropped a key after the
+  // tier reported it: adopting it would index a block that is gone. The
+  // blocks are adopted by a later lookup instead.
+  if (removes_running_ != 0 || removes_ended_ != removes_before) return;
   IndexEntry* parent = first == 0 ? nullptr : index_.Find({ns, keys[first - 1]});
   if (first > 0 && parent == nullptr) return;  // removed meanwhile: the chain is cut
   const uint64_t now = NowNs();

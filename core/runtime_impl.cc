@@ -335,6 +335,7 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
         it = removing.erase(it);
       }
     }
+    ++removes_running_;
   }
   // Every lower tier is asked for every key, indexed there or not: a
   // persistent tier may hold copies this run has not adopted (saved before a
@@ -346,6 +347,9 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
     if (!st.ok() && result.ok())
       result = st.WithContext("remove from tier '" + lower_[t - 1]->name() + "'");
   }
+  std::lock_guard lock(mu_);
+  --removes_running_;
+  ++removes_ended_;
   return result;
 }
 

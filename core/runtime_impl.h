@@ -185,12 +185,16 @@ class RuntimeImpl final : public Runtime {
   std::vector<std::unique_ptr<Tier>> lower_;  // tiers 1..n
 
   mutable std::mutex mu_;
-  BlockIndex index_;                         // guarded by mu_
-  std::unique_ptr<TierPolicies> policies_;   // guarded by mu_; observes index_
-  std::vector<TierCount> tier_counts_;       // guarded by mu_
-  RuntimeStats stats_;                       // guarded by mu_ (tiers left empty)
-  uint64_t late_reads_ = 0;                  // guarded by mu_: reads past their deadline
-  uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
+  BlockIndex index_;                        // guarded by mu_
+  std::unique_ptr<TierPolicies> policies_;  // guarded by mu_; observes index_
+  std::vector<TierCount> tier_counts_;      // guarded by mu_
+  RuntimeStats stats_;                      // guarded by mu_ (tiers left empty)
+  uint64_t late_reads_ = 0;                 // guarded by mu_: reads past their deadline
+  uint64_t moving_blocks_ = 0;              // guarded by mu_: selected by an eviction pass
+  // Removes that reach the lower tiers: running now, and ended so far. An
+  // adoption that overlapped one is dropped (runtime_adopt.cc).
+  uint32_t removes_running_ = 0;             // guarded by mu_
+  uint64_t removes_ended_ = 0;               // guarded by mu_
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
 

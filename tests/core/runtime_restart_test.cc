@@ -2,6 +2,9 @@
 // kept are found again on lookup (adopted) and load byte for byte.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <utility>
+
 #include "tests/core/runtime_test_util.h"
 #include "tests/support/tier_view.h"
 
@@ -19,14 +22,15 @@ class RuntimeRestartTest : public ::testing::Test {
   }
   void TearDown() override { disk_->Shutdown(); }
 
-  std::unique_ptr<Runtime> Open(bool local_index) {
+  std::unique_ptr<Runtime> Open(bool local_index, std::function<void()> after_contains = {}) {
     RuntimeOptions o = MakeOptions(bb_, 4);
     o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
     o.tiers.push_back(LowerHostTier("disk", bb_, 32));
     std::shared_ptr<Tier> disk = disk_;
-    o.tier_factory = [disk, local_index](const TierOptions&, const TierContext&)
-        -> Result<std::unique_ptr<Tier>> {
-      return NewTierView(disk, TierCapabilities{.persistent = true, .local_index = local_index});
+    o.tier_factory = [disk, local_index, after_contains](
+                         const TierOptions&, const TierContext&) -> Result<std::unique_ptr<Tier>> {
+      return NewTierView(disk, TierCapabilities{.persistent = true, .local_index = local_index},
+                         after_contains);
     };
     auto rt = Runtime::Open(o, setup_.engine);
     EXPECT_TRUE(rt.ok()) << rt.status().ToString();
@@ -87,6 +91,34 @@ TEST_F(RuntimeRestartTest, RemoveDropsCopiesNotYetAdopted) {
   ASSERT_TRUE(sim.SaveFrom(root, 0, 0).status().ok());
   EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 1u) << "removed keys came back";
   EXPECT_EQ(rt->Stats().adopted_blocks, 0u);
+}
+
+// A Remove that runs between the tier's Contains answer and the adoption:
+// the tier reported the keys, then dropped them. Adopting them would index
+// blocks that are gone, and lookups would report hits no load can serve.
+TEST_F(RuntimeRestartTest, ARemoveDuringTheContainsStopsTheAdoption) {
+  auto keys = ChainKeys({1, 2, 3, 4});
+  ASSERT_NO_FATAL_FAILURE(SaveInARunThatEnds(keys));
+  const std::vector<BlockKey> tail(keys.begin() + 1, keys.end());
+  Runtime* running = nullptr;
+  bool armed = false;
+  Status removed = Status::Internal("the remove did not run");
+  std::unique_ptr<Runtime> rt = Open(true, [&] {
+    if (!std::exchange(armed, false)) return;
+    removed = running->Remove(kTestNs, tail);
+  });
+  ASSERT_NE(rt, nullptr);
+  running = rt.get();
+  SimEngine sim(rt.get(), setup_.engine.get());
+  std::vector<BlockKey> root(keys.begin(), keys.begin() + 1);
+  sim.Prefill(root, 0);
+  ASSERT_TRUE(sim.SaveFrom(root, 0, 0).status().ok());
+  armed = true;
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 1u) << "adopted blocks that were removed";
+  ASSERT_TRUE(removed.ok()) << removed.ToString();
+  EXPECT_EQ(disk_->Usage().blocks, 0u);
+  EXPECT_EQ(rt->Stats().adopted_blocks, 0u);
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 1u);
 }
 
 TEST_F(RuntimeRestartTest, TiersWithoutALocalIndexAreNotAsked) {

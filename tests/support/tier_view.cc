@@ -5,8 +5,10 @@ namespace {
 
 class TierView final : public Tier {
  public:
-  TierView(std::shared_ptr<Tier> inner, TierCapabilities caps)
-      : Tier(inner->name(), inner->type(), caps), inner_(std::move(inner)) {}
+  TierView(std::shared_ptr<Tier> inner, TierCapabilities caps, std::function<void()> hook)
+      : Tier(inner->name(), inner->type(), caps),
+        inner_(std::move(inner)),
+        after_contains_(std::move(hook)) {}
   ~TierView() override { Shutdown(); }
 
   TierUsage Usage() const override { return inner_->Usage(); }
@@ -21,9 +23,13 @@ class TierView final : public Tier {
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
     Forward(inner_->Remove(ns, keys), std::move(done));
   }
-  void DoContains(NamespaceId ns, std::span<const BlockKey> keys,
-                  CompletionSource done) override {
-    Forward(inner_->Contains(ns, keys), std::move(done));
+  void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
+    Completion c = inner_->Contains(ns, keys);
+    if (after_contains_) {
+      c.Wait();
+      after_contains_();
+    }
+    Forward(c, std::move(done));
   }
 
  private:
@@ -36,12 +42,14 @@ class TierView final : public Tier {
   }
 
   std::shared_ptr<Tier> inner_;
+  std::function<void()> after_contains_;
 };
 
 }  // namespace
 
-std::unique_ptr<Tier> NewTierView(std::shared_ptr<Tier> inner, TierCapabilities caps) {
-  return std::make_unique<TierView>(std::move(inner), caps);
+std::unique_ptr<Tier> NewTierView(std::shared_ptr<Tier> inner, TierCapabilities caps,
+                                  std::function<void()> after_contains) {
+  return std::make_unique<TierView>(std::move(inner), caps, std::move(after_contains));
 }
 
 }  // namespace kvtier::testing

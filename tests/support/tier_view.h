@@ -3,6 +3,7 @@
 // turn (a "restart") and declare it persistent with a local index.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "kvtier/tier.h"
@@ -10,6 +11,9 @@
 namespace kvtier::testing {
 
 // `inner` must outlive the view; shutting the view down leaves `inner` open.
-std::unique_ptr<Tier> NewTierView(std::shared_ptr<Tier> inner, TierCapabilities caps);
+// `after_contains`, when set, runs once `inner` has answered a Contains and
+// before the view answers it: a test's way to act inside that window.
+std::unique_ptr<Tier> NewTierView(std::shared_ptr<Tier> inner, TierCapabilities caps,
+                                  std::function<void()> after_contains = {});
 
 }  // namespace kvtier::testing
