@@ -16,6 +16,9 @@ struct CompletionState {
   std::vector<Status> results;
   std::vector<uint64_t> bytes;
   std::vector<bool> set;
+  // A whole-call error for a call with no items (Done(0, error)): status()
+  // must not say OK for a call that was refused.
+  Status refused;
   std::vector<std::function<void()>> callbacks;
   // Results are final and the callbacks are running; `done` follows. Guarded
   // by mu.
@@ -44,6 +47,10 @@ Status Completion::Wait() const {
 
 Status Completion::WaitFor(std::chrono::nanoseconds timeout) const {
   if (!state_) return Status::Ok();
+  // A timeout too long to add to now() (nanoseconds::max() for "forever")
+  // would wrap into the past: such a wait is a plain Wait().
+  constexpr auto kForever = std::chrono::hours(24 * 365 * 100);
+  if (timeout >= kForever) return Wait();
   std::unique_lock lock(state_->mu);
   if (!state_->cv.wait_for(lock, timeout,
                            [&] { return state_->done.load(std::memory_order_relaxed); })) {
@@ -61,6 +68,7 @@ uint64_t Completion::bytes(size_t i) const { return state_ ? state_->bytes[i] : 
 
 Status Completion::status() const {
   if (!state_) return Status::Ok();
+  if (!state_->refused.ok()) return state_->refused;
   for (const Status& s : state_->results) {
     if (!s.ok()) return s;
   }
@@ -146,7 +154,14 @@ void CompletionSource::Finish() {
   // Callbacks run before waiters wake, so whatever they record (counters,
   // freed slots) is visible to a caller as soon as its Wait() returns. A
   // callback registered from now on runs at once on its own thread.
-  for (auto& fn : callbacks) fn();
+  for (auto& fn : callbacks) {
+    // A callback that throws must not leave the waiters asleep forever, nor
+    // take down the thread that finished the work: its exception is dropped.
+    try {
+      fn();
+    } catch (...) {
+    }
+  }
   {
     std::lock_guard lock(state_->mu);
     state_->done.store(true, std::memory_order_release);
@@ -156,6 +171,7 @@ void CompletionSource::Finish() {
 
 Completion CompletionSource::Done(size_t items, const Status& status) {
   CompletionSource src(items);
+  if (items == 0) src.state_->refused = status;
   src.SetAll(status);
   src.Finish();
   return src.completion();

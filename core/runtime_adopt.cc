@@ -2,6 +2,8 @@
 // index is empty, but an NVMe store still has the blocks saved before. On a
 // lookup miss the runtime asks the tiers that can answer from memory
 // (TierCapabilities::local_index) and indexes the leading keys they hold.
+#include <algorithm>
+
 #include "core/runtime_impl.h"
 
 namespace kvtier::internal {
@@ -34,9 +36,16 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   for (size_t t = 1; t < tier_count(); ++t) {
     Tier& tier = *lower_[t - 1];
     if (!tier.capabilities().local_index) continue;
-    Completion c = tier.Contains(ns, rest);
-    if (!c.WaitFor(kContainsWait).ok() && !c.Poll()) continue;
-    for (size_t j = 0; j < rest.size() && c.result(j).ok(); ++j) present[j] |= 1U << t;
+    // In batches the tier accepts, while the leading run lasts.
+    const size_t batch = std::max<size_t>(1, tier.capabilities().max_batch_blocks);
+    for (size_t from = 0; from < rest.size(); from += batch) {
+      const size_t n = std::min(batch, rest.size() - from);
+      Completion c = tier.Contains(ns, rest.subspan(from, n));
+      if (!c.WaitFor(kContainsWait).ok() && !c.Poll()) break;
+      size_t held = 0;
+      while (held < n && c.result(held).ok()) present[from + held++] |= 1U << t;
+      if (held < n) break;
+    }
   }
 
   std::lock_guard lock(mu_);

@@ -75,9 +75,11 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
   for (size_t i = 1; i < options.tiers.size(); ++i) {
     auto tier = options.tier_factory ? options.tier_factory(options.tiers[i], context)
                                      : CreateTier(options.tiers[i], context);
-    if (!tier.ok()) {
+    if (!tier.ok() || *tier == nullptr) {
       for (auto& t : lower) t->Shutdown();
-      return tier.status();
+      if (!tier.ok()) return tier.status();
+      return Status::InvalidArgument("tier '" + options.tiers[i].name +
+                                     "': the tier factory returned no tier");
     }
     // The hub's slots are the buffers lower tiers read into and write from.
     (void)(*tier)->RegisterHostMemory((*arena)->Mapping());
@@ -158,7 +160,7 @@ Completion RuntimeImpl::Submit(size_t items, std::function<void(CompletionSource
     src->Finish();
   });
   if (!st.ok()) {
-    {
+    if (st.code() == StatusCode::kBusy) {  // not a shutdown racing the call
       std::lock_guard lock(mu_);
       ++stats_.busy_rejections;
     }
@@ -196,7 +198,12 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
     return CompletionSource::Done(keys.size(),
                                   Status::InvalidArgument("load: an engine block appears twice"));
   }
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Saturated: a timeout of nanoseconds::max() ("no deadline") must not wrap
+  // into the past.
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = timeout >= std::chrono::steady_clock::time_point::max() - now
+                            ? std::chrono::steady_clock::time_point::max()
+                            : now + timeout;
   std::vector<BlockKey> k(keys.begin(), keys.end());
   std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
   const size_t n = k.size();  // read before k is moved into the job
@@ -285,9 +292,15 @@ void RuntimeImpl::RequestFinished(NamespaceId ns, std::span<const BlockKey> keys
 
 void RuntimeImpl::Unpin(NamespaceId ns, std::span<const BlockKey> keys) {
   std::lock_guard lock(mu_);
-  for (const BlockKey& key : keys) {
-    IndexEntry* e = index_.Find({ns, key});
-    if (e != nullptr && e->pins > 0) --e->pins;
+  // Deepest first, so a parent left with no copy follows its child out.
+  for (size_t i = keys.size(); i-- > 0;) {
+    IndexEntry* e = index_.Find({ns, keys[i]});
+    if (e == nullptr || e->pins == 0) continue;
+    --e->pins;
+    // A load under this pin found its last copy lost: the entry stayed for
+    // the pin's sake and goes with it.
+    if (e->locations == 0 && e->pins == 0 && e->children == 0 && e->state == EntryState::kReady)
+      index_.Erase(e);
   }
 }
 
@@ -343,9 +356,12 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   // would otherwise adopt again.
   Status result;
   for (size_t t = 1; t < tier_count(); ++t) {
-    Status st = lower_[t - 1]->Remove(ns, keys).Wait();
-    if (!st.ok() && result.ok())
-      result = st.WithContext("remove from tier '" + lower_[t - 1]->name() + "'");
+    Tier& tier = *lower_[t - 1];
+    const size_t batch = std::max<size_t>(1, tier.capabilities().max_batch_blocks);
+    for (size_t from = 0; from < keys.size(); from += batch) {
+      Status st = tier.Remove(ns, keys.subspan(from, std::min(batch, keys.size() - from))).Wait();
+      if (!st.ok() && result.ok()) result = st.WithContext("remove from tier '" + tier.name() + "'");
+    }
   }
   std::lock_guard lock(mu_);
   --removes_running_;

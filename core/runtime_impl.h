@@ -117,6 +117,11 @@ class RuntimeImpl final : public Runtime {
                            std::vector<uint32_t>& staged_slot,
                            std::chrono::steady_clock::time_point deadline,
                            std::vector<Status>& results);
+  // One tier read of `items` (at most the tier's batch limit) into their
+  // staged slots; installs what arrives in time.
+  void ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntry*>& entries,
+                 const std::vector<size_t>& items, std::vector<uint32_t>& staged,
+                 std::chrono::steady_clock::time_point deadline, std::vector<Status>& results);
   // Checks what one tier's read returned and moves good blocks into the hub;
   // corrupt keys are appended to `corrupt`. REQUIRES: mu_ held.
   void InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,

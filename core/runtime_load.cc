@@ -103,6 +103,11 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
     for (size_t i = 0; i < entries.size(); ++i) {
       IndexEntry* e = entries[i];
       if (e == nullptr || e->In(0)) continue;
+      if (e->locations == 0) {
+        // Another load found the last copy lost or corrupt meanwhile.
+        results[i] = Status::NotFound("load: block " + ToHex(e->id.key) + " is not stored");
+        continue;
+      }
       std::optional<uint32_t> slot = arena_->Allocate();
       if (!slot) {
         results[i] = Status::ResourceExhausted("load: no free slot in tier '" +
@@ -114,44 +119,58 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
     }
   }
 
-  for (auto& [tier, items] : by_tier) {
+  for (auto& [tier, all] : by_tier) {
     Tier& t = *lower_[tier - 1];
-    std::vector<ReadOp> ops;
-    for (size_t i : items) ops.push_back({entries[i]->id.key, arena_->Slot(staged[i])});
-    Completion c = t.Read(ns, ops);
-    if (!c.WaitFor(Remaining(deadline)).ok() && !c.Poll()) {
-      // Still running: the slots belong to the read until it ends.
-      std::vector<uint32_t> late;
-      for (size_t i : items) {
-        results[i] = Status::DeadlineExceeded("load: block not read from tier '" + t.name() +
-                                              "' before the deadline");
-        late.push_back(staged[i]);
-        staged[i] = kNoSlot;
-      }
-      {
-        std::lock_guard lock(mu_);
-        ++late_reads_;
-      }
-      c.OnDone([this, late] {
-        std::lock_guard lock(mu_);
-        for (uint32_t s : late) arena_->Free(s);
-        // Notified under the lock: Shutdown() cannot return, and the runtime
-        // cannot be destroyed, before this callback has let go of mu_.
-        if (--late_reads_ == 0) late_reads_done_.notify_all();
-      });
-      continue;
+    // In batches the tier accepts (a long prompt can need more than one).
+    const size_t batch = std::max<size_t>(1, t.capabilities().max_batch_blocks);
+    for (size_t from = 0; from < all.size(); from += batch) {
+      const std::vector<size_t> items(all.begin() + from,
+                                      all.begin() + std::min(all.size(), from + batch));
+      ReadBatch(ns, tier, entries, items, staged, deadline, results);
     }
-    std::vector<BlockKey> corrupt;
+  }
+}
+
+void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntry*>& entries,
+                            const std::vector<size_t>& items, std::vector<uint32_t>& staged,
+                            std::chrono::steady_clock::time_point deadline,
+                            std::vector<Status>& results) {
+  Tier& t = *lower_[tier - 1];
+  std::vector<ReadOp> ops;
+  for (size_t i : items) ops.push_back({entries[i]->id.key, arena_->Slot(staged[i])});
+  Completion c = t.Read(ns, ops);
+  if (!c.WaitFor(Remaining(deadline)).ok() && !c.Poll()) {
+    // Still running: the slots belong to the read until it ends.
+    std::vector<uint32_t> late;
+    for (size_t i : items) {
+      results[i] = Status::DeadlineExceeded("load: block not read from tier '" + t.name() +
+                                            "' before the deadline");
+      late.push_back(staged[i]);
+      staged[i] = kNoSlot;
+    }
     {
       std::lock_guard lock(mu_);
-      InstallStagedLocked(tier, entries, items, c, staged, results, corrupt);
+      ++late_reads_;
     }
-    // A corrupt copy is useless but still takes room in the tier, which
-    // evicts only what the index names: have the tier drop it. Not waited
-    // for (the load has a deadline); a remove that lands late costs at most
-    // a miss.
-    if (!corrupt.empty()) (void)t.Remove(ns, corrupt);
+    c.OnDone([this, late] {
+      std::lock_guard lock(mu_);
+      for (uint32_t s : late) arena_->Free(s);
+      // Notified under the lock: Shutdown() cannot return, and the runtime
+      // cannot be destroyed, before this callback has let go of mu_.
+      if (--late_reads_ == 0) late_reads_done_.notify_all();
+    });
+    return;
   }
+  std::vector<BlockKey> corrupt;
+  {
+    std::lock_guard lock(mu_);
+    InstallStagedLocked(tier, entries, items, c, staged, results, corrupt);
+  }
+  // A corrupt copy is useless but still takes room in the tier, which
+  // evicts only what the index names: have the tier drop it. Not waited
+  // for (the load has a deadline); a remove that lands late costs at most
+  // a miss.
+  if (!corrupt.empty()) (void)t.Remove(ns, corrupt);
 }
 
 void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,

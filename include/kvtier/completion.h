@@ -31,14 +31,16 @@ class KVTIER_EXPORT Completion {
   // Blocks until finished; returns status().
   Status Wait() const;
   // Blocks at most `timeout`; DeadlineExceeded if still running then (the
-  // items keep running and finish later).
+  // items keep running and finish later). A timeout of a century or more
+  // (nanoseconds::max()) waits like Wait().
   Status WaitFor(std::chrono::nanoseconds timeout) const;
 
   size_t size() const;
   // REQUIRES: Poll(). Result and byte count of item i.
   const Status& result(size_t i) const;
   uint64_t bytes(size_t i) const;
-  // REQUIRES: Poll(). OK when every item is OK, else the first failure.
+  // REQUIRES: Poll(). OK when every item is OK, else the first failure; a
+  // call refused before it had any item (no keys) reports why.
   Status status() const;
   // REQUIRES: Poll(). Number of items that ended OK.
   size_t ok_count() const;
@@ -49,7 +51,8 @@ class KVTIER_EXPORT Completion {
 
   // Runs `fn` once the results are final: on the finishing thread before any
   // Wait() returns, or right here if they are final already. `fn` must not
-  // block and must not wait on this completion.
+  // block and must not wait on this completion. An exception thrown by `fn`
+  // on the finishing thread is dropped (the results stand, waiters wake).
   void OnDone(std::function<void()> fn) const;
 
  private:

@@ -147,7 +147,8 @@ class RuntimeImpl;
 }
 
 // Keeps the leading blocks found by LookupAndPin from being evicted until it
-// is destroyed. Move-only.
+// is destroyed. Move-only. Destroy it (or move from it) before the Runtime
+// that made it: it unpins through that runtime.
 class KVTIER_EXPORT PinnedPrefix {
  public:
   PinnedPrefix() = default;
@@ -224,7 +225,8 @@ class KVTIER_EXPORT Runtime {
 
   // Copies keys[i] into engine_blocks[i], reading lower tiers into the hub
   // first. Each block ends OK, NotFound, DeadlineExceeded (not done within
-  // `timeout`) or another error; the engine recomputes the failures. The
+  // `timeout`; nanoseconds::max() = no deadline) or another error; the
+  // engine recomputes the failures. The
   // timeout bounds the waits for hub room and for reads from lower tiers;
   // the copy into engine pages, once issued, is waited for until the device
   // ends it, since a copy abandoned in flight could still land in pages the

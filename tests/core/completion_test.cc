@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <thread>
 
 namespace kvtier {
@@ -58,6 +59,49 @@ TEST(Completion, WaitForTimesOutThenCompletesAndCallbacksRunOnce) {
   EXPECT_EQ(calls, 1);
   c.OnDone([&] { ++calls; });  // already done: runs at once
   EXPECT_EQ(calls, 2);
+}
+
+// nanoseconds::max() is how a caller says "no deadline": added to now() it
+// would wrap into the past and the wait would end at once, while the work
+// (a copy into the caller's pages, say) is still running.
+TEST(Completion, WaitForWithTheLargestTimeoutWaitsUntilDone) {
+  CompletionSource src(1);
+  Completion c = src.completion();
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    src.Set(0, Status::Ok(), 1);
+    src.Finish();
+  });
+  EXPECT_TRUE(c.WaitFor(std::chrono::nanoseconds::max()).ok());
+  EXPECT_TRUE(c.Poll());
+  t.join();
+}
+
+// A call refused before it had any item still says why.
+TEST(Completion, DoneWithNoItemsKeepsItsError) {
+  Completion refused = CompletionSource::Done(0, Status::InvalidArgument("bad call"));
+  EXPECT_TRUE(refused.Poll());
+  EXPECT_EQ(refused.size(), 0u);
+  EXPECT_EQ(refused.Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CompletionSource::Done(0, Status::Ok()).Wait().ok());
+}
+
+// A callback that throws on the finishing thread: the other callbacks still
+// run and the waiters still wake (they slept forever, and the finishing
+// thread died with the exception).
+TEST(Completion, ACallbackThatThrowsDoesNotStrandTheWaiters) {
+  CompletionSource src(1);
+  Completion c = src.completion();
+  int ran = 0;
+  c.OnDone([] { throw std::runtime_error("engine bug"); });
+  c.OnDone([&] { ++ran; });
+  std::thread t([&] {
+    src.Set(0, Status::Ok(), 1);
+    src.Finish();
+  });
+  EXPECT_TRUE(c.Wait().ok());
+  t.join();
+  EXPECT_EQ(ran, 1);
 }
 
 TEST(Completion, EmptyHandleIsDone) {

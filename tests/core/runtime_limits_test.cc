@@ -1,0 +1,142 @@
+// Limits at the edges of the API: calls larger than a tier accepts in one
+// batch, a load with no deadline, calls refused before they have any item,
+// and a tier factory that returns nothing.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "tests/core/runtime_test_util.h"
+#include "tests/support/fault_tier.h"
+#include "tests/support/tier_view.h"
+
+namespace kvtier::testing {
+namespace {
+
+// A lower tier that takes at most two blocks per call, so the six-block
+// chains below need three calls for every read, write, remove and contains.
+class RuntimeBatchLimitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setup_ = MakeEngine(64);
+    bb_ = setup_.layout.BlockBytes();
+    auto disk = CreateTier(LowerHostTier("disk", bb_, 32), TierContext{bb_});
+    ASSERT_TRUE(disk.ok());
+    disk_ = std::shared_ptr<Tier>(std::move(disk).value());
+  }
+  void TearDown() override { disk_->Shutdown(); }
+
+  std::unique_ptr<Runtime> Open() {
+    RuntimeOptions o = MakeOptions(bb_, 8);
+    o.tiers[0].watermarks = {.high = 0.5, .low = 0.125};
+    o.tiers.push_back(LowerHostTier("disk", bb_, 32));
+    std::shared_ptr<Tier> disk = disk_;
+    o.tier_factory = [disk](const TierOptions&,
+                            const TierContext&) -> Result<std::unique_ptr<Tier>> {
+      return NewTierView(
+          disk, TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = 2});
+    };
+    auto rt = Runtime::Open(o, setup_.engine);
+    EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+    return rt.ok() ? std::move(rt).value() : nullptr;
+  }
+
+  EngineSetup setup_;
+  uint64_t bb_ = 0;
+  std::shared_ptr<Tier> disk_;
+};
+
+TEST_F(RuntimeBatchLimitTest, EveryTierCallIsSplitToWhatTheTierAccepts) {
+  const auto keys = ChainKeys({1, 2, 3, 4, 5, 6});
+  std::unique_ptr<Runtime> rt = Open();
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  // Down to 1 of 8 in the hub, leaves first: five blocks written below.
+  ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+  EXPECT_EQ(disk_->Usage().blocks, 5u);
+  auto found = rt->Lookup(kTestNs, keys);
+  ASSERT_EQ(found->hit_blocks, 6u);
+  EXPECT_EQ(found->tier, (std::vector<uint8_t>{0, 1, 1, 1, 1, 1}));
+  sim.Scrub(0, 64);
+  Completion c = sim.Load(keys, 10);
+  ASSERT_TRUE(c.status().ok()) << c.status().ToString();
+  for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim.Holds(10 + i, keys[i])) << i;
+
+  // The hub's copies go with the runtime; a restarted one adopts the five
+  // blocks below once the root is saved again.
+  rt.reset();
+  rt = Open();
+  ASSERT_NE(rt, nullptr);
+  SimEngine again(rt.get(), setup_.engine.get());
+  const std::vector<BlockKey> root(keys.begin(), keys.begin() + 1);
+  again.Prefill(root, 0);
+  ASSERT_TRUE(again.SaveFrom(root, 0, 0).status().ok());
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 6u);
+  EXPECT_EQ(rt->Stats().adopted_blocks, 5u);
+
+  ASSERT_TRUE(rt->Remove(kTestNs, keys).ok());
+  EXPECT_EQ(disk_->Usage().blocks, 0u);
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);
+}
+
+// nanoseconds::max() is "no deadline": reads from a slow tier are waited for,
+// not failed at once because now() + timeout wrapped into the past.
+TEST(RuntimeLimits, ALoadWithNoDeadlineWaitsForASlowTier) {
+  EngineSetup setup = MakeEngine(64);
+  const uint64_t bb = setup.layout.BlockBytes();
+  RuntimeOptions o = MakeOptions(bb, 4);
+  o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
+  o.tiers.push_back(LowerHostTier("slow", bb, 32));
+  o.tier_factory = [](const TierOptions& t, const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+    auto inner = CreateTier(t, c);
+    if (!inner.ok()) return inner.status();
+    FaultOptions f;
+    f.latency = std::chrono::milliseconds(20);
+    return NewFaultInjectingTier(std::move(inner).value(), f);
+  };
+  auto rt = Runtime::Open(o, setup.engine);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  SimEngine sim(rt->get(), setup.engine.get());
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  ASSERT_TRUE((*rt)->TEST_RunMoverOnce().ok());
+  ASSERT_EQ((*rt)->Lookup(kTestNs, keys)->tier, (std::vector<uint8_t>{0, 1, 1, 1}));
+  sim.Scrub(0, 64);
+  const std::vector<uint32_t> blocks = {10, 11, 12, 13};
+  Completion c = (*rt)->Load(kTestNs, keys, blocks, std::chrono::nanoseconds::max());
+  ASSERT_TRUE(c.Wait().ok()) << c.status().ToString();
+  for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim.Holds(10 + i, keys[i])) << i;
+}
+
+// No keys but engine blocks: the sizes differ, and the call must say so even
+// though it has no item to carry the error.
+TEST(RuntimeLimits, CallsWithNoKeysButEngineBlocksAreRefused) {
+  EngineSetup setup = MakeEngine(64);
+  auto rt = Runtime::Open(MakeOptions(setup.layout.BlockBytes(), 4), setup.engine);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  const std::vector<uint32_t> one = {0};
+  EXPECT_EQ((*rt)->Save(kTestNs, std::nullopt, {}, one).Wait().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*rt)->Load(kTestNs, {}, one, std::chrono::seconds(1)).Wait().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*rt)->Save(kTestNs, std::nullopt, {}, {}).Wait().ok());
+}
+
+TEST(RuntimeLimits, ATierFactoryThatReturnsNoTierIsAnError) {
+  EngineSetup setup = MakeEngine(64);
+  const uint64_t bb = setup.layout.BlockBytes();
+  RuntimeOptions o = MakeOptions(bb, 4);
+  o.tiers.push_back(LowerHostTier("none", bb, 32));
+  o.tier_factory = [](const TierOptions&, const TierContext&) -> Result<std::unique_ptr<Tier>> {
+    return std::unique_ptr<Tier>();
+  };
+  auto rt = Runtime::Open(o, setup.engine);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_EQ(rt.status().ToString(),
+            "invalid_argument: tier 'none': the tier factory returned no tier");
+}
+
+}  // namespace
+}  // namespace kvtier::testing

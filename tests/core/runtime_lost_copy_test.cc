@@ -1,0 +1,146 @@
+// A block's last copy lost (the tier answers NotFound) while another caller
+// still holds the block: a second load that pinned it, or a PinnedPrefix.
+// The holder gets a miss, and the index forgets the block once it lets go.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "tests/core/runtime_test_util.h"
+
+namespace kvtier::testing {
+namespace {
+
+// Forwards to a host tier, except that reads can be made to miss (the tier
+// lost the blocks) and a write can be held at a gate until released.
+class GateTier final : public Tier {
+ public:
+  explicit GateTier(std::unique_ptr<Tier> inner)
+      : Tier(inner->name(), inner->type(), inner->capabilities()), inner_(std::move(inner)) {}
+  ~GateTier() override { Shutdown(); }
+
+  TierUsage Usage() const override { return inner_->Usage(); }
+
+  std::atomic<bool> reads_miss{false};
+  std::atomic<bool> gate_writes{false};
+  std::promise<void> write_held;  // set when a write reaches the closed gate
+  std::promise<void> open_gate;   // set by the test to let it through
+
+ protected:
+  void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override {
+    if (reads_miss) {
+      for (size_t i = 0; i < ops.size(); ++i) done.Set(i, Status::NotFound("lost"));
+      done.Finish();
+      return;
+    }
+    Forward(inner_->Read(ns, ops), std::move(done));
+  }
+  void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override {
+    if (gate_writes.exchange(false)) {
+      write_held.set_value();
+      open_gate.get_future().wait();
+    }
+    Forward(inner_->Write(ns, ops), std::move(done));
+  }
+  void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
+    Forward(inner_->Remove(ns, keys), std::move(done));
+  }
+  void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
+    Forward(inner_->Contains(ns, keys), std::move(done));
+  }
+
+ private:
+  static void Forward(const Completion& c, CompletionSource done) {
+    (void)c.Wait();
+    for (size_t i = 0; i < c.size(); ++i) done.Set(i, c.result(i), c.bytes(i));
+    done.Finish();
+  }
+  std::unique_ptr<Tier> inner_;
+};
+
+class RuntimeLostCopyTest : public ::testing::Test {
+ protected:
+  // Hub of 4 blocks over a 32-block gate tier; chain K saved, K1 kept in the
+  // hub and K2..K4 written below (low mark 1 of 4, leaves first).
+  void SetUp() override {
+    setup_ = MakeEngine(64);
+    const uint64_t bb = setup_.layout.BlockBytes();
+    RuntimeOptions o = MakeOptions(bb, 4);
+    o.worker_threads = 2;
+    o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
+    o.tiers.push_back(LowerHostTier("gate", bb, 32));
+    o.tier_factory = [this](const TierOptions& t,
+                            const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+      auto inner = CreateTier(t, c);
+      if (!inner.ok()) return inner.status();
+      auto gate = std::make_unique<GateTier>(std::move(inner).value());
+      gate_ = gate.get();
+      return std::unique_ptr<Tier>(std::move(gate));
+    };
+    auto rt = Runtime::Open(o, setup_.engine);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(rt).value();
+    sim_ = std::make_unique<SimEngine>(rt_.get(), setup_.engine.get());
+    keys_ = ChainKeys({1, 2, 3, 4});
+    sim_->Prefill(keys_, 0);
+    ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+    ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(rt_->Lookup(kTestNs, keys_)->tier, (std::vector<uint8_t>{0, 1, 1, 1}));
+  }
+
+  EngineSetup setup_;
+  GateTier* gate_ = nullptr;
+  std::unique_ptr<Runtime> rt_;
+  std::unique_ptr<SimEngine> sim_;
+  std::vector<BlockKey> keys_;
+};
+
+// Load B pins K2 and K3 (both below the hub) and, needing two hub slots with
+// one free, writes a hub block down to make room: held at the gate. Load A
+// takes the free slot for K2, whose read misses, so K2 loses its only copy
+// while B still holds it. B must then report K2 missing, not read it from a
+// tier it is no longer in (the process crashed there).
+TEST_F(RuntimeLostCopyTest, ALoadWhoseBlockLostItsLastCopyMeanwhileMissesIt) {
+  const auto x = ChainKeys({20, 21});
+  sim_->Prefill(x, 10);
+  ASSERT_TRUE(sim_->SaveFrom(x, 0, 10).status().ok());  // the hub: K1, X1, X2 and one free
+  sim_->Scrub(0, 64);
+  gate_->reads_miss = true;
+  gate_->gate_writes = true;
+  std::future<void> held = gate_->write_held.get_future();
+  const std::vector<BlockKey> k23(keys_.begin() + 1, keys_.begin() + 3);
+  const std::vector<uint32_t> b_blocks = {30, 31};
+  Completion b = rt_->Load(kTestNs, k23, b_blocks, std::chrono::seconds(10));
+  ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "load B made no room";
+  Completion a = sim_->Load(std::vector<BlockKey>{keys_[1]}, 40);
+  EXPECT_EQ(a.result(0).code(), StatusCode::kNotFound) << a.result(0).ToString();
+  gate_->open_gate.set_value();
+  (void)b.WaitFor(std::chrono::seconds(5));
+  ASSERT_TRUE(b.Poll()) << "load B hung";
+  EXPECT_EQ(b.result(0).code(), StatusCode::kNotFound) << b.result(0).ToString();
+  EXPECT_EQ(b.result(1).code(), StatusCode::kNotFound) << b.result(1).ToString();
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 1u);
+}
+
+// A PinnedPrefix holds the chain while a load finds K2..K4 lost. The entries
+// stay while pinned; when the pin goes they must go too, or K1 keeps stored
+// children that no lookup reaches and can never be removed alone.
+TEST_F(RuntimeLostCopyTest, BlocksThatLostTheirCopyUnderAPinLeaveWithThePin) {
+  gate_->reads_miss = true;
+  {
+    auto pinned = rt_->LookupAndPin(kTestNs, keys_);
+    ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+    Completion c = sim_->Load(keys_, 8);
+    EXPECT_TRUE(c.result(0).ok()) << c.result(0).ToString();
+    for (size_t i = 1; i < keys_.size(); ++i)
+      EXPECT_EQ(c.result(i).code(), StatusCode::kNotFound) << i;
+    EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 1u);
+  }
+  EXPECT_TRUE(rt_->Remove(kTestNs, std::span(keys_).first(1)).ok());
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
