@@ -8,6 +8,7 @@
 #include "config/config_values.h"
 #include "kvtier/block_key.h"
 #include "kvtier/kv_layout.h"
+#include "kvtier/tier.h"
 
 namespace kvtier::internal {
 
@@ -24,7 +25,11 @@ constexpr std::array<std::string_view, 5> kRuntimeKeys = {
     "worker_threads", "max_queued_requests", "admin_socket", "gpu_watermark", "gpu_flops"};
 constexpr std::array<std::string_view, 2> kMoverKeys = {"interval_ms", "batch_blocks"};
 
+// The limits RuntimeOptions::Validate enforces, checked here too so that an
+// error points at the value.
 constexpr uint64_t kMaxIntervalMs = 3600 * 1000;  // an idle mover still looks once an hour
+constexpr uint64_t kMaxWorkerThreads = 256;
+constexpr uint64_t kMaxBatchBlocks = TierCapabilities{}.max_batch_blocks;  // every tier's limit
 
 struct U32Field {
   std::string_view key;
@@ -144,7 +149,10 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
   if (const ConfigNode* runtime = Section(root, "runtime")) {
     KVTIER_RETURN_IF_ERROR(CheckMap(*runtime, "runtime", kRuntimeKeys));
     if (const ConfigNode* p = runtime->Find("worker_threads")) {
-      KVTIER_RETURN_IF_ERROR(ReadU32(*p, "runtime.worker_threads", 1, &rt.worker_threads));
+      uint64_t threads = 0;
+      KVTIER_RETURN_IF_ERROR(
+          ReadUint(*p, "runtime.worker_threads", 1, kMaxWorkerThreads, &threads));
+      rt.worker_threads = static_cast<uint32_t>(threads);
     }
     if (const ConfigNode* p = runtime->Find("max_queued_requests")) {
       KVTIER_RETURN_IF_ERROR(
@@ -171,8 +179,27 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
           ReadUint(*p, "mover.interval_ms", 1, kMaxIntervalMs, &rt.mover.interval_ms));
     }
     if (const ConfigNode* p = mover->Find("batch_blocks")) {
-      KVTIER_RETURN_IF_ERROR(ReadU32(*p, "mover.batch_blocks", 1, &rt.mover.batch_blocks));
+      uint64_t batch = 0;
+      KVTIER_RETURN_IF_ERROR(ReadUint(*p, "mover.batch_blocks", 1, kMaxBatchBlocks, &batch));
+      rt.mover.batch_blocks = static_cast<uint32_t>(batch);
     }
+  }
+  return Status::Ok();
+}
+
+// Every tier must hold at least one block of the model; reported at the
+// tier's capacity, which ReadTiers has checked is present.
+Status CheckTierCapacities(const ConfigNode& root, const RuntimeOptions& rt) {
+  const ConfigNode* list = root.Find("tiers");
+  for (size_t i = 0; i < rt.tiers.size() && list != nullptr && i < list->items.size(); ++i) {
+    const TierOptions& t = rt.tiers[i];
+    if (t.capacity_bytes >= rt.block_bytes) continue;
+    const ConfigNode* cap = list->items[i].Find("capacity");
+    return NodeError(cap != nullptr ? cap->where : list->items[i].where,
+                     "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
+                         " bytes is below one block of the model (" +
+                         std::to_string(rt.block_bytes) + " bytes)",
+                     "a capacity of at least one block");
   }
   return Status::Ok();
 }
@@ -195,6 +222,7 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
   KVTIER_RETURN_IF_ERROR(ReadSections(root, out));
   KVTIER_RETURN_IF_ERROR(ReadTiers(root, &out->runtime.tiers));
   out->runtime.block_bytes = out->model.BlockBytes();
+  KVTIER_RETURN_IF_ERROR(CheckTierCapacities(root, out->runtime));
   // An nvme store is bound to the namespace of the model it caches.
   for (TierOptions& t : out->runtime.tiers) {
     if (t.type == "nvme") t.nvme.store_namespace = ComputeNamespaceId(out->model.Namespace()).value;

@@ -37,6 +37,8 @@ constexpr std::array<std::string_view, 24> kPolicyKeys = {"frequency_threshold",
                                                           "reuse_age_exponent"};
 
 constexpr uint64_t kMaxIntervalMs = 24ULL * 3600 * 1000;  // a budget adjusted once a day at least
+// PolicyKnobs::Validate's limit: 4 rows of 2^24 counters are 256 MiB a tier.
+constexpr uint64_t kMaxSketchWidth = uint64_t{1} << 24;
 
 // A number within [min, max], or (min, max] when `min_open`.
 struct Range {
@@ -115,7 +117,9 @@ Status ReadCounts(const ConfigNode& node, const std::string& path, TierOptions* 
     KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".frequency_threshold", 1, &k.frequency_threshold));
   }
   if (const ConfigNode* p = node.Find("sketch_width")) {
-    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".sketch_width", 16, &k.sketch_width));
+    uint64_t width = 0;
+    KVTIER_RETURN_IF_ERROR(ReadUint(*p, path + ".sketch_width", 16, kMaxSketchWidth, &width));
+    k.sketch_width = static_cast<uint32_t>(width);
   }
   if (const ConfigNode* p = node.Find("sketch_aging_period")) {
     KVTIER_RETURN_IF_ERROR(

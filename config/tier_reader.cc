@@ -39,6 +39,11 @@ Status ReadTierName(const ConfigNode& node, size_t index, std::string* name) {
                        "lower-case letters, digits, '_' and '-'");
     }
   }
+  // Stats and metrics call the engine's own pool "gpu".
+  if (*name == "gpu") {
+    return NodeError(p->where, "tier name 'gpu' is reserved for the engine's GPU pool",
+                     "another name, e.g. 'name: host'");
+  }
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/names.h"
+#include "kvtier/tier.h"
 
 namespace kvtier {
 namespace {
@@ -14,6 +15,15 @@ constexpr uint64_t kPiB = 1024 * kTiB;
 // A block is one I/O on every tier; beyond this a single transfer stalls the
 // whole queue, and the geometry is almost certainly a typo.
 constexpr uint64_t kMaxBlockBytes = kGiB;
+// Each worker is a thread with its own stack; more than this cannot help a
+// runtime whose work is copies and tier I/O, and a huge count is a typo.
+constexpr uint32_t kMaxWorkerThreads = 256;
+// An idle mover still looks at the watermarks once an hour; 0 would spin.
+constexpr uint64_t kMaxMoverIntervalMs = 3600 * 1000;
+// Every tier refuses a batch larger than this (TierCapabilities).
+constexpr uint32_t kMaxMoverBatchBlocks = TierCapabilities{}.max_batch_blocks;
+// The engine's own level: metrics and stats name it "gpu".
+constexpr std::string_view kEngineTierName = "gpu";
 
 bool ValidTierNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
@@ -120,6 +130,10 @@ Status TierOptions::Validate() const {
                        "name has a character outside [a-z0-9_-]; expected a name "
                        "of lower-case letters, digits, '_' and '-'");
     }
+  }
+  if (name == kEngineTierName) {
+    return TierError(name,
+                     "name is reserved for the engine's GPU pool; expected another tier name");
   }
   if (type.empty()) return TierError(name, "type is empty; expected a tier type");
   if (capacity_bytes == 0) {
@@ -246,15 +260,36 @@ Status RuntimeOptions::Validate() const {
       return Status::InvalidArgument("duplicate tier name '" + t.name +
                                      "'; expected unique tier names");
     }
+    // Every tier stores whole blocks: a smaller one could never take a write.
+    if (t.capacity_bytes < block_bytes) {
+      return TierError(t.name, "capacity " + std::to_string(t.capacity_bytes) +
+                                   " bytes is below one block of " + std::to_string(block_bytes) +
+                                   " bytes; expected a capacity of at least one block");
+    }
   }
   if (worker_threads == 0) {
     return Status::InvalidArgument("worker_threads is 0; expected at least 1");
   }
+  if (worker_threads > kMaxWorkerThreads) {
+    return Status::InvalidArgument("worker_threads " + std::to_string(worker_threads) +
+                                   " is too many; expected 1 to " +
+                                   std::to_string(kMaxWorkerThreads));
+  }
   if (max_queued_requests == 0) {
     return Status::InvalidArgument("max_queued_requests is 0; expected at least 1");
   }
+  if (mover.interval_ms == 0 || mover.interval_ms > kMaxMoverIntervalMs) {
+    return Status::InvalidArgument("mover interval_ms " + std::to_string(mover.interval_ms) +
+                                   " is out of range; expected 1 to " +
+                                   std::to_string(kMaxMoverIntervalMs));
+  }
   if (mover.batch_blocks == 0) {
     return Status::InvalidArgument("mover batch_blocks is 0; expected at least 1");
+  }
+  if (mover.batch_blocks > kMaxMoverBatchBlocks) {
+    return Status::InvalidArgument("mover batch_blocks " + std::to_string(mover.batch_blocks) +
+                                   " exceeds the tiers' batch limit; expected 1 to " +
+                                   std::to_string(kMaxMoverBatchBlocks));
   }
   if (!(gpu_flops_per_s >= 0)) {
     return Status::InvalidArgument("gpu_flops_per_s is negative; expected a rate >= 0");

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "kvtier/policy.h"
 #include "policy/policy_build.h"
@@ -223,6 +224,13 @@ void AdmissionChain::OnWritten(uint64_t bytes, uint64_t now_ns) {
 Status PolicyKnobs::Validate() const {
   if (frequency_threshold == 0) {
     return Status::InvalidArgument("frequency_threshold is 0; expected at least 1");
+  }
+  // 4 rows of 4-byte counters: the limit keeps a tier's sketch within 256 MiB.
+  constexpr uint32_t kMaxSketchWidth = 1u << 24;
+  if (sketch_width > kMaxSketchWidth) {
+    return Status::InvalidArgument("sketch_width " + std::to_string(sketch_width) +
+                                   " is too wide; expected at most " +
+                                   std::to_string(kMaxSketchWidth) + " counters per row");
   }
   if (!(write_amplification >= 1.0)) {
     return Status::InvalidArgument("write_amplification is below 1; expected >= 1");

@@ -50,9 +50,9 @@ inline constexpr std::string_view kDefaultEvictionPolicy = "lru";
 inline constexpr std::string_view kDefaultAdmissionPolicy = "always";
 
 struct KVTIER_EXPORT TierOptions {
-  std::string name;              // unique; names the tier in stats and --set paths
+  std::string name;              // unique, not "gpu" (the engine); names the tier in stats
   std::string type;              // registry name: "host", later "nvme", "redis", "remote"
-  uint64_t capacity_bytes = 0;   // required, > 0
+  uint64_t capacity_bytes = 0;   // required; at least one block, at most 1 PiB
   WatermarkOptions watermarks;
   std::string eviction{kDefaultEvictionPolicy};                              // eviction policy name
   std::vector<std::string> admission{std::string(kDefaultAdmissionPolicy)};  // all must accept
@@ -106,8 +106,8 @@ struct KVTIER_EXPORT ModelOptions {
 KVTIER_EXPORT Status ApplyModelPreset(std::string_view preset, ModelOptions* model);
 
 struct MoverOptions {
-  uint64_t interval_ms = 50;    // how often the mover re-checks watermarks when idle
-  uint32_t batch_blocks = 64;   // blocks demoted per tier write batch
+  uint64_t interval_ms = 50;    // how often an idle mover re-checks watermarks; 1..3600000
+  uint32_t batch_blocks = 64;   // blocks demoted per tier write batch; 1..4096 (tier limit)
   bool start_thread = true;     // false: tests drive Runtime::TEST_RunMoverOnce()
 };
 
@@ -123,7 +123,7 @@ struct KVTIER_EXPORT RuntimeOptions {
   std::vector<TierOptions> tiers;      // tiers[0] is the host hub and must be type "host"
   MoverOptions mover;
   uint32_t max_queued_requests = 1024;  // Save/Load requests queued before Busy
-  uint32_t worker_threads = 2;          // threads serving Save and Load
+  uint32_t worker_threads = 2;          // threads serving Save and Load; 1..256
   std::shared_ptr<Clock> clock;         // null: SystemClock()
   std::shared_ptr<LogSink> log;         // null: StderrLogSink()
   TierFactory tier_factory;             // null: CreateTier; builds tiers[1..]

@@ -117,7 +117,7 @@ class KVTIER_EXPORT EvictionPolicy {
 // sweep's winning set (docs/BENCHMARKS.md).
 struct KVTIER_EXPORT PolicyKnobs {
   uint32_t frequency_threshold = 2;         // frequency: admit on the N-th sighting
-  uint32_t sketch_width = 1 << 16;          // frequency: counters per sketch row
+  uint32_t sketch_width = 1 << 16;          // frequency: counters per sketch row, <= 1 << 24
   uint64_t sketch_aging_period = 1 << 20;   // frequency: halve counts after this many sightings
   bool marconi_admit_tails = true;          // marconi: admit tails of continuing sessions
   float marconi_continue_threshold = 0.5;   // marconi: expected_reuse at which a tail is kept
