@@ -1,6 +1,7 @@
 #include "core/runtime_impl.h"
 
 #include <algorithm>
+#include <exception>
 #include <string>
 #include <unordered_map>
 
@@ -108,7 +109,8 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
       tier_counts_(1 + lower_.size()) {
   index_.set_observer(policies_.get());
   for (const auto& t : lower_) has_local_index_tier_ |= t->capabilities().local_index;
-  workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests);
+  workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests,
+                                          options_.log);
   if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
 }
 
@@ -156,7 +158,15 @@ Completion RuntimeImpl::Submit(size_t items, std::function<void(CompletionSource
   auto src = std::make_shared<CompletionSource>(items);
   Completion c = src->completion();
   Status st = workers_->TrySubmit([src, job = std::move(job)] {
-    job(*src);
+    // A throw is a bug, but the caller must still get an answer, not wait
+    // forever: every item without a result ends Internal.
+    try {
+      job(*src);
+    } catch (const std::exception& e) {
+      src->SetAll(Status::Internal(std::string("request failed with an exception: ") + e.what()));
+    } catch (...) {
+      src->SetAll(Status::Internal("request failed with an exception"));
+    }
     src->Finish();
   });
   if (!st.ok()) {
@@ -360,7 +370,8 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
     const size_t batch = std::max<size_t>(1, tier.capabilities().max_batch_blocks);
     for (size_t from = 0; from < keys.size(); from += batch) {
       Status st = tier.Remove(ns, keys.subspan(from, std::min(batch, keys.size() - from))).Wait();
-      if (!st.ok() && result.ok()) result = st.WithContext("remove from tier '" + tier.name() + "'");
+      if (!st.ok() && result.ok())
+        result = st.WithContext("remove from tier '" + tier.name() + "'");
     }
   }
   std::lock_guard lock(mu_);

@@ -1,7 +1,10 @@
 // The load path: hub slots (staged from lower tiers when needed) -> engine
 // pages, on a worker thread, within the caller's deadline.
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <map>
+#include <string>
 
 #include "core/runtime_impl.h"
 #include "kvtier/block_header.h"
@@ -17,8 +20,8 @@ std::chrono::nanoseconds Remaining(std::chrono::steady_clock::time_point deadlin
 
 void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                           const std::vector<uint32_t>& blocks,
-                          std::chrono::steady_clock::time_point deadline,
-                          const LayerDone& on_layer, CompletionSource& done) {
+                          std::chrono::steady_clock::time_point deadline, const LayerDone& on_layer,
+                          CompletionSource& done) {
   const size_t n = keys.size();
   std::vector<IndexEntry*> entries(n, nullptr);
   std::vector<uint32_t> source_tier(n, 0);
@@ -55,10 +58,27 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
       copy_item.push_back(i);
     }
   }
+  // on_layer is the engine's code: an exception from it must not unwind
+  // through the copy engine (with whatever copy engine runs it) or leave
+  // this load's pins held. Its blocks end Internal; the copy itself runs on.
+  std::atomic<bool> threw{false};
+  std::string thrown;
   std::vector<Status> copied = RunCopy(/*gather=*/false, copies, [&](uint32_t layer) {
     done.SetLayersDone(layer + 1);
-    if (on_layer) on_layer(layer);
+    if (!on_layer || threw.load(std::memory_order_relaxed)) return;
+    try {
+      on_layer(layer);
+    } catch (const std::exception& e) {
+      if (!threw.exchange(true)) thrown = e.what();
+    } catch (...) {
+      if (!threw.exchange(true)) thrown = "an exception that is not a std::exception";
+    }
   });
+  if (threw) {
+    for (Status& st : copied) {
+      if (st.ok()) st = Status::Internal("on_layer threw: " + thrown);
+    }
+  }
 
   std::lock_guard lock(mu_);
   for (size_t j = 0; j < copy_item.size(); ++j) {

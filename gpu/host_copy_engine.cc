@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <new>
 #include <string>
@@ -238,8 +239,30 @@ class HostCopyEngineImpl final : public HostCopyEngine {
         if (layer + 1 < layout_.num_layers) FailRemaining(copies, lost_status, layer, results);
         return;
       }
-      if (on_layer) on_layer(layer);
+      if (!on_layer) continue;
+      Status reported = ReportLayer(on_layer, layer);
+      if (!reported.ok()) {
+        // The caller's per-layer work for these blocks is broken: no later
+        // layer is copied or reported, and `done` still runs.
+        FailRemaining(copies, reported, layer, results);
+        return;
+      }
     }
+  }
+
+  // on_layer is the caller's code; an exception from it must not unwind
+  // through the copy (skipping `done`) or out of a runtime worker thread.
+  static Status ReportLayer(const LayerDone& on_layer, uint32_t layer) {
+    std::string what;
+    try {
+      on_layer(layer);
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+      what = "an exception that is not a std::exception";
+    }
+    return Status::Internal("on_layer(" + std::to_string(layer) + ") threw: " + what);
   }
 
   std::byte* TensorBase(uint32_t tensor) const {

@@ -1,15 +1,47 @@
 #include "io/worker_pool.h"
 
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <system_error>
+
 namespace kvtier::internal {
 
-WorkerPool::WorkerPool(size_t threads, size_t max_queued) : max_queued_(max_queued) {
-  threads_.reserve(threads);
-  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+WorkerPool::WorkerPool(size_t threads, size_t max_queued, std::shared_ptr<LogSink> log,
+                       ThreadStarter start)
+    : max_queued_(max_queued), log_(std::move(log)) {
+  if (!start) start = [](std::function<void()> body) { return std::thread(std::move(body)); };
+  // A thread that fails to start must not take the started ones down with
+  // it (a joinable std::thread destroyed during unwinding terminates): the
+  // vector is sized first, so emplace_back cannot reallocate, and only the
+  // start itself can throw, before anything is added.
+  try {
+    threads_.reserve(threads);
+    for (size_t i = 0; i < threads; ++i) threads_.emplace_back(start([this] { Run(); }));
+  } catch (const std::system_error& e) {
+    start_error_ =
+        Status::ResourceExhausted("worker pool: thread " + std::to_string(threads_.size() + 1) +
+                                  " of " + std::to_string(threads) + " did not start: " + e.what());
+  } catch (const std::length_error&) {
+    start_error_ = Status::InvalidArgument("worker pool: " + std::to_string(threads) +
+                                           " threads is more than a vector can hold");
+  } catch (const std::bad_alloc&) {
+    start_error_ = Status::ResourceExhausted("worker pool: out of memory for " +
+                                             std::to_string(threads) + " threads");
+  }
+  started_ = threads_.size();
+  if (!start_error_.ok() && log_ != nullptr) {
+    log_->Log(LogLevel::kError, std::string(start_error_.message()) + "; serving with " +
+                                    std::to_string(started_) + " threads");
+  }
 }
 
 WorkerPool::~WorkerPool() { Shutdown(); }
 
 Status WorkerPool::TrySubmit(std::function<void()> job) {
+  if (started_ == 0) {
+    return Status::Unavailable("worker pool has no thread: " + std::string(start_error_.message()));
+  }
   {
     std::lock_guard lock(mu_);
     if (stopping_) return Status::Unavailable("worker pool is shut down");
@@ -45,7 +77,29 @@ void WorkerPool::Run() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
+    RunJob(job);
+  }
+}
+
+// An exception escaping a thread's function terminates the process; a job
+// that throws is the job's bug, and the pool keeps serving the others.
+void WorkerPool::RunJob(std::function<void()>& job) {
+  std::string what;
+  try {
     job();
+    return;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "an exception that is not a std::exception";
+  }
+  failed_jobs_.fetch_add(1, std::memory_order_relaxed);
+  if (log_ != nullptr) {
+    try {
+      log_->Log(LogLevel::kError, "worker pool: a job threw " + what + "; the pool goes on");
+    } catch (...) {
+      // A sink that throws loses the message, not the worker.
+    }
   }
 }
 

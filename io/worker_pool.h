@@ -3,41 +3,68 @@
 // queued, then joins the threads.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "kvtier/env.h"
 #include "kvtier/status.h"
 
 namespace kvtier::internal {
 
 class WorkerPool {
  public:
-  WorkerPool(size_t threads, size_t max_queued);
+  // Starts one thread running `body`; throws std::system_error when the
+  // system refuses (the default is std::thread's constructor).
+  using ThreadStarter = std::function<std::thread(std::function<void()> body)>;
+
+  // Starts up to `threads` threads. A thread the system refuses to start is
+  // not fatal: the pool serves with those that started (threads() says how
+  // many, start_error() why the rest did not). With none, TrySubmit answers
+  // Unavailable. A job that throws is counted (failed_jobs()) and logged to
+  // `log` when set; the worker goes on with the next job.
+  WorkerPool(size_t threads, size_t max_queued, std::shared_ptr<LogSink> log = nullptr,
+             ThreadStarter start = nullptr);
   ~WorkerPool();  // calls Shutdown()
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // Queues `job`. Busy when the queue holds max_queued jobs; Unavailable
-  // after Shutdown(). Thread-safe.
+  // after Shutdown() or when no thread started. Thread-safe.
   Status TrySubmit(std::function<void()> job);
 
   // Stops accepting jobs, drains the queue and joins. Idempotent.
   void Shutdown();
 
+  // Threads started by the constructor (fewer than asked when one failed).
+  size_t threads() const { return started_; }
+  // Why a thread failed to start; OK when all did.
+  const Status& start_error() const { return start_error_; }
+  // Jobs that ended by throwing. Thread-safe.
+  uint64_t failed_jobs() const { return failed_jobs_.load(std::memory_order_relaxed); }
+
  private:
   void Run();
+  void RunJob(std::function<void()>& job);
 
   const size_t max_queued_;
+  const std::shared_ptr<LogSink> log_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;  // guarded by mu_
   bool stopping_ = false;                    // guarded by mu_
   std::vector<std::thread> threads_;
+  size_t started_ = 0;                    // written by the constructor only
+  Status start_error_;                    // written by the constructor only
+  std::atomic<uint64_t> failed_jobs_{0};  // a statistic: relaxed
 };
 
 }  // namespace kvtier::internal

@@ -7,6 +7,21 @@ namespace kvtier {
 Tier::Tier(std::string name, std::string type, TierCapabilities caps)
     : name_(std::move(name)), type_(std::move(type)), caps_(caps) {}
 
+namespace {
+
+// A backend that throws has a bug, but its caller still needs an answer:
+// the source, dropped by the unwinding, ends every item it had not set as
+// Cancelled, which also ends the op's in-flight count.
+template <typename DoOp>
+void CallBackend(DoOp&& op) {
+  try {
+    op();
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
 Tier::~Tier() = default;
 
 std::optional<Completion> Tier::Refuse(size_t items, OpKind kind) {
@@ -67,7 +82,7 @@ Completion Tier::Read(NamespaceId ns, std::span<const ReadOp> ops) {
   if (auto refused = Refuse(ops.size(), OpKind::kRead)) return *refused;
   CompletionSource src(ops.size());
   Completion c = Track(OpKind::kRead, src.completion());
-  DoRead(ns, ops, std::move(src));
+  CallBackend([&] { DoRead(ns, ops, std::move(src)); });
   return c;
 }
 
@@ -88,7 +103,7 @@ Completion Tier::Write(NamespaceId ns, std::span<const WriteOp> ops) {
   if (auto refused = Refuse(ops.size(), OpKind::kWrite)) return *refused;
   CompletionSource src(ops.size());
   Completion c = Track(OpKind::kWrite, src.completion());
-  DoWrite(ns, ops, std::move(src));
+  CallBackend([&] { DoWrite(ns, ops, std::move(src)); });
   return c;
 }
 
@@ -96,7 +111,7 @@ Completion Tier::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   if (auto refused = Refuse(keys.size(), OpKind::kRemove)) return *refused;
   CompletionSource src(keys.size());
   Completion c = Track(OpKind::kRemove, src.completion());
-  DoRemove(ns, keys, std::move(src));
+  CallBackend([&] { DoRemove(ns, keys, std::move(src)); });
   return c;
 }
 
@@ -104,7 +119,7 @@ Completion Tier::Contains(NamespaceId ns, std::span<const BlockKey> keys) {
   if (auto refused = Refuse(keys.size(), OpKind::kContains)) return *refused;
   CompletionSource src(keys.size());
   Completion c = Track(OpKind::kContains, src.completion());
-  DoContains(ns, keys, std::move(src));
+  CallBackend([&] { DoContains(ns, keys, std::move(src)); });
   return c;
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <stdexcept>
 
 #include "tests/core/runtime_test_util.h"
 #include "tests/support/fault_tier.h"
@@ -25,15 +26,16 @@ class RuntimeBatchLimitTest : public ::testing::Test {
   }
   void TearDown() override { disk_->Shutdown(); }
 
-  std::unique_ptr<Runtime> Open() {
+  std::unique_ptr<Runtime> Open(TierViewHooks hooks = {}) {
     RuntimeOptions o = MakeOptions(bb_, 8);
     o.tiers[0].watermarks = {.high = 0.5, .low = 0.125};
     o.tiers.push_back(LowerHostTier("disk", bb_, 32));
     std::shared_ptr<Tier> disk = disk_;
-    o.tier_factory = [disk](const TierOptions&,
-                            const TierContext&) -> Result<std::unique_ptr<Tier>> {
+    o.tier_factory = [disk, hooks](const TierOptions&,
+                                   const TierContext&) -> Result<std::unique_ptr<Tier>> {
       return NewTierView(
-          disk, TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = 2});
+          disk, TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = 2},
+          hooks);
     };
     auto rt = Runtime::Open(o, setup_.engine);
     EXPECT_TRUE(rt.ok()) << rt.status().ToString();
@@ -77,6 +79,31 @@ TEST_F(RuntimeBatchLimitTest, EveryTierCallIsSplitToWhatTheTierAccepts) {
 
   ASSERT_TRUE(rt->Remove(kTestNs, keys).ok());
   EXPECT_EQ(disk_->Usage().blocks, 0u);
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);
+}
+
+// A lower tier whose Read throws (a broken backend): the load still gets an
+// answer for every block, at once, and lets go of its pins and hub slots, so
+// the blocks can be removed and the runtime goes on serving.
+TEST_F(RuntimeBatchLimitTest, ATierThatThrowsFailsItsBlocksAndHoldsNothing) {
+  bool broken = false;
+  std::unique_ptr<Runtime> rt = Open(TierViewHooks{.before_read = [&broken] {
+    if (broken) throw std::runtime_error("backend bug");
+  }});
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  const auto keys = ChainKeys({1, 2, 3, 4, 5, 6});
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+  broken = true;
+  sim.Scrub(0, 64);
+  Completion c = sim.Load(keys, 10, std::chrono::seconds(5));
+  ASSERT_TRUE(c.Poll());
+  EXPECT_TRUE(c.result(0).ok()) << c.result(0).ToString();
+  for (size_t i = 1; i < keys.size(); ++i)
+    EXPECT_EQ(c.result(i).code(), StatusCode::kCancelled) << i << ": " << c.result(i).ToString();
+  EXPECT_TRUE(rt->Remove(kTestNs, keys).ok()) << "the failed load left blocks pinned";
   EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);
 }
 

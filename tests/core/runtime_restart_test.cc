@@ -30,7 +30,7 @@ class RuntimeRestartTest : public ::testing::Test {
     o.tier_factory = [disk, local_index, after_contains](
                          const TierOptions&, const TierContext&) -> Result<std::unique_ptr<Tier>> {
       return NewTierView(disk, TierCapabilities{.persistent = true, .local_index = local_index},
-                         after_contains);
+                         TierViewHooks{.after_contains = after_contains});
     };
     auto rt = Runtime::Open(o, setup_.engine);
     EXPECT_TRUE(rt.ok()) << rt.status().ToString();

@@ -5,16 +5,17 @@ namespace {
 
 class TierView final : public Tier {
  public:
-  TierView(std::shared_ptr<Tier> inner, TierCapabilities caps, std::function<void()> hook)
+  TierView(std::shared_ptr<Tier> inner, TierCapabilities caps, TierViewHooks hooks)
       : Tier(inner->name(), inner->type(), caps),
         inner_(std::move(inner)),
-        after_contains_(std::move(hook)) {}
+        hooks_(std::move(hooks)) {}
   ~TierView() override { Shutdown(); }
 
   TierUsage Usage() const override { return inner_->Usage(); }
 
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override {
+    if (hooks_.before_read) hooks_.before_read();
     Forward(inner_->Read(ns, ops), std::move(done));
   }
   void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override {
@@ -25,9 +26,9 @@ class TierView final : public Tier {
   }
   void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
     Completion c = inner_->Contains(ns, keys);
-    if (after_contains_) {
+    if (hooks_.after_contains) {
       c.Wait();
-      after_contains_();
+      hooks_.after_contains();
     }
     Forward(c, std::move(done));
   }
@@ -42,14 +43,14 @@ class TierView final : public Tier {
   }
 
   std::shared_ptr<Tier> inner_;
-  std::function<void()> after_contains_;
+  TierViewHooks hooks_;
 };
 
 }  // namespace
 
 std::unique_ptr<Tier> NewTierView(std::shared_ptr<Tier> inner, TierCapabilities caps,
-                                  std::function<void()> after_contains) {
-  return std::make_unique<TierView>(std::move(inner), caps, std::move(after_contains));
+                                  TierViewHooks hooks) {
+  return std::make_unique<TierView>(std::move(inner), caps, std::move(hooks));
 }
 
 }  // namespace kvtier::testing

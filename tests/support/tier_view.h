@@ -10,10 +10,16 @@
 
 namespace kvtier::testing {
 
+// A test's way to act inside a call, each run on the caller's thread when set.
+struct TierViewHooks {
+  // Once `inner` has answered a Contains, before the view answers it.
+  std::function<void()> after_contains;
+  // Before a Read is passed to `inner` (it may throw, as a broken tier would).
+  std::function<void()> before_read;
+};
+
 // `inner` must outlive the view; shutting the view down leaves `inner` open.
-// `after_contains`, when set, runs once `inner` has answered a Contains and
-// before the view answers it: a test's way to act inside that window.
 std::unique_ptr<Tier> NewTierView(std::shared_ptr<Tier> inner, TierCapabilities caps,
-                                  std::function<void()> after_contains = {});
+                                  TierViewHooks hooks = {});
 
 }  // namespace kvtier::testing
