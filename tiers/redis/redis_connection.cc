@@ -15,6 +15,10 @@ namespace {
 constexpr size_t kInBufferBytes = 256 * 1024;
 // Reads at least this large go straight into the caller's buffer.
 constexpr size_t kDirectReadBytes = 16 * 1024;
+// No reply line (status, error, integer, length) nor the reply to a control
+// command comes near this; a line is kept in in_, which never grows.
+constexpr size_t kMaxSimpleReplyBytes = 64 * 1024;
+static_assert(kMaxSimpleReplyBytes < kInBufferBytes);
 
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
@@ -256,7 +260,8 @@ Status RedisConnection::FillBuffer() {
     in_end_ -= in_pos_;
     in_pos_ = 0;
   }
-  if (in_end_ == in_.size()) in_.resize(in_.size() * 2);  // a very long line
+  // Unreachable: lines are capped below the size, bodies read once it is drained.
+  if (in_end_ == in_.size()) return Fail(Status::Internal("redis read buffer full"));
   for (;;) {
     ssize_t n = recv(ctx_->fd, in_.data() + in_end_, in_.size() - in_end_, 0);
     if (n > 0) {
@@ -279,10 +284,12 @@ Status RedisConnection::ReadError(ssize_t n) const {
 }
 
 Result<RespHead> RedisConnection::ReadHead() {
+  // Unread bytes already searched for the CR (FillBuffer keeps them unread).
+  size_t scanned = 0;
   for (;;) {
     const char* begin = in_.data() + in_pos_;
     const char* end = in_.data() + in_end_;
-    const char* cr = static_cast<const char*>(memchr(begin, '\r', end - begin));
+    const char* cr = static_cast<const char*>(memchr(begin + scanned, '\r', end - begin - scanned));
     if (cr != nullptr && cr + 1 < end) {
       if (cr[1] != '\n' || cr == begin) {
         return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": malformed reply"));
@@ -291,6 +298,12 @@ Result<RespHead> RedisConnection::ReadHead() {
       const char type = *begin;
       in_pos_ += (cr - begin) + 2;
       return ParseHead(type, line);
+    }
+    // A CR that is the last byte read is looked at again once its LF is in.
+    scanned = static_cast<size_t>((cr != nullptr ? cr : end) - begin);
+    if (scanned >= kMaxSimpleReplyBytes) {
+      return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": reply line longer than " +
+                                     std::to_string(kMaxSimpleReplyBytes) + " bytes"));
     }
     KVTIER_RETURN_IF_ERROR(FillBuffer());
   }
@@ -367,7 +380,16 @@ Status RedisConnection::EndBody() {
 
 Result<RespHead> RedisConnection::ReadSimple() {
   auto head = ReadHead();
-  if (!head.ok() || head->kind != RespHead::Kind::kBulk) return head;
+  if (!head.ok()) return head;
+  // An array's items would be read as the replies of the commands after it.
+  const bool array = head->kind == RespHead::Kind::kArray;
+  if (array || (head->kind == RespHead::Kind::kBulk && head->integer > kMaxSimpleReplyBytes)) {
+    return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": " +
+                                   (array ? "array reply of " : "bulk reply of ") +
+                                   std::to_string(head->integer) + (array ? " items" : " bytes") +
+                                   " to a control command; expected a short status"));
+  }
+  if (head->kind != RespHead::Kind::kBulk) return head;
   head->text.resize(static_cast<size_t>(head->integer));
   KVTIER_RETURN_IF_ERROR(ReadBody(std::as_writable_bytes(std::span(head->text))));
   KVTIER_RETURN_IF_ERROR(EndBody());

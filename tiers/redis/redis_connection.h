@@ -97,12 +97,16 @@ class RedisConnection {
   Status Flush();
 
   // Reads the head of the next reply. For kBulk the body (integer bytes)
-  // and its CRLF follow: consume them with ReadBody/SkipBody.
+  // and its CRLF follow: consume them with ReadBody/SkipBody. Corruption,
+  // leaving the connection broken, for a malformed line or one longer than
+  // 64 KiB.
   Result<RespHead> ReadHead();
   Status ReadBody(std::span<std::byte> out);  // exactly out.size() bytes of the body
   Status SkipBody(uint64_t bytes);            // discards bytes of the body
   Status EndBody();                           // consumes the CRLF after a body
-  // ReadHead plus, for a bulk, the whole body as text.
+  // The reply to a control command such as ASKING: ReadHead plus, for a
+  // bulk, the whole body as text. Corruption, leaving the connection broken,
+  // for an array or a bulk over 64 KiB.
   Result<RespHead> ReadSimple();
 
  private:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 
 namespace kvtier::internal {
 namespace {
@@ -122,28 +123,39 @@ void RedisNode::Execute(Worker* w, RedisJob& job) {
   std::vector<RedisOpResult> results(job.ops.size());
   size_t answered = 0;
   Status broken;
-  while (answered < job.ops.size() && broken.ok()) {
-    size_t end = answered;
-    uint64_t bytes = 0;
-    while (end < job.ops.size() && end - answered < kChunkOps && bytes < kChunkBytes) {
-      QueueRedisOp(conn, job.ops[end], options_.ttl_s);
-      bytes += job.ops[end].payload.size() + job.ops[end].dst.size();
-      ++end;
-    }
-    broken = conn.Flush();
-    while (answered < end && broken.ok()) {
-      results[answered] = ReadRedisOpReply(conn, job.ops[answered], ns);
-      if (conn.broken()) {
-        const Status& st = results[answered].status;
-        broken = st.code() == StatusCode::kUnavailable
-                     ? st
-                     : Status::Unavailable("redis " + endpoint_.ToString() +
-                                           ": connection dropped after a malformed reply");
+  // The replies are the server's bytes: should reading them ever throw, the
+  // op and the connection fail here rather than the exception ending the
+  // process on this thread.
+  try {
+    while (answered < job.ops.size() && broken.ok()) {
+      size_t end = answered;
+      uint64_t bytes = 0;
+      while (end < job.ops.size() && end - answered < kChunkOps && bytes < kChunkBytes) {
+        QueueRedisOp(conn, job.ops[end], options_.ttl_s);
+        bytes += job.ops[end].payload.size() + job.ops[end].dst.size();
+        ++end;
       }
-      ++answered;
+      broken = conn.Flush();
+      while (answered < end && broken.ok()) {
+        results[answered] = ReadRedisOpReply(conn, job.ops[answered], ns, options_.cluster);
+        if (conn.broken()) {
+          const Status& st = results[answered].status;
+          broken = st.code() == StatusCode::kUnavailable
+                       ? st
+                       : Status::Unavailable("redis " + endpoint_.ToString() +
+                                             ": connection dropped after a malformed reply");
+        }
+        ++answered;
+      }
     }
+  } catch (const std::exception& e) {
+    conn.Abandon();
+    broken =
+        Status::Internal("redis " + endpoint_.ToString() + ": reading replies failed: " + e.what());
   }
   for (size_t i = answered; i < results.size(); ++i) results[i] = RedisOpResult{broken};
+  // Closed now, not on the next job: a server streaming junk stops being read.
+  if (conn.broken()) w->conn.reset();
   job.batch->Deliver(this, std::move(job.ops), std::move(results));
 }
 

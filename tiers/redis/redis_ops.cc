@@ -103,7 +103,8 @@ void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s) {
   conn.QueueWithValue(argv, parts, trailing);
 }
 
-RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns) {
+RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
+                               bool cluster) {
   if (op.asking) {
     auto ok = conn.ReadSimple();
     if (!ok.ok()) return Failed(ok.status());
@@ -113,6 +114,11 @@ RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, Namespa
   if (head->kind == RespHead::Kind::kError) {
     RedisOpResult r;
     if (ParseRedirect(head->text, &r.target, &r.asking)) {
+      if (!cluster) {
+        return Failed(Status::InvalidArgument(
+            Describe(conn, op) + ": server answered '" + head->text +
+            "', a cluster redirect, which is not followed without cluster: true"));
+      }
       r.redirected = true;
       r.status = Status::Unavailable(Describe(conn, op) + ": redirected: " + head->text);
       return r;

@@ -45,7 +45,11 @@ struct RedisOpResult {
 void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s);
 
 // Reads the reply (or replies, with ASKING) of `op`, which was queued in this
-// order. A transport failure leaves `conn` broken and is Unavailable.
-RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns);
+// order. A transport failure leaves `conn` broken and is Unavailable; a reply
+// that is not Redis's leaves it broken and is Corruption. A MOVED or ASK
+// reply is `redirected` only when `cluster`; otherwise it is InvalidArgument
+// (a server that redirects is a cluster node, or not one to follow).
+RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
+                               bool cluster);
 
 }  // namespace kvtier::internal

@@ -134,9 +134,20 @@ RedisNode* RedisRouter::NodeAtLocked(const RedisEndpoint& endpoint,
   return node.get();
 }
 
-RedisNode* RedisRouter::NodeAt(const RedisEndpoint& endpoint) {
+RedisNode* RedisRouter::KnownNode(const RedisEndpoint& endpoint) {
   std::lock_guard lock(nodes_mu_);
-  return NodeAtLocked(endpoint);
+  auto it = nodes_.find(endpoint.ToString());
+  return it == nodes_.end() ? nullptr : it->second.get();
+}
+
+// In cluster mode nodes_ holds exactly the masters of the slot maps read so
+// far, so looking a target up there (never adding it) bounds the nodes, and
+// their threads, by what CLUSTER SLOTS reports, whatever redirects say.
+RedisNode* RedisRouter::RedirectTarget(const RedisEndpoint& endpoint) {
+  if (!cluster_) return nullptr;
+  if (RedisNode* node = KnownNode(endpoint)) return node;
+  RefreshSlots();
+  return KnownNode(endpoint);
 }
 
 RedisNode* RedisRouter::Route(std::string_view key) {

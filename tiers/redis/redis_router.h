@@ -2,7 +2,8 @@
 //  - one server: every key goes to it;
 //  - several independent servers: rendezvous hashing of the key name;
 //  - Redis Cluster: the slot map read with CLUSTER SLOTS from a seed, a node
-//    per master, refreshed when a MOVED reply shows it is stale.
+//    per master, refreshed when a MOVED reply shows it is stale. Only the
+//    slot map creates nodes; a redirect goes to one of them or is refused.
 // Nodes live until Shutdown(), so the pointers handed out stay valid while
 // any batch is in flight. Thread-safe.
 #pragma once
@@ -35,8 +36,13 @@ class RedisRouter {
 
   // The node serving `key`, or null when no node serves its cluster slot.
   RedisNode* Route(std::string_view key);
-  // The node at `endpoint` (a redirect target), created on first use.
-  RedisNode* NodeAt(const RedisEndpoint& endpoint);
+  // The node a cluster redirect to `endpoint` goes to, or null when it is not
+  // to be followed: always without cluster, and when `endpoint` is not a
+  // master of a slot map read from the cluster (re-read once, at most every
+  // 100 ms, when it is unknown). Redirects thus never create nodes, connect
+  // to other hosts, or send them the password.
+  RedisNode* RedirectTarget(const RedisEndpoint& endpoint);
+  bool cluster() const { return cluster_; }
   // Re-reads the cluster slot map (at most every 100 ms). No-op without cluster.
   void RefreshSlots();
   // Largest value the servers accept (proto-max-bulk-len; 512 MiB default).
@@ -51,6 +57,7 @@ class RedisRouter {
   Status LoadSlots(RedisConnection& conn);
   RedisNode* NodeAtLocked(const RedisEndpoint& endpoint,
                           std::unique_ptr<RedisConnection> conn = nullptr);
+  RedisNode* KnownNode(const RedisEndpoint& endpoint);
   void ReadMaxValueBytes(RedisConnection& conn);
 
   const RedisTierOptions options_;

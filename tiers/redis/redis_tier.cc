@@ -162,10 +162,15 @@ void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<Redis
     RedisOpResult& r = results[i];
     if (r.redirected && ops[i].redirects < kMaxRedirects) {
       moved |= !r.asking;
-      ops[i].asking = r.asking;
-      ++ops[i].redirects;
-      redirected[tier_->router().NodeAt(r.target)].push_back(std::move(ops[i]));
-      continue;
+      if (RedisNode* target = tier_->router().RedirectTarget(r.target)) {
+        ops[i].asking = r.asking;
+        ++ops[i].redirects;
+        redirected[target].push_back(std::move(ops[i]));
+        continue;
+      }
+      r.status = Status::Unavailable(std::string(r.status.message()) +
+                                     "; not followed: " + r.target.ToString() +
+                                     " is not a master in the cluster's slot map");
     }
     tier_->Settle(*this, ops[i], std::move(r));
   }

@@ -1,0 +1,193 @@
+// The Redis tier against a server that does not speak Redis as it should
+// (tests/redis/scripted_redis.h): endless reply lines, absurd bulk lengths,
+// arrays where a status belongs, and redirects to hosts it must not follow.
+// Every op must end with a clear Status, quickly, and the process must live.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/redis/redis_test_util.h"
+#include "tests/redis/scripted_redis.h"
+#include "tests/support/block_data.h"
+
+namespace kvtier::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Answer = ScriptedRedis::Answer;
+using Argv = std::vector<std::string>;
+
+constexpr NamespaceId kNs{0x4057};
+constexpr uint64_t kBlock = 4096;
+
+TierOptions Options(const ScriptedRedis& server, bool cluster) {
+  TierOptions o = RedisTierOptionsFor({server.endpoint()}, 64 * kBlock, cluster);
+  o.redis.password = "secret";
+  o.redis.connections = 1;
+  o.redis.op_timeout_ms = 500;
+  o.redis.connect_timeout_ms = 500;
+  return o;
+}
+
+std::unique_ptr<Tier> Open(const TierOptions& o) {
+  auto t = MakeRedisTier(o, kBlock);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+// One read of a block; the status it ended with, or DeadlineExceeded.
+Status ReadOne(Tier& tier, uint64_t i) {
+  std::vector<std::byte> out(kBlock);
+  ReadOp rd{TestKey(i), out};
+  Completion c = tier.Read(kNs, std::span(&rd, 1));
+  Status st = c.WaitFor(5s);
+  return st.code() == StatusCode::kDeadlineExceeded ? st : c.result(0);
+}
+
+Status WriteOne(Tier& tier, uint64_t i) {
+  std::vector<std::byte> data = BlockBytes(TestKey(i), kBlock);
+  WriteOp wr{TestKey(i), data};
+  Completion c = tier.Write(kNs, std::span(&wr, 1));
+  Status st = c.WaitFor(5s);
+  return st.code() == StatusCode::kDeadlineExceeded ? st : c.result(0);
+}
+
+bool Has(const Status& st, std::string_view text) {
+  return st.message().find(text) != std::string_view::npos;
+}
+
+// A reply line with no CR must not grow the read buffer without limit: the op
+// fails once the line passes 64 KiB and the connection is closed, long
+// before the server is done sending.
+TEST(RedisHostileServer, EndlessReplyLineFailsWithCorruption) {
+  constexpr uint64_t kFloodBytes = 64ull << 20;
+  auto server = ScriptedRedis::Start([](const Argv& argv) {
+    Answer a;
+    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
+    a.bytes = "+";
+    a.flood_bytes = kFloodBytes;
+    return a;
+  });
+  ASSERT_TRUE(server);
+  auto tier = Open(Options(*server, /*cluster=*/false));
+  ASSERT_TRUE(tier);
+  const Status st = ReadOne(*tier, 1);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_TRUE(Has(st, "reply line longer than 65536 bytes")) << st.ToString();
+  const ScriptedRedis::Flood flood = server->WaitFlood(3s);
+  EXPECT_TRUE(flood.ended);
+  EXPECT_TRUE(flood.peer_closed) << "the tier must drop the connection";
+  EXPECT_LT(flood.sent_bytes, kFloodBytes / 2);
+  tier->Shutdown();
+}
+
+// A script for a one-master cluster whose master (port *self) answers the
+// data command `cmd` with an ASK to itself and ASKING with `asking_reply`.
+ScriptedRedis::Script AskThenAnswer(std::shared_ptr<std::atomic<uint16_t>> self, std::string cmd,
+                                    std::string asking_reply) {
+  return [=](const Argv& argv) {
+    Answer a;
+    if (ScriptedRedis::Handshake(argv, self->load(), &a)) return a;
+    if (argv[0] == "ASKING") {
+      a.bytes = asking_reply;
+    } else if (argv[0] == cmd) {
+      a.bytes = "-ASK 0 127.0.0.1:" + std::to_string(self->load()) + "\r\n";
+    } else {
+      a.bytes = "-ERR unexpected\r\n";
+    }
+    return a;
+  };
+}
+
+// A bulk length near INT64_MAX in the ASKING reply once threw out of the I/O
+// thread (std::terminate); it must fail the op and leave the tier working.
+TEST(RedisHostileServer, HugeBulkReplyToAskingFailsTheOp) {
+  auto self = std::make_shared<std::atomic<uint16_t>>(0);
+  auto server = ScriptedRedis::Start(AskThenAnswer(self, "GET", "$9223372036854775807\r\n"));
+  ASSERT_TRUE(server);
+  self->store(server->port());
+  auto tier = Open(Options(*server, /*cluster=*/true));
+  ASSERT_TRUE(tier);
+  for (uint64_t i = 0; i < 2; ++i) {
+    const Status st = ReadOne(*tier, i);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+    EXPECT_TRUE(Has(st, "bulk reply of 9223372036854775807 bytes to a control command"))
+        << st.ToString();
+  }
+  tier->Shutdown();
+}
+
+// An array answering ASKING must not leave its items to be read as the
+// replies of the commands after it (here its +OK would pass for the SET's).
+TEST(RedisHostileServer, ArrayReplyToAskingFailsTheOp) {
+  auto self = std::make_shared<std::atomic<uint16_t>>(0);
+  auto server = ScriptedRedis::Start(AskThenAnswer(self, "SET", "*1\r\n+OK\r\n"));
+  ASSERT_TRUE(server);
+  self->store(server->port());
+  auto tier = Open(Options(*server, /*cluster=*/true));
+  ASSERT_TRUE(tier);
+  const Status st = WriteOne(*tier, 1);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_TRUE(Has(st, "array reply of 1 items to a control command")) << st.ToString();
+  EXPECT_EQ(tier->Usage().blocks, 0u);
+  tier->Shutdown();
+}
+
+// A script that answers the handshake and every other command with `reply`.
+ScriptedRedis::Script Always(std::string reply, uint16_t slot_owner = 0) {
+  return [=](const Argv& argv) {
+    Answer a;
+    if (!ScriptedRedis::Handshake(argv, slot_owner, &a)) a.bytes = reply;
+    return a;
+  };
+}
+
+// Without cluster a redirect is an error of its op: the tier never connects
+// to (and sends its password to) the host a server names.
+TEST(RedisHostileServer, RedirectWithoutClusterIsNotFollowed) {
+  auto elsewhere = ScriptedRedis::Start(Always("+OK\r\n"));
+  ASSERT_TRUE(elsewhere);
+  const std::string moved = "MOVED 0 " + elsewhere->endpoint();
+  auto server = ScriptedRedis::Start(Always("-" + moved + "\r\n"));
+  ASSERT_TRUE(server);
+  auto tier = Open(Options(*server, /*cluster=*/false));
+  ASSERT_TRUE(tier);
+  const Status st = WriteOne(*tier, 1);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_TRUE(Has(st, moved)) << st.ToString();
+  EXPECT_TRUE(Has(st, "not followed without cluster: true")) << st.ToString();
+  EXPECT_EQ(tier->Usage().blocks, 0u);
+  EXPECT_EQ(elsewhere->accepted(), 0);
+  tier->Shutdown();
+}
+
+// In a cluster a redirect goes only to a master of the slot map, so a server
+// cannot make the tier open nodes (threads, connections) for any host.
+TEST(RedisHostileServer, ClusterRedirectOutsideTheSlotMapIsNotFollowed) {
+  auto elsewhere = ScriptedRedis::Start(Always("$-1\r\n"));
+  ASSERT_TRUE(elsewhere);
+  auto self = std::make_shared<std::atomic<uint16_t>>(0);
+  const std::string moved = "MOVED 0 " + elsewhere->endpoint();
+  auto server = ScriptedRedis::Start([self, moved](const Argv& argv) {
+    Answer a;
+    if (!ScriptedRedis::Handshake(argv, self->load(), &a)) a.bytes = "-" + moved + "\r\n";
+    return a;
+  });
+  ASSERT_TRUE(server);
+  self->store(server->port());
+  auto tier = Open(Options(*server, /*cluster=*/true));
+  ASSERT_TRUE(tier);
+  const Status st = ReadOne(*tier, 1);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_TRUE(Has(st, elsewhere->endpoint() + " is not a master in the cluster's slot map"))
+      << st.ToString();
+  EXPECT_EQ(elsewhere->accepted(), 0);
+  tier->Shutdown();
+}
+
+}  // namespace
+}  // namespace kvtier::testing
