@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/config/config_error.h"
+
 namespace kvtier {
 namespace {
 
@@ -16,14 +18,6 @@ KvtierConfig MustLoad(const std::string& name) {
   Result<KvtierConfig> r = LoadConfigFile(Example(name));
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : KvtierConfig{};
-}
-
-std::string ErrorOf(std::string_view yaml) {
-  Result<KvtierConfig> r = ParseConfig(yaml, "t.yaml");
-  EXPECT_FALSE(r.ok());
-  if (r.ok()) return "";
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  return std::string(r.status().message());
 }
 
 TEST(ConfigExamplesTest, DefaultYaml) {

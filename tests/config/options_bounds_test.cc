@@ -9,6 +9,7 @@
 
 #include "kvtier/config.h"
 #include "kvtier/options.h"
+#include "tests/config/config_error.h"
 
 namespace kvtier {
 namespace {
@@ -30,14 +31,6 @@ RuntimeOptions ValidRuntime() {
   r.block_bytes = 256 * kKiB;
   r.tiers.push_back(HostTier("host"));
   return r;
-}
-
-std::string ErrorOf(std::string_view yaml) {
-  Result<KvtierConfig> r = ParseConfig(yaml, "t.yaml");
-  EXPECT_FALSE(r.ok());
-  if (r.ok()) return "";
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  return std::string(r.status().message());
 }
 
 // A host tier of 1 GiB, then `rest` (more keys or sections).

@@ -6,45 +6,22 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "tests/core/disk_view_fixture.h"
 #include "tests/core/runtime_test_util.h"
 #include "tests/support/fault_tier.h"
-#include "tests/support/tier_view.h"
 
 namespace kvtier::testing {
 namespace {
 
 // A lower tier that takes at most two blocks per call, so the six-block
 // chains below need three calls for every read, write, remove and contains.
-class RuntimeBatchLimitTest : public ::testing::Test {
+class RuntimeBatchLimitTest : public DiskViewTest {
  protected:
-  void SetUp() override {
-    setup_ = MakeEngine(64);
-    bb_ = setup_.layout.BlockBytes();
-    auto disk = CreateTier(LowerHostTier("disk", bb_, 32), TierContext{bb_});
-    ASSERT_TRUE(disk.ok());
-    disk_ = std::shared_ptr<Tier>(std::move(disk).value());
-  }
-  void TearDown() override { disk_->Shutdown(); }
-
   std::unique_ptr<Runtime> Open(TierViewHooks hooks = {}) {
-    RuntimeOptions o = MakeOptions(bb_, 8);
-    o.tiers[0].watermarks = {.high = 0.5, .low = 0.125};
-    o.tiers.push_back(LowerHostTier("disk", bb_, 32));
-    std::shared_ptr<Tier> disk = disk_;
-    o.tier_factory = [disk, hooks](const TierOptions&,
-                                   const TierContext&) -> Result<std::unique_ptr<Tier>> {
-      return NewTierView(
-          disk, TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = 2},
-          hooks);
-    };
-    auto rt = Runtime::Open(o, setup_.engine);
-    EXPECT_TRUE(rt.ok()) << rt.status().ToString();
-    return rt.ok() ? std::move(rt).value() : nullptr;
+    return OpenOver(
+        8, {.high = 0.5, .low = 0.125},
+        TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = 2}, hooks);
   }
-
-  EngineSetup setup_;
-  uint64_t bb_ = 0;
-  std::shared_ptr<Tier> disk_;
 };
 
 TEST_F(RuntimeBatchLimitTest, EveryTierCallIsSplitToWhatTheTierAccepts) {

@@ -5,36 +5,17 @@
 #include <functional>
 #include <utility>
 
-#include "tests/core/runtime_test_util.h"
-#include "tests/support/tier_view.h"
+#include "tests/core/disk_view_fixture.h"
 
 namespace kvtier::testing {
 namespace {
 
-class RuntimeRestartTest : public ::testing::Test {
+class RuntimeRestartTest : public DiskViewTest {
  protected:
-  void SetUp() override {
-    setup_ = MakeEngine(64);
-    bb_ = setup_.layout.BlockBytes();
-    auto disk = CreateTier(LowerHostTier("disk", bb_, 32), TierContext{bb_});
-    ASSERT_TRUE(disk.ok());
-    disk_ = std::shared_ptr<Tier>(std::move(disk).value());
-  }
-  void TearDown() override { disk_->Shutdown(); }
-
   std::unique_ptr<Runtime> Open(bool local_index, std::function<void()> after_contains = {}) {
-    RuntimeOptions o = MakeOptions(bb_, 4);
-    o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
-    o.tiers.push_back(LowerHostTier("disk", bb_, 32));
-    std::shared_ptr<Tier> disk = disk_;
-    o.tier_factory = [disk, local_index, after_contains](
-                         const TierOptions&, const TierContext&) -> Result<std::unique_ptr<Tier>> {
-      return NewTierView(disk, TierCapabilities{.persistent = true, .local_index = local_index},
-                         TierViewHooks{.after_contains = after_contains});
-    };
-    auto rt = Runtime::Open(o, setup_.engine);
-    EXPECT_TRUE(rt.ok()) << rt.status().ToString();
-    return rt.ok() ? std::move(rt).value() : nullptr;
+    return OpenOver(4, {.high = 0.5, .low = 0.25},
+                    TierCapabilities{.persistent = true, .local_index = local_index},
+                    TierViewHooks{.after_contains = std::move(after_contains)});
   }
 
   // A runtime saves the 4-block chain `keys`, demotes all but its root to
@@ -48,10 +29,6 @@ class RuntimeRestartTest : public ::testing::Test {
     ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
     ASSERT_EQ(disk_->Usage().blocks, 3u);
   }
-
-  EngineSetup setup_;
-  uint64_t bb_ = 0;
-  std::shared_ptr<Tier> disk_;
 };
 
 TEST_F(RuntimeRestartTest, PersistentBlocksAreAdoptedAfterARestart) {

@@ -1,0 +1,49 @@
+// A runtime over a lower "disk" tier that outlives it: every OpenOver()
+// builds a runtime whose only lower tier is a view of the same disk, so a
+// test can end one runtime and open another over what the disk kept (a
+// restart), with the capabilities and hooks the test gives the view.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <utility>
+
+#include "tests/core/runtime_test_util.h"
+#include "tests/support/tier_view.h"
+
+namespace kvtier::testing {
+
+class DiskViewTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setup_ = MakeEngine(64);
+    bb_ = setup_.layout.BlockBytes();
+    auto disk = CreateTier(LowerHostTier("disk", bb_, 32), TierContext{bb_});
+    ASSERT_TRUE(disk.ok());
+    disk_ = std::shared_ptr<Tier>(std::move(disk).value());
+  }
+  void TearDown() override { disk_->Shutdown(); }
+
+  // A hub of `hub_blocks` with `watermarks` over a view of the 32-block disk.
+  std::unique_ptr<Runtime> OpenOver(uint64_t hub_blocks, WatermarkOptions watermarks,
+                                    TierCapabilities caps, TierViewHooks hooks = {}) {
+    RuntimeOptions o = MakeOptions(bb_, hub_blocks);
+    o.tiers[0].watermarks = watermarks;
+    o.tiers.push_back(LowerHostTier("disk", bb_, 32));
+    std::shared_ptr<Tier> disk = disk_;
+    o.tier_factory = [disk, caps, hooks](const TierOptions&,
+                                         const TierContext&) -> Result<std::unique_ptr<Tier>> {
+      return NewTierView(disk, caps, hooks);
+    };
+    auto rt = Runtime::Open(o, setup_.engine);
+    EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+    return rt.ok() ? std::move(rt).value() : nullptr;
+  }
+
+  EngineSetup setup_;
+  uint64_t bb_ = 0;
+  std::shared_ptr<Tier> disk_;
+};
+
+}  // namespace kvtier::testing
