@@ -40,7 +40,7 @@ void Session::Dispatch() {
     return ProtocolError(StatusCode::kInvalidArgument,
                          "opcode " + std::to_string(static_cast<int>(op)) + " is not a request");
   }
-  if (!closing_) ReadHeader();
+  ReadNext();
 }
 
 bool Session::WantsRdma(Opcode op) const {
@@ -64,7 +64,7 @@ void Session::HandleRdma() {
     return ProtocolError(reply.status().code(), std::string(reply.status().message()));
   }
   if (*reply) Send((*reply)->op, std::move((*reply)->body));
-  if (!closing_) ReadHeader();
+  ReadNext();
 }
 
 void Session::Handshake() {
@@ -129,7 +129,7 @@ void Session::Get(const KeyBatch& m) {
         {Opcode::kGetData, item, frame_.request_id, static_cast<uint32_t>(found->stored_bytes)});
     out.data = srv_.pool_->SlotBytes(found->slot, found->stored_bytes);
     out.pin = found->slot;
-    queue_.push_back(std::move(out));
+    Enqueue(std::move(out));
   }
   Pump();
 }

@@ -1,10 +1,27 @@
 #include "tiers/remote/memd_reservations.h"
 
+#include <chrono>
 #include <iterator>
 
 #include "kvtier/block_header.h"
 
 namespace kvtier::internal::memd {
+namespace {
+
+uint64_t SteadyNowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+MemdReservations::MemdReservations(MemdPool& pool, size_t max_items, size_t max_slots,
+                                   std::function<uint64_t()> now_ms)
+    : pool_(pool),
+      max_items_(max_items),
+      max_slots_(max_slots),
+      now_ms_(now_ms ? std::move(now_ms) : SteadyNowMs) {}
 
 Result<std::span<const Reservation>> MemdReservations::Begin(uint32_t request_id, PutPath path,
                                                              const PutBegin& m) {
@@ -14,7 +31,7 @@ Result<std::span<const Reservation>> MemdReservations::Begin(uint32_t request_id
     return Status::InvalidArgument(
         "PUT_BEGIN reuses a request id or exceeds the reservation limit");
   }
-  Put put{m.ns, path, {}};
+  Put put{m.ns, path, now_ms_(), {}};
   put.items.reserve(m.items.size());
   for (const PutItem& it : m.items) {
     Reservation r;
@@ -23,9 +40,15 @@ Result<std::span<const Reservation>> MemdReservations::Begin(uint32_t request_id
     // An RDMA item is written one-sided; only the header check at commit
     // tells whether it arrived.
     r.filled = path == PutPath::kRdma;
-    auto slot = pool_.Reserve(r.stored_bytes);
+    // Past the connection's share no slot is taken, so nothing is evicted
+    // for it either.
+    auto slot = reserved_slots_ < max_slots_
+                    ? pool_.Reserve(r.stored_bytes)
+                    : Result<uint32_t>(Status::ResourceExhausted(
+                          "this connection holds its share of the pool's slots"));
     if (slot.ok()) {
       r.slot = *slot;
+      ++reserved_slots_;
     } else {
       r.code = slot.status().code();
     }
@@ -46,6 +69,7 @@ Result<Reservation> MemdReservations::Fill(uint32_t request_id, uint32_t item, u
     return Status::InvalidArgument("PUT_DATA repeats an item or its size differs from PUT_BEGIN");
   }
   r.filled = true;
+  put->second.progress_ms = now_ms_();
   return r;
 }
 
@@ -63,11 +87,20 @@ Result<StatusList> MemdReservations::Commit(uint32_t request_id) {
       code =
           pool_.Commit(it->second.ns, r.key, static_cast<uint32_t>(r.slot), r.stored_bytes).code();
     }
+    if (r.slot >= 0) --reserved_slots_;
     r.slot = -1;  // the pool owns it again, stored or free
     reply.codes.push_back(code);
   }
   Drop(it);
   return reply;
+}
+
+std::optional<uint64_t> MemdReservations::OldestProgressMs() const {
+  std::optional<uint64_t> oldest;
+  for (const auto& [id, put] : puts_) {
+    if (!oldest || put.progress_ms < *oldest) oldest = put.progress_ms;
+  }
+  return oldest;
 }
 
 void MemdReservations::Cancel() {
@@ -84,7 +117,9 @@ void MemdReservations::Cancel(PutPath path) {
 
 void MemdReservations::Drop(std::unordered_map<uint32_t, Put>::iterator it) {
   for (const Reservation& r : it->second.items) {
-    if (r.slot >= 0) pool_.CancelReservation(static_cast<uint32_t>(r.slot));
+    if (r.slot < 0) continue;
+    pool_.CancelReservation(static_cast<uint32_t>(r.slot));
+    --reserved_slots_;
   }
   reserved_items_ -= it->second.items.size();
   puts_.erase(it);

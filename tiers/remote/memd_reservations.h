@@ -2,7 +2,10 @@
 // pool slots PUT_BEGIN reserved for them, keyed by request id, under one
 // limit on reserved items per connection. Both data paths share the table,
 // so a connection that puts over TCP (PUT_DATA frames) and over RDMA
-// (one-sided WRITEs into granted slots) still holds at most `max_items`.
+// (one-sided WRITEs into granted slots) still holds at most `max_items`
+// items, and at most `max_slots` pool slots: an item beyond that is refused
+// with ResourceExhausted (the rest of its put goes on), so one connection
+// cannot take, or evict the blocks of, the whole pool.
 //
 // A TCP item must receive its PUT_DATA before PUT_COMMIT, or its slot is
 // freed and the item fails with InvalidArgument. An RDMA item is written by
@@ -15,6 +18,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -38,14 +44,18 @@ struct Reservation {
 
 class MemdReservations {
  public:
-  MemdReservations(MemdPool& pool, size_t max_items) : pool_(pool), max_items_(max_items) {}
+  // `now_ms` (null: the steady clock) times each put's last progress.
+  MemdReservations(MemdPool& pool, size_t max_items,
+                   size_t max_slots = std::numeric_limits<size_t>::max(),
+                   std::function<uint64_t()> now_ms = nullptr);
   // Cancels every open reservation.
   ~MemdReservations() { Cancel(); }
   MemdReservations(const MemdReservations&) = delete;
   MemdReservations& operator=(const MemdReservations&) = delete;
 
   // Reserves one slot per item; a slot the pool refuses is an item with its
-  // code. InvalidArgument (the connection is then closed) when `request_id`
+  // code (ResourceExhausted past `max_slots`). InvalidArgument (the
+  // connection is then closed) when `request_id`
   // is already open, on either path, or the connection would hold more than
   // `max_items` reserved items. The span is valid until the next call.
   Result<std::span<const Reservation>> Begin(uint32_t request_id, PutPath path, const PutBegin& m);
@@ -67,20 +77,28 @@ class MemdReservations {
   void Cancel(PutPath path);
 
   size_t reserved_items() const { return reserved_items_; }
+  size_t reserved_slots() const { return reserved_slots_; }
   size_t open_puts() const { return puts_.size(); }
+  // When the open put that progressed least recently last did (its
+  // PUT_BEGIN or, TCP, its latest PUT_DATA); nullopt when none is open.
+  std::optional<uint64_t> OldestProgressMs() const;
 
  private:
   struct Put {
     NamespaceId ns;
     PutPath path = PutPath::kTcp;
+    uint64_t progress_ms = 0;
     std::vector<Reservation> items;
   };
   void Drop(std::unordered_map<uint32_t, Put>::iterator it);
 
   MemdPool& pool_;
   const size_t max_items_;
+  const size_t max_slots_;
+  const std::function<uint64_t()> now_ms_;
   std::unordered_map<uint32_t, Put> puts_;
   size_t reserved_items_ = 0;
+  size_t reserved_slots_ = 0;  // items of reserved_items_ that hold a slot
 };
 
 }  // namespace kvtier::internal::memd

@@ -2,6 +2,8 @@
 // device and the pool's registration, lease expiry, start and stop.
 #include "tiers/remote/memd_server.h"
 
+#include <algorithm>
+
 #include "tiers/remote/memd_server_impl.h"
 
 namespace kvtier::internal::memd {
@@ -9,6 +11,14 @@ namespace {
 
 // Expired leases are ended on this tick (transport: rdma).
 constexpr auto kLeaseTick = std::chrono::milliseconds(20);
+
+// How often deadlines are checked: a quarter of the shortest, 5 to 250 ms,
+// so a deadline is overrun by at most that.
+std::chrono::milliseconds DeadlineTick(const MemdServerOptions& o) {
+  const uint64_t shortest =
+      std::min({o.handshake_timeout_ms, o.put_timeout_ms, static_cast<uint32_t>(kCloseGraceMs)});
+  return std::chrono::milliseconds(std::clamp<uint64_t>(shortest / 4, 5, 250));
+}
 
 }  // namespace
 
@@ -68,12 +78,25 @@ void MemdServer::Impl::ExpireLeases() {
   });
 }
 
+void MemdServer::Impl::EnforceDeadlines() {
+  deadline_timer_.expires_after(DeadlineTick(options_));
+  deadline_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !acceptor_.is_open()) return;
+    const uint64_t now = NowMs();
+    // A copy: an overdue session is closed and leaves sessions_.
+    auto all = sessions_;
+    for (auto& [p, s] : all) s->CheckDeadlines(now);
+    EnforceDeadlines();
+  });
+}
+
 void MemdServer::Impl::Stop() {
   std::call_once(stopped_, [this] {
     const Status closed = loop_.Call([this] {
       boost::system::error_code ec;
       acceptor_.close(ec);
       lease_timer_.cancel();
+      deadline_timer_.cancel();
       auto all = sessions_;
       for (auto& [p, s] : all) s->Close();
     });
@@ -92,6 +115,9 @@ Status MemdServerOptions::Validate() const {
                                    "' is unknown; expected tcp or rdma");
   }
   if (max_connections == 0) return Status::InvalidArgument("max_connections must be at least 1");
+  if (handshake_timeout_ms == 0 || put_timeout_ms == 0) {
+    return Status::InvalidArgument("handshake_timeout_ms and put_timeout_ms must be at least 1");
+  }
   if (lease_ms == 0 || lease_ms > kMaxLeaseMs) {
     return Status::InvalidArgument("lease_ms is " + std::to_string(lease_ms) + "; expected 1 to " +
                                    std::to_string(kMaxLeaseMs));
@@ -123,6 +149,7 @@ Result<std::unique_ptr<MemdServer>> MemdServer::Start(const MemdServerOptions& o
   if (Status ran = impl->loop_.Call([&] {
         listen = impl->Listen();
         if (listen.ok()) impl->Accept();
+        if (listen.ok()) impl->EnforceDeadlines();
         if (listen.ok() && impl->rdma_) impl->ExpireLeases();
       });
       !ran.ok()) {
@@ -133,6 +160,14 @@ Result<std::unique_ptr<MemdServer>> MemdServer::Start(const MemdServerOptions& o
     return listen;
   }
   return std::unique_ptr<MemdServer>(new MemdServer(std::move(impl)));
+}
+
+size_t MemdServer::TEST_QueuedReplies() {
+  size_t n = 0;
+  const Status ran = impl_->loop_.Call([&] {
+    for (auto& [p, s] : impl_->sessions_) n += s->queued_replies();
+  });
+  return ran.ok() ? n : 0;
 }
 
 uint16_t MemdServer::port() const { return impl_->port_; }

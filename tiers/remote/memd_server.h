@@ -2,9 +2,13 @@
 // protocol (remote_protocol.h) on one TCP listener, by one I/O thread.
 // tools/memd wraps it in a process; tests may also run it in-process.
 //
-// Every connection must complete the HMAC handshake before anything else; a
-// malformed frame gets an ERROR frame and the connection is closed, while
-// every other connection keeps being served.
+// Every connection must complete the HMAC handshake before anything else,
+// within handshake_timeout_ms; a malformed frame gets an ERROR frame and the
+// connection is closed, while every other connection keeps being served.
+// One connection holds at most three quarters of the pool's slots reserved
+// (PUT_BEGIN items beyond get ResourceExhausted), and a put that makes no progress for
+// put_timeout_ms is cancelled and its connection closed. A connection whose
+// replies pile up unread is not read from until they drain.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +29,12 @@ struct MemdServerOptions {
   MemdPoolOptions pool;
   uint32_t max_connections = 256;  // more are accepted and closed at once
   uint32_t lease_ms = 2000;        // rdma: how long a GET_LEASE pins blocks, 1..kMaxLeaseMs
+  // A connection that has not completed the handshake this long after it was
+  // accepted is closed, so idle sockets cannot hold every connection.
+  uint32_t handshake_timeout_ms = 5000;
+  // A begun put (PUT_BEGIN not yet committed) that sees none of its PUT_DATA
+  // and no PUT_COMMIT this long is cancelled and its connection closed.
+  uint32_t put_timeout_ms = 10000;
   // rdma: the device, asked for once by Start; null opens the first one.
   RdmaDeviceFactory rdma_device;
   std::shared_ptr<LogSink> log;  // null: stderr
@@ -54,6 +64,10 @@ class MemdServer {
   // A snapshot of the pool's counters, taken on the I/O thread (after Stop,
   // once it has joined that thread).
   Stats GetStats();
+
+  // Frames queued or being written to clients, over every connection; 0
+  // once stopped.
+  size_t TEST_QueuedReplies();
 
   class Impl;
 

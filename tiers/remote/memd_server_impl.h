@@ -8,6 +8,7 @@
 // Only those files include this header (it pulls in Boost.Asio).
 #pragma once
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
@@ -29,6 +30,25 @@ using asio::ip::tcp;
 // committed, TCP and RDMA together): four full batches. A client that asks
 // for more is cut off, so one connection cannot pin the whole pool.
 constexpr size_t kMaxReservedItems = 4 * kMaxBatchItems;
+// The largest HELLO or AUTH body; checked from the header, so a peer that has
+// not authenticated makes the server allocate no more than this.
+constexpr uint32_t kMaxHandshakeBodyBytes = 64;
+// Replies a connection may have queued or in flight before the server stops
+// reading its requests (each GET_DATA pins a slot until it is sent): frames,
+// and bytes of header, body and block data. Reading resumes below both.
+constexpr size_t kMaxQueuedReplies = kMaxBatchItems;
+constexpr uint64_t kMaxQueuedReplyBytes = 64ull << 20;
+// How long a connection that was sent an ERROR may take to read it before it
+// is closed regardless.
+constexpr uint64_t kCloseGraceMs = 1000;
+
+// Slots a connection may hold reserved at once: three quarters of the pool
+// (at least one). A batch may fill most of a small pool, yet one connection
+// cannot reserve every slot, nor evict more than that share of the stored
+// blocks for its puts.
+inline size_t MaxReservedSlots(uint64_t slot_count) {
+  return std::max<size_t>(1, static_cast<size_t>(slot_count * 3 / 4));
+}
 
 // Milliseconds on the steady clock: the time leases are measured in.
 uint64_t NowMs();
@@ -44,13 +64,16 @@ class MemdServer::Impl {
         instance_id_(RandomId()),
         loop_("memd", log_),
         acceptor_(loop_.context()),
-        lease_timer_(loop_.context()) {}
+        lease_timer_(loop_.context()),
+        deadline_timer_(loop_.context()) {}
 
   Status Listen();
   void Accept();
   // Keeps the opened device and registers the pool with it.
   Status UseRdma(std::unique_ptr<RdmaDevice> device);
   void ExpireLeases();
+  // Closes the sessions whose handshake, put or ERROR is overdue, on a tick.
+  void EnforceDeadlines();
   void Stop();
   void Forget(Session* s);
 
@@ -68,6 +91,7 @@ class MemdServer::Impl {
   AsioLoop loop_;
   tcp::acceptor acceptor_;
   asio::steady_timer lease_timer_;
+  asio::steady_timer deadline_timer_;
   uint16_t port_ = 0;
   std::once_flag stopped_;
 };
@@ -75,7 +99,11 @@ class MemdServer::Impl {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(MemdServer::Impl& srv, tcp::socket sock)
-      : srv_(srv), sock_(std::move(sock)), reservations_(*srv.pool_, kMaxReservedItems) {
+      : srv_(srv),
+        sock_(std::move(sock)),
+        accepted_ms_(NowMs()),
+        reservations_(*srv.pool_, kMaxReservedItems, MaxReservedSlots(srv.pool_->slot_count()),
+                      NowMs) {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? "unknown peer" : ep.address().to_string() + ":" + std::to_string(ep.port());
@@ -87,6 +115,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void ExpireLeases(uint64_t now_ms) {
     if (rdma_) rdma_->Expire(now_ms);
   }
+  // Closes the session when its handshake or its oldest open put is past
+  // its deadline, or an ERROR it was sent is not taken within kCloseGraceMs.
+  void CheckDeadlines(uint64_t now_ms);
+  size_t queued_replies() const { return queue_.size() + writing_.size(); }
 
  private:
   enum class Phase { kHello, kAuth, kReady };
@@ -98,6 +130,9 @@ class Session : public std::enable_shared_from_this<Session> {
   };
 
   void ReadHeader();
+  // The next request's header, unless replies are backlogged (Pump resumes).
+  void ReadNext();
+  bool Backlogged() const;
   void OnHeader();
   void ReadBody();
   void Dispatch();
@@ -110,13 +145,17 @@ class Session : public std::enable_shared_from_this<Session> {
   bool WantsRdma(Opcode op) const;
   void HandleRdma();
   void Send(Opcode op, std::vector<std::byte> body, uint16_t item = 0);
+  void Enqueue(Out out);
+  void DropQueued();
   void Pump();
   void ProtocolError(StatusCode code, const std::string& why);
+  void Expire(const std::string& why);
   bool Alive(const boost::system::error_code& ec, const char* what);
 
   MemdServer::Impl& srv_;
   tcp::socket sock_;
   std::string peer_;
+  const uint64_t accepted_ms_;
   Phase phase_ = Phase::kHello;
   Nonce client_nonce_{}, server_nonce_{};
   FrameHeaderBytes in_header_{};
@@ -125,11 +164,15 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::byte> scratch_;
   std::deque<Out> queue_;
   std::vector<Out> writing_;
+  uint64_t out_bytes_ = 0;      // bytes of queue_ and writing_
+  bool read_paused_ = false;    // no read is pending: replies are backlogged
+  bool reading_block_ = false;  // a PUT_DATA is being read into its slot
   // Puts of both paths. Declared before rdma_, which grants from it and
   // cancels its grants only once its queue pair is gone.
   MemdReservations reservations_;
   std::unique_ptr<RdmaSession> rdma_;  // created by the first RDMA frame
   bool closing_ = false;               // an ERROR is queued; close once it is sent
+  uint64_t closing_since_ms_ = 0;
   bool closed_ = false;
 };
 

@@ -11,6 +11,31 @@ namespace {
 constexpr size_t kDiscardChunk = 64 * 1024;
 constexpr size_t kMaxFramesPerWrite = 64;
 
+// What a client may send; every other opcode is a reply and is refused from
+// its header, whatever the session's state (a GET_DATA header would otherwise
+// announce a block-sized body).
+bool IsRequest(Opcode op) {
+  switch (op) {
+    case Opcode::kHello:
+    case Opcode::kAuth:
+    case Opcode::kPutBegin:
+    case Opcode::kPutData:
+    case Opcode::kPutCommit:
+    case Opcode::kGet:
+    case Opcode::kExists:
+    case Opcode::kRemove:
+    case Opcode::kStats:
+    case Opcode::kRdmaHello:
+    case Opcode::kGetLease:
+    case Opcode::kLeaseRelease:
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint64_t OutBytes(const auto& out) { return out.header.size() + out.body.size() + out.data.size(); }
+
 }  // namespace
 
 void Session::ReadHeader() {
@@ -21,8 +46,22 @@ void Session::ReadHeader() {
                    });
 }
 
+void Session::ReadNext() {
+  if (closing_ || closed_) return;
+  if (Backlogged()) {
+    read_paused_ = true;
+    return;
+  }
+  ReadHeader();
+}
+
+bool Session::Backlogged() const {
+  return queued_replies() >= kMaxQueuedReplies || out_bytes_ >= kMaxQueuedReplyBytes;
+}
+
 bool Session::Alive(const boost::system::error_code& ec, const char* what) {
-  if (closed_) return false;
+  // After an ERROR nothing more is read: the write of the ERROR closes.
+  if (closed_ || closing_) return false;
   if (ec) {
     // A peer that hangs up between frames is routine; mid-frame it is not.
     if (ec != asio::error::eof) {
@@ -39,11 +78,26 @@ void Session::OnHeader() {
   if (!h.ok())
     return ProtocolError(StatusCode::kInvalidArgument, std::string(h.status().message()));
   frame_ = *h;
-  if (frame_.opcode == Opcode::kPutData) {
-    if (phase_ != Phase::kReady)
-      return ProtocolError(StatusCode::kInvalidArgument, "not authenticated");
-    return ReadPutData();
+  if (!IsRequest(frame_.opcode)) {
+    return ProtocolError(
+        StatusCode::kInvalidArgument,
+        "opcode " + std::to_string(static_cast<int>(frame_.opcode)) + " is not a request");
   }
+  // Before WELCOME only the next handshake frame is read, and only a small
+  // body: nothing larger is allocated for an unauthenticated peer.
+  if (phase_ != Phase::kReady) {
+    const Opcode next = phase_ == Phase::kHello ? Opcode::kHello : Opcode::kAuth;
+    if (frame_.opcode != next) {
+      return ProtocolError(StatusCode::kInvalidArgument, "handshake expected (HELLO, then AUTH)");
+    }
+    if (frame_.body_bytes > kMaxHandshakeBodyBytes) {
+      return ProtocolError(StatusCode::kInvalidArgument,
+                           "handshake frame body of " + std::to_string(frame_.body_bytes) +
+                               " bytes exceeds the limit of " +
+                               std::to_string(kMaxHandshakeBodyBytes));
+    }
+  }
+  if (frame_.opcode == Opcode::kPutData) return ReadPutData();
   ReadBody();
 }
 
@@ -62,16 +116,18 @@ void Session::ReadPutData() {
   if (r->slot < 0) return Discard(frame_.body_bytes);
   auto self = shared_from_this();
   std::span<std::byte> dst = srv_.pool_->SlotBytes(static_cast<uint32_t>(r->slot), r->stored_bytes);
+  reading_block_ = true;
   asio::async_read(sock_, asio::buffer(dst.data(), dst.size()), TransferAllBulk(),
                    [this, self](const boost::system::error_code& ec, size_t) {
-                     if (Alive(ec, "read block")) ReadHeader();
+                     reading_block_ = false;
+                     if (Alive(ec, "read block")) ReadNext();
                    });
 }
 
 // The data of an item whose reservation failed still arrives (the client
 // streams without waiting for grants); read and drop it.
 void Session::Discard(size_t left) {
-  if (left == 0) return ReadHeader();
+  if (left == 0) return ReadNext();
   scratch_.resize(kDiscardChunk);
   const size_t n = std::min(left, scratch_.size());
   auto self = shared_from_this();
@@ -85,8 +141,22 @@ void Session::Send(Opcode op, std::vector<std::byte> body, uint16_t item) {
   Out out;
   out.header = EncodeFrameHeader({op, item, frame_.request_id, static_cast<uint32_t>(body.size())});
   out.body = std::move(body);
-  queue_.push_back(std::move(out));
+  Enqueue(std::move(out));
   Pump();
+}
+
+void Session::Enqueue(Out out) {
+  out_bytes_ += OutBytes(out);
+  queue_.push_back(std::move(out));
+}
+
+// Drops the queued frames (not those being written) and their pins.
+void Session::DropQueued() {
+  for (const Out& o : queue_) {
+    if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
+    out_bytes_ -= OutBytes(o);
+  }
+  queue_.clear();
 }
 
 void Session::Pump() {
@@ -106,10 +176,15 @@ void Session::Pump() {
                     [this, self](const boost::system::error_code& ec, size_t) {
                       for (const Out& o : writing_) {
                         if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
+                        out_bytes_ -= OutBytes(o);
                       }
                       writing_.clear();
                       if (closed_) return;
                       if (ec || (closing_ && queue_.empty())) return Close();
+                      if (read_paused_ && !closing_ && !Backlogged()) {
+                        read_paused_ = false;
+                        ReadHeader();
+                      }
                       Pump();
                     });
 }
@@ -121,12 +196,41 @@ void Session::ProtocolError(StatusCode code, const std::string& why) {
   reservations_.Cancel(PutPath::kTcp);
   // Nothing queued after the error is sent: drop queued GET frames (and
   // their pins) so the error is the last thing the peer reads.
-  for (const Out& o : queue_) {
-    if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
-  }
-  queue_.clear();
+  DropQueued();
   closing_ = true;
+  closing_since_ms_ = NowMs();
   Send(Opcode::kError, EncodeBody(ErrorReply{code, why}));
+}
+
+void Session::CheckDeadlines(uint64_t now_ms) {
+  if (closed_) return;
+  if (closing_) {
+    // A peer that does not read its ERROR holds nothing for long.
+    if (now_ms - closing_since_ms_ >= kCloseGraceMs) Close();
+    return;
+  }
+  const MemdServerOptions& o = srv_.options_;
+  if (phase_ != Phase::kReady && now_ms - accepted_ms_ >= o.handshake_timeout_ms) {
+    return Expire("handshake not completed within " + std::to_string(o.handshake_timeout_ms) +
+                  " ms");
+  }
+  std::optional<uint64_t> put = reservations_.OldestProgressMs();
+  if (put && now_ms - *put >= o.put_timeout_ms) {
+    Expire("a put made no progress for " + std::to_string(o.put_timeout_ms) +
+           " ms; its reservations are cancelled");
+  }
+}
+
+// Called between reads: a read may be pending. One into a reserved slot must
+// not outlive the reservation, so that session is closed at once (the
+// socket is closed before the slot returns to the pool); otherwise the peer
+// is told why first.
+void Session::Expire(const std::string& why) {
+  if (reading_block_) {
+    srv_.log_->Log(LogLevel::kWarning, "memd: " + peer_ + ": " + why + "; closing the connection");
+    return Close();
+  }
+  ProtocolError(StatusCode::kDeadlineExceeded, why);
 }
 
 void Session::Close() {
@@ -134,14 +238,13 @@ void Session::Close() {
   closed_ = true;
   // Destroys the queue pair, then returns its grants and leases.
   rdma_.reset();
-  reservations_.Cancel();
-  for (const Out& o : queue_) {
-    if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
-  }
-  queue_.clear();
   boost::system::error_code ec;
+  // The socket goes first: a pending read into a reserved slot is cancelled
+  // (on this thread) before the slot can be reserved again.
   sock_.shutdown(tcp::socket::shutdown_both, ec);
   sock_.close(ec);
+  reservations_.Cancel();
+  DropQueued();
   // Frames being written keep their pins until the write handler runs.
   srv_.Forget(this);
 }

@@ -170,8 +170,18 @@ std::vector<std::byte> EncodeBody(const Stats& m) {
   w.U64(m.slot_count);
   w.U64(m.used_slots);
   w.U64(m.evictions);
-  w.U32(static_cast<uint32_t>(m.namespaces.size()));
-  for (const NamespaceUsage& u : m.namespaces) {
+  std::span<const NamespaceUsage> listed = m.namespaces;
+  std::vector<NamespaceUsage> largest;
+  if (listed.size() > kMaxStatsNamespaces) {
+    largest.resize(kMaxStatsNamespaces);
+    std::partial_sort_copy(listed.begin(), listed.end(), largest.begin(), largest.end(),
+                           [](const NamespaceUsage& a, const NamespaceUsage& b) {
+                             return a.bytes != b.bytes ? a.bytes > b.bytes : a.ns < b.ns;
+                           });
+    listed = largest;
+  }
+  w.U32(static_cast<uint32_t>(listed.size()));
+  for (const NamespaceUsage& u : listed) {
     w.U64(u.ns);
     w.U64(u.blocks);
     w.U64(u.bytes);

@@ -16,7 +16,8 @@
 //   PUT_COMMIT -> STATUS_REPLY(statuses)    (same request id as PUT_BEGIN)
 //   GET(ns, keys) -> per key GET_DATA(item, stored block) or GET_STATUS(item, code)
 //   EXISTS / REMOVE(ns, keys) -> STATUS_REPLY(statuses)
-//   STATS -> STATS_REPLY
+//   STATS -> STATS_REPLY (pool totals and at most kMaxStatsNamespaces
+//            namespaces: the largest by bytes)
 // On a connection that switched to RDMA (RDMA_HELLO -> RDMA_READY, see
 // rdma_protocol.h) PUT_BEGIN is answered by PUT_GRANT and no PUT_DATA
 // follows, and blocks are read with GET_LEASE -> LEASE_REPLY, LEASE_RELEASE.
@@ -49,6 +50,11 @@ inline constexpr uint32_t kMaxBatchItems = 4096;
 // items is 8 + 4 + 4096 * 24 bytes).
 inline constexpr uint32_t kMaxControlBodyBytes = 128 * 1024;
 inline constexpr uint32_t kMaxErrorTextBytes = 1024;
+// Namespaces one STATS_REPLY lists: as many as fit kMaxControlBodyBytes (36
+// bytes of totals, then 24 a namespace). A pool holding more lists only the
+// largest by bytes; its totals still count every block, and the format has
+// no room to say how many namespaces were left out.
+inline constexpr uint32_t kMaxStatsNamespaces = (kMaxControlBodyBytes - 36) / 24;
 
 enum class Opcode : uint8_t {
   kHello = 1,
@@ -146,7 +152,8 @@ struct Stats {
   std::vector<NamespaceUsage> namespaces;
 };
 
-// Body encoders return the body only; the caller frames it.
+// Body encoders return the body only; the caller frames it. A Stats body
+// keeps the kMaxStatsNamespaces largest namespaces, so it always fits.
 std::vector<std::byte> EncodeBody(const Hello& m);
 std::vector<std::byte> EncodeBody(const Challenge& m);
 std::vector<std::byte> EncodeBody(const Auth& m);

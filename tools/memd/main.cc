@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
   Flags f;
   app.add_option("--config", f.config,
                  "YAML file (listen, pool_size, slot_size, secret_file, "
-                 "transport, hugepages, watermarks, max_connections, lease_ms)");
+                 "transport, hugepages, watermarks, max_connections, lease_ms, "
+                 "handshake_timeout_ms, put_timeout_ms)");
   app.add_option("--listen", f.listen,
                  "host:port to listen on (default 127.0.0.1:7400; port 0 "
                  "picks one)");

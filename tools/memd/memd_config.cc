@@ -40,6 +40,10 @@ Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions
       s = internal::ReadU32(n, k, 1, &o->max_connections);
     } else if (k == "lease_ms") {
       s = internal::ReadU32(n, k, 1, &o->lease_ms);
+    } else if (k == "handshake_timeout_ms") {
+      s = internal::ReadU32(n, k, 1, &o->handshake_timeout_ms);
+    } else if (k == "put_timeout_ms") {
+      s = internal::ReadU32(n, k, 1, &o->put_timeout_ms);
     } else if (k == "watermarks" && n.kind == ConfigNode::Kind::kMap) {
       for (const ConfigNode& w : n.items) {
         if (w.key == "high") {
@@ -55,7 +59,8 @@ Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions
     } else {
       s = internal::NodeError(n.key_where, "unknown key '" + k + "'",
                               "listen, pool_size, slot_size, secret_file, transport, hugepages, "
-                              "watermarks, max_connections or lease_ms");
+                              "watermarks, max_connections, lease_ms, handshake_timeout_ms or "
+                              "put_timeout_ms");
     }
     if (!s.ok()) return s;
   }

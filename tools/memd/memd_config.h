@@ -8,6 +8,8 @@
 //   hugepages: true
 //   watermarks: {high: 0.95, low: 0.85}
 //   max_connections: 256
+//   handshake_timeout_ms: 5000   # unauthenticated connections are closed after this
+//   put_timeout_ms: 10000        # a put with no progress this long is cancelled
 #pragma once
 
 #include <string>
