@@ -26,6 +26,7 @@ struct RdmaLinkPath::Batch {
   std::vector<Op> ops;
   size_t remaining = 0;
   ItemsDone done;
+  std::weak_ptr<const void> outputs;  // read: headers and dsts may be written
   RdmaStagingPool::Lease staging;
   std::shared_ptr<RdmaMemory> arena;  // the arena its in-place pieces use
 };
@@ -128,12 +129,14 @@ Status RdmaLinkPath::WriteGranted(const GrantList& grants, std::span<const Heade
 }
 
 Status RdmaLinkPath::ReadLeased(const LeaseReply& lease, std::span<const std::span<std::byte>> dsts,
-                                std::span<HeaderBytes> headers, ItemsDone done) {
+                                std::span<HeaderBytes> headers, std::weak_ptr<const void> outputs,
+                                ItemsDone done) {
   const size_t n = lease.items.size();
   if (n != dsts.size() || n != headers.size()) {
     return Status::InvalidArgument("LEASE_REPLY item count does not match the request");
   }
   auto b = std::make_shared<Batch>();
+  b->outputs = std::move(outputs);
   b->arena = arena_;
   b->items.assign(n, Status::Ok());
   b->bytes.assign(n, 0);
@@ -212,7 +215,7 @@ void RdmaLinkPath::OpDone(const std::shared_ptr<Batch>& b, size_t op, const Stat
   if (!s.ok()) {
     b->items[o.item] = s;
     b->bytes[o.item] = 0;
-  } else if (!b->write) {
+  } else if (!b->write && !b->outputs.expired()) {
     std::memcpy(o.header_out->data(), o.header_staged, kBlockHeaderBytes);
     if (o.bounce != nullptr) std::memcpy(o.bounce_out, o.bounce, o.pieces[1].bytes);
   }

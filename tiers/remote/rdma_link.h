@@ -97,9 +97,14 @@ class RdmaLinkPath {
   // Reads each leased block: its header into headers[i], its payload into
   // dsts[i]. NotFound for a missed item; InvalidArgument for an item whose
   // block is larger than its destination; an error status like
-  // WriteGranted's when a lease fails CheckLease.
+  // WriteGranted's when a lease fails CheckLease. Staged bytes are copied
+  // into headers and dsts only while `outputs` is alive: once its owner
+  // lets go (the request finished), a late completion touches neither.
+  // Reads into the registered arena land in place, so only closing the
+  // queue pair (destroying this) stops them.
   Status ReadLeased(const LeaseReply& lease, std::span<const std::span<std::byte>> dsts,
-                    std::span<HeaderBytes> headers, ItemsDone done);
+                    std::span<HeaderBytes> headers, std::weak_ptr<const void> outputs,
+                    ItemsDone done);
 
   // Posts what the completion queue has room for; the rest waits for the
   // next completion of this path, or the next call (the link calls it on

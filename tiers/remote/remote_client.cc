@@ -32,6 +32,11 @@ void ClientImpl::OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, co
   }
 }
 
+void ClientImpl::TEST_StartRequestIdsAt(uint32_t id) {
+  const Status set = loop_.Call([this, id] { first_request_id_ = id; });
+  if (!set.ok()) log_->Log(LogLevel::kWarning, "remote tier: " + set.ToString());
+}
+
 // Runs on the loop thread, so channel state needs no lock.
 void ClientImpl::RouteOnLoop(size_t server, const RequestPtr& r) {
   if (stopped_.load(std::memory_order_relaxed)) {

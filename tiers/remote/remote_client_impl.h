@@ -16,6 +16,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <set>
 
 #include "io/asio_loop.h"
 #include "tiers/remote/rdma_link.h"
@@ -27,6 +28,15 @@ namespace kvtier::internal::memd {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
+
+// What a request waits for from the server. A reply it does not wait for
+// (a second LEASE_REPLY, a STATUS_REPLY before PUT_COMMIT was written) is a
+// protocol violation: the link is closed and the request fails once.
+enum class Await : uint8_t {
+  kNothing,     // not sent yet, or its RDMA operations are in flight
+  kRdmaReply,   // PUT_GRANT or LEASE_REPLY, once
+  kFinalReply,  // STATUS_REPLY, GET_DATA / GET_STATUS per item, STATS_REPLY
+};
 
 // One request to one server (a chunk of a caller's batch); each item
 // finishes exactly once, by reply, failure or shutdown.
@@ -43,6 +53,19 @@ struct Request {
   ItemDone cb;
   std::function<void(const Stats&)> on_stats;
   SteadyClock::time_point deadline;
+  Await await = Await::kNothing;
+  // Its frames queued or being written. Each holds a reference to the
+  // request, and no reply is taken until they are all out: PUT_DATA points
+  // into `headers` and the caller's `srcs`, which the caller may free once
+  // the items have finished.
+  uint32_t unsent = 0;
+  // transport: rdma: lent to the batch that reads into `headers` and `dsts`
+  // (RdmaLinkPath::ReadLeased); let go of when an item finishes, after which
+  // a completion copies nothing into them.
+  std::shared_ptr<const void> outputs;
+
+  // Whether a reply of kind `a` is expected now.
+  bool Awaits(Await a) const { return await == a && unsent == 0; }
 
   void Init(size_t items, ItemDone fn) {
     done.assign(items, 0);
@@ -52,6 +75,7 @@ struct Request {
   void Finish(size_t i, const Status& s, uint64_t bytes) {
     if (i >= done.size() || done[i]) return;
     done[i] = 1;
+    outputs.reset();
     --remaining;
     cb(i, s, bytes);
   }
@@ -61,11 +85,13 @@ struct Request {
 };
 using RequestPtr = std::shared_ptr<Request>;
 
-// A frame queued for the socket; a and b point into the request's buffers.
+// A frame queued for the socket; a and b point into the buffers of
+// `owner`, which counts the frame in its `unsent` until it is written.
 struct OutFrame {
   FrameHeaderBytes header{};
   std::vector<std::byte> body;
   std::span<const std::byte> a, b;  // block header and payload of PUT_DATA
+  RequestPtr owner;                 // null for frames of no request
 };
 
 class ClientImpl;
@@ -108,7 +134,7 @@ class Link : public std::enable_shared_from_this<Link> {
   bool OnRdmaReply(const FrameHeader& h, Request& r);
   void Granted(uint32_t id, std::vector<Status> items);
   void Leased(uint32_t id, uint64_t lease, std::vector<Status> items, std::vector<uint64_t> bytes);
-  void Control(Opcode op, uint32_t id, std::vector<std::byte> body);
+  void Control(Opcode op, Request* owner, uint32_t id, std::vector<std::byte> body);
   void ReadControl(std::function<void(const FrameHeader&)> then);
   void OnWelcome(const FrameHeader& h);
   void Enqueue(Request& r);
@@ -119,6 +145,8 @@ class Link : public std::enable_shared_from_this<Link> {
   void OnControl(const FrameHeader& h);
   void Done(Request& r);
   Request* Find(uint32_t id, Opcode op, size_t item);
+  void Push(OutFrame f, Request* owner);
+  void Sent(size_t bytes);
   void Tick();
   void Bad(const std::string& why) { Abort(Status::IOError(Prefix() + "bad reply: " + why)); }
   std::string Prefix() const;
@@ -135,11 +163,16 @@ class Link : public std::enable_shared_from_this<Link> {
   SteadyClock::time_point connect_deadline_;
   Nonce client_nonce_{};
   uint64_t slot_bytes_ = 0;
-  uint32_t next_id_ = 1;
-  std::map<uint32_t, RequestPtr> pending_;  // by id: the first has the earliest deadline
+  uint32_t next_id_;                        // never 0; wraps
+  std::map<uint32_t, RequestPtr> pending_;  // by id
+  // Every pending request by deadline, then id: ids wrap, so the smallest
+  // id is not the oldest request.
+  std::set<std::pair<SteadyClock::time_point, uint32_t>> deadlines_;
   std::vector<uint32_t> waiting_;           // submitted while connecting
   std::deque<OutFrame> queue_;
   std::vector<OutFrame> writing_;
+  std::vector<size_t> writing_ends_;  // where each frame of writing_ ends
+  size_t writing_sent_ = 0;           // frames of writing_ wholly sent
   std::vector<std::byte> hs_out_;
   FrameHeaderBytes in_header_{};
   std::vector<std::byte> body_;
@@ -169,6 +202,9 @@ class ClientImpl final : public RemoteClient {
 
   void OnReady(ServerState& s, Channel& ch, Link* l, uint64_t instance);
   void OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, const Status& why);
+  // Links made after this call number their requests from `id` (0 is
+  // skipped), so tests can reach the wrap of the 32-bit id quickly.
+  void TEST_StartRequestIdsAt(uint32_t id);
 
   const RemoteClientOptions o_;
   std::shared_ptr<LogSink> log_;
@@ -180,6 +216,7 @@ class ClientImpl final : public RemoteClient {
   std::shared_ptr<RdmaMemory> arena_;  // loop thread
   LoopGate gate_{[this](std::function<void()> fn) { loop_.Post(std::move(fn)); }};
   std::vector<std::unique_ptr<ServerState>> servers_;
+  uint32_t first_request_id_ = 1;  // loop thread
   std::atomic<bool> stopped_{false};
   AsioLoop loop_;  // last: stopped and destroyed first
 

@@ -1,5 +1,6 @@
 // One connection of the remote client (Link): connecting, the HMAC
 // handshake, the deadline tick and tearing the connection down.
+#include <algorithm>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
@@ -14,7 +15,12 @@ constexpr auto kTick = std::chrono::milliseconds(10);
 }  // namespace
 
 Link::Link(ClientImpl& c, ServerState& s, Channel& ch)
-    : c_(c), s_(s), ch_(ch), sock_(c.loop_.context()), timer_(c.loop_.context()) {}
+    : c_(c),
+      s_(s),
+      ch_(ch),
+      sock_(c.loop_.context()),
+      timer_(c.loop_.context()),
+      next_id_(std::max<uint32_t>(c.first_request_id_, 1)) {}
 
 std::string Link::Prefix() const { return "remote server " + s_.endpoint + ": "; }
 
@@ -119,7 +125,7 @@ void Link::Tick() {
       return Abort(Status::Unavailable(Prefix() + "no connection within " +
                                        std::to_string(c_.o_.connect_timeout_ms) + " ms"));
     }
-    if (!pending_.empty() && pending_.begin()->second->deadline <= now) {
+    if (!deadlines_.empty() && deadlines_.begin()->first <= now) {
       return Abort(Status::DeadlineExceeded(Prefix() + "no reply within " +
                                             std::to_string(c_.o_.op_timeout_ms) + " ms"));
     }
@@ -145,6 +151,7 @@ void Link::Abort(const Status& s) {
   queue_.clear();
   std::map<uint32_t, RequestPtr> pending;
   pending.swap(pending_);
+  deadlines_.clear();
   waiting_.clear();
   auto self = shared_from_this();  // the channel may drop its reference below
   c_.OnDead(s_, ch_, this, was_ready, s);

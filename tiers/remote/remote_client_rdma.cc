@@ -36,10 +36,22 @@ void Link::StartRdma(uint64_t instance) {
 // with their batch wherever its last completion drops it, which may be the
 // device's poller thread after the client is gone; the last reference to a
 // link must not go there.
+//
+// Each request takes one of them, and only once its request frame is
+// written: a second one would start a second batch into the same buffers,
+// which could complete after the request has finished.
 bool Link::OnRdmaReply(const FrameHeader& h, Request& r) {
   std::weak_ptr<Link> weak = weak_from_this();
   const uint32_t id = r.id;
-  if (h.opcode == Opcode::kPutGrant && r.op == Opcode::kPutBegin) {
+  const bool grant = h.opcode == Opcode::kPutGrant && r.op == Opcode::kPutBegin;
+  const bool lease = h.opcode == Opcode::kLeaseReply && r.op == Opcode::kGet;
+  if ((grant || lease) && !r.Awaits(Await::kRdmaReply)) {
+    Bad(std::string(grant ? "PUT_GRANT" : "LEASE_REPLY") +
+        " for a request that is not waiting for one");
+    return true;
+  }
+  if (grant) {
+    r.await = Await::kNothing;
     auto g = DecodeGrantList(body_);
     if (!g.ok()) return Bad(std::string(g.status().message())), true;
     Status st = rdma_->WriteGranted(*g, r.headers, r.srcs,
@@ -50,15 +62,18 @@ bool Link::OnRdmaReply(const FrameHeader& h, Request& r) {
     if (!st.ok()) Bad(std::string(st.message()));
     return true;
   }
-  if (h.opcode == Opcode::kLeaseReply && r.op == Opcode::kGet) {
+  if (lease) {
+    r.await = Await::kNothing;
     auto l = DecodeLeaseReply(body_);
     if (!l.ok()) return Bad(std::string(l.status().message())), true;
-    const uint64_t lease = l->lease_id;
+    const uint64_t lease_id = l->lease_id;
+    auto outputs = std::make_shared<const bool>(true);
+    r.outputs = outputs;
     Status st = rdma_->ReadLeased(
-        *l, r.dsts, r.headers,
-        [this, weak, id, lease](std::vector<Status> items, std::vector<uint64_t> bytes) {
+        *l, r.dsts, r.headers, outputs,
+        [this, weak, id, lease_id](std::vector<Status> items, std::vector<uint64_t> bytes) {
           auto self = weak.lock();
-          if (self && !dead_) Leased(id, lease, std::move(items), std::move(bytes));
+          if (self && !dead_) Leased(id, lease_id, std::move(items), std::move(bytes));
         });
     if (!st.ok()) Bad(std::string(st.message()));
     return true;
@@ -68,19 +83,22 @@ bool Link::OnRdmaReply(const FrameHeader& h, Request& r) {
 
 // Every granted block is in place (or failed): commit the request.
 void Link::Granted(uint32_t id, std::vector<Status> items) {
-  if (pending_.count(id) == 0) return;
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
   // A failed completion leaves the queue pair in the error state.
   for (const Status& st : items) {
     if (st.code() == StatusCode::kIOError || st.code() == StatusCode::kCancelled) {
       return Abort(st.WithContext(Prefix() + "RDMA WRITE"));
     }
   }
-  Control(Opcode::kPutCommit, id, {});
+  Request& r = *it->second;
+  r.await = Await::kFinalReply;
+  Control(Opcode::kPutCommit, &r, id, {});
 }
 
 void Link::Leased(uint32_t id, uint64_t lease, std::vector<Status> items,
                   std::vector<uint64_t> bytes) {
-  if (lease != 0) Control(Opcode::kLeaseRelease, id, EncodeBody(LeaseRelease{lease}));
+  if (lease != 0) Control(Opcode::kLeaseRelease, nullptr, id, EncodeBody(LeaseRelease{lease}));
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Request& r = *it->second;

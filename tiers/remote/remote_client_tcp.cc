@@ -14,9 +14,13 @@ constexpr size_t kMaxFramesPerWrite = 64;
 
 void Link::Submit(RequestPtr r) {
   if (dead_) return r->FailAll(Status::Unavailable(Prefix() + "connection failed"));
+  // Ids wrap; 0 is left to the handshake, and an id still pending (a
+  // request 2^32 ids old) is not reused.
+  while (next_id_ == 0 || pending_.count(next_id_) != 0) ++next_id_;
   r->id = next_id_++;
   r->deadline = SteadyClock::now() + std::chrono::milliseconds(c_.o_.op_timeout_ms);
   Request& req = *r;
+  deadlines_.emplace(r->deadline, r->id);
   pending_.emplace(r->id, std::move(r));
   if (ready_) {
     Enqueue(req);
@@ -27,32 +31,46 @@ void Link::Submit(RequestPtr r) {
   Tick();
 }
 
+// Queues `f` for the socket; `owner` (may be null) counts it until written.
+void Link::Push(OutFrame f, Request* owner) {
+  if (owner != nullptr) {
+    if (auto it = pending_.find(owner->id); it != pending_.end()) f.owner = it->second;
+    if (f.owner) ++owner->unsent;
+  }
+  queue_.push_back(std::move(f));
+}
+
 void Link::Enqueue(Request& r) {
   auto control = [&](Opcode op, std::vector<std::byte> body) {
     OutFrame f;
     f.header = EncodeFrameHeader({op, 0, r.id, static_cast<uint32_t>(body.size())});
     f.body = std::move(body);
-    queue_.push_back(std::move(f));
+    Push(std::move(f), &r);
   };
+  r.await = Await::kFinalReply;
   if (r.op == Opcode::kPutBegin) {
     PutBegin begin{r.ns, {}};
     for (size_t i = 0; i < r.keys.size(); ++i) begin.items.push_back({r.keys[i], r.srcs[i].size()});
     control(Opcode::kPutBegin, EncodeBody(begin));
     // Over RDMA the blocks go after PUT_GRANT, and PUT_COMMIT after them.
-    if (rdma_) return;
+    if (rdma_) {
+      r.await = Await::kRdmaReply;
+      return;
+    }
     for (size_t i = 0; i < r.keys.size(); ++i) {
       OutFrame f;
       f.header = EncodeFrameHeader({Opcode::kPutData, static_cast<uint16_t>(i), r.id,
                                     static_cast<uint32_t>(kBlockHeaderBytes + r.srcs[i].size())});
       f.a = r.headers[i];
       f.b = r.srcs[i];
-      queue_.push_back(std::move(f));
+      Push(std::move(f), &r);
     }
     control(Opcode::kPutCommit, {});
   } else if (r.op == Opcode::kStats) {
     control(Opcode::kStats, {});
   } else if (r.op == Opcode::kGet && rdma_) {
     control(Opcode::kGetLease, EncodeBody(KeyBatch{r.ns, r.keys}));
+    r.await = Await::kRdmaReply;
   } else {
     control(r.op, EncodeBody(KeyBatch{r.ns, r.keys}));
   }
@@ -65,18 +83,42 @@ void Link::Pump() {
     queue_.pop_front();
   }
   std::vector<asio::const_buffer> bufs;
+  writing_ends_.clear();
+  writing_sent_ = 0;
+  size_t end = 0;
   for (const OutFrame& f : writing_) {
     bufs.emplace_back(f.header.data(), f.header.size());
     if (!f.body.empty()) bufs.emplace_back(f.body.data(), f.body.size());
     if (!f.a.empty()) bufs.emplace_back(f.a.data(), f.a.size());
     if (!f.b.empty()) bufs.emplace_back(f.b.data(), f.b.size());
+    end += f.header.size() + f.body.size() + f.a.size() + f.b.size();
+    writing_ends_.push_back(end);
   }
   auto self = shared_from_this();
-  asio::async_write(sock_, bufs, TransferAllBulk(),
-                    [this, self](const boost::system::error_code& ec, size_t) {
+  // The condition runs after every partial write, so a frame counts as sent
+  // as soon as its last byte is with the kernel, before any reply to it can
+  // have been read: a reply may come while later frames of the batch are
+  // still going out.
+  auto sent = [this](const boost::system::error_code& ec, size_t bytes) -> size_t {
+    if (ec) return 0;
+    Sent(bytes);
+    return size_t{1} << 30;
+  };
+  asio::async_write(sock_, bufs, sent,
+                    [this, self](const boost::system::error_code& ec, size_t bytes) {
+                      if (!ec && !dead_) Sent(bytes);
                       writing_.clear();
                       if (Live(ec, "send")) Pump();
                     });
+}
+
+// The first `bytes` of writing_ are out: the requests of the frames they
+// complete may take replies now.
+void Link::Sent(size_t bytes) {
+  for (; writing_sent_ < writing_.size() && writing_ends_[writing_sent_] <= bytes;
+       ++writing_sent_) {
+    if (const RequestPtr& owner = writing_[writing_sent_].owner) --owner->unsent;
+  }
 }
 
 void Link::ReadHeader() {
@@ -90,7 +132,7 @@ void Link::ReadHeader() {
 Request* Link::Find(uint32_t id, Opcode op, size_t item) {
   auto it = pending_.find(id);
   if (it == pending_.end() || it->second->op != op || item >= it->second->done.size() ||
-      it->second->done[item]) {
+      it->second->done[item] || !it->second->Awaits(Await::kFinalReply)) {
     return nullptr;
   }
   return it->second.get();
@@ -100,6 +142,9 @@ void Link::OnHeader() {
   auto h = DecodeFrameHeader(in_header_, slot_bytes_);
   if (!h.ok()) return Bad(std::string(h.status().message()));
   if (h->opcode == Opcode::kGetData) {
+    // Over RDMA blocks come by READ only: bytes here could race a READ into
+    // the same buffers.
+    if (rdma_) return Bad("GET_DATA on an RDMA connection");
     Request* r = Find(h->request_id, Opcode::kGet, h->item);
     if (r == nullptr) return Bad("GET_DATA for no pending item");
     return OnGetData(*r, *h);
@@ -164,6 +209,8 @@ void Link::OnControl(const FrameHeader& h) {
   }
   if (!ready_) return Bad("unexpected frame during the handshake");
   if (h.opcode == Opcode::kGetStatus) {
+    // Over RDMA a GET is answered by LEASE_REPLY alone.
+    if (rdma_) return Bad("GET_STATUS on an RDMA connection");
     Request* r = Find(h.request_id, Opcode::kGet, h.item);
     if (r == nullptr || body_.size() != 1) return Bad("GET_STATUS for no pending item");
     const StatusCode code = DecodeCode(static_cast<uint8_t>(body_[0]));
@@ -177,6 +224,7 @@ void Link::OnControl(const FrameHeader& h) {
   if (it == pending_.end()) return Bad("reply for no pending request");
   Request& r = *it->second;
   if (h.opcode == Opcode::kStatsReply && r.op == Opcode::kStats) {
+    if (!r.Awaits(Await::kFinalReply)) return Bad("STATS_REPLY before STATS was sent");
     auto st = DecodeStats(body_);
     if (!st.ok()) return Bad(std::string(st.status().message()));
     r.on_stats(*st);
@@ -195,6 +243,12 @@ void Link::OnControl(const FrameHeader& h) {
   if (list->codes.size() != r.done.size()) return Bad("status count does not match the request");
   // Grants matter to RDMA writers only; over TCP the data already follows.
   if (h.opcode == Opcode::kBeginReply) return;
+  // Until its last frame is written the server cannot have read it, and the
+  // request's buffers are still being sent.
+  if (!r.Awaits(Await::kFinalReply)) {
+    return Bad(std::string("STATUS_REPLY before ") + (put ? "PUT_COMMIT" : "the request") +
+               " was sent");
+  }
   for (size_t i = 0; i < list->codes.size(); ++i) {
     const StatusCode code = list->codes[i];
     if (code == StatusCode::kOk) {
@@ -208,16 +262,18 @@ void Link::OnControl(const FrameHeader& h) {
   Done(r);
 }
 
-void Link::Control(Opcode op, uint32_t id, std::vector<std::byte> body) {
+void Link::Control(Opcode op, Request* owner, uint32_t id, std::vector<std::byte> body) {
   OutFrame f;
   f.header = EncodeFrameHeader({op, 0, id, static_cast<uint32_t>(body.size())});
   f.body = std::move(body);
-  queue_.push_back(std::move(f));
+  Push(std::move(f), owner);
   Pump();
 }
 
 void Link::Done(Request& r) {
-  if (r.remaining == 0) pending_.erase(r.id);
+  if (r.remaining != 0) return;
+  deadlines_.erase({r.deadline, r.id});
+  pending_.erase(r.id);  // last: may destroy r
 }
 
 }  // namespace kvtier::internal::memd

@@ -1,0 +1,180 @@
+// The remote client (transport: tcp) against a scripted server that holds
+// the shared secret but breaks the protocol: a reply that comes before the
+// request it answers was written out, and a request that is never answered
+// while the 32-bit request ids wrap. The client must close the connection
+// and fail the request with a clear status, never touch a buffer after
+// handing it back, and keep every deadline.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "tests/remote/scripted_memd.h"
+#include "tiers/remote/remote_client.h"
+#include "tiers/remote/remote_client_impl.h"
+
+namespace kvtier::testing {
+namespace {
+
+using memd::Opcode;
+using Clock = std::chrono::steady_clock;
+
+constexpr NamespaceId kNs{11};
+constexpr char kSecret[] = "client-abuse-secret";
+
+std::unique_ptr<memd::RemoteClient> Connect(const ScriptedMemd& server, uint32_t op_timeout_ms) {
+  auto c = memd::RemoteClient::Create(ScriptedClientOptions(server, kSecret, op_timeout_ms),
+                                      StderrLogSink(LogLevel::kError), nullptr);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+// Waits up to `limit` for `flag`.
+bool WaitForFlag(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  while (!flag.load() && Clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return flag.load();
+}
+
+// A STATUS_REPLY to a PUT while its PUT_DATA frames are still being written
+// (the server's small receive buffer holds them back) cannot be an answer to
+// PUT_COMMIT: the client closes the connection and fails the PUT, and once
+// the caller has its results not one more byte of the request goes out.
+// Before, the PUT finished OK at once and the client went on writing the
+// caller's released buffers and the request's freed headers to the socket
+// (heap-use-after-free under ASan).
+TEST(RemoteClientAbuseTest, StatusReplyBeforePutCommitIsSentFailsThePut) {
+  constexpr size_t kItems = 4;
+  constexpr size_t kPayloadBytes = 8 << 20;
+  constexpr uint64_t kWireBytes = kItems * (kPayloadBytes + kBlockHeaderBytes);
+  std::atomic<bool> caller_done{false};
+  uint64_t drained = 0;
+  ScriptedMemd server(
+      [&](ScriptedConn& c) {
+        if (!c.Welcome(kSecret, kPayloadBytes + kBlockHeaderBytes)) return;
+        auto begin = c.ReadFrame();
+        ASSERT_TRUE(begin.has_value());
+        ASSERT_EQ(begin->first.opcode, Opcode::kPutBegin);
+        const memd::StatusList ok{std::vector<StatusCode>(kItems, StatusCode::kOk)};
+        c.Send(memd::Frame(Opcode::kStatusReply, begin->first.request_id, memd::EncodeBody(ok)));
+        // Reads on only once the caller has its results and has freed its
+        // buffers: whatever the client still sends comes from them.
+        EXPECT_TRUE(WaitForFlag(caller_done, std::chrono::seconds(5)));
+        drained = c.Drain(kWireBytes);
+      },
+      /*receive_buffer_bytes=*/4096);
+  auto client = Connect(server, 2000);
+  ASSERT_NE(client, nullptr);
+  {
+    std::vector<std::vector<std::byte>> payloads(
+        kItems, std::vector<std::byte>(kPayloadBytes, std::byte{7}));
+    std::vector<memd::PutOp> ops;
+    for (size_t i = 0; i < kItems; ++i) ops.push_back({BlockKey{1, i}, payloads[i], std::nullopt});
+    ItemResults put(kItems);
+    client->Put(0, kNs, std::move(ops), put.Done());
+    ASSERT_TRUE(put.WaitFor(std::chrono::seconds(5)));
+    for (size_t i = 0; i < kItems; ++i) {
+      const Status s = put.status(i);
+      EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+      EXPECT_NE(s.message().find("bad reply: STATUS_REPLY before PUT_COMMIT was sent"),
+                std::string::npos)
+          << s.ToString();
+    }
+  }  // the caller's buffers are gone
+  caller_done = true;
+  server.Join();
+  EXPECT_LT(drained, kWireBytes) << "the client sent the whole PUT after failing it";
+  client->Shutdown();
+}
+
+// Once a PUT's frames are all out, the same early-looking reply is the
+// answer to PUT_COMMIT: the small-buffer server above is not refused for
+// being slow.
+TEST(RemoteClientAbuseTest, StatusReplyAfterPutCommitIsTheAnswer) {
+  constexpr size_t kPayloadBytes = 1 << 20;
+  ScriptedMemd server(
+      [&](ScriptedConn& c) {
+        if (!c.Welcome(kSecret, kPayloadBytes + kBlockHeaderBytes)) return;
+        uint32_t id = 0;
+        for (auto f = c.ReadFrame(); f.has_value(); f = c.ReadFrame()) {
+          id = f->first.request_id;
+          if (f->first.opcode == Opcode::kPutCommit) break;
+        }
+        const memd::StatusList ok{{StatusCode::kOk}};
+        c.Send(memd::Frame(Opcode::kStatusReply, id, memd::EncodeBody(ok)));
+        c.Drain(1);  // until the client hangs up
+      },
+      /*receive_buffer_bytes=*/4096);
+  auto client = Connect(server, 2000);
+  ASSERT_NE(client, nullptr);
+  const std::vector<std::byte> payload(kPayloadBytes, std::byte{3});
+  ItemResults put(1);
+  client->Put(0, kNs, {{BlockKey{2, 2}, payload, std::nullopt}}, put.Done());
+  ASSERT_TRUE(put.WaitFor(std::chrono::seconds(5)));
+  EXPECT_TRUE(put.status(0).ok()) << put.status(0).ToString();
+  client->Shutdown();
+}
+
+// Request ids are 32 bits and wrap. A request sent just before the wrap and
+// never answered must fail with DeadlineExceeded within its deadline plus a
+// tick, however many newer requests (with smaller ids after the wrap) are
+// pending beside it. The server keeps one newer request pending at all
+// times: each is answered when the next arrives. Before, the deadline check
+// looked at the smallest id only, so the stuck request never timed out.
+TEST(RemoteClientAbuseTest, ARequestSentJustBeforeTheIdsWrapStillTimesOut) {
+  constexpr uint32_t kTimeoutMs = 300;
+  std::mutex mu;
+  std::vector<uint32_t> ids;  // guarded by mu
+  ScriptedMemd server([&](ScriptedConn& c) {
+    if (!c.Welcome(kSecret, 1 << 20)) return;
+    std::optional<uint32_t> held;
+    for (auto f = c.ReadFrame(); f.has_value(); f = c.ReadFrame()) {
+      if (f->first.opcode != Opcode::kExists) continue;
+      bool first = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        first = ids.empty();
+        ids.push_back(f->first.request_id);
+      }
+      if (first) continue;  // never answered
+      const memd::StatusList found{{StatusCode::kOk}};
+      if (held) c.Send(memd::Frame(Opcode::kStatusReply, *held, memd::EncodeBody(found)));
+      held = f->first.request_id;
+    }
+  });
+  auto client = Connect(server, kTimeoutMs);
+  ASSERT_NE(client, nullptr);
+  static_cast<memd::ClientImpl&>(*client).TEST_StartRequestIdsAt(0xFFFFFFFFu);
+
+  ItemResults stuck(1);
+  const auto start = Clock::now();
+  client->Exists(0, kNs, {BlockKey{3, 3}}, stuck.Done());
+  while (!stuck.WaitFor(std::chrono::milliseconds(20)) &&
+         Clock::now() - start < std::chrono::seconds(3)) {
+    ItemResults newer(1);
+    client->Exists(0, kNs, {BlockKey{4, 4}}, newer.Done());
+  }
+  ASSERT_TRUE(stuck.WaitFor(std::chrono::milliseconds(0))) << "the stuck request never timed out";
+  EXPECT_EQ(stuck.status(0).code(), StatusCode::kDeadlineExceeded) << stuck.status(0).ToString();
+  EXPECT_NE(stuck.status(0).message().find("no reply within 300 ms"), std::string::npos)
+      << stuck.status(0).ToString();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(stuck.finished() - start).count();
+  EXPECT_GE(ms, kTimeoutMs);
+  EXPECT_LE(ms, kTimeoutMs + 10 + 150) << "deadline plus a 10 ms tick, with slack for a busy host";
+  client->Shutdown();
+  server.Join();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids[0], 0xFFFFFFFFu);
+  EXPECT_EQ(ids[1], 1u) << "0 is skipped when the ids wrap";
+  EXPECT_EQ(ids[2], 2u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
