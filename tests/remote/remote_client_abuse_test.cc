@@ -120,6 +120,24 @@ TEST(RemoteClientAbuseTest, StatusReplyAfterPutCommitIsTheAnswer) {
   client->Shutdown();
 }
 
+// WELCOME's slot size caps the block frames the client reads; a server that
+// announces one it could not hold itself is refused before any is read.
+TEST(RemoteClientAbuseTest, AnImpossibleSlotSizeInWelcomeIsRefused) {
+  ScriptedMemd server([&](ScriptedConn& c) {
+    if (!c.Welcome(kSecret, uint64_t{1} << 40)) return;
+    c.Drain(1);  // until the client hangs up
+  });
+  auto client = Connect(server, 2000);
+  ASSERT_NE(client, nullptr);
+  ItemResults exists(1);
+  client->Exists(0, kNs, {BlockKey{5, 5}}, exists.Done());
+  ASSERT_TRUE(exists.WaitFor(std::chrono::seconds(5)));
+  EXPECT_NE(exists.status(0).message().find("server announced a slot of 1099511627776 bytes"),
+            std::string::npos)
+      << exists.status(0).ToString();
+  client->Shutdown();
+}
+
 // Request ids are 32 bits and wrap. A request sent just before the wrap and
 // never answered must fail with DeadlineExceeded within its deadline plus a
 // tick, however many newer requests (with smaller ids after the wrap) are

@@ -77,6 +77,15 @@ void Link::Handshake(const Challenge& c) {
             return Abort(
                 Status::InvalidArgument(Prefix() + "server failed to prove the shared secret"));
           }
+          // The slot size caps every block frame this link reads: one the
+          // server could not hold either is refused, not allocated.
+          if (w->slot_bytes <= kBlockHeaderBytes ||
+              w->slot_bytes > kMaxBlockPayloadBytes + kBlockHeaderBytes) {
+            return Abort(Status::InvalidArgument(
+                Prefix() + "server announced a slot of " + std::to_string(w->slot_bytes) +
+                " bytes; expected more than " + std::to_string(kBlockHeaderBytes) +
+                " and at most " + std::to_string(kMaxBlockPayloadBytes + kBlockHeaderBytes)));
+          }
           slot_bytes_ = w->slot_bytes;
           if (c_.rdma_) return StartRdma(challenge.instance_id);
           Ready(challenge.instance_id);
