@@ -233,8 +233,8 @@ TEST_F(MemdConnectionLimitTest, RdmaGrantsCannotExceedWhatTcpPutsLeft) {
 
 TEST_F(MemdConnectionLimitTest, ACommittedTcpPutMakesRoomForGrants) {
   auto c = ConnectAtTheLimit();
-  // Nothing was sent for the 16 reserved items: their commit fails and
-  // frees them.
+  // Nothing was sent for the items request 2 reserved (as many of the 16
+  // slots as one connection may hold): their commit fails and frees them.
   c->Send(memd::Frame(memd::Opcode::kPutCommit, 2, {}));
   auto r = c->ReadFrame();
   ASSERT_TRUE(r.has_value());

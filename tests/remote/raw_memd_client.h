@@ -36,6 +36,7 @@ class RawClient {
   }
   ~RawClient() { close(fd_); }
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
   void Send(std::span<const std::byte> b) { (void)!write(fd_, b.data(), b.size()); }
   void ShutdownWrite() { shutdown(fd_, SHUT_WR); }
   // Reads one frame; nullopt on EOF or timeout.
