@@ -85,6 +85,30 @@ TEST(RedisHostileServer, EndlessReplyLineFailsWithCorruption) {
   tier->Shutdown();
 }
 
+// A GET value that announces 4 GB and is not a block: rejected at its
+// header, and the rest is not drained (it could trickle in for minutes, each
+// read within its timeout) but cut off with the connection.
+TEST(RedisHostileServer, AHugeValueThatIsNotABlockIsCutOffNotDrained) {
+  constexpr uint64_t kFloodBytes = 64ull << 20;
+  auto server = ScriptedRedis::Start([](const Argv& argv) {
+    Answer a;
+    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
+    a.bytes = "$4000000000\r\n";
+    a.flood_bytes = kFloodBytes;
+    return a;
+  });
+  ASSERT_TRUE(server);
+  auto tier = Open(Options(*server, /*cluster=*/false));
+  ASSERT_TRUE(tier);
+  const Status st = ReadOne(*tier, 1);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  const ScriptedRedis::Flood flood = server->WaitFlood(3s);
+  EXPECT_TRUE(flood.ended);
+  EXPECT_TRUE(flood.peer_closed) << "the tier must drop the connection";
+  EXPECT_LT(flood.sent_bytes, kFloodBytes / 2);
+  tier->Shutdown();
+}
+
 // A script for a one-master cluster whose master (port *self) answers the
 // data command `cmd` with an ASK to itself and ASKING with `asking_reply`.
 ScriptedRedis::Script AskThenAnswer(std::shared_ptr<std::atomic<uint16_t>> self, std::string cmd,

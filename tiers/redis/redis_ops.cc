@@ -29,8 +29,17 @@ std::string Describe(const RedisConnection& conn, const RedisOp& op) {
 
 RedisOpResult Failed(Status st) { return RedisOpResult{std::move(st)}; }
 
+// Values past this are not drained but cut off with their connection: a
+// server announcing gigabytes could otherwise keep the op reading (each read
+// within its timeout) long past the op's deadline.
+constexpr uint64_t kMaxDrainBytes = uint64_t{4} << 20;
+
 // Drains the rest of a value that will not be handed over, then reports `st`.
 RedisOpResult Reject(RedisConnection& conn, uint64_t left, Status st) {
+  if (left > kMaxDrainBytes) {
+    conn.Abandon();
+    return Failed(std::move(st));
+  }
   Status drained = conn.SkipBody(left);
   if (drained.ok()) drained = conn.EndBody();
   return Failed(drained.ok() ? std::move(st) : std::move(drained));
