@@ -125,8 +125,7 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks, SteadyTime deadlin
     // A batch both tiers accept in one call (each may refuse larger ones).
     size_t batch = std::min<size_t>(blocks - total, options_.mover.batch_blocks);
     for (size_t t : {tier, tier + 1}) {
-      if (t != 0 && t < tier_count())
-        batch = std::min<size_t>(batch, std::max(1u, lower_[t - 1]->capabilities().max_batch_blocks));
+      if (t != 0 && t < tier_count()) batch = std::min(batch, BatchLimit(*lower_[t - 1]));
     }
     std::vector<IndexEntry*> victims;
     {

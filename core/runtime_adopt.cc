@@ -2,8 +2,6 @@
 // index is empty, but an NVMe store still has the blocks saved before. On a
 // lookup miss the runtime asks the tiers that can answer from memory
 // (TierCapabilities::local_index) and indexes the leading keys they hold.
-#include <algorithm>
-
 #include "core/runtime_impl.h"
 
 namespace kvtier::internal {
@@ -37,7 +35,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
     Tier& tier = *lower_[t - 1];
     if (!tier.capabilities().local_index) continue;
     // In batches the tier accepts, while the leading run lasts.
-    const size_t batch = std::max<size_t>(1, tier.capabilities().max_batch_blocks);
+    const size_t batch = BatchLimit(tier);
     for (size_t from = 0; from < rest.size(); from += batch) {
       const size_t n = std::min(batch, rest.size() - from);
       Completion c = tier.Contains(ns, rest.subspan(from, n));

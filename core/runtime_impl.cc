@@ -307,11 +307,13 @@ void RuntimeImpl::Unpin(NamespaceId ns, std::span<const BlockKey> keys) {
     IndexEntry* e = index_.Find({ns, keys[i]});
     if (e == nullptr || e->pins == 0) continue;
     --e->pins;
-    // A load under this pin found its last copy lost: the entry stayed for
-    // the pin's sake and goes with it.
-    if (e->locations == 0 && e->pins == 0 && e->children == 0 && e->state == EntryState::kReady)
-      index_.Erase(e);
+    EraseIfUnheldLocked(e);
   }
+}
+
+void RuntimeImpl::EraseIfUnheldLocked(IndexEntry* e) {
+  if (e->locations == 0 && e->pins == 0 && e->children == 0 && e->state == EntryState::kReady)
+    index_.Erase(e);
 }
 
 Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
@@ -367,7 +369,7 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   Status result;
   for (size_t t = 1; t < tier_count(); ++t) {
     Tier& tier = *lower_[t - 1];
-    const size_t batch = std::max<size_t>(1, tier.capabilities().max_batch_blocks);
+    const size_t batch = BatchLimit(tier);
     for (size_t from = 0; from < keys.size(); from += batch) {
       Status st = tier.Remove(ns, keys.subspan(from, std::min(batch, keys.size() - from))).Wait();
       if (!st.ok() && result.ok())

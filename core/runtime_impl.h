@@ -8,6 +8,7 @@
 // (or still kFilling), which keeps its slot alive without the lock.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -173,6 +174,14 @@ class RuntimeImpl final : public Runtime {
   // Drops tier `tier`'s copy, erasing the entry when no copy is left.
   // REQUIRES: mu_ held; returns the lower-tier key to remove, if any.
   void DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals);
+  // Erases `e` once nothing holds it any more: no copy, pin, child or fill
+  // (a load that found its last copy lost kept it for its pin's sake).
+  // REQUIRES: mu_ held.
+  void EraseIfUnheldLocked(IndexEntry* e);
+  // The most blocks one call to lower tier `t` may carry; calls are split to it.
+  static size_t BatchLimit(const Tier& t) {
+    return std::max<size_t>(1, t.capabilities().max_batch_blocks);
+  }
   bool HubAboveHigh() const;
   size_t HubFreeSlots() const { return arena_->slot_count() - arena_->used_slots(); }
   // Frees hub slots until `slots` are free, waiting (until `deadline`) for
@@ -190,18 +199,19 @@ class RuntimeImpl final : public Runtime {
   std::vector<std::unique_ptr<Tier>> lower_;  // tiers 1..n
 
   mutable std::mutex mu_;
-  BlockIndex index_;                        // guarded by mu_
-  std::unique_ptr<TierPolicies> policies_;  // guarded by mu_; observes index_
-  std::vector<TierCount> tier_counts_;      // guarded by mu_
-  RuntimeStats stats_;                      // guarded by mu_ (tiers left empty)
-  uint64_t late_reads_ = 0;                 // guarded by mu_: reads past their deadline
-  uint64_t moving_blocks_ = 0;              // guarded by mu_: selected by an eviction pass
-  // Removes that reach the lower tiers: running now, and ended so far. An
-  // adoption that overlapped one is dropped (runtime_adopt.cc).
-  uint32_t removes_running_ = 0;             // guarded by mu_
-  uint64_t removes_ended_ = 0;               // guarded by mu_
+  BlockIndex index_;                         // guarded by mu_
+  std::unique_ptr<TierPolicies> policies_;   // guarded by mu_; observes index_
+  std::vector<TierCount> tier_counts_;       // guarded by mu_
+  RuntimeStats stats_;                       // guarded by mu_ (tiers left empty)
+  uint64_t late_reads_ = 0;                  // guarded by mu_: reads past their deadline
+  uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
+
+  // Removes that reach the lower tiers: running now, and ended so far. An
+  // adoption that overlapped one is dropped (runtime_adopt.cc). Guarded by mu_.
+  uint32_t removes_running_ = 0;
+  uint64_t removes_ended_ = 0;
 
   std::mutex mover_mu_;
   std::condition_variable mover_cv_;

@@ -20,8 +20,8 @@ std::chrono::nanoseconds Remaining(std::chrono::steady_clock::time_point deadlin
 
 void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                           const std::vector<uint32_t>& blocks,
-                          std::chrono::steady_clock::time_point deadline, const LayerDone& on_layer,
-                          CompletionSource& done) {
+                          std::chrono::steady_clock::time_point deadline,
+                          const LayerDone& on_layer, CompletionSource& done) {
   const size_t n = keys.size();
   std::vector<IndexEntry*> entries(n, nullptr);
   std::vector<uint32_t> source_tier(n, 0);
@@ -101,7 +101,7 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
     IndexEntry* e = entries[i];
     if (e == nullptr) continue;
     --e->pins;
-    if (e->locations == 0 && e->pins == 0 && e->children == 0) index_.Erase(e);
+    EraseIfUnheldLocked(e);
   }
 }
 
@@ -142,7 +142,7 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
   for (auto& [tier, all] : by_tier) {
     Tier& t = *lower_[tier - 1];
     // In batches the tier accepts (a long prompt can need more than one).
-    const size_t batch = std::max<size_t>(1, t.capabilities().max_batch_blocks);
+    const size_t batch = BatchLimit(t);
     for (size_t from = 0; from < all.size(); from += batch) {
       const std::vector<size_t> items(all.begin() + from,
                                       all.begin() + std::min(all.size(), from + batch));
