@@ -1,6 +1,8 @@
 #include "core/block_index.h"
 
 #include <cstdlib>
+#include <queue>
+#include <utility>
 
 namespace kvtier::internal {
 
@@ -44,21 +46,30 @@ void BlockIndex::Erase(IndexEntry* e) {
 void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
   if (e->In(tier)) return;
   e->locations |= 1U << tier;
-  if (e->parent != nullptr) ++e->parent->children_in[tier];
+  if (IndexEntry* p = e->parent; p != nullptr) {
+    if (IsLeaf(*p, tier)) leaves_[tier].erase(p->stamp[tier]);
+    ++p->children_in[tier];
+  }
   ++blocks_in_[tier];
   bytes_in_[tier] += e->bytes;
   e->last_access_ns = now_ns;
-  LinkFront(e, tier);
+  e->stamp[tier] = ++clock_;
+  if (IsLeaf(*e, tier)) leaves_[tier].emplace_hint(leaves_[tier].end(), e->stamp[tier], e);
   if (observer_ != nullptr) observer_->OnAdd(*e, tier);
 }
 
 void BlockIndex::DropLocation(IndexEntry* e, size_t tier) {
   if (!e->In(tier)) return;
+  if (IsLeaf(*e, tier)) leaves_[tier].erase(e->stamp[tier]);
   e->locations &= ~(1U << tier);
-  if (e->parent != nullptr) --e->parent->children_in[tier];
+  if (IndexEntry* p = e->parent; p != nullptr) {
+    --p->children_in[tier];
+    // The parent keeps the recency it had: its place among the leaves is
+    // where its last use puts it.
+    if (IsLeaf(*p, tier)) leaves_[tier].emplace(p->stamp[tier], p);
+  }
   --blocks_in_[tier];
   bytes_in_[tier] -= e->bytes;
-  Unlink(e, tier);
   if (observer_ != nullptr) observer_->OnDrop(*e, tier);
 }
 
@@ -67,9 +78,14 @@ void BlockIndex::Touch(IndexEntry* e, uint64_t now_ns) {
   for (size_t t = 0; t < tier_count_; ++t) {
     if (!e->In(t)) continue;
     if (observer_ != nullptr) observer_->OnTouch(*e, t);
-    if (head_[t] == e) continue;
-    Unlink(e, t);
-    LinkFront(e, t);
+    const uint64_t stamp = ++clock_;
+    if (IsLeaf(*e, t)) {
+      // Re-keyed in place: a hit costs no allocation. The newest stamp goes last.
+      auto node = leaves_[t].extract(e->stamp[t]);
+      node.key() = stamp;
+      leaves_[t].insert(leaves_[t].end(), std::move(node));
+    }
+    e->stamp[t] = stamp;
   }
 }
 
@@ -77,34 +93,33 @@ std::vector<IndexEntry*> BlockIndex::Victims(size_t tier, size_t max, size_t sca
                                              const DropCheck& may_drop) const {
   std::vector<IndexEntry*> out;
   std::unordered_map<const IndexEntry*, uint32_t> chosen_children;
-  size_t scanned = 0;
-  for (IndexEntry* e = tail_[tier]; e != nullptr && out.size() < max && scanned < scan_limit;
-       e = e->prev[tier], ++scanned) {
-    if (e->state != EntryState::kReady || e->pins != 0 || e->moving) continue;
+  // Parents whose every child in the tier has been chosen: leaves from now
+  // on, merged into the walk at their own recency (the oldest next, when
+  // they are older than where the walk is).
+  using Stamped = std::pair<uint64_t, IndexEntry*>;
+  std::priority_queue<Stamped, std::vector<Stamped>, std::greater<>> freed;
+  auto leaf = leaves_[tier].begin();
+  for (size_t scanned = 0; out.size() < max && scanned < scan_limit; ++scanned) {
+    IndexEntry* e;
+    if (!freed.empty() && (leaf == leaves_[tier].end() || freed.top().first < leaf->first)) {
+      e = freed.top().second;
+      freed.pop();
+    } else if (leaf != leaves_[tier].end()) {
+      e = (leaf++)->second;
+    } else {
+      break;
+    }
+    if (e->state != EntryState::kReady || e->pins != e->save_holds || e->moving) continue;
     auto it = chosen_children.find(e);
-    uint32_t chosen = it == chosen_children.end() ? 0 : it->second;
-    if (e->children_in[tier] != chosen) continue;  // leaves first within the tier
+    const uint32_t chosen = it == chosen_children.end() ? 0 : it->second;
     if (!may_drop(*e, chosen)) continue;
     out.push_back(e);
-    if (e->parent != nullptr) ++chosen_children[e->parent];
+    if (IndexEntry* p = e->parent; p != nullptr) {
+      const uint32_t n = ++chosen_children[p];
+      if (p->In(tier) && p->children_in[tier] == n) freed.emplace(p->stamp[tier], p);
+    }
   }
   return out;
-}
-
-void BlockIndex::LinkFront(IndexEntry* e, size_t tier) {
-  e->prev[tier] = nullptr;
-  e->next[tier] = head_[tier];
-  if (head_[tier] != nullptr) head_[tier]->prev[tier] = e;
-  head_[tier] = e;
-  if (tail_[tier] == nullptr) tail_[tier] = e;
-}
-
-void BlockIndex::Unlink(IndexEntry* e, size_t tier) {
-  if (e->prev[tier] != nullptr) e->prev[tier]->next[tier] = e->next[tier];
-  else head_[tier] = e->next[tier];
-  if (e->next[tier] != nullptr) e->next[tier]->prev[tier] = e->prev[tier];
-  else tail_[tier] = e->prev[tier];
-  e->prev[tier] = e->next[tier] = nullptr;
 }
 
 }  // namespace kvtier::internal

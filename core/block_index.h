@@ -1,6 +1,7 @@
 // BlockIndex: what the runtime knows about every stored block: which tiers
 // hold it, whether it is still being filled, who pins it, its parent and how
-// many children it has, and per-tier recency lists for eviction.
+// many children it has, and per tier the recency of its blocks and the set
+// of its leaves, which eviction walks.
 //
 // The prefix rule lives here: a lookup stops at the first key that is absent,
 // and a block may leave its last tier only when it has no children, so no
@@ -11,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -38,7 +40,11 @@ struct IndexEntry {
   // Payload checksum, taken when the block first leaves the hub and checked
   // whenever it comes back, whatever the tier it was read from.
   std::optional<uint64_t> checksum;
-  uint32_t pins = 0;             // lookups, loads and moves in progress
+  uint32_t pins = 0;  // lookups, loads, moves and saves in progress
+  // Of the pins, those of saves about to hang new blocks off this entry
+  // (RunSave, from admission to reservation). Eviction may move such an
+  // entry to another tier, but never drop its last copy.
+  uint32_t save_holds = 0;
   bool moving = false;           // selected by an eviction pass
   uint32_t children = 0;         // stored entries whose parent is this one
   std::array<uint32_t, kMaxTiers> children_in{};  // of those, how many are in tier t
@@ -52,9 +58,9 @@ struct IndexEntry {
   uint32_t sightings = 0;        // lookups that named it while indexed
   uint32_t hits = 0;             // lookups that found it
   bool is_tail = false;          // last block of the Save that stored it
-  // Intrusive recency list per tier; head = most recent.
-  std::array<IndexEntry*, kMaxTiers> prev{};
-  std::array<IndexEntry*, kMaxTiers> next{};
+  // Recency per tier: the index's use counter when the entry entered the
+  // tier or was last touched; larger = more recent.
+  std::array<uint64_t, kMaxTiers> stamp{};
 
   bool In(size_t tier) const { return (locations >> tier) & 1U; }
   // The fastest tier holding a copy; REQUIRES: locations != 0.
@@ -95,11 +101,15 @@ class BlockIndex {
   // Marks a use: the entry becomes most recent in every tier holding it.
   void Touch(IndexEntry* e, uint64_t now_ns);
 
-  // Up to `max` ready, unpinned, not-moving entries of `tier`, least recent
+  // Up to `max` ready, not-moving entries of `tier` pinned by no more than
+  // saves holding them (IndexEntry::save_holds), least recent
   // first, that are leaves within that tier once the victims chosen before
   // them are gone (so a whole chain can leave in one batch, children first),
-  // and for which `may_drop(entry, children_chosen)` holds. Scans at most
-  // `scan_limit` entries.
+  // and for which `may_drop(entry, children_chosen)` holds. Examines at most
+  // `scan_limit` entries, all of them such leaves; an entry with children in
+  // the tier is never examined (nor counted), so however long the chains and
+  // in whatever order their blocks were used, only leaves that are pinned,
+  // moving or refused by `may_drop` can use up the scan.
   using DropCheck = std::function<bool(const IndexEntry&, uint32_t children_chosen)>;
   std::vector<IndexEntry*> Victims(size_t tier, size_t max, size_t scan_limit,
                                    const DropCheck& may_drop) const;
@@ -107,16 +117,20 @@ class BlockIndex {
   size_t size() const { return map_.size(); }
   uint64_t blocks_in(size_t tier) const { return blocks_in_[tier]; }
   uint64_t bytes_in(size_t tier) const { return bytes_in_[tier]; }
+  // Entries of `tier` with no child in it (eviction's candidates).
+  size_t leaves_in(size_t tier) const { return leaves_[tier].size(); }
 
  private:
-  void LinkFront(IndexEntry* e, size_t tier);
-  void Unlink(IndexEntry* e, size_t tier);
+  static bool IsLeaf(const IndexEntry& e, size_t tier) {
+    return e.In(tier) && e.children_in[tier] == 0;
+  }
 
   size_t tier_count_;
   IndexObserver* observer_ = nullptr;
   std::unordered_map<NsKey, std::unique_ptr<IndexEntry>, NsKeyHash> map_;
-  std::array<IndexEntry*, kMaxTiers> head_{};
-  std::array<IndexEntry*, kMaxTiers> tail_{};
+  uint64_t clock_ = 0;  // last stamp handed out
+  // Per tier, the leaves (IsLeaf) by stamp: least recent first.
+  std::array<std::map<uint64_t, IndexEntry*>, kMaxTiers> leaves_;
   std::array<uint64_t, kMaxTiers> blocks_in_{};
   std::array<uint64_t, kMaxTiers> bytes_in_{};
 };

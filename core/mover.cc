@@ -96,9 +96,10 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
 std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t batch) {
   const bool has_next = tier + 1 < tier_count();
   // Without a next tier a block can leave only if another tier still holds
-  // it or nothing hangs below it.
+  // it or nothing hangs below it, nor will (a save holding it).
   auto may_drop = [&](const IndexEntry& e, uint32_t children_chosen) {
-    return has_next || (e.locations & ~(1U << tier)) != 0 || e.children == children_chosen;
+    return has_next || (e.locations & ~(1U << tier)) != 0 ||
+           (e.children == children_chosen && e.save_holds == 0);
   };
   std::vector<IndexEntry*> victims;
   if (policies_->lru(tier)) {
@@ -165,7 +166,8 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
     const bool other_copy = (v->locations & ~(1U << tier)) != 0;
     const auto gone = vanishing.find(v);
     const uint32_t staying = v->children - (gone == vanishing.end() ? 0 : gone->second);
-    write[i] = admit || (!other_copy && staying > 0);
+    // A save holding it is about to chain a child under it.
+    write[i] = admit || (!other_copy && (staying > 0 || v->save_holds != 0));
     if (!admit && write[i]) ++tier_counts_[next].forced;
     if (!write[i] && !other_copy && v->parent != nullptr) ++vanishing[v->parent];
   }
@@ -197,8 +199,8 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
         written_bytes += v->bytes;
       }
       const bool other_copy = (v->locations & ~(1U << tier)) != 0;
-      if (v->pins != 0 || (!other_copy && v->children != 0)) {
-        ++tier_counts_[tier].rejected;  // in use, or it would strand its children
+      if (v->pins != v->save_holds || (!other_copy && (v->children != 0 || v->save_holds != 0))) {
+        ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children
         continue;
       }
       ++tier_counts_[tier].evicted;

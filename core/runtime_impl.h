@@ -89,11 +89,13 @@ class RuntimeImpl final : public Runtime {
                CompletionSource& done);
   // How many leading keys the hub admits: asks the hub's admission about each
   // key not yet stored, in order, up to the first refusal. Sets *missing to
-  // the number of admitted keys not stored yet, from the same lookups.
-  // REQUIRES: mu_ held.
+  // the number of admitted keys not stored yet, from the same lookups, and
+  // holds the parent and every key with a copy (a pin and a save hold, see
+  // IndexEntry::save_holds), appending them to *held (the caller releases
+  // both). REQUIRES: mu_ held.
   size_t AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                               const std::vector<BlockKey>& keys, const SaveOptions& hints,
-                              size_t* missing);
+                              size_t* missing, std::vector<IndexEntry*>* held);
   // Indexes keys[0, admitted) that are new as kFilling entries with hub slots
   // (fresh / fresh_item), and settles every other item. REQUIRES: mu_ held.
   void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,

@@ -45,15 +45,20 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   // Three phases hold mu_, with the lock dropped between them (EnsureHubRoom
   // may evict, the gather runs unlocked); within a phase each key is looked
   // up once. An entry found in one phase may be inserted, evicted or erased
-  // by another thread before the next, and is not pinned, so the reservation
-  // looks every key up again rather than trusting what admission saw. The
-  // publish phase looks nothing up: the reserved entries are kFilling and
-  // pinned, so their pointers carry through.
+  // by another thread before the next (the held ones below only moved to
+  // another tier, or found lost), so the reservation looks every key up
+  // again rather than trusting what admission saw. The publish phase looks
+  // nothing up: the reserved entries are kFilling and pinned, so their
+  // pointers carry through.
   size_t missing = 0;
   size_t admitted = 0;
+  // The parent and the keys stored already, held from admission until the
+  // reservation (IndexEntry::save_holds): the room made for this save may
+  // move them to a lower tier, but must not drop the blocks it hangs off.
+  std::vector<IndexEntry*> held;
   {
     std::lock_guard lock(mu_);
-    admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing);
+    admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held);
   }
   // A save has no deadline of its own; this bounds how long it waits for
   // slots that other threads are freeing.
@@ -63,6 +68,15 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   std::vector<size_t> fresh_item;
   {
     std::lock_guard lock(mu_);
+    // Released under the lock the reservation holds: nothing evicts in
+    // between, and the reservation sees each entry as it is (one whose last
+    // copy was found lost meanwhile needs its copy again). An entry is
+    // erased only once its last hold here is gone, and not touched after.
+    for (IndexEntry* e : held) {
+      --e->save_holds;
+      --e->pins;
+      EraseIfUnheldLocked(e);
+    }
     ReserveSaveLocked(ns, parent, keys, admitted, hints, done, fresh, fresh_item);
   }
   std::vector<BlockCopy> copies;
@@ -80,18 +94,37 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
 
 size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                                          const std::vector<BlockKey>& keys,
-                                         const SaveOptions& hints, size_t* missing) {
+                                         const SaveOptions& hints, size_t* missing,
+                                         std::vector<IndexEntry*>* held) {
   *missing = 0;
+  // Holds an entry with a copy in some tier. A link or an entry being
+  // filled has none for eviction to take, and a pin would hide a link from
+  // NeedsCopy (it would read as in use, not as needing its copy back).
+  auto hold = [&](IndexEntry* e) {
+    if (e->locations == 0) return;
+    ++e->pins;
+    ++e->save_holds;
+    held->push_back(e);
+  };
+  // Counts a key the save must copy, or holds one it hangs off.
+  auto found = [&](IndexEntry* e) {
+    if (NeedsCopy(e)) {
+      ++*missing;
+    } else {
+      hold(e);
+    }
+  };
   auto admit_all = [&] {
-    for (const BlockKey& key : keys) *missing += NeedsCopy(index_.Find({ns, key})) ? 1 : 0;
+    for (const BlockKey& key : keys) found(index_.Find({ns, key}));
     return keys.size();
   };
   uint32_t depth = 0;
   if (parent) {
-    const IndexEntry* p = index_.Find({ns, *parent});
+    IndexEntry* p = index_.Find({ns, *parent});
     // The save fails as a whole (ReserveSaveLocked): no room to make for it.
     if (p == nullptr) return keys.size();
     depth = p->depth + 1;
+    hold(p);
   }
   // With `always` alone the hub's answer is known: saves skip the policies
   // (and the hub's admission counts) on their hot path.
@@ -101,9 +134,9 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
       policies_->StateOf(0, uint64_t{arena_->slot_count()} * arena_->slot_bytes(),
                          uint64_t{arena_->used_slots()} * arena_->slot_bytes(), now);
   for (size_t i = 0; i < keys.size(); ++i, ++depth) {
-    if (const IndexEntry* e = index_.Find({ns, keys[i]})) {
+    if (IndexEntry* e = index_.Find({ns, keys[i]})) {
       depth = e->depth;  // stored already, or a link admitted before: nothing to decide
-      *missing += NeedsCopy(e) ? 1 : 0;
+      found(e);
       continue;
     }
     // The block as it would be indexed (ReserveSaveLocked, FinishSaveLocked).

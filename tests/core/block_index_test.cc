@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace kvtier::internal {
 namespace {
 
@@ -25,11 +27,17 @@ TEST(BlockIndex, VictimsAreLeastRecentLeavesOnly) {
   IndexEntry* d = AddReady(idx, 4, nullptr, 0, 4);
   EXPECT_EQ(a->children, 1u);
   EXPECT_EQ(a->children_in[0], 1u);
-  auto v = idx.Victims(0, 2, 100, AlwaysDroppable);
+  auto v = idx.Victims(0, 1, 100, AlwaysDroppable);
   // 1 and 2 have children in tier 0; 3 is older than 4.
-  ASSERT_EQ(v.size(), 2u);
+  ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0], c);
-  EXPECT_EQ(v[1], d);
+  // Once 3 is chosen, 2 (used before 4) is the least recent leaf, then 1.
+  v = idx.Victims(0, 10, 100, AlwaysDroppable);
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[0], c);
+  EXPECT_EQ(v[1], b);
+  EXPECT_EQ(v[2], a);
+  EXPECT_EQ(v[3], d);
   // Touched deepest first (as the runtime does), a chain leaves in one
   // batch, children before parents.
   idx.Touch(d, 5);
@@ -42,11 +50,12 @@ TEST(BlockIndex, VictimsAreLeastRecentLeavesOnly) {
   EXPECT_EQ(v[1], c);
   EXPECT_EQ(v[2], b);
   EXPECT_EQ(v[3], a);
-  idx.Touch(c, 9);  // now c is the most recent, and its ancestors are not leaves before it
-  v = idx.Victims(0, 10, 100, AlwaysDroppable);
-  ASSERT_EQ(v.size(), 2u);
+  idx.Touch(c, 9);  // now c is the most recent: its ancestors follow it out
+  v = idx.Victims(0, 3, 100, AlwaysDroppable);
+  ASSERT_EQ(v.size(), 3u);
   EXPECT_EQ(v[0], d);
   EXPECT_EQ(v[1], c);
+  EXPECT_EQ(v[2], b);
   c->pins = 1;
   d->pins = 1;
   EXPECT_TRUE(idx.Victims(0, 10, 100, AlwaysDroppable).empty()) << "pinned blocks stay";
@@ -66,6 +75,35 @@ TEST(BlockIndex, MovingALeafDownMakesItsParentALeafOfTheUpperTier) {
   EXPECT_EQ(idx.blocks_in(0), 1u);
   EXPECT_EQ(idx.blocks_in(1), 1u);
   EXPECT_EQ(idx.bytes_in(1), 100u);
+}
+
+// A chain indexed root first (as a staged or adopted one is) has its
+// ancestors at the least recent end, each with a child in the tier. They
+// use up no scan: a pass with a small limit still finds the leaf, then the
+// parents it frees, then the unrelated block.
+TEST(BlockIndex, AncestorsAtTheLeastRecentEndUseUpNoScan) {
+  BlockIndex idx(1);
+  std::vector<IndexEntry*> chain;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    chain.push_back(AddReady(idx, i, chain.empty() ? nullptr : chain.back(), 0, i));
+  }
+  IndexEntry* other = AddReady(idx, 5000, nullptr, 0, 1000);
+  EXPECT_EQ(idx.leaves_in(0), 2u);
+  auto v = idx.Victims(0, 3, 3, AlwaysDroppable);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0], chain[999]);
+  EXPECT_EQ(v[1], chain[998]);
+  EXPECT_EQ(v[2], chain[997]);
+  // The leaf leaving the tier makes its parent a leaf at its own recency.
+  idx.DropLocation(chain[999], 0);
+  EXPECT_EQ(idx.leaves_in(0), 2u);
+  v = idx.Victims(0, 1, 1, AlwaysDroppable);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0], chain[998]);
+  chain[998]->pins = 1;  // in use: the scan goes on past it to the next leaf
+  v = idx.Victims(0, 1, 2, AlwaysDroppable);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0], other);
 }
 
 TEST(BlockIndex, ErasingTheLastChildErasesAncestorsWithoutCopies) {
