@@ -130,13 +130,14 @@ class WriteBudgetAdmission final : public AdmissionPolicy {
 
 // Admits a block only if loading it from the tier is faster than
 // recomputing it: bytes / bandwidth + latency, times a margin, below
-// FLOPs / GPU rate. Unknown rates admit.
+// FLOPs / GPU rate. Unknown rates or FLOPs admit: a block's FLOPs are 0
+// when the runtime does not know its token count (block_tokens = 0).
 class CostAdmission final : public AdmissionPolicy {
  public:
   explicit CostAdmission(const PolicyKnobs& k) : margin_(k.cost_margin) {}
   std::string_view Name() const override { return "cost"; }
   bool Admit(const BlockMeta& block, const TierState& tier) override {
-    if (tier.read_bytes_per_s <= 0 || tier.gpu_flops_per_s <= 0) return true;
+    if (tier.read_bytes_per_s <= 0 || tier.gpu_flops_per_s <= 0 || !(block.flops > 0)) return true;
     const double load_s = double(block.bytes) / tier.read_bytes_per_s + tier.read_latency_s;
     return load_s * margin_ < block.flops / tier.gpu_flops_per_s;
   }

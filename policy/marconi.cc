@@ -5,8 +5,8 @@
 //
 // Speculative insertion: a request's longest common prefix with the tree is
 // found before it is inserted, so the branch point is known before prefill.
+#include <list>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "policy/policy_internal.h"
 
@@ -31,7 +31,11 @@ class MarconiAdmission final : public AdmissionPolicy {
 
   void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
                       const RequestHints& hints, uint64_t) override {
-    if (nodes_.size() > kMaxNodes) nodes_.clear();  // bounded memory: start over
+    if (nodes_.size() > kMaxNodes) {  // bounded memory: start over
+      nodes_.clear();
+      sessions_.clear();
+      session_order_.clear();
+    }
     size_t lcp = 0;
     while (lcp < chain.size() && nodes_.count(chain[lcp]) != 0) ++lcp;
     if (lcp > 0 && lcp < chain.size()) nodes_[chain[lcp - 1]].branch = true;
@@ -39,7 +43,7 @@ class MarconiAdmission final : public AdmissionPolicy {
     bool continuing = hints.expected_reuse >= threshold_ ||
                       (hints.expected_reuse < 0 && !chain.empty() && Probation(chain.back()));
     if (hints.session_id != 0) {
-      continuing = continuing || !sessions_.insert(hints.session_id).second;
+      continuing = SeenSession(hints.session_id) || continuing;
     }
     for (size_t i = 0; i < chain.size(); ++i) {
       auto [it, fresh] = nodes_.try_emplace(chain[i]);
@@ -73,12 +77,34 @@ class MarconiAdmission final : public AdmissionPolicy {
     return double(Mix64(id ^ 0x6d61726b6f6e6921ULL) >> 11) * 0x1p-53 < probation_;
   }
 
+  // Whether `session` named a request before; remembers it as the most
+  // recent session, forgetting the least recent beyond kMaxSessions.
+  bool SeenSession(uint64_t session) {
+    auto it = sessions_.find(session);
+    if (it != sessions_.end()) {
+      session_order_.splice(session_order_.begin(), session_order_, it->second);
+      return true;
+    }
+    session_order_.push_front(session);
+    sessions_.emplace(session, session_order_.begin());
+    if (sessions_.size() > kMaxSessions) {
+      sessions_.erase(session_order_.back());
+      session_order_.pop_back();
+    }
+    return false;
+  }
+
   static constexpr size_t kMaxNodes = size_t{1} << 23;
+  // Sessions remembered, least recently seen forgotten first: a session
+  // idle while this many others came is treated as new when it returns.
+  static constexpr size_t kMaxSessions = size_t{1} << 16;
   bool admit_tails_;
   float threshold_;
   double probation_;
   std::unordered_map<uint64_t, Node> nodes_;
-  std::unordered_set<uint64_t> sessions_;
+  // Recently seen sessions, most recent first, and where each sits.
+  std::list<uint64_t> session_order_;
+  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> sessions_;
 };
 
 }  // namespace

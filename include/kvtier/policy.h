@@ -45,7 +45,7 @@ struct BlockMeta {
   uint32_t hits = 0;       // requests that found it stored
   uint64_t last_use_ns = 0;
   uint64_t inserted_ns = 0;
-  double flops = 0;                // prefill FLOPs a hit on this block saves
+  double flops = 0;                // prefill FLOPs a hit on this block saves; 0 = unknown
   uint64_t session_id = 0;         // Save hint; 0 = unknown
   float expected_reuse = -1.0f;    // Save hint in [0, 1]; negative = none
   bool is_tail = false;            // last full block of the request that saved it

@@ -1,6 +1,7 @@
 // Exact admission decisions on small hand-built sequences.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "kvtier/policy.h"
@@ -93,6 +94,27 @@ TEST(AdmissionTest, MarconiKeepsContinuingSessionPaths) {
   EXPECT_FALSE(p->Admit(Block(31), {}));
 }
 
+// Marconi remembers the 65536 most recently seen sessions: one idle while
+// that many others came back is new again, one that keeps coming stays known.
+TEST(AdmissionTest, MarconiForgetsTheLeastRecentSessionsPastItsBound) {
+  constexpr uint64_t kBound = 65536;
+  PolicyKnobs k;
+  k.marconi_probation = 0;
+  auto p = Make("marconi", k);
+  Observe(*p, {1}, {.session_id = 1});  // the session that goes idle
+  Observe(*p, {2}, {.session_id = 2});  // the session that keeps coming
+  for (uint64_t s = 3; s < kBound + 2; ++s) {
+    Observe(*p, {100 + s}, {.session_id = s});
+    if (s % 1024 == 0) Observe(*p, {200 + s}, {.session_id = 2});
+  }
+  Observe(*p, {1, 11}, {.session_id = 1});
+  EXPECT_FALSE(p->Admit(Block(11), {})) << "session 1 was forgotten: not continuing";
+  Observe(*p, {2, 12}, {.session_id = 2});
+  EXPECT_TRUE(p->Admit(Block(12), {})) << "session 2 was seen recently: continuing";
+  Observe(*p, {1, 13}, {.session_id = 1});
+  EXPECT_TRUE(p->Admit(Block(13), {})) << "session 1 is known again";
+}
+
 TEST(AdmissionTest, CostAdmitsWhenLoadBeatsRecompute) {
   auto p = Make("cost");
   TierState t;
@@ -112,6 +134,31 @@ TEST(AdmissionTest, CostAdmitsWhenLoadBeatsRecompute) {
   };
   for (const Case& c : cases) EXPECT_EQ(p->Admit(Block(1, c.bytes, c.flops), t), c.want);
   EXPECT_TRUE(p->Admit(Block(1, 1000000000, 1), TierState{}));  // unknown rates admit
+}
+
+// FLOPs of 0 mean the runtime does not know the block's tokens
+// (block_tokens = 0): like unknown rates, they admit.
+TEST(AdmissionTest, CostAdmitsWhenTheBlockFlopsAreUnknown) {
+  auto p = Make("cost");
+  TierState t;
+  t.read_bytes_per_s = 1e9;
+  t.read_latency_s = 0.001;
+  t.gpu_flops_per_s = 1e15;
+  struct Case {
+    uint64_t bytes;
+    double flops;
+    bool want;
+  };
+  const Case cases[] = {
+      {4096, 0, true},        // unknown
+      {1000000000, 0, true},  // unknown, however slow the load
+      {4096, -1, true},       // not a real cost either
+      {4096, std::numeric_limits<double>::quiet_NaN(), true},
+      {1000000000, 1, false},  // known and cheap: refused
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(p->Admit(Block(1, c.bytes, c.flops), t), c.want) << c.bytes << " " << c.flops;
+  }
 }
 
 TEST(AdmissionTest, WriteBudgetConvergesToTargetRate) {
