@@ -8,13 +8,13 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <exception>
 #include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "gpu/layer_report.h"
 #include "gpu/layout_runs.h"
 #include "kvtier/copy_engine.h"
 
@@ -240,7 +240,7 @@ class HostCopyEngineImpl final : public HostCopyEngine {
         return;
       }
       if (!on_layer) continue;
-      Status reported = ReportLayer(on_layer, layer);
+      Status reported = internal::ReportLayer(on_layer, layer);
       if (!reported.ok()) {
         // The caller's per-layer work for these blocks is broken: no later
         // layer is copied or reported, and `done` still runs.
@@ -248,21 +248,6 @@ class HostCopyEngineImpl final : public HostCopyEngine {
         return;
       }
     }
-  }
-
-  // on_layer is the caller's code; an exception from it must not unwind
-  // through the copy (skipping `done`) or out of a runtime worker thread.
-  static Status ReportLayer(const LayerDone& on_layer, uint32_t layer) {
-    std::string what;
-    try {
-      on_layer(layer);
-      return Status::Ok();
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-      what = "an exception that is not a std::exception";
-    }
-    return Status::Internal("on_layer(" + std::to_string(layer) + ") threw: " + what);
   }
 
   std::byte* TensorBase(uint32_t tensor) const {

@@ -18,8 +18,10 @@
 #include "gpu/cuda/cuda_copy_engine.h"
 
 #include <algorithm>
+#include <exception>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +31,7 @@
 #include "gpu/cuda/cuda_util.h"
 #include "gpu/cuda/event_poller.h"
 #include "gpu/cuda/pinned_pool.h"
+#include "gpu/layer_report.h"
 #include "gpu/layout_runs.h"
 
 namespace kvtier::cuda {
@@ -134,7 +137,8 @@ class CudaCopyEngine final : public CopyEngine {
   }
 
   Result<std::unique_ptr<HostMemoryPin>> PinHostMemory(std::span<std::byte> memory) override {
-    KVTIER_RETURN_IF_ERROR(FromCuda(cudaSetDevice(options_.device), "cudaSetDevice"));
+    ScopedDevice device(options_.device);
+    KVTIER_RETURN_IF_ERROR(FromCuda(device.status(), "cudaSetDevice"));
     KVTIER_ASSIGN_OR_RETURN(auto pin, RegisteredHostMemory::Register(memory));
     return std::unique_ptr<HostMemoryPin>(std::move(pin));
   }
@@ -146,6 +150,8 @@ class CudaCopyEngine final : public CopyEngine {
   bool Start(Batch& batch, cuda::PendingCopy* pending);
   Status Issue(Lane& lane, Batch& batch, cuda::PendingCopy* pending);
   Status IssueSegment(Lane& lane, Batch& batch, size_t s, const Table& table);
+  // Records the event after a segment and hands it to `pending`.
+  Status RecordEvent(Lane& lane, cuda::PendingCopy* pending);
   Status AskHook(Batch& batch, size_t s);
   Status IssueDmaSegment(Lane& lane, Batch& batch, size_t s);
   Status IssueKernelSegment(Lane& lane, Batch& batch, size_t s, const Table& table);
@@ -183,21 +189,35 @@ void CudaCopyEngine::Submit(std::span<const BlockCopy> copies, bool gather, Laye
   if (batch.AnyLive()) {
     pending->per_layer = !gather;
     pending->on_layer = std::move(on_layer);
+    // Allocated before anything is issued: a throw after that would leave
+    // copies in flight with nobody to wait for them.
+    pending->blocks.reserve(copies.size());
+    for (const BlockCopy& c : copies) pending->blocks.push_back(c.engine_block);
     queued = Start(batch, pending.get());
   } else if (!gather && on_layer && lost.ok()) {
     // Nothing to move: every layer of every good copy (none) has landed. On
     // a lost device no layer is reported, as after any error that breaks it.
-    for (uint32_t l = 0; l < layout().num_layers; ++l) on_layer(l);
+    for (uint32_t l = 0; l < layout().num_layers; ++l) {
+      if (!internal::ReportLayer(on_layer, l).ok()) break;
+    }
   }
   if (!queued) {
-    if (done) done(std::move(batch.results));
+    internal::ReportDone(done, std::move(batch.results));
     return;
   }
   pending->results = std::move(batch.results);
-  pending->blocks.reserve(copies.size());
-  for (const BlockCopy& c : copies) pending->blocks.push_back(c.engine_block);
   pending->done = std::move(done);
-  poller_.Add(std::move(pending));
+  if (poller_.Add(pending)) return;
+  // Nothing will watch these copies: wait them out here, so that `done`
+  // never runs while one may still touch a buffer.
+  cudaStreamSynchronize((gather ? save_ : load_).stream.get());
+  const Status st = Status::ResourceExhausted("out of memory to track the copy");
+  for (size_t i = 0; i < pending->results.size(); ++i) {
+    if (!pending->results[i].ok()) continue;
+    pending->results[i] = st.WithContext(CopyName(gather, pending->blocks[i], std::nullopt));
+  }
+  pending->lease.reset();
+  internal::ReportDone(pending->done, std::move(pending->results));
 }
 
 bool CudaCopyEngine::Start(Batch& batch, PendingCopy* pending) {
@@ -218,9 +238,8 @@ bool CudaCopyEngine::Start(Batch& batch, PendingCopy* pending) {
 // device) so that no copy still touches the caller's buffers, and the caller
 // fails every copy still live.
 Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
-  if (cudaError_t err = cudaSetDevice(options_.device); err != cudaSuccess) {
-    return Broken({err, "cudaSetDevice"});
-  }
+  ScopedDevice device(options_.device);
+  if (device.status() != cudaSuccess) return Broken({device.status(), "cudaSetDevice"});
   std::lock_guard lock(lane.mu);
   if (cudaError_t err = cudaEventRecord(lane.ready.get(), compute_); err != cudaSuccess) {
     return Broken({err, "cudaEventRecord on the compute stream"});
@@ -238,22 +257,31 @@ Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
     std::copy(batch.plan.pieces.begin(), batch.plan.pieces.end(), table.host);
     pending->lease = std::make_shared<PinnedPool::Lease>(std::move(lease));
   }
+  pending->events.reserve(batch.plan.segments);
   for (size_t s = 0; s < batch.plan.segments; ++s) {
-    Status st = IssueSegment(lane, batch, s, table);
-    if (st.ok()) {
-      Result<Event> event = Event::Create();
-      st = event.status();
-      if (st.ok()) {
-        const cudaError_t err = cudaEventRecord(event->get(), lane.stream.get());
-        st = err == cudaSuccess ? Status::Ok() : Broken({err, "cudaEventRecord"});
-        if (st.ok()) pending->events.push_back(std::move(event).value());
-      }
+    Status st;
+    try {
+      st = IssueSegment(lane, batch, s, table);
+      if (st.ok()) st = RecordEvent(lane, pending);
+    } catch (const std::bad_alloc&) {
+      // Earlier segments are queued: this batch is abandoned like any other.
+      st = Status::ResourceExhausted("out of memory while issuing copies");
+    } catch (const std::exception& e) {
+      st = Status::Internal(std::string("issuing copies threw: ") + e.what());
     }
     if (!st.ok()) {
       cudaStreamSynchronize(lane.stream.get());
       return st;
     }
   }
+  return Status::Ok();
+}
+
+Status CudaCopyEngine::RecordEvent(Lane& lane, PendingCopy* pending) {
+  KVTIER_ASSIGN_OR_RETURN(Event event, Event::Create());
+  const cudaError_t err = cudaEventRecord(event.get(), lane.stream.get());
+  if (err != cudaSuccess) return Broken({err, "cudaEventRecord"});
+  pending->events.push_back(std::move(event));  // reserved: cannot throw
   return Status::Ok();
 }
 
@@ -357,8 +385,8 @@ Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(const CudaCopyEngi
     return Status::NotSupported("cuda copy engine: device " + std::to_string(options.device) +
                                 " requested but " + std::to_string(count) + " present");
   }
-  KVTIER_RETURN_IF_ERROR(
-      FromCuda(cudaSetDevice(options.device), "cuda copy engine: cudaSetDevice"));
+  ScopedDevice device(options.device);
+  KVTIER_RETURN_IF_ERROR(FromCuda(device.status(), "cuda copy engine: cudaSetDevice"));
   KVTIER_RETURN_IF_ERROR(CheckTensors(options));
   KVTIER_ASSIGN_OR_RETURN(Stream save, Stream::CreateLowPriority());
   KVTIER_ASSIGN_OR_RETURN(Stream load, Stream::CreateLowPriority());

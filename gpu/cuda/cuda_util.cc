@@ -66,6 +66,17 @@ void DeviceHealth::MarkLost(const Status& why) {
   if (lost_.ok()) lost_ = why;
 }
 
+ScopedDevice::ScopedDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current != device) previous_ = current;
+  status_ = previous_ < 0 && current == device ? cudaSuccess : cudaSetDevice(device);
+  if (status_ != cudaSuccess) previous_ = -1;
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 // ---- Stream ----------------------------------------------------------------
 
 Result<Stream> Stream::CreateLowPriority() {

@@ -45,6 +45,23 @@ class DeviceHealth {
   Status lost_;  // guarded by mu_
 };
 
+// Makes `device` current on this thread for its scope, then gives the thread
+// back the device it had: the engine's threads are the serving engine's, and
+// their current device is theirs. status() is the cudaSetDevice result.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+  cudaError_t status() const { return status_; }
+
+ private:
+  int previous_ = -1;  // -1: none to restore
+  cudaError_t status_ = cudaSuccess;
+};
+
 // A non-blocking stream (no implicit ordering with the legacy default stream).
 class Stream {
  public:

@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "gpu/layer_report.h"
+
 namespace kvtier::cuda {
 namespace {
 
@@ -32,28 +34,30 @@ EventPoller::~EventPoller() {
   thread_.join();
 }
 
-void EventPoller::Add(std::unique_ptr<PendingCopy> copy) {
-  {
+bool EventPoller::Add(std::unique_ptr<PendingCopy>& copy) noexcept {
+  try {
     std::lock_guard lock(mu_);
-    incoming_.push_back({std::move(copy), 0});
+    incoming_.emplace_back();  // the copy moves only once there is room for it
+    incoming_.back().copy = std::move(copy);
+  } catch (...) {
+    return false;
   }
   cv_.notify_one();
+  return true;
 }
 
 // No copy of the batch is complete before its last event, so an event that
 // fails takes every copy still in flight with it. The layer is named once,
 // with the copy, as when issuing it fails.
-void EventPoller::Fail(PendingCopy& c, size_t event, cudaError_t err) {
-  const Status st = FromCuda(err, "completion event");
-  if (IsStickyError(err)) health_->MarkLost(st);
+void EventPoller::Fail(PendingCopy& c, size_t event, const Status& why) {
   std::optional<uint32_t> layer;
   if (c.per_layer) layer = static_cast<uint32_t>(event);
   for (size_t i = 0; i < c.results.size(); ++i) {
     if (!c.results[i].ok()) continue;
-    c.results[i] = st.WithContext(CopyName(!c.per_layer, c.blocks[i], layer));
+    c.results[i] = why.WithContext(CopyName(!c.per_layer, c.blocks[i], layer));
   }
   c.lease.reset();
-  if (c.done) c.done(std::move(c.results));
+  internal::ReportDone(c.done, std::move(c.results));
 }
 
 // Events of one stream complete in order, and after an error that breaks the
@@ -71,24 +75,31 @@ bool EventPoller::Drained(Tracked& t) {
 
 bool EventPoller::Advance(Tracked& t) {
   PendingCopy& c = *t.copy;
-  while (t.error == cudaSuccess && t.next < c.events.size()) {
+  while (t.failure.ok() && t.next < c.events.size()) {
     const cudaError_t err = cudaEventQuery(c.events[t.next].get());
     if (err == cudaErrorNotReady) return false;
+    const size_t event = t.next++;
     if (err != cudaSuccess) {
-      t.error = err;
-      t.failed_event = t.next++;
-      break;
+      t.failure = FromCuda(err, "completion event");
+      if (IsStickyError(err)) health_->MarkLost(t.failure);
+      t.failed_event = event;
+    } else if (c.per_layer && c.on_layer) {
+      // As on the host engine: the caller's per-layer work for these blocks
+      // is broken, so no later layer is reported and the copies fail.
+      Status reported = internal::ReportLayer(c.on_layer, static_cast<uint32_t>(event));
+      if (!reported.ok()) {
+        t.failure = std::move(reported);
+        t.failed_event = event;
+      }
     }
-    if (c.per_layer && c.on_layer) c.on_layer(static_cast<uint32_t>(t.next));
-    ++t.next;
   }
-  if (t.error != cudaSuccess) {
+  if (!t.failure.ok()) {
     if (!Drained(t)) return false;
-    Fail(c, t.failed_event, t.error);
+    Fail(c, t.failed_event, t.failure);
     return true;
   }
   c.lease.reset();
-  if (c.done) c.done(std::move(c.results));
+  internal::ReportDone(c.done, std::move(c.results));
   return true;
 }
 

@@ -49,17 +49,21 @@ class EventPoller {
   EventPoller(const EventPoller&) = delete;
   EventPoller& operator=(const EventPoller&) = delete;
 
+  // Hands `copy` to the thread. False, leaving `copy` with the caller, when
+  // there is no memory to track it: the caller must then wait out its copies
+  // itself before running `done`.
   // REQUIRES: copy->events is not empty and every event has been recorded.
   // Thread-safe.
-  void Add(std::unique_ptr<PendingCopy> copy);
+  bool Add(std::unique_ptr<PendingCopy>& copy) noexcept;
 
  private:
   struct Tracked {
     std::unique_ptr<PendingCopy> copy;
     size_t next = 0;  // first event not yet seen complete (or failed)
-    // The first event that failed, and how; then the later events are only
-    // waited out, so that `done` never runs while a copy may still write.
-    cudaError_t error = cudaSuccess;
+    // The first event that failed, or whose on_layer threw, and how; then
+    // the later events are only waited out, so that `done` never runs while
+    // a copy may still write.
+    Status failure;
     size_t failed_event = 0;
   };
 
@@ -68,8 +72,8 @@ class EventPoller {
   // Runs callbacks, so it is called without mu_.
   bool Advance(Tracked& t);
 
-  // Fails the copies of `c` still in flight with `err` and runs `done`.
-  void Fail(PendingCopy& c, size_t event, cudaError_t err);
+  // Fails the copies of `c` still in flight with `why` and runs `done`.
+  static void Fail(PendingCopy& c, size_t event, const Status& why);
   // After a failed event: true once no later event is still pending.
   static bool Drained(Tracked& t);
 

@@ -1,13 +1,15 @@
 // The completion thread's failure results: a copy whose event fails names
 // the copy, its layer (for a load) and the CUDA error, each once. The query
 // of an event handle never created fails even without a driver, so these
-// need no device (they skip where such a query does not fail).
+// need no device (they skip where such a query does not fail). A `done`
+// that throws leaves the thread serving.
 #include "gpu/cuda/event_poller.h"
 
 #include <gtest/gtest.h>
 
 #include <future>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,7 +47,7 @@ class EventPollerTest : public ::testing::Test {
       copy->results[1] = Status::InvalidArgument("refused before issue");
       copy->blocks = {4, 5, 6};
       copy->done = [&got](std::vector<Status> r) { got.set_value(std::move(r)); };
-      poller.Add(std::move(copy));
+      EXPECT_TRUE(poller.Add(copy));
     }                             // the destructor waits for `done`
     EXPECT_TRUE(layers.empty());  // the first event failed: no layer landed
     const std::vector<Status> results = got.get_future().get();
@@ -78,6 +80,32 @@ TEST_F(EventPollerTest, FailedSaveEventNamesEachLiveCopyWithoutALayer) {
   EXPECT_EQ(RunFailingCopy(/*per_layer=*/false),
             Expected("cuda copy engine: save of engine block 4",
                      "cuda copy engine: save of engine block 6"));
+}
+
+// `done` is the caller's code: one that throws must not end the completion
+// thread (std::terminate), and later copies still complete.
+TEST_F(EventPollerTest, ADoneThatThrowsLeavesTheThreadServing) {
+  std::promise<Status> second;
+  {
+    EventPoller poller(0, &health_);
+    for (int i = 0; i < 2; ++i) {
+      auto copy = std::make_unique<PendingCopy>();
+      copy->events.resize(1);
+      copy->results.resize(1);
+      copy->blocks = {static_cast<uint32_t>(i)};
+      if (i == 0) {
+        copy->done = [](std::vector<Status>) { throw std::runtime_error("caller bug"); };
+      } else {
+        copy->done = [&second](std::vector<Status> r) { second.set_value(r.at(0)); };
+      }
+      ASSERT_TRUE(poller.Add(copy));
+      EXPECT_EQ(copy, nullptr) << "an added copy belongs to the poller";
+    }
+  }  // the destructor waits for both
+  const Status got = second.get_future().get();
+  EXPECT_NE(got.ToString().find("cuda copy engine: save of engine block 1: completion event"),
+            std::string::npos)
+      << got.ToString();
 }
 
 }  // namespace
