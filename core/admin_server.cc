@@ -18,6 +18,10 @@ constexpr size_t kMaxRequestBytes = 8192;
 // A client gets this long to send its request and to take the response.
 constexpr auto kClientTimeout = std::chrono::milliseconds(1000);
 constexpr auto kWriteTimeout = std::chrono::milliseconds(2000);
+// After accept fails for want of a descriptor or memory: the client stays
+// queued and the listener readable, so the loop waits this long (for the
+// wake descriptor only) before trying again instead of spinning.
+constexpr int kAcceptBackoffMs = 100;
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
@@ -171,7 +175,21 @@ void AdminServer::Loop() {
     if (fds[1].revents != 0) return;
     if ((fds[0].revents & POLLIN) == 0) continue;
     UniqueFd conn(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (conn.valid()) Serve(conn.get());
+    if (conn.valid()) {
+      accept_failing_ = false;
+      Serve(conn.get());
+      continue;
+    }
+    const int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED) continue;
+    if (!accept_failing_ && log_) {
+      log_->Log(LogLevel::kWarning,
+                FromErrno(err, "admin socket accept").ToString() + "; retrying every " +
+                    std::to_string(kAcceptBackoffMs) + " ms");
+    }
+    accept_failing_ = true;  // logged once per run of failures
+    pollfd wake = {wake_.get(), POLLIN, 0};
+    if (poll(&wake, 1, kAcceptBackoffMs) > 0) return;
   }
 }
 

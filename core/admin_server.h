@@ -81,6 +81,7 @@ class AdminServer {
   const std::shared_ptr<LogSink> log_;
   dev_t dev_ = 0;  // identity of the bound socket file, so that the
   ino_t ino_ = 0;  // destructor never unlinks someone else's
+  bool accept_failing_ = false;  // server thread only
   std::thread thread_;
 };
 
