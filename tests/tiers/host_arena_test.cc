@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <set>
+#include <string>
 
 namespace kvtier::internal {
 namespace {
@@ -33,6 +35,31 @@ TEST(HostArena, CapacityBelowOneBlockIsRefused) {
   ASSERT_FALSE(arena.ok());
   EXPECT_EQ(arena.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(arena.status().message().find("holds no block"), std::string_view::npos);
+}
+
+// Free 2 MiB huge pages, or -1 when the kernel has no such pool.
+long FreeHugePages2MiB() {
+  std::ifstream in("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
+  long n = -1;
+  return in >> n ? n : -1;
+}
+
+// The arena maps 2 MiB huge pages whatever the system's default huge page
+// size, and gives every one back when it goes.
+TEST(HostArena, HugePagesAreGivenBack) {
+  const long before = FreeHugePages2MiB();
+  if (before < 2) GTEST_SKIP() << "fewer than two free 2 MiB huge pages are reserved";
+  {
+    auto arena = HostArena::Create({.capacity_bytes = 4 << 20, .slot_bytes = 1 << 20,
+                                    .hugepages = true, .mlock = false},
+                                   nullptr);
+    ASSERT_TRUE(arena.ok()) << arena.status().ToString();
+    if (!(*arena)->huge_pages()) GTEST_SKIP() << "the huge page mapping was refused";
+    std::byte* slot = (*arena)->Slot(0).data();
+    slot[0] = std::byte{1};  // fault a page in
+    EXPECT_LT(FreeHugePages2MiB(), before);
+  }
+  EXPECT_EQ(FreeHugePages2MiB(), before);
 }
 
 }  // namespace

@@ -11,6 +11,10 @@ namespace {
 
 constexpr uint64_t kSlotAlign = 4096;
 constexpr uint64_t kHugePage = 2ULL << 20;
+// MAP_HUGETLB alone takes the system's default huge page size, which may be
+// 1 GiB: the kernel would round the mapping up to it, and munmap of the
+// 2 MiB-rounded length would then fail and leak the pages. Ask for 2 MiB.
+constexpr int kHugeTlb2MiB = MAP_HUGETLB | (21 << MAP_HUGE_SHIFT);
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -38,7 +42,7 @@ Result<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& opt
   if (options.hugepages) {
     // Explicit huge pages exist only when the administrator reserved them;
     // without a reservation this fails at once and we fall back.
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | kHugeTlb2MiB,
              -1, 0);
     arena->huge_pages_ = p != MAP_FAILED;
   }

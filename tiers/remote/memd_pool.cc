@@ -39,10 +39,11 @@ Result<std::unique_ptr<MemdPool>> MemdPool::Create(const MemdPoolOptions& option
   // every slot most of its speed; populate the mapping up front instead.
   const int populate = options.prefault ? MAP_POPULATE : 0;
   // Huge pages cut TLB misses on a pool that is streamed through end to end;
-  // the kernel often has none reserved, so fall back to THP advice.
+  // the kernel often has none reserved, so fall back to THP advice. The size
+  // is named: the default may be 1 GiB, which the length is not a multiple of.
   if (options.hugepages && bytes % (2u << 20) == 0) {
     p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | populate, -1, 0);
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (21 << MAP_HUGE_SHIFT) | populate, -1, 0);
   }
   const bool huge = p != MAP_FAILED;
   if (!huge) {
