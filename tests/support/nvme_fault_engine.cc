@@ -40,10 +40,11 @@ class FaultIoEngine final : public ForwardingIoEngine {
     std::vector<IoRequest> forward;
     std::vector<IoRequest> failed;
     for (IoRequest& r : requests) {
-      const int err = r.op == IoOp::kRead    ? faults_->read_errno.load()
-                      : r.op == IoOp::kWrite ? faults_->write_errno.load()
-                                             : 0;
-      if (err != 0) {
+      if (r.op != IoOp::kFsync && r.Bytes() < faults_->min_bytes.load()) {
+        forward.push_back(std::move(r));
+        continue;
+      }
+      if (ErrnoFor(r.op) != 0) {
         faults_->injected.fetch_add(1);
         failed.push_back(std::move(r));
         continue;
@@ -55,18 +56,29 @@ class FaultIoEngine final : public ForwardingIoEngine {
     }
     if (!forward.empty()) KVTIER_RETURN_IF_ERROR(inner().Submit(std::move(forward)));
     for (IoRequest& r : failed) {
-      const int err =
-          r.op == IoOp::kRead ? faults_->read_errno.load() : faults_->write_errno.load();
-      IoCompletion c{r.id,
-                     FromErrno(err, "fault engine " + std::string(internal::IoOpName(r.op)) +
+      IoCompletion c{
+          r.id,
+          FromErrno(ErrnoFor(r.op), "fault engine " + std::string(internal::IoOpName(r.op)) +
                                         " at offset " + std::to_string(r.offset)),
-                     0};
+          0};
       r.done(c);
     }
     return Status::Ok();
   }
 
  private:
+  int ErrnoFor(IoOp op) const {
+    switch (op) {
+      case IoOp::kRead:
+        return faults_->read_errno.load();
+      case IoOp::kWrite:
+        return faults_->write_errno.load();
+      case IoOp::kFsync:
+        return faults_->fsync_errno.load();
+    }
+    return 0;
+  }
+
   void Stall(IoRequest& r, int fd) {
     faults_->injected.fetch_add(1);
     r.fd = fd;

@@ -5,11 +5,14 @@
 //
 //   read_errno / write_errno  the request fails with that errno, e.g. EIO or
 //                             ENOSPC, as "fault engine <op> at offset N: ..."
+//   fsync_errno               the same for syncs (IoOp::kFsync)
 //   torn_reads                the device fills only the first half of each
 //                             read's bytes but reports success (what a
 //                             lying device or a torn DMA looks like)
 //   stall_reads/stall_writes  the request is sent to a pipe that never
 //                             answers, so the inner engine's deadline fires
+//   min_bytes                 reads and writes of fewer bytes pass untouched
+//                             (e.g. to fail only reclaim's large reads)
 #pragma once
 
 #include <atomic>
@@ -22,9 +25,11 @@ namespace kvtier::testing {
 struct IoFaults {
   std::atomic<int> read_errno{0};
   std::atomic<int> write_errno{0};
+  std::atomic<int> fsync_errno{0};
   std::atomic<bool> torn_reads{false};
   std::atomic<bool> stall_reads{false};
   std::atomic<bool> stall_writes{false};
+  std::atomic<uint64_t> min_bytes{0};
   std::atomic<uint64_t> injected{0};  // requests a fault was applied to
 };
 

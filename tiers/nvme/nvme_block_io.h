@@ -5,9 +5,14 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <new>
 #include <optional>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,11 +21,14 @@
 
 namespace kvtier::internal {
 
-// A block's I/O goes out as one or two requests (see BlockRequests); each
-// records its status here and the last one to finish completes the block.
+// A block's I/O goes out as one or two requests (see BlockRequests).
+inline constexpr size_t kMaxBlockRequests = 2;
+
+// Each of a block's requests records its status here and the last one to
+// finish completes the block.
 struct BlockParts {
   std::atomic<size_t> left{0};
-  Status status[2];
+  Status status[kMaxBlockRequests];
   Status First() const { return status[0].ok() ? status[1] : status[0]; }
   // Records part `i`; true for the part that completes the block.
   bool Done(size_t i, const Status& st) {
@@ -66,6 +74,33 @@ void JoinParts(std::vector<IoRequest>& reqs, BlockParts& parts, Finish finish) {
     reqs[i].done = [&parts, i, finish](const IoCompletion& io) {
       if (parts.Done(i, io.status)) finish(parts.First());
     };
+  }
+}
+
+// Submits `reqs` as one batch. While the engine's queue is too full for them
+// (Busy: other I/O is queued) it waits and tries again, up to `wait_ms`; after
+// that, the Busy. Any other refusal is returned at once. As with Submit, on
+// error no `done` has run. Never throws: out of memory is ResourceExhausted.
+inline Status SubmitWhenRoom(IoEngine& engine, const std::vector<IoRequest>& reqs,
+                             uint32_t wait_ms) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    Status st;
+    try {
+      // Submit consumes its argument even when it refuses it: keep `reqs`.
+      st = engine.Submit(reqs);
+    } catch (const std::bad_alloc&) {
+      return Status::ResourceExhausted("nvme: out of memory queueing " +
+                                       std::to_string(reqs.size()) + " I/O requests");
+    }
+    if (st.code() != StatusCode::kBusy) return st;
+    if (Clock::now() >= deadline) {
+      return st.WithContext("nvme: still full after waiting " + std::to_string(wait_ms) + " ms");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
 }
 

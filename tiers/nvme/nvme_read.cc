@@ -1,6 +1,7 @@
 // The NVMe tier's read path: index lookup under the lock, then the block's
 // I/O straight into the caller's buffer or through a bounce buffer, and the
 // header and checksum checks on completion.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <new>
@@ -129,6 +130,13 @@ std::shared_ptr<ReadCtx> PrepareRead(const ReadHit& hit, const std::string& tier
   return c;
 }
 
+// Whole blocks' requests, together at most the engine's queue, and the
+// reads they complete.
+struct ReadChunk {
+  std::vector<IoRequest> reqs;
+  std::vector<std::shared_ptr<ReadCtx>> ctxs;
+};
+
 }  // namespace
 
 // Only the index lookup holds mu. The pin it takes keeps the block's bytes in
@@ -136,6 +144,10 @@ std::shared_ptr<ReadCtx> PrepareRead(const ReadHit& hit, const std::string& tier
 // still reads as the version looked up; FinishRead verifies header and
 // checksum against that version and updates the index entry only while its
 // seq (and location) still match.
+//
+// The requests go out in chunks of whole blocks, none larger than the
+// engine's queue (nvme.max_queued), so a batch of any size fits; a chunk that
+// finds the queue full of other I/O waits for room (SubmitWhenRoom).
 void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) {
   auto batch = std::make_shared<BatchDone>(std::move(done));
   std::vector<ReadHit> hits;
@@ -147,8 +159,8 @@ void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSou
     }
   }
   if (s_->after_read_lookup) s_->after_read_lookup();
-  std::vector<IoRequest> reqs;
-  std::vector<std::shared_ptr<ReadCtx>> ctxs;
+  const size_t limit = std::max<size_t>(kMaxBlockRequests, s_->options.nvme.max_queued);
+  std::vector<ReadChunk> chunks;
   size_t i = 0;
   try {
     for (; i < ops.size(); ++i) {
@@ -163,17 +175,21 @@ void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSou
         FinishRead(*s, *c, st, batch->done);
         batch->Release();
       });
-      for (IoRequest& r : block) reqs.push_back(std::move(r));
-      ctxs.push_back(std::move(c));
+      if (chunks.empty() || chunks.back().reqs.size() + block.size() > limit) {
+        chunks.emplace_back();
+      }
+      for (IoRequest& r : block) chunks.back().reqs.push_back(std::move(r));
+      chunks.back().ctxs.push_back(std::move(c));  // last: from here FinishRead unpins it
     }
   } catch (const std::bad_alloc&) {
     // Out of memory building the I/O: nothing goes out. Contexts built so far
     // release their pins in FinishRead; the hits from `i` on hold pins no
     // context owns, and a pin never released would stall reclaim for good.
-    reqs.clear();
     const Status oom = Status::ResourceExhausted("nvme read: out of memory building the I/O");
-    for (auto& c : ctxs) FinishRead(*s_, *c, oom, batch->done);
-    ctxs.clear();
+    for (ReadChunk& chunk : chunks) {
+      for (auto& c : chunk.ctxs) FinishRead(*s_, *c, oom, batch->done);
+    }
+    chunks.clear();
     {
       std::lock_guard lock(s_->mu);
       for (size_t j = i; j < ops.size(); ++j) {
@@ -182,9 +198,15 @@ void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSou
     }
     for (size_t j = i; j < ops.size(); ++j) batch->done.Set(j, oom);
   }
-  batch->remaining.fetch_add(ctxs.size(), std::memory_order_relaxed);
-  if (Status st = reqs.empty() ? Status::Ok() : s_->engine->Submit(std::move(reqs)); !st.ok()) {
-    for (auto& c : ctxs) {
+  for (const ReadChunk& chunk : chunks) {
+    batch->remaining.fetch_add(chunk.ctxs.size(), std::memory_order_relaxed);
+  }
+  // Once a chunk is refused, the ones after it are not tried.
+  Status st;
+  for (ReadChunk& chunk : chunks) {
+    if (st.ok()) st = SubmitWhenRoom(*s_->engine, chunk.reqs, s_->options.nvme.io_timeout_ms);
+    if (st.ok()) continue;
+    for (auto& c : chunk.ctxs) {
       FinishRead(*s_, *c, st, batch->done);
       batch->Release();
     }

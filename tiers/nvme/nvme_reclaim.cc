@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <new>
 
 #include "kvtier/block_header.h"
+#include "tiers/nvme/nvme_block_io.h"
 #include "tiers/nvme/nvme_state.h"
 
 namespace kvtier::internal {
@@ -43,21 +45,28 @@ Status NvmeTier::State::SyncIo(IoOp op, uint64_t offset, std::span<std::byte> bu
   reqs[0].offset = offset;
   if (!buf.empty()) reqs[0].iov.push_back({buf.data(), buf.size()});
   reqs[0].done = [&p](const IoCompletion& c) { p.set_value(c); };
-  KVTIER_RETURN_IF_ERROR(engine->Submit(std::move(reqs)));
+  KVTIER_RETURN_IF_ERROR(SubmitWhenRoom(*engine, reqs, options.nvme.io_timeout_ms));
   return f.get().status;
 }
 
 // Frees the victim region picked by the reclaim policy: its live blocks are
 // rewritten into the spare region (which becomes the active one), except,
 // with nvme.reinsert_hits > 0, the cold ones, which are evicted. The victim
-// becomes the spare, or a free region when nothing was rewritten.
-Status NvmeTier::State::Reclaim() {
+// becomes the spare, or a free region when nothing was rewritten. Blocks
+// that fail their check or cannot be read are dropped; any other failure
+// (queue full, deadline, a failed write) moves nothing: the victim keeps its
+// blocks and the error is returned.
+Status NvmeTier::State::Reclaim(uint64_t disk) {
   std::lock_guard reclaim_lock(reclaim_mu);
   std::vector<LiveBlock> live;
   int victim = -1;
   {
     std::unique_lock lock(mu);
-    if (FreeRegionLocked() >= 0) return Status::Ok();  // another writer reclaimed
+    // Another writer made room meanwhile.
+    if (FreeRegionLocked() >= 0 ||
+        (active >= 0 && regions[active].write_ptr + disk <= region_bytes)) {
+      return Status::Ok();
+    }
     victim = PickVictimLocked();
     if (victim < 0 || spare < 0) return Status::ResourceExhausted("no region to reclaim");
     Region& v = regions[victim];
@@ -91,9 +100,18 @@ Status NvmeTier::State::PackLive(int victim, std::vector<LiveBlock>& live, Align
   *packed = 0;
   if (end == 0) return Status::Ok();  // nothing to keep: no read
   buf = AlignedBuffer(end);
-  KVTIER_RETURN_IF_ERROR(SyncIo(IoOp::kRead, uint64_t(victim) * region_bytes, buf.span()));
+  Status st = SyncIo(IoOp::kRead, uint64_t(victim) * region_bytes, buf.span());
+  if (st.code() == StatusCode::kIOError) {
+    if (log) {
+      log->Log(LogLevel::kWarning, "nvme tier '" + name + "': reclaim of region " +
+                                       std::to_string(victim) +
+                                       " reads its blocks one by one: " + st.ToString());
+    }
+    st = ReadLiveOneByOne(victim, live, buf);
+  }
+  KVTIER_RETURN_IF_ERROR(st);
   for (LiveBlock& b : live) {
-    if (b.fate == LiveBlock::kEvict) continue;
+    if (b.fate != LiveBlock::kCorrupt) continue;
     const BlockLocation& loc = b.entry.loc;
     const uint64_t disk = DiskBytes(loc.payload_bytes);
     if (loc.offset < *packed || loc.offset + disk > buf.size()) continue;  // stays kCorrupt
@@ -111,24 +129,52 @@ Status NvmeTier::State::PackLive(int victim, std::vector<LiveBlock>& live, Align
   return Status::Ok();
 }
 
-// Writes the packed blocks at the start of the spare region, which becomes
-// the active region first (its new generation durable before the data).
+// After the victim's span failed to read as a whole (an I/O error, such as
+// one bad sector): reads each block worth keeping by itself, so that only
+// those that cannot be read are lost (kUnreadable). A failure that is no I/O
+// error (queue full, deadline) is returned: the reclaim then gives up.
+Status NvmeTier::State::ReadLiveOneByOne(int victim, std::vector<LiveBlock>& live,
+                                         AlignedBuffer& buf) {
+  for (LiveBlock& b : live) {
+    if (b.fate != LiveBlock::kCorrupt) continue;
+    const BlockLocation& loc = b.entry.loc;
+    std::span<std::byte> image = buf.span().subspan(loc.offset, DiskBytes(loc.payload_bytes));
+    Status st = SyncIo(IoOp::kRead, uint64_t(victim) * region_bytes + loc.offset, image);
+    if (st.code() == StatusCode::kIOError) {
+      b.fate = LiveBlock::kUnreadable;
+      if (log) {
+        log->Log(LogLevel::kError, "nvme tier '" + name + "': reclaim drops block " +
+                                       ToHex(b.id.key) + " of region " + std::to_string(victim) +
+                                       ": " + st.ToString());
+      }
+      continue;
+    }
+    KVTIER_RETURN_IF_ERROR(st);
+  }
+  return Status::Ok();
+}
+
+// Writes the packed blocks at the start of the spare region. Its new
+// generation is durable before the data lands, but it becomes the active
+// region only once the data is there: nothing else is placed in it
+// meanwhile, so after a failed write it is still an empty spare.
 Status NvmeTier::State::WritePacked(const AlignedBuffer& buf, uint64_t packed, int* target,
                                     uint64_t* gen) {
   std::unique_lock lock(mu);
   const int t = spare;
-  KVTIER_RETURN_IF_ERROR(ActivateLocked(t));
-  spare = -1;
-  *target = t;
-  *gen = regions[t].generation;
-  regions[t].write_ptr = packed;
-  ++regions[t].writers;
+  const uint64_t g = next_generation++;
+  KVTIER_RETURN_IF_ERROR(index->SetGeneration(static_cast<uint32_t>(t), g));
   lock.unlock();
   Status st = SyncIo(IoOp::kWrite, uint64_t(t) * region_bytes, buf.span().first(packed));
   lock.lock();
-  --regions[t].writers;
-  if (st.ok()) stats.device_bytes_written += packed;
-  return st;
+  if (!st.ok()) return st;
+  stats.device_bytes_written += packed;
+  MakeActiveLocked(t, g);
+  spare = -1;
+  regions[t].write_ptr = packed;
+  *target = t;
+  *gen = g;
+  return Status::Ok();
 }
 
 Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint64_t* reinserted) {
@@ -136,16 +182,24 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
   uint64_t packed = 0;
   int target = -1;
   uint64_t gen = 0;
-  Status st = PackLive(victim, live, buf, &packed);
+  Status st;
+  try {
+    st = PackLive(victim, live, buf, &packed);
+  } catch (const std::bad_alloc&) {
+    st = Status::ResourceExhausted("out of memory for the live blocks");
+  }
   if (st.ok() && packed > 0) st = WritePacked(buf, packed, &target, &gen);
   std::unique_lock lock(mu);
-  if (!st.ok() && log) {
-    log->Log(LogLevel::kError, "nvme tier '" + name + "': reclaim of region " +
-                                   std::to_string(victim) +
-                                   " lost its live blocks: " + st.ToString());
-  }
-  *reinserted = InstallRelocatedLocked(victim, target, gen, st, live);
   Region& v = regions[victim];
+  if (!st.ok()) {
+    // Nothing moved and the spare is still empty: the victim keeps its
+    // blocks, and the write that needed the space fails instead.
+    v.state = RegionState::kSealed;
+    st = st.WithContext("region " + std::to_string(victim) + " kept its blocks");
+    if (log) log->Log(LogLevel::kWarning, "nvme tier '" + name + "': reclaim: " + st.ToString());
+    return st;
+  }
+  *reinserted = InstallRelocatedLocked(victim, target, gen, live);
   cv.wait(lock, [&] { return v.readers == 0; });
   stats.bytes_reclaimed += v.write_ptr - std::min(v.write_ptr, packed);
   ++stats.reclaims;
@@ -155,10 +209,9 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
 }
 
 // Points the index at the rewritten copies; drops what was evicted, failed
-// its check or could not be moved. Blocks replaced or removed meanwhile are
+// its check or could not be read. Blocks replaced or removed meanwhile are
 // left alone. Returns the blocks rewritten. REQUIRES: mu held.
 uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_t gen,
-                                                 const Status& st,
                                                  const std::vector<LiveBlock>& live) {
   uint64_t moved_blocks = 0;
   for (const LiveBlock& b : live) {
@@ -168,8 +221,9 @@ uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_
       continue;
     }
     const uint64_t disk = DiskBytes(it->second.loc.payload_bytes);
-    if (!st.ok() || b.fate != LiveBlock::kKeep) {
-      if (st.ok() && b.fate == LiveBlock::kCorrupt) ++stats.corruptions;
+    if (b.fate != LiveBlock::kKeep) {
+      if (b.fate == LiveBlock::kCorrupt) ++stats.corruptions;
+      if (b.fate == LiveBlock::kUnreadable) ++stats.unreadable_blocks;
       if (b.fate == LiveBlock::kEvict) {
         ++stats.evicted_blocks;
         stats.bytes_evicted += disk;

@@ -52,10 +52,10 @@ struct Entry {
 
 // A block of a region being reclaimed, and what becomes of it.
 struct LiveBlock {
-  enum Fate : uint8_t { kCorrupt, kKeep, kEvict };
+  enum Fate : uint8_t { kCorrupt, kKeep, kEvict, kUnreadable };
   NsKey id;
   Entry entry;              // as indexed when the reclaim began
-  Fate fate = kCorrupt;     // kCorrupt until its bytes verify
+  Fate fate = kCorrupt;     // kCorrupt until its bytes verify; kUnreadable: I/O error
   uint32_t new_offset = 0;  // in the target region, when kept
 };
 
@@ -82,6 +82,9 @@ struct NvmeTier::State {
   // Tests only: runs in DoRead after the index lookup has released `mu`,
   // before the read's requests are built. Set before any read.
   std::function<void()> after_read_lookup;
+  // Tests only: runs in DoWrite right after a block's Reserve, before its
+  // I/O is built; may throw std::bad_alloc. Set before any write.
+  std::function<void()> after_write_reserve;
 
   mutable std::mutex mu;
   std::condition_variable cv;                              // region pins dropped, commit progress
@@ -132,6 +135,8 @@ struct NvmeTier::State {
 
  private:
   Status ActivateLocked(int region);
+  // Makes `region`, whose generation `gen` is durable, the active one.
+  void MakeActiveLocked(int region, uint64_t gen);
   int FreeRegionLocked() const;
   int GiveUpEmptiestRegion(std::vector<IndexUpdate>& drops);
   // Drops the oldest unclaimed entry; false when there is none.
@@ -139,12 +144,15 @@ struct NvmeTier::State {
   // Takes one unclaimed entry of `payload` bytes out of the totals.
   void UncountUnclaimedLocked(uint64_t payload);
   // nvme_reclaim.cc
-  Status Reclaim();
+  // Frees a region, unless one is free or the active region has room for
+  // `disk` bytes by the time it may start. On error nothing was moved.
+  Status Reclaim(uint64_t disk);
   int PickVictimLocked() const;
   Status Relocate(int victim, std::vector<LiveBlock>& live, uint64_t* reinserted);
   Status PackLive(int victim, std::vector<LiveBlock>& live, AlignedBuffer& buf, uint64_t* packed);
+  Status ReadLiveOneByOne(int victim, std::vector<LiveBlock>& live, AlignedBuffer& buf);
   Status WritePacked(const AlignedBuffer& buf, uint64_t packed, int* target, uint64_t* gen);
-  uint64_t InstallRelocatedLocked(int victim, int target, uint64_t gen, const Status& st,
+  uint64_t InstallRelocatedLocked(int victim, int target, uint64_t gen,
                                   const std::vector<LiveBlock>& live);
   Status SyncIo(IoOp op, uint64_t offset, std::span<std::byte> buf);
 };

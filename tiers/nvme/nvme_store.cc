@@ -1,10 +1,8 @@
 // The NVMe tier's space and durability: open and recovery, region
 // allocation, and the group-commit thread. Reclaim is in nvme_reclaim.cc.
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 
+#include "tiers/nvme/nvme_block_io.h"
 #include "tiers/nvme/nvme_state.h"
 
 namespace kvtier::internal {
@@ -94,9 +92,11 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   // Sized only once the index accepts the store: a refused one stays as it was.
   KVTIER_RETURN_IF_ERROR(s->file.Reserve(uint64_t{g.regions} * options.region_bytes, s->log.get()));
   if (!engine) {
-    UringEngineOptions eo{.queue_depth = options.nvme.queue_depth,
-                          .max_queued = options.nvme.max_queued,
-                          .timeout_ms = options.nvme.io_timeout_ms};
+    // A block's requests are queued together: room for at least one block.
+    UringEngineOptions eo{
+        .queue_depth = options.nvme.queue_depth,
+        .max_queued = std::max<uint32_t>(kMaxBlockRequests, options.nvme.max_queued),
+        .timeout_ms = options.nvme.io_timeout_ms};
     KVTIER_ASSIGN_OR_RETURN(engine, NewUringEngine(eo));
   }
   s->engine = std::move(engine);
@@ -208,6 +208,11 @@ int NvmeTier::State::FreeRegionLocked() const {
 Status NvmeTier::State::ActivateLocked(int r) {
   const uint64_t gen = next_generation++;
   KVTIER_RETURN_IF_ERROR(index->SetGeneration(static_cast<uint32_t>(r), gen));
+  MakeActiveLocked(r, gen);
+  return Status::Ok();
+}
+
+void NvmeTier::State::MakeActiveLocked(int r, uint64_t gen) {
   Region& reg = regions[r];
   reg = Region{};
   reg.state = RegionState::kActive;
@@ -215,7 +220,6 @@ Status NvmeTier::State::ActivateLocked(int r) {
   reg.order = next_order++;
   if (active >= 0 && active != r) regions[active].state = RegionState::kSealed;
   active = r;
-  return Status::Ok();
 }
 
 Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, uint64_t checksum) {
@@ -249,7 +253,7 @@ Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, ui
       return Status::ResourceExhausted("tier '" + name + "': no reclaimable space");
     }
     lock.unlock();
-    Status st = Reclaim();
+    Status st = Reclaim(disk);
     lock.lock();
     if (!st.ok()) return st.WithContext("tier '" + name + "': reclaim");
   }
@@ -318,7 +322,10 @@ Status NvmeTier::State::CommitNow() {
 
 // Group commit: the data of every pending entry was written (its write
 // completed) before the entry became pending, so one fdatasync here makes
-// all of it durable before RocksDB learns where it is.
+// all of it durable before RocksDB learns where it is. The sync goes through
+// the engine (IoOp::kFsync), under its deadline. A commit that fails puts its
+// updates back, behind any newer change of the same block made meanwhile, so
+// the next commit retries them.
 void NvmeTier::State::CommitLoop() {
   std::unique_lock lock(mu);
   for (;;) {
@@ -336,7 +343,7 @@ void NvmeTier::State::CommitLoop() {
     lock.unlock();
     Status st;
     if (!updates.empty()) {
-      if (fdatasync(file.fd()) != 0) st = FromErrno(errno, "nvme fdatasync");
+      st = SyncIo(IoOp::kFsync, 0, {}).WithContext("nvme data sync");
       if (st.ok()) st = index->Apply(updates, &totals);
     }
     lock.lock();
@@ -345,6 +352,7 @@ void NvmeTier::State::CommitLoop() {
         ++stats.index_commits;
       } else {
         ++stats.commit_failures;
+        for (IndexUpdate& u : updates) pending.try_emplace(u.id, u.location);
         if (log) log->Log(LogLevel::kError, "nvme tier '" + name + "': " + st.ToString());
       }
     }

@@ -69,6 +69,10 @@ void NvmeTier::TEST_SetAfterReadLookup(std::function<void()> hook) {
   s_->after_read_lookup = std::move(hook);
 }
 
+void NvmeTier::TEST_SetAfterWriteReserve(std::function<void()> hook) {
+  s_->after_write_reserve = std::move(hook);
+}
+
 // ---- writes ------------------------------------------------------------------
 
 namespace {
@@ -117,48 +121,61 @@ void FinishWrite(NvmeTier::State& s, WriteCtx& c, const Status& io, CompletionSo
   done.Set(c.item, io, io.ok() ? loc.payload_bytes : 0);
 }
 
-// The header page and, when the source cannot go to the device as is, a
-// padded copy of the payload behind it.
-std::shared_ptr<WriteCtx> PrepareWrite(size_t item, const NsKey& id, const WriteOp& op,
-                                       const BlockHeader& header, bool direct) {
-  auto c = std::make_shared<WriteCtx>();
-  c->item = item;
-  c->id = id;
-  c->buf = AlignedBuffer(direct ? kNvmeAlign : DiskBytes(op.src.size()));
-  EncodeBlockHeader(header, c->buf.span().first(kBlockHeaderBytes));
-  if (!direct) std::memcpy(c->buf.data() + kNvmeAlign, op.src.data(), op.src.size());
-  return c;
+// Fills the header page and, when the source cannot go to the device as is,
+// a padded copy of the payload behind it. May throw std::bad_alloc.
+void FillWriteBuffer(WriteCtx& c, const WriteOp& op, const BlockHeader& header, bool direct) {
+  c.buf = AlignedBuffer(direct ? kNvmeAlign : DiskBytes(op.src.size()));
+  EncodeBlockHeader(header, c.buf.span().first(kBlockHeaderBytes));
+  if (!direct) std::memcpy(c.buf.data() + kNvmeAlign, op.src.data(), op.src.size());
 }
 
 }  // namespace
 
 // Each block is submitted as soon as it has its place: a later block's
 // reservation may have to reclaim, and reclaim waits for the writes already
-// placed in its victim region, so none may sit unsubmitted here.
+// placed in its victim region, so none may sit unsubmitted here. For the same
+// reason every reservation ends in FinishWrite, also when building the I/O
+// runs out of memory.
 void NvmeTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) {
   auto batch = std::make_shared<BatchDone>(std::move(done));
+  const Status oom = Status::ResourceExhausted("nvme write: out of memory building the I/O");
   for (size_t i = 0; i < ops.size(); ++i) {
     const NsKey id{ns, ops[i].key};
     const BlockHeader header = MakeBlockHeader(ns, ops[i].key, ops[i].src, ops[i].checksum);
+    std::shared_ptr<WriteCtx> c;
+    try {
+      c = std::make_shared<WriteCtx>();
+    } catch (const std::bad_alloc&) {
+      batch->done.Set(i, oom);
+      continue;
+    }
+    c->item = i;
+    c->id = id;
     Result<Placement> place = s_->Reserve(id, ops[i].src.size(), header.payload_checksum);
     if (!place.ok()) {
       batch->done.Set(i, place.status());
       continue;
     }
-    const bool direct = IsAligned(ops[i].src.data()) && ops[i].src.size() % kNvmeAlign == 0;
-    std::shared_ptr<WriteCtx> c = PrepareWrite(i, id, ops[i], header, direct);
     c->place = *place;
-    std::optional<iovec> payload;
-    if (direct) payload = iovec{const_cast<std::byte*>(ops[i].src.data()), ops[i].src.size()};
-    std::vector<IoRequest> req =
-        BlockRequests(*s_->engine, IoOp::kWrite, s_->file.fd(), s_->FileOffset(place->loc),
-                      {c->buf.data(), c->buf.size()}, payload);
-    JoinParts(req, c->parts, [s = s_.get(), batch, c](const Status& st) {
-      FinishWrite(*s, *c, st, batch->done);
-      batch->Release();
-    });
+    const bool direct = IsAligned(ops[i].src.data()) && ops[i].src.size() % kNvmeAlign == 0;
+    std::vector<IoRequest> req;
+    try {
+      if (s_->after_write_reserve) s_->after_write_reserve();
+      FillWriteBuffer(*c, ops[i], header, direct);
+      std::optional<iovec> payload;
+      if (direct) payload = iovec{const_cast<std::byte*>(ops[i].src.data()), ops[i].src.size()};
+      req = BlockRequests(*s_->engine, IoOp::kWrite, s_->file.fd(), s_->FileOffset(place->loc),
+                          {c->buf.data(), c->buf.size()}, payload);
+      JoinParts(req, c->parts, [s = s_.get(), batch, c](const Status& st) {
+        FinishWrite(*s, *c, st, batch->done);
+        batch->Release();
+      });
+    } catch (const std::bad_alloc&) {
+      FinishWrite(*s_, *c, oom, batch->done);
+      continue;
+    }
     batch->remaining.fetch_add(1, std::memory_order_relaxed);
-    if (Status st = s_->engine->Submit(std::move(req)); !st.ok()) {
+    if (Status st = SubmitWhenRoom(*s_->engine, req, s_->options.nvme.io_timeout_ms); !st.ok()) {
       FinishWrite(*s_, *c, st, batch->done);
       batch->Release();
     }

@@ -61,6 +61,7 @@ struct NvmeStats {
   uint64_t dropped_on_open = 0;    // stale or malformed entries dropped at open
   uint64_t unclaimed_dropped = 0;  // recovered blocks never used, dropped to make room
   uint64_t corruptions = 0;        // reads that failed their checks
+  uint64_t unreadable_blocks = 0;  // live blocks reclaim could not read back (dropped)
   bool direct_io = false;          // false: buffered fallback (tmpfs)
   bool fixed_file = false;         // the data file is registered with the ring
   uint64_t registered_bytes = 0;   // host memory registered as fixed buffers
@@ -90,6 +91,10 @@ class NvmeTier final : public Tier {
   // Runs `hook` in every read after its index lookup, before its I/O is
   // built. REQUIRES: no read in flight.
   void TEST_SetAfterReadLookup(std::function<void()> hook);
+  // Runs `hook` in every write right after its block's space is reserved,
+  // before its I/O is built; it may throw std::bad_alloc to act as running
+  // out of memory there. REQUIRES: no write in flight.
+  void TEST_SetAfterWriteReserve(std::function<void()> hook);
 
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
