@@ -45,7 +45,7 @@ TEST(RedisConfig, ErrorsPointAtTheValue) {
       "t.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
-            "t.yaml:3:5: tiers.r: redis db is 2 with cluster; expected db 0 (a cluster has one "
+            "t.yaml:3:63: tiers.r: redis db is 2 with cluster; expected db 0 (a cluster has one "
             "database)");
   auto host_key =
       ParseConfig("tiers:\n  - {name: host, type: host, capacity: 1MiB, ttl_s: 5}\n", "t.yaml");

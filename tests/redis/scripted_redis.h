@@ -32,6 +32,8 @@ class ScriptedRedis {
   struct Answer {
     std::string bytes;         // sent as is
     uint64_t flood_bytes = 0;  // then this many bytes of 'A'
+    // > 0: the flood trickles, one byte at a time this far apart.
+    std::chrono::milliseconds flood_gap{0};
   };
   // Called on a connection's thread for each command, argv[0] upper-cased.
   using Script = std::function<Answer(const std::vector<std::string>& argv)>;
@@ -171,13 +173,14 @@ class ScriptedRedis {
     return size == 0;
   }
 
-  void RunFlood(int fd, uint64_t total) {
-    const std::string chunk(64 * 1024, 'A');
+  void RunFlood(int fd, uint64_t total, std::chrono::milliseconds gap) {
+    const std::string chunk(gap.count() > 0 ? 1 : 64 * 1024, 'A');
     Flood f;
     while (f.sent_bytes < total && !f.peer_closed && !stop_.load(std::memory_order_acquire)) {
       const size_t n = std::min<uint64_t>(chunk.size(), total - f.sent_bytes);
       if (!SendAll(fd, chunk.data(), n, &f.peer_closed)) break;
       f.sent_bytes += n;
+      if (gap.count() > 0) std::this_thread::sleep_for(gap);
     }
     f.ended = true;
     std::lock_guard lock(mu_);
@@ -194,7 +197,7 @@ class ScriptedRedis {
         const Answer a = script_(argv);
         bool closed = false;
         if (!SendAll(fd, a.bytes.data(), a.bytes.size(), &closed)) return;
-        if (a.flood_bytes > 0) return RunFlood(fd, a.flood_bytes);
+        if (a.flood_bytes > 0) return RunFlood(fd, a.flood_bytes, a.flood_gap);
       }
       pollfd p{fd, POLLIN, 0};
       if (poll(&p, 1, 20) <= 0) continue;

@@ -12,14 +12,6 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr size_t kInBufferBytes = 256 * 1024;
-// Reads at least this large go straight into the caller's buffer.
-constexpr size_t kDirectReadBytes = 16 * 1024;
-// No reply line (status, error, integer, length) nor the reply to a control
-// command comes near this; a line is kept in in_, which never grows.
-constexpr size_t kMaxSimpleReplyBytes = 64 * 1024;
-static_assert(kMaxSimpleReplyBytes < kInBufferBytes);
-
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
@@ -97,11 +89,8 @@ Status FromRedisReply(const redisReply* reply, std::string_view op) {
   return FromRedisError(std::string_view(reply->str, reply->len), op);
 }
 
-RedisConnection::RedisConnection(RedisEndpoint endpoint, redisContext* ctx, uint32_t op_timeout_ms)
-    : endpoint_(std::move(endpoint)),
-      ctx_(ctx),
-      op_timeout_ms_(op_timeout_ms),
-      in_(kInBufferBytes) {}
+RedisConnection::RedisConnection(RedisEndpoint endpoint, redisContext* ctx, uint32_t timeout_ms)
+    : endpoint_(std::move(endpoint)), ctx_(ctx), timeout_ms_(timeout_ms), in_(kInBufferBytes) {}
 
 RedisConnection::~RedisConnection() { redisFree(ctx_); }
 
@@ -115,58 +104,49 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Open(const RedisEndpoi
     redisFree(ctx);
     return st;
   }
-  std::unique_ptr<RedisConnection> conn(new RedisConnection(endpoint, ctx, options.op_timeout_ms));
+  std::unique_ptr<RedisConnection> conn(
+      new RedisConnection(endpoint, ctx, options.connect_timeout_ms));
   // Setup commands run under the connect timeout, then every call of the
   // data path gets the operation timeout.
-  if (redisSetTimeout(ctx, ToTimeval(options.connect_timeout_ms)) != REDIS_OK) {
-    return FromRedisContext(ctx, "set timeout on redis " + where);
-  }
+  KVTIER_RETURN_IF_ERROR(conn->SetTimeout(options.connect_timeout_ms));
+  // The hiredis reader is never used: a setup reply is read with the
+  // connection's own, which bounds what a server can make it allocate.
+  auto setup = [&conn](std::span<const std::string_view> argv, const std::string& op) {
+    auto reply = conn->Call(argv, RespLimits{});
+    if (!reply.ok()) return reply.status().WithContext(op);
+    if (reply->kind == RespHead::Kind::kError) return FromRedisError(reply->text, op);
+    return Status::Ok();
+  };
   if (!options.password.empty()) {
     std::vector<std::string_view> argv = {"AUTH"};
     if (!options.user.empty()) argv.push_back(options.user);
     argv.push_back(options.password);
-    auto reply = conn->Command(argv);
-    if (!reply.ok()) return reply.status();
-    KVTIER_RETURN_IF_ERROR(FromRedisReply(reply->get(), "AUTH to redis " + where));
+    KVTIER_RETURN_IF_ERROR(setup(argv, "AUTH to redis " + where));
   }
   if (options.db != 0) {
     const std::string db = std::to_string(options.db);
     std::string_view argv[] = {"SELECT", db};
-    auto reply = conn->Command(argv);
-    if (!reply.ok()) return reply.status();
-    KVTIER_RETURN_IF_ERROR(FromRedisReply(reply->get(), "SELECT " + db + " on redis " + where));
+    KVTIER_RETURN_IF_ERROR(setup(argv, "SELECT " + db + " on redis " + where));
   }
   // A server that wants a password answers PING with NOAUTH: report it here,
   // at open, rather than on the first batch.
   std::string_view ping[] = {"PING"};
-  auto pong = conn->Command(ping);
-  if (!pong.ok()) return pong.status();
-  KVTIER_RETURN_IF_ERROR(FromRedisReply(pong->get(), "PING redis " + where));
-  if (redisSetTimeout(ctx, ToTimeval(options.op_timeout_ms)) != REDIS_OK) {
-    return FromRedisContext(ctx, "set timeout on redis " + where);
-  }
+  KVTIER_RETURN_IF_ERROR(setup(ping, "PING redis " + where));
+  KVTIER_RETURN_IF_ERROR(conn->SetTimeout(options.op_timeout_ms));
   return conn;
+}
+
+Status RedisConnection::SetTimeout(uint32_t timeout_ms) {
+  if (redisSetTimeout(ctx_, ToTimeval(timeout_ms)) != REDIS_OK) {
+    return Fail(FromRedisContext(ctx_, "set timeout on redis " + endpoint_.ToString()));
+  }
+  timeout_ms_ = timeout_ms;
+  return Status::Ok();
 }
 
 Status RedisConnection::Fail(Status st) {
   broken_ = true;
   return st;
-}
-
-Result<RedisReplyPtr> RedisConnection::Command(std::span<const std::string_view> argv) {
-  if (broken_) return Status::Unavailable("redis " + endpoint_.ToString() + ": connection broken");
-  std::vector<const char*> args;
-  std::vector<size_t> lens;
-  for (std::string_view a : argv) {
-    args.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  void* raw = redisCommandArgv(ctx_, static_cast<int>(args.size()), args.data(), lens.data());
-  if (raw == nullptr) {
-    return Fail(FromRedisContext(
-        ctx_, std::string(argv.empty() ? "" : argv[0]) + " on redis " + endpoint_.ToString()));
-  }
-  return RedisReplyPtr(static_cast<redisReply*>(raw));
 }
 
 void RedisConnection::AddCopied(std::string_view bytes) {
@@ -234,8 +214,7 @@ Status RedisConnection::Flush() {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       st = (errno == EAGAIN || errno == EWOULDBLOCK)
-               ? Status::Unavailable("send to redis " + endpoint_.ToString() +
-                                     ": timed out after " + std::to_string(op_timeout_ms_) + " ms")
+               ? TimedOut("send to redis " + endpoint_.ToString())
                : FromErrno(errno, "send to redis " + endpoint_.ToString());
       if (st.code() != StatusCode::kUnavailable) st = Status::Unavailable(st.message());
       break;
@@ -250,150 +229,6 @@ Status RedisConnection::Flush() {
   scratch_.clear();
   pieces_.clear();
   return st.ok() ? st : Fail(std::move(st));
-}
-
-// Reads more bytes into in_, after compacting what is unread to its front.
-Status RedisConnection::FillBuffer() {
-  if (broken_) return Status::Unavailable("redis " + endpoint_.ToString() + ": connection broken");
-  if (in_pos_ > 0) {
-    std::memmove(in_.data(), in_.data() + in_pos_, in_end_ - in_pos_);
-    in_end_ -= in_pos_;
-    in_pos_ = 0;
-  }
-  // Unreachable: lines are capped below the size, bodies read once it is drained.
-  if (in_end_ == in_.size()) return Fail(Status::Internal("redis read buffer full"));
-  for (;;) {
-    ssize_t n = recv(ctx_->fd, in_.data() + in_end_, in_.size() - in_end_, 0);
-    if (n > 0) {
-      in_end_ += static_cast<size_t>(n);
-      return Status::Ok();
-    }
-    if (n < 0 && errno == EINTR) continue;
-    return Fail(ReadError(n));
-  }
-}
-
-Status RedisConnection::ReadError(ssize_t n) const {
-  const std::string where = "read from redis " + endpoint_.ToString();
-  if (n == 0) return Status::Unavailable(where + ": connection closed by the server");
-  if (errno == EAGAIN || errno == EWOULDBLOCK) {
-    return Status::Unavailable(where + ": timed out after " + std::to_string(op_timeout_ms_) +
-                               " ms");
-  }
-  return Status::Unavailable(where + ": " + std::strerror(errno));
-}
-
-Result<RespHead> RedisConnection::ReadHead() {
-  // Unread bytes already searched for the CR (FillBuffer keeps them unread).
-  size_t scanned = 0;
-  for (;;) {
-    const char* begin = in_.data() + in_pos_;
-    const char* end = in_.data() + in_end_;
-    const char* cr = static_cast<const char*>(memchr(begin + scanned, '\r', end - begin - scanned));
-    if (cr != nullptr && cr + 1 < end) {
-      if (cr[1] != '\n' || cr == begin) {
-        return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": malformed reply"));
-      }
-      std::string_view line(begin + 1, cr - begin - 1);
-      const char type = *begin;
-      in_pos_ += (cr - begin) + 2;
-      return ParseHead(type, line);
-    }
-    // A CR that is the last byte read is looked at again once its LF is in.
-    scanned = static_cast<size_t>((cr != nullptr ? cr : end) - begin);
-    if (scanned >= kMaxSimpleReplyBytes) {
-      return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": reply line longer than " +
-                                     std::to_string(kMaxSimpleReplyBytes) + " bytes"));
-    }
-    KVTIER_RETURN_IF_ERROR(FillBuffer());
-  }
-}
-
-Result<RespHead> RedisConnection::ParseHead(char type, std::string_view line) {
-  RespHead head;
-  if (type == '+' || type == '-') {
-    head.kind = type == '+' ? RespHead::Kind::kStatus : RespHead::Kind::kError;
-    head.text = std::string(line);
-    return head;
-  }
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
-  if ((type != ':' && type != '$' && type != '*') || ec != std::errc() ||
-      end != line.data() + line.size()) {
-    return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": malformed reply line '" +
-                                   std::string(1, type) + std::string(line) + "'"));
-  }
-  head.integer = v;
-  if (type == ':') {
-    head.kind = RespHead::Kind::kInteger;
-  } else if (v < 0) {
-    head.kind = RespHead::Kind::kNil;
-  } else {
-    head.kind = type == '$' ? RespHead::Kind::kBulk : RespHead::Kind::kArray;
-  }
-  return head;
-}
-
-Status RedisConnection::ReadBody(std::span<std::byte> out) {
-  size_t done = std::min(out.size(), in_end_ - in_pos_);
-  std::memcpy(out.data(), in_.data() + in_pos_, done);
-  in_pos_ += done;
-  while (done < out.size()) {
-    const size_t want = out.size() - done;
-    if (want < kDirectReadBytes) {
-      KVTIER_RETURN_IF_ERROR(FillBuffer());
-      const size_t n = std::min(want, in_end_ - in_pos_);
-      std::memcpy(out.data() + done, in_.data() + in_pos_, n);
-      in_pos_ += n;
-      done += n;
-      continue;
-    }
-    // Large remainders go from the socket straight into the caller's buffer.
-    ssize_t n = recv(ctx_->fd, out.data() + done, want, 0);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (!(n < 0 && errno == EINTR)) {
-      return Fail(ReadError(n));
-    }
-  }
-  return Status::Ok();
-}
-
-Status RedisConnection::SkipBody(uint64_t bytes) {
-  while (bytes > 0) {
-    if (in_pos_ == in_end_) KVTIER_RETURN_IF_ERROR(FillBuffer());
-    const size_t n = std::min<uint64_t>(bytes, in_end_ - in_pos_);
-    in_pos_ += n;
-    bytes -= n;
-  }
-  return Status::Ok();
-}
-
-Status RedisConnection::EndBody() {
-  while (in_end_ - in_pos_ < 2) KVTIER_RETURN_IF_ERROR(FillBuffer());
-  if (in_[in_pos_] != '\r' || in_[in_pos_ + 1] != '\n') {
-    return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": bulk reply without CRLF"));
-  }
-  in_pos_ += 2;
-  return Status::Ok();
-}
-
-Result<RespHead> RedisConnection::ReadSimple() {
-  auto head = ReadHead();
-  if (!head.ok()) return head;
-  // An array's items would be read as the replies of the commands after it.
-  const bool array = head->kind == RespHead::Kind::kArray;
-  if (array || (head->kind == RespHead::Kind::kBulk && head->integer > kMaxSimpleReplyBytes)) {
-    return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": " +
-                                   (array ? "array reply of " : "bulk reply of ") +
-                                   std::to_string(head->integer) + (array ? " items" : " bytes") +
-                                   " to a control command; expected a short status"));
-  }
-  if (head->kind != RespHead::Kind::kBulk) return head;
-  head->text.resize(static_cast<size_t>(head->integer));
-  KVTIER_RETURN_IF_ERROR(ReadBody(std::as_writable_bytes(std::span(head->text))));
-  KVTIER_RETURN_IF_ERROR(EndBody());
-  return head;
 }
 
 }  // namespace kvtier::internal

@@ -1,8 +1,9 @@
-// One connection to one Redis server: hiredis opens it (connect with a
-// timeout, AUTH, SELECT) and runs the setup and control commands; the
-// pipelined data path formats RESP itself and moves payloads with
-// scatter-gather sends and reads straight into the caller's buffers, so a
-// block's bytes are copied by the kernel only.
+// One connection to one Redis server: hiredis connects it (with a timeout);
+// everything after that, the setup and control commands (AUTH, SELECT, PING,
+// CONFIG GET, CLUSTER SLOTS) included, goes through the connection's own
+// RESP writer and bounded reader. The pipelined data path moves payloads
+// with scatter-gather sends and reads straight into the caller's buffers, so
+// a block's bytes are copied by the kernel only.
 //
 // Thread safety: none. A connection is owned and used by one thread at a time
 // (an I/O thread of a RedisNode, or the opening thread before handing it over).
@@ -12,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -64,12 +66,31 @@ struct RespHead {
   int64_t integer = 0;  // kInteger: the value; kBulk: the body length; kArray: items
 };
 
+// A whole reply read as a tree (setup and control commands only).
+struct RespValue {
+  RespHead::Kind kind = RespHead::Kind::kNil;
+  std::string text;              // kStatus / kError: the line; kBulk: the body
+  int64_t integer = 0;           // kInteger: the value
+  std::vector<RespValue> items;  // kArray
+};
+
+// Bounds on a reply read by RedisConnection::ReadValue, so a broken or
+// hostile server cannot make the reader allocate without limit. The defaults
+// fit the short replies of AUTH, SELECT, PING and CONFIG GET.
+struct RespLimits {
+  uint32_t max_depth = 2;                // arrays nested in arrays; 1: a flat array
+  uint64_t max_items = 64;               // values in the whole reply, arrays included
+  uint64_t max_bulk_bytes = 64 * 1024;   // body of one bulk string
+  uint64_t max_total_bytes = 64 * 1024;  // the whole reply as sent
+};
+
 class RedisConnection {
  public:
-  // Connects within options.connect_timeout_ms, sets the per-call timeout
-  // to options.op_timeout_ms, then AUTH (user + password, or password only)
-  // and SELECT when configured. Unavailable when the server cannot be
-  // reached; InvalidArgument for refused credentials.
+  // Connects, then runs AUTH (user + password, or password only) and SELECT
+  // when configured, and PING, each within options.connect_timeout_ms; then
+  // sets the per-call timeout to options.op_timeout_ms. Unavailable when the
+  // server cannot be reached; InvalidArgument for refused credentials;
+  // Corruption for a reply that is malformed or past the RespLimits.
   static Result<std::unique_ptr<RedisConnection>> Open(const RedisEndpoint& endpoint,
                                                        const RedisTierOptions& options);
   ~RedisConnection();
@@ -81,9 +102,13 @@ class RedisConnection {
   // Marks the connection broken (its reply stream is out of step).
   void Abandon() { broken_ = true; }
 
-  // A synchronous command through hiredis (setup and control only; never
-  // while a pipeline is queued). Error replies come back as replies.
-  Result<RedisReplyPtr> Command(std::span<const std::string_view> argv);
+  // A synchronous command (setup and control only; REQUIRES: nothing queued
+  // or unread): sends `argv` and reads its whole reply, which must arrive
+  // within the connection's current timeout, within `limits`. Error replies
+  // come back as values of kind kError. Unavailable on a transport error or
+  // timeout; Corruption naming the limit for a reply past one. Either
+  // leaves the connection broken.
+  Result<RespValue> Call(std::span<const std::string_view> argv, const RespLimits& limits);
 
   // Queues a command for the next Flush(); its arguments are copied.
   void Queue(std::span<const std::string_view> argv);
@@ -108,19 +133,33 @@ class RedisConnection {
   // bulk, the whole body as text. Corruption, leaving the connection broken,
   // for an array or a bulk over 64 KiB.
   Result<RespHead> ReadSimple();
+  // Reads the next reply whole, arrays included, within `limits`.
+  // Corruption naming the limit, leaving the connection broken, for a reply
+  // past one; nothing larger than a limit is allocated.
+  Result<RespValue> ReadValue(const RespLimits& limits);
 
  private:
-  RedisConnection(RedisEndpoint endpoint, redisContext* ctx, uint32_t op_timeout_ms);
+  struct ValueBudget;
+  static constexpr size_t kInBufferBytes = 256 * 1024;
+
+  RedisConnection(RedisEndpoint endpoint, redisContext* ctx, uint32_t timeout_ms);
+  Status SetTimeout(uint32_t timeout_ms);
   Status Fail(Status st);
   Status FillBuffer();
+  Status Recv(void* out, size_t size, size_t* got);
   Status ReadError(ssize_t n) const;
+  Status TimedOut(const std::string& what) const;
+  Result<RespValue> ReadValueAt(ValueBudget& budget, uint32_t depth);
   Result<RespHead> ParseHead(char type, std::string_view line);
   void AddCopied(std::string_view bytes);
 
   RedisEndpoint endpoint_;
   redisContext* ctx_;
-  uint32_t op_timeout_ms_;
+  uint32_t timeout_ms_;  // the socket's send and receive timeout
   bool broken_ = false;
+  // While Call() reads a reply: every receive ends by this time.
+  std::chrono::steady_clock::time_point reply_deadline_{};
+  bool has_reply_deadline_ = false;
   // Outgoing: `scratch_` holds copied bytes; iovecs point into it (by
   // offset until Flush) or at borrowed memory.
   std::string scratch_;
@@ -134,6 +173,7 @@ class RedisConnection {
   std::vector<char> in_;
   size_t in_pos_ = 0;
   size_t in_end_ = 0;
+  size_t last_line_bytes_ = 0;  // the line ReadHead consumed last, CRLF included
 };
 
 }  // namespace kvtier::internal

@@ -1,7 +1,5 @@
 #include "tiers/redis/redis_router.h"
 
-#include <hiredis/hiredis.h>
-
 #include <chrono>
 #include <cstdlib>
 
@@ -43,17 +41,19 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const TierOptions& option
   return router;
 }
 
-void RedisRouter::ReadMaxValueBytes(RedisConnection& conn) {
+Status RedisRouter::ReadMaxValueBytes(RedisConnection& conn) {
   // CONFIG may be renamed or forbidden by ACLs: then keep Redis's default.
   std::string_view argv[] = {"CONFIG", "GET", "proto-max-bulk-len"};
-  auto reply = conn.Command(argv);
-  if (!reply.ok()) return;
-  const redisReply* r = reply->get();
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-      r->element[1]->type == REDIS_REPLY_STRING) {
-    const uint64_t v = std::strtoull(r->element[1]->str, nullptr, 10);
+  auto reply = conn.Call(argv, RespLimits{});
+  if (!reply.ok()) {
+    return reply.status().WithContext("CONFIG GET on redis " + conn.endpoint().ToString());
+  }
+  if (reply->kind == RespHead::Kind::kArray && reply->items.size() == 2 &&
+      reply->items[1].kind == RespHead::Kind::kBulk) {
+    const uint64_t v = std::strtoull(reply->items[1].text.c_str(), nullptr, 10);
     if (v > 0) max_value_bytes_ = v;
   }
+  return Status::Ok();
 }
 
 Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
@@ -62,11 +62,14 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
   std::lock_guard lock(nodes_mu_);
   for (const RedisEndpoint& ep : endpoints) {
     auto conn = RedisConnection::Open(ep, options_);
+    if (conn.ok() && reachable == 0) {
+      if (Status st = ReadMaxValueBytes(**conn); !st.ok()) conn = st;
+    }
     if (!conn.ok() && conn.status().code() != StatusCode::kUnavailable) return conn.status();
     std::unique_ptr<RedisConnection> c;
     if (conn.ok()) {
       c = std::move(conn).value();
-      if (reachable++ == 0) ReadMaxValueBytes(*c);
+      ++reachable;
     } else {
       if (first_failure.ok()) first_failure = conn.status();
       if (log_) log_->Log(LogLevel::kWarning, std::string(conn.status().message()));
@@ -90,7 +93,7 @@ Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
       continue;
     }
     seed_host_ = seed.host;
-    ReadMaxValueBytes(**conn);
+    KVTIER_RETURN_IF_ERROR(ReadMaxValueBytes(**conn));
     return LoadSlots(**conn);
   }
   return first_failure;
@@ -99,19 +102,18 @@ Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
 // Replaces the slot map with the one `conn`'s server reports.
 Status RedisRouter::LoadSlots(RedisConnection& conn) {
   std::string_view argv[] = {"CLUSTER", "SLOTS"};
-  auto reply = conn.Command(argv);
-  if (!reply.ok()) return reply.status();
   const std::string where = "CLUSTER SLOTS on redis " + conn.endpoint().ToString();
-  if ((*reply)->type == REDIS_REPLY_ERROR) {
-    Status st = FromRedisReply(reply->get(), where);
-    if (std::string_view((*reply)->str).find("cluster support disabled") !=
-        std::string_view::npos) {
+  auto reply = conn.Call(argv, kClusterSlotsReplyLimits);
+  if (!reply.ok()) return reply.status().WithContext(where);
+  if (reply->kind == RespHead::Kind::kError) {
+    Status st = FromRedisError(reply->text, where);
+    if (reply->text.find("cluster support disabled") != std::string::npos) {
       return Status::InvalidArgument(std::string(st.message()) +
                                      " (the server is not a cluster node; set cluster: false)");
     }
     return st;
   }
-  auto ranges = ParseClusterSlots(reply->get(), seed_host_);
+  auto ranges = ParseClusterSlots(*reply, seed_host_);
   if (!ranges.ok()) return ranges.status().WithContext(where);
   std::array<RedisNode*, kRedisClusterSlots> slots{};
   {

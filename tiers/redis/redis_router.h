@@ -58,7 +58,9 @@ class RedisRouter {
   RedisNode* NodeAtLocked(const RedisEndpoint& endpoint,
                           std::unique_ptr<RedisConnection> conn = nullptr);
   RedisNode* KnownNode(const RedisEndpoint& endpoint);
-  void ReadMaxValueBytes(RedisConnection& conn);
+  // Reads the server's proto-max-bulk-len into max_value_bytes_, keeping the
+  // default when the server refuses CONFIG; fails only with the connection.
+  Status ReadMaxValueBytes(RedisConnection& conn);
 
   const RedisTierOptions options_;
   const std::shared_ptr<LogSink> log_;

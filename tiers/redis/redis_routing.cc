@@ -1,6 +1,5 @@
 #include "tiers/redis/redis_routing.h"
 
-#include <hiredis/hiredis.h>
 #include <xxhash.h>
 
 #include <cstdio>
@@ -60,34 +59,35 @@ size_t RendezvousPick(std::string_view key, std::span<const uint64_t> server_ids
   return best;
 }
 
-Result<std::vector<SlotRange>> ParseClusterSlots(const redisReply* reply,
+Result<std::vector<SlotRange>> ParseClusterSlots(const RespValue& reply,
                                                  std::string_view fallback_host) {
+  using Kind = RespHead::Kind;
   auto bad = [](const std::string& what) {
     return Status::Corruption("CLUSTER SLOTS reply: " + what);
   };
-  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY) return bad("not an array");
+  if (reply.kind != Kind::kArray) return bad("not an array");
   std::vector<SlotRange> ranges;
-  for (size_t i = 0; i < reply->elements; ++i) {
-    const redisReply* r = reply->element[i];
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+  for (size_t i = 0; i < reply.items.size(); ++i) {
+    const RespValue& r = reply.items[i];
+    if (r.kind != Kind::kArray || r.items.size() < 3 || r.items[0].kind != Kind::kInteger ||
+        r.items[1].kind != Kind::kInteger) {
       return bad("range " + std::to_string(i) + " is malformed");
     }
-    const redisReply* m = r->element[2];
-    if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
-        m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_INTEGER) {
+    const RespValue& m = r.items[2];
+    if (m.kind != Kind::kArray || m.items.size() < 2 || m.items[0].kind != Kind::kBulk ||
+        m.items[1].kind != Kind::kInteger) {
       return bad("master of range " + std::to_string(i) + " is malformed");
     }
-    const long long first = r->element[0]->integer;
-    const long long last = r->element[1]->integer;
-    const long long port = m->element[1]->integer;
+    const int64_t first = r.items[0].integer;
+    const int64_t last = r.items[1].integer;
+    const int64_t port = m.items[1].integer;
     if (first < 0 || last < first || last >= kRedisClusterSlots || port <= 0 || port > 65535) {
       return bad("range " + std::to_string(i) + " is out of bounds");
     }
     SlotRange range;
     range.first = static_cast<uint16_t>(first);
     range.last = static_cast<uint16_t>(last);
-    range.master.host = std::string(m->element[0]->str, m->element[0]->len);
+    range.master.host = m.items[0].text;
     if (range.master.host.empty()) range.master.host = std::string(fallback_host);
     range.master.port = static_cast<uint16_t>(port);
     ranges.push_back(std::move(range));

@@ -43,10 +43,22 @@ struct SlotRange {
   RedisEndpoint master;
 };
 
+// Bounds on reading a CLUSTER SLOTS reply. It nests 4 arrays deep (reply,
+// slot range, node, node metadata). A range is 3 values and ~20 bytes plus,
+// per node, ~7 values and ~100 bytes (host, port, 40-byte id, a hostname in
+// the metadata). A slot map cut into all 16384 one-slot ranges with one
+// replica per master is then ~280K values and ~3.7 MiB; a large cluster with
+// 3 replicas per master in a few thousand ranges is far less. Parsed, a reply
+// at the limits holds under 50 MiB.
+inline constexpr RespLimits kClusterSlotsReplyLimits{.max_depth = 4,
+                                                     .max_items = 512 * 1024,
+                                                     .max_bulk_bytes = 64 * 1024,
+                                                     .max_total_bytes = 8u << 20};
+
 // Parses a CLUSTER SLOTS reply. A master given with an empty host (Redis
 // answers so when it does not know its own address) takes `fallback_host`.
 // Corruption when the reply has an unexpected shape.
-Result<std::vector<SlotRange>> ParseClusterSlots(const redisReply* reply,
+Result<std::vector<SlotRange>> ParseClusterSlots(const RespValue& reply,
                                                  std::string_view fallback_host);
 
 // Parses the target of a "MOVED <slot> <host>:<port>" or "ASK ..." error.

@@ -1,0 +1,199 @@
+// Opening the Redis tier against a server that answers the setup and control
+// commands (AUTH, PING, CONFIG GET, CLUSTER SLOTS) with endless lines, absurd
+// lengths, oversized or too deeply nested replies, or bytes that trickle in
+// (tests/redis/scripted_redis.h). Open must fail with a clear Status, quickly,
+// without allocating what the server announces, and cut the flood off.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/redis/redis_test_util.h"
+#include "tests/redis/scripted_redis.h"
+#include "tests/support/block_data.h"
+
+namespace kvtier::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Answer = ScriptedRedis::Answer;
+using Argv = std::vector<std::string>;
+
+constexpr uint64_t kBlock = 4096;
+constexpr uint64_t kFloodBytes = 64ull << 20;
+
+// `timeout_ms` bounds each setup reply as a whole: long enough for the
+// large replies below to be read on a loaded machine.
+TierOptions Options(const ScriptedRedis& server, bool cluster, bool password = true,
+                    uint32_t timeout_ms = 500) {
+  TierOptions o = RedisTierOptionsFor({server.endpoint()}, 64 * kBlock, cluster);
+  if (password) o.redis.password = "secret";
+  o.redis.connections = 1;
+  o.redis.op_timeout_ms = timeout_ms;
+  o.redis.connect_timeout_ms = timeout_ms;
+  return o;
+}
+
+bool Has(const Status& st, std::string_view text) {
+  return st.message().find(text) != std::string_view::npos;
+}
+
+// A script answering `cmd` with `answer` and the rest of the handshake as a
+// well-behaved server.
+ScriptedRedis::Script AnswerTo(std::string cmd, Answer answer) {
+  return [=](const Argv& argv) {
+    if (argv[0] == cmd) return answer;
+    Answer a;
+    if (!ScriptedRedis::Handshake(argv, 0, &a)) a.bytes = "-ERR unexpected\r\n";
+    return a;
+  };
+}
+
+// Opens a tier with `o`; expects it to fail with `code` and a message
+// holding `text`, within 3 s (a second at most on an idle machine).
+Status ExpectOpenFails(const TierOptions& o, StatusCode code, std::string_view text) {
+  const auto start = std::chrono::steady_clock::now();
+  auto tier = MakeRedisTier(o, kBlock);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(tier.ok());
+  if (tier.ok()) {
+    (*tier)->Shutdown();
+    return Status::Ok();
+  }
+  EXPECT_EQ(tier.status().code(), code) << tier.status().ToString();
+  EXPECT_TRUE(Has(tier.status(), text)) << tier.status().ToString();
+  EXPECT_LT(took, 3s);
+  return tier.status();
+}
+
+// `cmd` answered with `prefix`, then 64 MiB of 'A': Open fails Corruption
+// naming the limit, and drops the connection long before the flood is sent.
+void ExpectSetupFloodCutOff(std::string cmd, std::string prefix, std::string_view text,
+                            bool cluster = false, bool password = true) {
+  auto server =
+      ScriptedRedis::Start(AnswerTo(std::move(cmd), Answer{std::move(prefix), kFloodBytes}));
+  ASSERT_TRUE(server);
+  (void)ExpectOpenFails(Options(*server, cluster, password), StatusCode::kCorruption, text);
+  const ScriptedRedis::Flood flood = server->WaitFlood(3s);
+  EXPECT_TRUE(flood.ended);
+  EXPECT_TRUE(flood.peer_closed) << "the tier must drop the connection";
+  EXPECT_LT(flood.sent_bytes, kFloodBytes / 2);
+}
+
+TEST(RedisHostileSetup, EndlessLineAnsweringAuthIsCutOff) {
+  ExpectSetupFloodCutOff("AUTH", "+", "reply line longer than 65536 bytes");
+}
+
+TEST(RedisHostileSetup, GigabyteBulkAnsweringPingIsCutOff) {
+  ExpectSetupFloodCutOff(
+      "PING", "$1073741824\r\n",
+      "bulk string of 1073741824 bytes in a reply exceeds the limit of 65536 bytes",
+      /*cluster=*/false, /*password=*/false);
+}
+
+TEST(RedisHostileSetup, HugeArrayAnsweringAuthIsRefusedBeforeAllocating) {
+  ExpectSetupFloodCutOff("AUTH", "*2000000000\r\n",
+                         "reply exceeds the limit of 64 values: an array of 2000000000");
+}
+
+TEST(RedisHostileSetup, GigabyteBulkAnsweringConfigGetIsCutOff) {
+  ExpectSetupFloodCutOff(
+      "CONFIG", "*2\r\n$18\r\nproto-max-bulk-len\r\n$1073741824\r\n",
+      "bulk string of 1073741824 bytes in a reply exceeds the limit of 65536 bytes");
+}
+
+TEST(RedisHostileSetup, HugeClusterSlotsArrayIsCutOff) {
+  ExpectSetupFloodCutOff(
+      "CLUSTER", "*9223372036854775807\r\n",
+      "reply exceeds the limit of 524288 values: an array of 9223372036854775807",
+      /*cluster=*/true);
+}
+
+// Many small arrays, each under the limits, whose values add up past them.
+TEST(RedisHostileSetup, ClusterSlotsOverTheValueLimitFails) {
+  std::string row = "*1000\r\n";
+  for (int i = 0; i < 1000; ++i) row += ":0\r\n";
+  std::string reply = "*1000\r\n";
+  for (int i = 0; i < 1000; ++i) reply += row;
+  auto server = ScriptedRedis::Start(AnswerTo("CLUSTER", Answer{reply}));
+  ASSERT_TRUE(server);
+  (void)ExpectOpenFails(Options(*server, /*cluster=*/true, /*password=*/true, 2500),
+                        StatusCode::kCorruption, "reply exceeds the limit of 524288 values");
+}
+
+TEST(RedisHostileSetup, ClusterSlotsOverTheByteLimitFails) {
+  std::string reply = "*200\r\n";
+  for (int i = 0; i < 200; ++i) reply += "$60000\r\n" + std::string(60000, 'x') + "\r\n";
+  auto server = ScriptedRedis::Start(AnswerTo("CLUSTER", Answer{reply}));
+  ASSERT_TRUE(server);
+  (void)ExpectOpenFails(Options(*server, /*cluster=*/true, /*password=*/true, 2500),
+                        StatusCode::kCorruption, "reply exceeds the limit of 8388608 bytes");
+}
+
+TEST(RedisHostileSetup, ClusterSlotsNestedTooDeepFails) {
+  auto server =
+      ScriptedRedis::Start(AnswerTo("CLUSTER", Answer{"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:0\r\n"}));
+  ASSERT_TRUE(server);
+  (void)ExpectOpenFails(Options(*server, /*cluster=*/true), StatusCode::kCorruption,
+                        "reply's array nesting exceeds the limit of 4 levels");
+}
+
+// Each byte within the per-read timeout, the whole reply not: the setup
+// reply must still end within the connect timeout.
+TEST(RedisHostileSetup, TricklingAuthReplyTimesOut) {
+  Answer trickle{"+", 200};
+  trickle.flood_gap = 50ms;
+  auto server = ScriptedRedis::Start(AnswerTo("AUTH", trickle));
+  ASSERT_TRUE(server);
+  const Status st = ExpectOpenFails(Options(*server, /*cluster=*/false), StatusCode::kUnavailable,
+                                    "timed out after 500 ms");
+  EXPECT_TRUE(Has(st, "AUTH to redis " + server->endpoint())) << st.ToString();
+  const ScriptedRedis::Flood flood = server->WaitFlood(3s);
+  EXPECT_TRUE(flood.peer_closed) << "the tier must drop the connection";
+}
+
+// Well-formed setup replies are read as before: a CONFIG GET answer sets
+// the value size limit; a Redis 7 CLUSTER SLOTS answer (node id and
+// metadata, 4 arrays deep) routes every slot to its master.
+TEST(RedisHostileSetup, WellFormedConfigGetIsRead) {
+  auto server = ScriptedRedis::Start(
+      AnswerTo("CONFIG", Answer{"*2\r\n$18\r\nproto-max-bulk-len\r\n$4\r\n1000\r\n"}));
+  ASSERT_TRUE(server);
+  (void)ExpectOpenFails(Options(*server, /*cluster=*/false), StatusCode::kInvalidArgument,
+                        "exceeds the server's proto-max-bulk-len of 1000");
+}
+
+TEST(RedisHostileSetup, WellFormedClusterSlotsIsRead) {
+  auto self = std::make_shared<std::atomic<uint16_t>>(0);
+  auto server = ScriptedRedis::Start([self](const Argv& argv) {
+    Answer a;
+    const std::string port = std::to_string(self->load());
+    if (argv[0] == "CLUSTER") {
+      a.bytes = "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$0\r\n\r\n:" + port + "\r\n$40\r\n" +
+                std::string(40, 'f') + "\r\n*2\r\n$8\r\nhostname\r\n$4\r\nhost\r\n";
+    } else if (argv[0] == "GET") {
+      a.bytes = "$-1\r\n";
+    } else if (!ScriptedRedis::Handshake(argv, 0, &a)) {
+      a.bytes = "-ERR unexpected\r\n";
+    }
+    return a;
+  });
+  ASSERT_TRUE(server);
+  self->store(server->port());
+  auto tier = MakeRedisTier(Options(*server, /*cluster=*/true), kBlock);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  std::vector<std::byte> out(kBlock);
+  ReadOp rd{TestKey(1), out};
+  Completion c = (*tier)->Read(NamespaceId{1}, std::span(&rd, 1));
+  const Status waited = c.WaitFor(5s);
+  ASSERT_NE(waited.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(c.result(0).code(), StatusCode::kNotFound) << c.result(0).ToString();
+  (*tier)->Shutdown();
+}
+
+}  // namespace
+}  // namespace kvtier::testing
