@@ -1,5 +1,7 @@
 #include "config/config_reader.h"
 
+#include <sys/un.h>
+
 #include <array>
 #include <limits>
 #include <string>
@@ -9,6 +11,7 @@
 #include "kvtier/block_key.h"
 #include "kvtier/kv_layout.h"
 #include "kvtier/tier.h"
+#include "tiers/nvme/nvme_format.h"
 
 namespace kvtier::internal {
 
@@ -138,6 +141,20 @@ Status ReadHashing(const ConfigNode* node, HashAlgorithm* algo) {
   return Status::Ok();
 }
 
+// Empty means no admin endpoint; a path must fit in sockaddr_un, which the
+// admin server refuses otherwise.
+Status ReadAdminSocket(const ConfigNode& node, std::string* out) {
+  KVTIER_RETURN_IF_ERROR(ReadOptionalString(node, "runtime.admin_socket", out));
+  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+  if (out->size() > kMaxPath) {
+    return NodeError(node.where,
+                     "runtime.admin_socket is " + std::to_string(out->size()) +
+                         " bytes long, too long for a Unix socket path",
+                     "a path of at most " + std::to_string(kMaxPath) + " bytes, or \"\" for off");
+  }
+  return Status::Ok();
+}
+
 Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
   if (const ConfigNode* engine = Section(root, "engine")) {
     KVTIER_RETURN_IF_ERROR(CheckMap(*engine, "engine", kEngineKeys));
@@ -159,10 +176,15 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
           ReadU32(*p, "runtime.max_queued_requests", 1, &rt.max_queued_requests));
     }
     if (const ConfigNode* p = runtime->Find("admin_socket")) {
-      KVTIER_RETURN_IF_ERROR(ReadString(*p, "runtime.admin_socket", &rt.admin_socket));
+      KVTIER_RETURN_IF_ERROR(ReadAdminSocket(*p, &rt.admin_socket));
     }
     if (const ConfigNode* p = runtime->Find("gpu_watermark")) {
       KVTIER_RETURN_IF_ERROR(ReadDouble(*p, "runtime.gpu_watermark", &rt.gpu_watermark));
+      // Written as a negation so that NaN fails too, as in RuntimeOptions::Validate.
+      if (!(rt.gpu_watermark >= 0 && rt.gpu_watermark < 1)) {
+        return NodeError(p->where, "runtime.gpu_watermark is " + std::to_string(rt.gpu_watermark),
+                         "a fraction in [0, 1)");
+      }
     }
     if (const ConfigNode* p = runtime->Find("gpu_flops")) {
       KVTIER_RETURN_IF_ERROR(ReadDouble(*p, "runtime.gpu_flops", &rt.gpu_flops_per_s));
@@ -188,18 +210,34 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
 }
 
 // Every tier must hold at least one block of the model; reported at the
-// tier's capacity, which ReadTiers has checked is present.
-Status CheckTierCapacities(const ConfigNode& root, const RuntimeOptions& rt) {
+// tier's capacity, which ReadTiers has checked is present. An nvme region
+// must hold one block as the store lays it out (header page + payload
+// rounded up to 4 KiB: DiskBytes, inline in nvme_format.h, so no nvme tier
+// code is linked) or the store refuses to open; reported at the region size,
+// or at the tier when the default region is too small.
+Status CheckTierSizes(const ConfigNode& root, const RuntimeOptions& rt) {
   const ConfigNode* list = root.Find("tiers");
   for (size_t i = 0; i < rt.tiers.size() && list != nullptr && i < list->items.size(); ++i) {
     const TierOptions& t = rt.tiers[i];
-    if (t.capacity_bytes >= rt.block_bytes) continue;
-    const ConfigNode* cap = list->items[i].Find("capacity");
-    return NodeError(cap != nullptr ? cap->where : list->items[i].where,
-                     "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
-                         " bytes is below one block of the model (" +
-                         std::to_string(rt.block_bytes) + " bytes)",
-                     "a capacity of at least one block");
+    const ConfigNode& item = list->items[i];
+    if (t.capacity_bytes < rt.block_bytes) {
+      const ConfigNode* cap = item.Find("capacity");
+      return NodeError(cap != nullptr ? cap->where : item.where,
+                       "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
+                           " bytes is below one block of the model (" +
+                           std::to_string(rt.block_bytes) + " bytes)",
+                       "a capacity of at least one block");
+    }
+    const uint64_t block_disk = DiskBytes(rt.block_bytes);
+    if (t.type == "nvme" && t.region_bytes < block_disk) {
+      const ConfigNode* region = item.Find("region_size");
+      return NodeError(region != nullptr ? region->where : item.where,
+                       "tiers." + t.name + ".region_size " + std::to_string(t.region_bytes) +
+                           " bytes cannot hold one block of the model (" +
+                           std::to_string(rt.block_bytes) + " bytes, " +
+                           std::to_string(block_disk) + " on disk with its header page)",
+                       "a region_size of at least " + std::to_string(block_disk) + " bytes");
+    }
   }
   return Status::Ok();
 }
@@ -222,7 +260,7 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
   KVTIER_RETURN_IF_ERROR(ReadSections(root, out));
   KVTIER_RETURN_IF_ERROR(ReadTiers(root, &out->runtime.tiers));
   out->runtime.block_bytes = out->model.BlockBytes();
-  KVTIER_RETURN_IF_ERROR(CheckTierCapacities(root, out->runtime));
+  KVTIER_RETURN_IF_ERROR(CheckTierSizes(root, out->runtime));
   // An nvme store is bound to the namespace of the model it caches.
   for (TierOptions& t : out->runtime.tiers) {
     if (t.type == "nvme") t.nvme.store_namespace = ComputeNamespaceId(out->model.Namespace()).value;

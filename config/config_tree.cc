@@ -5,6 +5,7 @@
 #include <charconv>
 #include <exception>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 namespace kvtier::internal {
@@ -34,6 +35,8 @@ Status Convert(const YAML::Node& y, const Origin& origin, const std::string& par
                int depth, ConfigNode* out);
 
 Status ConvertMap(const YAML::Node& y, const Origin& origin, int depth, ConfigNode* out) {
+  // A hash set, not ConfigNode::Find: a map of n keys is checked in O(n).
+  std::unordered_set<std::string> seen;
   for (auto it = y.begin(); it != y.end(); ++it) {
     // Copies: yaml-cpp's iterator hands out a temporary proxy pair.
     const YAML::Node key = it->first;
@@ -43,7 +46,7 @@ Status ConvertMap(const YAML::Node& y, const Origin& origin, int depth, ConfigNo
       return NodeError(key_where, "a map key is not a plain name", "keys that are strings");
     }
     const std::string& name = key.Scalar();
-    if (out->Find(name) != nullptr) {
+    if (!seen.insert(name).second) {
       return NodeError(key_where, "duplicate key '" + name + "'", "each key at most once per map");
     }
     ConfigNode child;

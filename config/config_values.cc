@@ -50,6 +50,16 @@ Status ReadString(const ConfigNode& node, std::string_view path, std::string* ou
   return Status::Ok();
 }
 
+Status ReadOptionalString(const ConfigNode& node, std::string_view path, std::string* out) {
+  if (node.kind == Kind::kNull) {
+    out->clear();
+    return Status::Ok();
+  }
+  KVTIER_RETURN_IF_ERROR(RequireScalar(node, path, "a string", /*allow_quoted=*/true));
+  *out = node.text;
+  return Status::Ok();
+}
+
 Status ReadUint(const ConfigNode& node, std::string_view path, uint64_t min, uint64_t max,
                 uint64_t* out) {
   const std::string expected =

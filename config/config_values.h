@@ -23,6 +23,10 @@ Status CheckMap(const ConfigNode& node, std::string_view path,
 // A scalar (quoted or not). Empty values, lists and maps are errors.
 Status ReadString(const ConfigNode& node, std::string_view path, std::string* out);
 
+// Like ReadString, for the strings whose empty value means "off" or "the
+// default": "" and a key written with no value both read as "".
+Status ReadOptionalString(const ConfigNode& node, std::string_view path, std::string* out);
+
 // An unquoted whole number in [min, max]; negatives, fractions and words are errors.
 Status ReadUint(const ConfigNode& node, std::string_view path, uint64_t min, uint64_t max,
                 uint64_t* out);

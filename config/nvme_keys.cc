@@ -1,16 +1,23 @@
 // The YAML keys only a tier of type nvme accepts (beyond the common ones in
-// tier_reader.cc: path, region_size), read into TierOptions::nvme.
+// tier_reader.cc), read into TierOptions::path, region_bytes and nvme. Each
+// value is checked where it is written, with the limits
+// NvmeTierOptions::Validate and the store apply.
 #include <array>
 
 #include "config/backend_keys.h"
 #include "config/config_values.h"
+#include "tiers/nvme/nvme_format.h"
 
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 9> kNvmeKeys = {
-    "io_timeout_ms", "queue_depth", "max_queued",          "index_path",   "on_mismatch",
-    "reclaim",       "direct_io",   "commit_every_blocks", "reinsert_hits"};
+constexpr std::array<std::string_view, 11> kNvmeKeys = {
+    "path",       "region_size", "io_timeout_ms", "queue_depth",         "max_queued",
+    "index_path", "on_mismatch", "reclaim",       "commit_every_blocks", "reinsert_hits",
+    "direct_io"};
+constexpr uint64_t kMaxQueueDepth = 4096;
+// The store's limits: whole 4 KiB pages (kNvmeAlign), offsets within 31 bits.
+constexpr uint64_t kMaxRegionBytes = 2 * kGiB;
 
 Status ReadU32Key(const ConfigNode& node, const std::string& path, std::string_view key,
                   uint32_t* out) {
@@ -20,10 +27,39 @@ Status ReadU32Key(const ConfigNode& node, const std::string& path, std::string_v
   return Status::Ok();
 }
 
-Status ReadStringKey(const ConfigNode& node, const std::string& path, std::string_view key,
-                     std::string* out) {
-  if (const ConfigNode* p = node.Find(std::string(key))) {
-    return ReadString(*p, path + "." + std::string(key), out);
+// A string key whose value must be one of `names`; the message keeps the
+// wording of NvmeTierOptions::Validate.
+Status ReadChoiceKey(const ConfigNode& node, const std::string& path, std::string_view key,
+                     std::span<const std::string_view> names, std::string* out) {
+  const ConfigNode* p = node.Find(std::string(key));
+  if (p == nullptr) return Status::Ok();
+  KVTIER_RETURN_IF_ERROR(ReadString(*p, path + "." + std::string(key), out));
+  for (std::string_view n : names) {
+    if (n == *out) return Status::Ok();
+  }
+  return NodeError(p->where, path + ": nvme." + std::string(key) + " is '" + *out + "'",
+                   "one of: " + JoinNames(names));
+}
+
+Status ReadPlacement(const ConfigNode& node, const std::string& path, TierOptions* t) {
+  if (const ConfigNode* p = node.Find("path")) {
+    KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".path", &t->path));
+  } else {
+    // An override that turned the tier into nvme is the one to blame.
+    const ConfigNode* type = node.Find("type");
+    return NodeError(type != nullptr && type->from_override ? type->where : node.where,
+                     path + " is an nvme tier without a 'path'", "'path: <file or block device>'");
+  }
+  if (const ConfigNode* p = node.Find("region_size")) {
+    KVTIER_RETURN_IF_ERROR(ReadByteSize(*p, path + ".region_size", &t->region_bytes));
+    if (t->region_bytes == 0 || t->region_bytes % kNvmeAlign != 0 ||
+        t->region_bytes > kMaxRegionBytes) {
+      return NodeError(p->where, path + ".region_size is " + p->text,
+                       "a multiple of 4KiB from 4KiB to 2GiB, such as 64MiB");
+    }
+  }
+  if (const ConfigNode* p = node.Find("index_path")) {
+    KVTIER_RETURN_IF_ERROR(ReadOptionalString(*p, path + ".index_path", &t->nvme.index_path));
   }
   return Status::Ok();
 }
@@ -34,16 +70,22 @@ std::span<const std::string_view> NvmeKeys() { return kNvmeKeys; }
 
 Status ReadNvmeKeys(const ConfigNode& node, const std::string& path, TierOptions* t) {
   NvmeTierOptions& n = t->nvme;
+  KVTIER_RETURN_IF_ERROR(ReadPlacement(node, path, t));
   KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "io_timeout_ms", &n.io_timeout_ms));
-  KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "queue_depth", &n.queue_depth));
+  if (const ConfigNode* p = node.Find("queue_depth")) {
+    uint64_t depth = 0;
+    KVTIER_RETURN_IF_ERROR(ReadUint(*p, path + ".queue_depth", 1, kMaxQueueDepth, &depth));
+    n.queue_depth = static_cast<uint32_t>(depth);
+  }
   KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "max_queued", &n.max_queued));
   KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "commit_every_blocks", &n.commit_every_blocks));
   if (const ConfigNode* p = node.Find("reinsert_hits")) {
     KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".reinsert_hits", 0, &n.reinsert_hits));
   }
-  KVTIER_RETURN_IF_ERROR(ReadStringKey(node, path, "index_path", &n.index_path));
-  KVTIER_RETURN_IF_ERROR(ReadStringKey(node, path, "on_mismatch", &n.on_mismatch));
-  KVTIER_RETURN_IF_ERROR(ReadStringKey(node, path, "reclaim", &n.reclaim));
+  constexpr std::array<std::string_view, 2> kMismatch = {"refuse", "wipe"};
+  constexpr std::array<std::string_view, 2> kReclaim = {"fifo", "greedy"};
+  KVTIER_RETURN_IF_ERROR(ReadChoiceKey(node, path, "on_mismatch", kMismatch, &n.on_mismatch));
+  KVTIER_RETURN_IF_ERROR(ReadChoiceKey(node, path, "reclaim", kReclaim, &n.reclaim));
   if (const ConfigNode* p = node.Find("direct_io")) {
     KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".direct_io", &n.direct_io));
   }

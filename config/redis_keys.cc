@@ -1,5 +1,7 @@
 // The YAML keys only a tier of type redis accepts (beyond the common ones in
-// tier_reader.cc), read into TierOptions::redis.
+// tier_reader.cc), read into TierOptions::servers and TierOptions::redis.
+// Each value is checked where it is written, with the limits
+// RedisTierOptions::Validate applies.
 #include <array>
 
 #include "config/backend_keys.h"
@@ -8,8 +10,8 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 9> kRedisKeys = {
-    "user",          "password",    "db",     "key_prefix", "ttl_s", "connect_timeout_ms",
+constexpr std::array<std::string_view, 10> kRedisKeys = {
+    "servers",       "user",        "password", "db", "key_prefix", "ttl_s", "connect_timeout_ms",
     "op_timeout_ms", "connections", "cluster"};
 
 Status ReadTimeouts(const ConfigNode& node, const std::string& path, RedisTierOptions* r) {
@@ -25,23 +27,43 @@ Status ReadTimeouts(const ConfigNode& node, const std::string& path, RedisTierOp
   return Status::Ok();
 }
 
+// user and password: both or neither; empty means the default user / no AUTH.
+Status ReadAuth(const ConfigNode& node, const std::string& path, RedisTierOptions* r) {
+  const ConfigNode* user = node.Find("user");
+  const ConfigNode* password = node.Find("password");
+  if (user != nullptr) KVTIER_RETURN_IF_ERROR(ReadOptionalString(*user, path + ".user", &r->user));
+  if (password != nullptr) {
+    KVTIER_RETURN_IF_ERROR(ReadOptionalString(*password, path + ".password", &r->password));
+  }
+  if (!r->user.empty() && r->password.empty()) {
+    return NodeError(Blame(password, user, node).where,
+                     path + ".user '" + r->user + "' has no password", "both user and password");
+  }
+  return Status::Ok();
+}
+
+Status ReadKeyPrefix(const ConfigNode& p, const std::string& path, RedisTierOptions* r) {
+  KVTIER_RETURN_IF_ERROR(ReadString(p, path + ".key_prefix", &r->key_prefix));
+  for (char c : r->key_prefix) {
+    if (c == ' ' || c == '\r' || c == '\n' || c == '\t') {
+      return NodeError(p.where, path + ".key_prefix has white space",
+                       "a prefix without spaces, such as kvtier");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::span<const std::string_view> RedisKeys() { return kRedisKeys; }
 
 Status ReadRedisKeys(const ConfigNode& node, const std::string& path, TierOptions* t) {
   RedisTierOptions& r = t->redis;
-  if (const ConfigNode* p = node.Find("user")) {
-    KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".user", &r.user));
-  }
-  if (const ConfigNode* p = node.Find("password")) {
-    KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".password", &r.password));
-  }
-  if (const ConfigNode* p = node.Find("db")) {
-    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".db", 0, &r.db));
-  }
+  KVTIER_RETURN_IF_ERROR(ReadAuth(node, path, &r));
+  const ConfigNode* db = node.Find("db");
+  if (db != nullptr) KVTIER_RETURN_IF_ERROR(ReadU32(*db, path + ".db", 0, &r.db));
   if (const ConfigNode* p = node.Find("key_prefix")) {
-    KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".key_prefix", &r.key_prefix));
+    KVTIER_RETURN_IF_ERROR(ReadKeyPrefix(*p, path, &r));
   }
   KVTIER_RETURN_IF_ERROR(ReadTimeouts(node, path, &r));
   if (const ConfigNode* p = node.Find("connections")) {
@@ -50,12 +72,20 @@ Status ReadRedisKeys(const ConfigNode& node, const std::string& path, TierOption
       return NodeError(p->where, path + ".connections is " + p->text, "1 to 64");
     }
   }
-  if (const ConfigNode* p = node.Find("cluster")) {
-    KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".cluster", &r.cluster));
+  const ConfigNode* cluster = node.Find("cluster");
+  if (cluster != nullptr) KVTIER_RETURN_IF_ERROR(ReadBool(*cluster, path + ".cluster", &r.cluster));
+  if (r.cluster && r.db != 0) {
+    // db is the value to change, unless an override just turned cluster on.
+    const ConfigNode& at = cluster != nullptr && cluster->from_override ? *cluster : *db;
+    return NodeError(at.where, path + ": redis db is " + std::to_string(r.db) + " with cluster",
+                     "db 0 (a cluster has one database)");
   }
+  KVTIER_RETURN_IF_ERROR(ReadServers(node, path, t));
+  // A last net under the checks above.
   Status s = r.Validate();
-  if (!s.ok())
+  if (!s.ok()) {
     return Status::InvalidArgument(node.where + ": " + path + ": " + std::string(s.message()));
+  }
   return Status::Ok();
 }
 

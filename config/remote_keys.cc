@@ -1,5 +1,7 @@
 // The YAML keys only a tier of type remote accepts (beyond the common ones in
-// tier_reader.cc), read into TierOptions::remote.
+// tier_reader.cc), read into TierOptions::servers and TierOptions::remote.
+// Each value is checked where it is written, with the limits
+// RemoteTierOptions::Validate applies.
 #include <array>
 
 #include "config/backend_keys.h"
@@ -8,13 +10,9 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 7> kRemoteKeys = {"transport",
-                                                         "secret_file",
-                                                         "connections",
-                                                         "op_timeout_ms",
-                                                         "connect_timeout_ms",
-                                                         "reconnect_backoff_ms",
-                                                         "reconnect_backoff_max_ms"};
+constexpr std::array<std::string_view, 8> kRemoteKeys = {
+    "servers",       "transport",          "secret_file",          "connections",
+    "op_timeout_ms", "connect_timeout_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms"};
 
 Status ReadTimes(const ConfigNode& node, const std::string& path, RemoteTierOptions* r) {
   const std::pair<const char*, uint32_t*> fields[] = {
@@ -26,6 +24,15 @@ Status ReadTimes(const ConfigNode& node, const std::string& path, RemoteTierOpti
     if (const ConfigNode* p = node.Find(name)) {
       KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + "." + name, 1, out));
     }
+  }
+  if (r->reconnect_backoff_max_ms < r->reconnect_backoff_ms) {
+    const ConfigNode& at =
+        Blame(node.Find("reconnect_backoff_max_ms"), node.Find("reconnect_backoff_ms"), node);
+    return NodeError(
+        at.where,
+        path + ".reconnect_backoff_max_ms " + std::to_string(r->reconnect_backoff_max_ms) +
+            " is below reconnect_backoff_ms " + std::to_string(r->reconnect_backoff_ms),
+        "reconnect_backoff_max_ms >= reconnect_backoff_ms");
   }
   return Status::Ok();
 }
@@ -44,6 +51,11 @@ Status ReadRemoteKeys(const ConfigNode& node, const std::string& path, TierOptio
   }
   if (const ConfigNode* p = node.Find("secret_file")) {
     KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".secret_file", &r.secret_file));
+  } else if (r.secret.empty()) {
+    const ConfigNode* type = node.Find("type");
+    return NodeError(type != nullptr && type->from_override ? type->where : node.where,
+                     path + " is a remote tier without 'secret_file'",
+                     "'secret_file: <file holding the kvtier-memd shared secret>'");
   }
   if (const ConfigNode* p = node.Find("connections")) {
     KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".connections", 1, &r.connections));
@@ -52,6 +64,8 @@ Status ReadRemoteKeys(const ConfigNode& node, const std::string& path, TierOptio
     }
   }
   KVTIER_RETURN_IF_ERROR(ReadTimes(node, path, &r));
+  KVTIER_RETURN_IF_ERROR(ReadServers(node, path, t));
+  // A last net under the checks above.
   Status s = r.Validate();
   if (!s.ok()) {
     return Status::InvalidArgument(node.where + ": " + path + ": " + std::string(s.message()));

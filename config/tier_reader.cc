@@ -10,9 +10,9 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 12> kTierKeys = {
-    "name",      "type",  "capacity", "watermarks",  "eviction", "admission",
-    "hugepages", "mlock", "path",     "region_size", "servers",  "policy"};
+// The keys of every tier; each type adds its own (backend_keys.h).
+constexpr std::array<std::string_view, 7> kTierKeys = {
+    "name", "type", "capacity", "watermarks", "eviction", "admission", "policy"};
 constexpr std::array<std::string_view, 2> kWatermarkKeys = {"high", "low"};
 // Whether a type's backend is compiled in is the tier registry's business,
 // not the config's: it answers NotSupported when the runtime starts.
@@ -130,36 +130,6 @@ Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOpt
   return Status::Ok();
 }
 
-// The keys only some backends use.
-Status ReadTierBackend(const ConfigNode& node, const std::string& path, TierOptions* t) {
-  if (const ConfigNode* p = node.Find("hugepages")) {
-    KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".hugepages", &t->hugepages));
-  }
-  if (const ConfigNode* p = node.Find("mlock")) {
-    KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".mlock", &t->mlock));
-  }
-  if (const ConfigNode* p = node.Find("path")) {
-    KVTIER_RETURN_IF_ERROR(ReadString(*p, path + ".path", &t->path));
-  }
-  if (const ConfigNode* p = node.Find("region_size")) {
-    KVTIER_RETURN_IF_ERROR(ReadByteSize(*p, path + ".region_size", &t->region_bytes));
-    if (t->region_bytes == 0) {
-      return NodeError(p->where, path + ".region_size is 0", "a size such as 64MiB");
-    }
-  }
-  if (const ConfigNode* p = node.Find("servers")) {
-    KVTIER_RETURN_IF_ERROR(
-        ReadStringList(*p, path + ".servers", /*allow_single=*/false, &t->servers));
-  }
-  if (t->type == "nvme" && t->path.empty()) {
-    // An override that turned the tier into nvme is the one to blame.
-    const ConfigNode* type = node.Find("type");
-    return NodeError(type->from_override ? type->where : node.where,
-                     path + " is an nvme tier without a 'path'", "'path: <file or block device>'");
-  }
-  return Status::Ok();
-}
-
 const BackendKeys* FindBackend(std::string_view type) {
   for (const BackendKeys& b : BackendKeyTable()) {
     if (b.type == type) return &b;
@@ -167,24 +137,53 @@ const BackendKeys* FindBackend(std::string_view type) {
   return nullptr;
 }
 
+// A key that belongs to other types than the tier's own is an error naming
+// both, not an unknown key: "path" on a host tier would otherwise be taken
+// for a typo, or worse, be read and have no effect. When an override set the
+// type, the override is blamed.
+Status CheckOtherTypesKeys(const ConfigNode& node, const std::string& path, const BackendKeys& own,
+                           const ConfigNode& type, std::span<const std::string_view> allowed) {
+  for (const ConfigNode& item : node.items) {
+    if (Known(allowed, item.key)) continue;
+    std::vector<std::string_view> owners;
+    for (const BackendKeys& b : BackendKeyTable()) {
+      if (Known(b.keys(), item.key)) owners.push_back(b.type);
+    }
+    if (owners.empty()) continue;  // an unknown key: CheckMap's error
+    std::string what = path + ": key '" + item.key + "'";
+    if (type.from_override) what += " (at " + item.key_where + ")";
+    what += " is for tiers of type " + JoinNames(owners) + ", not " + std::string(own.type);
+    return NodeError(type.from_override ? type.where : item.key_where, what,
+                     "for type " + std::string(own.type) + " one of: " + JoinNames(allowed));
+  }
+  return Status::Ok();
+}
+
 Status ReadTier(const ConfigNode& node, size_t index, TierOptions* t) {
   // The type decides which keys are allowed: peek at it before checking the
-  // map, so an unknown key is reported before a missing one.
+  // map, so an unknown key is reported before a missing one. While the type
+  // is missing or unknown every type's keys pass, so that its own error
+  // comes first.
+  const std::string index_path = "tiers." + std::to_string(index);
+  const ConfigNode* type = nullptr;
   const BackendKeys* backend = nullptr;
-  std::vector<std::string_view> allowed(kTierKeys.begin(), kTierKeys.end());
   if (node.kind == ConfigNode::Kind::kMap) {
-    const ConfigNode* type = node.Find("type");
+    type = node.Find("type");
     if (type != nullptr && type->kind == ConfigNode::Kind::kScalar) backend = FindBackend(type->text);
   }
-  if (backend != nullptr) {
-    for (std::string_view k : backend->keys()) allowed.push_back(k);
+  std::vector<std::string_view> allowed(kTierKeys.begin(), kTierKeys.end());
+  for (const BackendKeys& b : BackendKeyTable()) {
+    if (backend != nullptr && &b != backend) continue;
+    for (std::string_view k : b.keys()) allowed.push_back(k);
   }
-  KVTIER_RETURN_IF_ERROR(CheckMap(node, "tiers." + std::to_string(index), allowed));
+  if (backend != nullptr) {
+    KVTIER_RETURN_IF_ERROR(CheckOtherTypesKeys(node, index_path, *backend, *type, allowed));
+  }
+  KVTIER_RETURN_IF_ERROR(CheckMap(node, index_path, allowed));
   KVTIER_RETURN_IF_ERROR(ReadTierRequired(node, index, t));
   const std::string path = "tiers." + t->name;
   if (backend != nullptr) KVTIER_RETURN_IF_ERROR(backend->read(node, path, t));
   KVTIER_RETURN_IF_ERROR(ReadTierPolicies(node, path, t));
-  KVTIER_RETURN_IF_ERROR(ReadTierBackend(node, path, t));
   // A last net under the field checks above.
   Status s = t->Validate();
   if (!s.ok()) return Status::InvalidArgument(node.where + ": " + std::string(s.message()));

@@ -107,9 +107,62 @@ TEST(ConfigOverrideTest, BadValuesGoThroughTheSameChecks) {
   EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.host.watermarks.high=0.5"}),
             "--set tiers.host.watermarks.high=0.5: tiers.host.watermarks: watermarks low 0.85 / "
             "high 0.5: low is not below high; expected 0 < low < high <= 1");
-  EXPECT_EQ(ErrorOf(DefaultYaml(), {"tiers.host.type=nvme"}),
+  EXPECT_EQ(ErrorOf(HostYaml(), {"tiers.host.type=nvme"}),
             "--set tiers.host.type=nvme: tiers.host is an nvme tier without a 'path'; "
             "expected 'path: <file or block device>'");
+  EXPECT_EQ(ErrorOf(HostYaml(), {"tiers.host.type=redis"}),
+            "--set tiers.host.type=redis: tiers.host is a redis tier without 'servers'; "
+            "expected 'servers: [\"host:port\", ...]'");
+}
+
+TEST(ConfigOverrideTest, OutOfRangeGpuWatermarkNamesTheOverride) {
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"runtime.gpu_watermark=2"}),
+            "--set runtime.gpu_watermark=2: runtime.gpu_watermark is 2.000000; expected a "
+            "fraction in [0, 1)");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"runtime.gpu_watermark=-0.5"}),
+            "--set runtime.gpu_watermark=-0.5: runtime.gpu_watermark is -0.500000; expected a "
+            "fraction in [0, 1)");
+  Result<KvtierConfig> r = Load(DefaultYaml(), {"runtime.gpu_watermark=0"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.gpu_watermark, 0.0);
+}
+
+TEST(ConfigOverrideTest, TypeOverrideIsBlamedForKeysOfTheOldType) {
+  // default.yaml's host tier sets hugepages, which an nvme tier has no use for.
+  const std::string msg =
+      ErrorOf(DefaultYaml(), {"tiers.host.type=nvme", "tiers.host.path=/tmp/k.dat"});
+  EXPECT_EQ(
+      msg.rfind("--set tiers.host.type=nvme: tiers.0: key 'hugepages' (at " + DefaultYaml() + ":",
+                0),
+      0u)
+      << msg;
+  EXPECT_NE(msg.find(") is for tiers of type host, not nvme; expected for type nvme one of: "),
+            std::string::npos)
+      << msg;
+}
+
+// `config explain` prints these as "" (empty = off / the default); the same
+// text given back to --set must load.
+TEST(ConfigOverrideTest, EmptyOptionalStringsRoundTrip) {
+  Result<KvtierConfig> r = Load(
+      DefaultYaml(), {"runtime.admin_socket=/tmp/kvtier-admin.sock", "runtime.admin_socket=\"\""});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.admin_socket, "");
+  r = Load(DefaultYaml(), {"runtime.admin_socket="});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.admin_socket, "");
+  const std::string nvme = std::string(KVTIER_SOURCE_DIR) + "/config/examples/nvme.yaml";
+  r = Load(nvme, {"tiers.ssd.index_path=/tmp/i", "tiers.ssd.index_path=\"\""});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.tiers[1].nvme.index_path, "");
+  const std::string redis = std::string(KVTIER_SOURCE_DIR) + "/config/examples/redis.yaml";
+  r = Load(redis, {"tiers.shared.user=\"\"", "tiers.shared.password=\"\""});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.tiers[1].redis.user, "");
+  EXPECT_EQ(r->runtime.tiers[1].redis.password, "");
+  // Strings without an "off" value still refuse "".
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"model.id=\"\""}),
+            "--set model.id=\"\": model.id is empty; expected a string");
 }
 
 TEST(ConfigOverrideTest, FileErrorsKeepFileLocationsWhenOverridesAreFine) {

@@ -1,0 +1,107 @@
+// Keys a tier accepts by type, the servers list of redis and remote tiers,
+// and the limits checked against the model (nvme region size) and the
+// platform (admin socket path): each refused where the value is written.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kvtier/config.h"
+#include "tests/config/config_error.h"
+
+namespace kvtier {
+namespace {
+
+const std::string kHost = "tiers:\n  - {name: host, type: host, capacity: 1GiB}\n";
+
+std::string RedisServers(const std::string& servers) {
+  return kHost + "  - {name: r, type: redis, capacity: 1GiB, servers: " + servers + "}\n";
+}
+
+TEST(TierKeysTest, EachTypeTakesOnlyItsOwnKeys) {
+  EXPECT_EQ(ErrorOf("tiers:\n  - {name: h, type: host, capacity: 1GiB, region_size: 1MiB}\n"),
+            "t.yaml:2:43: tiers.0: key 'region_size' is for tiers of type nvme, not host; "
+            "expected for type host one of: name, type, capacity, watermarks, eviction, "
+            "admission, policy, hugepages, mlock");
+  EXPECT_EQ(ErrorOf(kHost + "  - {name: s, type: nvme, capacity: 1GiB, path: /x, hugepages: "
+                            "false}\n"),
+            "t.yaml:3:53: tiers.1: key 'hugepages' is for tiers of type host, not nvme; "
+            "expected for type nvme one of: name, type, capacity, watermarks, eviction, "
+            "admission, policy, path, region_size, io_timeout_ms, queue_depth, max_queued, "
+            "index_path, on_mismatch, reclaim, commit_every_blocks, reinsert_hits, direct_io");
+  const std::string servers =
+      ErrorOf(kHost + "  - {name: s, type: nvme, capacity: 1GiB, path: /x, servers: [\"a:1\"]}\n");
+  EXPECT_EQ(servers.rfind("t.yaml:3:53: tiers.1: key 'servers' is for tiers of type redis, "
+                          "remote, not nvme; expected for type nvme one of: ",
+                          0),
+            0u)
+      << servers;
+  // A key no type knows stays an unknown key.
+  EXPECT_EQ(ErrorOf("tiers:\n  - {name: h, type: host, capacity: 1GiB, colour: red}\n")
+                .rfind("t.yaml:2:43: unknown key 'colour' in tiers.0; expected one of: ", 0),
+            0u);
+  // With no type yet, the missing type is the error, not the other keys.
+  EXPECT_EQ(ErrorOf("tiers:\n  - {name: h, capacity: 1GiB, path: /x, mlock: true}\n"),
+            "t.yaml:2:5: tiers.h has no 'type'; expected one of: host, nvme, redis, remote");
+}
+
+TEST(TierKeysTest, ServersMustBeANonEmptyListOfHostPort) {
+  EXPECT_EQ(ErrorOf(RedisServers("[]")),
+            "t.yaml:3:53: tiers.r.servers is an empty list; expected at least one "
+            "\"host:port\" entry");
+  EXPECT_EQ(ErrorOf(RedisServers("\"a:1\"")),
+            "t.yaml:3:53: tiers.r.servers is the string \"a:1\"; expected a list of strings");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"nonsense", "tiers.r.servers.0 is 'nonsense', not host:port"},
+      {":6379", "tiers.r.servers.0 is ':6379', not host:port"},
+      {"h:", "tiers.r.servers.0 'h:' has the bad port ''"},
+      {"h:0", "tiers.r.servers.0 'h:0' has the bad port '0'"},
+      {"h:65536", "tiers.r.servers.0 'h:65536' has the bad port '65536'"},
+      {"h:63a", "tiers.r.servers.0 'h:63a' has the bad port '63a'"},
+      {"h:-1", "tiers.r.servers.0 'h:-1' has the bad port '-1'"},
+  };
+  for (const auto& [entry, what] : bad) {
+    EXPECT_EQ(ErrorOf(RedisServers("[\"" + entry + "\"]")),
+              "t.yaml:3:54: " + what + "; expected \"host:port\" with a port from 1 to 65535")
+        << entry;
+  }
+  Result<KvtierConfig> ok =
+      ParseConfig(RedisServers("[\"a:1\", \"redis.example:65535\", \"::1:6379\"]"), "t.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->runtime.tiers[1].servers,
+            (std::vector<std::string>{"a:1", "redis.example:65535", "::1:6379"}));
+}
+
+TEST(TierKeysTest, RemoteTierNeedsASecretFile) {
+  EXPECT_EQ(ErrorOf(kHost + "  - {name: m, type: remote, capacity: 1GiB, servers: [\"a:1\"]}\n"),
+            "t.yaml:3:5: tiers.m is a remote tier without 'secret_file'; expected 'secret_file: "
+            "<file holding the kvtier-memd shared secret>'");
+}
+
+TEST(TierKeysTest, DefaultRegionTooSmallForTheBlockPointsAtTheTier) {
+  // 1024 layers of the tiny preset: 64 MiB blocks, more than the default
+  // 64 MiB region once the header page is added.
+  EXPECT_EQ(ErrorOf("model: {layers: 1024}\n" + kHost +
+                    "  - {name: s, type: nvme, capacity: 1TiB, path: /x}\n"),
+            "t.yaml:4:5: tiers.s.region_size 67108864 bytes cannot hold one block of the model "
+            "(67108864 bytes, 67112960 on disk with its header page); expected a region_size of "
+            "at least 67112960 bytes");
+  Result<KvtierConfig> ok = ParseConfig(
+      "model: {layers: 1024}\n" + kHost +
+          "  - {name: s, type: nvme, capacity: 1TiB, path: /x, region_size: 67112960}\n",
+      "t.yaml");
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
+TEST(TierKeysTest, AdminSocketMustFitASocketAddress) {
+  const std::string longest = "/" + std::string(106, 's');  // 107 bytes
+  Result<KvtierConfig> ok = ParseConfig("runtime: {admin_socket: " + longest + "}\n" + kHost, "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->runtime.admin_socket, longest);
+  EXPECT_EQ(ErrorOf("runtime: {admin_socket: " + longest + "s}\n" + kHost),
+            "t.yaml:1:25: runtime.admin_socket is 108 bytes long, too long for a Unix socket "
+            "path; expected a path of at most 107 bytes, or \"\" for off");
+}
+
+}  // namespace
+}  // namespace kvtier
