@@ -259,6 +259,28 @@ TEST_F(InspectCli, TraceReuseDistancesOfAHandBuiltTrace) {
   EXPECT_NE(r.err.find("bad.jsonl:1: "), std::string::npos) << r.err;
 }
 
+// File names and config text are bytes: one that is not UTF-8 comes out of
+// --json as U+FFFD, in a document that parses, never as an abort.
+TEST_F(InspectCli, JsonOutputReplacesBytesThatAreNotUtf8) {
+  const std::string kReplaced = "\xef\xbf\xbd";
+  CliRun r = Inspect("config validate --json '" + Write("c.yaml", "runtime:\n  \xff: 1\n") + "'");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
+  EXPECT_EQ(j["valid"], false);
+  EXPECT_NE(j["error"].get<std::string>().find(kReplaced), std::string::npos) << j["error"];
+
+  const std::string t = Write("t\xff.jsonl",
+                              "{\"timestamp\":0,\"input_length\":512,\"output_length\":1,"
+                              "\"hash_ids\":[1]}\n");
+  r = Inspect("trace --json '" + t + "'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out << r.err;
+  EXPECT_EQ(j["trace"], dir_.File("t" + kReplaced + ".jsonl"));
+  EXPECT_EQ(j["requests"], 1);
+}
+
 // The stores themselves: inspect_nvme_test.cc and inspect_redis_test.cc.
 TEST_F(InspectCli, Usage) {
   CliRun r = Inspect("nvme /tmp/store frobnicate");

@@ -119,5 +119,22 @@ TEST_F(InspectRedis, PasswordAndDatabaseFromTheUrl) {
                 "': no redis:// scheme; expected redis://[[user]:password@]host[:port][/db]\n");
 }
 
+// A URL that does not parse is echoed in the error without its password.
+TEST(InspectRedisUrl, ErrorsNeverShowThePassword) {
+  TempDir dir;
+  CliRun r = RunInspect(dir.path(), "redis 'redis://u:s3cret@h:abc' summary");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.err,
+            "kvtier-inspect redis: invalid_argument: redis URL 'redis://u:***@h:abc': bad port; "
+            "expected redis://[[user]:password@]host[:port][/db]\n");
+  for (const char* url : {"redis://:s3cret@h/x", "redis://s3cret@h", "http://u:s3cret@h"}) {
+    r = RunInspect(dir.path(), std::string("redis '") + url + "' summary --json");
+    EXPECT_EQ(r.rc, 2) << url;
+    EXPECT_NE(r.err.find("redis URL '"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("s3cret"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -129,5 +129,40 @@ TEST(SyntheticTest, SpecSetsFieldsAndRejectsBadInput) {
   EXPECT_EQ(GenerateSyntheticTrace(bad).status().message(), "interval_jitter must be in [0, 1)");
 }
 
+// Traces are built in memory: sizes that cannot fit are refused up front,
+// with no allocation and no overflow in the products.
+TEST(SyntheticTest, TracesTooLargeToHoldAreRefused) {
+  SyntheticOptions o;
+  ASSERT_TRUE(ApplySyntheticSpec("sessions=4000000000,steps=1", &o).ok());
+  EXPECT_EQ(o.Validate().message(), "sessions * steps is 4000000000 requests; at most 10000000");
+  EXPECT_EQ(GenerateSyntheticTrace(o).status().code(), StatusCode::kInvalidArgument);
+  o.sessions = 4294967295u;
+  o.steps = 4294967295u;
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+
+  o = SyntheticOptions();
+  o.sessions = 10'000'000;
+  o.steps = 1;
+  o.system_prompt_blocks = 100;
+  EXPECT_EQ(o.Validate().message(),
+            "the trace could hold more than 200000000 block ids; use fewer sessions, steps or "
+            "blocks");
+  // One step past the request cap; and a growth so large its product with
+  // the steps would wrap 64 bits.
+  o = SyntheticOptions();
+  o.sessions = 1;
+  o.steps = 10'000'001;
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  o.steps = 10'000'000;
+  o.block_tokens = 4096;
+  o.growth_blocks = 4294967295u;
+  o.growth_jitter = 4294967295u;
+  EXPECT_EQ(o.Validate().message(), "the longest context would exceed 2^32 tokens");
+  o = SyntheticOptions();
+  o.sessions = 1000;
+  o.steps = 100;
+  EXPECT_TRUE(o.Validate().ok());
+}
+
 }  // namespace
 }  // namespace kvtier::bench

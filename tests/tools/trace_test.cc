@@ -93,6 +93,15 @@ TEST(TraceTest, MissingFileIsNotFound) {
   EXPECT_NE(t.status().message().find("no_such_trace.jsonl"), std::string_view::npos);
 }
 
+// A directory opens like a file but reads nothing: an error, not an empty trace.
+TEST(TraceTest, DirectoryIsAnError) {
+  Result<Trace> t = ReadMooncakeTrace(kSourceDir + "/traces");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("/traces: is a directory"), std::string_view::npos)
+      << t.status().message();
+}
+
 TEST(TraceTest, BlockTokensAtCoversPartialTail) {
   TraceRequest r;
   r.input_length = 1200;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -216,6 +217,30 @@ Status RedisBenchOptions::Validate() const {
   if (pipeline == 0 || clients == 0 || clients > 64 || rounds == 0) {
     return Status::InvalidArgument("pipeline, clients (at most 64) and rounds must be at least 1");
   }
+  if (!server.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    KVTIER_RETURN_IF_ERROR(SplitRedisServer(server, &host, &port));
+  }
+  return Status::Ok();
+}
+
+Status SplitRedisServer(const std::string& server, std::string* host, uint16_t* port) {
+  const auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("--server '" + server + "': " + why +
+                                   "; expected host:port with a port of 1 to 65535");
+  };
+  const size_t colon = server.rfind(':');
+  if (colon == std::string::npos) return bad("no port");
+  if (colon == 0) return bad("no host");
+  const std::string_view digits = std::string_view(server).substr(colon + 1);
+  uint16_t p = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), p);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || p == 0) {
+    return bad("bad port");
+  }
+  *host = server.substr(0, colon);
+  *port = p;
   return Status::Ok();
 }
 
@@ -230,10 +255,9 @@ Result<RedisBenchReport> RunRedisBench(const RedisBenchOptions& o) {
     own = std::move(started).value();
     report.server = "127.0.0.1:" + std::to_string(own->port());
   }
-  const size_t colon = report.server.rfind(':');
-  if (colon == std::string::npos) return Status::InvalidArgument("--server is not host:port");
-  const std::string host = report.server.substr(0, colon);
-  const auto port = static_cast<uint16_t>(std::stoul(report.server.substr(colon + 1)));
+  std::string host;
+  uint16_t port = 0;
+  KVTIER_RETURN_IF_ERROR(SplitRedisServer(report.server, &host, &port));
   for (uint64_t size : o.value_sizes) {
     const uint64_t per_batch = uint64_t{o.clients} * o.pipeline;
     const uint64_t batches = std::max<uint64_t>(1, o.total_bytes / size / per_batch);

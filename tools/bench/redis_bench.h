@@ -45,6 +45,10 @@ struct RedisBenchReport {
   std::vector<RedisBenchRow> rows;
 };
 
+// "host:port" split into its parts: InvalidArgument unless the port is
+// 1 to 65535 in plain digits and the host is not empty.
+Status SplitRedisServer(const std::string& server, std::string* host, uint16_t* port);
+
 // Errors when no server can be started or reached, redis-benchmark is
 // missing or fails, or a tier batch fails.
 Result<RedisBenchReport> RunRedisBench(const RedisBenchOptions& options);

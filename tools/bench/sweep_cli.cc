@@ -60,40 +60,6 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
 
 namespace {
 
-Status ApplyKnob(const std::string& spec, PolicyKnobs& k) {
-  const size_t eq = spec.find('=');
-  const std::string name = spec.substr(0, eq);
-  double v = 0;
-  if (eq == std::string::npos || std::sscanf(spec.c_str() + eq + 1, "%lf", &v) != 1) {
-    return Status::InvalidArgument("--knob '" + spec + "': expected NAME=NUMBER");
-  }
-  if (name == "marconi_probation")
-    k.marconi_probation = v;
-  else if (name == "reuse_ratio")
-    k.reuse_ratio = v;
-  else if (name == "reuse_spread")
-    k.reuse_spread = v;
-  else if (name == "reuse_fill_share")
-    k.reuse_fill_share = v;
-  else if (name == "reuse_min_samples")
-    k.reuse_min_samples = static_cast<uint32_t>(v);
-  else if (name == "reuse_half_life")
-    k.reuse_half_life = static_cast<uint64_t>(v);
-  else if (name == "reuse_age_exponent")
-    k.reuse_age_exponent = v;
-  else if (name == "slru_protected_fraction")
-    k.slru_protected_fraction = v;
-  else if (name == "s3fifo_small_fraction")
-    k.s3fifo_small_fraction = v;
-  else if (name == "flop_alpha")
-    k.flop_alpha = v;
-  else if (name == "cost_margin")
-    k.cost_margin = v;
-  else
-    return Status::InvalidArgument("--knob: unknown knob '" + name + "'");
-  return Status::Ok();
-}
-
 int PrintHybrid(const SweepFlags& f, const Trace& trace, uint64_t unique, double fraction,
                 const PolicyKnobs& knobs) {
   HybridModel m;
@@ -120,12 +86,12 @@ int PrintHybrid(const SweepFlags& f, const Trace& trace, uint64_t unique, double
 // One capacity point: every policy set's row, then the hybrid table.
 int RunPoint(const SweepFlags& f, const Trace& trace, const SweepEngine& engine,
              const PolicyKnobs& knobs, uint64_t unique, const std::string& point) {
-  double hf = 0, nf = 0;
-  if (std::sscanf(point.c_str(), "%lf:%lf", &hf, &nf) != 2 || hf <= 0 || nf < 0) {
-    std::cerr << "kvtier-bench sweep: --points: bad point '" << point
-              << "'; expected host:nvme fractions like 0.05:0.30\n";
+  Result<SweepPoint> p = ParseSweepPoint(point);
+  if (!p.ok()) {
+    std::cerr << "kvtier-bench sweep: " << p.status().message() << "\n";
     return 2;
   }
+  const double hf = p->host, nf = p->nvme;
   SweepCapacity cap{static_cast<uint64_t>(hf * double(unique)),
                     static_cast<uint64_t>(nf * double(unique))};
   std::vector<SweepResult> rows;
@@ -163,6 +129,11 @@ int RunPoint(const SweepFlags& f, const Trace& trace, const SweepEngine& engine,
 }  // namespace
 
 int RunSweepCommand(const SweepFlags& f) {
+  // The flags first: a bad one is reported before the trace is read.
+  if (Status s = ValidateSweepFlags(f); !s.ok()) {
+    std::cerr << "kvtier-bench sweep: " << s.message() << "\n";
+    return 2;
+  }
   Result<Trace> trace = ReadMooncakeTrace(f.trace);
   if (!trace.ok()) {
     std::cerr << "kvtier-bench sweep: " << trace.status().ToString() << "\n";
@@ -175,15 +146,10 @@ int RunSweepCommand(const SweepFlags& f) {
   engine.decode_step_s = f.decode_ms / 1000.0;
   engine.gpu_watermark = f.watermark;
   engine.save_on_preempt = !f.no_save_on_preempt;
-  PolicyKnobs knobs;
-  knobs.write_budget_bytes_per_day =
-      static_cast<uint64_t>(f.write_budget_gib_per_day * 1024.0 * 1024.0 * 1024.0);
-  if (f.probation >= 0) knobs.marconi_probation = f.probation;
-  for (const std::string& spec : f.knobs) {
-    if (Status s = ApplyKnob(spec, knobs); !s.ok()) {
-      std::cerr << "kvtier-bench sweep: " << s.message() << "\n";
-      return 2;
-    }
+  Result<PolicyKnobs> knobs = SweepKnobs(f);
+  if (!knobs.ok()) {
+    std::cerr << "kvtier-bench sweep: " << knobs.status().message() << "\n";
+    return 2;
   }
   const uint64_t unique = UniqueBlocks(*trace);
   std::printf("trace %s: %zu requests, %llu unique blocks of %u tokens, %.0f MiB each\n",
@@ -195,7 +161,7 @@ int RunSweepCommand(const SweepFlags& f) {
       f.gpu_tflops, f.gpu_pool_blocks, f.decode_ms, f.watermark, engine.host_read_bytes_per_s / 1e9,
       engine.nvme_read_bytes_per_s / 1e9);
   for (const std::string& point : f.points) {
-    if (RunPoint(f, *trace, engine, knobs, unique, point) != 0) return 2;
+    if (RunPoint(f, *trace, engine, *knobs, unique, point) != 0) return 2;
   }
   return 0;
 }

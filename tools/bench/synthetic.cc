@@ -137,10 +137,25 @@ Status SyntheticOptions::Validate() const {
   if (!(interval_jitter >= 0.0 && interval_jitter < 1.0)) {
     return Status::InvalidArgument("interval_jitter must be in [0, 1)");
   }
-  const uint64_t max_blocks = uint64_t{system_prompt_blocks} + initial_blocks +
-                              uint64_t{steps - 1} * (uint64_t{growth_blocks} + growth_jitter + 1);
-  if (max_blocks * block_tokens > std::numeric_limits<uint32_t>::max()) {
+  // The whole trace is held in memory: bound it before anything is allocated.
+  // With requests <= 10^7 none of the products below can overflow 64 bits.
+  const uint64_t requests = uint64_t{sessions} * steps;
+  if (requests > kMaxSyntheticRequests) {
+    return Status::InvalidArgument("sessions * steps is " + std::to_string(requests) +
+                                   " requests; at most " + std::to_string(kMaxSyntheticRequests));
+  }
+  const uint64_t base = uint64_t{system_prompt_blocks} + initial_blocks;
+  const uint64_t growth_max = uint64_t{growth_blocks} + growth_jitter + 1;
+  const uint64_t max_blocks = base + uint64_t{steps - 1} * growth_max;
+  if (max_blocks > std::numeric_limits<uint32_t>::max() / block_tokens) {
     return Status::InvalidArgument("the longest context would exceed 2^32 tokens");
+  }
+  // Step k holds at most base + k * growth_max blocks.
+  const uint64_t blocks_per_session = steps * base + uint64_t{steps - 1} * growth_max * steps / 2;
+  if (blocks_per_session > kMaxSyntheticBlockIds / sessions) {
+    return Status::InvalidArgument("the trace could hold more than " +
+                                   std::to_string(kMaxSyntheticBlockIds) +
+                                   " block ids; use fewer sessions, steps or blocks");
   }
   return Status::Ok();
 }

@@ -17,6 +17,10 @@
 
 namespace kvtier::bench {
 
+// Validate's bounds on what one generated trace may hold in memory.
+inline constexpr uint64_t kMaxSyntheticRequests = 10'000'000;
+inline constexpr uint64_t kMaxSyntheticBlockIds = 200'000'000;  // 1.6 GB of ids
+
 struct SyntheticOptions {
   uint64_t seed = 1;                  // same seed and options -> same trace
   uint32_t sessions = 32;             // concurrent agent sessions

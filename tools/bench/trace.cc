@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_set>
 
 namespace kvtier::bench {
@@ -110,15 +110,27 @@ Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
 }
 
 Result<Trace> ReadMooncakeTrace(const std::string& path, uint32_t block_tokens) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (file == nullptr) {
     const int err = errno;
     return FromErrno(err != 0 ? err : ENOENT, "open trace " + path);
   }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return Status::IOError("read trace " + path);
-  return ParseMooncakeTrace(buf.str(), path, block_tokens);
+  std::string text;
+  char buf[64 * 1024];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), file.get())) > 0) text.append(buf, n);
+  // fopen succeeds on a directory; the read is where it fails (EISDIR), and
+  // that must not pass for an empty trace.
+  if (std::ferror(file.get())) {
+    const int err = errno;
+    if (err == EISDIR) {
+      return Status::InvalidArgument("read trace " + path +
+                                     ": is a directory; expected a JSONL trace file");
+    }
+    return FromErrno(err != 0 ? err : EIO, "read trace " + path);
+  }
+  return ParseMooncakeTrace(text, path, block_tokens);
 }
 
 InfiniteCacheStats ComputeInfiniteCacheStats(std::span<const TraceRequest> requests,

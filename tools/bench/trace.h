@@ -45,7 +45,8 @@ uint32_t BlockTokensAt(const TraceRequest& request, size_t index, uint32_t block
 Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
                                  uint32_t block_tokens = kMooncakeBlockTokens);
 
-// Reads and parses a file; NotFound / IOError when it cannot be read.
+// Reads and parses a file; NotFound / IOError when it cannot be read,
+// InvalidArgument for a directory.
 Result<Trace> ReadMooncakeTrace(const std::string& path,
                                 uint32_t block_tokens = kMooncakeBlockTokens);
 

@@ -7,6 +7,7 @@
 #include "kvtier/config.h"
 #include "kvtier/kv_layout.h"
 #include "tools/inspect/inspect.h"
+#include "tools/inspect/json_text.h"
 #include "tools/inspect/table.h"
 
 namespace kvtier::inspect {
@@ -137,7 +138,7 @@ int RunConfigValidate(const std::string& file, const std::vector<std::string>& o
   Result<KvtierConfig> c = LoadConfigFile(file, overrides);
   if (!c.ok()) {
     if (o.json) {
-      o.out << json{{"file", file}, {"valid", false}, {"error", c.status().message()}}.dump()
+      o.out << JsonText({{"file", file}, {"valid", false}, {"error", c.status().message()}})
             << "\n";
     }
     o.err << c.status().message() << "\n";
@@ -151,11 +152,10 @@ int RunConfigValidate(const std::string& file, const std::vector<std::string>& o
                Bytes(static_cast<double>(t.capacity_bytes)) + ")";
   }
   if (o.json) {
-    o.out << json{{"file", file},
-                  {"valid", true},
-                  {"block_bytes", c->runtime.block_bytes},
-                  {"tiers", tiers}}
-                 .dump()
+    o.out << JsonText({{"file", file},
+                       {"valid", true},
+                       {"block_bytes", c->runtime.block_bytes},
+                       {"tiers", tiers}})
           << "\n";
   } else {
     o.out << file << ": valid; block " << Bytes(static_cast<double>(c->runtime.block_bytes))
@@ -177,7 +177,7 @@ int RunConfigExplain(const std::string& file, const std::vector<std::string>& ov
     for (const Entry& e : entries) {
       keys.push_back({{"key", e.key}, {"value", e.value}, {"meaning", e.meaning}});
     }
-    o.out << json{{"file", file}, {"keys", keys}}.dump() << "\n";
+    o.out << JsonText({{"file", file}, {"keys", keys}}) << "\n";
     return kExitOk;
   }
   o.out << "# effective configuration of " << file << ", every default filled in\n";

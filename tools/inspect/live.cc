@@ -9,6 +9,7 @@
 
 #include "tools/inspect/admin_client.h"
 #include "tools/inspect/inspect.h"
+#include "tools/inspect/json_text.h"
 #include "tools/inspect/table.h"
 
 namespace kvtier::inspect {
@@ -179,14 +180,14 @@ std::string RatesText(const json& r) {
 int RunStats(const LiveFlags& f, const Output& o) {
   Result<json> doc = FetchStats(f);
   if (!doc.ok()) return Fail(o, doc.status());
-  o.out << (o.json ? doc->dump() + "\n" : StatsText(*doc));
+  o.out << (o.json ? JsonText(*doc) + "\n" : StatsText(*doc));
   return kExitOk;
 }
 
 int RunTiers(const LiveFlags& f, const Output& o) {
   Result<json> doc = FetchStats(f);
   if (!doc.ok()) return Fail(o, doc.status());
-  o.out << (o.json ? json{{"tiers", (*doc)["tiers"]}}.dump() + "\n" : TiersTable(*doc));
+  o.out << (o.json ? JsonText({{"tiers", (*doc)["tiers"]}}) + "\n" : TiersTable(*doc));
   return kExitOk;
 }
 
@@ -199,7 +200,7 @@ int RunTop(const LiveFlags& f, const Output& o) {
   if (!b.ok()) return Fail(o, b.status());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   json r = Rates(*a, *b, s);
-  o.out << (o.json ? r.dump() + "\n" : RatesText(r));
+  o.out << (o.json ? JsonText(r) + "\n" : RatesText(r));
   return kExitOk;
 }
 
@@ -218,7 +219,7 @@ int RunWatch(const LiveFlags& f, const Output& o) {
     }
     if (!doc.ok()) return Fail(o, doc.status());
     if (o.json) {
-      o.out << doc->dump() << std::endl;  // one JSON document per line
+      o.out << JsonText(*doc) << std::endl;  // one JSON document per line
       continue;
     }
     if (tty) o.out << "\033[H\033[2J";  // redraw in place

@@ -9,6 +9,7 @@
 
 #include "tiers/nvme/nvme_offline.h"
 #include "tools/inspect/inspect.h"
+#include "tools/inspect/json_text.h"
 #include "tools/inspect/table.h"
 
 namespace kvtier::inspect {
@@ -128,7 +129,7 @@ int PrintSummary(const NvmeOfflineStore& store, const StoreView& v, const NvmeFl
                                     {"blocks", v.regions[i].blocks},
                                     {"disk_bytes", v.regions[i].disk_bytes}});
     }
-    o.out << j.dump(2) << "\n";
+    o.out << JsonText(j, 2) << "\n";
     return kExitOk;
   }
   o.out << "nvme store " << f.path << "\nindex " << store.index_dir() << "\n\n";
@@ -199,12 +200,12 @@ int Verify(const NvmeOfflineStore& store, const StoreView& v, const Output& o) {
   }
   const uint64_t good = v.blocks.size() - bad.size();
   if (o.json) {
-    o.out << json{{"blocks", v.blocks.size()},
-                  {"good", good},
-                  {"corrupt_blocks", bad.size()},
-                  {"stale_entries", v.stale},
-                  {"corrupt", bad}}
-                 .dump(2)
+    o.out << JsonText({{"blocks", v.blocks.size()},
+                       {"good", good},
+                       {"corrupt_blocks", bad.size()},
+                       {"stale_entries", v.stale},
+                       {"corrupt", bad}},
+                      2)
           << "\n";
   } else {
     o.out << "verified " << v.blocks.size() << " blocks: " << good << " good, " << bad.size()

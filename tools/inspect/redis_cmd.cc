@@ -13,6 +13,7 @@
 #include "kvtier/block_header.h"
 #include "tiers/redis/redis_connection.h"
 #include "tools/inspect/inspect.h"
+#include "tools/inspect/json_text.h"
 #include "tools/inspect/table.h"
 
 namespace kvtier::inspect {
@@ -34,10 +35,23 @@ bool ParseNumber(std::string_view s, auto* v) {
   return ec == std::errc() && end == s.data() + s.size() && !s.empty();
 }
 
+// `url` fit to print: the user-info before the last '@' (where ParseUrl looks
+// for it) keeps its user name and loses its password. Without a ':' the whole
+// user-info may be the password, so all of it goes.
+std::string RedactUrl(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t from = scheme == std::string::npos ? 0 : scheme + 3;
+  const size_t at = url.rfind('@');
+  if (at == std::string::npos || at < from) return url;
+  const size_t colon = url.find(':', from);
+  const std::string user = colon < at ? url.substr(from, colon - from) + ":" : "";
+  return url.substr(0, from) + user + "***" + url.substr(at);
+}
+
 // redis://[[user]:password@]host[:port][/db]
 Result<RedisUrl> ParseUrl(const std::string& url) {
   const auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("redis URL '" + url + "': " + why +
+    return Status::InvalidArgument("redis URL '" + RedactUrl(url) + "': " + why +
                                    "; expected redis://[[user]:password@]host[:port][/db]");
   };
   constexpr std::string_view kScheme = "redis://";
@@ -214,18 +228,18 @@ void Print(const Scan& s, const RedisFlags& f, const Output& o) {
            std::to_string(p)});
   }
   if (o.json) {
-    o.out << json{{"url", f.url},
-                  {"prefix", f.prefix},
-                  {"blocks", s.blocks},
-                  {"sampled", s.sampled},
-                  {"estimated", !exact},
-                  {"value_bytes", value},
-                  {"payload_bytes", payload},
-                  {"other_keys", s.other_keys},
-                  {"bad_headers", s.bad_headers},
-                  {"scan_calls", s.scan_calls},
-                  {"namespaces", ns}}
-                 .dump(2)
+    o.out << JsonText({{"url", RedactUrl(f.url)},
+                       {"prefix", f.prefix},
+                       {"blocks", s.blocks},
+                       {"sampled", s.sampled},
+                       {"estimated", !exact},
+                       {"value_bytes", value},
+                       {"payload_bytes", payload},
+                       {"other_keys", s.other_keys},
+                       {"bad_headers", s.bad_headers},
+                       {"scan_calls", s.scan_calls},
+                       {"namespaces", ns}},
+                      2)
           << "\n";
     return;
   }

@@ -5,6 +5,7 @@
 
 #include "tools/bench/trace.h"
 #include "tools/inspect/inspect.h"
+#include "tools/inspect/json_text.h"
 #include "tools/inspect/table.h"
 
 namespace kvtier::inspect {
@@ -91,18 +92,17 @@ int RunTrace(const std::string& file, uint32_t block_tokens, const Output& o) {
       auto [lo, hi] = BucketRange(k);
       buckets.push_back({{"min", lo}, {"max", hi}, {"accesses", reuse.buckets[k]}});
     }
-    o.out << json{{"trace", file},
-                  {"block_tokens", trace->block_tokens},
-                  {"requests", s.requests},
-                  {"blocks", s.blocks},
-                  {"unique_blocks", s.unique_blocks},
-                  {"tokens", s.tokens},
-                  {"infinite_cache_hit_blocks", s.hit_blocks},
-                  {"infinite_cache_hit_tokens", s.hit_tokens},
-                  {"infinite_cache_block_hit_rate", Ratio(s.hit_blocks, s.blocks)},
-                  {"infinite_cache_token_hit_rate", Ratio(s.hit_tokens, s.tokens)},
-                  {"reuse_distance", {{"cold", reuse.cold}, {"buckets", buckets}}}}
-                 .dump()
+    o.out << JsonText({{"trace", file},
+                       {"block_tokens", trace->block_tokens},
+                       {"requests", s.requests},
+                       {"blocks", s.blocks},
+                       {"unique_blocks", s.unique_blocks},
+                       {"tokens", s.tokens},
+                       {"infinite_cache_hit_blocks", s.hit_blocks},
+                       {"infinite_cache_hit_tokens", s.hit_tokens},
+                       {"infinite_cache_block_hit_rate", Ratio(s.hit_blocks, s.blocks)},
+                       {"infinite_cache_token_hit_rate", Ratio(s.hit_tokens, s.tokens)},
+                       {"reuse_distance", {{"cold", reuse.cold}, {"buckets", buckets}}}})
           << "\n";
     return kExitOk;
   }

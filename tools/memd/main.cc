@@ -10,6 +10,7 @@
 #include <iostream>
 #include <string>
 
+#include "io/asio_loop.h"
 #include "kvtier/config.h"
 #include "tiers/remote/memd_server.h"
 #include "tiers/remote/remote_auth.h"
@@ -85,6 +86,12 @@ int main(int argc, char** argv) {
   MemdServerOptions options;
   if (int rc = BuildOptions(f, &options); rc != 0) return rc;
   if (kvtier::Status s = options.Validate(); !s.ok()) return Fail(2, std::string(s.message()));
+  // A listen address that does not parse or resolve is a usage error, found
+  // before the pool is mapped.
+  if (auto ep = kvtier::internal::ParseTcpEndpoint(options.listen, /*allow_port0=*/true);
+      !ep.ok()) {
+    return Fail(2, "listen: " + std::string(ep.status().message()));
+  }
 
   // Signals are taken by sigwait below, never by a handler: the server's
   // threads inherit the mask.

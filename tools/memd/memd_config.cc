@@ -1,25 +1,107 @@
 #include "tools/memd/memd_config.h"
 
-#include <fstream>
-#include <iterator>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
 
 #include "config/config_tree.h"
 #include "config/config_values.h"
+#include "kvtier/block_header.h"
+#include "tiers/remote/rdma_protocol.h"
 
 namespace kvtier::memd_tool {
+namespace {
 
 using internal::ConfigNode;
+using internal::NodeError;
+
+// The file is a few lines; anything larger is not a memd config.
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
+// fopen succeeds on a directory and the read fails (EISDIR): read with stdio
+// and check the error, rather than let a stream throw or read nothing.
+Result<std::string> ReadConfigText(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (file == nullptr) {
+    return Status::InvalidArgument(path + ": cannot read config file: " + std::strerror(errno));
+  }
+  std::string text;
+  char buf[16 * 1024];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), file.get())) > 0) {
+    text.append(buf, n);
+    if (text.size() > kMaxConfigBytes) {
+      return Status::InvalidArgument(path + ": cannot read config file: larger than 1 MiB");
+    }
+  }
+  if (std::ferror(file.get())) {
+    return Status::InvalidArgument(path + ": cannot read config file: " + std::strerror(errno));
+  }
+  return text;
+}
+
+std::string Num(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return text;
+}
+
+Status ReadWatermarks(const ConfigNode& n, internal::memd::MemdPoolOptions* pool) {
+  constexpr std::string_view kExpected = "a map of high and/or low, like {high: 0.95, low: 0.85}";
+  if (n.kind != ConfigNode::Kind::kMap) {
+    // An empty value has no place of its own: point at its key.
+    const std::string& where = n.kind == ConfigNode::Kind::kNull ? n.key_where : n.where;
+    return NodeError(where, "watermarks is " + internal::DescribeNode(n), kExpected);
+  }
+  for (const ConfigNode& w : n.items) {
+    Status s;
+    if (w.key == "high") {
+      s = internal::ReadDouble(w, "watermarks.high", &pool->high_watermark);
+    } else if (w.key == "low") {
+      s = internal::ReadDouble(w, "watermarks.low", &pool->low_watermark);
+    } else {
+      s = NodeError(w.key_where, "unknown key 'watermarks." + w.key + "'", "high or low");
+    }
+    if (!s.ok()) return s;
+  }
+  const double high = pool->high_watermark, low = pool->low_watermark;
+  if (!(low > 0 && low < high && high <= 1)) {
+    return NodeError(n.where, "watermarks are high " + Num(high) + ", low " + Num(low),
+                     "0 < low < high <= 1");
+  }
+  return Status::Ok();
+}
+
+// The values MemdServerOptions::Validate would refuse, refused here with
+// the place in the file.
+Status CheckValue(const ConfigNode& n, const internal::memd::MemdServerOptions& o) {
+  if (n.key == "slot_size" && (o.pool.slot_bytes <= kBlockHeaderBytes ||
+                               o.pool.slot_bytes > kMaxBlockPayloadBytes + kBlockHeaderBytes)) {
+    return NodeError(n.where, "slot_size is " + std::to_string(o.pool.slot_bytes) + " bytes",
+                     "more than the 64-byte block header and at most 1GiB + 64");
+  }
+  if (n.key == "transport" && o.transport != "tcp" && o.transport != "rdma") {
+    return NodeError(n.where, "transport '" + o.transport + "' is unknown", "tcp or rdma");
+  }
+  if (n.key == "lease_ms" && o.lease_ms > internal::memd::kMaxLeaseMs) {
+    return NodeError(n.where, "lease_ms is " + std::to_string(o.lease_ms),
+                     "1 to " + std::to_string(internal::memd::kMaxLeaseMs));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions* o,
                       std::string* secret_file) {
-  std::ifstream in(path);
-  if (!in) return Status::InvalidArgument("cannot read config file '" + path + "'");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  KVTIER_ASSIGN_OR_RETURN(std::string text, ReadConfigText(path));
   KVTIER_ASSIGN_OR_RETURN(ConfigNode root, internal::ParseYamlTree(text, path));
   if (root.kind == ConfigNode::Kind::kNull) return Status::Ok();
   if (root.kind != ConfigNode::Kind::kMap) {
-    return internal::NodeError(root.where, "the document is " + internal::DescribeNode(root),
-                               "a map of kvtier-memd settings");
+    return NodeError(root.where, "the document is " + internal::DescribeNode(root),
+                     "a map of kvtier-memd settings");
   }
   for (const ConfigNode& n : root.items) {
     const std::string& k = n.key;
@@ -44,24 +126,15 @@ Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions
       s = internal::ReadU32(n, k, 1, &o->handshake_timeout_ms);
     } else if (k == "put_timeout_ms") {
       s = internal::ReadU32(n, k, 1, &o->put_timeout_ms);
-    } else if (k == "watermarks" && n.kind == ConfigNode::Kind::kMap) {
-      for (const ConfigNode& w : n.items) {
-        if (w.key == "high") {
-          s = internal::ReadDouble(w, "watermarks.high", &o->pool.high_watermark);
-        } else if (w.key == "low") {
-          s = internal::ReadDouble(w, "watermarks.low", &o->pool.low_watermark);
-        } else {
-          s = internal::NodeError(w.key_where, "unknown key 'watermarks." + w.key + "'",
-                                  "high or low");
-        }
-        if (!s.ok()) return s;
-      }
+    } else if (k == "watermarks") {
+      s = ReadWatermarks(n, &o->pool);
     } else {
-      s = internal::NodeError(n.key_where, "unknown key '" + k + "'",
-                              "listen, pool_size, slot_size, secret_file, transport, hugepages, "
-                              "watermarks, max_connections, lease_ms, handshake_timeout_ms or "
-                              "put_timeout_ms");
+      s = NodeError(n.key_where, "unknown key '" + k + "'",
+                    "listen, pool_size, slot_size, secret_file, transport, hugepages, "
+                    "watermarks, max_connections, lease_ms, handshake_timeout_ms or "
+                    "put_timeout_ms");
     }
+    if (s.ok()) s = CheckValue(n, *o);
     if (!s.ok()) return s;
   }
   return Status::Ok();

@@ -20,7 +20,9 @@
 namespace kvtier::memd_tool {
 
 // Reads `path` into `options` (secret_file into *secret_file). Unknown keys
-// and bad values are InvalidArgument with file, line and column.
+// and bad values are InvalidArgument with file, line and column; a file that
+// cannot be read (missing, a directory, over 1 MiB) is InvalidArgument
+// "<path>: cannot read config file: <why>". An empty file sets nothing.
 Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions* options,
                       std::string* secret_file);
 

@@ -1,0 +1,164 @@
+// kvtier-memd's YAML file (tools/memd/memd_config.h): every error names the
+// file, and where a value is at fault its line and column; and the binary
+// refuses what it cannot use with exit code 2 before it maps its pool.
+#include "tools/memd/memd_config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kvtier::memd_tool {
+namespace {
+
+using internal::memd::MemdServerOptions;
+
+class MemdConfig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvtier_memd_config_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ + "/" + name) << text;
+    return dir_ + "/" + name;
+  }
+  // Loads `text` from m.yaml; the message of the error, or "" when it loads.
+  std::string Error(const std::string& text) {
+    MemdServerOptions o;
+    std::string secret;
+    Status s = LoadMemdConfig(Write("m.yaml", text), &o, &secret);
+    if (s.ok()) return "";
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  }
+  // Runs the kvtier-memd binary (bounded by 20 s); its exit code and stderr.
+  int Memd(const std::string& args, std::string* err) {
+    const std::string out = dir_ + "/memd.err";
+    const std::string cmd = std::string("timeout 20 ") + KVTIER_MEMD_PATH + " " + args + " 2>" +
+                            out + " >/dev/null </dev/null";
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(out);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *err = ss.str();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(MemdConfig, ReadsEveryKey) {
+  MemdServerOptions o;
+  std::string secret;
+  const std::string path = Write("m.yaml",
+                                 "listen: \"127.0.0.1:0\"\n"
+                                 "pool_size: 64MiB\n"
+                                 "slot_size: 1MiB\n"
+                                 "secret_file: /etc/s\n"
+                                 "transport: rdma\n"
+                                 "hugepages: false\n"
+                                 "watermarks: {high: 0.9, low: 0.5}\n"
+                                 "max_connections: 7\n"
+                                 "lease_ms: 100\n"
+                                 "handshake_timeout_ms: 200\n"
+                                 "put_timeout_ms: 300\n");
+  ASSERT_TRUE(LoadMemdConfig(path, &o, &secret).ok());
+  EXPECT_EQ(o.listen, "127.0.0.1:0");
+  EXPECT_EQ(o.pool.pool_bytes, 64u << 20);
+  EXPECT_EQ(o.pool.slot_bytes, 1u << 20);
+  EXPECT_EQ(secret, "/etc/s");
+  EXPECT_EQ(o.transport, "rdma");
+  EXPECT_FALSE(o.pool.hugepages);
+  EXPECT_DOUBLE_EQ(o.pool.high_watermark, 0.9);
+  EXPECT_DOUBLE_EQ(o.pool.low_watermark, 0.5);
+  EXPECT_EQ(o.max_connections, 7u);
+  EXPECT_EQ(o.lease_ms, 100u);
+  EXPECT_EQ(o.handshake_timeout_ms, 200u);
+  EXPECT_EQ(o.put_timeout_ms, 300u);
+}
+
+TEST_F(MemdConfig, FilesThatCannotBeRead) {
+  MemdServerOptions o;
+  std::string secret;
+  Status s = LoadMemdConfig(dir_, &o, &secret);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), dir_ + ": cannot read config file: Is a directory");
+  s = LoadMemdConfig(dir_ + "/missing.yaml", &o, &secret);
+  EXPECT_EQ(s.message(),
+            dir_ + "/missing.yaml: cannot read config file: No such file or directory");
+  s = LoadMemdConfig(Write("big.yaml", std::string(2 << 20, '#')), &o, &secret);
+  EXPECT_EQ(s.message(), dir_ + "/big.yaml: cannot read config file: larger than 1 MiB");
+
+  // An empty file sets nothing: every default stays.
+  const MemdServerOptions defaults;
+  ASSERT_TRUE(LoadMemdConfig(Write("empty.yaml", ""), &o, &secret).ok());
+  EXPECT_EQ(o.listen, defaults.listen);
+  EXPECT_EQ(o.pool.pool_bytes, defaults.pool.pool_bytes);
+  EXPECT_EQ(secret, "");
+}
+
+TEST_F(MemdConfig, TheDocumentMustBeAMap) {
+  EXPECT_EQ(Error("7\n"),
+            dir_ + "/m.yaml:1:1: the document is '7'; expected a map of kvtier-memd settings");
+  EXPECT_EQ(Error("- listen\n"),
+            dir_ + "/m.yaml:1:1: the document is a list; expected a map of kvtier-memd settings");
+  EXPECT_NE(Error("listen: [\n").find(dir_ + "/m.yaml:"), std::string::npos);
+}
+
+TEST_F(MemdConfig, BadValuesNameTheirPlace) {
+  const std::string f = dir_ + "/m.yaml:";
+  const std::string map = "; expected a map of high and/or low, like {high: 0.95, low: 0.85}";
+  EXPECT_EQ(Error("watermarks: 0.9\n"), f + "1:13: watermarks is '0.9'" + map);
+  EXPECT_EQ(Error("watermarks:\n"), f + "1:1: watermarks is empty" + map);
+  EXPECT_EQ(Error("listen: x\nwatermarks: {high: 0.5, low: 0.9}\n"),
+            f + "2:13: watermarks are high 0.5, low 0.9; expected 0 < low < high <= 1");
+  // Only high given: checked against the default low (0.85).
+  EXPECT_EQ(Error("watermarks:\n  high: 0.8\n"),
+            f + "2:3: watermarks are high 0.8, low 0.85; expected 0 < low < high <= 1");
+  EXPECT_EQ(Error("watermarks: {middle: 0.5}\n"),
+            f + "1:14: unknown key 'watermarks.middle'; expected high or low");
+  EXPECT_EQ(Error("slot_size: 0\n"),
+            f + "1:12: slot_size is 0 bytes; expected more than the 64-byte block header and at "
+                "most 1GiB + 64");
+  EXPECT_EQ(Error("slot_size: 2GiB\n").rfind(f + "1:12: slot_size is 2147483648 bytes", 0), 0u);
+  EXPECT_EQ(Error("transport: udp\n"),
+            f + "1:12: transport 'udp' is unknown; expected tcp or rdma");
+  EXPECT_EQ(Error("lease_ms: 60001\n"), f + "1:11: lease_ms is 60001; expected 1 to 60000");
+  EXPECT_EQ(Error("pool_size: lots\n").rfind(f + "1:12: ", 0), 0u);
+  EXPECT_EQ(Error("max_connections: 0\n").rfind(f + "1:18: ", 0), 0u);
+  EXPECT_EQ(Error("hugepages: maybe\n").rfind(f + "1:12: ", 0), 0u);
+  EXPECT_EQ(Error("listne: x\n").rfind(f + "1:1: unknown key 'listne'", 0), 0u);
+}
+
+// The binary: exit 2 with the reason, before anything is started.
+TEST_F(MemdConfig, BinaryRefusesBadInputWithExitCode2) {
+  const std::string secret = Write("secret", "s3cret\n");
+  std::string err;
+  EXPECT_EQ(Memd("--config " + dir_ + " --secret-file " + secret, &err), 2) << err;
+  EXPECT_EQ(err, "kvtier-memd: " + dir_ + ": cannot read config file: Is a directory\n");
+  EXPECT_EQ(Memd("--secret-file " + dir_, &err), 2) << err;
+  EXPECT_EQ(err, "kvtier-memd: cannot read secret file '" + dir_ + "': Is a directory\n");
+  EXPECT_EQ(
+      Memd("--config " + Write("w.yaml", "watermarks: 0.9\n") + " --secret-file " + secret, &err),
+      2)
+      << err;
+  EXPECT_NE(err.find("w.yaml:1:13: watermarks is '0.9'"), std::string::npos) << err;
+  // Not host:port: refused before the pool is mapped (a 1 GiB pool here
+  // would otherwise be mapped first and the bind fail with exit 1).
+  EXPECT_EQ(Memd("--listen nonsense --pool-size 1GiB --secret-file " + secret, &err), 2) << err;
+  EXPECT_EQ(err, "kvtier-memd: listen: endpoint 'nonsense' is not host:port\n");
+  EXPECT_EQ(Memd("--listen 127.0.0.1:70000 --secret-file " + secret, &err), 2) << err;
+  EXPECT_NE(err.find("has a bad port"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace kvtier::memd_tool
