@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <set>
+#include <string>
 
 #include "tiers/remote/remote_auth.h"
 #include "tiers/remote/remote_routing.h"
@@ -122,6 +125,35 @@ TEST(MemdAuthTest, ProofsDependOnSecretNoncesAndRole) {
   EXPECT_FALSE(SameMac(ClientProof("s", a, b), ClientProof("t", a, b)));
   EXPECT_FALSE(SameMac(ClientProof("s", a, b), ClientProof("s", b, a)));
   EXPECT_FALSE(SameMac(ClientProof("s", a, b), ServerProof("s", a, b)));
+}
+
+// A path that is not a readable file is an error naming it, never a throw
+// (a stream's read of a directory throws); the trailing newline is dropped.
+TEST(MemdAuthTest, SecretFileRules) {
+  char dir_template[] = "/tmp/kvtier-secret-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  auto is_dir = ReadSecretFile(dir);
+  ASSERT_FALSE(is_dir.ok());
+  EXPECT_EQ(is_dir.status().ToString(),
+            "invalid_argument: cannot read secret file '" + dir + "': Is a directory");
+  EXPECT_EQ(ReadSecretFile(dir + "/missing").status().code(), StatusCode::kInvalidArgument);
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+    return path;
+  };
+  auto ok = ReadSecretFile(write("s", "hunter2\r\n"));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(*ok, "hunter2");
+  EXPECT_NE(ReadSecretFile(write("big", std::string(5000, 'x'))).status().message().find(
+                "exceeds 4 KiB"),
+            std::string_view::npos);
+  EXPECT_NE(ReadSecretFile(write("empty", "\n")).status().message().find("is empty"),
+            std::string_view::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MemdRoutingTest, AddingAServerMovesOnlyKeysToIt) {

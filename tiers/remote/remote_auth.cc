@@ -1,13 +1,15 @@
 #include "tiers/remote/remote_auth.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <vector>
 
@@ -60,9 +62,25 @@ bool SameMac(const Mac& a, const Mac& b) {
 }
 
 Result<std::string> ReadSecretFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument("cannot read secret file '" + path + "'");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Plain reads: a directory or an unreadable file must be an error, and a
+  // stream's read of one throws instead.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::InvalidArgument("cannot read secret file '" + path + "': " +
+                                   std::strerror(errno));
+  }
+  std::string s;
+  char buf[1024];
+  ssize_t n = 0;
+  while (s.size() <= 4096 && ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))) {
+    if (n > 0) s.append(buf, static_cast<size_t>(n));
+  }
+  const int read_errno = errno;
+  close(fd);
+  if (n < 0) {
+    return Status::InvalidArgument("cannot read secret file '" + path + "': " +
+                                   std::strerror(read_errno));
+  }
   if (s.size() > 4096) return Status::InvalidArgument("secret file '" + path + "' exceeds 4 KiB");
   if (!s.empty() && s.back() == '\n') s.pop_back();
   if (!s.empty() && s.back() == '\r') s.pop_back();
