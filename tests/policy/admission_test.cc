@@ -115,7 +115,7 @@ TEST(AdmissionTest, MarconiForgetsTheLeastRecentSessionsPastItsBound) {
   EXPECT_TRUE(p->Admit(Block(13), {})) << "session 1 is known again";
 }
 
-TEST(AdmissionTest, CostAdmitsWhenLoadBeatsRecompute) {
+TEST(AdmissionTest, CostAdmitsWhenLoadBeatsRecomputeOrTheCostIsUnknown) {
   auto p = Make("cost");
   TierState t;
   t.read_bytes_per_s = 1e9;
@@ -131,34 +131,18 @@ TEST(AdmissionTest, CostAdmitsWhenLoadBeatsRecompute) {
       {1000000000, 1e15, false},  // 1.001 s > 1 s
       {1000000, 1.1e12, false},   // 2 ms load vs 1.1 ms recompute
       {1000000, 2.1e12, true},
-  };
-  for (const Case& c : cases) EXPECT_EQ(p->Admit(Block(1, c.bytes, c.flops), t), c.want);
-  EXPECT_TRUE(p->Admit(Block(1, 1000000000, 1), TierState{}));  // unknown rates admit
-}
-
-// FLOPs of 0 mean the runtime does not know the block's tokens
-// (block_tokens = 0): like unknown rates, they admit.
-TEST(AdmissionTest, CostAdmitsWhenTheBlockFlopsAreUnknown) {
-  auto p = Make("cost");
-  TierState t;
-  t.read_bytes_per_s = 1e9;
-  t.read_latency_s = 0.001;
-  t.gpu_flops_per_s = 1e15;
-  struct Case {
-    uint64_t bytes;
-    double flops;
-    bool want;
-  };
-  const Case cases[] = {
-      {4096, 0, true},        // unknown
-      {1000000000, 0, true},  // unknown, however slow the load
+      {1000000000, 1, false},  // known and cheap: refused
+      // FLOPs of 0 mean the runtime does not know the block's tokens
+      // (block_tokens = 0): like unknown rates, they admit.
+      {4096, 0, true},
+      {1000000000, 0, true},  // however slow the load
       {4096, -1, true},       // not a real cost either
       {4096, std::numeric_limits<double>::quiet_NaN(), true},
-      {1000000000, 1, false},  // known and cheap: refused
   };
   for (const Case& c : cases) {
     EXPECT_EQ(p->Admit(Block(1, c.bytes, c.flops), t), c.want) << c.bytes << " " << c.flops;
   }
+  EXPECT_TRUE(p->Admit(Block(1, 1000000000, 1), TierState{}));  // unknown rates admit
 }
 
 TEST(AdmissionTest, WriteBudgetConvergesToTargetRate) {
