@@ -11,10 +11,12 @@ constexpr std::chrono::seconds kSaveRoomWait(1);
 
 // Whether a save must copy the block: no entry, or one kept only so that its
 // stored children stay chained (a link: no copy in any tier, not being
-// filled, moved or used), which the save gives a copy again.
+// filled, moved or used), which the save gives a copy again. Another save's
+// hold (IndexEntry::save_holds) is no use of the copy: a block held while
+// its copy was found lost still gets it back.
 bool NeedsCopy(const IndexEntry* e) {
-  return e == nullptr ||
-         (e->locations == 0 && e->state == EntryState::kReady && e->pins == 0 && !e->moving);
+  return e == nullptr || (e->locations == 0 && e->state == EntryState::kReady &&
+                          e->pins == e->save_holds && !e->moving);
 }
 
 }  // namespace
@@ -56,13 +58,32 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   // reservation (IndexEntry::save_holds): the room made for this save may
   // move them to a lower tier, but must not drop the blocks it hangs off.
   std::vector<IndexEntry*> held;
-  {
+  held.reserve(keys.size() + 1);  // taking a hold cannot throw
+  // An entry is erased only once its last hold here is gone, and not
+  // touched after. REQUIRES: mu_ held.
+  auto release_held = [&] {
+    for (IndexEntry* e : held) {
+      --e->save_holds;
+      --e->pins;
+      EraseIfUnheldLocked(e);
+    }
+    held.clear();
+  };
+  try {
+    {
+      std::lock_guard lock(mu_);
+      admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held);
+    }
+    // A save has no deadline of its own; this bounds how long it waits for
+    // slots that other threads are freeing.
+    EnsureHubRoom(missing, std::chrono::steady_clock::now() + kSaveRoomWait);
+  } catch (...) {
+    // A policy or an eviction threw (the job fails as Internal): the holds
+    // must not outlive the save, or their blocks could never leave.
     std::lock_guard lock(mu_);
-    admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held);
+    release_held();
+    throw;
   }
-  // A save has no deadline of its own; this bounds how long it waits for
-  // slots that other threads are freeing.
-  EnsureHubRoom(missing, std::chrono::steady_clock::now() + kSaveRoomWait);
 
   std::vector<IndexEntry*> fresh;
   std::vector<size_t> fresh_item;
@@ -70,13 +91,8 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
     std::lock_guard lock(mu_);
     // Released under the lock the reservation holds: nothing evicts in
     // between, and the reservation sees each entry as it is (one whose last
-    // copy was found lost meanwhile needs its copy again). An entry is
-    // erased only once its last hold here is gone, and not touched after.
-    for (IndexEntry* e : held) {
-      --e->save_holds;
-      --e->pins;
-      EraseIfUnheldLocked(e);
-    }
+    // copy was found lost meanwhile needs its copy again).
+    release_held();
     ReserveSaveLocked(ns, parent, keys, admitted, hints, done, fresh, fresh_item);
   }
   std::vector<BlockCopy> copies;
@@ -97,14 +113,14 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
                                          const SaveOptions& hints, size_t* missing,
                                          std::vector<IndexEntry*>* held) {
   *missing = 0;
-  // Holds an entry with a copy in some tier. A link or an entry being
-  // filled has none for eviction to take, and a pin would hide a link from
-  // NeedsCopy (it would read as in use, not as needing its copy back).
+  // Holds an entry with a copy in some tier: a link or an entry being filled
+  // has none for eviction to take. Recorded first, so that a throw later
+  // in admission leaves no hold unreleased.
   auto hold = [&](IndexEntry* e) {
     if (e->locations == 0) return;
+    held->push_back(e);
     ++e->pins;
     ++e->save_holds;
-    held->push_back(e);
   };
   // Counts a key the save must copy, or holds one it hangs off.
   auto found = [&](IndexEntry* e) {

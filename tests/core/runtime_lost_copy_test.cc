@@ -1,6 +1,7 @@
 // A block's last copy lost (the tier answers NotFound) while another caller
 // still holds the block: a second load that pinned it, or a PinnedPrefix.
-// The holder gets a miss, and the index forgets the block once it lets go.
+// The holder gets a miss, and the index forgets the block once it lets go;
+// another save still gives the block its copy back.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -140,6 +141,43 @@ TEST_F(RuntimeLostCopyTest, BlocksThatLostTheirCopyUnderAPinLeaveWithThePin) {
   }
   EXPECT_TRUE(rt_->Remove(kTestNs, std::span(keys_).first(1)).ok());
   EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+}
+
+// Save A hangs N off K4 (below the hub) and, with the hub full, waits at the
+// gate for room, holding K4. Meanwhile a load finds K4's last copy lost, and
+// save B stores the chain K1..K4, M. A's hold must not hide from B that K4
+// needs its copy again: B copies it, and the whole chain stays reachable.
+TEST_F(RuntimeLostCopyTest, ASaveHoldingABlockDoesNotHideItsLostCopyFromAnotherSave) {
+  const auto x = ChainKeys({20, 21, 22});
+  sim_->Prefill(x, 10);
+  ASSERT_TRUE(sim_->SaveFrom(x, 0, 10).status().ok());  // the hub: K1, X1..X3, full
+  const auto with_n = ChainKeys({1, 2, 3, 4, 6});
+  sim_->Prefill(with_n, 20);
+  gate_->gate_writes = true;
+  std::future<void> held = gate_->write_held.get_future();
+  Completion a = rt_->Save(kTestNs, keys_[3], std::vector<BlockKey>{with_n[4]},
+                           std::vector<uint32_t>{24});
+  ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "save A made no room";
+  gate_->reads_miss = true;
+  Completion lost = sim_->Load(std::vector<BlockKey>{keys_[3]}, 40);
+  EXPECT_EQ(lost.result(0).code(), StatusCode::kNotFound) << lost.result(0).ToString();
+  gate_->reads_miss = false;
+
+  const auto with_m = ChainKeys({1, 2, 3, 4, 5});
+  sim_->Prefill(with_m, 50);
+  Completion b = sim_->SaveFrom(with_m, 0, 50);
+  gate_->open_gate.set_value();
+  (void)a.WaitFor(std::chrono::seconds(5));
+  ASSERT_TRUE(a.Poll()) << "save A hung";
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(b.result(i).ok()) << i;
+  EXPECT_EQ(rt_->Lookup(kTestNs, with_m)->hit_blocks, 5u) << "K4 was left without a copy";
+  sim_->Scrub(0, 64);  // K4 and M, in the hub, hold B's bytes
+  Completion back = sim_->Load(std::vector<BlockKey>{with_m[3], with_m[4]}, 0);
+  for (uint32_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(back.result(i).ok()) << i << ": " << back.result(i).ToString();
+    EXPECT_TRUE(sim_->Holds(i, with_m[3 + i])) << i;
+  }
 }
 
 }  // namespace
