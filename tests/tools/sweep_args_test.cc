@@ -31,6 +31,16 @@ TEST(SweepArgs, PointsAreTwoFiniteFractions) {
             "trace's unique blocks like 0.05:0.30, host in (0, 1], nvme in [0, 1]");
 }
 
+TEST(SweepArgs, CapacityPointsCountWholeBlocks) {
+  EXPECT_EQ(BlocksAt(0.29, 100), 29u);  // 28.999999999999996 in doubles
+  EXPECT_EQ(BlocksAt(0.57, 100), 57u);
+  EXPECT_EQ(BlocksAt(0.58, 100), 58u);
+  EXPECT_EQ(BlocksAt(0.05, 12207), 610u);  // 610.35: rounded down
+  EXPECT_EQ(BlocksAt(0.5, 43924), 21962u);
+  EXPECT_EQ(BlocksAt(1.0, 7), 7u);
+  EXPECT_EQ(BlocksAt(0.0, 7), 0u);
+}
+
 TEST(SweepArgs, KnobsTakeOneFiniteNumberInRange) {
   PolicyKnobs k;
   ASSERT_TRUE(ApplySweepKnob("reuse_ratio=1.2", &k).ok());

@@ -1,5 +1,6 @@
 #include "tools/bench/sweep_args.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +48,11 @@ Result<SweepPoint> ParseSweepPoint(std::string_view text) {
   }
   if (!(p.host > 0 && p.host <= 1 && p.nvme >= 0 && p.nvme <= 1)) return bad("out of range");
   return p;
+}
+
+uint64_t BlocksAt(double fraction, uint64_t unique) {
+  const double blocks = fraction * double(unique);
+  return static_cast<uint64_t>(std::floor(blocks + 1e-9 * std::max(1.0, blocks)));
 }
 
 Status ApplySweepKnob(std::string_view spec, PolicyKnobs* k) {

@@ -44,6 +44,11 @@ struct SweepPoint {
 // "HOST:NVME", e.g. "0.05:0.30"; InvalidArgument naming the point otherwise.
 Result<SweepPoint> ParseSweepPoint(std::string_view text);
 
+// The blocks a capacity `fraction` of `unique` blocks stands for, rounded
+// down, but not below a whole number that the product misses only by
+// floating-point error (0.29 x 100 is 29, not 28).
+uint64_t BlocksAt(double fraction, uint64_t unique);
+
 // Applies one "NAME=NUMBER" --knob to `knobs`. The number must be finite and
 // nothing may follow it; whole-number knobs take whole numbers in range.
 // Ranges of the other knobs are PolicyKnobs::Validate's.

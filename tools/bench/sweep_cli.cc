@@ -65,7 +65,7 @@ int PrintHybrid(const SweepFlags& f, const Trace& trace, uint64_t unique, double
   HybridModel m;
   m.kv_bytes_per_block = static_cast<uint64_t>(f.hybrid_kv_kib_per_token * 1024.0) * m.block_tokens;
   m.state_bytes = static_cast<uint64_t>(f.hybrid_state_mib * 1048576.0);
-  const auto capacity = static_cast<uint64_t>(fraction * double(unique)) * m.kv_bytes_per_block;
+  const auto capacity = BlocksAt(fraction, unique) * m.kv_bytes_per_block;
   std::vector<HybridResult> rows;
   for (CheckpointPlacement p : {CheckpointPlacement::kEveryBlock, CheckpointPlacement::kMarconi}) {
     Result<HybridResult> r = RunHybridSweep(trace, m, p, capacity, knobs);
@@ -92,8 +92,7 @@ int RunPoint(const SweepFlags& f, const Trace& trace, const SweepEngine& engine,
     return 2;
   }
   const double hf = p->host, nf = p->nvme;
-  SweepCapacity cap{static_cast<uint64_t>(hf * double(unique)),
-                    static_cast<uint64_t>(nf * double(unique))};
+  SweepCapacity cap{BlocksAt(hf, unique), BlocksAt(nf, unique)};
   std::vector<SweepResult> rows;
   for (const std::string& name : f.policies) {
     Result<SweepPolicy> policy =
