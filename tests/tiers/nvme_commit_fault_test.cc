@@ -26,10 +26,7 @@ TEST(NvmeCommitFault, FailedCommitIsRetriedByTheNext) {
   o.nvme.commit_every_blocks = 1000;  // commits only when asked
   IoFaults faults;
   {
-    auto inner = internal::NewUringEngine({.queue_depth = 16, .timeout_ms = 2000});
-    ASSERT_TRUE(inner.ok()) << inner.status().ToString();
-    auto t = internal::OpenNvmeTier(o, TierContext{kBytes},
-                                    NewFaultIoEngine(std::move(inner).value(), &faults));
+    auto t = OpenNvmeWithFaults(o, kBytes, &faults);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     NvmeTier& tier = **t;
     WriteBlocks(tier, 0, 4, kBytes);

@@ -29,10 +29,7 @@ class NvmeFaultTest : public ::testing::Test {
     ASSERT_TRUE(dir_.ok());
     TierOptions o = NvmeOptions(dir_.path(), 32, kBytes);
     o.nvme.io_timeout_ms = timeout_ms;
-    auto inner = internal::NewUringEngine({.queue_depth = 16, .timeout_ms = timeout_ms});
-    ASSERT_TRUE(inner.ok()) << inner.status().ToString();
-    auto t = internal::OpenNvmeTier(o, TierContext{kBytes},
-                                    NewFaultIoEngine(std::move(inner).value(), &faults_));
+    auto t = OpenNvmeWithFaults(o, kBytes, &faults_);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     tier_ = std::move(t).value();
   }

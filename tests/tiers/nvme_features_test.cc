@@ -80,12 +80,9 @@ TEST(NvmeFixedBuffers, FaultsOnSplitRequestsFailTheBlockNeverCorruptIt) {
   ASSERT_TRUE(dir.ok());
   constexpr uint64_t kBytes = 16 * 1024;
   IoFaults faults;
-  auto inner = internal::NewUringEngine({.queue_depth = 16, .timeout_ms = 200});
-  ASSERT_TRUE(inner.ok()) << inner.status().ToString();
   TierOptions o = NvmeOptions(dir.path(), 32, kBytes);
   o.nvme.io_timeout_ms = 200;
-  auto t =
-      OpenNvmeTier(o, TierContext{kBytes}, NewFaultIoEngine(std::move(inner).value(), &faults));
+  auto t = OpenNvmeWithFaults(o, kBytes, &faults);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   AlignedBuffer arena(4 * kBytes);
   ASSERT_EQ((*t)->RegisterHostMemory(arena.span()), 4 * kBytes);

@@ -1,4 +1,5 @@
-// Shared by the NVMe tier tests: scratch directories and tier options.
+// Shared by the NVMe tier tests: scratch directories, tier options, and a
+// tier over a fault-injecting engine.
 #pragma once
 
 #include <sys/vfs.h>
@@ -7,8 +8,11 @@
 #include <filesystem>
 #include <string>
 
+#include "io/io_engine.h"
 #include "kvtier/options.h"
 #include "kvtier/tier.h"
+#include "tests/support/nvme_fault_engine.h"
+#include "tiers/nvme/nvme_tier.h"
 
 namespace kvtier::testing {
 
@@ -53,6 +57,18 @@ inline TierOptions NvmeOptions(const std::string& dir, uint64_t capacity_blocks,
   o.nvme.io_timeout_ms = 2000;
   o.nvme.commit_every_blocks = 8;
   return o;
+}
+
+// The tier of `o` over io_uring (queue depth 16, o's I/O timeout) behind
+// NewFaultIoEngine; `faults` must outlive the tier.
+inline Result<std::unique_ptr<internal::NvmeTier>> OpenNvmeWithFaults(const TierOptions& o,
+                                                                      uint64_t block_bytes,
+                                                                      IoFaults* faults) {
+  auto inner =
+      internal::NewUringEngine({.queue_depth = 16, .timeout_ms = o.nvme.io_timeout_ms});
+  if (!inner.ok()) return inner.status();
+  return internal::OpenNvmeTier(o, TierContext{block_bytes},
+                                NewFaultIoEngine(std::move(inner).value(), faults));
 }
 
 }  // namespace kvtier::testing
