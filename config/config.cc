@@ -1,13 +1,12 @@
 #include "kvtier/config.h"
 
 #include <cerrno>
-#include <cstdio>
-#include <memory>
 #include <string>
 #include <system_error>
 
 #include "config/config_reader.h"
 #include "config/config_tree.h"
+#include "core/file_text.h"
 
 namespace kvtier {
 namespace {
@@ -18,30 +17,14 @@ constexpr size_t kMaxConfigBytes = 16 * kMiB;
 // Same text as strerror, without its shared static buffer.
 std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-
 Result<std::string> ReadWholeFile(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  if (file == nullptr) {
-    return Status::InvalidArgument(path + ": cannot open: " + ErrnoText(errno));
-  }
   std::string text;
-  char buf[64 * 1024];
-  while (true) {
-    size_t n = std::fread(buf, 1, sizeof(buf), file.get());
-    text.append(buf, n);
-    if (text.size() > kMaxConfigBytes) {
-      return Status::InvalidArgument(path + ": cannot read: larger than 16 MiB");
-    }
-    if (n < sizeof(buf)) break;
-  }
-  // fopen succeeds on a directory; the read is where it fails (EISDIR).
-  if (std::ferror(file.get())) {
-    return Status::InvalidArgument(path + ": cannot read: " + ErrnoText(errno));
-  }
-  return text;
+  bool opened = false;
+  const int err = internal::ReadFileText(path, kMaxConfigBytes, &text, &opened);
+  if (err == 0) return text;
+  if (!opened) return Status::InvalidArgument(path + ": cannot open: " + ErrnoText(err));
+  if (err == EFBIG) return Status::InvalidArgument(path + ": cannot read: larger than 16 MiB");
+  return Status::InvalidArgument(path + ": cannot read: " + ErrnoText(err));
 }
 
 }  // namespace

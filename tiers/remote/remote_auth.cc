@@ -1,8 +1,5 @@
 #include "tiers/remote/remote_auth.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -12,6 +9,8 @@
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include "core/file_text.h"
 
 namespace kvtier::internal::memd {
 namespace {
@@ -62,26 +61,14 @@ bool SameMac(const Mac& a, const Mac& b) {
 }
 
 Result<std::string> ReadSecretFile(const std::string& path) {
-  // Plain reads: a directory or an unreadable file must be an error, and a
-  // stream's read of one throws instead.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Status::InvalidArgument("cannot read secret file '" + path + "': " +
-                                   std::strerror(errno));
-  }
   std::string s;
-  char buf[1024];
-  ssize_t n = 0;
-  while (s.size() <= 4096 && ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))) {
-    if (n > 0) s.append(buf, static_cast<size_t>(n));
-  }
-  const int read_errno = errno;
-  close(fd);
-  if (n < 0) {
+  bool opened = false;
+  if (const int err = ReadFileText(path, 4096, &s, &opened); err == EFBIG) {
+    return Status::InvalidArgument("secret file '" + path + "' exceeds 4 KiB");
+  } else if (err != 0) {
     return Status::InvalidArgument("cannot read secret file '" + path + "': " +
-                                   std::strerror(read_errno));
+                                   std::strerror(err));
   }
-  if (s.size() > 4096) return Status::InvalidArgument("secret file '" + path + "' exceeds 4 KiB");
   if (!s.empty() && s.back() == '\n') s.pop_back();
   if (!s.empty() && s.back() == '\r') s.pop_back();
   if (s.empty()) return Status::InvalidArgument("secret file '" + path + "' is empty");

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <limits>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
+
+#include "core/file_text.h"
 
 namespace kvtier::bench {
 namespace {
@@ -110,26 +109,17 @@ Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
 }
 
 Result<Trace> ReadMooncakeTrace(const std::string& path, uint32_t block_tokens) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                       &std::fclose);
-  if (file == nullptr) {
-    const int err = errno;
-    return FromErrno(err != 0 ? err : ENOENT, "open trace " + path);
-  }
   std::string text;
-  char buf[64 * 1024];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), file.get())) > 0) text.append(buf, n);
-  // fopen succeeds on a directory; the read is where it fails (EISDIR), and
-  // that must not pass for an empty trace.
-  if (std::ferror(file.get())) {
-    const int err = errno;
-    if (err == EISDIR) {
-      return Status::InvalidArgument("read trace " + path +
-                                     ": is a directory; expected a JSONL trace file");
-    }
-    return FromErrno(err != 0 ? err : EIO, "read trace " + path);
+  bool opened = false;
+  const int err =
+      internal::ReadFileText(path, std::numeric_limits<size_t>::max(), &text, &opened);
+  if (!opened) return FromErrno(err, "open trace " + path);
+  // A directory opens; it must not pass for an empty trace.
+  if (err == EISDIR) {
+    return Status::InvalidArgument("read trace " + path +
+                                   ": is a directory; expected a JSONL trace file");
   }
+  if (err != 0) return FromErrno(err, "read trace " + path);
   return ParseMooncakeTrace(text, path, block_tokens);
 }
 

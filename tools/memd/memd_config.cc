@@ -3,10 +3,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 
 #include "config/config_tree.h"
 #include "config/config_values.h"
+#include "core/file_text.h"
 #include "kvtier/block_header.h"
 #include "tiers/remote/rdma_protocol.h"
 
@@ -19,27 +19,13 @@ using internal::NodeError;
 // The file is a few lines; anything larger is not a memd config.
 constexpr size_t kMaxConfigBytes = 1 << 20;
 
-// fopen succeeds on a directory and the read fails (EISDIR): read with stdio
-// and check the error, rather than let a stream throw or read nothing.
 Result<std::string> ReadConfigText(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                       &std::fclose);
-  if (file == nullptr) {
-    return Status::InvalidArgument(path + ": cannot read config file: " + std::strerror(errno));
-  }
   std::string text;
-  char buf[16 * 1024];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), file.get())) > 0) {
-    text.append(buf, n);
-    if (text.size() > kMaxConfigBytes) {
-      return Status::InvalidArgument(path + ": cannot read config file: larger than 1 MiB");
-    }
-  }
-  if (std::ferror(file.get())) {
-    return Status::InvalidArgument(path + ": cannot read config file: " + std::strerror(errno));
-  }
-  return text;
+  bool opened = false;
+  const int err = internal::ReadFileText(path, kMaxConfigBytes, &text, &opened);
+  if (err == 0) return text;
+  return Status::InvalidArgument(path + ": cannot read config file: " +
+                                 (err == EFBIG ? "larger than 1 MiB" : std::strerror(err)));
 }
 
 std::string Num(double v) {
