@@ -4,7 +4,9 @@
 
 #include <array>
 #include <limits>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config_values.h"
@@ -271,6 +273,20 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
   Status s = out->runtime.Validate();
   if (!s.ok()) return Prefixed(root, "runtime", s);
   return Status::Ok();
+}
+
+std::vector<std::string> SectionKeyNames() {
+  const std::pair<std::string_view, std::span<const std::string_view>> sections[] = {
+      {"model", kModelKeys},
+      {"hashing", kHashingKeys},
+      {"engine", kEngineKeys},
+      {"runtime", kRuntimeKeys},
+      {"mover", kMoverKeys}};
+  std::vector<std::string> names;
+  for (const auto& [section, keys] : sections) {
+    for (std::string_view k : keys) names.push_back(std::string(section) + "." + std::string(k));
+  }
+  return names;
 }
 
 }  // namespace kvtier::internal

@@ -2,6 +2,8 @@
 // checking the schema documented in config/examples/default.yaml.
 #pragma once
 
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/config_tree.h"
@@ -17,5 +19,13 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out);
 // The `tiers` list of `root` (tier_reader.cc). Requires at least one tier,
 // the first of type host, unique names.
 Status ReadTiers(const ConfigNode& root, std::vector<TierOptions>* tiers);
+
+// The dotted name of every key ReadConfig accepts outside `tiers`
+// ("model.preset", ..., "mover.batch_blocks"), for tools that list them all.
+std::vector<std::string> SectionKeyNames();
+// The dotted name, below "<tier>.", of every key a tier of `type` accepts:
+// the common keys with "watermarks.high" and "watermarks.low", the type's own
+// keys, and each knob as "policy.<knob>".
+std::vector<std::string> TierKeyNames(std::string_view type);
 
 }  // namespace kvtier::internal

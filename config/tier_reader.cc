@@ -233,4 +233,18 @@ Status ReadTiers(const ConfigNode& root, std::vector<TierOptions>* tiers) {
   return Status::Ok();
 }
 
+std::vector<std::string> TierKeyNames(std::string_view type) {
+  std::vector<std::string> names;
+  for (std::string_view k : kTierKeys) {
+    if (k == "watermarks" || k == "policy") continue;
+    names.emplace_back(k);
+  }
+  for (std::string_view k : kWatermarkKeys) names.push_back("watermarks." + std::string(k));
+  if (const BackendKeys* b = FindBackend(type)) {
+    for (std::string_view k : b->keys()) names.emplace_back(k);
+  }
+  for (std::string_view k : PolicyKeys()) names.push_back("policy." + std::string(k));
+  return names;
+}
+
 }  // namespace kvtier::internal

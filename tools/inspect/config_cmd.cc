@@ -1,6 +1,8 @@
 // config validate and config explain.
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kvtier/block_key.h"
@@ -27,6 +29,15 @@ std::string List(const std::vector<std::string>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
   return out + "]";
+}
+// A number as a person writes it: up to the type's exact decimal digits, so a
+// value typed into the file prints as typed and reads back the same.
+template <typename Float>
+std::string Num(Float v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.*g", std::numeric_limits<Float>::digits10,
+                static_cast<double>(v));
+  return buf;
 }
 std::string Size(uint64_t bytes) {
   std::string b = Bytes(static_cast<double>(bytes));
@@ -58,8 +69,10 @@ void ModelEntries(const KvtierConfig& c, std::vector<Entry>* e) {
        "requests queued before Save/Load answer Busy"},
       {"runtime.admin_socket", c.runtime.admin_socket.empty() ? "\"\"" : c.runtime.admin_socket,
        "Unix socket serving GET /stats and /metrics; empty = off"},
-      {"runtime.gpu_watermark", std::to_string(c.runtime.gpu_watermark),
+      {"runtime.gpu_watermark", Num(c.runtime.gpu_watermark),
        "fraction of the engine's KV pool kept free; new requests wait below it; 0 = off"},
+      {"runtime.gpu_flops", Num(c.runtime.gpu_flops_per_s),
+       "the engine's prefill rate (FLOP/s) for cost admission; 0 = unknown"},
       {"mover.interval_ms", U(c.runtime.mover.interval_ms), "how often an idle mover re-checks the watermarks"},
       {"mover.batch_blocks", U(c.runtime.mover.batch_blocks), "blocks written to a lower tier per batch"},
   };
@@ -100,13 +113,73 @@ void RedisEntries(const std::string& p, const TierOptions& t, std::vector<Entry>
   });
 }
 
+void RemoteEntries(const std::string& p, const TierOptions& t, std::vector<Entry>* e) {
+  const RemoteTierOptions& r = t.remote;
+  e->insert(e->end(), {
+      {p + "servers", List(t.servers), "host:port of each kvtier-memd server"},
+      {p + "transport", r.transport, "tcp, or rdma (needs an RDMA device)"},
+      {p + "secret_file", r.secret_file, "file holding the kvtier-memd shared secret"},
+      {p + "connections", U(r.connections), "TCP connections per server"},
+      {p + "connect_timeout_ms", U(r.connect_timeout_ms), "bound on connect plus handshake"},
+      {p + "op_timeout_ms", U(r.op_timeout_ms), "deadline of every request"},
+      {p + "reconnect_backoff_ms", U(r.reconnect_backoff_ms), "first wait after a failure; doubles"},
+      {p + "reconnect_backoff_max_ms", U(r.reconnect_backoff_max_ms), "cap of that wait"},
+  });
+}
+
+// Every knob, whether or not the tier's policies read it (they ignore the rest).
+void PolicyEntries(const std::string& tier, const TierOptions& t, std::vector<Entry>* e) {
+  const std::string p = tier + "policy.";
+  const PolicyKnobs& k = t.policy;
+  e->insert(e->end(), {
+      {p + "frequency_threshold", U(k.frequency_threshold), "frequency: admit on the N-th sighting"},
+      {p + "sketch_width", U(k.sketch_width), "frequency: counters per count-min row"},
+      {p + "sketch_aging_period", U(k.sketch_aging_period),
+       "frequency: halve every count after this many sightings"},
+      {p + "marconi_admit_tails", Bool(k.marconi_admit_tails),
+       "marconi: keep tails of continuing sessions"},
+      {p + "marconi_continue_threshold", Num(k.marconi_continue_threshold),
+       "marconi: expected_reuse hint at which a tail is kept"},
+      {p + "marconi_probation", Num(k.marconi_probation),
+       "marconi: share of once-seen blocks kept without hints"},
+      {p + "write_budget_per_day", Size(k.write_budget_bytes_per_day),
+       "write_budget: payload bytes per day the tier may take"},
+      {p + "write_amplification", Num(k.write_amplification),
+       "write_budget: device bytes per payload byte"},
+      {p + "write_max_per_s", Size(k.write_max_bytes_per_s), "write_budget: rate cap; 0 = none"},
+      {p + "write_interval_ms", U(k.write_interval_ms),
+       "write_budget: how often the admit probability is adjusted"},
+      {p + "cost_margin", Num(k.cost_margin), "cost: admit if load time * margin < recompute time"},
+      {p + "read_bandwidth", Size(static_cast<uint64_t>(t.read_bytes_per_s)),
+       "cost: the tier's read bytes per second; 0 = unknown, cost admits"},
+      {p + "read_latency_us", Num(t.read_latency_s * 1e6), "cost: latency of one read"},
+      {p + "flop_alpha", Num(k.flop_alpha), "flop_aware: weight of FLOPs saved per byte"},
+      {p + "alpha_tune_every", U(k.alpha_tune_every),
+       "flop_aware: requests between tunings of flop_alpha; 0 = never"},
+      {p + "alpha_tune_window", U(k.alpha_tune_window),
+       "flop_aware: recent requests a tuning replays"},
+      {p + "s3fifo_small_fraction", Num(k.s3fifo_small_fraction), "s3fifo: share of the small FIFO"},
+      {p + "slru_protected_fraction", Num(k.slru_protected_fraction),
+       "slru: share of the tier blocks used twice may hold"},
+      {p + "reuse_ratio", Num(k.reuse_ratio), "reuse: admit a class reused >= ratio x the average"},
+      {p + "reuse_spread", Num(k.reuse_spread), "reuse: 0 = hard cut; else a ramp over ratio -/+ spread"},
+      {p + "reuse_fill_share", Num(k.reuse_fill_share),
+       "reuse: admit every block while the tier is below this share"},
+      {p + "reuse_min_samples", U(k.reuse_min_samples), "reuse: blocks a class needs before it is judged"},
+      {p + "reuse_half_life", U(k.reuse_half_life), "reuse: class counts halve every N block sightings"},
+      {p + "reuse_age_exponent", Num(k.reuse_age_exponent),
+       "reuse eviction: rate / idle^exponent (1 = hyperbolic)"},
+  });
+}
+
 void TierEntries(const TierOptions& t, std::vector<Entry>* e) {
   const std::string p = "tiers." + t.name + ".";
   e->insert(e->end(), {
+      {p + "name", t.name, "names the tier in stats and metrics"},
       {p + "type", t.type, "backend: host, nvme, redis or remote"},
       {p + "capacity", Size(t.capacity_bytes), "bytes this tier may hold"},
-      {p + "watermarks.high", Fixed(t.watermarks.high, 2), "above this fraction of capacity the mover evicts"},
-      {p + "watermarks.low", Fixed(t.watermarks.low, 2), "... down to this fraction"},
+      {p + "watermarks.high", Num(t.watermarks.high), "above this fraction of capacity the mover evicts"},
+      {p + "watermarks.low", Num(t.watermarks.low), "... down to this fraction"},
       {p + "eviction", t.eviction, "eviction policy"},
       {p + "admission", List(t.admission), "admission policies; all must accept"},
   });
@@ -118,8 +191,9 @@ void TierEntries(const TierOptions& t, std::vector<Entry>* e) {
   } else if (t.type == "redis") {
     RedisEntries(p, t, e);
   } else if (t.type == "remote") {
-    e->push_back({p + "servers", List(t.servers), "host:port of each kvtier-memd server"});
+    RemoteEntries(p, t, e);
   }
+  PolicyEntries(p, t, e);
 }
 
 std::vector<Entry> Explain(const KvtierConfig& c) {
