@@ -1,6 +1,7 @@
 #include "io/rdma_verbs.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -180,12 +181,20 @@ Status QueuePair::Connect(const QueuePairInfo& remote, uint8_t port, uint32_t lo
   return FromIbv(ibv_modify_qp(qp_, &t.attr, t.mask), "ibv_modify_qp RTS");
 }
 
-CqPoller::CqPoller(CompletionQueue& cq) : cq_(cq), free_slots_(cq.depth()) {
+CqPoller::CqPoller(CompletionQueue& cq)
+    : CqPoller([q = cq.get()](int max, ibv_wc* wc) { return ibv_poll_cq(q, max, wc); },
+               cq.depth()) {}
+
+CqPoller::CqPoller(PollFn poll, int depth) : poll_(std::move(poll)), free_slots_(depth) {
   thread_ = std::thread([this] { Run(); });
 }
 
 CqPoller::~CqPoller() {
-  stop_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_.notify_one();
   thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, cb] : callbacks_) cb(Status::Cancelled("completion queue closed"), 0);
@@ -204,6 +213,7 @@ Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done) {
     id = next_id_++;
     callbacks_.emplace(id, std::move(done));
   }
+  work_.notify_one();
   if (int err = post(id); err != 0) {
     std::lock_guard<std::mutex> lock(mu_);
     callbacks_.erase(id);
@@ -215,9 +225,20 @@ Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done) {
 
 void CqPoller::Run() {
   ibv_wc wc[16];
-  while (!stop_.load(std::memory_order_acquire)) {
-    const int n = ibv_poll_cq(cq_.get(), 16, wc);
-    if (n <= 0) {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_.wait(lock, [this] { return stop_ || !callbacks_.empty(); });
+      if (stop_) return;
+    }
+    const int n = poll_(16, wc);
+    if (n < 0) {
+      // The CQ itself failed; outstanding requests end at their deadlines.
+      // Look again later rather than spin on the error.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    if (n == 0) {
       std::this_thread::yield();
       continue;
     }

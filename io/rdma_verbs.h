@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -132,11 +133,18 @@ class QueuePair {
 
 // One thread polling one completion queue. Post() reserves a CQ entry first
 // and fails with Busy when the queue could overflow; each completion runs
-// its callback on the poller thread and releases its entry.
+// its callback on the poller thread and releases its entry. The thread polls
+// only while work it posted is outstanding: every completion answers such a
+// request (no receives are posted), so an idle poller sleeps instead of
+// spinning a core.
 class CqPoller {
  public:
   using Callback = std::function<void(const Status&, uint32_t bytes)>;
+  // Fills up to `max` completions into `wc`; the count, 0 if none, < 0 on error.
+  using PollFn = std::function<int(int max, ibv_wc* wc)>;
   explicit CqPoller(CompletionQueue& cq);
+  // Polls with `poll` (a device's CQ, or a test's), `depth` entries deep.
+  CqPoller(PollFn poll, int depth);
   ~CqPoller();
   CqPoller(const CqPoller&) = delete;
   CqPoller& operator=(const CqPoller&) = delete;
@@ -147,10 +155,11 @@ class CqPoller {
  private:
   void Run();
 
-  CompletionQueue& cq_;
+  PollFn poll_;
   std::atomic<int> free_slots_;
-  std::atomic<bool> stop_{false};
   std::mutex mu_;
+  std::condition_variable work_;                      // a Post, or stop
+  bool stop_ = false;                                 // guarded by mu_
   uint64_t next_id_ = 1;                              // guarded by mu_
   std::unordered_map<uint64_t, Callback> callbacks_;  // guarded by mu_
   std::thread thread_;

@@ -2,6 +2,10 @@
 // (ibv_get_device_list returns 0 devices), so each test skips with the reason.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
 #include <vector>
 
 #include "io/rdma_verbs.h"
@@ -46,6 +50,62 @@ TEST(RdmaVerbsTest, FromIbvMapsErrnoToCodes) {
   EXPECT_EQ(FromIbv(ENODEV, "x").code(), StatusCode::kNotSupported);
   EXPECT_EQ(FromIbv(EAGAIN, "x").code(), StatusCode::kBusy);
   EXPECT_TRUE(FromIbv(0, "x").ok());
+}
+
+// The poller's own logic, over a stand-in for ibv_poll_cq: it polls only while
+// work it posted is outstanding, so an idle RDMA process costs no CPU.
+TEST(CqPollerTest, PollsOnlyWhileWorkIsOutstanding) {
+  std::atomic<int> polls{0};
+  std::atomic<uint64_t> posted{0};  // wr_id of the request the "device" will complete
+  CqPoller poller(
+      [&](int max, ibv_wc* wc) {
+        polls.fetch_add(1);
+        const uint64_t id = posted.exchange(0);
+        if (id == 0 || max < 1) return 0;
+        wc[0] = ibv_wc{};
+        wc[0].wr_id = id;
+        wc[0].status = IBV_WC_SUCCESS;
+        wc[0].byte_len = 4096;
+        return 1;
+      },
+      4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(polls.load(), 0) << "an idle poller must not poll";
+
+  std::promise<std::pair<Status, uint32_t>> done;
+  ASSERT_TRUE(poller
+                  .Post([&](uint64_t id) { return posted.store(id), 0; },
+                        [&](const Status& st, uint32_t bytes) {
+                          done.set_value({st, bytes});
+                        })
+                  .ok());
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto [st, bytes] = f.get();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(bytes, 4096u);
+  const int after = polls.load();
+  EXPECT_GE(after, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(polls.load(), after) << "polling stops once nothing is outstanding";
+}
+
+TEST(CqPollerTest, FullQueueIsBusyAndCloseCancelsWhatIsOutstanding) {
+  std::atomic<int> cancelled{0};
+  {
+    CqPoller poller([](int, ibv_wc*) { return 0; }, 1);  // a device that never completes
+    auto count = [&](const Status& st, uint32_t) {
+      if (st.code() == StatusCode::kCancelled) cancelled.fetch_add(1);
+    };
+    ASSERT_TRUE(poller.Post([](uint64_t) { return 0; }, count).ok());
+    EXPECT_EQ(poller.Post([](uint64_t) { return 0; }, count).code(), StatusCode::kBusy);
+    // A refused post gives its entry back.
+    CqPoller other([](int, ibv_wc*) { return 0; }, 1);
+    EXPECT_EQ(other.Post([](uint64_t) { return ENOMEM; }, count).code(),
+              StatusCode::kResourceExhausted);
+    EXPECT_TRUE(other.Post([](uint64_t) { return 0; }, count).ok());
+  }
+  EXPECT_EQ(cancelled.load(), 2);
 }
 
 // The queue-pair transitions built from what the peer sent over the control
