@@ -45,6 +45,20 @@ TEST(RdmaProtocolTest, RejectsBadVersionsSizesAndFields) {
   hello[0] = std::byte{2};
   EXPECT_EQ(DecodeRdmaHello(hello).status().message(),
             "RDMA_HELLO: RDMA protocol version 2 is not supported; expected 1");
+  // A later version is named as such whatever size its body has.
+  const std::vector<std::byte> v2{std::byte{2}, std::byte{0}, std::byte{0}};
+  for (auto decode :
+       {+[](std::span<const std::byte> b) { return DecodeRdmaHello(b).status(); },
+        +[](std::span<const std::byte> b) { return DecodeRdmaReady(b).status(); },
+        +[](std::span<const std::byte> b) { return DecodeGrantList(b).status(); },
+        +[](std::span<const std::byte> b) { return DecodeLeaseReply(b).status(); },
+        +[](std::span<const std::byte> b) { return DecodeLeaseRelease(b).status(); }}) {
+    EXPECT_NE(decode(v2).message().find(": RDMA protocol version 2 is not supported; expected 1"),
+              std::string::npos)
+        << decode(v2).message();
+    EXPECT_EQ(decode({}).code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(decode({}).message().find("body is truncated"), std::string::npos);
+  }
   hello = EncodeBody(RdmaHello{Qp(5, 5)});
   hello.pop_back();
   EXPECT_EQ(DecodeRdmaHello(hello).status().message(), "RDMA_HELLO body is truncated");

@@ -38,7 +38,11 @@ Status CheckQp(const QpEndpoint& qp, const char* what) {
   return Status::Ok();
 }
 
-Status CheckVersion(uint8_t v, const char* what) {
+// Reads the version byte first: a later version may lay out the rest
+// differently, so it is named as such rather than as a size mismatch.
+Status ReadVersion(Reader& r, const char* what) {
+  const uint8_t v = r.U8();
+  if (r.remaining() == 0) KVTIER_RETURN_IF_ERROR(r.Done(what));  // an empty body
   if (v == kRdmaVersion) return Status::Ok();
   return Status::InvalidArgument(std::string(what) + ": RDMA protocol version " +
                                  std::to_string(v) + " is not supported; expected " +
@@ -134,17 +138,16 @@ std::vector<std::byte> EncodeBody(const LeaseRelease& m) {
 
 Result<RdmaHello> DecodeRdmaHello(std::span<const std::byte> body) {
   Reader r(body);
-  const uint8_t v = r.U8();
+  KVTIER_RETURN_IF_ERROR(ReadVersion(r, "RDMA_HELLO"));
   RdmaHello m{GetQp(r)};
   KVTIER_RETURN_IF_ERROR(r.Done("RDMA_HELLO"));
-  KVTIER_RETURN_IF_ERROR(CheckVersion(v, "RDMA_HELLO"));
   KVTIER_RETURN_IF_ERROR(CheckQp(m.qp, "RDMA_HELLO"));
   return m;
 }
 
 Result<RdmaReady> DecodeRdmaReady(std::span<const std::byte> body) {
   Reader r(body);
-  const uint8_t v = r.U8();
+  KVTIER_RETURN_IF_ERROR(ReadVersion(r, "RDMA_READY"));
   RdmaReady m;
   m.qp = GetQp(r);
   m.pool.addr = r.U64();
@@ -152,7 +155,6 @@ Result<RdmaReady> DecodeRdmaReady(std::span<const std::byte> body) {
   m.pool.rkey = r.U32();
   m.lease_ms = r.U32();
   KVTIER_RETURN_IF_ERROR(r.Done("RDMA_READY"));
-  KVTIER_RETURN_IF_ERROR(CheckVersion(v, "RDMA_READY"));
   KVTIER_RETURN_IF_ERROR(CheckQp(m.qp, "RDMA_READY"));
   if (m.pool.bytes == 0 || m.pool.addr + m.pool.bytes < m.pool.addr) {
     return Status::InvalidArgument("RDMA_READY: the pool region is empty or wraps around");
@@ -166,31 +168,28 @@ Result<RdmaReady> DecodeRdmaReady(std::span<const std::byte> body) {
 
 Result<GrantList> DecodeGrantList(std::span<const std::byte> body) {
   Reader r(body);
-  const uint8_t v = r.U8();
+  KVTIER_RETURN_IF_ERROR(ReadVersion(r, "PUT_GRANT"));
   GrantList m;
   KVTIER_RETURN_IF_ERROR(GetSlots(r, &m.items, "PUT_GRANT"));
   KVTIER_RETURN_IF_ERROR(r.Done("PUT_GRANT"));
-  KVTIER_RETURN_IF_ERROR(CheckVersion(v, "PUT_GRANT"));
   return m;
 }
 
 Result<LeaseReply> DecodeLeaseReply(std::span<const std::byte> body) {
   Reader r(body);
-  const uint8_t v = r.U8();
+  KVTIER_RETURN_IF_ERROR(ReadVersion(r, "LEASE_REPLY"));
   LeaseReply m;
   m.lease_id = r.U64();
   KVTIER_RETURN_IF_ERROR(GetSlots(r, &m.items, "LEASE_REPLY"));
   KVTIER_RETURN_IF_ERROR(r.Done("LEASE_REPLY"));
-  KVTIER_RETURN_IF_ERROR(CheckVersion(v, "LEASE_REPLY"));
   return m;
 }
 
 Result<LeaseRelease> DecodeLeaseRelease(std::span<const std::byte> body) {
   Reader r(body);
-  const uint8_t v = r.U8();
+  KVTIER_RETURN_IF_ERROR(ReadVersion(r, "LEASE_RELEASE"));
   LeaseRelease m{r.U64()};
   KVTIER_RETURN_IF_ERROR(r.Done("LEASE_RELEASE"));
-  KVTIER_RETURN_IF_ERROR(CheckVersion(v, "LEASE_RELEASE"));
   if (m.lease_id == 0) return Status::InvalidArgument("LEASE_RELEASE: lease id 0");
   return m;
 }
