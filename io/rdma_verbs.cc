@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace kvtier::internal::rdma {
 
@@ -197,10 +198,10 @@ CqPoller::~CqPoller() {
   work_.notify_one();
   thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [id, cb] : callbacks_) cb(Status::Cancelled("completion queue closed"), 0);
+  for (auto& [id, p] : callbacks_) p.done(Status::Cancelled("completion queue closed"), 0);
 }
 
-Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done) {
+Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done, uint64_t owner) {
   // Reserve the CQ entry before posting: a full CQ would otherwise drop
   // completions and move the QP to the error state.
   if (free_slots_.fetch_sub(1, std::memory_order_acq_rel) <= 0) {
@@ -211,7 +212,7 @@ Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
-    callbacks_.emplace(id, std::move(done));
+    callbacks_.emplace(id, Pending{owner, std::move(done)});
   }
   work_.notify_one();
   if (int err = post(id); err != 0) {
@@ -221,6 +222,25 @@ Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done) {
     return FromIbv(err, "ibv_post_send");
   }
   return Status::Ok();
+}
+
+void CqPoller::Forget(uint64_t owner) {
+  std::vector<Callback> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = callbacks_.begin(); it != callbacks_.end();) {
+      if (it->second.owner != owner) {
+        ++it;
+        continue;
+      }
+      ended.push_back(std::move(it->second.done));
+      it = callbacks_.erase(it);
+    }
+  }
+  free_slots_.fetch_add(static_cast<int>(ended.size()), std::memory_order_acq_rel);
+  for (Callback& cb : ended) {
+    cb(Status::Cancelled("RDMA queue pair destroyed with the request outstanding"), 0);
+  }
 }
 
 void CqPoller::Run() {
@@ -248,7 +268,7 @@ void CqPoller::Run() {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = callbacks_.find(wc[i].wr_id);
         if (it == callbacks_.end()) continue;
-        cb = std::move(it->second);
+        cb = std::move(it->second.done);
         callbacks_.erase(it);
       }
       free_slots_.fetch_add(1, std::memory_order_acq_rel);

@@ -149,19 +149,33 @@ class CqPoller {
   CqPoller(const CqPoller&) = delete;
   CqPoller& operator=(const CqPoller&) = delete;
 
-  // Posts one signalled work request built by `post` (given its wr_id).
-  Status Post(const std::function<int(uint64_t wr_id)>& post, Callback done);
+  // Posts one signalled work request built by `post` (given its wr_id), on
+  // behalf of `owner` (see NewOwner; 0 = none).
+  Status Post(const std::function<int(uint64_t wr_id)>& post, Callback done, uint64_t owner = 0);
+
+  // A tag for the requests of one queue pair.
+  uint64_t NewOwner() { return next_owner_.fetch_add(1, std::memory_order_relaxed); }
+  // After the owner's queue pair is destroyed (the device writes no more for
+  // it, and a provider may drop its unpolled completions): ends the owner's
+  // outstanding requests with Cancelled on this thread and gives their CQ
+  // entries back, which would otherwise stay reserved for good.
+  void Forget(uint64_t owner);
 
  private:
+  struct Pending {
+    uint64_t owner;
+    Callback done;
+  };
   void Run();
 
   PollFn poll_;
   std::atomic<int> free_slots_;
   std::mutex mu_;
-  std::condition_variable work_;                      // a Post, or stop
-  bool stop_ = false;                                 // guarded by mu_
-  uint64_t next_id_ = 1;                              // guarded by mu_
-  std::unordered_map<uint64_t, Callback> callbacks_;  // guarded by mu_
+  std::condition_variable work_;                     // a Post, or stop
+  bool stop_ = false;                                // guarded by mu_
+  uint64_t next_id_ = 1;                             // guarded by mu_
+  std::unordered_map<uint64_t, Pending> callbacks_;  // guarded by mu_
+  std::atomic<uint64_t> next_owner_{1};
   std::thread thread_;
 };
 

@@ -108,6 +108,55 @@ TEST(CqPollerTest, FullQueueIsBusyAndCloseCancelsWhatIsOutstanding) {
   EXPECT_EQ(cancelled.load(), 2);
 }
 
+// A queue pair destroyed before its work completed: its requests end
+// Cancelled and their CQ entries come back; another owner's stay pending.
+TEST(CqPollerTest, ForgettingAnOwnerEndsItsRequestsAndFreesTheirEntries) {
+  // Declared before the poller, whose close still calls back into them.
+  std::atomic<uint64_t> b_id{0};
+  std::atomic<bool> deliver_b{false};
+  std::atomic<int> a_cancelled{0}, later{0};
+  std::promise<Status> b_done;
+  CqPoller poller(
+      [&](int max, ibv_wc* wc) {
+        if (max < 1 || !deliver_b.load() || b_id.load() == 0) return 0;
+        wc[0] = ibv_wc{};
+        wc[0].wr_id = b_id.exchange(0);
+        wc[0].status = IBV_WC_SUCCESS;
+        return 1;
+      },
+      4);
+  const uint64_t a = poller.NewOwner(), b = poller.NewOwner();
+  ASSERT_NE(a, b);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(poller
+                    .Post([](uint64_t) { return 0; },
+                          [&](const Status& st, uint32_t) {
+                            if (st.code() == StatusCode::kCancelled) a_cancelled.fetch_add(1);
+                          },
+                          a)
+                    .ok());
+  }
+  ASSERT_TRUE(poller
+                  .Post([&](uint64_t id) { return b_id.store(id), 0; },
+                        [&](const Status& st, uint32_t) { b_done.set_value(st); }, b)
+                  .ok());
+  EXPECT_EQ(poller.Post([](uint64_t) { return 0; }, [](const Status&, uint32_t) {}).code(),
+            StatusCode::kBusy);
+  poller.Forget(a);
+  EXPECT_EQ(a_cancelled.load(), 3);
+  // Three entries are free again; the fourth is still b's.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(
+        poller.Post([](uint64_t) { return 0; }, [&](const Status&, uint32_t) { ++later; }).ok());
+  }
+  EXPECT_EQ(poller.Post([](uint64_t) { return 0; }, [](const Status&, uint32_t) {}).code(),
+            StatusCode::kBusy);
+  deliver_b.store(true);
+  auto f = b_done.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(f.get().ok());
+}
+
 // The queue-pair transitions built from what the peer sent over the control
 // connection; no device needed.
 TEST(RdmaVerbsTest, TransitionsCarryThePeersInfo) {

@@ -39,7 +39,7 @@ class VerbsMemory final : public RdmaMemory {
 class VerbsQp final : public RdmaQp {
  public:
   VerbsQp(rdma::QueuePair qp, rdma::CqPoller& poller, QpEndpoint local)
-      : qp_(std::move(qp)), poller_(poller), local_(local) {}
+      : qp_(std::move(qp)), poller_(poller), owner_(poller.NewOwner()), local_(local) {}
   ~VerbsQp() override;
   QpEndpoint local() const override { return local_; }
   Status Connect(const QpEndpoint& remote) override {
@@ -60,6 +60,7 @@ class VerbsQp final : public RdmaQp {
 
   rdma::QueuePair qp_;
   rdma::CqPoller& poller_;
+  const uint64_t owner_;  // tags this queue pair's requests in the poller
   const QpEndpoint local_;
   // Posted work whose completion has not been polled; shared with the
   // completion callbacks, which may outlive this object.
@@ -69,17 +70,23 @@ class VerbsQp final : public RdmaQp {
 // Destroying a queue pair with work outstanding would leave that work's
 // completion-queue entries reserved forever: move it to the error state
 // first, so the device flushes every outstanding request as a completion
-// (IBV_WC_WR_FLUSH_ERR, seen by the poller), and wait for them.
+// (IBV_WC_WR_FLUSH_ERR, seen by the poller), and wait for them. Whatever the
+// flush did not deliver in time (or a refused state change) the poller
+// forgets once the queue pair is gone.
 VerbsQp::~VerbsQp() {
   if (in_flight_->load(std::memory_order_acquire) == 0) return;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_ERR;
-  if (ibv_modify_qp(qp_.get(), &a, IBV_QP_STATE) != 0) return;
-  const auto until = std::chrono::steady_clock::now() + kFlushWait;
-  while (in_flight_->load(std::memory_order_acquire) > 0 &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::yield();
+  if (ibv_modify_qp(qp_.get(), &a, IBV_QP_STATE) == 0) {
+    const auto until = std::chrono::steady_clock::now() + kFlushWait;
+    while (in_flight_->load(std::memory_order_acquire) > 0 &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::yield();
+    }
   }
+  if (in_flight_->load(std::memory_order_acquire) == 0) return;
+  { rdma::QueuePair gone = std::move(qp_); }  // ibv_destroy_qp: no more DMA for it
+  poller_.Forget(owner_);
 }
 
 Status VerbsQp::Post(ibv_wr_opcode op, std::span<const LocalPiece> pieces, uint64_t addr,
@@ -116,7 +123,8 @@ Status VerbsQp::Post(ibv_wr_opcode op, std::span<const LocalPiece> pieces, uint6
       [done = std::move(done), n = in_flight_](const Status& s, uint32_t) {
         n->fetch_sub(1, std::memory_order_acq_rel);
         done(s);
-      });
+      },
+      owner_);
   if (!st.ok()) in_flight_->fetch_sub(1, std::memory_order_acq_rel);
   return st;
 }
