@@ -93,15 +93,24 @@ void AsioLoop::Stop() {
 }
 
 void AsioLoop::Run() {
-  // A handler that throws (allocation failure) must not take the process
-  // down through std::terminate: log it and keep serving.
+  // A handler that throws (allocation failure, or anything else) must not
+  // take the process down through std::terminate: log it and keep serving.
   for (;;) {
     try {
       io_.run();
       return;
     } catch (const std::exception& e) {
-      if (log_) log_->Log(LogLevel::kError, name_ + ": handler threw: " + e.what());
+      LogThrow(e.what());
+    } catch (...) {
+      LogThrow("a non-standard exception");
     }
+  }
+}
+
+void AsioLoop::LogThrow(const char* what) noexcept {
+  try {
+    if (log_) log_->Log(LogLevel::kError, name_ + ": handler threw: " + what);
+  } catch (...) {  // out of memory for the message: the loop goes on without it
   }
 }
 

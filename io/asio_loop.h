@@ -92,6 +92,7 @@ class AsioLoop {
 
  private:
   void Run();
+  void LogThrow(const char* what) noexcept;
 
   const std::string name_;
   std::shared_ptr<LogSink> log_;

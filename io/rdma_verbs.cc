@@ -224,6 +224,15 @@ Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done, u
   return Status::Ok();
 }
 
+// A callback that throws (allocation failure) must not end the poller thread
+// through std::terminate; its request's owner sees it at the deadline.
+void CqPoller::Deliver(Callback& cb, const Status& st, uint32_t bytes) noexcept {
+  try {
+    cb(st, bytes);
+  } catch (...) {
+  }
+}
+
 void CqPoller::Forget(uint64_t owner) {
   std::vector<Callback> ended;
   {
@@ -239,7 +248,7 @@ void CqPoller::Forget(uint64_t owner) {
   }
   free_slots_.fetch_add(static_cast<int>(ended.size()), std::memory_order_acq_rel);
   for (Callback& cb : ended) {
-    cb(Status::Cancelled("RDMA queue pair destroyed with the request outstanding"), 0);
+    Deliver(cb, Status::Cancelled("RDMA queue pair destroyed with the request outstanding"), 0);
   }
 }
 
@@ -272,10 +281,11 @@ void CqPoller::Run() {
         callbacks_.erase(it);
       }
       free_slots_.fetch_add(1, std::memory_order_acq_rel);
-      cb(wc[i].status == IBV_WC_SUCCESS
-             ? Status::Ok()
-             : Status::IOError(std::string("RDMA completion: ") + ibv_wc_status_str(wc[i].status)),
-         wc[i].byte_len);
+      Deliver(cb,
+              wc[i].status == IBV_WC_SUCCESS ? Status::Ok()
+                                             : Status::IOError(std::string("RDMA completion: ") +
+                                                               ibv_wc_status_str(wc[i].status)),
+              wc[i].byte_len);
     }
   }
 }

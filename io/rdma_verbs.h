@@ -167,6 +167,7 @@ class CqPoller {
     Callback done;
   };
   void Run();
+  static void Deliver(Callback& cb, const Status& st, uint32_t bytes) noexcept;
 
   PollFn poll_;
   std::atomic<int> free_slots_;

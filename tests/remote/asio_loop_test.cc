@@ -77,6 +77,11 @@ TEST(AsioLoopCall, AnswersWhenTheClosureThrowsAndAfterStop) {
   EXPECT_TRUE(loop.Call([&] { after = 1; }).ok());
   EXPECT_EQ(after, 1);
 
+  // A posted handler that throws something not derived from std::exception
+  // ends only itself, not the process.
+  ASSERT_TRUE(loop.Post([] { throw 42; }));
+  EXPECT_TRUE(loop.Call([&] { after = 1; }).ok());
+
   loop.Stop();
   Status refused;
   ASSERT_TRUE(testing::ReturnsWithin([&] { refused = loop.Call([&] { after = 2; }); },
