@@ -118,6 +118,40 @@ TEST_F(RedisFaultTest, KeysTheServerLostFreeTheirRoomWhenFoundMissing) {
   tier->Shutdown();
 }
 
+// The runtime forgets a block it removed whether or not the DEL worked, so
+// a failed DEL must not keep the block's room taken: else once such leaks
+// fill the capacity every write fails until a restart.
+TEST_F(RedisFaultTest, FailedRemovesFreeTheirRoom) {
+  StartServer();
+  options_.capacity_bytes = 4 * kBlock;
+  auto tier = Open();
+  ASSERT_TRUE(tier);
+  Batch b = MakeBatch(0, 4);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  server_->Kill();
+  std::vector<BlockKey> keys;
+  for (const WriteOp& op : b.ops) keys.push_back(op.key);
+  Completion removed = tier->Remove(kNs, keys);
+  ASSERT_NE(removed.WaitFor(std::chrono::seconds(3)).code(), StatusCode::kDeadlineExceeded);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(removed.result(i).code(), StatusCode::kUnavailable) << removed.result(i).ToString();
+  }
+  EXPECT_EQ(tier->Usage().blocks, 0u);
+  EXPECT_EQ(tier->Usage().used_bytes, 0u);
+
+  ASSERT_TRUE(server_->Restart().ok());
+  Batch next = MakeBatch(10, 4);
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  Status st;
+  do {
+    st = tier->Write(kNs, next.ops).Wait();  // Unavailable until the tier reconnects
+    if (st.code() == StatusCode::kUnavailable) std::this_thread::sleep_for(milliseconds(50));
+  } while (st.code() == StatusCode::kUnavailable && Clock::now() < deadline);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(tier->Usage().blocks, 4u);
+  tier->Shutdown();
+}
+
 TEST_F(RedisFaultTest, FrozenServerTimesOutWithinTheDeadline) {
   StartServer();
   options_.redis.op_timeout_ms = 300;

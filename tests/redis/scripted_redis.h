@@ -34,6 +34,7 @@ class ScriptedRedis {
     uint64_t flood_bytes = 0;  // then this many bytes of 'A'
     // > 0: the flood trickles, one byte at a time this far apart.
     std::chrono::milliseconds flood_gap{0};
+    bool close = false;  // then close the connection, as a server that goes away
   };
   // Called on a connection's thread for each command, argv[0] upper-cased.
   using Script = std::function<Answer(const std::vector<std::string>& argv)>;
@@ -198,6 +199,10 @@ class ScriptedRedis {
         bool closed = false;
         if (!SendAll(fd, a.bytes.data(), a.bytes.size(), &closed)) return;
         if (a.flood_bytes > 0) return RunFlood(fd, a.flood_bytes, a.flood_gap);
+        if (a.close) {
+          shutdown(fd, SHUT_RDWR);  // the destructor closes the descriptor
+          return;
+        }
       }
       pollfd p{fd, POLLIN, 0};
       if (poll(&p, 1, 20) <= 0) continue;

@@ -213,6 +213,7 @@ Status RedisConnection::Flush() {
     ssize_t n = sendmsg(ctx_->fd, &msg, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
+      closed_by_peer_ = errno == EPIPE || errno == ECONNRESET;
       st = (errno == EAGAIN || errno == EWOULDBLOCK)
                ? TimedOut("send to redis " + endpoint_.ToString())
                : FromErrno(errno, "send to redis " + endpoint_.ToString());

@@ -101,6 +101,17 @@ class RedisConnection {
   bool broken() const { return broken_; }
   // Marks the connection broken (its reply stream is out of step).
   void Abandon() { broken_ = true; }
+  // For a connection idle between jobs: true when it can carry the next one.
+  // False, leaving it broken, when it already is, when bytes nobody asked
+  // for are waiting, or when the server has closed or reset it meanwhile
+  // (its idle timeout, a restart, a proxy dropping idle connections). Looks
+  // at the socket without blocking.
+  bool Reusable();
+  // The connection broke because the server closed or reset it (EOF,
+  // ECONNRESET, EPIPE), not on a timeout or a malformed reply.
+  bool closed_by_peer() const { return closed_by_peer_; }
+  // Bytes received from the server since the connection opened.
+  uint64_t received_bytes() const { return received_bytes_; }
 
   // A synchronous command (setup and control only; REQUIRES: nothing queued
   // or unread): sends `argv` and reads its whole reply, which must arrive
@@ -157,6 +168,8 @@ class RedisConnection {
   redisContext* ctx_;
   uint32_t timeout_ms_;  // the socket's send and receive timeout
   bool broken_ = false;
+  bool closed_by_peer_ = false;
+  uint64_t received_bytes_ = 0;
   // While Call() reads a reply: every receive ends by this time.
   std::chrono::steady_clock::time_point reply_deadline_{};
   bool has_reply_deadline_ = false;

@@ -61,10 +61,30 @@ Status RedisConnection::Recv(void* out, size_t size, size_t* got) {
     const ssize_t n = recv(ctx_->fd, out, size, 0);
     if (n > 0) {
       *got = static_cast<size_t>(n);
+      received_bytes_ += *got;
       return Status::Ok();
     }
     if (n < 0 && errno == EINTR) continue;
+    closed_by_peer_ = n == 0 || errno == ECONNRESET || errno == EPIPE;
     return Fail(ReadError(n));
+  }
+}
+
+bool RedisConnection::Reusable() {
+  if (broken_) return false;
+  if (in_pos_ != in_end_) {
+    broken_ = true;  // unread bytes: the stream is out of step
+    return false;
+  }
+  for (;;) {
+    char byte = 0;
+    const ssize_t n = recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    // 0: the server closed it; > 0: a reply to nothing; else an error (reset).
+    closed_by_peer_ = n <= 0;
+    broken_ = true;
+    return false;
   }
 }
 
@@ -177,7 +197,7 @@ Result<RespHead> RedisConnection::ReadSimple() {
   if (!head.ok()) return head;
   // An array's items would be read as the replies of the commands after it.
   const bool array = head->kind == RespHead::Kind::kArray;
-  if (array || (head->kind == RespHead::Kind::kBulk && head->integer > kMaxSimpleReplyBytes)) {
+  if (array || (head->kind == RespHead::Kind::kBulk && head->integer > static_cast<int64_t>(kMaxSimpleReplyBytes))) {
     return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": " +
                                    (array ? "array reply of " : "bulk reply of ") +
                                    std::to_string(head->integer) + (array ? " items" : " bytes") +

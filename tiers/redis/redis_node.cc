@@ -23,9 +23,12 @@ uint64_t NowNs() {
 
 }  // namespace
 
-void FailRedisJob(RedisNode* node, RedisJob job, const Status& st) {
+void FailRedisJob(RedisNode* node, RedisJob job, const Status& st, bool unreachable) {
   std::vector<RedisOpResult> results(job.ops.size());
-  for (RedisOpResult& r : results) r.status = st;
+  for (RedisOpResult& r : results) {
+    r.status = st;
+    r.unreachable = unreachable;
+  }
   job.batch->Deliver(node, std::move(job.ops), std::move(results));
 }
 
@@ -82,8 +85,9 @@ void RedisNode::Loop(Worker* w) {
   w->conn.reset();
 }
 
-Status RedisNode::EnsureConnected(Worker* w) {
-  if (w->conn && !w->conn->broken()) return Status::Ok();
+Status RedisNode::EnsureConnected(Worker* w, bool* reused) {
+  *reused = w->conn && w->conn->Reusable();
+  if (*reused) return Status::Ok();
   w->conn.reset();
   const uint64_t now = NowNs();
   if (now < w->retry_at_ns) {
@@ -107,22 +111,41 @@ Status RedisNode::EnsureConnected(Worker* w) {
 }
 
 void RedisNode::Run(Worker* w, RedisJob job) {
-  Status st = EnsureConnected(w);
+  bool reused = false;
+  Status st = EnsureConnected(w, &reused);
+  // Unavailable: refused, timed out or in backoff (not a refused password).
   if (!st.ok()) {
-    FailRedisJob(this, std::move(job), st);
+    FailRedisJob(this, std::move(job), st, st.code() == StatusCode::kUnavailable);
     return;
   }
-  Execute(w, job);
+  std::vector<RedisOpResult> results(job.ops.size());
+  // The server may close an idle connection just as the job is sent (the
+  // check in EnsureConnected cannot see a close still in flight). Nothing
+  // was answered then, and every command is safe to send again: GET, EXISTS
+  // and DEL are idempotent, a SET writes the same bytes.
+  if (!Execute(w, job, results) && reused) {
+    st = EnsureConnected(w, &reused);
+    if (st.ok()) {
+      (void)Execute(w, job, results);
+    } else {
+      for (RedisOpResult& r : results) {
+        r = RedisOpResult{st};
+        r.unreachable = st.code() == StatusCode::kUnavailable;
+      }
+    }
+  }
+  job.batch->Deliver(this, std::move(job.ops), std::move(results));
 }
 
 // Pipelines the job chunk by chunk. Once the connection breaks, the ops not
 // yet answered fail with that error; the next job reconnects.
-void RedisNode::Execute(Worker* w, RedisJob& job) {
+bool RedisNode::Execute(Worker* w, RedisJob& job, std::vector<RedisOpResult>& results) {
   RedisConnection& conn = *w->conn;
   const NamespaceId ns = job.batch->ns();
-  std::vector<RedisOpResult> results(job.ops.size());
+  const uint64_t received_before = conn.received_bytes();
   size_t answered = 0;
   Status broken;
+  bool lost = false;  // broken by the transport, not by what the server said
   // The replies are the server's bytes: should reading them ever throw, the
   // op and the connection fail here rather than the exception ending the
   // process on this thread.
@@ -136,27 +159,35 @@ void RedisNode::Execute(Worker* w, RedisJob& job) {
         ++end;
       }
       broken = conn.Flush();
+      lost = !broken.ok();
       while (answered < end && broken.ok()) {
         results[answered] = ReadRedisOpReply(conn, job.ops[answered], ns, options_.cluster);
         if (conn.broken()) {
           const Status& st = results[answered].status;
-          broken = st.code() == StatusCode::kUnavailable
-                       ? st
-                       : Status::Unavailable("redis " + endpoint_.ToString() +
-                                             ": connection dropped after a malformed reply");
+          lost = st.code() == StatusCode::kUnavailable;
+          results[answered].unreachable = lost;
+          broken = lost ? st
+                        : Status::Unavailable("redis " + endpoint_.ToString() +
+                                              ": connection dropped after a malformed reply");
         }
         ++answered;
       }
     }
   } catch (const std::exception& e) {
     conn.Abandon();
+    lost = false;
     broken =
         Status::Internal("redis " + endpoint_.ToString() + ": reading replies failed: " + e.what());
   }
-  for (size_t i = answered; i < results.size(); ++i) results[i] = RedisOpResult{broken};
+  for (size_t i = answered; i < results.size(); ++i) {
+    results[i] = RedisOpResult{broken};
+    results[i].unreachable = lost;
+  }
+  const bool closed_unanswered =
+      conn.broken() && conn.closed_by_peer() && conn.received_bytes() == received_before;
   // Closed now, not on the next job: a server streaming junk stops being read.
   if (conn.broken()) w->conn.reset();
-  job.batch->Deliver(this, std::move(job.ops), std::move(results));
+  return !closed_unanswered;
 }
 
 }  // namespace kvtier::internal

@@ -6,7 +6,10 @@
 // A thread whose connection broke reconnects on its next job; after a failed
 // connect it waits (backoff doubling from 20 ms to 1 s) before trying again,
 // and jobs that arrive meanwhile fail at once with Unavailable, so a dead
-// server costs its keys a fast miss rather than a stall.
+// server costs its keys a fast miss rather than a stall. A connection the
+// server closed while idle is replaced before a job uses it, and a job whose
+// reused connection turns out closed before any reply arrived is run once
+// more on a new one (its commands are idempotent).
 //
 // Thread safety: Submit may be called from any thread, including I/O threads.
 #pragma once
@@ -77,8 +80,11 @@ class RedisNode {
 
   void Loop(Worker* w);
   void Run(Worker* w, RedisJob job);
-  Status EnsureConnected(Worker* w);
-  void Execute(Worker* w, RedisJob& job);
+  // *reused: the connection was open before this call.
+  Status EnsureConnected(Worker* w, bool* reused);
+  // Fills `results`. False when the server closed the connection before
+  // any reply byte arrived, so the job may be replayed.
+  bool Execute(Worker* w, RedisJob& job, std::vector<RedisOpResult>& results);
 
   const RedisEndpoint endpoint_;
   const RedisTierOptions options_;
@@ -87,7 +93,8 @@ class RedisNode {
   std::atomic<uint32_t> next_{0};
 };
 
-// Fails every op of `job` with `st` and delivers the results.
-void FailRedisJob(RedisNode* node, RedisJob job, const Status& st);
+// Fails every op of `job` with `st` and delivers the results, marked
+// `unreachable` when the server could not be reached.
+void FailRedisJob(RedisNode* node, RedisJob job, const Status& st, bool unreachable = false);
 
 }  // namespace kvtier::internal

@@ -39,6 +39,9 @@ struct RedisOpResult {
   bool redirected = false;  // MOVED or ASK: `target` should answer instead
   bool asking = false;      // the redirect was ASK
   RedisEndpoint target;
+  // The server could not be reached (connect failed, or the connection
+  // broke or timed out): in a cluster another node may own the key now.
+  bool unreachable = false;
 };
 
 // Appends `op` to `conn`'s pipeline. `ttl_s` > 0 adds an expiry to SETs.

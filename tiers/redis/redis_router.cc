@@ -1,7 +1,9 @@
 #include "tiers/redis/redis_router.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <set>
 
 namespace kvtier::internal {
 namespace {
@@ -84,6 +86,7 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
 }
 
 Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
+  seeds_ = seeds;
   Status first_failure;
   for (const RedisEndpoint& seed : seeds) {
     auto conn = RedisConnection::Open(seed, options_);
@@ -160,16 +163,37 @@ RedisNode* RedisRouter::Route(std::string_view key) {
   return slots_[RedisHashSlot(key)];
 }
 
-void RedisRouter::RefreshSlots() {
+void RedisRouter::RefreshSlots(const RedisNode* avoid) {
   if (!cluster_) return;
-  std::vector<RedisEndpoint> candidates;
+  std::vector<const RedisNode*> known;
   {
     std::lock_guard lock(nodes_mu_);
     const uint64_t now = NowNs();
     if (now - last_refresh_ns_ < kRefreshIntervalNs) return;
     last_refresh_ns_ = now;
-    for (auto& [name, node] : nodes_) candidates.push_back(node->endpoint());
+    for (auto& [name, node] : nodes_) known.push_back(node.get());
   }
+  std::vector<const RedisNode*> owners;
+  {
+    std::shared_lock lock(slots_mu_);
+    for (const RedisNode* node : slots_) {
+      if (node != nullptr && std::find(owners.begin(), owners.end(), node) == owners.end()) {
+        owners.push_back(node);
+      }
+    }
+  }
+  // Nodes live until Shutdown, so their endpoints can be read unlocked. Old
+  // masters, possibly dead, come after the current ones; the seeds last, as
+  // they may be all that is left once every master has changed.
+  std::vector<RedisEndpoint> candidates;
+  std::set<std::string> seen;
+  if (avoid != nullptr) seen.insert(avoid->endpoint().ToString());
+  auto add = [&](const RedisEndpoint& ep) {
+    if (seen.insert(ep.ToString()).second) candidates.push_back(ep);
+  };
+  for (const RedisNode* node : owners) add(node->endpoint());
+  for (const RedisNode* node : known) add(node->endpoint());
+  for (const RedisEndpoint& ep : seeds_) add(ep);
   for (const RedisEndpoint& ep : candidates) {
     auto conn = RedisConnection::Open(ep, options_);
     if (conn.ok() && LoadSlots(**conn).ok()) return;

@@ -2,8 +2,10 @@
 //  - one server: every key goes to it;
 //  - several independent servers: rendezvous hashing of the key name;
 //  - Redis Cluster: the slot map read with CLUSTER SLOTS from a seed, a node
-//    per master, refreshed when a MOVED reply shows it is stale. Only the
-//    slot map creates nodes; a redirect goes to one of them or is refused.
+//    per master, refreshed when a MOVED reply shows it is stale, when a
+//    master cannot be reached (a dead master sends no MOVED; a replica may
+//    have taken its slots), and when a slot has no master. Only the slot map
+//    creates nodes; a redirect goes to one of them or is refused.
 // Nodes live until Shutdown(), so the pointers handed out stay valid while
 // any batch is in flight. Thread-safe.
 #pragma once
@@ -43,8 +45,12 @@ class RedisRouter {
   // to other hosts, or send them the password.
   RedisNode* RedirectTarget(const RedisEndpoint& endpoint);
   bool cluster() const { return cluster_; }
-  // Re-reads the cluster slot map (at most every 100 ms). No-op without cluster.
-  void RefreshSlots();
+  // Re-reads the cluster slot map (at most every 100 ms) from the first node
+  // that answers: the masters of the current map, then those of earlier
+  // maps, then the configured servers; never `avoid` (a node that just
+  // failed), and at most one connect attempt each. No-op without cluster.
+  // Blocks the caller while it connects.
+  void RefreshSlots(const RedisNode* avoid = nullptr);
   // Largest value the servers accept (proto-max-bulk-len; 512 MiB default).
   uint64_t max_value_bytes() const { return max_value_bytes_; }
   // Stops every node's threads. REQUIRES: no batch in flight.
@@ -71,6 +77,7 @@ class RedisRouter {
   std::map<std::string, std::unique_ptr<RedisNode>> nodes_;  // guarded by nodes_mu_
   uint64_t last_refresh_ns_ = 0;                             // guarded by nodes_mu_
   std::string seed_host_;                                    // for masters without a host
+  std::vector<RedisEndpoint> seeds_;  // cluster: the configured servers; fixed after open
 
   std::vector<RedisNode*> servers_;  // non-cluster, in `servers` order; fixed after open
   std::vector<uint64_t> server_ids_;

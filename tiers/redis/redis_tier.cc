@@ -127,9 +127,18 @@ class RedisTier final : public Tier {
 };
 
 void Batch::Dispatch(std::vector<RedisOp> ops) {
+  RedisRouter& router = tier_->router();
   std::map<RedisNode*, std::vector<RedisOp>> groups;
+  bool refreshed = false;
   for (RedisOp& op : ops) {
-    RedisNode* node = tier_->router().Route(op.key);
+    RedisNode* node = router.Route(op.key);
+    if (node == nullptr && !refreshed) {
+      // A slot without a master: the map was read while the cluster was
+      // changing. Read it again, once per batch.
+      router.RefreshSlots();
+      refreshed = true;
+      node = router.Route(op.key);
+    }
     if (node == nullptr) {
       tier_->Settle(
           *this, op,
@@ -156,13 +165,19 @@ void Batch::SubmitGroup(RedisNode* node, std::vector<RedisOp> ops) {
 }
 
 void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<RedisOpResult> results) {
+  RedisRouter& router = tier_->router();
   std::map<RedisNode*, std::vector<RedisOp>> redirected;
+  std::vector<size_t> lost;  // ops whose node could not be reached
   bool moved = false;
   for (size_t i = 0; i < ops.size(); ++i) {
     RedisOpResult& r = results[i];
+    if (r.unreachable && router.cluster() && ops[i].redirects < kMaxRedirects) {
+      lost.push_back(i);
+      continue;
+    }
     if (r.redirected && ops[i].redirects < kMaxRedirects) {
       moved |= !r.asking;
-      if (RedisNode* target = tier_->router().RedirectTarget(r.target)) {
+      if (RedisNode* target = router.RedirectTarget(r.target)) {
         ops[i].asking = r.asking;
         ++ops[i].redirects;
         redirected[target].push_back(std::move(ops[i]));
@@ -174,8 +189,25 @@ void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<Redis
     }
     tier_->Settle(*this, ops[i], std::move(r));
   }
-  // A MOVED means the slot map is stale; ASK is a one-off during migration.
-  if (moved) tier_->router().RefreshSlots();
+  if (!lost.empty()) {
+    // A dead master sends no MOVED: ask the other nodes who owns its slots
+    // now (a replica may have taken over), and send each op where its slot
+    // went. Each such move counts as a redirect, which bounds them.
+    router.RefreshSlots(node);
+    for (size_t i : lost) {
+      RedisNode* owner = router.Route(ops[i].key);
+      if (owner == nullptr || owner == node) {
+        tier_->Settle(*this, ops[i], std::move(results[i]));
+        continue;
+      }
+      ops[i].asking = false;
+      ++ops[i].redirects;
+      redirected[owner].push_back(std::move(ops[i]));
+    }
+  } else if (moved) {
+    // A MOVED means the slot map is stale; ASK is a one-off during migration.
+    router.RefreshSlots();
+  }
   for (auto& [target, group] : redirected) SubmitGroup(target, std::move(group));
   Release();
 }
@@ -186,12 +218,16 @@ void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
     case RedisOp::Kind::kSet:
       WriteEnded(k, result.status.ok(), batch.fresh()[op.index]);
       break;
-    case RedisOp::Kind::kDel:
-      if (result.status.ok()) {
-        std::lock_guard lock(usage_mu_);
-        Unaccount(k);
-      }
+    case RedisOp::Kind::kDel: {
+      // Whatever the DEL's outcome, the caller has forgotten the block (the
+      // runtime ignores a failed Remove), so nothing would ever free its
+      // room: a failed DEL leaves at most a key this tier no longer counts,
+      // like any other key it cannot see, which its TTL or the server's
+      // eviction removes.
+      std::lock_guard lock(usage_mu_);
+      Unaccount(k);
       break;
+    }
     case RedisOp::Kind::kGet:
     case RedisOp::Kind::kExists:
       // The runtime forgets a key found missing and never removes it.
