@@ -197,7 +197,9 @@ Result<RespHead> RedisConnection::ReadSimple() {
   if (!head.ok()) return head;
   // An array's items would be read as the replies of the commands after it.
   const bool array = head->kind == RespHead::Kind::kArray;
-  if (array || (head->kind == RespHead::Kind::kBulk && head->integer > static_cast<int64_t>(kMaxSimpleReplyBytes))) {
+  const bool long_bulk = head->kind == RespHead::Kind::kBulk &&
+                         head->integer > static_cast<int64_t>(kMaxSimpleReplyBytes);
+  if (array || long_bulk) {
     return Fail(Status::Corruption("redis " + endpoint_.ToString() + ": " +
                                    (array ? "array reply of " : "bulk reply of ") +
                                    std::to_string(head->integer) + (array ? " items" : " bytes") +
