@@ -2,11 +2,11 @@
 // SIGKILL at a random moment, 24 times. After each kill the tier is reopened:
 // every block the index returns must verify byte for byte, and every block
 // the child reported as committed must be there.
+#include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <random>
@@ -51,11 +51,19 @@ std::string Drain(int fd) {
   return all;
 }
 
-// Reads the child's stdout up to and including the first line; that line.
+// Reads the child's stdout up to and including the next line; that line
+// ("" at EOF, or when none arrives within 60 s: a hung child fails the test
+// instead of hanging it).
 std::string ReadLine(int fd, std::string* all) {
   std::string line;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   char ch;
-  while (read(fd, &ch, 1) == 1) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+    if (read(fd, &ch, 1) != 1) return line;
     all->push_back(ch);
     if (ch == '\n') break;
     line.push_back(ch);
@@ -84,10 +92,17 @@ TEST(NvmeCrash, SigkillAtRandomPointsLosesOnlyUncommittedBlocks) {
     Child child = Spawn(dir.path(), round);
     ASSERT_GT(child.pid, 0);
     // Odd rounds kill while the child may still be opening (recovering) the
-    // store; even rounds wait until it writes.
+    // store; even rounds wait until it writes, and every fourth round until
+    // it has committed, so that however slow the disk, 6 kills land after
+    // a commit.
     std::string printed;
     if (round % 2 == 0) ASSERT_EQ(ReadLine(child.out, &printed), "ready") << "round " << round;
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));  // a random kill point
+    if (round % 4 == 0) {
+      ASSERT_EQ(ReadLine(child.out, &printed).rfind("committed ", 0), 0u) << "round " << round;
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng) / 12));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));  // a random kill point
+    }
     kill(child.pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
@@ -121,11 +136,12 @@ TEST(NvmeCrash, SigkillAtRandomPointsLosesOnlyUncommittedBlocks) {
     total_found += found.size();
     rounds_with_writes += committed > 0;
   }
-  std::printf("crash test: 24 rounds, %llu with committed writes, %llu blocks committed, %llu "
-              "found after the kills\n",
-              static_cast<unsigned long long>(rounds_with_writes),
-              static_cast<unsigned long long>(total_committed),
-              static_cast<unsigned long long>(total_found));
+  std::printf(
+      "crash test: 24 rounds, %llu with committed writes, %llu blocks committed, %llu "
+      "found after the kills\n",
+      static_cast<unsigned long long>(rounds_with_writes),
+      static_cast<unsigned long long>(total_committed),
+      static_cast<unsigned long long>(total_found));
   EXPECT_GE(rounds_with_writes, 6u) << "too few kills landed while writing";
 }
 
