@@ -178,9 +178,8 @@ TEST(AdminEndpoint, AFullBacklogNeitherHangsOpenNorFetch) {
 
   // Shared, so that a call left behind by a failure has somewhere to write.
   auto second = std::make_shared<Result<Scenario>>(Status::Ok());
-  ASSERT_TRUE(
-      ReturnsWithin([second, path] { *second = OpenScenario(path); }, std::chrono::seconds(5)))
-      << "Runtime::Open hung on the stuck socket";
+  ASSERT_TRUE(ReturnsWithin([second, path] { *second = OpenScenario(path); },
+                            std::chrono::seconds(5), "Runtime::Open on the stuck socket"));
   ASSERT_FALSE(second->ok());
   EXPECT_EQ(second->status().ToString(),
             "unavailable: admin socket " + path + " is in use by another process");

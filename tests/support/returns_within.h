@@ -4,6 +4,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <memory>
@@ -11,18 +13,25 @@
 
 namespace kvtier::testing {
 
-// Runs `fn` on its own thread; false when it has not returned within `limit`.
-// The thread is then left behind, blocked, and must not be joined: `fn`
-// should capture only what outlives the test binary's run or accept that a
-// failed test leaves it dangling.
-inline bool ReturnsWithin(std::function<void()> fn, std::chrono::milliseconds limit) {
+// Runs `fn` on its own thread; true once it returns within `limit`. If it
+// has not, the test has failed and the process ends at once with a message:
+// `fn` usually captures the test's locals by reference, and going on (or
+// unwinding the test) while the stuck call may still write to them would
+// turn a clean failure into a use after scope. ctest runs each test in its
+// own process, so only this test is lost.
+inline bool ReturnsWithin(std::function<void()> fn, std::chrono::milliseconds limit,
+                          const char* what = "a call that must return") {
   auto done = std::make_shared<std::promise<void>>();
   auto returned = done->get_future();
   std::thread([fn = std::move(fn), done] {
     fn();
     done->set_value();
   }).detach();
-  return returned.wait_for(limit) == std::future_status::ready;
+  if (returned.wait_for(limit) == std::future_status::ready) return true;
+  std::fprintf(stderr, "FAILED: %s did not return within %lld ms; ending the test\n", what,
+               static_cast<long long>(limit.count()));
+  std::fflush(stderr);
+  std::_Exit(1);
 }
 
 }  // namespace kvtier::testing
