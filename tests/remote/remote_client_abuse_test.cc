@@ -1,9 +1,10 @@
 // The remote client (transport: tcp) against a scripted server that holds
 // the shared secret but breaks the protocol: a reply that comes before the
-// request it answers was written out, and a request that is never answered
-// while the 32-bit request ids wrap. The client must close the connection
-// and fail the request with a clear status, never touch a buffer after
-// handing it back, and keep every deadline.
+// request it answers was written out, a failure reply whose status code is
+// OK, and a request that is never answered while the 32-bit request ids
+// wrap. The client must close the connection and fail the request with a
+// clear status, never touch a buffer after handing it back, and keep every
+// deadline.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -135,6 +136,59 @@ TEST(RemoteClientAbuseTest, AnImpossibleSlotSizeInWelcomeIsRefused) {
   EXPECT_NE(exists.status(0).message().find("server announced a slot of 1099511627776 bytes"),
             std::string::npos)
       << exists.status(0).ToString();
+  client->Shutdown();
+}
+
+// A found block comes as GET_DATA; GET_STATUS carries why one was not.
+// GET_STATUS with the code OK is a protocol violation: the GET fails with
+// IOError, never reports a hit of 0 bytes. Before, it succeeded empty.
+TEST(RemoteClientAbuseTest, GetStatusWithCodeOkIsABadReply) {
+  ScriptedMemd server([&](ScriptedConn& c) {
+    if (!c.Welcome(kSecret, 1 << 20)) return;
+    auto get = c.ReadFrame();
+    ASSERT_TRUE(get.has_value());
+    ASSERT_EQ(get->first.opcode, Opcode::kGet);
+    const std::vector<std::byte> ok{std::byte{0}};
+    c.Send(memd::Frame(Opcode::kGetStatus, get->first.request_id, ok, 0));
+    c.Drain(1);  // until the client hangs up
+  });
+  auto client = Connect(server, 2000);
+  ASSERT_NE(client, nullptr);
+  std::vector<std::byte> dst(4096);
+  ItemResults get(1);
+  client->Get(0, kNs, {dst}, {BlockKey{6, 6}}, get.Done());
+  ASSERT_TRUE(get.WaitFor(std::chrono::seconds(5)));
+  EXPECT_EQ(get.status(0).code(), StatusCode::kIOError) << get.status(0).ToString();
+  EXPECT_NE(get.status(0).message().find("bad reply: GET_STATUS with status code ok"),
+            std::string::npos)
+      << get.status(0).ToString();
+  client->Shutdown();
+}
+
+// An ERROR frame closes the connection and fails everything pending with
+// its code; with the code OK it would mark every pending PUT as landed and
+// every EXISTS as present. It is a protocol violation instead: IOError.
+TEST(RemoteClientAbuseTest, ErrorFrameWithCodeOkFailsWhatIsPending) {
+  ScriptedMemd server([&](ScriptedConn& c) {
+    if (!c.Welcome(kSecret, 1 << 20)) return;
+    auto exists = c.ReadFrame();
+    ASSERT_TRUE(exists.has_value());
+    ASSERT_EQ(exists->first.opcode, Opcode::kExists);
+    const memd::ErrorReply e{StatusCode::kOk, "all is well"};
+    c.Send(memd::Frame(Opcode::kError, 0, memd::EncodeBody(e)));
+    c.Drain(1);  // until the client hangs up
+  });
+  auto client = Connect(server, 2000);
+  ASSERT_NE(client, nullptr);
+  ItemResults exists(2);
+  client->Exists(0, kNs, {BlockKey{7, 7}, BlockKey{8, 8}}, exists.Done());
+  ASSERT_TRUE(exists.WaitFor(std::chrono::seconds(5)));
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(exists.status(i).code(), StatusCode::kIOError) << exists.status(i).ToString();
+    EXPECT_NE(exists.status(i).message().find("bad reply: ERROR frame with status code ok"),
+              std::string::npos)
+        << exists.status(i).ToString();
+  }
   client->Shutdown();
 }
 

@@ -69,9 +69,22 @@ uint32_t RdmaLinkPath::ArenaKey(const std::byte* p, size_t n) const {
   return arena_->lkey();
 }
 
-Status RdmaLinkPath::Stage(Batch& b, size_t bytes) {
-  KVTIER_ASSIGN_OR_RETURN(b.staging, staging_->Acquire(bytes));
-  return Status::Ok();
+bool RdmaLinkPath::Stage(Batch& b, size_t bytes) {
+  auto lease = staging_->Acquire(bytes);
+  if (lease.ok()) {
+    b.staging = std::move(lease).value();
+    return true;
+  }
+  // A local shortage (no memory, or the device refused to register it)
+  // fails this batch's transfers; the server did nothing wrong.
+  const Status why =
+      Status::ResourceExhausted("no registered staging memory for " + std::to_string(bytes) +
+                                " bytes: " + lease.status().ToString());
+  for (Status& item : b.items) {
+    if (item.ok()) item = why;
+  }
+  Finish(b);
+  return false;
 }
 
 void RdmaLinkPath::Finish(Batch& b) {
@@ -105,7 +118,7 @@ Status RdmaLinkPath::WriteGranted(const GrantList& grants, std::span<const Heade
     staged += kBlockHeaderBytes;
     if (ArenaKey(payloads[i].data(), payloads[i].size()) == 0) staged += payloads[i].size();
   }
-  KVTIER_RETURN_IF_ERROR(Stage(*b, staged));
+  if (!Stage(*b, staged)) return Status::Ok();
   std::byte* at = b->staging.bytes().data();
   for (size_t i = 0; i < n; ++i) {
     if (grants.items[i].code != StatusCode::kOk) continue;
@@ -159,7 +172,7 @@ Status RdmaLinkPath::ReadLeased(const LeaseReply& lease, std::span<const std::sp
     const uint64_t payload = l.bytes - kBlockHeaderBytes;
     staged += kBlockHeaderBytes + (ArenaKey(dsts[i].data(), payload) == 0 ? payload : 0);
   }
-  KVTIER_RETURN_IF_ERROR(Stage(*b, staged));
+  if (!Stage(*b, staged)) return Status::Ok();
   std::byte* at = b->staging.bytes().data();
   for (size_t i = 0; i < n; ++i) {
     if (!b->items[i].ok()) continue;

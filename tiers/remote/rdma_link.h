@@ -89,14 +89,17 @@ class RdmaLinkPath {
   void UseArena(std::shared_ptr<RdmaMemory> arena);
 
   // REQUIRES: grants, headers and payloads have one entry per item. An item
-  // whose grant code is not Ok reports that code. InvalidArgument (the
-  // server is not trusted) when a grant fails CheckGrant; nothing is posted
-  // then and `done` is not called.
+  // whose grant code is not Ok reports that code; a granted item reports
+  // ResourceExhausted when no staging memory could be had for the batch
+  // (nothing is posted then, and `done` runs before this returns).
+  // InvalidArgument (the server is not trusted) when a grant fails
+  // CheckGrant; nothing is posted then and `done` is not called.
   Status WriteGranted(const GrantList& grants, std::span<const HeaderBytes> headers,
                       std::span<const std::span<const std::byte>> payloads, ItemsDone done);
   // Reads each leased block: its header into headers[i], its payload into
   // dsts[i]. NotFound for a missed item; InvalidArgument for an item whose
-  // block is larger than its destination; an error status like
+  // block is larger than its destination; ResourceExhausted, like
+  // WriteGranted, without staging memory; an error status like
   // WriteGranted's when a lease fails CheckLease. Staged bytes are copied
   // into headers and dsts only while `outputs` is alive: once its owner
   // lets go (the request finished), a late completion touches neither.
@@ -121,7 +124,9 @@ class RdmaLinkPath {
         staging_(std::move(staging)) {}
   // The lkey of [p, p + n) when it lies in the registered arena, else 0.
   uint32_t ArenaKey(const std::byte* p, size_t n) const;
-  Status Stage(Batch& b, size_t bytes);
+  // Lends `b` staging memory; when there is none, fails its items still OK
+  // with ResourceExhausted, finishes it and returns false.
+  bool Stage(Batch& b, size_t bytes);
   // Ends a batch: its staging memory goes back to the pool, then `done` runs.
   static void Finish(Batch& b);
   void Launch(const std::shared_ptr<Batch>& b);

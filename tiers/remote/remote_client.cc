@@ -37,28 +37,49 @@ void ClientImpl::TEST_StartRequestIdsAt(uint32_t id) {
   if (!set.ok()) log_->Log(LogLevel::kWarning, "remote tier: " + set.ToString());
 }
 
-// Runs on the loop thread, so channel state needs no lock.
+std::shared_ptr<Link> ClientImpl::Open(ServerState& s, Channel& ch) {
+  ch.link = std::make_shared<Link>(*this, s, ch);
+  // Connect may fail at once and drop the channel's reference.
+  auto link = ch.link;
+  link->Connect();
+  return link;
+}
+
+// Runs on the loop thread, so channel state needs no lock. Channels take
+// requests in turn, but a request goes to a ready connection when its turn's
+// channel has none (lost and backing off, or still connecting): a server
+// that takes fewer connections than configured, or one lost connection,
+// fails nothing while another connection to the server works. Only when no
+// channel can be used at all do the request's items fail.
 void ClientImpl::RouteOnLoop(size_t server, const RequestPtr& r) {
   if (stopped_.load(std::memory_order_relaxed)) {
     return r->FailAll(Status::Unavailable("remote tier is shut down"));
   }
   ServerState& s = *servers_[server];
-  Channel& ch = s.channels[s.next++ % s.channels.size()];
-  if (!ch.link) {
-    const auto now = SteadyClock::now();
-    if (now < ch.next_attempt) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(ch.next_attempt - now);
-      return r->FailAll(Status::Unavailable("remote server " + s.endpoint +
-                                            " is unreachable; next attempt in " +
-                                            std::to_string(ms.count()) + " ms"));
-    }
-    ch.link = std::make_shared<Link>(*this, s, ch);
-    // Connect may fail at once and drop the channel's reference.
-    auto link = ch.link;
-    link->Connect();
-    return link->Submit(r);
+  const size_t n = s.channels.size();
+  const size_t first = s.next++ % n;
+  const auto now = SteadyClock::now();
+  // The turn's channel reconnects once its backoff has passed, even when
+  // this request goes elsewhere.
+  if (Channel& ch = s.channels[first]; !ch.link && now >= ch.next_attempt) Open(s, ch);
+  std::shared_ptr<Link> connecting;
+  for (size_t k = 0; k < n; ++k) {
+    const std::shared_ptr<Link>& link = s.channels[(first + k) % n].link;
+    if (!link) continue;
+    if (link->ready()) return link->Submit(r);
+    if (!connecting) connecting = link;
   }
-  ch.link->Submit(r);
+  if (connecting) return connecting->Submit(r);
+  auto soonest = SteadyClock::time_point::max();
+  for (size_t k = 0; k < n; ++k) {
+    Channel& ch = s.channels[(first + k) % n];
+    if (now >= ch.next_attempt) return Open(s, ch)->Submit(r);
+    soonest = std::min(soonest, ch.next_attempt);
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(soonest - now);
+  r->FailAll(Status::Unavailable("remote server " + s.endpoint +
+                                 " is unreachable; next attempt in " + std::to_string(ms.count()) +
+                                 " ms"));
 }
 
 void ClientImpl::Route(size_t server, RequestPtr r) {

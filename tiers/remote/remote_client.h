@@ -1,10 +1,11 @@
 // RemoteClient: the remote tier's connections to its kvtier-memd servers.
 // One AsioLoop thread drives every connection. Per server it keeps
 // `connections` TCP connections, each authenticated by the HMAC handshake and
-// carrying many requests in flight; a lost connection is re-opened on the
-// next request once its backoff has passed (doubling from
-// reconnect_backoff_ms up to reconnect_backoff_max_ms), and until then that
-// server's requests fail at once with Unavailable. Every request has a
+// carrying many requests in flight; a lost connection is re-opened on a
+// later request once its backoff has passed (doubling from
+// reconnect_backoff_ms up to reconnect_backoff_max_ms). Requests go to the
+// server's ready connections first, so they fail at once with Unavailable
+// only while none of its connections can be used. Every request has a
 // deadline (op_timeout_ms); a connection whose oldest request passes it is
 // closed and everything on it fails with DeadlineExceeded, so no caller waits
 // longer than the deadline plus one timer tick.

@@ -63,6 +63,9 @@ struct Request {
   // (RdmaLinkPath::ReadLeased); let go of when an item finishes, after which
   // a completion copies nothing into them.
   std::shared_ptr<const void> outputs;
+  // transport: rdma PUT: items it counts against the link's begun-put
+  // budget from its PUT_BEGIN until its STATUS_REPLY.
+  size_t begun = 0;
 
   // Whether a reply of kind `a` is expected now.
   bool Awaits(Await a) const { return await == a && unsent == 0; }
@@ -122,6 +125,8 @@ class Link : public std::enable_shared_from_this<Link> {
   void Submit(RequestPtr r);
   void Abort(const Status& s);
   bool dead() const { return dead_; }
+  // Handshake done (RDMA set up too): a request submitted now goes out at once.
+  bool ready() const { return ready_ && !dead_; }
   // The client registered `arena` after this link's RDMA path was made.
   void UseArena(std::shared_ptr<RdmaMemory> arena) {
     if (rdma_) rdma_->UseArena(std::move(arena));
@@ -132,12 +137,17 @@ class Link : public std::enable_shared_from_this<Link> {
   void StartRdma(uint64_t instance);
   void Ready(uint64_t instance);
   bool OnRdmaReply(const FrameHeader& h, Request& r);
-  void Granted(uint32_t id, std::vector<Status> items);
+  void Granted(uint32_t id, const std::vector<bool>& granted, std::vector<Status> items);
   void Leased(uint32_t id, uint64_t lease, std::vector<Status> items, std::vector<uint64_t> bytes);
   void Control(Opcode op, Request* owner, uint32_t id, std::vector<std::byte> body);
   void ReadControl(std::function<void(const FrameHeader&)> then);
   void OnWelcome(const FrameHeader& h);
   void Enqueue(Request& r);
+  // Enqueues `r`, or holds an RDMA PUT back while the link's begun items
+  // would pass kMaxBegunPutItems.
+  void Start(Request& r);
+  // Enqueues the held PUTs that fit now, in order.
+  void StartHeld();
   void Pump();
   void ReadHeader();
   void OnHeader();
@@ -168,7 +178,13 @@ class Link : public std::enable_shared_from_this<Link> {
   // Every pending request by deadline, then id: ids wrap, so the smallest
   // id is not the oldest request.
   std::set<std::pair<SteadyClock::time_point, uint32_t>> deadlines_;
-  std::vector<uint32_t> waiting_;           // submitted while connecting
+  std::vector<uint32_t> waiting_;  // submitted while connecting
+  // transport: rdma. The server holds a slot reservation for every item of
+  // a PUT_BEGIN until its PUT_COMMIT and cuts off a connection that holds
+  // more than kMaxBegunPutItems: PUTs past that wait here, their deadlines
+  // running, until STATUS_REPLYs make room.
+  std::deque<uint32_t> held_puts_;
+  size_t begun_items_ = 0;
   std::deque<OutFrame> queue_;
   std::vector<OutFrame> writing_;
   std::vector<size_t> writing_ends_;  // where each frame of writing_ ends
@@ -224,6 +240,8 @@ class ClientImpl final : public RemoteClient {
   void Keys(Opcode op, size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done);
   void Route(size_t server, RequestPtr r);
   void RouteOnLoop(size_t server, const RequestPtr& r);  // on the loop thread
+  // Starts connecting `ch` (no link, backoff passed); returns its link.
+  std::shared_ptr<Link> Open(ServerState& s, Channel& ch);
 };
 
 }  // namespace kvtier::internal::memd

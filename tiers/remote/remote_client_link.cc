@@ -98,7 +98,7 @@ void Link::Ready(uint64_t instance) {
   c_.OnReady(s_, ch_, this, instance);
   if (dead_) return;
   for (uint32_t id : waiting_) {
-    if (auto it = pending_.find(id); it != pending_.end()) Enqueue(*it->second);
+    if (auto it = pending_.find(id); it != pending_.end()) Start(*it->second);
   }
   waiting_.clear();
   Pump();
@@ -162,6 +162,8 @@ void Link::Abort(const Status& s) {
   pending.swap(pending_);
   deadlines_.clear();
   waiting_.clear();
+  held_puts_.clear();
+  begun_items_ = 0;
   auto self = shared_from_this();  // the channel may drop its reference below
   c_.OnDead(s_, ch_, this, was_ready, s);
   for (auto& [id, r] : pending) r->FailAll(s);

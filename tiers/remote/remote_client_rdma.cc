@@ -54,11 +54,14 @@ bool Link::OnRdmaReply(const FrameHeader& h, Request& r) {
     r.await = Await::kNothing;
     auto g = DecodeGrantList(body_);
     if (!g.ok()) return Bad(std::string(g.status().message())), true;
-    Status st = rdma_->WriteGranted(*g, r.headers, r.srcs,
-                                    [this, weak, id](std::vector<Status> items, auto) {
-                                      auto self = weak.lock();
-                                      if (self && !dead_) Granted(id, std::move(items));
-                                    });
+    std::vector<bool> granted;
+    for (const RemoteSlot& slot : g->items) granted.push_back(slot.code == StatusCode::kOk);
+    Status st = rdma_->WriteGranted(
+        *g, r.headers, r.srcs,
+        [this, weak, id, granted = std::move(granted)](std::vector<Status> items, auto) {
+          auto self = weak.lock();
+          if (self && !dead_) Granted(id, granted, std::move(items));
+        });
     if (!st.ok()) Bad(std::string(st.message()));
     return true;
   }
@@ -82,7 +85,7 @@ bool Link::OnRdmaReply(const FrameHeader& h, Request& r) {
 }
 
 // Every granted block is in place (or failed): commit the request.
-void Link::Granted(uint32_t id, std::vector<Status> items) {
+void Link::Granted(uint32_t id, const std::vector<bool>& granted, std::vector<Status> items) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   // A failed completion leaves the queue pair in the error state.
@@ -92,6 +95,13 @@ void Link::Granted(uint32_t id, std::vector<Status> items) {
     }
   }
   Request& r = *it->second;
+  // A granted block whose bytes did not go for a local reason (no staging
+  // memory) fails with that reason now; its slot still goes back with the
+  // commit, whose answer for it is then ignored. The request stays pending
+  // until that answer: the server holds its reservations until then.
+  for (size_t i = 0; i < items.size() && i < granted.size(); ++i) {
+    if (granted[i] && !items[i].ok()) r.Finish(i, items[i].WithContext(Prefix() + "PUT"), 0);
+  }
   r.await = Await::kFinalReply;
   Control(Opcode::kPutCommit, &r, id, {});
 }

@@ -23,7 +23,7 @@ void Link::Submit(RequestPtr r) {
   deadlines_.emplace(r->deadline, r->id);
   pending_.emplace(r->id, std::move(r));
   if (ready_) {
-    Enqueue(req);
+    Start(req);
     Pump();
   } else {
     waiting_.push_back(req.id);
@@ -38,6 +38,37 @@ void Link::Push(OutFrame f, Request* owner) {
     if (f.owner) ++owner->unsent;
   }
   queue_.push_back(std::move(f));
+}
+
+void Link::Start(Request& r) {
+  if (rdma_ && r.op == Opcode::kPutBegin) {
+    // A request alone is never held: one larger than the budget is the
+    // server's to refuse.
+    const size_t n = r.keys.size();
+    if (!held_puts_.empty() || (begun_items_ != 0 && begun_items_ + n > kMaxBegunPutItems)) {
+      held_puts_.push_back(r.id);
+      return;
+    }
+    begun_items_ += n;
+    r.begun = n;
+  }
+  Enqueue(r);
+}
+
+void Link::StartHeld() {
+  while (!held_puts_.empty()) {
+    auto it = pending_.find(held_puts_.front());
+    if (it != pending_.end()) {
+      Request& r = *it->second;
+      const size_t n = r.keys.size();
+      if (begun_items_ != 0 && begun_items_ + n > kMaxBegunPutItems) break;
+      begun_items_ += n;
+      r.begun = n;
+      Enqueue(r);
+    }
+    held_puts_.pop_front();
+  }
+  Pump();
 }
 
 void Link::Enqueue(Request& r) {
@@ -205,6 +236,9 @@ void Link::OnControl(const FrameHeader& h) {
   if (h.opcode == Opcode::kError) {
     auto e = DecodeError(body_);
     if (!e.ok()) return Bad(std::string(e.status().message()));
+    // An OK status would finish every pending item as done: PUTs as landed,
+    // EXISTS as present.
+    if (e->code == StatusCode::kOk) return Bad("ERROR frame with status code ok: " + e->text);
     return Abort(Status(e->code, Prefix() + e->text));
   }
   if (!ready_) return Bad("unexpected frame during the handshake");
@@ -214,6 +248,8 @@ void Link::OnControl(const FrameHeader& h) {
     Request* r = Find(h.request_id, Opcode::kGet, h.item);
     if (r == nullptr || body_.size() != 1) return Bad("GET_STATUS for no pending item");
     const StatusCode code = DecodeCode(static_cast<uint8_t>(body_[0]));
+    // A found block comes as GET_DATA; an OK here would be a hit of 0 bytes.
+    if (code == StatusCode::kOk) return Bad("GET_STATUS with status code ok");
     r->Finish(h.item,
               code == StatusCode::kNotFound ? Status::NotFound("not on " + s_.endpoint)
                                             : Status(code, Prefix() + "GET failed"),
@@ -272,8 +308,14 @@ void Link::Control(Opcode op, Request* owner, uint32_t id, std::vector<std::byte
 
 void Link::Done(Request& r) {
   if (r.remaining != 0) return;
+  // A PUT is done at its STATUS_REPLY: the server has dropped its
+  // reservations.
+  const size_t begun = r.begun;
   deadlines_.erase({r.deadline, r.id});
-  pending_.erase(r.id);  // last: may destroy r
+  pending_.erase(r.id);  // may destroy r
+  if (begun == 0) return;
+  begun_items_ -= begun;
+  StartHeld();
 }
 
 }  // namespace kvtier::internal::memd

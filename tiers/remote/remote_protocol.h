@@ -50,6 +50,11 @@ inline constexpr uint32_t kMaxBatchItems = 4096;
 // items is 8 + 4 + 4096 * 24 bytes).
 inline constexpr uint32_t kMaxControlBodyBytes = 128 * 1024;
 inline constexpr uint32_t kMaxErrorTextBytes = 1024;
+// PUT_BEGIN items one connection may have begun and not yet seen answered
+// by STATUS_REPLY (TCP and RDMA together): four full batches. The server
+// closes a connection that begins more; the client holds further puts back
+// until committed ones make room.
+inline constexpr size_t kMaxBegunPutItems = 4 * kMaxBatchItems;
 // Namespaces one STATS_REPLY lists: as many as fit kMaxControlBodyBytes (36
 // bytes of totals, then 24 a namespace). A pool holding more lists only the
 // largest by bytes; its totals still count every block, and the format has

@@ -78,6 +78,10 @@ class RemoteTier final : public Tier {
     uint64_t bytes;
     uint32_t writing = 0;  // writes in flight: a miss or restart seen now predates them
     uint64_t seq = 0;      // number of the last write's admission or landing
+    // The copy on the server as far as known (the last write that landed):
+    // what the count falls back to when the writes in flight fail.
+    bool stored = false;
+    uint64_t stored_bytes = 0;
   };
   static TierCapabilities Caps(uint64_t max_block) {
     TierCapabilities c;
@@ -94,10 +98,12 @@ class RemoteTier final : public Tier {
     return g;
   }
   // Drops a key from the count unless a write of it is in flight or was
-  // admitted at or after `before` (a miss seen by an older read).
+  // admitted at or after `before` (a miss seen by an older read); with a
+  // write in flight, only its stored copy is forgotten.
   void Forget(NamespaceId ns, const BlockKey& key, uint64_t before = UINT64_MAX);
-  // A write finished: keeps the key counted when it landed.
-  void Written(NamespaceId ns, const BlockKey& key, bool ok);
+  // A write of `bytes` finished: once no other write of the key is in
+  // flight, the key counts with the last copy that landed, or not at all.
+  void Written(NamespaceId ns, const BlockKey& key, bool ok, uint64_t bytes);
   void KeyOp(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done, bool remove);
 
   const uint64_t capacity_;
@@ -112,32 +118,49 @@ class RemoteTier final : public Tier {
 void RemoteTier::Forget(NamespaceId ns, const BlockKey& key, uint64_t before) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = index_.find(FullKey{ns, key});
-  if (it == index_.end() || it->second.writing > 0 || it->second.seq >= before) return;
+  if (it == index_.end() || it->second.seq >= before) return;
+  if (it->second.writing > 0) {
+    it->second.stored = false;  // a failing write has no copy to fall back to
+    return;
+  }
   used_ -= it->second.bytes;
   index_.erase(it);
 }
 
-void RemoteTier::Written(NamespaceId ns, const BlockKey& key, bool ok) {
+void RemoteTier::Written(NamespaceId ns, const BlockKey& key, bool ok, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = index_.find(FullKey{ns, key});
   if (it == index_.end()) return;
+  Held& h = it->second;
   // A read issued before this moment may have missed the block: its miss
   // must not drop the count (see Forget).
-  it->second.seq = ++seq_;
-  if (--it->second.writing == 0 && !ok) {
-    used_ -= it->second.bytes;
-    index_.erase(it);
+  h.seq = ++seq_;
+  if (ok) {
+    h.stored = true;
+    h.stored_bytes = bytes;
   }
+  if (--h.writing > 0) return;
+  if (!h.stored) {
+    used_ -= h.bytes;
+    index_.erase(it);
+    return;
+  }
+  // A failed rewrite leaves the server's older copy, which still counts.
+  used_ = used_ - h.bytes + h.stored_bytes;
+  h.bytes = h.stored_bytes;
 }
 
 void RemoteTier::ForgetServer(size_t server) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = index_.begin(); it != index_.end();) {
-    if (it->second.server == server && it->second.writing == 0) {
+    if (it->second.server != server) {
+      ++it;
+    } else if (it->second.writing > 0) {
+      it->second.stored = false;  // the restart took the copy a failing write would keep
+      ++it;
+    } else {
       used_ -= it->second.bytes;
       it = index_.erase(it);
-    } else {
-      ++it;
     }
   }
 }
@@ -169,13 +192,13 @@ void RemoteTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, Completio
   }
   for (size_t s = 0; s < puts.size(); ++s) {
     if (puts[s].empty()) continue;
-    std::vector<BlockKey> keys;
-    for (const auto& p : puts[s]) keys.push_back(p.key);
-    // A block that did not land leaves the count.
+    std::vector<std::pair<BlockKey, uint64_t>> keys;
+    for (const auto& p : puts[s]) keys.emplace_back(p.key, p.payload.size());
+    // A block that did not land leaves the count, unless an older copy stays.
     client_->Put(s, ns, std::move(puts[s]),
                  [this, batch, ns, where = std::move(where[s]), keys = std::move(keys)](
                      size_t item, const Status& st, uint64_t bytes) {
-                   Written(ns, keys[item], st.ok());
+                   Written(ns, keys[item].first, st.ok(), keys[item].second);
                    batch->Set(where[item], st, bytes);
                  });
   }
