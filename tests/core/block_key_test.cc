@@ -31,6 +31,12 @@ TEST(Namespace, EveryFieldChangesTheId) {
   std::set<uint64_t> ids = {base.value};
   for (const auto& v : variants) ids.insert(ComputeNamespaceId(v).value);
   EXPECT_EQ(ids.size(), variants.size() + 1);
+  // Two ranks of one tensor-parallel group hold different KV shards: they
+  // must never read each other's blocks.
+  NamespaceSpec rank0 = Spec(), rank1 = Spec();
+  rank0.tp_size = rank1.tp_size = 2;
+  rank1.tp_rank = 1;
+  EXPECT_NE(ComputeNamespaceId(rank0).value, ComputeNamespaceId(rank1).value);
 }
 
 TEST(Namespace, ValidateRejectsBadSpecs) {
