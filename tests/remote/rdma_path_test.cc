@@ -228,7 +228,6 @@ TEST_P(RdmaPathTest, ServerStoppedMidBatchFailsItsBlocksWithinTheDeadline) {
   std::vector<PutOp> ops;
   for (uint64_t k = 10; k < 22; ++k) ops.push_back({{k, k}, a});
   Waiter w(ops.size());
-  const auto start = Clock::now();
   client_->Put(0, kNs, std::move(ops), w.Done());
   if (GetParam() == RdmaDev::kFake) {
     // Every block of the batch is written; none is committed yet.
@@ -237,11 +236,12 @@ TEST_P(RdmaPathTest, ServerStoppedMidBatchFailsItsBlocksWithinTheDeadline) {
     }
     ASSERT_EQ(fabric_.writes(), 13);
   }
+  const auto start = Clock::now();
   server_->Stop();
   Outcome put = w.Wait();
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-  EXPECT_LE(ms, kTimeoutMs + 200);
+  EXPECT_LE(ms, kTimeoutMs + 1000) << "the batch ends at its deadline, with room for a busy host";
   size_t failed = 0;
   for (const Status& s : put.status) failed += s.ok() ? 0 : 1;
   if (GetParam() == RdmaDev::kFake) {

@@ -151,8 +151,10 @@ TEST(RemoteFaultTest, KillDuringABatchFailsOnlyThatServersBlocksThenItRejoins) {
   const auto start = std::chrono::steady_clock::now();
   Completion r = tier.Read(kNs, reads);
   procs[1]->Kill();
-  ASSERT_TRUE(r.WaitFor(std::chrono::milliseconds(o.remote.op_timeout_ms + 500)).ok() || r.Poll());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1600));
+  const auto limit = std::chrono::milliseconds(o.remote.op_timeout_ms + 1000);
+  ASSERT_TRUE(r.WaitFor(limit).ok() || r.Poll());
+  // By the request deadline, with room for a sanitizer build on a busy host.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, limit);
   for (uint64_t i = 0; i < kN; ++i) {
     if (owner[i] == 1) {
       EXPECT_TRUE(r.result(i).code() == StatusCode::kUnavailable ||
