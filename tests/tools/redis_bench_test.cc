@@ -3,6 +3,9 @@
 #include "tools/bench/redis_bench.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace kvtier::bench {
 namespace {
@@ -45,6 +48,49 @@ TEST(RedisBenchOptions, ValidateRejectsABadServer) {
     EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(RunRedisBench(o).status().code(), StatusCode::kInvalidArgument) << bad;
   }
+}
+
+// A loopback port that refuses connections: bound, never listening.
+class RefusingPort {
+ public:
+  RefusingPort() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port_ = ntohs(a.sin_port);
+    }
+  }
+  ~RefusingPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_;
+  uint16_t port_ = 0;
+};
+
+// redis-benchmark runs without a shell, so a quote in the password cannot
+// break the command, and a failed run's message never shows the password.
+TEST(RedisBenchPeerTest, FailureMessageNeverHoldsThePassword) {
+  RefusingPort refusing;
+  ASSERT_NE(refusing.port(), 0);
+  RedisBenchOptions o;
+  o.password = "pa'ss word\"$(x)";
+  o.pipeline = 1;
+  o.clients = 1;
+  Result<RedisBenchmarkRps> r = RunRedisBenchmark("127.0.0.1", refusing.port(), o, 64, 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  const std::string text = r.status().ToString();
+  EXPECT_EQ(text.find("pa'ss"), std::string::npos) << text;
+  EXPECT_EQ(text.find("word"), std::string::npos) << text;
+  EXPECT_NE(text.find("redis-benchmark"), std::string::npos) << text;
+  EXPECT_NE(text.find("127.0.0.1 port " + std::to_string(refusing.port())), std::string::npos)
+      << text;
 }
 
 }  // namespace

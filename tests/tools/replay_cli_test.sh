@@ -2,7 +2,8 @@
 # End-to-end check of the main job: kvtier-bench replays the shipped arXiv
 # trace. With a hub that holds every block it must hit exactly the trace's
 # infinite-cache count (7479 of 19686); with a small hub it hits fewer; both
-# with 0 verification failures. Small blocks keep it quick under sanitizers.
+# with 0 verification failures and exit 0 (no load, save or lookup failure).
+# Small blocks keep it quick under sanitizers.
 # Usage: replay_cli_test.sh KVTIER_BENCH SOURCE_DIR
 set -euo pipefail
 bench="$1"
@@ -45,4 +46,15 @@ rc=$?
 set -e
 check "exit code for a bad --set" "$rc" -eq 2
 grep -q "tiers.nope.capacity" <<<"$err" || { echo "FAIL: error does not name the override: $err" >&2; exit 1; }
+
+# --timeout-ms is at most one day; -1 (which wraps) and larger are usage errors.
+for bad in -1 86400001 18446744073709551615; do
+  set +e
+  err=$("$bench" replay --config "$src/config/examples/default.yaml" --generate \
+        --timeout-ms "$bad" 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  check "exit code for --timeout-ms $bad" "$rc" -eq 2
+  grep -q -- "--timeout-ms" <<<"$err" || { echo "FAIL: error does not name --timeout-ms: $err" >&2; exit 1; }
+done
 echo "replay_cli_test: all checks passed"

@@ -70,6 +70,10 @@ TEST(ReplayTest, LargeHostTierHitsEveryCachedPrefix) {
   EXPECT_EQ(r->bytes_loaded, 9 * r->block_bytes);
   // 11 blocks were new (20 - 9): every one was saved.
   EXPECT_EQ(r->bytes_saved, 11 * r->block_bytes);
+  // The rates' time: inside Load and Save only, a part of the whole loop.
+  EXPECT_GT(r->load_s, 0);
+  EXPECT_GT(r->save_s, 0);
+  EXPECT_LE(r->load_s + r->save_s, r->elapsed_s);
   ASSERT_EQ(r->runtime.tiers.size(), 1u);
   EXPECT_EQ(r->runtime.tiers[0].name, "host");
   EXPECT_EQ(r->runtime.tiers[0].blocks, 11u);

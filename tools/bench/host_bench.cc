@@ -2,48 +2,38 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kvtier/tier.h"
+#include "tools/bench/aligned_buffer.h"
 
 namespace kvtier::bench {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// Page-aligned bytes: engine pools and hub slots are page-aligned, so both
-// sides of the comparison copy between page-aligned buffers; a relative
-// offset between source and destination changes memcpy's speed by itself.
-class AlignedBytes {
- public:
-  explicit AlignedBytes(size_t n)
-      : n_(n), p_(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
-  ~AlignedBytes() { std::free(p_); }
-  AlignedBytes(const AlignedBytes&) = delete;
-  AlignedBytes& operator=(const AlignedBytes&) = delete;
-  std::byte* data() { return p_; }
-  size_t size() const { return n_; }
-  std::span<std::byte> subspan(size_t off, size_t len) { return {p_ + off, len}; }
-
- private:
-  size_t n_;
-  std::byte* p_;
-};
-
-// Source, slot and destination buffers of `blocks` blocks each, written once
-// so no page fault lands inside a timed loop.
+// Source, slot and destination buffers of `blocks` blocks each, page-aligned
+// (a relative offset between source and destination changes memcpy's speed
+// by itself), written once so no page fault lands inside a timed loop.
 struct Buffers {
-  Buffers(uint64_t blocks, uint64_t block_bytes)
-      : src(blocks * block_bytes), slots(blocks * block_bytes), dst(blocks * block_bytes) {
-    for (size_t i = 0; i < src.size(); ++i) src.data()[i] = static_cast<std::byte>(i * 131 + 7);
-    std::memset(slots.data(), 1, slots.size());
-    std::memset(dst.data(), 2, dst.size());
+  static Result<std::unique_ptr<Buffers>> Create(uint64_t blocks, uint64_t block_bytes) {
+    if (block_bytes != 0 && blocks > UINT64_MAX / block_bytes) {
+      return Status::ResourceExhausted("host bench: " + std::to_string(blocks) + " blocks of " +
+                                       std::to_string(block_bytes) + " bytes overflow 64 bits");
+    }
+    const uint64_t n = blocks * block_bytes;
+    KVTIER_ASSIGN_OR_RETURN(AlignedBuffer src, AlignedBuffer::Allocate(n));
+    KVTIER_ASSIGN_OR_RETURN(AlignedBuffer slots, AlignedBuffer::Allocate(n));
+    KVTIER_ASSIGN_OR_RETURN(AlignedBuffer dst, AlignedBuffer::Allocate(n));
+    for (size_t i = 0; i < n; ++i) src.data()[i] = static_cast<std::byte>(i * 131 + 7);
+    std::memset(slots.data(), 1, n);
+    std::memset(dst.data(), 2, n);
+    return std::unique_ptr<Buffers>(new Buffers{std::move(src), std::move(slots), std::move(dst)});
   }
-  AlignedBytes src, slots, dst;
+  AlignedBuffer src, slots, dst;
 };
 
 struct Shape {
@@ -107,12 +97,18 @@ Result<HostBenchRow> BenchOneSize(const HostBenchOptions& o, uint64_t block_byte
   tier_options.type = "host";
   // One batch of headroom: a replacing write may take its new slot before
   // the old one is released.
-  tier_options.capacity_bytes = (s.blocks + s.depth) * block_bytes;
+  // The arena gives each block a slot rounded up to 4 KiB (HostArena).
+  tier_options.capacity_bytes = (s.blocks + s.depth) * ((block_bytes + 4095) / 4096 * 4096);
   tier_options.mlock = false;  // the buffers are pre-faulted; locking adds nothing here
+  // The memcpy buffers come from the heap on ordinary pages; the arena gets
+  // the same, so the ratio does not compare page kinds.
+  tier_options.hugepages = false;
   TierContext context{block_bytes, SystemClock(), StderrLogSink(LogLevel::kWarning)};
+  // The buffers outlive the tier (declared first).
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Buffers> buffers, Buffers::Create(s.blocks, block_bytes));
+  Buffers& buf = *buffers;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Tier> tier, CreateTier(tier_options, context));
 
-  Buffers buf(s.blocks, block_bytes);
   // Warm-up: touch every arena slot and every buffer once, untimed.
   Shape warm = s;
   warm.batches = (s.blocks + s.depth - 1) / s.depth;

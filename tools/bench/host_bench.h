@@ -6,6 +6,8 @@
 // The memcpy baseline does the same two copies per block (source -> slot,
 // slot -> destination) over buffers of the same shape. Rounds of the two
 // alternate and the best of each is kept, so a noisy neighbour hurts both.
+// The tier's arena is mapped without huge pages, like the memcpy buffers, so
+// the ratio does not compare page kinds.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,8 @@ struct HostBenchRow {
 };
 
 // One row per block size. Errors when the tier cannot be built or an I/O
-// fails (a benchmark of failing I/O means nothing).
+// fails (a benchmark of failing I/O means nothing); ResourceExhausted when
+// the buffers cannot be allocated.
 Result<std::vector<HostBenchRow>> RunHostBench(const HostBenchOptions& options);
 
 }  // namespace kvtier::bench

@@ -1,6 +1,7 @@
 // kvtier-bench: trace replay against a configured Runtime, and the host tier
 // against memcpy. Exit codes: 0 success, 1 a loaded block had wrong bytes,
-// 2 bad usage, config or trace.
+// 2 bad usage, config or trace, 3 (replay) no wrong bytes but some loads,
+// saves or lookups failed (ReplayExitCode).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -24,7 +25,6 @@ using kvtier::bench::HostBenchOptions;
 using kvtier::bench::ReplayOptions;
 
 constexpr int kExitOk = 0;
-constexpr int kExitVerify = 1;
 constexpr int kExitUsage = 2;
 
 struct ReplayFlags {
@@ -85,7 +85,7 @@ int RunReplayCommand(ReplayFlags& flags) {
   } else {
     std::cout << kvtier::bench::FormatReplayReport(*report);
   }
-  return report->verify_failures > 0 ? kExitVerify : kExitOk;
+  return kvtier::bench::ReplayExitCode(*report);
 }
 
 int RunHostCommand(const HostFlags& flags) {
@@ -122,7 +122,10 @@ int RunHostCommand(const HostFlags& flags) {
 }
 
 void AddReplay(CLI::App& app, ReplayFlags& f) {
-  CLI::App* cmd = app.add_subcommand("replay", "replay a request trace against a runtime");
+  CLI::App* cmd = app.add_subcommand(
+      "replay",
+      "replay a request trace against a runtime; exit 1: a loaded block had wrong bytes, "
+      "3: some loads, saves or lookups failed");
   cmd->add_option("--config", f.options.config_path, "YAML config file")->required();
   cmd->add_option("--trace", f.options.trace_path, "Mooncake JSONL trace");
   cmd->add_flag("--generate", f.generate, "replay a synthetic agentic trace instead");
@@ -134,7 +137,7 @@ void AddReplay(CLI::App& app, ReplayFlags& f) {
   cmd->add_option("--set", f.options.overrides, "config override dotted.path=value (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--limit", f.options.limit, "replay at most N requests (0 = all)");
-  cmd->add_option("--timeout-ms", f.options.timeout_ms, "deadline of each load")
+  cmd->add_option("--timeout-ms", f.options.timeout_ms, "deadline of each load (at most one day)")
       ->capture_default_str();
   cmd->add_option("--admin-socket", f.admin_socket,
                   "serve /stats and /metrics on this Unix socket during the replay "

@@ -6,9 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -16,11 +14,13 @@
 
 #include "kvtier/options.h"
 #include "kvtier/tier.h"
+#include "tools/bench/aligned_buffer.h"
+#include "tools/bench/inflight.h"
+#include "tools/bench/run_command.h"
 
 namespace kvtier::bench {
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
 constexpr NamespaceId kBenchNs{0xBE4C};
 
 std::string FsName(const std::string& dir) {
@@ -43,51 +43,46 @@ std::string FsName(const std::string& dir) {
   }
 }
 
-// Runs a command; its stdout, or nullopt when it cannot run or fails.
-std::optional<std::string> Capture(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return std::nullopt;
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  return pclose(p) == 0 ? std::optional(out) : std::nullopt;
-}
-
 std::string SizeName(uint64_t b) {
   if (b % (1 << 20) == 0) return std::to_string(b >> 20) + "MiB";
   if (b % 1024 == 0) return std::to_string(b >> 10) + "KiB";
   return std::to_string(b) + "B";
 }
 
+// How long one fio run may take before it is killed.
+constexpr std::chrono::minutes kFioTimeout{10};
+
 // fio's sequential O_DIRECT io_uring job; bytes per second.
 Result<double> RunFio(const NvmeBenchOptions& o, const std::string& file, uint64_t bs, uint32_t qd,
                       const std::string& op) {
-  std::ostringstream cmd;
-  cmd << o.fio << " --name=kvtier-bench --filename=" << file << " --size=" << o.total_bytes
-      << " --ioengine=io_uring --direct=1 --rw=" << op << " --bs=" << bs << " --iodepth=" << qd
-      << " --numjobs=1" << (o.fio_fixedbufs ? " --fixedbufs=1 --registerfiles=1" : "")
-      << " --output-format=json 2>/dev/null";
-  std::optional<std::string> out = Capture(cmd.str());
-  if (!out) return Status::Internal("fio failed: " + cmd.str());
-  nlohmann::json j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.contains("jobs") || j["jobs"].empty()) {
-    return Status::Internal("fio printed no JSON result: " + cmd.str());
+  // fio splits --filename at ':' (a list of files) unless it is escaped.
+  std::string fio_file;
+  for (char c : file) {
+    if (c == ':') fio_file += '\\';
+    fio_file += c;
   }
-  return j["jobs"][0][op]["bw_bytes"].get<double>();
+  std::vector<std::string> argv = {o.fio,
+                                   "--name=kvtier-bench",
+                                   "--filename=" + fio_file,
+                                   "--size=" + std::to_string(o.total_bytes),
+                                   "--ioengine=io_uring",
+                                   "--direct=1",
+                                   "--rw=" + op,
+                                   "--bs=" + std::to_string(bs),
+                                   "--iodepth=" + std::to_string(qd),
+                                   "--numjobs=1",
+                                   "--output-format=json"};
+  if (o.fio_fixedbufs) argv.insert(argv.end(), {"--fixedbufs=1", "--registerfiles=1"});
+  const std::string what = o.fio + " --rw=" + op + " --bs=" + std::to_string(bs) +
+                           " --iodepth=" + std::to_string(qd) + " on " + file;
+  KVTIER_ASSIGN_OR_RETURN(CommandResult run, RunCommand(argv, kFioTimeout));
+  if (run.exit_code != 0) {
+    return Status::Internal("fio failed (exit " + std::to_string(run.exit_code) + "): " + what);
+  }
+  Result<double> bps = ParseFioBandwidth(run.output, op);
+  if (!bps.ok()) return bps.status().WithContext(what);
+  return bps;
 }
-
-// 4 KiB-aligned block buffers, like the host hub's slots.
-struct AlignedBlock {
-  explicit AlignedBlock(uint64_t n)
-      : bytes(n), p(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
-  std::span<std::byte> span() const { return {p.get(), bytes}; }
-  uint64_t bytes;
-  struct Free {
-    void operator()(std::byte* b) const { std::free(b); }
-  };
-  std::unique_ptr<std::byte, Free> p;
-};
 
 // Whether the file system of `dir` accepts O_DIRECT (the tier falls back to
 // buffered I/O where it does not, and says so).
@@ -106,25 +101,6 @@ struct TierRun {
   uint64_t registered_bytes = 0;
 };
 
-// Keeps `qd` single-block requests in flight; bytes per second.
-template <typename Issue>
-Result<double> Pump(uint64_t blocks, uint32_t qd, uint64_t bs, Issue issue) {
-  std::deque<Completion> inflight;
-  const auto start = SteadyClock::now();
-  for (uint64_t i = 0; i < blocks || !inflight.empty();) {
-    if (i < blocks && inflight.size() < qd) {
-      inflight.push_back(issue(i, i % qd));
-      ++i;
-      continue;
-    }
-    Completion c = inflight.front();
-    inflight.pop_front();
-    if (Status st = c.Wait(); !st.ok()) return st;
-  }
-  const double secs = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  return static_cast<double>(blocks * bs) / secs;
-}
-
 Result<TierRun> RunTier(const NvmeBenchOptions& o, const std::string& dir, uint64_t bs,
                         uint32_t qd) {
   TierOptions t;
@@ -136,28 +112,30 @@ Result<TierRun> RunTier(const NvmeBenchOptions& o, const std::string& dir, uint6
   t.nvme.queue_depth = std::max<uint32_t>(64, qd);
   TierContext ctx;
   ctx.block_bytes = bs;
+  // One arena of qd 4 KiB-aligned slots (like the host hub's), announced to
+  // the tier as the runtime announces the hub arena (the NVMe tier registers
+  // it as io_uring fixed buffers). Declared before the tier so it outlives
+  // every request the tier still runs.
+  KVTIER_ASSIGN_OR_RETURN(AlignedBuffer arena, AlignedBuffer::Allocate(uint64_t{qd} * bs));
   auto tier = CreateTier(t, ctx);
   if (!tier.ok()) return tier.status();
-  // One arena of qd slots, announced to the tier as the runtime announces
-  // the hub arena (the NVMe tier registers it as io_uring fixed buffers).
-  AlignedBlock arena(uint64_t{qd} * bs);
   TierRun run;
   run.registered_bytes = (*tier)->RegisterHostMemory(arena.span());
   std::vector<std::span<std::byte>> bufs;
   for (uint32_t i = 0; i < qd; ++i) {
-    bufs.push_back(arena.span().subspan(uint64_t{i} * bs, bs));
+    bufs.push_back(arena.subspan(uint64_t{i} * bs, bs));
     for (uint64_t k = 0; k < bs; ++k) bufs.back()[k] = static_cast<std::byte>(k * 31 + i);
   }
   const uint64_t blocks = o.total_bytes / bs;
   std::vector<WriteOp> wops(qd);
   std::vector<ReadOp> rops(qd);
-  auto w = Pump(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
+  auto w = PumpBlocks(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
     wops[slot] = WriteOp{BlockKey{i + 1, 0xB0}, bufs[slot], std::nullopt};
     return (*tier)->Write(kBenchNs, std::span(&wops[slot], 1));
   });
   if (!w.ok()) return w.status().WithContext("tier write");
   run.write_bps = *w;
-  auto r = Pump(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
+  auto r = PumpBlocks(blocks, qd, bs, [&](uint64_t i, uint32_t slot) {
     rops[slot] = ReadOp{BlockKey{i + 1, 0xB0}, bufs[slot]};
     return (*tier)->Read(kBenchNs, std::span(&rops[slot], 1));
   });
@@ -202,6 +180,27 @@ Status MeasurePair(const NvmeBenchOptions& o, const std::string& work, uint64_t 
 
 }  // namespace
 
+Result<double> ParseFioBandwidth(std::string_view json, const std::string& op) {
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Internal("fio printed no JSON result");
+  // Looked up step by step: a missing key or a value of another type is a
+  // clear error here, never a nlohmann exception.
+  const auto jobs = j.is_object() ? j.find("jobs") : j.end();
+  if (jobs == j.end() || !jobs->is_array() || jobs->empty() || !(*jobs)[0].is_object()) {
+    return Status::Internal("fio JSON result has no jobs[0]");
+  }
+  const nlohmann::json& job = (*jobs)[0];
+  const auto side = job.find(op);
+  if (side == job.end() || !side->is_object()) {
+    return Status::Internal("fio JSON result has no jobs[0]." + op);
+  }
+  const auto bw = side->find("bw_bytes");
+  if (bw == side->end() || !bw->is_number() || bw->get<double>() < 0) {
+    return Status::Internal("fio JSON result has no number jobs[0]." + op + ".bw_bytes");
+  }
+  return bw->get<double>();
+}
+
 Status NvmeBenchOptions::Validate() const {
   if (block_sizes.empty() || queue_depths.empty()) {
     return Status::InvalidArgument("need at least one block size and one queue depth");
@@ -225,9 +224,10 @@ Result<NvmeBenchReport> RunNvmeBench(const NvmeBenchOptions& o) {
   rep.fs = FsName(rep.dir);
   rep.rounds = o.rounds;
   rep.fio_fixedbufs = o.fio_fixedbufs;
-  if (auto v = Capture(o.fio + " --version 2>/dev/null")) {
+  if (auto v = RunCommand({o.fio, "--version"}, std::chrono::seconds(30));
+      v.ok() && v->exit_code == 0) {
     rep.fio_found = true;
-    rep.fio_version = v->substr(0, v->find('\n'));
+    rep.fio_version = v->output.substr(0, v->output.find('\n'));
   }
   const std::string work = rep.dir + "/kvtier-nvme-bench." + std::to_string(getpid());
   std::error_code ec;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvtier/status.h"
@@ -48,7 +49,12 @@ struct NvmeBenchReport {
   std::vector<NvmeBenchRow> rows;
 };
 
+// Errors when a tier run fails, or when fio is installed but fails or its
+// output lacks the bandwidth (a clear message, never an exception).
 Result<NvmeBenchReport> RunNvmeBench(const NvmeBenchOptions& options);
+// jobs[0].<op>.bw_bytes of fio's --output-format=json; Internal naming what
+// is missing when the output is not JSON or lacks it.
+Result<double> ParseFioBandwidth(std::string_view json, const std::string& op);
 std::string FormatNvmeBench(const NvmeBenchReport& report);
 std::string NvmeBenchJson(const NvmeBenchReport& report);
 

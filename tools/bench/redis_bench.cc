@@ -19,11 +19,15 @@
 #include <thread>
 
 #include "kvtier/tier.h"
+#include "tools/bench/run_command.h"
 
 namespace kvtier::bench {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// How long one redis-benchmark run may take before it is killed.
+constexpr std::chrono::minutes kPeerTimeout{10};
 
 std::string Printf(const char* fmt, auto... args) {
   char buf[512];
@@ -110,37 +114,6 @@ class ServerProcess {
   pid_t pid_;
   uint16_t port_;
 };
-
-struct PeerResult {
-  double set_rps = 0;
-  double get_rps = 0;
-};
-
-// One redis-benchmark run of SET then GET; requests per second of each.
-Result<PeerResult> RunPeer(const std::string& host, uint16_t port, const RedisBenchOptions& o,
-                           uint64_t value_bytes, uint64_t requests) {
-  std::string cmd = "redis-benchmark -h " + host + " -p " + std::to_string(port) +
-                    " -t set,get -d " + std::to_string(value_bytes) + " -P " +
-                    std::to_string(o.pipeline) + " -c " + std::to_string(o.clients) + " -n " +
-                    std::to_string(requests) + " --csv";
-  if (!o.password.empty()) cmd += " -a '" + o.password + "' --no-auth-warning";
-  cmd += " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return FromErrno(errno, "run redis-benchmark");
-  PeerResult r;
-  char line[512];
-  while (std::fgets(line, sizeof line, p) != nullptr) {
-    double rps = 0;
-    if (std::sscanf(line, "\"SET\",\"%lf\"", &rps) == 1) r.set_rps = rps;
-    if (std::sscanf(line, "\"GET\",\"%lf\"", &rps) == 1) r.get_rps = rps;
-  }
-  const int rc = pclose(p);
-  if (rc != 0 || r.set_rps <= 0 || r.get_rps <= 0) {
-    return Status::Unavailable("redis-benchmark failed (exit " + std::to_string(rc) +
-                               "); is redis-tools installed? command: " + cmd);
-  }
-  return r;
-}
 
 // Client threads of the tier side, each with `pipeline` keys of its own.
 struct TierClients {
@@ -244,6 +217,54 @@ Status SplitRedisServer(const std::string& server, std::string* host, uint16_t* 
   return Status::Ok();
 }
 
+Result<RedisBenchmarkRps> RunRedisBenchmark(const std::string& host, uint16_t port,
+                                            const RedisBenchOptions& o, uint64_t value_bytes,
+                                            uint64_t requests) {
+  std::vector<std::string> argv = {"redis-benchmark",
+                                   "-h",
+                                   host,
+                                   "-p",
+                                   std::to_string(port),
+                                   "-t",
+                                   "set,get",
+                                   "-d",
+                                   std::to_string(value_bytes),
+                                   "-P",
+                                   std::to_string(o.pipeline),
+                                   "-c",
+                                   std::to_string(o.clients),
+                                   "-n",
+                                   std::to_string(requests),
+                                   "--csv"};
+  if (!o.password.empty()) {
+    // No shell parses this list, so any password travels unchanged.
+    argv.insert(argv.end(), {"-a", o.password, "--no-auth-warning"});
+  }
+  // The message names the server and the sizes but never the arguments: one
+  // of them may be the password.
+  const std::string what = Printf("redis-benchmark against %s port %u (-d %" PRIu64 ")",
+                                  host.c_str(), unsigned{port}, value_bytes);
+  KVTIER_ASSIGN_OR_RETURN(CommandResult run, RunCommand(argv, kPeerTimeout));
+  RedisBenchmarkRps r;
+  std::string_view out = run.output;
+  while (!out.empty()) {
+    const size_t eol = std::min(out.find('\n'), out.size());
+    const std::string line(out.substr(0, eol));
+    out.remove_prefix(std::min(eol + 1, out.size()));
+    double rps = 0;
+    if (std::sscanf(line.c_str(), "\"SET\",\"%lf\"", &rps) == 1) r.set_rps = rps;
+    if (std::sscanf(line.c_str(), "\"GET\",\"%lf\"", &rps) == 1) r.get_rps = rps;
+  }
+  if (run.exit_code == 127) {
+    return Status::Unavailable(what + ": cannot run redis-benchmark; is redis-tools installed?");
+  }
+  if (run.exit_code != 0 || r.set_rps <= 0 || r.get_rps <= 0) {
+    return Status::Unavailable(what + " failed (exit " + std::to_string(run.exit_code) +
+                               ") or printed no SET and GET rates");
+  }
+  return r;
+}
+
 Result<RedisBenchReport> RunRedisBench(const RedisBenchOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.Validate());
   std::unique_ptr<ServerProcess> own;
@@ -268,7 +289,7 @@ Result<RedisBenchReport> RunRedisBench(const RedisBenchOptions& o) {
     RedisBenchRow set{size, "SET", o.clients, o.pipeline, requests};
     RedisBenchRow get{size, "GET", o.clients, o.pipeline, requests};
     for (uint32_t round = 0; round < o.rounds; ++round) {
-      auto peer = RunPeer(host, port, o, size, requests);
+      auto peer = RunRedisBenchmark(host, port, o, size, requests);
       if (!peer.ok()) return peer.status();
       set.redis_benchmark_mb_s = std::max(set.redis_benchmark_mb_s, peer->set_rps * size / 1e6);
       get.redis_benchmark_mb_s = std::max(get.redis_benchmark_mb_s, peer->get_rps * size / 1e6);

@@ -49,6 +49,20 @@ struct RedisBenchReport {
 // 1 to 65535 in plain digits and the host is not empty.
 Status SplitRedisServer(const std::string& server, std::string* host, uint16_t* port);
 
+// Requests per second redis-benchmark reported.
+struct RedisBenchmarkRps {
+  double set_rps = 0;
+  double get_rps = 0;
+};
+
+// One redis-benchmark run of SET then GET against host:port with
+// `options`' pipeline, clients and password, -d value_bytes, -n requests.
+// Runs it without a shell; Unavailable when it cannot run, fails or prints
+// no rates. No message ever holds the password.
+Result<RedisBenchmarkRps> RunRedisBenchmark(const std::string& host, uint16_t port,
+                                            const RedisBenchOptions& options, uint64_t value_bytes,
+                                            uint64_t requests);
+
 // Errors when no server can be started or reached, redis-benchmark is
 // missing or fails, or a tier batch fails.
 Result<RedisBenchReport> RunRedisBench(const RedisBenchOptions& options);

@@ -11,21 +11,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "kvtier/tier.h"
 #include "tiers/remote/memd_server.h"
+#include "tools/bench/inflight.h"
 
 namespace kvtier::bench {
 namespace {
 
 // The shared secret of the in-process kvtier-memd and of the tier that talks to it.
 constexpr char kLocalSecret[] = "kvtier-bench remote";
-
-using SteadyClock = std::chrono::steady_clock;
 
 // CPU seconds (user + system) used so far by this process or by its reaped
 // children.
@@ -92,14 +90,6 @@ Result<double> RunIperf(uint64_t block_bytes, uint64_t total_bytes, double* cpu_
   return j["end"]["sum_received"]["bits_per_second"].get<double>() / 8 / 1e9;
 }
 
-// The blocks of one in-flight batch: its own keys and its own part of the
-// source and destination buffers.
-struct Window {
-  std::vector<WriteOp> writes;
-  std::vector<ReadOp> reads;
-  Completion pending;
-};
-
 std::vector<Window> MakeWindows(const RemoteBenchOptions& o, std::vector<std::byte>& src,
                                 std::vector<std::byte>& dst) {
   std::vector<Window> windows(o.batches_in_flight);
@@ -116,20 +106,6 @@ std::vector<Window> MakeWindows(const RemoteBenchOptions& o, std::vector<std::by
   return windows;
 }
 
-// Issues `batches` batches keeping every window busy: a window's next batch
-// goes out as soon as its previous one completes. Returns GB/s.
-Result<double> Stream(std::vector<Window>& windows, uint64_t batches, uint64_t batch_bytes,
-                      const std::function<Completion(Window&)>& issue, const char* what) {
-  const auto t0 = SteadyClock::now();
-  for (uint64_t b = 0; b < batches + windows.size(); ++b) {
-    Window& w = windows[b % windows.size()];
-    if (b >= windows.size()) KVTIER_RETURN_IF_ERROR(w.pending.Wait().WithContext(what));
-    if (b < batches) w.pending = issue(w);
-  }
-  const double seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
-  return static_cast<double>(batches * batch_bytes) / 1e9 / seconds;
-}
-
 Result<RemoteBenchRound> RunTier(Tier& tier, const RemoteBenchOptions& o,
                                  std::vector<std::byte>& src, std::vector<std::byte>& dst) {
   const uint64_t batch_bytes = o.block_bytes * o.queue_depth;
@@ -140,11 +116,11 @@ Result<RemoteBenchRound> RunTier(Tier& tier, const RemoteBenchOptions& o,
   RemoteBenchRound round;
   const double cpu0 = CpuSeconds(RUSAGE_SELF);
   KVTIER_ASSIGN_OR_RETURN(round.write_gb_s,
-                          Stream(
+                          StreamWindows(
                               windows, batches, batch_bytes,
                               [&](Window& w) { return tier.Write(ns, w.writes); }, "remote write"));
   KVTIER_ASSIGN_OR_RETURN(round.read_gb_s,
-                          Stream(
+                          StreamWindows(
                               windows, batches, batch_bytes,
                               [&](Window& w) { return tier.Read(ns, w.reads); }, "remote read"));
   // Both directions moved total_bytes each.
@@ -176,28 +152,17 @@ Result<std::unique_ptr<internal::memd::MemdServer>> StartLocalMemd(const RemoteB
 
 }  // namespace
 
-Status RemoteBenchOptions::Validate() const {
-  if (block_bytes == 0 || block_bytes > (64ull << 20)) {
-    return Status::InvalidArgument("block size must be 1 byte to 64 MiB");
-  }
-  if (queue_depth == 0 || queue_depth > 4096) return Status::InvalidArgument("queue depth 1..4096");
-  if (batches_in_flight == 0 || batches_in_flight > 16) {
-    return Status::InvalidArgument("batches in flight 1..16");
-  }
-  if (rounds == 0) return Status::InvalidArgument("rounds >= 1");
-  if (!servers.empty() && secret_file.empty()) {
-    return Status::InvalidArgument("--servers needs --secret-file");
-  }
-  return Status::Ok();
-}
-
 Result<RemoteBenchResult> RunRemoteBench(const RemoteBenchOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.Validate());
   std::unique_ptr<internal::memd::MemdServer> server;
+  const uint64_t in_flight_bytes = uint64_t{o.queue_depth} * o.batches_in_flight * o.block_bytes;
+  // Declared before the tier: requests it still runs when an error returns
+  // early write into these until its destructor has drained them.
+  std::vector<std::byte> src(in_flight_bytes), dst(src.size());
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
   TierOptions t;
   t.name = "remote";
   t.type = "remote";
-  const uint64_t in_flight_bytes = uint64_t{o.queue_depth} * o.batches_in_flight * o.block_bytes;
   t.capacity_bytes = 4 * in_flight_bytes;
   t.servers = o.servers;
   t.remote.connections = o.connections;
@@ -212,8 +177,6 @@ Result<RemoteBenchResult> RunRemoteBench(const RemoteBenchOptions& o) {
   TierContext ctx;
   ctx.block_bytes = o.block_bytes;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Tier> tier, CreateTier(t, ctx));
-  std::vector<std::byte> src(in_flight_bytes), dst(src.size());
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
   RemoteBenchResult res;
   res.options = o;
   std::vector<double> w, r;

@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "kvtier/copy_engine.h"
 #include "tools/bench/block_content.h"
@@ -67,30 +68,26 @@ std::vector<BlockKey> Replayer::Keys(const TraceRequest& req) const {
   return keys;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Returns the number of leading blocks that loaded OK with the right bytes.
 size_t Replayer::LoadAndVerify(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) {
   if (keys.empty()) return 0;
+  const auto start = std::chrono::steady_clock::now();
   Completion c = runtime_->Load(ns_, keys, blocks, std::chrono::milliseconds(options_.timeout_ms));
   (void)c.Wait();  // per-block results are read below
-  size_t hits = 0;
-  bool leading = true;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!c.result(i).ok()) {
-      ++report_->load_failures;
-      leading = false;
-      continue;
-    }
-    if (!leading) continue;
+  report_->load_s += SecondsSince(start);
+  const LoadTally tally = TallyLoad(c, [&](size_t i) {
     FillBlockContent(keys[i], expected_);
-    Status st = engine_->ReadBlock(blocks[i], actual_);
-    if (!st.ok() || std::memcmp(expected_.data(), actual_.data(), block_bytes_) != 0) {
-      ++report_->verify_failures;
-      leading = false;
-      continue;
-    }
-    ++hits;
-  }
-  return hits;
+    return engine_->ReadBlock(blocks[i], actual_).ok() &&
+           std::memcmp(expected_.data(), actual_.data(), block_bytes_) == 0;
+  });
+  report_->load_failures += tally.load_failures;
+  report_->verify_failures += tally.verify_failures;
+  report_->bytes_loaded += tally.verified * block_bytes_;
+  return tally.leading_hits;
 }
 
 void Replayer::PrefillAndSave(std::span<const BlockKey> keys, std::span<const uint32_t> blocks,
@@ -104,8 +101,10 @@ void Replayer::PrefillAndSave(std::span<const BlockKey> keys, std::span<const ui
   }
   std::optional<BlockKey> parent;
   if (hits > 0) parent = keys[hits - 1];
+  const auto start = std::chrono::steady_clock::now();
   Completion c = runtime_->Save(ns_, parent, keys.subspan(hits), blocks.subspan(hits));
   (void)c.Wait();  // per-block results are counted below
+  report_->save_s += SecondsSince(start);
   const size_t ok = c.ok_count();
   report_->save_failures += c.size() - ok;
   report_->bytes_saved += ok * block_bytes_;
@@ -133,7 +132,6 @@ void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {
   std::span<const BlockKey> all(keys);
   const size_t hits = LoadAndVerify(all.first(pinned_hits), std::span(blocks).first(pinned_hits));
   report_->block_hits += hits;
-  report_->bytes_loaded += hits * block_bytes_;
   for (size_t i = 0; i < hits; ++i) report_->token_hits += BlockTokensAt(req, i, block_tokens);
 
   PrefillAndSave(all, blocks, hits);
@@ -144,8 +142,39 @@ void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {
 
 }  // namespace
 
+Status ReplayOptions::Validate() const {
+  if (timeout_ms > kMaxReplayTimeoutMs) {
+    return Status::InvalidArgument("--timeout-ms " + std::to_string(timeout_ms) +
+                                   " is out of range; expected at most " +
+                                   std::to_string(kMaxReplayTimeoutMs) + " (one day)");
+  }
+  return Status::Ok();
+}
+
+LoadTally TallyLoad(const Completion& load, const std::function<bool(size_t i)>& verify) {
+  LoadTally t;
+  bool leading = true;
+  for (size_t i = 0; i < load.size(); ++i) {
+    if (!load.result(i).ok()) {
+      ++t.load_failures;
+      leading = false;
+      continue;
+    }
+    // Checked even past the first failure: a wrong block anywhere counts.
+    if (!verify(i)) {
+      ++t.verify_failures;
+      leading = false;
+      continue;
+    }
+    ++t.verified;
+    if (leading) ++t.leading_hits;
+  }
+  return t;
+}
+
 Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
                                  const ReplayOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
   ReplayReport report;
   report.trace_source = trace.source;
   report.config_source = config.source;
@@ -193,6 +222,7 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
 }
 
 Result<ReplayReport> RunReplay(const ReplayOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
   KVTIER_ASSIGN_OR_RETURN(KvtierConfig config,
                           LoadConfigFile(options.config_path, options.overrides));
   Result<Trace> trace = options.synthetic ? GenerateSyntheticTrace(*options.synthetic)

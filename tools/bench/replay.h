@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/completion.h"
 #include "kvtier/config.h"
 #include "kvtier/runtime.h"
 #include "kvtier/status.h"
@@ -27,10 +28,14 @@ struct ReplayOptions {
   std::string trace_path;                     // Mooncake JSONL; ignored when `synthetic` is set
   std::optional<SyntheticOptions> synthetic;  // generate the trace instead
   uint64_t limit = 0;                         // replay at most this many requests; 0 = all
-  uint64_t timeout_ms = 1000;                 // deadline of each Load
+  uint64_t timeout_ms = 1000;                 // deadline of each Load; at most kMaxReplayTimeoutMs
   // Called after each request with (done, total); may be empty.
   std::function<void(uint64_t done, uint64_t total)> progress;
+  // InvalidArgument when timeout_ms is above kMaxReplayTimeoutMs.
+  Status Validate() const;
 };
+
+inline constexpr uint64_t kMaxReplayTimeoutMs = 24ull * 3600 * 1000;  // one day
 
 struct ReplayReport {
   std::string trace_source;
@@ -42,25 +47,41 @@ struct ReplayReport {
   uint64_t skipped_blocks = 0;
   uint64_t blocks = 0;
   uint64_t lookup_hits = 0;  // leading blocks LookupAndPin found
-  uint64_t block_hits = 0;   // leading blocks loaded OK and verified
+  // Leading blocks loaded OK and verified: the prefix an engine could reuse.
+  uint64_t block_hits = 0;
   uint64_t tokens = 0;
   uint64_t token_hits = 0;
-  uint64_t verify_failures = 0;  // loaded OK but with wrong bytes
+  // Loaded OK but with wrong bytes; every block that loaded OK is checked,
+  // past the first failure of a request too.
+  uint64_t verify_failures = 0;
   uint64_t load_failures = 0;    // Load results other than OK
   uint64_t save_failures = 0;    // Save results other than OK
   uint64_t lookup_failures = 0;  // LookupAndPin errors (treated as misses)
-  uint64_t bytes_loaded = 0;
-  uint64_t bytes_saved = 0;
-  double elapsed_s = 0;
+  uint64_t bytes_loaded = 0;     // blocks that loaded OK and verified
+  uint64_t bytes_saved = 0;      // blocks saved OK
+  double elapsed_s = 0;          // the whole replay loop
+  double load_s = 0;             // inside Load and its Wait, summed over requests
+  double save_s = 0;             // inside Save and its Wait, summed over requests
   InfiniteCacheStats infinite;  // over the replayed requests only
   RuntimeStats runtime;         // at the end of the replay
   std::vector<std::string> warnings;
 };
 
+// How the results of one Load of n blocks count: every block that loaded OK
+// is checked with `verify(i)` (true: right bytes).
+struct LoadTally {
+  size_t leading_hits = 0;  // blocks before the first load or verify failure
+  uint64_t verified = 0;    // loaded OK with the right bytes, anywhere
+  uint64_t load_failures = 0;
+  uint64_t verify_failures = 0;
+};
+// REQUIRES: load.Poll().
+LoadTally TallyLoad(const Completion& load, const std::function<bool(size_t i)>& verify);
+
 // Replays `trace` against a Runtime opened from `config`. Uses `options`'
 // limit, timeout_ms and progress; its config and trace fields are ignored.
-// Errors only when the runtime cannot be set up; per-block failures are
-// counted in the report.
+// Errors only when `options` are invalid or the runtime cannot be set up;
+// per-block failures are counted in the report.
 Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
                                  const ReplayOptions& options);
 

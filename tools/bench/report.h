@@ -18,10 +18,17 @@ std::string FormatReplayReport(const ReplayReport& report);
 // blocks, block_hits, lookup_hits, tokens, token_hits, verify_failures,
 // save_failures, load_failures, lookup_failures, infinite_cache_block_hits,
 // infinite_cache_token_hits, unique_blocks, block_bytes, bytes_loaded,
-// bytes_saved, elapsed_s, trace, config, warnings, tiers: [{name, type,
+// bytes_saved, elapsed_s, load_s, save_s, trace, config, warnings, tiers: [{name, type,
 // capacity_bytes, used_bytes, blocks, hit_blocks, bytes_read, bytes_written,
 // evicted_blocks, demoted_blocks, rejected_blocks, errors, corruptions}].
 std::string ReplayReportJson(const ReplayReport& report);
+
+// Exit status of `kvtier-bench replay` for a finished replay: 0 when every
+// block was loaded, saved and looked up without error; 1 when a loaded block
+// had wrong bytes (whatever else failed); 3 when there were no wrong bytes
+// but some load, save or lookup failed (the rates and hit counts then
+// include those failures). 2, usage and setup errors, never comes from here.
+int ReplayExitCode(const ReplayReport& report);
 
 std::string FormatHostBench(const std::vector<HostBenchRow>& rows);
 // {"rows": [{block_bytes, queue_depth, tier_mb_s, memcpy_mb_s, ratio}]}

@@ -1,0 +1,137 @@
+// kvtier-bench host, nvme and remote: options refused with a clear message,
+// sizes the tiers must hold, and buffers that cannot be had.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tools/bench/aligned_buffer.h"
+#include "tools/bench/host_bench.h"
+#include "tools/bench/nvme_bench.h"
+#include "tools/bench/remote_bench.h"
+
+namespace kvtier::bench {
+namespace {
+
+// With the defaults (1 MiB blocks, 4 per batch, 2 batches in flight) one
+// round of windows is 8 MiB: a smaller --total left windows unused, and their
+// zero bytes failed the read-back check as a false Corruption.
+TEST(RemoteBenchOptionsTest, TotalMustCoverOneRoundOfWindows) {
+  RemoteBenchOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  for (uint64_t total : {uint64_t{0}, uint64_t{4} << 20, (uint64_t{8} << 20) - 1}) {
+    o.total_bytes = total;
+    Status st = o.Validate();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << total;
+    EXPECT_NE(st.message().find("--total " + std::to_string(total) + " is less than one round"),
+              std::string_view::npos)
+        << st.message();
+    EXPECT_NE(st.message().find("8388608 bytes"), std::string_view::npos) << st.message();
+  }
+  o.total_bytes = uint64_t{8} << 20;
+  EXPECT_TRUE(o.Validate().ok());
+  o.total_bytes = 4096;
+  o.block_bytes = 512;
+  o.queue_depth = 4;
+  o.batches_in_flight = 2;
+  EXPECT_TRUE(o.Validate().ok());
+}
+
+// The host arena rounds every slot up to 4 KiB: a 64000-byte block takes
+// 65536 bytes, which a capacity of blocks x 64000 does not cover ("tier is
+// full" before the fix).
+TEST(HostBenchTest, BlockSizeNotAMultipleOf4KiBFits) {
+  HostBenchOptions o;
+  o.block_sizes = {64000, 4096 + 1};
+  o.total_bytes = 1 << 20;
+  o.rounds = 1;
+  o.working_set_bytes = 0;  // the minimum of 64 blocks
+  Result<std::vector<HostBenchRow>> rows = RunHostBench(o);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].block_bytes, 64000u);
+  EXPECT_EQ((*rows)[0].working_set_blocks, 64u);
+  EXPECT_GT((*rows)[0].tier_mb_s, 0);
+  EXPECT_GT((*rows)[1].memcpy_mb_s, 0);
+}
+
+// A block size no machine can hold is an error, not a crash on a null buffer.
+TEST(HostBenchTest, HugeBlockSizeIsResourceExhausted) {
+  HostBenchOptions o;
+  o.block_sizes = {uint64_t{1} << 50};
+  o.rounds = 1;
+  Result<std::vector<HostBenchRow>> rows = RunHostBench(o);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_EQ(rows.status().code(), StatusCode::kResourceExhausted) << rows.status().ToString();
+}
+
+TEST(AlignedBufferTest, AllocatesAlignedOrRefusesWithTheSize) {
+  Result<AlignedBuffer> small = AlignedBuffer::Allocate(5000);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_EQ(small->size(), 5000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small->data()) % 4096, 0u);
+  for (uint64_t bad : {uint64_t{0}, uint64_t{1} << 62, UINT64_MAX}) {
+    Result<AlignedBuffer> b = AlignedBuffer::Allocate(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(b.status().message().find(std::to_string(bad) + " bytes"), std::string_view::npos)
+        << b.status().message();
+  }
+}
+
+TEST(FioOutputTest, MissingOrMistypedFieldsAreClearErrors) {
+  Result<double> ok = ParseFioBandwidth(R"({"jobs":[{"write":{"bw_bytes":1234.5}}]})", "write");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_DOUBLE_EQ(*ok, 1234.5);
+  const std::pair<const char*, const char*> cases[] = {
+      {"fio: engine not found", "no JSON result"},
+      {"[1,2]", "no jobs[0]"},
+      {R"({"jobs":[]})", "no jobs[0]"},
+      {R"({"jobs":[{"read":{"bw_bytes":1}}]})", "no jobs[0].write"},
+      {R"({"jobs":[{"write":{}}]})", "no number jobs[0].write.bw_bytes"},
+      {R"({"jobs":[{"write":{"bw_bytes":"fast"}}]})", "no number jobs[0].write.bw_bytes"},
+  };
+  for (const auto& [json, why] : cases) {
+    Result<double> r = ParseFioBandwidth(json, "write");
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+    EXPECT_NE(r.status().message().find(why), std::string_view::npos) << r.status().message();
+  }
+}
+
+// A stand-in fio in a directory whose name holds a space and a quote (a
+// shell command line built from it broke), printing JSON without the
+// bandwidth: RunNvmeBench fails with a message, not an exception.
+TEST(FioOutputTest, RunNvmeBenchReportsAFioResultWithoutBandwidth) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("kvtier fio 'test' " + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path fio = dir / "fake fio";
+  {
+    std::ofstream f(fio);
+    f << "#!/bin/sh\n"
+         "if [ \"$1\" = --version ]; then echo fio-fake-1; exit 0; fi\n"
+         "echo '{\"jobs\":[{\"write\":{}}]}'\n";
+  }
+  ASSERT_EQ(chmod(fio.c_str(), 0755), 0);
+  NvmeBenchOptions o;
+  o.dir = dir.string();
+  o.fio = fio.string();
+  o.block_sizes = {4096};
+  o.queue_depths = {1};
+  o.total_bytes = 4 * 4096;
+  o.rounds = 1;
+  Result<NvmeBenchReport> r = RunNvmeBench(o);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("jobs[0].write.bw_bytes"), std::string_view::npos)
+      << r.status().ToString();
+}
+
+}  // namespace
+}  // namespace kvtier::bench
