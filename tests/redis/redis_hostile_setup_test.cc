@@ -167,13 +167,20 @@ TEST(RedisHostileSetup, WellFormedConfigGetIsRead) {
                         "exceeds the server's proto-max-bulk-len of 1000");
 }
 
-TEST(RedisHostileSetup, WellFormedClusterSlotsIsRead) {
+// The master's host is empty, or null (an "unknown endpoint"): both mean the
+// node that answered.
+class ClusterSlotsHost : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(RedisHostileSetup, ClusterSlotsHost,
+                         ::testing::Values("$0\r\n\r\n", "$-1\r\n"));
+
+TEST_P(ClusterSlotsHost, WellFormedClusterSlotsIsRead) {
   auto self = std::make_shared<std::atomic<uint16_t>>(0);
-  auto server = ScriptedRedis::Start([self](const Argv& argv) {
+  const std::string host = GetParam();
+  auto server = ScriptedRedis::Start([self, host](const Argv& argv) {
     Answer a;
     const std::string port = std::to_string(self->load());
     if (argv[0] == "CLUSTER") {
-      a.bytes = "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$0\r\n\r\n:" + port + "\r\n$40\r\n" +
+      a.bytes = "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n" + host + ":" + port + "\r\n$40\r\n" +
                 std::string(40, 'f') + "\r\n*2\r\n$8\r\nhostname\r\n$4\r\nhost\r\n";
     } else if (argv[0] == "GET") {
       a.bytes = "$-1\r\n";

@@ -63,6 +63,12 @@ TEST(RedisRouting, EndpointsAndRedirects) {
   ASSERT_TRUE(ParseRedirect("ASK 1 h:2", &target, &asking));
   EXPECT_TRUE(asking);
   EXPECT_FALSE(ParseRedirect("ERR wrong", &target, &asking));
+  // Redis 7 with an unknown endpoint names the port only.
+  ASSERT_TRUE(ParseRedirect("MOVED 3999 :6380", &target, &asking));
+  EXPECT_EQ(target.host, "");
+  EXPECT_EQ(target.port, 6380);
+  EXPECT_FALSE(ParseRedirect("MOVED 3999 :0", &target, &asking));
+  EXPECT_FALSE(ParseRedirect("MOVED 3999 :", &target, &asking));
 }
 
 TEST(RedisRouting, ErrorRepliesMapToCodes) {

@@ -123,6 +123,7 @@ RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, Namespa
   if (head->kind == RespHead::Kind::kError) {
     RedisOpResult r;
     if (ParseRedirect(head->text, &r.target, &r.asking)) {
+      if (r.target.host.empty()) r.target.host = conn.endpoint().host;
       if (!cluster) {
         return Failed(Status::InvalidArgument(
             Describe(conn, op) + ": server answered '" + head->text +

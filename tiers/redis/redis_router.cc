@@ -95,7 +95,6 @@ Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
       if (first_failure.ok()) first_failure = conn.status();
       continue;
     }
-    seed_host_ = seed.host;
     KVTIER_RETURN_IF_ERROR(ReadMaxValueBytes(**conn));
     return LoadSlots(**conn);
   }
@@ -116,7 +115,7 @@ Status RedisRouter::LoadSlots(RedisConnection& conn) {
     }
     return st;
   }
-  auto ranges = ParseClusterSlots(*reply, seed_host_);
+  auto ranges = ParseClusterSlots(*reply, conn.endpoint().host);
   if (!ranges.ok()) return ranges.status().WithContext(where);
   std::array<RedisNode*, kRedisClusterSlots> slots{};
   {

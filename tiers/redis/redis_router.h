@@ -76,7 +76,6 @@ class RedisRouter {
   std::mutex nodes_mu_;
   std::map<std::string, std::unique_ptr<RedisNode>> nodes_;  // guarded by nodes_mu_
   uint64_t last_refresh_ns_ = 0;                             // guarded by nodes_mu_
-  std::string seed_host_;                                    // for masters without a host
   std::vector<RedisEndpoint> seeds_;  // cluster: the configured servers; fixed after open
 
   std::vector<RedisNode*> servers_;  // non-cluster, in `servers` order; fixed after open

@@ -74,7 +74,11 @@ Result<std::vector<SlotRange>> ParseClusterSlots(const RespValue& reply,
       return bad("range " + std::to_string(i) + " is malformed");
     }
     const RespValue& m = r.items[2];
-    if (m.kind != Kind::kArray || m.items.size() < 2 || m.items[0].kind != Kind::kBulk ||
+    // A null host: the node's endpoint is "unknown" to the cluster (Redis 7
+    // cluster-preferred-endpoint-type unknown-endpoint); reach it as the
+    // node that answered.
+    if (m.kind != Kind::kArray || m.items.size() < 2 ||
+        (m.items[0].kind != Kind::kBulk && m.items[0].kind != Kind::kNil) ||
         m.items[1].kind != Kind::kInteger) {
       return bad("master of range " + std::to_string(i) + " is malformed");
     }
@@ -87,7 +91,7 @@ Result<std::vector<SlotRange>> ParseClusterSlots(const RespValue& reply,
     SlotRange range;
     range.first = static_cast<uint16_t>(first);
     range.last = static_cast<uint16_t>(last);
-    range.master.host = m.items[0].text;
+    if (m.items[0].kind == Kind::kBulk) range.master.host = m.items[0].text;
     if (range.master.host.empty()) range.master.host = std::string(fallback_host);
     range.master.port = static_cast<uint16_t>(port);
     ranges.push_back(std::move(range));
@@ -108,9 +112,13 @@ bool ParseRedirect(std::string_view error, RedisEndpoint* target, bool* asking) 
   }
   const size_t space = rest.find(' ');
   if (space == std::string_view::npos) return false;
-  auto endpoint = ParseRedisEndpoint(rest.substr(space + 1));
+  std::string_view where = rest.substr(space + 1);
+  // ":<port>" (no host) means the host of the node that answered.
+  const bool no_host = !where.empty() && where[0] == ':';
+  auto endpoint = ParseRedisEndpoint(no_host ? "-" + std::string(where) : std::string(where));
   if (!endpoint.ok()) return false;
   *target = std::move(endpoint).value();
+  if (no_host) target->host.clear();
   return true;
 }
 

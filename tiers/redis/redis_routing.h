@@ -55,13 +55,15 @@ inline constexpr RespLimits kClusterSlotsReplyLimits{.max_depth = 4,
                                                      .max_bulk_bytes = 64 * 1024,
                                                      .max_total_bytes = 8u << 20};
 
-// Parses a CLUSTER SLOTS reply. A master given with an empty host (Redis
-// answers so when it does not know its own address) takes `fallback_host`.
+// Parses a CLUSTER SLOTS reply. A master given with an empty or null host
+// (Redis answers so when it does not know, or is told not to publish, its
+// address) takes `fallback_host`, the host of the node that answered.
 // Corruption when the reply has an unexpected shape.
 Result<std::vector<SlotRange>> ParseClusterSlots(const RespValue& reply,
                                                  std::string_view fallback_host);
 
-// Parses the target of a "MOVED <slot> <host>:<port>" or "ASK ..." error.
+// Parses the target of a "MOVED <slot> <host>:<port>" or "ASK ..." error; a
+// target of ":<port>" leaves the host empty (the answering node's host).
 // Returns false when `error` is neither; sets *asking for ASK.
 bool ParseRedirect(std::string_view error, RedisEndpoint* target, bool* asking);
 
