@@ -3,6 +3,7 @@
 // admission accepts them, or dropping them.
 #include <cmath>
 #include <map>
+#include <string>
 #include <unordered_map>
 
 #include "core/runtime_impl.h"
@@ -59,6 +60,7 @@ void RuntimeImpl::TuneAlphas() {
 }
 
 size_t RuntimeImpl::MoverPass() {
+  RetryPendingRemoves();
   TuneAlphas();
   size_t moved = 0;
   for (size_t t = 0; t < tier_count(); ++t) {
@@ -141,8 +143,8 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks, SteadyTime deadlin
   return total;
 }
 
-std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
-                                               const std::vector<IndexEntry*>& victims) {
+std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims,
+                                               std::vector<bool>& reclaimed) {
   const size_t next = tier + 1;
   std::vector<bool> write(victims.size(), false);
   // An `always` tier needs no per-block question (nor its tier state).
@@ -158,9 +160,12 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
   // so when a parent is decided, `vanishing` counts its children of this
   // batch that leave every tier.
   std::unordered_map<const IndexEntry*, uint32_t> vanishing;
+  auto& removing = pending_removes_[next];
   for (size_t i = 0; i < victims.size(); ++i) {
     IndexEntry* v = victims[i];
     if ((v->locations >> next) != 0) continue;  // a deeper tier holds it: no write
+    const auto listed = removing.find(v->id);
+    if (listed != removing.end() && listed->second) continue;  // its Remove there is running
     const bool admit = admits_all || policies_->Admit(next, policies_->MetaOf(*v), state);
     ++(admit ? admitted : refused);
     const bool other_copy = (v->locations & ~(1U << tier)) != 0;
@@ -170,6 +175,10 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
     write[i] = admit || (!other_copy && (staying > 0 || v->save_holds != 0));
     if (!admit && write[i]) ++tier_counts_[next].forced;
     if (!write[i] && !other_copy && v->parent != nullptr) ++vanishing[v->parent];
+    if (write[i] && listed != removing.end()) {
+      removing.erase(listed);  // the write replaces the copy that failed to go
+      reclaimed[i] = true;
+    }
   }
   if (admitted != 0) metrics_.AddAdmission(next, true, admitted);
   if (refused != 0) metrics_.AddAdmission(next, false, refused);
@@ -178,8 +187,11 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier,
 
 size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims) {
   const size_t next = tier + 1;
-  std::vector<bool> written(victims.size(), false);
-  if (next < tier_count()) WriteToNext(tier, victims, DecideAdmission(tier, victims), written);
+  std::vector<bool> written(victims.size(), false), reclaimed(victims.size(), false);
+  std::vector<Status> read_status(victims.size());
+  if (next < tier_count()) {
+    WriteToNext(tier, victims, DecideAdmission(tier, victims, reclaimed), written, read_status);
+  }
 
   size_t dropped = 0;
   std::vector<NsKey> removals;
@@ -197,7 +209,20 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
         ++tier_counts_[tier].demoted;
         metrics_.AddMove(tier, next, 1, v->bytes);
         written_bytes += v->bytes;
+      } else if (reclaimed[i]) {
+        (void)QueueRemoveLocked(next, v->id, /*running=*/false);  // the old copy may be there
       }
+      const StatusCode read = read_status[i].code();
+      if (read == StatusCode::kNotFound || read == StatusCode::kCorruption) {
+        // The tier lost this copy (expired, evicted, corrupt): forget it, as
+        // a failed load does; a corrupt one still takes room there.
+        index_.DropLocation(v, tier);
+        if (read == StatusCode::kCorruption) removals.push_back(v->id);
+        ++dropped;
+        EraseIfUnheldLocked(v);
+        continue;
+      }
+      if (!read_status[i].ok()) continue;  // tier unreachable now: keep its copy
       const bool other_copy = (v->locations & ~(1U << tier)) != 0;
       if (v->pins != v->save_holds || (!other_copy && (v->children != 0 || v->save_holds != 0))) {
         ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children
@@ -208,19 +233,17 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       DropCopyLocked(v, tier, &removals);
     }
     if (next < tier_count()) policies_->OnWritten(next, written_bytes, now);
+    for (const NsKey& k : removals) (void)QueueRemoveLocked(tier, k, /*running=*/true);
     // Under the lock, so a waiter cannot miss it between its check and wait.
     moves_done_.notify_all();
   }
-  if (!removals.empty()) {
-    std::map<uint64_t, std::vector<BlockKey>> by_ns;
-    for (const NsKey& k : removals) by_ns[k.ns.value].push_back(k.key);
-    for (auto& [ns, keys] : by_ns) (void)lower_[tier - 1]->Remove(NamespaceId{ns}, keys).Wait();
-  }
+  if (!removals.empty()) RunRemoves(tier, removals);
   return dropped;
 }
 
 void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
-                              const std::vector<bool>& write, std::vector<bool>& written) {
+                              const std::vector<bool>& write, std::vector<bool>& written,
+                              std::vector<Status>& read_status) {
   const size_t next = tier + 1;
   // Group by namespace: a tier batch belongs to one namespace.
   std::map<uint64_t, std::vector<size_t>> by_ns;
@@ -236,7 +259,9 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
   for (auto& [ns, items] : by_ns) {
     std::vector<std::vector<std::byte>> staging;
     std::vector<size_t> op_item;
-    const std::vector<WriteOp> ops = StageWrites(tier, victims, items, staging, op_item);
+    const std::vector<WriteOp> ops =
+        StageWrites(tier, victims, items, staging, op_item, read_status);
+    if (ops.empty()) continue;
     Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
     (void)w.Wait();
     for (size_t k = 0; k < ops.size(); ++k) written[op_item[k]] = w.result(k).ok();
@@ -246,7 +271,8 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
 std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<IndexEntry*>& victims,
                                               const std::vector<size_t>& items,
                                               std::vector<std::vector<std::byte>>& staging,
-                                              std::vector<size_t>& op_item) {
+                                              std::vector<size_t>& op_item,
+                                              std::vector<Status>& read_status) {
   std::vector<WriteOp> ops;
   if (tier == 0) {
     for (size_t i : items) {
@@ -265,13 +291,36 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
     staging.emplace_back(victims[i]->bytes);
     reads.push_back({victims[i]->id.key, staging.back()});
   }
-  Completion r = lower_[tier - 1]->Read(victims[items.front()]->id.ns, reads);
+  Tier& t = *lower_[tier - 1];
+  Completion r = t.Read(victims[items.front()]->id.ns, reads);
   (void)r.Wait();
+  uint64_t corrupt = 0;  // found here; the tier counts the Corruption it reports
   for (size_t j = 0; j < items.size(); ++j) {
-    if (!r.result(j).ok()) continue;
     const IndexEntry* v = victims[items[j]];
+    Status st = r.result(j);
+    // The checks a load makes (InstallStagedLocked): a short read leaves
+    // zeroes the next tier would store, and hash, as the block.
+    if (st.ok() && r.bytes(j) != v->bytes) {
+      st = Status::Corruption("demote: tier '" + t.name() + "' returned " +
+                              std::to_string(r.bytes(j)) + " bytes for a " +
+                              std::to_string(v->bytes) + "-byte block");
+      ++corrupt;
+    } else if (st.ok() && v->checksum &&
+               PayloadChecksum(ChecksumKind::kXxh3_64, staging[j]) != *v->checksum) {
+      st = Status::Corruption("demote: block " + ToHex(v->id.key) + " read from tier '" + t.name() +
+                              "' fails its checksum");
+      ++corrupt;
+    }
+    if (!st.ok()) {
+      read_status[items[j]] = std::move(st);
+      continue;
+    }
     ops.push_back({v->id.key, staging[j], v->checksum});
     op_item.push_back(items[j]);
+  }
+  if (corrupt != 0) {
+    std::lock_guard lock(mu_);
+    tier_counts_[tier].corruptions += corrupt;
   }
   return ops;
 }

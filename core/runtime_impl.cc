@@ -106,7 +106,8 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
       lower_(std::move(lower)),
       index_(1 + lower_.size()),
       policies_(std::move(policies)),
-      tier_counts_(1 + lower_.size()) {
+      tier_counts_(1 + lower_.size()),
+      pending_removes_(1 + lower_.size()) {
   index_.set_observer(policies_.get());
   for (const auto& t : lower_) has_local_index_tier_ |= t->capabilities().local_index;
   workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests,

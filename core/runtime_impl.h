@@ -73,7 +73,10 @@ class RuntimeImpl final : public Runtime {
  private:
   struct SaveJob;
   struct LoadJob;
-  struct TierCount {  // runtime-side counters per tier, guarded by mu_
+  // Runtime-side counters per tier, guarded by mu_. corruptions: those the
+  // runtime finds itself (byte count or checksum of an OK read); the tier
+  // counts the Corruption results it reports (Stats() adds both).
+  struct TierCount {
     uint64_t hit_blocks = 0, evicted = 0, demoted = 0, rejected = 0, corruptions = 0, forced = 0;
     uint64_t hub_bytes_in = 0, hub_bytes_out = 0, hub_blocks_in = 0;
   };
@@ -156,21 +159,41 @@ class RuntimeImpl final : public Runtime {
   // marks them moving. REQUIRES: mu_ held.
   std::vector<IndexEntry*> SelectVictimsLocked(size_t tier, size_t batch);
   size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims);
-  // Writes the victims `write` selects into tier + 1; sets `written`.
   // The write ops of victims[items] leaving `tier`, all of one namespace:
   // hub payloads in place, lower-tier payloads read into `staging` in one
-  // batch (a block whose read fails is left out). op_item[k] is the victim
-  // index of ops[k].
+  // batch. A block whose read fails, returns the wrong byte count or fails
+  // its checksum is left out, with its Status in read_status[victim];
+  // op_item[k] is the victim index of ops[k].
   std::vector<WriteOp> StageWrites(size_t tier, const std::vector<IndexEntry*>& victims,
                                    const std::vector<size_t>& items,
                                    std::vector<std::vector<std::byte>>& staging,
-                                   std::vector<size_t>& op_item);
+                                   std::vector<size_t>& op_item, std::vector<Status>& read_status);
+  // Writes the victims `write` selects into tier + 1; sets `written`, and
+  // read_status for those whose copy in `tier` could not be read.
   void WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
-                   const std::vector<bool>& write, std::vector<bool>& written);
+                   const std::vector<bool>& write, std::vector<bool>& written,
+                   std::vector<Status>& read_status);
   // Which victims go to tier + 1: asks its admission about each one no deeper
   // tier holds; a refused one is written anyway (forced) when a child of it
-  // stays stored and no other tier holds it.
-  std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims);
+  // stays stored and no other tier holds it. A victim whose key tier + 1 is
+  // removing now is not written; one whose failed Remove there awaits a
+  // retry is, and the retry is cancelled (reclaimed[i], restored if the
+  // write fails).
+  std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims,
+                                    std::vector<bool>& reclaimed);
+  // Pending removes (see pending_removes_). Queues `k` for lower tier
+  // `tier`, marked running or awaiting a retry; false when the tier's list
+  // is full (the key is then not tracked). REQUIRES: mu_ held.
+  bool QueueRemoveLocked(size_t tier, const NsKey& k, bool running);
+  // Removes `keys` from lower tier `tier` and waits; keys whose Remove failed
+  // stay queued for a retry, the others leave the list. REQUIRES: each key
+  // was queued as running.
+  void RunRemoves(size_t tier, const std::vector<NsKey>& keys);
+  // Settles a finished Remove of `keys` from `tier`. REQUIRES: mu_ held.
+  void SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,
+                           const Completion& c);
+  // Retries every failed Remove (start of each mover pass).
+  void RetryPendingRemoves();
   // Frees `blocks` blocks of room in lower tier `tier` (>= 1), if it lacks it.
   void MakeRoomBelow(size_t tier, size_t blocks);
   // Drops tier `tier`'s copy, erasing the entry when no copy is left.
@@ -205,10 +228,23 @@ class RuntimeImpl final : public Runtime {
   std::unique_ptr<TierPolicies> policies_;   // guarded by mu_; observes index_
   std::vector<TierCount> tier_counts_;       // guarded by mu_
   RuntimeStats stats_;                       // guarded by mu_ (tiers left empty)
-  uint64_t late_reads_ = 0;                  // guarded by mu_: reads past their deadline
+  // Guarded by mu_: tier calls whose completion callback still uses this
+  // runtime (reads past their deadline, removes of corrupt copies a load found).
+  uint64_t late_reads_ = 0;
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
+
+  // Per lower tier (index 0 unused), keys the index no longer names there
+  // whose Remove has not succeeded yet -> a Remove of it is running now. A
+  // failed Remove stays listed and is retried at the start of each mover
+  // pass; a listed key leaves on success or NotFound, or when it is written
+  // to that tier again (which replaces the copy). A key is never written to
+  // a tier while a Remove of it runs there: that Remove, landing late, would
+  // delete the new copy. Bounded by kMaxPendingRemoves per tier (past that a
+  // failed Remove leaks its copy's room). Guarded by mu_.
+  static constexpr size_t kMaxPendingRemoves = 1 << 16;
+  std::vector<std::unordered_map<NsKey, bool, NsKeyHash>> pending_removes_;
 
   // Removes that reach the lower tiers: running now, and ended so far. An
   // adoption that overlapped one is dropped (runtime_adopt.cc). Guarded by mu_.

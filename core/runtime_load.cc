@@ -185,12 +185,20 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
   {
     std::lock_guard lock(mu_);
     InstallStagedLocked(tier, entries, items, c, staged, results, corrupt);
+    if (corrupt.empty()) return;
+    // A corrupt copy is useless but still takes room in the tier, which
+    // evicts only what the index names: have the tier drop it. Listed while
+    // it runs (nothing writes the key there meanwhile) and, should it fail,
+    // until a mover pass retries it. Not waited for (the load has a deadline).
+    for (const BlockKey& k : corrupt) (void)QueueRemoveLocked(tier, {ns, k}, /*running=*/true);
+    ++late_reads_;
   }
-  // A corrupt copy is useless but still takes room in the tier, which
-  // evicts only what the index names: have the tier drop it. Not waited
-  // for (the load has a deadline); a remove that lands late costs at most
-  // a miss.
-  if (!corrupt.empty()) (void)t.Remove(ns, corrupt);
+  Completion r = t.Remove(ns, corrupt);
+  r.OnDone([this, tier, ns, corrupt, r] {
+    std::lock_guard lock(mu_);
+    SettleRemovesLocked(tier, ns, corrupt, r);
+    if (--late_reads_ == 0) late_reads_done_.notify_all();
+  });
 }
 
 void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,
@@ -203,17 +211,19 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
     size_t i = items[j];
     IndexEntry* e = entries[i];
     Status st = c.result(j);
+    // Counted here only when found here: the tier counts those it reports.
     if (st.ok() && c.bytes(j) != e->bytes) {
       st = Status::Corruption("load: tier '" + t.name() + "' returned " +
                               std::to_string(c.bytes(j)) + " bytes for a " +
                               std::to_string(e->bytes) + "-byte block");
+      ++tier_counts_[tier].corruptions;
     } else if (st.ok() && e->checksum &&
                PayloadChecksum(ChecksumKind::kXxh3_64, arena_->Slot(staged[i]).first(e->bytes)) !=
                    *e->checksum) {
       st = Status::Corruption("load: block " + ToHex(e->id.key) + " read from tier '" + t.name() +
                               "' fails its checksum");
+      ++tier_counts_[tier].corruptions;
     }
-    if (st.code() == StatusCode::kCorruption) ++tier_counts_[tier].corruptions;
     if (!st.ok()) {
       results[i] = st;
       arena_->Free(staged[i]);

@@ -104,6 +104,21 @@ TEST_F(RuntimeFaultTest, CorruptReadsAreCorruptionNeverData) {
   EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, 1u) << "corrupt copies are forgotten";
 }
 
+// A Corruption the tier reports itself is counted once, by the tier; the
+// runtime counts only what it finds (byte count, checksum).
+TEST_F(RuntimeFaultTest, CorruptionTheTierReportsIsCountedOnce) {
+  FaultOptions f;
+  f.fail_after_ops = 3;  // the three demotion writes pass, every read fails
+  f.error = StatusCode::kCorruption;
+  Open(f);
+  auto keys = SaveAndDemote(1);
+  sim_->Scrub(0, 64);
+  Completion c = sim_->Load(keys, 8);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(c.result(i).code(), StatusCode::kCorruption) << i;
+  ExpectNoWrongBytes(c, keys, 8);
+  EXPECT_EQ(rt_->Stats().tiers[1].corruptions, 3u);
+}
+
 // A corrupt parent whose children are still stored below stays in the index
 // as a link with no copy. Removing it with its children must not touch it
 // after erasing its last child has erased it too (ASan saw that).

@@ -1,7 +1,8 @@
 // A block's last copy lost (the tier answers NotFound) while another caller
 // still holds the block: a second load that pinned it, or a PinnedPrefix.
 // The holder gets a miss, and the index forgets the block once it lets go;
-// another save still gives the block its copy back.
+// another save still gives the block its copy back. Likewise a copy the
+// mover finds lost while demoting it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -178,6 +179,73 @@ TEST_F(RuntimeLostCopyTest, ASaveHoldingABlockDoesNotHideItsLostCopyFromAnotherS
     EXPECT_TRUE(back.result(i).ok()) << i << ": " << back.result(i).ToString();
     EXPECT_TRUE(sim_->Holds(i, with_m[3 + i])) << i;
   }
+}
+
+// Three tiers: hub (4 blocks), the gate tier 1 (8 blocks, marks 0.25 / 0.3)
+// and a host tier 2. K2..K4 go to tier 1 and K4 on to tier 2. Then tier 1
+// loses every block (its reads miss, as when Redis lets keys expire) and
+// three more blocks push it over its high mark.
+class RuntimeLostCopyBelowTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setup_ = MakeEngine(64);
+    const uint64_t bb = setup_.layout.BlockBytes();
+    RuntimeOptions o = MakeOptions(bb, 4);
+    o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
+    o.tiers.push_back(LowerHostTier("gate", bb, 8));
+    o.tiers.back().watermarks = {.high = 0.3, .low = 0.25};
+    o.tiers.push_back(LowerHostTier("below", bb, 32));
+    o.tier_factory = [this](const TierOptions& t,
+                            const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+      auto inner = CreateTier(t, c);
+      if (!inner.ok() || t.name != "gate") return inner;
+      auto gate = std::make_unique<GateTier>(std::move(inner).value());
+      gate_ = gate.get();
+      return std::unique_ptr<Tier>(std::move(gate));
+    };
+    auto rt = Runtime::Open(o, setup_.engine);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(rt).value();
+    sim_ = std::make_unique<SimEngine>(rt_.get(), setup_.engine.get());
+    keys_ = ChainKeys({1, 2, 3, 4});
+    sim_->Prefill(keys_, 0);
+    ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+    ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(rt_->Lookup(kTestNs, keys_)->tier, (std::vector<uint8_t>{0, 1, 1, 2}));
+  }
+
+  EngineSetup setup_;
+  GateTier* gate_ = nullptr;
+  std::unique_ptr<Runtime> rt_;
+  std::unique_ptr<SimEngine> sim_;
+  std::vector<BlockKey> keys_;
+};
+
+// The mover picks K3, K2 and K1 (now in tier 1 too) to demote; their reads
+// miss. Their copies are gone, so they must be forgotten there, not kept
+// (K3 and K2 have children) and rejected again on every pass: lookups would
+// go on reporting hits on them, and the tier would never make room.
+TEST_F(RuntimeLostCopyBelowTest, AVictimWhoseCopyIsLostIsForgottenNotRejected) {
+  const auto x = ChainKeys({20, 21, 22});
+  sim_->Prefill(x, 10);
+  ASSERT_TRUE(sim_->SaveFrom(x, 0, 10).status().ok());  // the hub: K1, X1..X3, full
+  gate_->reads_miss = true;
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  const uint64_t rejected = rt_->Stats().tiers[1].rejected_blocks;
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 0u) << "lost copies still reported";
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  EXPECT_EQ(rt_->Stats().tiers[1].rejected_blocks, rejected) << "lost copies rejected again";
+  EXPECT_EQ(rejected, 0u);
+  // K1..K3 miss; K4, intact in tier 2, still loads (its own bytes).
+  sim_->Scrub(0, 64);
+  Completion c = sim_->Load(keys_, 30);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(c.result(i).code(), StatusCode::kNotFound) << i;
+  if (c.result(3).ok()) EXPECT_TRUE(sim_->Holds(33, keys_[3]));
+  // A save gives the chain its copies back.
+  gate_->reads_miss = false;
+  sim_->Prefill(keys_, 40);
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 40).status().ok());
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 4u);
 }
 
 }  // namespace

@@ -72,9 +72,20 @@ class FaultInjectingTier final : public Tier {
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
     std::vector<BlockKey> copy(keys.begin(), keys.end());
     Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
-      Completion c = inner_->Remove(ns, copy);
+      // Like writes, a failed remove never reaches the inner tier.
+      std::vector<BlockKey> pass;
+      std::vector<size_t> pass_item;
+      for (size_t i = 0; i < copy.size(); ++i) {
+        if (Status f = InjectRemove(); !f.ok()) {
+          src.Set(i, f);
+        } else {
+          pass.push_back(copy[i]);
+          pass_item.push_back(i);
+        }
+      }
+      Completion c = inner_->Remove(ns, pass);
       (void)c.Wait();
-      for (size_t i = 0; i < copy.size(); ++i) src.Set(i, c.result(i));
+      for (size_t j = 0; j < pass.size(); ++j) src.Set(pass_item[j], c.result(j));
     });
   }
 
@@ -139,6 +150,14 @@ class FaultInjectingTier final : public Tier {
     return Status(o_.error, "injected fault in tier '" + name() + "'");
   }
 
+  // Fails the first o_.fail_removes removed keys.
+  Status InjectRemove() {
+    std::lock_guard lock(rng_mu_);
+    if (removes_failed_ >= o_.fail_removes) return Status::Ok();
+    ++removes_failed_;
+    return Status(o_.error, "injected remove fault in tier '" + name() + "'");
+  }
+
   struct Pending {
     std::chrono::steady_clock::time_point due;
     std::shared_ptr<CompletionSource> done;
@@ -150,6 +169,7 @@ class FaultInjectingTier final : public Tier {
   std::mutex rng_mu_;
   std::mt19937_64 rng_;   // guarded by rng_mu_
   uint64_t ops_ = 0;      // guarded by rng_mu_
+  uint64_t removes_failed_ = 0;  // guarded by rng_mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;  // guarded by mu_

@@ -1,6 +1,7 @@
 // FaultInjectingTier: wraps any Tier and injects the failures a real backend
 // shows: errors at a rate, errors after N operations, added latency (ops then
-// complete on a background thread), and corrupted bytes on read.
+// complete on a background thread), corrupted bytes on read, and failed
+// removes.
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,8 @@ struct FaultOptions {
   std::chrono::microseconds latency{0}; // added before each batch completes
   bool corrupt_on_read = false;         // flip a byte of every successful read
   bool truncate_on_read = false;        // report one byte less than was read
+  uint64_t fail_removes = 0;            // the first this many removed keys fail with `error`
+                                        // and stay stored (the tier was unreachable)
   uint64_t seed = 42;
 };
 

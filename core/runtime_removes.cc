@@ -1,0 +1,72 @@
+// Pending removes: lower-tier copies the index has dropped whose Remove has
+// not succeeded yet (see RuntimeImpl::pending_removes_). A failed Remove is
+// retried by each mover pass until the tier answers, so a tier that frees
+// room only on a successful remove does not lose that room for good.
+#include <map>
+
+#include "core/runtime_impl.h"
+
+namespace kvtier::internal {
+
+bool RuntimeImpl::QueueRemoveLocked(size_t tier, const NsKey& k, bool running) {
+  auto& list = pending_removes_[tier];
+  const auto it = list.find(k);
+  if (it != list.end()) {
+    it->second = it->second || running;
+    return true;
+  }
+  if (list.size() >= kMaxPendingRemoves) return false;
+  list.emplace(k, running);
+  return true;
+}
+
+void RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
+  Tier& t = *lower_[tier - 1];
+  std::map<uint64_t, std::vector<BlockKey>> by_ns;
+  for (const NsKey& k : keys) by_ns[k.ns.value].push_back(k.key);
+  const size_t batch = BatchLimit(t);
+  for (const auto& [ns, all] : by_ns) {
+    for (size_t from = 0; from < all.size(); from += batch) {
+      const std::span<const BlockKey> part =
+          std::span(all).subspan(from, std::min(batch, all.size() - from));
+      Completion c = t.Remove(NamespaceId{ns}, part);
+      (void)c.Wait();
+      std::lock_guard lock(mu_);
+      SettleRemovesLocked(tier, NamespaceId{ns}, part, c);
+    }
+  }
+}
+
+void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,
+                                      const Completion& c) {
+  auto& list = pending_removes_[tier];
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const auto it = list.find({ns, keys[k]});
+    if (it == list.end()) continue;
+    const StatusCode code = c.result(k).code();
+    if (code == StatusCode::kOk || code == StatusCode::kNotFound) {
+      list.erase(it);
+    } else {
+      it->second = false;  // retried by the next mover pass
+    }
+  }
+}
+
+void RuntimeImpl::RetryPendingRemoves() {
+  std::vector<std::vector<NsKey>> retry(tier_count());
+  {
+    std::lock_guard lock(mu_);
+    for (size_t t = 1; t < tier_count(); ++t) {
+      for (auto& [k, running] : pending_removes_[t]) {
+        if (running) continue;
+        running = true;
+        retry[t].push_back(k);
+      }
+    }
+  }
+  for (size_t t = 1; t < tier_count(); ++t) {
+    if (!retry[t].empty()) RunRemoves(t, retry[t]);
+  }
+}
+
+}  // namespace kvtier::internal
