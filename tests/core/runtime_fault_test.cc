@@ -7,6 +7,7 @@
 #include "tests/core/runtime_test_util.h"
 #include "tests/support/block_data.h"
 #include "tests/support/fault_tier.h"
+#include "tests/support/time_scale.h"
 
 namespace kvtier::testing {
 namespace {
@@ -198,7 +199,7 @@ TEST_F(RuntimeFaultTest, SlowTierMissesTheDeadlineWithoutHanging) {
   auto start = Clock::now();
   Completion c = sim_->Load(keys, 8, std::chrono::milliseconds(50));
   auto waited = Clock::now() - start;
-  EXPECT_LT(waited, std::chrono::milliseconds(350)) << "load waited for the slow tier";
+  EXPECT_LT(waited, Scaled(std::chrono::milliseconds(350))) << "load waited for the slow tier";
   size_t late = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     late += c.result(i).code() == StatusCode::kDeadlineExceeded ? 1 : 0;
@@ -225,7 +226,7 @@ TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
   const auto start = Clock::now();
   Completion c = sim_->Load(a, 30, std::chrono::milliseconds(200));
   const auto waited = Clock::now() - start;
-  EXPECT_LT(waited, std::chrono::milliseconds(750)) << "room was made past the deadline";
+  EXPECT_LT(waited, Scaled(std::chrono::milliseconds(750))) << "room was made past the deadline";
   EXPECT_EQ(c.result(0).code(), StatusCode::kOk);
   // The blocks below get no room in time: late, or refused for lack of room.
   for (size_t i = 1; i < a.size(); ++i) {

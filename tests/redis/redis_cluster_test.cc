@@ -9,6 +9,7 @@
 #include "tests/redis/redis_test_util.h"
 #include "tests/support/block_data.h"
 #include "tests/support/tier_conformance.h"
+#include "tests/support/time_scale.h"
 #include "tiers/redis/redis_routing.h"
 
 namespace kvtier::testing {
@@ -135,7 +136,7 @@ TEST_F(RedisClusterTest, DeadMasterFailsOnlyItsKeysWithinTheDeadline) {
   const auto start = std::chrono::steady_clock::now();
   Completion c = tier->Read(kNs, b.reads);
   ASSERT_NE(c.WaitFor(std::chrono::seconds(3)).code(), StatusCode::kDeadlineExceeded);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, Scaled(std::chrono::milliseconds(1500)));
   size_t dead = 0;
   for (size_t i = 0; i < 45; ++i) {
     if (owner[i] == 1) {

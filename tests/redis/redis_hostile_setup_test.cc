@@ -15,6 +15,7 @@
 #include "tests/redis/redis_test_util.h"
 #include "tests/redis/scripted_redis.h"
 #include "tests/support/block_data.h"
+#include "tests/support/time_scale.h"
 
 namespace kvtier::testing {
 namespace {
@@ -66,7 +67,7 @@ Status ExpectOpenFails(const TierOptions& o, StatusCode code, std::string_view t
   }
   EXPECT_EQ(tier.status().code(), code) << tier.status().ToString();
   EXPECT_TRUE(Has(tier.status(), text)) << tier.status().ToString();
-  EXPECT_LT(took, 3s);
+  EXPECT_LT(took, Scaled(3s));
   return tier.status();
 }
 
