@@ -1,16 +1,21 @@
 // kvtier-memd against a client that sends GETs and never reads the replies:
 // the server stops reading that connection while its replies are backlogged,
-// so what it queues (and the slots it pins for them) stays bounded, and
-// every other connection keeps being served.
+// so what it queues (and the slots it pins for them) stays bounded, every
+// other connection keeps being served, and the connection is closed when its
+// replies stay unread past reply_timeout_ms. And a server out of descriptors
+// backs off between accepts instead of spinning.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <mutex>
+#include <string>
 
 #include "tests/remote/memd_guard_fixture.h"
 #include "tests/remote/raw_memd_client.h"
@@ -77,6 +82,102 @@ TEST_F(MemdGuardTest, UnreadRepliesStopTheServerReadingThatConnection) {
   flood.reset();
   EXPECT_TRUE(Eventually([&] { return server_->TEST_QueuedReplies() == 0; }))
       << server_->TEST_QueuedReplies();
+}
+
+// A client that stops reading is closed once its replies make no write
+// progress for reply_timeout_ms, which returns its connection and the pins
+// its GET replies held.
+TEST_F(MemdGuardTest, RepliesNobodyReadsCloseTheConnection) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartServer([](memd::MemdServerOptions& o) { o.reply_timeout_ms = 300; }));
+  ASSERT_NO_FATAL_FAILURE(OpenTier());
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_NO_FATAL_FAILURE(Put(i));
+    keys.push_back(TestKey(i));
+  }
+  RawClient flood(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(flood, kSecret));
+  EXPECT_EQ(server_->TEST_Connections(), 2u);
+  EXPECT_GT(FloodWithGets(flood, keys, 20000), 0u);
+  // The flood connection still open on this side, the server let it go.
+  EXPECT_TRUE(Eventually([&] {
+    return server_->TEST_QueuedReplies() == 0 && server_->TEST_Connections() == 1;
+  })) << server_->TEST_QueuedReplies()
+      << " replies queued, " << server_->TEST_Connections() << " connections";
+  // No pin is left: removed blocks free their slots at once (a pinned one
+  // would hold its slot until unpinned).
+  Completion removed = tier_->Remove(kNs, keys);
+  ASSERT_TRUE(removed.WaitFor(kWait).ok()) << removed.status().ToString();
+  EXPECT_EQ(server_->GetStats().used_slots, 0u);
+}
+
+// Keeps the log lines that mention failed accepts.
+class AcceptLog : public LogSink {
+ public:
+  void Log(LogLevel level, std::string_view message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (level == LogLevel::kWarning && message.find("accept") != std::string_view::npos) {
+      lines_.emplace_back(message);
+    }
+  }
+  std::vector<std::string> lines() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lines_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// CPU time this process has used, user and system.
+std::chrono::microseconds CpuTime() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return std::chrono::seconds(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         std::chrono::microseconds(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Out of descriptors, the server cannot accept a waiting connection: it says
+// so (once, not once per try), waits between tries instead of spinning, and
+// takes the connection once descriptors are back.
+TEST_F(MemdGuardTest, AcceptOutOfDescriptorsBacksOffAndRecovers) {
+  auto log = std::make_shared<AcceptLog>();
+  ASSERT_NO_FATAL_FAILURE(StartServer([&](memd::MemdServerOptions& o) { o.log = log; }));
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  {
+    // The lowest free descriptor: every one below is taken, so with the
+    // limit there no descriptor can be opened.
+    const int lowest = dup(fd);
+    ASSERT_GE(lowest, 0);
+    close(lowest);
+    rlimit low = saved;
+    low.rlim_cur = static_cast<rlim_t>(lowest);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct Restore {
+      rlimit r;
+      ~Restore() { setrlimit(RLIMIT_NOFILE, &r); }
+    } restore{saved};
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(server_->port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const auto cpu = CpuTime();
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    // About four tries; a loop retrying at once would burn the whole time.
+    EXPECT_LT(CpuTime() - cpu, std::chrono::milliseconds(100));
+    EXPECT_EQ(server_->TEST_Connections(), 0u);
+  }
+  const std::vector<std::string> lines = log->lines();
+  ASSERT_EQ(lines.size(), 1u) << "one warning a second at most";
+  EXPECT_NE(lines[0].find("retrying every 100 ms"), std::string::npos) << lines[0];
+  EXPECT_TRUE(Eventually([&] { return server_->TEST_Connections() == 1; }));
+  close(fd);
 }
 
 }  // namespace

@@ -90,6 +90,63 @@ TEST(MemdPoolTest, PinnedSlotIsFreedOnlyAfterUnpin) {
   EXPECT_TRUE(pool->Reserve(100).ok());
 }
 
+// Looks a stored key up and pins its slot, as a GET being sent does.
+uint32_t PinKey(MemdPool& pool, BlockKey key) {
+  auto f = pool.Lookup(kNs, key);
+  EXPECT_TRUE(f.has_value());
+  if (!f.has_value()) return 0;
+  pool.Pin(f->slot);
+  return f->slot;
+}
+
+// Pinned blocks free nothing when evicted: above the high mark with only
+// pinned blocks besides the new one, nothing is evicted, not even the block
+// just committed.
+TEST(MemdPoolTest, WatermarkEvictionSkipsPinnedAndKeepsTheNewBlock) {
+  auto pool = MakePool(4, 0.75, 0.5);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(Store(*pool, kNs, {0, i}).ok());
+  for (uint64_t i = 0; i < 3; ++i) PinKey(*pool, {0, i});
+  ASSERT_TRUE(Store(*pool, kNs, {0, 3}).ok());
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(pool->Contains(kNs, {0, i})) << i;
+  EXPECT_EQ(pool->GetStats().evictions, 0u);
+  EXPECT_EQ(pool->used_slots(), 4u);
+}
+
+// Among pinned blocks, the oldest unpinned one is evicted; a block is
+// evictable again once its last pin goes.
+TEST(MemdPoolTest, EvictionTakesTheOldestUnpinnedBlock) {
+  auto pool = MakePool(3);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(Store(*pool, kNs, {0, i}).ok());
+  const uint32_t oldest = PinKey(*pool, {0, 0});
+  // Reading 1 and 2 leaves the pinned 0 the least recently used.
+  ASSERT_TRUE(pool->Lookup(kNs, {0, 1}).has_value());
+  ASSERT_TRUE(pool->Lookup(kNs, {0, 2}).has_value());
+  ASSERT_TRUE(Store(*pool, kNs, {0, 3}).ok());
+  EXPECT_TRUE(pool->Contains(kNs, {0, 0}));
+  EXPECT_FALSE(pool->Contains(kNs, {0, 1}));
+  EXPECT_EQ(pool->GetStats().evictions, 1u);
+  pool->Unpin(oldest);  // now the most recently used: 2 is the oldest
+  ASSERT_TRUE(Store(*pool, kNs, {0, 4}).ok());
+  EXPECT_TRUE(pool->Contains(kNs, {0, 0}));
+  EXPECT_FALSE(pool->Contains(kNs, {0, 2}));
+}
+
+// A pool whose every block is pinned refuses a reservation and keeps them.
+TEST(MemdPoolTest, ReserveOnAnAllPinnedPoolEvictsNothing) {
+  auto pool = MakePool(2);
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_TRUE(Store(*pool, kNs, {0, i}).ok());
+  const uint32_t first = PinKey(*pool, {0, 0});
+  PinKey(*pool, {0, 1});
+  EXPECT_EQ(pool->Reserve(100).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(pool->Contains(kNs, {0, 0}));
+  EXPECT_TRUE(pool->Contains(kNs, {0, 1}));
+  EXPECT_EQ(pool->GetStats().evictions, 0u);
+  pool->Unpin(first);
+  EXPECT_TRUE(pool->Reserve(100).ok());
+  EXPECT_FALSE(pool->Contains(kNs, {0, 0}));
+  EXPECT_TRUE(pool->Contains(kNs, {0, 1}));
+}
+
 TEST(MemdPoolTest, CommitChecksTheStoredHeader) {
   auto pool = MakePool(2);
   auto slot = pool->Reserve(1064);

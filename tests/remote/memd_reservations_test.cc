@@ -1,7 +1,8 @@
 // The reservation table of a kvtier-memd connection: one limit for TCP and
-// RDMA puts, commits and cancels that give slots back, and requests the
-// table does not know. Then the same limit end to end, on an in-process
-// kvtier-memd with transport rdma over the stand-in device.
+// RDMA puts (past it, items are refused, not the connection), commits and
+// cancels that give slots back, and requests the table does not know. Then
+// the same limit end to end, on an in-process kvtier-memd with transport
+// rdma over the stand-in device.
 #include "tiers/remote/memd_reservations.h"
 
 #include <gtest/gtest.h>
@@ -21,8 +22,6 @@ namespace {
 constexpr uint64_t kSlot = 4096;
 constexpr uint64_t kPayload = 100;
 constexpr NamespaceId kNs{5};
-constexpr auto kLimitText =
-    "invalid_argument: PUT_BEGIN reuses a request id or exceeds the reservation limit";
 
 // `n` items of kPayload bytes, keys {first, 0}, {first + 1, 0}, ...
 PutBegin Items(size_t n, uint64_t first) {
@@ -40,23 +39,70 @@ void Store(MemdPool& pool, const Reservation& r) {
   std::memcpy(dst.data() + kBlockHeaderBytes, data.data(), kPayload);
 }
 
+// A put past the item limit: every item refused with ResourceExhausted and
+// no slot taken.
+void ExpectRefusedWhole(Result<std::span<const Reservation>> r, size_t items) {
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), items);
+  for (const Reservation& item : *r) {
+    EXPECT_EQ(item.slot, -1);
+    EXPECT_EQ(item.code, StatusCode::kResourceExhausted);
+  }
+}
+
 TEST(MemdReservationsTest, OneLimitCoversTcpAndRdmaPuts) {
   auto pool = SmallPool(16, kSlot);
   MemdReservations t(*pool, 6);
   ASSERT_TRUE(t.Begin(1, PutPath::kTcp, Items(4, 10)).ok());
-  // Three more fit a limit of 6 per path, not one per connection.
-  EXPECT_EQ(t.Begin(2, PutPath::kRdma, Items(3, 20)).status().ToString(), kLimitText);
+  // Three more would pass a limit of 6 per path, not one per connection.
+  ExpectRefusedWhole(t.Begin(2, PutPath::kRdma, Items(3, 20)), 3);
   EXPECT_EQ(pool->used_slots(), 4u) << "a refused PUT_BEGIN reserved slots";
-  ASSERT_TRUE(t.Begin(2, PutPath::kRdma, Items(2, 20)).ok());
+  EXPECT_EQ(t.reserved_items(), 4u);
+  ASSERT_TRUE(t.Begin(3, PutPath::kRdma, Items(2, 20)).ok());
   EXPECT_EQ(t.reserved_items(), 6u);
-  EXPECT_EQ(t.Begin(3, PutPath::kTcp, Items(1, 30)).status().ToString(), kLimitText);
-  EXPECT_EQ(t.Begin(3, PutPath::kRdma, Items(1, 30)).status().ToString(), kLimitText);
+  ExpectRefusedWhole(t.Begin(4, PutPath::kTcp, Items(1, 30)), 1);
+  ExpectRefusedWhole(t.Begin(5, PutPath::kRdma, Items(1, 30)), 1);
   // Committing either path makes room for the other.
-  auto c = t.Commit(2);
+  auto c = t.Commit(3);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(t.reserved_items(), 4u);
-  ASSERT_TRUE(t.Begin(3, PutPath::kTcp, Items(2, 30)).ok());
+  auto r = t.Begin(6, PutPath::kTcp, Items(2, 30));
+  ASSERT_TRUE(r.ok());
+  EXPECT_GE((*r)[1].slot, 0);
   EXPECT_EQ(t.reserved_items(), 6u);
+}
+
+// Past the item limit a client is told its items did not fit, not cut off
+// with every other request on its connection; its data is dropped and its
+// commit answers the same codes. Such puts left open are bounded.
+TEST(MemdReservationsTest, APutPastTheItemLimitIsRefusedWholeNotAnError) {
+  auto pool = SmallPool(8, kSlot);
+  MemdReservations t(*pool, 4);
+  constexpr uint64_t kStored = kPayload + kBlockHeaderBytes;
+  ASSERT_TRUE(t.Begin(1, PutPath::kTcp, Items(3, 1)).ok());
+  ExpectRefusedWhole(t.Begin(2, PutPath::kTcp, Items(2, 10)), 2);
+  EXPECT_EQ(pool->used_slots(), 3u);
+  EXPECT_EQ(t.reserved_items(), 3u);
+  EXPECT_EQ(t.open_puts(), 2u);
+  auto f = t.Fill(2, 1, kStored);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->slot, -1);
+  auto c = t.Commit(2);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->codes, (std::vector<StatusCode>{StatusCode::kResourceExhausted,
+                                               StatusCode::kResourceExhausted}));
+  EXPECT_EQ(t.open_puts(), 1u);
+  EXPECT_EQ(t.Commit(2).status().code(), StatusCode::kInvalidArgument);
+  for (uint32_t id = 100; id < 100 + kMaxRefusedPuts; ++id) {
+    ASSERT_NO_FATAL_FAILURE(ExpectRefusedWhole(t.Begin(id, PutPath::kRdma, Items(2, 1)), 2));
+  }
+  EXPECT_EQ(t.Begin(5000, PutPath::kTcp, Items(2, 1)).status().ToString(),
+            "invalid_argument: PUT_BEGIN past the reservation limit with 1024 puts refused for "
+            "it still open");
+  t.Cancel(PutPath::kRdma);
+  ExpectRefusedWhole(t.Begin(5000, PutPath::kTcp, Items(2, 1)), 2);
+  EXPECT_EQ(t.reserved_items(), 3u);
+  EXPECT_EQ(pool->used_slots(), 3u);
 }
 
 TEST(MemdReservationsTest, RefusedItemsCountAgainstTheLimit) {
@@ -71,7 +117,7 @@ TEST(MemdReservationsTest, RefusedItemsCountAgainstTheLimit) {
   EXPECT_EQ((*r)[2].code, StatusCode::kResourceExhausted);
   EXPECT_EQ((*r)[0].stored_bytes, kPayload + kBlockHeaderBytes);
   EXPECT_EQ(t.reserved_items(), 3u);
-  EXPECT_EQ(t.Begin(2, PutPath::kRdma, Items(2, 5)).status().ToString(), kLimitText);
+  ExpectRefusedWhole(t.Begin(2, PutPath::kRdma, Items(2, 5)), 2);
   // The refused item's data is still accepted (to be dropped) and it
   // commits with the pool's code.
   auto f = t.Fill(1, 2, kPayload + kBlockHeaderBytes);
@@ -154,8 +200,10 @@ TEST(MemdReservationsTest, UnknownRequestsAndItemsAreErrors) {
   ASSERT_TRUE(t.Begin(2, PutPath::kRdma, Items(1, 10)).ok());
   EXPECT_EQ(t.Fill(2, 0, kStored).status().ToString(), kNoItem) << "RDMA items take no PUT_DATA";
   // One id space for both paths.
-  EXPECT_EQ(t.Begin(1, PutPath::kRdma, Items(1, 20)).status().ToString(), kLimitText);
-  EXPECT_EQ(t.Begin(2, PutPath::kTcp, Items(1, 20)).status().ToString(), kLimitText);
+  EXPECT_EQ(t.Begin(1, PutPath::kRdma, Items(1, 20)).status().ToString(),
+            "invalid_argument: PUT_BEGIN reuses request id 1, which is still open");
+  EXPECT_EQ(t.Begin(2, PutPath::kTcp, Items(1, 20)).status().ToString(),
+            "invalid_argument: PUT_BEGIN reuses request id 2, which is still open");
   EXPECT_EQ(t.reserved_items(), 3u);
   EXPECT_EQ(pool->used_slots(), 3u);
 }
@@ -224,11 +272,41 @@ class MemdConnectionLimitTest : public ::testing::Test {
   std::vector<std::unique_ptr<memd::RdmaQp>> qps_;
 };
 
-TEST_F(MemdConnectionLimitTest, RdmaGrantsCannotExceedWhatTcpPutsLeft) {
+// Reads a reply of `op` carrying a status list and returns its codes.
+std::vector<StatusCode> ReadCodes(RawClient& c, memd::Opcode op) {
+  auto r = c.ReadFrame();
+  EXPECT_TRUE(r.has_value()) << "no reply: the connection was closed";
+  if (!r.has_value()) return {};
+  EXPECT_EQ(r->first.opcode, op);
+  auto codes = memd::DecodeStatusList(r->second);
+  EXPECT_TRUE(codes.ok()) << codes.status().ToString();
+  return codes.ok() ? codes->codes : std::vector<StatusCode>{};
+}
+
+// Past the limit a put is refused item by item, on either path, and the
+// connection goes on: its other requests are not lost with it.
+TEST_F(MemdConnectionLimitTest, PutsPastTheLimitAreRefusedAndTheConnectionStays) {
   auto c = ConnectAtTheLimit();
+  const std::vector<StatusCode> refused{StatusCode::kResourceExhausted};
+  c->Send(memd::Frame(memd::Opcode::kPutBegin, 6,
+                      memd::EncodeBody(memd::PutBegin{kNs, {{{8, 8}, 10}}})));
+  // (Nothing more is sent on a connection the server closed.)
+  ASSERT_EQ(ReadCodes(*c, memd::Opcode::kBeginReply), refused);
+  // The item's data is read and dropped; its commit answers the same.
+  c->Send(memd::Frame(memd::Opcode::kPutData, 6, std::vector<std::byte>(10 + kBlockHeaderBytes)));
+  c->Send(memd::Frame(memd::Opcode::kPutCommit, 6, {}));
+  ASSERT_EQ(ReadCodes(*c, memd::Opcode::kStatusReply), refused);
   ASSERT_NO_FATAL_FAILURE(SwitchToRdma(*c));
   c->Send(OneItem());
-  c->ExpectError("PUT_BEGIN reuses a request id or exceeds the reservation limit");
+  auto r = c->ReadFrame();
+  ASSERT_TRUE(r.has_value()) << "the connection was closed";
+  ASSERT_EQ(r->first.opcode, memd::Opcode::kPutGrant);
+  auto grants = memd::DecodeGrantList(r->second);
+  ASSERT_TRUE(grants.ok());
+  ASSERT_EQ(grants->items.size(), 1u);
+  EXPECT_EQ(grants->items[0].code, StatusCode::kResourceExhausted);
+  c->Send(memd::Frame(memd::Opcode::kPutCommit, 7, {}));
+  EXPECT_EQ(ReadCodes(*c, memd::Opcode::kStatusReply), refused);
 }
 
 TEST_F(MemdConnectionLimitTest, ACommittedTcpPutMakesRoomForGrants) {

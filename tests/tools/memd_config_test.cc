@@ -70,7 +70,8 @@ TEST_F(MemdConfig, ReadsEveryKey) {
                                  "max_connections: 7\n"
                                  "lease_ms: 100\n"
                                  "handshake_timeout_ms: 200\n"
-                                 "put_timeout_ms: 300\n");
+                                 "put_timeout_ms: 300\n"
+                                 "reply_timeout_ms: 400\n");
   ASSERT_TRUE(LoadMemdConfig(path, &o, &secret).ok());
   EXPECT_EQ(o.listen, "127.0.0.1:0");
   EXPECT_EQ(o.pool.pool_bytes, 64u << 20);
@@ -84,6 +85,7 @@ TEST_F(MemdConfig, ReadsEveryKey) {
   EXPECT_EQ(o.lease_ms, 100u);
   EXPECT_EQ(o.handshake_timeout_ms, 200u);
   EXPECT_EQ(o.put_timeout_ms, 300u);
+  EXPECT_EQ(o.reply_timeout_ms, 400u);
 }
 
 TEST_F(MemdConfig, FilesThatCannotBeRead) {
@@ -135,6 +137,9 @@ TEST_F(MemdConfig, BadValuesNameTheirPlace) {
   EXPECT_EQ(Error("lease_ms: 60001\n"), f + "1:11: lease_ms is 60001; expected 1 to 60000");
   EXPECT_EQ(Error("pool_size: lots\n").rfind(f + "1:12: ", 0), 0u);
   EXPECT_EQ(Error("max_connections: 0\n").rfind(f + "1:18: ", 0), 0u);
+  EXPECT_EQ(Error("reply_timeout_ms: 0\n").rfind(f + "1:19: ", 0), 0u);
+  EXPECT_EQ(Error("max_connections: 65537\n"),
+            f + "1:18: max_connections is 65537; expected 1 to 65536");
   EXPECT_EQ(Error("hugepages: maybe\n").rfind(f + "1:12: ", 0), 0u);
   EXPECT_EQ(Error("listne: x\n").rfind(f + "1:1: unknown key 'listne'", 0), 0u);
 }
@@ -158,6 +163,38 @@ TEST_F(MemdConfig, BinaryRefusesBadInputWithExitCode2) {
   EXPECT_EQ(err, "kvtier-memd: listen: endpoint 'nonsense' is not host:port\n");
   EXPECT_EQ(Memd("--listen 127.0.0.1:70000 --secret-file " + secret, &err), 2) << err;
   EXPECT_NE(err.find("has a bad port"), std::string::npos) << err;
+  // --lease-ms 0 is refused as the file's lease_ms: 0 is not "unset".
+  EXPECT_EQ(Memd("--lease-ms 0 --listen nonsense --secret-file " + secret, &err), 2) << err;
+  EXPECT_EQ(err, "kvtier-memd: lease_ms is 0; expected 1 to 60000\n");
+  EXPECT_EQ(Memd("--config " + Write("c.yaml", "max_connections: 100000\n") +
+                     " --listen 127.0.0.1:0 --secret-file " + secret,
+                 &err),
+            2)
+      << err;
+  EXPECT_NE(err.find("max_connections is 100000; expected 1 to 65536"), std::string::npos) << err;
+}
+
+// A --port-file that cannot be written stops the server with exit 1 and
+// the reason: whoever waits for that file would otherwise wait for good.
+TEST_F(MemdConfig, BinaryStopsWhenThePortFileCannotBeWritten) {
+  const std::string args =
+      "--listen 127.0.0.1:0 --pool-size 1MiB --slot-size 64KiB "
+      "--no-hugepages --secret-file " +
+      Write("secret", "s3cret\n") + " --port-file ";
+  std::string err;
+  EXPECT_EQ(Memd(args + dir_ + "/missing/port", &err), 1) << err;
+  EXPECT_NE(err.find("kvtier-memd: --port-file: cannot create '" + dir_ +
+                     "/missing/port.tmp': No such file or directory\n"),
+            std::string::npos)
+      << err;
+  // A directory in the way: the rename fails, and the temporary is gone.
+  std::filesystem::create_directories(dir_ + "/taken/inside");
+  EXPECT_EQ(Memd(args + dir_ + "/taken", &err), 1) << err;
+  EXPECT_NE(err.find("kvtier-memd: --port-file: cannot rename '" + dir_ + "/taken.tmp' to '" +
+                     dir_ + "/taken': Is a directory\n"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/taken.tmp"));
 }
 
 }  // namespace

@@ -82,7 +82,9 @@ Result<uint32_t> MemdPool::Reserve(uint64_t stored_bytes) {
                                    std::to_string(options_.slot_bytes));
   }
   while (free_.empty()) {
-    if (!EvictOne()) return Status::ResourceExhausted("every memd slot is reserved or in use");
+    if (!EvictOne(nullptr)) {
+      return Status::ResourceExhausted("every memd slot is reserved or in use");
+    }
   }
   const uint32_t slot = free_.back();
   free_.pop_back();
@@ -107,19 +109,21 @@ Status MemdPool::Commit(NamespaceId ns, const BlockKey& key, uint32_t slot, uint
   const FullKey fk{ns, key};
   if (auto it = index_.find(fk); it != index_.end()) Erase(it);
   lru_.push_front(fk);
-  index_.emplace(fk, Entry{slot, stored_bytes, lru_.begin()});
+  auto [it, inserted] = index_.emplace(fk, Entry{slot, stored_bytes, lru_.begin()});
+  meta_[slot].entry = &*it;
   NamespaceUsage& u = usage_[ns.value];
   u.ns = ns.value;
   u.blocks += 1;
   u.bytes += stored_bytes - kBlockHeaderBytes;
-  EnforceWatermarks();
+  EnforceWatermarks(fk);
   return Status::Ok();
 }
 
 std::optional<MemdPool::Found> MemdPool::Lookup(NamespaceId ns, const BlockKey& key) {
   auto it = index_.find(FullKey{ns, key});
   if (it == index_.end()) return std::nullopt;
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  // A pinned block stays in pinned_; its last Unpin makes it most recent.
+  if (meta_[it->second.slot].pins == 0) lru_.splice(lru_.begin(), lru_, it->second.lru);
   return Found{it->second.slot, it->second.stored_bytes};
 }
 
@@ -134,21 +138,33 @@ bool MemdPool::Remove(NamespaceId ns, const BlockKey& key) {
   return true;
 }
 
-void MemdPool::Unpin(uint32_t slot) {
+void MemdPool::Pin(uint32_t slot) {
   SlotMeta& m = meta_[slot];
-  if (--m.pins == 0 && m.free_on_unpin) {
-    m.free_on_unpin = false;
-    free_.push_back(slot);
+  // Splicing keeps the entry's iterator valid, now pointing into pinned_.
+  if (m.pins++ == 0 && m.entry != nullptr) {
+    pinned_.splice(pinned_.begin(), pinned_, m.entry->second.lru);
   }
 }
 
-void MemdPool::Erase(std::unordered_map<FullKey, Entry, FullKeyHash>::iterator it) {
+void MemdPool::Unpin(uint32_t slot) {
+  SlotMeta& m = meta_[slot];
+  if (--m.pins != 0) return;
+  if (m.free_on_unpin) {
+    m.free_on_unpin = false;
+    free_.push_back(slot);
+  } else if (m.entry != nullptr) {
+    lru_.splice(lru_.begin(), pinned_, m.entry->second.lru);
+  }
+}
+
+void MemdPool::Erase(Index::iterator it) {
   NamespaceUsage& u = usage_[it->first.ns.value];
   u.blocks -= 1;
   u.bytes -= it->second.stored_bytes - kBlockHeaderBytes;
   if (u.blocks == 0) usage_.erase(it->first.ns.value);
-  lru_.erase(it->second.lru);
   const uint32_t slot = it->second.slot;
+  (meta_[slot].pins > 0 ? pinned_ : lru_).erase(it->second.lru);
+  meta_[slot].entry = nullptr;
   index_.erase(it);
   Release(slot);
 }
@@ -162,17 +178,21 @@ void MemdPool::Release(uint32_t slot) {
   }
 }
 
-bool MemdPool::EvictOne() {
-  if (lru_.empty()) return false;
+// lru_ holds only unpinned blocks, so each eviction frees a slot at once
+// and the walk never passes over pinned ones.
+bool MemdPool::EvictOne(const FullKey* keep) {
+  if (lru_.empty() || (keep != nullptr && lru_.back() == *keep)) return false;
   Erase(index_.find(lru_.back()));
   ++evictions_;
   return true;
 }
 
-void MemdPool::EnforceWatermarks() {
+// Reserved and pinned slots count as used but cannot be evicted: with too
+// many of them the pool stays above the low mark until they go.
+void MemdPool::EnforceWatermarks(const FullKey& keep) {
   const double n = static_cast<double>(slots_.size());
   if (static_cast<double>(used_slots()) <= options_.high_watermark * n) return;
-  while (static_cast<double>(used_slots()) > options_.low_watermark * n && EvictOne()) {
+  while (static_cast<double>(used_slots()) > options_.low_watermark * n && EvictOne(&keep)) {
   }
 }
 

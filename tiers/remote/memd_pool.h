@@ -8,6 +8,8 @@
 // pinned (a GET send or an RDMA lease in flight) is dropped from the index at
 // once when evicted, removed or replaced, but returns to the free list only
 // when its last pin goes, so bytes being sent are never overwritten.
+// Eviction takes only stored blocks that nobody holds pinned (evicting a
+// pinned one would free nothing), oldest first.
 //
 // Not thread-safe: the server's single I/O thread owns it.
 #pragma once
@@ -52,15 +54,18 @@ class MemdPool {
   std::span<std::byte> mapping() { return {base_, mapped_bytes_}; }
   uint64_t SlotOffset(uint32_t slot) const { return uint64_t{slot} * stride_; }
 
-  // A free slot for a stored block of `stored_bytes`, evicting least recently
-  // used blocks when none is free. InvalidArgument when the block is larger
-  // than a slot; ResourceExhausted when every slot is reserved or pinned.
+  // A free slot for a stored block of `stored_bytes`, evicting the least
+  // recently used unpinned block when none is free. InvalidArgument when the
+  // block is larger than a slot; ResourceExhausted when every slot is
+  // reserved or pinned (nothing is evicted then).
   Result<uint32_t> Reserve(uint64_t stored_bytes);
   // Returns a reserved slot that will not be committed.
   void CancelReservation(uint32_t slot);
   // REQUIRES: `slot` is reserved. Checks the stored BlockHeader against (ns,
   // key, stored_bytes) and publishes it, replacing any older block of that
   // key. Corruption when the header does not match; the slot is then freed.
+  // Above the high watermark, evicts unpinned blocks other than this one
+  // until at the low watermark or none is left.
   Status Commit(NamespaceId ns, const BlockKey& key, uint32_t slot, uint64_t stored_bytes);
 
   struct Found {
@@ -76,7 +81,10 @@ class MemdPool {
   std::span<std::byte> SlotBytes(uint32_t slot, uint64_t bytes) {
     return {base_ + SlotOffset(slot), static_cast<size_t>(bytes)};
   }
-  void Pin(uint32_t slot) { ++meta_[slot].pins; }
+  // REQUIRES: `slot` holds a stored block (from Lookup). A pinned block is
+  // not evicted; one dropped from the index while pinned frees its slot
+  // with the last Unpin.
+  void Pin(uint32_t slot);
   void Unpin(uint32_t slot);
 
   Stats GetStats() const;
@@ -88,20 +96,25 @@ class MemdPool {
   struct Entry {
     uint32_t slot;
     uint64_t stored_bytes;
-    std::list<FullKey>::iterator lru;
+    std::list<FullKey>::iterator lru;  // in lru_, or in pinned_ while pinned
   };
+  using Index = std::unordered_map<FullKey, Entry, FullKeyHash>;
   struct SlotMeta {
     uint32_t pins = 0;
     bool free_on_unpin = false;
+    // The index entry stored in this slot; null when the slot holds none.
+    // Elements of an unordered_map stay put when it rehashes.
+    Index::value_type* entry = nullptr;
   };
 
   MemdPool(MemdPoolOptions options, std::byte* base, size_t mapped, uint64_t stride,
            uint64_t count);
-  void Erase(std::unordered_map<FullKey, Entry, FullKeyHash>::iterator it);
+  void Erase(Index::iterator it);
   void Release(uint32_t slot);
-  // Evicts the least recently used block; false when nothing is stored.
-  bool EvictOne();
-  void EnforceWatermarks();
+  // Evicts the least recently used unpinned block unless it is `keep`;
+  // false when there is none.
+  bool EvictOne(const FullKey* keep);
+  void EnforceWatermarks(const FullKey& keep);
 
   const MemdPoolOptions options_;
   std::byte* const base_;
@@ -110,8 +123,12 @@ class MemdPool {
   std::vector<uint32_t> slots_;  // every slot id; size = slot count
   std::vector<uint32_t> free_;
   std::vector<SlotMeta> meta_;
-  std::unordered_map<FullKey, Entry, FullKeyHash> index_;
-  std::list<FullKey> lru_;  // front = most recently used
+  Index index_;
+  // Stored blocks nobody pins, the evictable ones; front = most recently
+  // used. Pinned blocks wait in pinned_ and return to the front of lru_
+  // with their last Unpin, so eviction never walks past them.
+  std::list<FullKey> lru_;
+  std::list<FullKey> pinned_;
   std::unordered_map<uint64_t, NamespaceUsage> usage_;
   uint64_t evictions_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <iterator>
+#include <string>
 
 #include "kvtier/block_header.h"
 
@@ -25,13 +26,14 @@ MemdReservations::MemdReservations(MemdPool& pool, size_t max_items, size_t max_
 
 Result<std::span<const Reservation>> MemdReservations::Begin(uint32_t request_id, PutPath path,
                                                              const PutBegin& m) {
-  // The check comes before any slot is reserved: a refused PUT_BEGIN leaves
-  // the pool as it was.
-  if (puts_.count(request_id) != 0 || reserved_items_ + m.items.size() > max_items_) {
-    return Status::InvalidArgument(
-        "PUT_BEGIN reuses a request id or exceeds the reservation limit");
+  if (puts_.count(request_id) != 0) {
+    return Status::InvalidArgument("PUT_BEGIN reuses request id " + std::to_string(request_id) +
+                                   ", which is still open");
   }
-  Put put{m.ns, path, now_ms_(), {}};
+  // The check comes before any slot is reserved: a put refused whole leaves
+  // the pool as it was.
+  if (reserved_items_ + m.items.size() > max_items_) return RefuseWhole(request_id, path, m);
+  Put put{m.ns, path, now_ms_(), {}, 0};
   put.items.reserve(m.items.size());
   for (const PutItem& it : m.items) {
     Reservation r;
@@ -59,8 +61,41 @@ Result<std::span<const Reservation>> MemdReservations::Begin(uint32_t request_id
   return std::span<const Reservation>(it->second.items);
 }
 
+// A client that pipelines puts past the limit gets its items refused like
+// those past the slot share, instead of losing its connection and every
+// request on it. Only the count is kept: the items it may still send data
+// for cost nothing to drop.
+Result<std::span<const Reservation>> MemdReservations::RefuseWhole(uint32_t request_id,
+                                                                   PutPath path,
+                                                                   const PutBegin& m) {
+  if (refused_puts_ >= kMaxRefusedPuts) {
+    return Status::InvalidArgument("PUT_BEGIN past the reservation limit with " +
+                                   std::to_string(refused_puts_) +
+                                   " puts refused for it still open");
+  }
+  refused_.clear();
+  for (const PutItem& it : m.items) {
+    Reservation r;
+    r.key = it.key;
+    r.stored_bytes = it.payload_bytes + kBlockHeaderBytes;
+    r.code = StatusCode::kResourceExhausted;
+    r.filled = path == PutPath::kRdma;
+    refused_.push_back(r);
+  }
+  puts_.emplace(request_id, Put{m.ns, path, now_ms_(), {}, m.items.size()});
+  ++refused_puts_;
+  return std::span<const Reservation>(refused_);
+}
+
 Result<Reservation> MemdReservations::Fill(uint32_t request_id, uint32_t item, uint64_t bytes) {
   auto put = puts_.find(request_id);
+  if (put != puts_.end() && put->second.path == PutPath::kTcp && item < put->second.refused_items) {
+    put->second.progress_ms = now_ms_();
+    Reservation dropped;
+    dropped.stored_bytes = bytes;
+    dropped.code = StatusCode::kResourceExhausted;
+    return dropped;
+  }
   if (put == puts_.end() || put->second.path != PutPath::kTcp || item >= put->second.items.size()) {
     return Status::InvalidArgument("PUT_DATA names no PUT_BEGIN item");
   }
@@ -77,6 +112,11 @@ Result<StatusList> MemdReservations::Commit(uint32_t request_id) {
   auto it = puts_.find(request_id);
   if (it == puts_.end()) return Status::InvalidArgument("PUT_COMMIT names no PUT_BEGIN");
   StatusList reply;
+  if (it->second.refused_items > 0) {
+    reply.codes.assign(it->second.refused_items, StatusCode::kResourceExhausted);
+    Drop(it);
+    return reply;
+  }
   reply.codes.reserve(it->second.items.size());
   for (Reservation& r : it->second.items) {
     StatusCode code = r.code;
@@ -122,6 +162,7 @@ void MemdReservations::Drop(std::unordered_map<uint32_t, Put>::iterator it) {
     --reserved_slots_;
   }
   reserved_items_ -= it->second.items.size();
+  if (it->second.refused_items > 0) --refused_puts_;
   puts_.erase(it);
 }
 

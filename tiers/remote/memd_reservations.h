@@ -5,7 +5,11 @@
 // (one-sided WRITEs into granted slots) still holds at most `max_items`
 // items, and at most `max_slots` pool slots: an item beyond that is refused
 // with ResourceExhausted (the rest of its put goes on), so one connection
-// cannot take, or evict the blocks of, the whole pool.
+// cannot take, or evict the blocks of, the whole pool. A PUT_BEGIN that
+// would pass `max_items` is refused whole, every item ResourceExhausted, and
+// kept open only as a count (its PUT_DATA is dropped, its PUT_COMMIT
+// answers the same codes), so the connection goes on; at most
+// kMaxRefusedPuts of those may be open at once.
 //
 // A TCP item must receive its PUT_DATA before PUT_COMMIT, or its slot is
 // freed and the item fails with InvalidArgument. An RDMA item is written by
@@ -33,6 +37,10 @@ namespace kvtier::internal::memd {
 // How a put's bytes reach its slots.
 enum class PutPath : uint8_t { kTcp, kRdma };
 
+// Puts refused whole for the item limit that one connection may leave open
+// (not committed): a client with more is not waiting for its replies.
+inline constexpr size_t kMaxRefusedPuts = 1024;
+
 // One item of a begun put.
 struct Reservation {
   BlockKey key;
@@ -54,15 +62,18 @@ class MemdReservations {
   MemdReservations& operator=(const MemdReservations&) = delete;
 
   // Reserves one slot per item; a slot the pool refuses is an item with its
-  // code (ResourceExhausted past `max_slots`). InvalidArgument (the
-  // connection is then closed) when `request_id`
-  // is already open, on either path, or the connection would hold more than
-  // `max_items` reserved items. The span is valid until the next call.
+  // code (ResourceExhausted past `max_slots`). When the connection would
+  // hold more than `max_items` reserved items, every item is refused with
+  // ResourceExhausted and nothing is reserved. InvalidArgument (the
+  // connection is then closed) when `request_id` is already open, on either
+  // path, or kMaxRefusedPuts refused puts are open. The span is valid until
+  // the next call.
   Result<std::span<const Reservation>> Begin(uint32_t request_id, PutPath path, const PutBegin& m);
   // Accepts the PUT_DATA of one TCP item of `bytes` stored bytes and returns
   // it (slot -1: read the data and drop it). InvalidArgument for an unknown
   // request or item, an RDMA put, a repeated item or a size other than the
-  // one PUT_BEGIN announced.
+  // one PUT_BEGIN announced (a put refused whole keeps neither: any item of
+  // it is dropped).
   Result<Reservation> Fill(uint32_t request_id, uint32_t item, uint64_t bytes);
   // Publishes every item of `request_id` and frees its entry; per-item codes.
   // InvalidArgument when the request is not open. The commit may come on
@@ -76,6 +87,7 @@ class MemdReservations {
   void Cancel();
   void Cancel(PutPath path);
 
+  // Items of the open puts that were not refused whole.
   size_t reserved_items() const { return reserved_items_; }
   size_t reserved_slots() const { return reserved_slots_; }
   size_t open_puts() const { return puts_.size(); }
@@ -88,8 +100,12 @@ class MemdReservations {
     NamespaceId ns;
     PutPath path = PutPath::kTcp;
     uint64_t progress_ms = 0;
-    std::vector<Reservation> items;
+    std::vector<Reservation> items;  // empty when refused whole
+    size_t refused_items = 0;        // refused whole: how many items it had
   };
+  // Opens `request_id` as a put refused whole; its items, for the reply.
+  Result<std::span<const Reservation>> RefuseWhole(uint32_t request_id, PutPath path,
+                                                   const PutBegin& m);
   void Drop(std::unordered_map<uint32_t, Put>::iterator it);
 
   MemdPool& pool_;
@@ -98,7 +114,9 @@ class MemdReservations {
   const std::function<uint64_t()> now_ms_;
   std::unordered_map<uint32_t, Put> puts_;
   size_t reserved_items_ = 0;
-  size_t reserved_slots_ = 0;  // items of reserved_items_ that hold a slot
+  size_t reserved_slots_ = 0;         // items of reserved_items_ that hold a slot
+  size_t refused_puts_ = 0;           // open puts refused whole
+  std::vector<Reservation> refused_;  // the items RefuseWhole returned last
 };
 
 }  // namespace kvtier::internal::memd

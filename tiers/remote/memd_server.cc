@@ -2,6 +2,8 @@
 // device and the pool's registration, lease expiry, start and stop.
 #include "tiers/remote/memd_server.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 
 #include "tiers/remote/memd_server_impl.h"
@@ -11,13 +13,33 @@ namespace {
 
 // Expired leases are ended on this tick (transport: rdma).
 constexpr auto kLeaseTick = std::chrono::milliseconds(20);
+// After a failed accept (no descriptor, no buffer), the next try waits this
+// long: the pending connection stays queued, and retrying at once would
+// fail the same way in a busy loop.
+constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
+constexpr uint64_t kAcceptWarnIntervalMs = 1000;
 
 // How often deadlines are checked: a quarter of the shortest, 5 to 250 ms,
 // so a deadline is overrun by at most that.
 std::chrono::milliseconds DeadlineTick(const MemdServerOptions& o) {
-  const uint64_t shortest =
-      std::min({o.handshake_timeout_ms, o.put_timeout_ms, static_cast<uint32_t>(kCloseGraceMs)});
+  const uint64_t shortest = std::min({o.handshake_timeout_ms, o.put_timeout_ms, o.reply_timeout_ms,
+                                      static_cast<uint32_t>(kCloseGraceMs)});
   return std::chrono::milliseconds(std::clamp<uint64_t>(shortest / 4, 5, 250));
+}
+
+// Each connection is a descriptor: below max_connections plus what the
+// server needs besides, accepts fail (and are retried) before the
+// connection limit is reached.
+void WarnOnDescriptorLimit(const MemdServerOptions& o, LogSink& log) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return;
+  const uint64_t need = uint64_t{o.max_connections} + kSpareDescriptors;
+  if (r.rlim_cur >= need) return;
+  log.Log(LogLevel::kWarning,
+          "memd: max_connections is " + std::to_string(o.max_connections) +
+              " but the open-file limit (RLIMIT_NOFILE) is " + std::to_string(r.rlim_cur) +
+              "; accepts will fail near that many connections (raise it to at least " +
+              std::to_string(need) + ", e.g. ulimit -n)");
 }
 
 }  // namespace
@@ -44,6 +66,8 @@ Status MemdServer::Impl::Listen() {
 void MemdServer::Impl::Accept() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket sock) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    // A client that gave up while queued costs nothing to skip.
+    if (ec && ec != asio::error::connection_aborted) return AcceptFailed(ec);
     if (!ec) {
       if (sessions_.size() >= options_.max_connections) {
         log_->Log(LogLevel::kWarning, "memd: connection limit reached; refusing a client");
@@ -53,6 +77,24 @@ void MemdServer::Impl::Accept() {
         s->Start();
       }
     }
+    Accept();
+  });
+}
+
+void MemdServer::Impl::AcceptFailed(const boost::system::error_code& ec) {
+  ++accept_failures_;
+  const uint64_t now = NowMs();
+  if (accept_warned_ms_ == 0 || now - accept_warned_ms_ >= kAcceptWarnIntervalMs) {
+    log_->Log(LogLevel::kWarning, "memd: " + FromAsio(ec, "accept").ToString() + " (" +
+                                      std::to_string(accept_failures_) +
+                                      " failed since the last such warning); retrying every " +
+                                      std::to_string(kAcceptRetry.count()) + " ms");
+    accept_failures_ = 0;
+    accept_warned_ms_ = now;
+  }
+  accept_timer_.expires_after(kAcceptRetry);
+  accept_timer_.async_wait([this](const boost::system::error_code& waited) {
+    if (waited || !acceptor_.is_open()) return;
     Accept();
   });
 }
@@ -97,6 +139,7 @@ void MemdServer::Impl::Stop() {
       acceptor_.close(ec);
       lease_timer_.cancel();
       deadline_timer_.cancel();
+      accept_timer_.cancel();
       auto all = sessions_;
       for (auto& [p, s] : all) s->Close();
     });
@@ -114,9 +157,13 @@ Status MemdServerOptions::Validate() const {
     return Status::InvalidArgument("transport '" + transport +
                                    "' is unknown; expected tcp or rdma");
   }
-  if (max_connections == 0) return Status::InvalidArgument("max_connections must be at least 1");
-  if (handshake_timeout_ms == 0 || put_timeout_ms == 0) {
-    return Status::InvalidArgument("handshake_timeout_ms and put_timeout_ms must be at least 1");
+  if (max_connections == 0 || max_connections > kMaxConnectionsLimit) {
+    return Status::InvalidArgument("max_connections is " + std::to_string(max_connections) +
+                                   "; expected 1 to " + std::to_string(kMaxConnectionsLimit));
+  }
+  if (handshake_timeout_ms == 0 || put_timeout_ms == 0 || reply_timeout_ms == 0) {
+    return Status::InvalidArgument(
+        "handshake_timeout_ms, put_timeout_ms and reply_timeout_ms must be at least 1");
   }
   if (lease_ms == 0 || lease_ms > kMaxLeaseMs) {
     return Status::InvalidArgument("lease_ms is " + std::to_string(lease_ms) + "; expected 1 to " +
@@ -136,6 +183,7 @@ Result<std::unique_ptr<MemdServer>> MemdServer::Start(const MemdServerOptions& o
     device = std::move(opened).value();
   }
   std::shared_ptr<LogSink> log = options.log ? options.log : StderrLogSink();
+  WarnOnDescriptorLimit(options, *log);
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<MemdPool> pool,
                           MemdPool::Create(options.pool, log.get()));
   auto impl = std::make_unique<Impl>(options, std::move(pool));
@@ -167,6 +215,12 @@ size_t MemdServer::TEST_QueuedReplies() {
   const Status ran = impl_->loop_.Call([&] {
     for (auto& [p, s] : impl_->sessions_) n += s->queued_replies();
   });
+  return ran.ok() ? n : 0;
+}
+
+size_t MemdServer::TEST_Connections() {
+  size_t n = 0;
+  const Status ran = impl_->loop_.Call([&] { n = impl_->sessions_.size(); });
   return ran.ok() ? n : 0;
 }
 

@@ -8,7 +8,10 @@
 // One connection holds at most three quarters of the pool's slots reserved
 // (PUT_BEGIN items beyond get ResourceExhausted), and a put that makes no progress for
 // put_timeout_ms is cancelled and its connection closed. A connection whose
-// replies pile up unread is not read from until they drain.
+// replies pile up unread is not read from until they drain, and is closed
+// (dropping the pins its replies hold) when they make no write progress for
+// reply_timeout_ms. Accepted sockets use TCP keepalive and a TCP user
+// timeout, so a peer that vanished does not hold its connection for good.
 #pragma once
 
 #include <cstdint>
@@ -22,12 +25,19 @@
 
 namespace kvtier::internal::memd {
 
+// The most connections max_connections may allow: each is a descriptor.
+constexpr uint32_t kMaxConnectionsLimit = 65536;
+// Descriptors the server needs besides its connections (listener, pool,
+// event loop, log, RDMA device). Start warns when the open-file limit is
+// below max_connections plus these.
+constexpr uint64_t kSpareDescriptors = 64;
+
 struct MemdServerOptions {
   std::string listen = "127.0.0.1:7400";  // "host:port"; port 0 picks a free one
   std::string secret;                     // shared secret; required
   std::string transport = "tcp";          // tcp | rdma
   MemdPoolOptions pool;
-  uint32_t max_connections = 256;  // more are accepted and closed at once
+  uint32_t max_connections = 256;  // 1..kMaxConnectionsLimit; more are accepted and closed
   uint32_t lease_ms = 2000;        // rdma: how long a GET_LEASE pins blocks, 1..kMaxLeaseMs
   // A connection that has not completed the handshake this long after it was
   // accepted is closed, so idle sockets cannot hold every connection.
@@ -35,6 +45,10 @@ struct MemdServerOptions {
   // A begun put (PUT_BEGIN not yet committed) that sees none of its PUT_DATA
   // and no PUT_COMMIT this long is cancelled and its connection closed.
   uint32_t put_timeout_ms = 10000;
+  // Replies queued or being written that see no byte taken by the peer this
+  // long close the connection: a client that stops reading cannot keep the
+  // slots its GET replies pin.
+  uint32_t reply_timeout_ms = 10000;
   // rdma: the device, asked for once by Start; null opens the first one.
   RdmaDeviceFactory rdma_device;
   std::shared_ptr<LogSink> log;  // null: stderr
@@ -68,6 +82,8 @@ class MemdServer {
   // Frames queued or being written to clients, over every connection; 0
   // once stopped.
   size_t TEST_QueuedReplies();
+  // Open connections; 0 once stopped.
+  size_t TEST_Connections();
 
   class Impl;
 

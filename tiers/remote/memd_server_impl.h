@@ -27,8 +27,9 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 // Reservations a connection may hold at once (PUT_BEGIN items not yet
-// committed, TCP and RDMA together): four full batches. A client that asks
-// for more is cut off, so one connection cannot pin the whole pool.
+// committed, TCP and RDMA together): four full batches. A PUT_BEGIN past
+// that has every item refused with ResourceExhausted (memd_reservations.h),
+// so one connection cannot pin the whole pool.
 constexpr size_t kMaxReservedItems = 4 * kMaxBatchItems;
 // The largest HELLO or AUTH body; checked from the header, so a peer that has
 // not authenticated makes the server allocate no more than this.
@@ -53,6 +54,12 @@ inline size_t MaxReservedSlots(uint64_t slot_count) {
 // Milliseconds on the steady clock: the time leases are measured in.
 uint64_t NowMs();
 
+// Turns on TCP keepalive (probes after 30 s idle, every 10 s, 3 unanswered
+// end it) and a 60 s TCP user timeout on an accepted socket: a peer that
+// vanished without a FIN or RST releases its connection within about a
+// minute. Failures are ignored: the socket still works without them.
+void KeepPeerAlive(tcp::socket& sock);
+
 class Session;
 
 class MemdServer::Impl {
@@ -65,10 +72,15 @@ class MemdServer::Impl {
         loop_("memd", log_),
         acceptor_(loop_.context()),
         lease_timer_(loop_.context()),
-        deadline_timer_(loop_.context()) {}
+        deadline_timer_(loop_.context()),
+        accept_timer_(loop_.context()) {}
 
   Status Listen();
   void Accept();
+  // An accept failed: out of descriptors or buffers, or something else that
+  // retrying at once would only repeat. Logs (at most once a second) and
+  // accepts again after kAcceptRetry, so the loop does not spin.
+  void AcceptFailed(const boost::system::error_code& ec);
   // Keeps the opened device and registers the pool with it.
   Status UseRdma(std::unique_ptr<RdmaDevice> device);
   void ExpireLeases();
@@ -92,6 +104,9 @@ class MemdServer::Impl {
   tcp::acceptor acceptor_;
   asio::steady_timer lease_timer_;
   asio::steady_timer deadline_timer_;
+  asio::steady_timer accept_timer_;
+  uint64_t accept_failures_ = 0;   // since the last warning about them
+  uint64_t accept_warned_ms_ = 0;  // NowMs of that warning; 0: none yet
   uint16_t port_ = 0;
   std::once_flag stopped_;
 };
@@ -108,6 +123,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? "unknown peer" : ep.address().to_string() + ":" + std::to_string(ep.port());
     sock_.set_option(tcp::no_delay(true), ec);
+    KeepPeerAlive(sock_);
   }
 
   void Start() { ReadHeader(); }
@@ -116,7 +132,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (rdma_) rdma_->Expire(now_ms);
   }
   // Closes the session when its handshake or its oldest open put is past
-  // its deadline, or an ERROR it was sent is not taken within kCloseGraceMs.
+  // its deadline, its replies made no write progress for reply_timeout_ms,
+  // or an ERROR it was sent is not taken within kCloseGraceMs.
   void CheckDeadlines(uint64_t now_ms);
   size_t queued_replies() const { return queue_.size() + writing_.size(); }
 
@@ -164,6 +181,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::byte> scratch_;
   std::deque<Out> queue_;
   std::vector<Out> writing_;
+  // When the write of writing_ began or last moved bytes (NowMs).
+  uint64_t write_progress_ms_ = 0;
   uint64_t out_bytes_ = 0;      // bytes of queue_ and writing_
   bool read_paused_ = false;    // no read is pending: replies are backlogged
   bool reading_block_ = false;  // a PUT_DATA is being read into its slot

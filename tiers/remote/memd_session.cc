@@ -1,5 +1,9 @@
 // One memd connection (Session): reading frames off the socket, writing
 // replies in batches, refusing a peer that breaks the protocol, and closing.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
@@ -36,7 +40,26 @@ bool IsRequest(Opcode op) {
 
 uint64_t OutBytes(const auto& out) { return out.header.size() + out.body.size() + out.data.size(); }
 
+constexpr int kKeepIdleS = 30;
+constexpr int kKeepIntervalS = 10;
+constexpr int kKeepProbes = 3;
+// Not below keepalive's own 60 s: the user timeout also ends a connection
+// whose keepalive probes go unanswered, and would otherwise cut it short.
+constexpr unsigned kTcpUserTimeoutMs = 60000;
+
 }  // namespace
+
+void KeepPeerAlive(tcp::socket& sock) {
+  boost::system::error_code ec;
+  sock.set_option(asio::socket_base::keep_alive(true), ec);
+  const int fd = sock.native_handle();
+  for (auto [option, value] :
+       {std::pair{TCP_KEEPIDLE, kKeepIdleS}, std::pair{TCP_KEEPINTVL, kKeepIntervalS},
+        std::pair{TCP_KEEPCNT, kKeepProbes}}) {
+    setsockopt(fd, IPPROTO_TCP, option, &value, sizeof value);
+  }
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &kTcpUserTimeoutMs, sizeof kTcpUserTimeoutMs);
+}
 
 void Session::ReadHeader() {
   auto self = shared_from_this();
@@ -172,7 +195,17 @@ void Session::Pump() {
     if (!o.data.empty()) bufs.emplace_back(o.data.data(), o.data.size());
   }
   auto self = shared_from_this();
-  asio::async_write(sock_, bufs, TransferAllBulk(),
+  write_progress_ms_ = NowMs();
+  // Asked after every partial write: each one that took bytes is progress.
+  auto progress = [this, seen = size_t{0}](const boost::system::error_code& ec,
+                                           size_t written) mutable {
+    if (written != seen) {
+      seen = written;
+      write_progress_ms_ = NowMs();
+    }
+    return TransferAllBulk()(ec, written);
+  };
+  asio::async_write(sock_, bufs, progress,
                     [this, self](const boost::system::error_code& ec, size_t) {
                       for (const Out& o : writing_) {
                         if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
@@ -210,6 +243,14 @@ void Session::CheckDeadlines(uint64_t now_ms) {
     return;
   }
   const MemdServerOptions& o = srv_.options_;
+  // A peer that takes none of its replies cannot be told why: close at once,
+  // which ends the write and unpins the slots its GET replies hold.
+  if (!writing_.empty() && now_ms >= write_progress_ms_ + o.reply_timeout_ms) {
+    srv_.log_->Log(LogLevel::kWarning, "memd: " + peer_ + ": took no reply bytes for " +
+                                           std::to_string(o.reply_timeout_ms) +
+                                           " ms; closing the connection");
+    return Close();
+  }
   if (phase_ != Phase::kReady && now_ms - accepted_ms_ >= o.handshake_timeout_ms) {
     return Expire("handshake not completed within " + std::to_string(o.handshake_timeout_ms) +
                   " ms");

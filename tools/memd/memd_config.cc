@@ -71,6 +71,10 @@ Status CheckValue(const ConfigNode& n, const internal::memd::MemdServerOptions& 
   if (n.key == "transport" && o.transport != "tcp" && o.transport != "rdma") {
     return NodeError(n.where, "transport '" + o.transport + "' is unknown", "tcp or rdma");
   }
+  if (n.key == "max_connections" && o.max_connections > internal::memd::kMaxConnectionsLimit) {
+    return NodeError(n.where, "max_connections is " + std::to_string(o.max_connections),
+                     "1 to " + std::to_string(internal::memd::kMaxConnectionsLimit));
+  }
   if (n.key == "lease_ms" && o.lease_ms > internal::memd::kMaxLeaseMs) {
     return NodeError(n.where, "lease_ms is " + std::to_string(o.lease_ms),
                      "1 to " + std::to_string(internal::memd::kMaxLeaseMs));
@@ -112,13 +116,15 @@ Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions
       s = internal::ReadU32(n, k, 1, &o->handshake_timeout_ms);
     } else if (k == "put_timeout_ms") {
       s = internal::ReadU32(n, k, 1, &o->put_timeout_ms);
+    } else if (k == "reply_timeout_ms") {
+      s = internal::ReadU32(n, k, 1, &o->reply_timeout_ms);
     } else if (k == "watermarks") {
       s = ReadWatermarks(n, &o->pool);
     } else {
       s = NodeError(n.key_where, "unknown key '" + k + "'",
                     "listen, pool_size, slot_size, secret_file, transport, hugepages, "
-                    "watermarks, max_connections, lease_ms, handshake_timeout_ms or "
-                    "put_timeout_ms");
+                    "watermarks, max_connections, lease_ms, handshake_timeout_ms, "
+                    "put_timeout_ms or reply_timeout_ms");
     }
     if (s.ok()) s = CheckValue(n, *o);
     if (!s.ok()) return s;

@@ -10,6 +10,7 @@
 //   max_connections: 256
 //   handshake_timeout_ms: 5000   # unauthenticated connections are closed after this
 //   put_timeout_ms: 10000        # a put with no progress this long is cancelled
+//   reply_timeout_ms: 10000      # a client taking no reply bytes this long is closed
 #pragma once
 
 #include <string>
