@@ -160,6 +160,28 @@ TEST(MemdReservationsTest, CommitPublishesWhatArrivedAndFreesTheRest) {
   EXPECT_EQ(t.reserved_items(), 0u);
 }
 
+// A slot that last held the same block, freed and reserved again for an
+// RDMA put the client never writes, must not pass as the new copy.
+TEST(MemdReservationsTest, AnRdmaSlotNeverWrittenFailsEvenIfItHeldTheBlock) {
+  auto pool = SmallPool(1, kSlot);
+  MemdReservations t(*pool, 8);
+  auto first = t.Begin(1, PutPath::kRdma, Items(1, 10));
+  ASSERT_TRUE(first.ok());
+  ASSERT_NO_FATAL_FAILURE(Store(*pool, (*first)[0]));
+  const int64_t slot = (*first)[0].slot;  // the span ends with the commit
+  auto c = t.Commit(1);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->codes, (std::vector<StatusCode>{StatusCode::kOk}));
+  ASSERT_TRUE(pool->Remove(kNs, {10, 0}));  // its one slot is free, bytes left in place
+  auto again = t.Begin(2, PutPath::kRdma, Items(1, 10));
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ((*again)[0].slot, slot);
+  c = t.Commit(2);  // nothing written this time
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->codes, (std::vector<StatusCode>{StatusCode::kCorruption}));
+  EXPECT_FALSE(pool->Contains(kNs, {10, 0}));
+}
+
 TEST(MemdReservationsTest, CancelGivesSlotsBackByPathOrAll) {
   auto pool = SmallPool(8, kSlot);
   {

@@ -1,5 +1,6 @@
 #include "tiers/remote/memd_reservations.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <string>
@@ -51,6 +52,13 @@ Result<std::span<const Reservation>> MemdReservations::Begin(uint32_t request_id
     if (slot.ok()) {
       r.slot = *slot;
       ++reserved_slots_;
+      // A slot that last held this very block would pass the header check
+      // at commit even if the client never wrote it: clear the header, so
+      // only bytes written for this put can.
+      if (r.filled) {
+        std::span<std::byte> head = pool_.SlotBytes(r.slot, kBlockHeaderBytes);
+        std::fill(head.begin(), head.end(), std::byte{0});
+      }
     } else {
       r.code = slot.status().code();
     }
