@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -12,9 +13,13 @@
 
 namespace kvtier::testing {
 
-// `n` kvtier-memd processes (the first n of one shared set), restarted empty.
+// `n` kvtier-memd processes (the first n of one shared set), empty: started
+// now, or restarted if an earlier call in this process started them. (A
+// restart rebinds the same port, which a parallel test's outgoing connection
+// may have taken meanwhile: only restart what must be emptied.)
 inline std::vector<MemdProcess*> FreshMemd(size_t n) {
   static std::vector<std::unique_ptr<MemdProcess>> procs;
+  const size_t existing = std::min(n, procs.size());
   while (procs.size() < n) {
     auto p = MemdProcess::Start();
     EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -23,8 +28,10 @@ inline std::vector<MemdProcess*> FreshMemd(size_t n) {
   }
   std::vector<MemdProcess*> out;
   for (size_t i = 0; i < n; ++i) {
-    Status s = procs[i]->Restart();
-    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (i < existing) {
+      Status s = procs[i]->Restart();
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
     out.push_back(procs[i].get());
   }
   return out;
