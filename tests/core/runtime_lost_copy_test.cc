@@ -61,21 +61,16 @@ class GateTier final : public Tier {
   std::unique_ptr<Tier> inner_;
 };
 
-class RuntimeLostCopyTest : public ::testing::Test {
+// A runtime whose tier named "gate" is wrapped in a GateTier, with chain
+// K1..K4 saved and one mover pass run.
+class GatedRuntimeTest : public ::testing::Test {
  protected:
-  // Hub of 4 blocks over a 32-block gate tier; chain K saved, K1 kept in the
-  // hub and K2..K4 written below (low mark 1 of 4, leaves first).
-  void SetUp() override {
-    setup_ = MakeEngine(64);
-    const uint64_t bb = setup_.layout.BlockBytes();
-    RuntimeOptions o = MakeOptions(bb, 4);
-    o.worker_threads = 2;
-    o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
-    o.tiers.push_back(LowerHostTier("gate", bb, 32));
+  // Opens with `o` and checks the tier of each of K1..K4 after the pass.
+  void OpenAndDemote(RuntimeOptions o, const std::vector<uint8_t>& tiers) {
     o.tier_factory = [this](const TierOptions& t,
                             const TierContext& c) -> Result<std::unique_ptr<Tier>> {
       auto inner = CreateTier(t, c);
-      if (!inner.ok()) return inner.status();
+      if (!inner.ok() || t.name != "gate") return inner;
       auto gate = std::make_unique<GateTier>(std::move(inner).value());
       gate_ = gate.get();
       return std::unique_ptr<Tier>(std::move(gate));
@@ -88,14 +83,28 @@ class RuntimeLostCopyTest : public ::testing::Test {
     sim_->Prefill(keys_, 0);
     ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
     ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
-    ASSERT_EQ(rt_->Lookup(kTestNs, keys_)->tier, (std::vector<uint8_t>{0, 1, 1, 1}));
+    ASSERT_EQ(rt_->Lookup(kTestNs, keys_)->tier, tiers);
   }
 
-  EngineSetup setup_;
+  EngineSetup setup_ = MakeEngine(64);
   GateTier* gate_ = nullptr;
   std::unique_ptr<Runtime> rt_;
   std::unique_ptr<SimEngine> sim_;
   std::vector<BlockKey> keys_;
+};
+
+class RuntimeLostCopyTest : public GatedRuntimeTest {
+ protected:
+  // Hub of 4 blocks over a 32-block gate tier; chain K saved, K1 kept in the
+  // hub and K2..K4 written below (low mark 1 of 4, leaves first).
+  void SetUp() override {
+    const uint64_t bb = setup_.layout.BlockBytes();
+    RuntimeOptions o = MakeOptions(bb, 4);
+    o.worker_threads = 2;
+    o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
+    o.tiers.push_back(LowerHostTier("gate", bb, 32));
+    ASSERT_NO_FATAL_FAILURE(OpenAndDemote(std::move(o), {0, 1, 1, 1}));
+  }
 };
 
 // Load B pins K2 and K3 (both below the hub) and, needing two hub slots with
@@ -156,8 +165,8 @@ TEST_F(RuntimeLostCopyTest, ASaveHoldingABlockDoesNotHideItsLostCopyFromAnotherS
   sim_->Prefill(with_n, 20);
   gate_->gate_writes = true;
   std::future<void> held = gate_->write_held.get_future();
-  Completion a = rt_->Save(kTestNs, keys_[3], std::vector<BlockKey>{with_n[4]},
-                           std::vector<uint32_t>{24});
+  Completion a =
+      rt_->Save(kTestNs, keys_[3], std::vector<BlockKey>{with_n[4]}, std::vector<uint32_t>{24});
   ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready)
       << "save A made no room";
   gate_->reads_miss = true;
@@ -185,40 +194,17 @@ TEST_F(RuntimeLostCopyTest, ASaveHoldingABlockDoesNotHideItsLostCopyFromAnotherS
 // and a host tier 2. K2..K4 go to tier 1 and K4 on to tier 2. Then tier 1
 // loses every block (its reads miss, as when Redis lets keys expire) and
 // three more blocks push it over its high mark.
-class RuntimeLostCopyBelowTest : public ::testing::Test {
+class RuntimeLostCopyBelowTest : public GatedRuntimeTest {
  protected:
   void SetUp() override {
-    setup_ = MakeEngine(64);
     const uint64_t bb = setup_.layout.BlockBytes();
     RuntimeOptions o = MakeOptions(bb, 4);
     o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
     o.tiers.push_back(LowerHostTier("gate", bb, 8));
     o.tiers.back().watermarks = {.high = 0.3, .low = 0.25};
     o.tiers.push_back(LowerHostTier("below", bb, 32));
-    o.tier_factory = [this](const TierOptions& t,
-                            const TierContext& c) -> Result<std::unique_ptr<Tier>> {
-      auto inner = CreateTier(t, c);
-      if (!inner.ok() || t.name != "gate") return inner;
-      auto gate = std::make_unique<GateTier>(std::move(inner).value());
-      gate_ = gate.get();
-      return std::unique_ptr<Tier>(std::move(gate));
-    };
-    auto rt = Runtime::Open(o, setup_.engine);
-    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
-    rt_ = std::move(rt).value();
-    sim_ = std::make_unique<SimEngine>(rt_.get(), setup_.engine.get());
-    keys_ = ChainKeys({1, 2, 3, 4});
-    sim_->Prefill(keys_, 0);
-    ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
-    ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
-    ASSERT_EQ(rt_->Lookup(kTestNs, keys_)->tier, (std::vector<uint8_t>{0, 1, 1, 2}));
+    ASSERT_NO_FATAL_FAILURE(OpenAndDemote(std::move(o), {0, 1, 1, 2}));
   }
-
-  EngineSetup setup_;
-  GateTier* gate_ = nullptr;
-  std::unique_ptr<Runtime> rt_;
-  std::unique_ptr<SimEngine> sim_;
-  std::vector<BlockKey> keys_;
 };
 
 // The mover picks K3, K2 and K1 (now in tier 1 too) to demote; their reads

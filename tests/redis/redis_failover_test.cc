@@ -72,6 +72,16 @@ struct Node {
   uint16_t port() const { return server->port(); }
 };
 
+// Both nodes report slots 0-8191 at `a` and 8192-16383 at `b`; false when
+// either failed to start.
+bool SplitSlots(Node& a, Node& b) {
+  if (!a.server || !b.server) return false;
+  const std::string split = "*2\r\n" + Range(0, 8191, a.port()) + Range(8192, 16383, b.port());
+  a.SetSlots(split);
+  b.SetSlots(split);
+  return true;
+}
+
 TierOptions ClusterOptions(std::vector<std::string> seeds) {
   TierOptions o = RedisTierOptionsFor(std::move(seeds), 64 * kBlock, /*cluster=*/true);
   o.redis.connections = 1;
@@ -112,10 +122,7 @@ Status ReadOne(Tier& tier, uint64_t i) {
 TEST(RedisFailover, SlotsOfADeadMasterAreFoundAtTheirNewOwner) {
   Node a = Node::Start();
   Node b = Node::Start();
-  ASSERT_TRUE(a.server && b.server);
-  const std::string split = "*2\r\n" + Range(0, 8191, a.port()) + Range(8192, 16383, b.port());
-  a.SetSlots(split);
-  b.SetSlots(split);
+  ASSERT_TRUE(SplitSlots(a, b));
   const TierOptions o = ClusterOptions({a.server->endpoint()});
   auto tier = Open(o);
   ASSERT_TRUE(tier);
@@ -143,10 +150,7 @@ TEST(RedisFailover, SlotsOfADeadMasterAreFoundAtTheirNewOwner) {
 TEST(RedisFailover, OpTimedOutOnAMasterThatMovedIsSentToTheNewOwner) {
   Node a = Node::Start();
   Node b = Node::Start();
-  ASSERT_TRUE(a.server && b.server);
-  const std::string split = "*2\r\n" + Range(0, 8191, a.port()) + Range(8192, 16383, b.port());
-  a.SetSlots(split);
-  b.SetSlots(split);
+  ASSERT_TRUE(SplitSlots(a, b));
   const TierOptions o = ClusterOptions({a.server->endpoint()});
   auto tier = Open(o);
   ASSERT_TRUE(tier);
@@ -170,10 +174,7 @@ TEST(RedisFailover, OpTimedOutOnAMasterThatMovedIsSentToTheNewOwner) {
 TEST(RedisFailover, KeysOfADeadMasterFailUntilTheirSlotsMove) {
   Node a = Node::Start();
   Node b = Node::Start();
-  ASSERT_TRUE(a.server && b.server);
-  const std::string split = "*2\r\n" + Range(0, 8191, a.port()) + Range(8192, 16383, b.port());
-  a.SetSlots(split);
-  b.SetSlots(split);
+  ASSERT_TRUE(SplitSlots(a, b));
   const TierOptions o = ClusterOptions({a.server->endpoint(), b.server->endpoint()});
   auto tier = Open(o);
   ASSERT_TRUE(tier);
