@@ -54,7 +54,15 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   IndexEntry* parent = first == 0 ? nullptr : index_.Find({ns, keys[first - 1]});
   if (first > 0 && parent == nullptr) return;  // removed meanwhile: the chain is cut
   const uint64_t now = NowNs();
-  for (size_t j = 0; j < rest.size() && present[j] != 0; ++j) {
+  for (size_t j = 0; j < rest.size(); ++j) {
+    // A copy whose Remove is pending there is on its way out: the retry
+    // would delete what adoption indexed.
+    for (size_t t = 1; t < tier_count(); ++t) {
+      if (((present[j] >> t) & 1U) != 0 && pending_removes_[t].count({ns, rest[j]}) != 0) {
+        present[j] &= ~(1U << t);
+      }
+    }
+    if (present[j] == 0) break;
     IndexEntry* e = index_.Find({ns, rest[j]});
     if (e == nullptr) {
       e = index_.Insert({ns, rest[j]}, parent, options_.block_bytes);

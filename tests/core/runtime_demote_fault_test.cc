@@ -114,6 +114,30 @@ TEST_F(RuntimeDemoteFaultTest, FailedRemovesAreRetriedByTheNextPass) {
   EXPECT_TRUE(sim_->Holds(9, keys_[1]));
 }
 
+// A tier with a local index still holds K3 and K4, whose removes failed: a
+// lookup must not adopt them back, or the retry would then delete blocks
+// the index lists.
+TEST_F(RuntimeDemoteFaultTest, CopiesWaitingForTheirRemoveAreNotAdopted) {
+  FaultOptions f;
+  f.fail_removes = 2;
+  f.error = StatusCode::kUnavailable;
+  f.local_index = true;
+  Open(f, 4, {.high = 0.5, .low = 0.25}, /*with_tier2=*/false);
+  keys_ = ChainKeys({1, 2, 3, 4});
+  sim_->Prefill(keys_, 0);
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  ASSERT_EQ(rt_->Stats().tiers[1].blocks, 3u) << "the removes were meant to fail";
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->tier, (std::vector<uint8_t>{0, 1}));
+  EXPECT_EQ(rt_->Stats().adopted_blocks, 0u);
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  EXPECT_EQ(rt_->Stats().tiers[1].blocks, 1u);
+  sim_->Scrub(0, 64);
+  Completion c = sim_->Load(keys_, 8);
+  EXPECT_TRUE(c.result(0).ok() && c.result(1).ok()) << c.result(1).ToString();
+  EXPECT_EQ(c.result(2).code(), StatusCode::kNotFound) << c.result(2).ToString();
+}
+
 // A load finds K2..K4 corrupt; the removes of the corrupt copies fail, and
 // the next mover pass retries them.
 TEST_F(RuntimeDemoteFaultTest, FailedRemovesOfCorruptCopiesAreRetried) {

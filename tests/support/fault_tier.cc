@@ -11,10 +11,16 @@
 namespace kvtier::testing {
 namespace {
 
+TierCapabilities CapabilitiesOf(const Tier& inner, const FaultOptions& o) {
+  TierCapabilities c = inner.capabilities();
+  c.local_index |= o.local_index;
+  return c;
+}
+
 class FaultInjectingTier final : public Tier {
  public:
   FaultInjectingTier(std::unique_ptr<Tier> inner, FaultOptions o)
-      : Tier(inner->name(), inner->type(), inner->capabilities()),
+      : Tier(inner->name(), inner->type(), CapabilitiesOf(*inner, o)),
         inner_(std::move(inner)),
         o_(o),
         rng_(o.seed) {

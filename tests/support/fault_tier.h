@@ -21,6 +21,8 @@ struct FaultOptions {
   bool truncate_on_read = false;        // report one byte less than was read
   uint64_t fail_removes = 0;            // the first this many removed keys fail with `error`
                                         // and stay stored (the tier was unreachable)
+  bool local_index = false;             // claim a local index, as a persistent tier does:
+                                        // the runtime adopts what Contains finds
   uint64_t seed = 42;
 };
 
