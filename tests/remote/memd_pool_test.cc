@@ -147,6 +147,29 @@ TEST(MemdPoolTest, ReserveOnAnAllPinnedPoolEvictsNothing) {
   EXPECT_TRUE(pool->Contains(kNs, {0, 1}));
 }
 
+// Pinning moves a block out of eviction's list and unpinning moves it back;
+// removing a pinned block takes it off the pinned list.
+TEST(MemdPoolTest, PinsMoveBlocksBetweenTheLists) {
+  auto pool = MakePool(4);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(Store(*pool, kNs, {0, i}).ok());
+  EXPECT_EQ(pool->TEST_Evictable(), 3u);
+  EXPECT_EQ(pool->TEST_Pinned(), 0u);
+  const uint32_t a = PinKey(*pool, {0, 0});
+  const uint32_t b = PinKey(*pool, {0, 1});
+  PinKey(*pool, {0, 1});  // a second pin of the same block
+  EXPECT_EQ(pool->TEST_Evictable(), 1u);
+  EXPECT_EQ(pool->TEST_Pinned(), 2u);
+  pool->Unpin(a);
+  pool->Unpin(b);  // still pinned once
+  EXPECT_EQ(pool->TEST_Evictable(), 2u);
+  EXPECT_EQ(pool->TEST_Pinned(), 1u);
+  EXPECT_TRUE(pool->Remove(kNs, {0, 1}));
+  EXPECT_EQ(pool->TEST_Pinned(), 0u);
+  EXPECT_EQ(pool->TEST_Evictable(), 2u);
+  pool->Unpin(b);  // its slot is freed now
+  EXPECT_EQ(pool->used_slots(), 2u);
+}
+
 TEST(MemdPoolTest, CommitChecksTheStoredHeader) {
   auto pool = MakePool(2);
   auto slot = pool->Reserve(1064);

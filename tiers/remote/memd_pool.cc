@@ -142,7 +142,7 @@ void MemdPool::Pin(uint32_t slot) {
   SlotMeta& m = meta_[slot];
   // Splicing keeps the entry's iterator valid, now pointing into pinned_.
   if (m.pins++ == 0 && m.entry != nullptr) {
-    pinned_.splice(pinned_.begin(), pinned_, m.entry->second.lru);
+    pinned_.splice(pinned_.begin(), lru_, m.entry->second.lru);
   }
 }
 

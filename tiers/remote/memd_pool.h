@@ -88,6 +88,9 @@ class MemdPool {
   void Unpin(uint32_t slot);
 
   Stats GetStats() const;
+  // Blocks waiting for eviction, and pinned ones kept out of its reach.
+  size_t TEST_Evictable() const { return lru_.size(); }
+  size_t TEST_Pinned() const { return pinned_.size(); }
   uint64_t used_slots() const { return slots_.size() - free_.size(); }
 
  private:
