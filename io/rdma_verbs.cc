@@ -197,8 +197,12 @@ CqPoller::~CqPoller() {
   }
   work_.notify_one();
   thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [id, p] : callbacks_) p.done(Status::Cancelled("completion queue closed"), 0);
+  std::unordered_map<uint64_t, Pending> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(callbacks_);
+  }
+  for (auto& [id, p] : left) Deliver(p.done, Status::Cancelled("completion queue closed"), 0);
 }
 
 Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done, uint64_t owner) {

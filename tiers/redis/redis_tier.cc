@@ -220,10 +220,10 @@ void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
       break;
     case RedisOp::Kind::kDel: {
       // Whatever the DEL's outcome, the caller has forgotten the block (the
-      // runtime ignores a failed Remove), so nothing would ever free its
-      // room: a failed DEL leaves at most a key this tier no longer counts,
-      // like any other key it cannot see, which its TTL or the server's
-      // eviction removes.
+      // runtime drops it from its index before asking, and only retries the
+      // DEL later), so its room is freed now: a failed DEL leaves at most a
+      // key this tier no longer counts, like any other key it cannot see,
+      // which a retry, its TTL or the server's eviction removes.
       std::lock_guard lock(usage_mu_);
       Unaccount(k);
       break;

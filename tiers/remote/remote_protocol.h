@@ -52,8 +52,9 @@ inline constexpr uint32_t kMaxControlBodyBytes = 128 * 1024;
 inline constexpr uint32_t kMaxErrorTextBytes = 1024;
 // PUT_BEGIN items one connection may have begun and not yet seen answered
 // by STATUS_REPLY (TCP and RDMA together): four full batches. The server
-// closes a connection that begins more; the client holds further puts back
-// until committed ones make room.
+// refuses every item of a put that would go past it (ResourceExhausted);
+// over RDMA, where puts are pipelined, the client holds further puts back
+// until committed ones make room (over TCP one put is open at a time).
 inline constexpr size_t kMaxBegunPutItems = 4 * kMaxBatchItems;
 // Namespaces one STATS_REPLY lists: as many as fit kMaxControlBodyBytes (36
 // bytes of totals, then 24 a namespace). A pool holding more lists only the
