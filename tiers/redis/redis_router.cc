@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <set>
+#include <system_error>
 
 namespace kvtier::internal {
 namespace {
@@ -200,7 +201,43 @@ void RedisRouter::RefreshSlots(const RedisNode* avoid) {
   if (log_) log_->Log(LogLevel::kWarning, "redis cluster: no node answered CLUSTER SLOTS");
 }
 
+void RedisRouter::RequestRefresh() {
+  if (!cluster_) return;
+  std::lock_guard lock(refresh_mu_);
+  if (refresh_stop_) return;
+  refresh_wanted_ = true;
+  if (!refresher_.joinable()) {
+    try {
+      refresher_ = std::thread([this] { RefreshLoop(); });
+    } catch (const std::system_error&) {
+      refresh_wanted_ = false;  // no thread now: the next request tries again
+      return;
+    }
+  }
+  refresh_cv_.notify_one();
+}
+
+void RedisRouter::RefreshLoop() {
+  std::unique_lock lock(refresh_mu_);
+  for (;;) {
+    refresh_cv_.wait(lock, [this] { return refresh_stop_ || refresh_wanted_; });
+    if (refresh_stop_) return;
+    refresh_wanted_ = false;
+    lock.unlock();
+    RefreshSlots();
+    lock.lock();
+  }
+}
+
 void RedisRouter::Shutdown() {
+  std::thread refresher;
+  {
+    std::lock_guard lock(refresh_mu_);
+    refresh_stop_ = true;
+    refresher.swap(refresher_);
+  }
+  refresh_cv_.notify_one();
+  if (refresher.joinable()) refresher.join();
   std::map<std::string, std::unique_ptr<RedisNode>> nodes;
   {
     std::lock_guard lock(nodes_mu_);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kvtier/env.h"
@@ -51,6 +53,9 @@ class RedisRouter {
   // failed), and at most one connect attempt each. No-op without cluster.
   // Blocks the caller while it connects.
   void RefreshSlots(const RedisNode* avoid = nullptr);
+  // RefreshSlots on the router's own thread (started on first use), for a
+  // caller that must not block: requests made while one runs coalesce.
+  void RequestRefresh();
   // Largest value the servers accept (proto-max-bulk-len; 512 MiB default).
   uint64_t max_value_bytes() const { return max_value_bytes_; }
   // Stops every node's threads. REQUIRES: no batch in flight.
@@ -67,6 +72,7 @@ class RedisRouter {
   // Reads the server's proto-max-bulk-len into max_value_bytes_, keeping the
   // default when the server refuses CONFIG; fails only with the connection.
   Status ReadMaxValueBytes(RedisConnection& conn);
+  void RefreshLoop();
 
   const RedisTierOptions options_;
   const std::shared_ptr<LogSink> log_;
@@ -82,6 +88,12 @@ class RedisRouter {
   std::vector<uint64_t> server_ids_;
   mutable std::shared_mutex slots_mu_;
   std::array<RedisNode*, kRedisClusterSlots> slots_{};  // guarded by slots_mu_
+
+  std::mutex refresh_mu_;
+  std::condition_variable refresh_cv_;
+  bool refresh_wanted_ = false;  // guarded by refresh_mu_
+  bool refresh_stop_ = false;    // guarded by refresh_mu_
+  std::thread refresher_;        // guarded by refresh_mu_
 };
 
 }  // namespace kvtier::internal

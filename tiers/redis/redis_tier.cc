@@ -129,24 +129,23 @@ class RedisTier final : public Tier {
 void Batch::Dispatch(std::vector<RedisOp> ops) {
   RedisRouter& router = tier_->router();
   std::map<RedisNode*, std::vector<RedisOp>> groups;
-  bool refreshed = false;
+  bool refresh = false;
   for (RedisOp& op : ops) {
     RedisNode* node = router.Route(op.key);
-    if (node == nullptr && !refreshed) {
-      // A slot without a master: the map was read while the cluster was
-      // changing. Read it again, once per batch.
-      router.RefreshSlots();
-      refreshed = true;
-      node = router.Route(op.key);
-    }
     if (node == nullptr) {
+      // A slot without a master: the map was read while the cluster was
+      // changing. It is read again in the background (this runs on the
+      // caller's thread, which must not wait for connects); the op fails.
+      refresh = true;
       tier_->Settle(
           *this, op,
-          RedisOpResult{Status::Unavailable("no redis cluster node serves the slot of " + op.key)});
+          RedisOpResult{Status::Unavailable("no redis cluster node serves the slot of " + op.key +
+                                            "; the slot map is being read again")});
       continue;
     }
     groups[node].push_back(std::move(op));
   }
+  if (refresh) router.RequestRefresh();
   for (auto& [node, group] : groups) SubmitGroup(node, std::move(group));
 }
 
