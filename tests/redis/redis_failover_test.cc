@@ -221,16 +221,24 @@ TEST(RedisFailover, ConfiguredServersAreAskedWhenEveryKnownMasterIsGone) {
   tier->Shutdown();
 }
 
+// `s` serves slots 8192-16383 and no node 0-8191; opens a tier on it and
+// picks a block whose slot has no master.
+void OpenWithoutLowerSlots(Node& s, std::unique_ptr<Tier>* tier, uint64_t* block) {
+  ASSERT_TRUE(s.server);
+  s.SetSlots("*1\r\n" + Range(8192, 16383, s.port()));
+  const TierOptions o = ClusterOptions({s.server->endpoint()});
+  *tier = Open(o);
+  ASSERT_TRUE(*tier);
+  *block = BlockInSlots(o, 0, 8191);
+}
+
 // A slot map with a hole (read while slots were being reassigned) is read
 // again when a key falls in the hole, rather than failing it for good.
 TEST(RedisFailover, SlotWithoutAMasterIsLookedUpAgain) {
   Node s = Node::Start();
-  ASSERT_TRUE(s.server);
-  s.SetSlots("*1\r\n" + Range(8192, 16383, s.port()));
-  const TierOptions o = ClusterOptions({s.server->endpoint()});
-  auto tier = Open(o);
-  ASSERT_TRUE(tier);
-  const uint64_t block = BlockInSlots(o, 0, 8191);
+  std::unique_ptr<Tier> tier;
+  uint64_t block = 0;
+  ASSERT_NO_FATAL_FAILURE(OpenWithoutLowerSlots(s, &tier, &block));
   Status st = ReadOne(*tier, block);
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("no redis cluster node serves the slot"), std::string_view::npos)
@@ -251,12 +259,9 @@ TEST(RedisFailover, SlotWithoutAMasterIsLookedUpAgain) {
 // slot without a master must not: it fails at once, on the caller's thread.
 TEST(RedisFailover, SlotWithoutAMasterFailsWithoutWaitingForTheMap) {
   Node s = Node::Start();
-  ASSERT_TRUE(s.server);
-  s.SetSlots("*1\r\n" + Range(8192, 16383, s.port()));
-  const TierOptions o = ClusterOptions({s.server->endpoint()});
-  auto tier = Open(o);
-  ASSERT_TRUE(tier);
-  const uint64_t block = BlockInSlots(o, 0, 8191);
+  std::unique_ptr<Tier> tier;
+  uint64_t block = 0;
+  ASSERT_NO_FATAL_FAILURE(OpenWithoutLowerSlots(s, &tier, &block));
   s.SetSlots("");  // CLUSTER SLOTS now goes unanswered, for op_timeout_ms
   for (int i = 0; i < 3; ++i) {
     std::this_thread::sleep_for(kPastRefreshInterval);
