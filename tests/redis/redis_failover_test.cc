@@ -90,11 +90,7 @@ TierOptions ClusterOptions(std::vector<std::string> seeds) {
   return o;
 }
 
-std::unique_ptr<Tier> Open(const TierOptions& o) {
-  auto t = MakeRedisTier(o, kBlock);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return t.ok() ? std::move(t).value() : nullptr;
-}
+std::unique_ptr<Tier> Open(const TierOptions& o) { return OpenRedisTier(o, kBlock); }
 
 // A block whose key the tier puts in a slot in [first, last] (half the
 // slots: found within a few tries).
@@ -109,11 +105,8 @@ uint64_t BlockInSlots(const TierOptions& o, int first, int last) {
 }
 
 Status ReadOne(Tier& tier, uint64_t i) {
-  std::vector<std::byte> out(kBlock);
-  ReadOp rd{TestKey(i), out};
-  Completion c = tier.Read(kNs, std::span(&rd, 1));
-  Status st = c.WaitFor(5s);
-  return st.code() == StatusCode::kDeadlineExceeded ? st : c.result(0);
+  std::vector<std::byte> out;
+  return ReadOneBlock(tier, kNs, i, kBlock, &out);
 }
 
 // The master of slots 0-8191 dies and the other master takes them over (as a

@@ -33,19 +33,12 @@ TierOptions Options(const ScriptedRedis& server, bool cluster) {
   return o;
 }
 
-std::unique_ptr<Tier> Open(const TierOptions& o) {
-  auto t = MakeRedisTier(o, kBlock);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return t.ok() ? std::move(t).value() : nullptr;
-}
+std::unique_ptr<Tier> Open(const TierOptions& o) { return OpenRedisTier(o, kBlock); }
 
 // One read of a block; the status it ended with, or DeadlineExceeded.
 Status ReadOne(Tier& tier, uint64_t i) {
-  std::vector<std::byte> out(kBlock);
-  ReadOp rd{TestKey(i), out};
-  Completion c = tier.Read(kNs, std::span(&rd, 1));
-  Status st = c.WaitFor(5s);
-  return st.code() == StatusCode::kDeadlineExceeded ? st : c.result(0);
+  std::vector<std::byte> out;
+  return ReadOneBlock(tier, kNs, i, kBlock, &out);
 }
 
 Status WriteOne(Tier& tier, uint64_t i) {

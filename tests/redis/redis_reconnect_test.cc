@@ -27,11 +27,7 @@ constexpr uint64_t kBlock = 4096;
 
 // One read of block i into *out; the status it ended with, or DeadlineExceeded.
 Status ReadOne(Tier& tier, uint64_t i, std::vector<std::byte>* out) {
-  out->assign(kBlock, std::byte{0});
-  ReadOp rd{TestKey(i), *out};
-  Completion c = tier.Read(kNs, std::span(&rd, 1));
-  Status st = c.WaitFor(5s);
-  return st.code() == StatusCode::kDeadlineExceeded ? st : c.result(0);
+  return ReadOneBlock(tier, kNs, i, kBlock, out);
 }
 
 // The server drops every client connection between two jobs: the next read

@@ -3,14 +3,17 @@
 // their own so tests never see each other's keys.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kvtier/tier.h"
+#include "tests/support/block_data.h"
 #include "tests/support/redis_server.h"
 
 namespace kvtier::testing {
@@ -53,6 +56,24 @@ inline Result<std::unique_ptr<Tier>> MakeRedisTier(const TierOptions& o, uint64_
   TierContext ctx;
   ctx.block_bytes = block_bytes;
   return CreateTier(o, ctx);
+}
+
+// A tier on `o`, or null after a test failure saying why.
+inline std::unique_ptr<Tier> OpenRedisTier(const TierOptions& o, uint64_t block_bytes) {
+  auto t = MakeRedisTier(o, block_bytes);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+// One read of block TestKey(i) in `ns` into *out (resized to `block_bytes`):
+// the status it ended with, or DeadlineExceeded when it took over 5 s.
+inline Status ReadOneBlock(Tier& tier, NamespaceId ns, uint64_t i, uint64_t block_bytes,
+                           std::vector<std::byte>* out) {
+  out->assign(block_bytes, std::byte{0});
+  ReadOp rd{TestKey(i), *out};
+  Completion c = tier.Read(ns, std::span(&rd, 1));
+  Status st = c.WaitFor(std::chrono::seconds(5));
+  return st.code() == StatusCode::kDeadlineExceeded ? st : c.result(0);
 }
 
 }  // namespace kvtier::testing
