@@ -209,6 +209,25 @@ void ClientImpl::Shutdown() {
   gate_.Close();
 }
 
+namespace {
+
+// The address Create starts with for a server entry.
+Result<tcp::endpoint> ResolveEntry(const RemoteClientOptions& options, const std::string& entry) {
+  if (!options.resolve) return ParseTcpEndpoint(entry, false);
+  const size_t colon = entry.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
+    return Status::InvalidArgument("endpoint '" + entry + "' is not host:port");
+  }
+  auto resolved = options.resolve(entry);
+  if (!resolved.ok()) {
+    return Status::InvalidArgument("endpoint '" + entry +
+                                   "': cannot resolve: " + resolved.status().ToString());
+  }
+  return ParseTcpEndpoint(*resolved, false);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOptions& options,
                                                            std::shared_ptr<LogSink> log,
                                                            RestartHook on_restart) {
@@ -216,11 +235,16 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOpt
   if (options.secret.empty()) return Status::InvalidArgument("no shared secret given");
   std::vector<std::unique_ptr<ServerState>> servers;
   for (size_t i = 0; i < options.servers.size(); ++i) {
-    KVTIER_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseTcpEndpoint(options.servers[i], false));
+    const std::string& entry = options.servers[i];
+    KVTIER_ASSIGN_OR_RETURN(tcp::endpoint ep, ResolveEntry(options, entry));
     auto s = std::make_unique<ServerState>();
     s->index = i;
-    s->endpoint = options.servers[i];
+    s->endpoint = entry;
     s->ep = ep;
+    const std::string host = entry.substr(0, entry.rfind(':'));
+    boost::system::error_code literal;
+    asio::ip::make_address_v4(host, literal);
+    s->named = static_cast<bool>(literal);
     s->channels.resize(std::max<uint32_t>(1, options.connections));
     servers.push_back(std::move(s));
   }

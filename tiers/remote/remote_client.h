@@ -45,6 +45,13 @@ struct RemoteClientOptions {
   // rdma: the device, asked for once by Create and shared by every
   // connection and reconnect; null opens the first one.
   RdmaDeviceFactory rdma_device;
+  // A server entry whose host is a name (not an IPv4 literal) is looked up
+  // again on every connect, so a server that comes back at a
+  // new address (a rescheduled pod) is found; a failed lookup keeps the
+  // last address. Create looks each name up once and fails on one that
+  // does not resolve. Null: the system resolver (asynchronous, on the loop).
+  // Tests set it to map an entry to the "ip:port" to connect to.
+  std::function<Result<std::string>(const std::string& entry)> resolve;
 };
 
 // Called once per item, on the loop thread, with the item's index in the call.

@@ -108,8 +108,9 @@ struct Channel {
 
 struct ServerState {
   size_t index = 0;
-  std::string endpoint;
-  tcp::endpoint ep;
+  std::string endpoint;  // as configured, "host:port"
+  tcp::endpoint ep;      // the address last resolved
+  bool named = false;    // the host is a name, looked up on each connect
   std::vector<Channel> channels;
   size_t next = 0;
   uint64_t instance = 0;
@@ -133,6 +134,11 @@ class Link : public std::enable_shared_from_this<Link> {
   }
 
  private:
+  // Opens the socket and connects to the server's last resolved address.
+  void ConnectTo();
+  // A named server's lookup found `ep` / failed (the last address stays).
+  void Resolved(const tcp::endpoint& ep);
+  void Unresolved(const std::string& why);
   void Handshake(const Challenge& c);
   void StartRdma(uint64_t instance);
   void Ready(uint64_t instance);
@@ -166,6 +172,7 @@ class Link : public std::enable_shared_from_this<Link> {
   ServerState& s_;
   Channel& ch_;
   tcp::socket sock_;
+  tcp::resolver resolver_;
   asio::steady_timer timer_;
   bool ticking_ = false;
   bool ready_ = false;

@@ -1,0 +1,184 @@
+// The remote client with a server named by host name: the name is looked up
+// on every connect, so a server that comes back at another address (a
+// rescheduled pod behind the same name) is found again, and a lookup that
+// fails keeps the last address. A test resolver stands in for DNS.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tests/remote/memd_test_options.h"
+#include "tests/remote/scripted_memd.h"
+#include "tiers/remote/memd_server.h"
+#include "tiers/remote/remote_client.h"
+
+namespace kvtier::testing {
+namespace {
+
+constexpr NamespaceId kNs{31};
+constexpr char kSecret[] = "resolve-test-secret";
+constexpr char kEntry[] = "memd.test.invalid:7400";
+constexpr auto kWait = std::chrono::seconds(5);
+
+// What the test's "DNS" answers for kEntry; an empty answer is a failed lookup.
+class FakeDns {
+ public:
+  void Point(const std::string& answer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    answer_ = answer;
+  }
+  size_t lookups() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lookups_;
+  }
+  std::function<Result<std::string>(const std::string&)> Resolver() {
+    return [this](const std::string& entry) -> Result<std::string> {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++lookups_;
+      if (entry != kEntry || answer_.empty()) return Status::NotFound("no such host");
+      return answer_;
+    };
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string answer_;
+  size_t lookups_ = 0;
+};
+
+std::unique_ptr<memd::MemdServer> StartMemd() {
+  auto s = memd::MemdServer::Start(SmallMemdOptions(kSecret, "tcp"));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+std::string Address(const memd::MemdServer& s) { return "127.0.0.1:" + std::to_string(s.port()); }
+
+memd::RemoteClientOptions NamedOptions(FakeDns& dns) {
+  memd::RemoteClientOptions o;
+  o.servers = {kEntry};
+  o.secret = kSecret;
+  o.connections = 1;
+  o.connect_timeout_ms = 1000;
+  o.op_timeout_ms = 2000;
+  o.reconnect_backoff_ms = 1;
+  o.reconnect_backoff_max_ms = 1;
+  o.resolve = dns.Resolver();
+  return o;
+}
+
+// One PUT of a 1 KiB block; its status.
+Status PutOne(memd::RemoteClient& client, uint64_t key) {
+  std::vector<std::byte> payload(1024, std::byte{static_cast<unsigned char>(key)});
+  ItemResults put(1);
+  client.Put(0, kNs, {{BlockKey{key, key}, payload, std::nullopt}}, put.Done());
+  if (!put.WaitFor(kWait)) return Status::DeadlineExceeded("no PUT result within 5 s");
+  return put.status(0);
+}
+
+// EXISTS of one block; its status.
+Status ExistsOne(memd::RemoteClient& client, uint64_t key) {
+  ItemResults exists(1);
+  client.Exists(0, kNs, {BlockKey{key, key}}, exists.Done());
+  if (!exists.WaitFor(kWait)) return Status::DeadlineExceeded("no EXISTS result within 5 s");
+  return exists.status(0);
+}
+
+// The server behind the name stops and another comes up at a new address:
+// after the failures the lost connection brings, the client reaches the new
+// one. Before, the address looked up at open was used for good, and every
+// request failed until the engine restarted.
+TEST(RemoteClientResolveTest, ANamedServerThatMovesIsFoundAtItsNewAddress) {
+  auto first = StartMemd();
+  auto second = StartMemd();
+  ASSERT_TRUE(first && second);
+  FakeDns dns;
+  dns.Point(Address(*first));
+  auto c = memd::RemoteClient::Create(NamedOptions(dns), StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  memd::RemoteClient& client = **c;
+  ASSERT_TRUE(PutOne(client, 1).ok());
+  ASSERT_TRUE(ExistsOne(client, 1).ok());
+
+  first->Stop();
+  dns.Point(Address(*second));
+  // The connection to the stopped server fails what is on it; a later
+  // request reconnects through a fresh lookup.
+  Status put = PutOne(client, 2);
+  for (int i = 0; i < 50 && !put.ok(); ++i) put = PutOne(client, 2);
+  ASSERT_TRUE(put.ok()) << put.ToString();
+  EXPECT_TRUE(ExistsOne(client, 2).ok());
+  // The new server is empty: block 1 stayed with the old one.
+  EXPECT_EQ(ExistsOne(client, 1).code(), StatusCode::kNotFound);
+  client.Shutdown();
+}
+
+// A lookup that fails on reconnect (a DNS outage) keeps the last address:
+// the server that is still there stays reachable.
+TEST(RemoteClientResolveTest, AFailedLookupKeepsTheLastAddress) {
+  auto server = StartMemd();
+  ASSERT_TRUE(server);
+  FakeDns dns;
+  dns.Point(Address(*server));
+  memd::RemoteClientOptions o = NamedOptions(dns);
+  o.op_timeout_ms = 200;
+  auto c = memd::RemoteClient::Create(o, StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  memd::RemoteClient& client = **c;
+  ASSERT_TRUE(PutOne(client, 3).ok());
+  const size_t before = dns.lookups();
+  ASSERT_GE(before, 2u);  // at open, and at the first connect
+  dns.Point("");
+  server->Stop();
+  auto again = memd::MemdServer::Start([&] {
+    auto restart = SmallMemdOptions(kSecret, "tcp");
+    restart.listen = Address(*server);
+    return restart;
+  }());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  Status put = PutOne(client, 4);
+  for (int i = 0; i < 50 && !put.ok(); ++i) put = PutOne(client, 4);
+  EXPECT_TRUE(put.ok()) << put.ToString();
+  EXPECT_GT(dns.lookups(), before);  // the reconnect asked, and was refused
+  client.Shutdown();
+  (*again)->Stop();
+}
+
+// Without a test resolver the system's looks the name up, off the caller's
+// thread, on every connect.
+TEST(RemoteClientResolveTest, TheSystemResolverFindsLocalhost) {
+  auto server = StartMemd();
+  ASSERT_TRUE(server);
+  FakeDns unused;
+  memd::RemoteClientOptions o = NamedOptions(unused);
+  o.resolve = nullptr;
+  o.servers = {"localhost:" + std::to_string(server->port())};
+  auto c = memd::RemoteClient::Create(o, StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(PutOne(**c, 5).ok());
+  EXPECT_TRUE(ExistsOne(**c, 5).ok());
+  (*c)->Shutdown();
+}
+
+// A name that cannot be looked up at open is refused with the entry named;
+// so is an entry with no port.
+TEST(RemoteClientResolveTest, ANameThatDoesNotResolveAtOpenIsRefused) {
+  FakeDns dns;  // answers nothing
+  auto c = memd::RemoteClient::Create(NamedOptions(dns), StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find(kEntry), std::string::npos) << c.status().ToString();
+
+  memd::RemoteClientOptions o = NamedOptions(dns);
+  o.servers = {"memd.test.invalid"};
+  auto bad = memd::RemoteClient::Create(o, StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("not host:port"), std::string::npos)
+      << bad.status().ToString();
+}
+
+}  // namespace
+}  // namespace kvtier::testing
