@@ -235,15 +235,16 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
   bool tune = false;
   {
     std::lock_guard lock(mu_);
+    const bool observe = looked_up_.FirstSighting(options.request_id);
     for (const BlockKey& key : keys) {
       IndexEntry* e = index_.Find({ns, key});
       if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
-      ++e->sightings;
-      ++e->hits;
+      e->sightings += observe;
+      e->hits += observe;
       r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
     }
     r.hit_blocks = r.tier.size();
-    tune = ObserveLookupLocked(ns, keys, r.hit_blocks, options);
+    tune = ObserveLookupLocked(ns, keys, r.hit_blocks, options, observe);
   }
   if (tune) WakeMover();  // the replay runs on the mover thread, not here
   return r;
@@ -259,17 +260,18 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
   bool tune = false;
   {
     std::lock_guard lock(mu_);
+    const bool observe = looked_up_.FirstSighting(options.request_id);
     for (const BlockKey& key : keys) {
       IndexEntry* e = index_.Find({ns, key});
       if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
       ++e->pins;
-      ++e->sightings;
-      ++e->hits;
+      e->sightings += observe;
+      e->hits += observe;
       pin.keys_.push_back(key);
       pin.result_.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
     }
     pin.result_.hit_blocks = pin.keys_.size();
-    tune = ObserveLookupLocked(ns, keys, pin.result_.hit_blocks, options);
+    tune = ObserveLookupLocked(ns, keys, pin.result_.hit_blocks, options, observe);
     pin.runtime_ = this;
     pin.ns_ = ns;
   }
@@ -278,7 +280,11 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
 }
 
 bool RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits,
-                                      const LookupOptions& hints) {
+                                      const LookupOptions& hints, bool observe) {
+  ++stats_.lookups;
+  stats_.lookup_blocks += keys.size();
+  stats_.lookup_hit_blocks += hits;
+  if (!observe) return false;
   // The callers counted the `hits` leading entries' sightings as they found
   // them. Keys past the first miss may still be indexed (being filled, or
   // kept only as a link of a longer chain): they were named all the same.
@@ -286,9 +292,6 @@ bool RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> 
     IndexEntry* e = index_.Find({ns, keys[i]});
     if (e != nullptr) ++e->sightings;
   }
-  ++stats_.lookups;
-  stats_.lookup_blocks += keys.size();
-  stats_.lookup_hit_blocks += hits;
   const RequestHints request{.session_id = hints.session_id,
                              .expected_reuse = hints.expected_reuse};
   return policies_->ObserveRequest(ns, keys, request, NowNs());

@@ -20,6 +20,7 @@
 #include "core/admin_server.h"
 #include "core/block_index.h"
 #include "core/metrics.h"
+#include "core/recent_requests.h"
 #include "core/tier_policies.h"
 #include "io/worker_pool.h"
 #include "kvtier/policy.h"
@@ -110,11 +111,12 @@ class RuntimeImpl final : public Runtime {
   void FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
                         const std::vector<size_t>& fresh_item, const std::vector<Status>& copied,
                         CompletionSource& done);
-  // Sightings and hits of a lookup's keys, and the policies' view of the
+  // Counts the lookup; when `observe` (not a repeat of a request id seen
+  // before), also the sightings of its keys and the policies' view of the
   // request with its hints. Returns true when an α tuning has become due
   // (the caller wakes the mover once it has dropped mu_). REQUIRES: mu_ held.
   bool ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits,
-                           const LookupOptions& hints);
+                           const LookupOptions& hints, bool observe);
   void RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                const std::vector<uint32_t>& blocks, std::chrono::steady_clock::time_point deadline,
                const LayerDone& on_layer, CompletionSource& done);
@@ -226,6 +228,7 @@ class RuntimeImpl final : public Runtime {
   mutable std::mutex mu_;
   BlockIndex index_;                         // guarded by mu_
   std::unique_ptr<TierPolicies> policies_;   // guarded by mu_; observes index_
+  RecentRequests looked_up_{65536};          // guarded by mu_: LookupOptions::request_id
   std::vector<TierCount> tier_counts_;       // guarded by mu_
   RuntimeStats stats_;                       // guarded by mu_ (tiers left empty)
   // Guarded by mu_: tier calls whose completion callback still uses this

@@ -139,6 +139,12 @@ struct SaveOptions {
 struct LookupOptions {
   uint64_t session_id = 0;       // conversation or agent session; 0 = none
   float expected_reuse = -1.0f;  // chance the request's tail is used again, in [0, 1]; < 0 = none
+  // The engine's id of the request; 0 = none. A lookup of an id looked up
+  // before (the last 65,536 ids are remembered) is answered as usual but is
+  // not another sighting for the policies: a scheduler that asks about a
+  // waiting request every step would otherwise make each of its blocks look
+  // used again and again. Without an id every lookup is a sighting.
+  uint64_t request_id = 0;
 };
 
 class Runtime;
@@ -183,6 +189,12 @@ class KVTIER_EXPORT Runtime {
   // Copies engine_blocks[i] into the hub as keys[i]. Keys already stored are
   // skipped (OK). Per-block results; ResourceExhausted when the hub has no
   // room even after eviction; Busy when the request queue is full.
+  //
+  // The copy happens on a worker after Save returns, and takes the blocks'
+  // contents at that moment (with a GPU engine, after every kernel queued
+  // on the compute stream until then). Keep engine_blocks allocated and
+  // unwritten until the Completion has ended: a block freed and reused by
+  // another request before that is stored, checksum and all, under keys[i].
   //
   // The hub's admission policies are asked about each new key in chain
   // order. A refused key is not stored, and neither is any key after it (its

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "core/recent_requests.h"
+
 namespace kvtier::internal {
 namespace {
 
@@ -119,6 +121,21 @@ TEST(BlockIndex, ErasingTheLastChildErasesAncestorsWithoutCopies) {
   idx.Erase(b);
   EXPECT_EQ(idx.size(), 0u);
   EXPECT_EQ(idx.Find(K(1)), nullptr);
+}
+
+// Request ids looked up before are repeats until `capacity` newer ids have
+// pushed them out; id 0 (none) is never a repeat.
+TEST(RecentRequests, RemembersTheLastCapacityIds) {
+  RecentRequests recent(2);
+  EXPECT_TRUE(recent.FirstSighting(1));
+  EXPECT_FALSE(recent.FirstSighting(1));
+  EXPECT_TRUE(recent.FirstSighting(0));
+  EXPECT_TRUE(recent.FirstSighting(0));
+  EXPECT_TRUE(recent.FirstSighting(2));
+  EXPECT_FALSE(recent.FirstSighting(1));
+  EXPECT_TRUE(recent.FirstSighting(3));  // 1 is forgotten
+  EXPECT_TRUE(recent.FirstSighting(1));
+  EXPECT_FALSE(recent.FirstSighting(3));
 }
 
 }  // namespace

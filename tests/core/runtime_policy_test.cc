@@ -33,6 +33,41 @@ TEST_F(RuntimePolicyTest, FrequencyWritesABlockBelowOnlyOnItsThirdSighting) {
   EXPECT_EQ(r->tier, std::vector<uint8_t>{1});
 }
 
+// A scheduler asks about a waiting request at every step: lookups carrying
+// the same request id are one sighting, so `frequency` (admit on the 2nd)
+// still refuses a block only that one request named. Lookups without an id
+// each count. Before, the repeats made the block look used again.
+TEST_F(RuntimePolicyTest, LookupsOfOneRequestIdAreOneSighting) {
+  RuntimeOptions o = Options(2, kOneAtATime);
+  TierOptions& ssd = AddLower(o, bb_);
+  ssd.admission = {"frequency"};
+  ssd.policy.frequency_threshold = 2;
+  Open(o);
+  const LookupOptions waiting{.request_id = 42};
+  for (int step = 0; step < 3; ++step) {
+    auto r = rt_->Lookup(kTestNs, ChainKeys({7}), waiting);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->hit_blocks, 0u);
+  }
+  auto pinned = rt_->LookupAndPin(kTestNs, ChainKeys({7}), waiting);
+  ASSERT_TRUE(pinned.ok());
+  Save({7});
+  ASSERT_EQ(Move(), 1u);
+  RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 1u);
+  EXPECT_EQ(st.tiers[1].admitted_blocks, 0u);
+  EXPECT_EQ(st.lookups, 4u);  // still counted as lookups
+
+  // A second request naming the block is its second sighting.
+  ASSERT_TRUE(rt_->Lookup(kTestNs, ChainKeys({8}), LookupOptions{.request_id = 43}).ok());
+  EXPECT_EQ(Hits({7}), 0u);  // no id: a sighting
+  Save({7});
+  ASSERT_EQ(Move(), 1u);
+  st = rt_->Stats();
+  EXPECT_EQ(st.tiers[1].admitted_blocks, 1u);
+  EXPECT_TRUE(Stored({7}));
+}
+
 TEST_F(RuntimePolicyTest, WriteBudgetRefusesOnceTheBudgetIsSpent) {
   RuntimeOptions o = Options(2, kOneAtATime);
   TierOptions& ssd = AddLower(o, bb_);
