@@ -1,6 +1,7 @@
 # Required dependencies, then the optional backends. Results:
 #   KVTIER_PRIVATE_DEPS  link libraries of the library itself
 #   KVTIER_HAVE_<X>      0/1 for each optional backend
+#   KVTIER_HAVE_REMOTE   0/1: the remote tier and kvtier-memd (Boost.Asio)
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
@@ -36,15 +37,33 @@ if(KVTIER_HAVE_CUDA)
   list(APPEND KVTIER_PRIVATE_DEPS CUDA::cudart)
 endif()
 
+# Boost.Asio (header-only) for the remote tier and kvtier-memd; without it
+# the remote tier is a stub answering NotSupported (KVTIER_HAVE_REMOTE 0).
+find_package(Boost 1.74 QUIET)
+if(Boost_FOUND)
+  set(KVTIER_HAVE_REMOTE 1)
+else()
+  set(KVTIER_HAVE_REMOTE 0)
+endif()
+# RDMA is a transport of the remote tier: it needs libibverbs and the tier.
 pkg_check_modules(IBVERBS QUIET IMPORTED_TARGET libibverbs)
-kvtier_resolve_backend(RDMA "${IBVERBS_FOUND}")
+if(IBVERBS_FOUND AND NOT KVTIER_HAVE_REMOTE AND NOT KVTIER_WITH_RDMA STREQUAL "OFF")
+  if(KVTIER_WITH_RDMA STREQUAL "ON")
+    message(FATAL_ERROR "KVTIER_WITH_RDMA=ON needs Boost.Asio 1.74+ (libboost-dev): RDMA is a "
+                        "transport of the remote tier, which is built only with Boost")
+  endif()
+  message(STATUS "RDMA not built: libibverbs is there but Boost.Asio 1.74+ (libboost-dev), "
+                 "which the remote tier needs, is not")
+endif()
+if(IBVERBS_FOUND AND KVTIER_HAVE_REMOTE)
+  kvtier_resolve_backend(RDMA TRUE)
+else()
+  kvtier_resolve_backend(RDMA FALSE)
+endif()
 if(KVTIER_HAVE_RDMA)
   list(APPEND KVTIER_PRIVATE_DEPS PkgConfig::IBVERBS)
 endif()
-# Boost.Asio (header-only) for the remote tier and kvtier-memd; without it
-# the remote tier is a stub answering NotSupported.
-find_package(Boost 1.74 QUIET)
-if(Boost_FOUND)
+if(KVTIER_HAVE_REMOTE)
   list(APPEND KVTIER_PRIVATE_DEPS Boost::boost)
 endif()
 pkg_check_modules(URING QUIET IMPORTED_TARGET liburing)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kvtier twice and runs the test suite of each build:
+# Builds kvtier three times and runs the test suite of each build:
 #   build/       RelWithDebInfo: every ctest test (GPU and RDMA tests skip
 #                themselves when the hardware is absent)
 #   build-asan/  Debug -O1 with -fsanitize=address,undefined: every test but
@@ -18,43 +18,12 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:protect_shadow_gap=0:abort_o
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 # A race in a server the tests start (kvtier-memd) must end it, so the test
 # talking to it fails, rather than print a report nobody reads before the
-# test kills it.
-export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$KVTIER_ROOT/scripts/tsan.supp}"
+# test kills it. The suppressions path is quoted for the sanitizers' option
+# parser, which splits values at spaces, commas and colons.
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=\"$KVTIER_ROOT/scripts/tsan.supp\"}"
 
-# build_and_test NAME DIR "CTEST ARGS" "TARGETS" CMAKE ARGS...   (TARGETS "" = all)
-# Sets RESULT_<NAME> to a one-line outcome and returns non-zero on failure.
-build_and_test() {
-  local name="$1" dir="$2" ctest_args="$3" targets="$4"
-  shift 4
-  local log="$dir/test-summary.log"
-  local -a extra
-  read -r -a extra <<<"$ctest_args"
-
-  kvtier_step "[$name] configure $dir"
-  if ! cmake -S . -B "$dir" "${KVTIER_CMAKE_COMMON[@]}" "$@"; then
-    printf -v "RESULT_$name" '%s' "FAIL (configure)"
-    return 1
-  fi
-  kvtier_step "[$name] build $dir"
-  local -a target_args=()
-  local t
-  for t in $targets; do target_args+=(--target "$t"); done
-  if ! cmake --build "$dir" -j "$KVTIER_JOBS" "${target_args[@]}"; then
-    printf -v "RESULT_$name" '%s' "FAIL (build)"
-    return 1
-  fi
-  kvtier_step "[$name] ctest ${extra[*]}"
-  local rc=0
-  ctest --test-dir "$dir" --output-on-failure -j "$KVTIER_JOBS" --no-tests=error \
-    "${extra[@]}" 2>&1 | tee "$log" || rc=$?
-  local summary
-  summary="$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1 || true)"
-  if [[ $rc -ne 0 ]]; then
-    printf -v "RESULT_$name" '%s' "FAIL (${summary:-ctest exited $rc})"
-    return 1
-  fi
-  printf -v "RESULT_$name" '%s' "PASS (${summary:-no summary})"
-}
+# shellcheck source=scripts/test_stage.sh
+source "$KVTIER_ROOT/scripts/test_stage.sh"  # build_and_test
 
 kvtier_step "dependencies"
 bash scripts/install-deps.sh
@@ -81,10 +50,9 @@ build_and_test sanitize build-asan "-LE package|bench" "" \
 # pools, the io_uring engine, the runtime, the host and NVMe tiers, the
 # Redis tier against redis-server, the admin endpoint, and the remote tier
 # against kvtier-memd processes.
-TSAN_TARGETS="kvtier_core_test kvtier_io_pool_test kvtier_io_test kvtier_runtime_test"
-TSAN_TARGETS+=" kvtier_tiers_test kvtier_nvme_test kvtier_redis_test kvtier_redis_cluster_test"
-TSAN_TARGETS+=" kvtier_admin_test kvtier_remote_test kvtier_remote_replay_test kvtier-memd"
-build_and_test thread build-tsan "-L concurrency|remote|redis" "$TSAN_TARGETS" \
+# kvtier_tsan_tests builds every test binary carrying these labels
+# (KVTIER_TSAN_LABELS in tests/CMakeLists.txt) and kvtier-memd with them.
+build_and_test thread build-tsan "-L concurrency|remote|redis" "kvtier_tsan_tests" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
   -DKVTIER_SANITIZE=thread -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON ||
   status=1

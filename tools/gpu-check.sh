@@ -88,7 +88,14 @@ grep -v -E "^ +Start +[0-9]+: " "$log"  # every result; the "Start" lines are no
 skipped="$(sed -n '/The following tests did not run/,$p' "$log" | grep -E '^\s+[0-9]+ - ' |
   grep -v 'CudaCopyEngineNoDeviceTest' || true)"
 echo "== stand-in layout tests"
-"$build/tests/gpu/kvtier_gpu_layout_test" --gtest_brief=1 | tail -3
+layout_log="$build/gpu-check-layout.log"
+layout_status=0
+"$build/tests/gpu/kvtier_gpu_layout_test" --gtest_brief=1 >"$layout_log" 2>&1 || layout_status=$?
+if [[ $layout_status -ne 0 ]]; then
+  cat "$layout_log"  # --gtest_brief: the failures and the summary only
+  fail "stand-in layout tests failed (exit $layout_status, log: $layout_log)"
+fi
+tail -3 "$layout_log"
 if [[ $device_ok -eq 0 ]]; then
   echo "gpu-check: built; $(echo "$skipped" | grep -c ' - ' || true) gpu tests skipped as expected without a device"
   cannot "no usable CUDA device: $probe_out (KVTIER_GPU_CHECK_NO_DEVICE=build: build and skips checked)"

@@ -13,12 +13,27 @@
 
 namespace kvtier::testing {
 
+// The kvtier-memd processes FreshMemd shares across a test binary. They stop
+// in the environment's TearDown, still inside RUN_ALL_TESTS, so a server that
+// ended on its own during the last test using it fails the run (a static's
+// destructor would run after the exit status is decided).
+class SharedMemdEnvironment : public ::testing::Environment {
+ public:
+  static std::vector<std::unique_ptr<MemdProcess>>& procs() {
+    static std::vector<std::unique_ptr<MemdProcess>> procs;
+    return procs;
+  }
+  void TearDown() override { procs().clear(); }
+};
+inline ::testing::Environment* const kSharedMemdEnvironment =
+    ::testing::AddGlobalTestEnvironment(new SharedMemdEnvironment);
+
 // `n` kvtier-memd processes (the first n of one shared set), empty: started
 // now, or restarted if an earlier call in this process started them. (A
 // restart rebinds the same port, which a parallel test's outgoing connection
 // may have taken meanwhile: only restart what must be emptied.)
 inline std::vector<MemdProcess*> FreshMemd(size_t n) {
-  static std::vector<std::unique_ptr<MemdProcess>> procs;
+  std::vector<std::unique_ptr<MemdProcess>>& procs = SharedMemdEnvironment::procs();
   const size_t existing = std::min(n, procs.size());
   while (procs.size() < n) {
     auto p = MemdProcess::Start();

@@ -1,5 +1,12 @@
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
+#include <chrono>
+#include <thread>
+
+#include "kvtier/build_config.h"
 #include "tests/remote/remote_test_util.h"
 #include "tests/support/block_data.h"
 #include "tests/support/tier_conformance.h"
@@ -117,6 +124,50 @@ TEST(RemoteTierTest, MemdTakesALeaseWithinItsRange) {
   ASSERT_FALSE(q.ok());
   // exit(2): the options are refused before anything is mapped or bound.
   EXPECT_EQ(q.status().message(), "kvtier-memd exited at start (status 512)");
+}
+
+// This binary is built only with the remote tier, and build_config.h says so;
+// RDMA, one of its transports, is never recorded without it.
+TEST(RemoteTierTest, BuildConfigRecordsTheRemoteTier) {
+  EXPECT_EQ(KVTIER_HAVE_REMOTE, 1);
+  static_assert(!KVTIER_HAVE_RDMA || KVTIER_HAVE_REMOTE, "RDMA is built only with the remote tier");
+}
+
+// Waits (up to 5 s) until the child `pid` has ended, leaving it unreaped.
+bool EndedWithin5s(pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    siginfo_t info{};
+    if (waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// A server that crashed (or that a sanitizer ended after a report) fails the
+// test that owns it, whether it is destroyed or restarted.
+TEST(RemoteTierTest, MemdThatCrashedFailsTheTestWhenStopped) {
+  auto p = MemdProcess::Start();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  std::unique_ptr<MemdProcess> memd = std::move(p).value();
+  ASSERT_EQ(kill(memd->pid(), SIGSEGV), 0);
+  ASSERT_TRUE(EndedWithin5s(memd->pid()));
+  EXPECT_NONFATAL_FAILURE(memd.reset(), "ended on its own before the test stopped it");
+}
+
+TEST(RemoteTierTest, MemdThatCrashedFailsTheTestWhenRestarted) {
+  auto p = MemdProcess::Start();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  MemdProcess& memd = **p;
+  ASSERT_EQ(kill(memd.pid(), SIGKILL), 0);
+  ASSERT_TRUE(EndedWithin5s(memd.pid()));
+  Status restarted;
+  EXPECT_NONFATAL_FAILURE(restarted = memd.Restart(), "killed by signal 9");
+  // It still comes back, and a server the test stops itself fails nothing.
+  ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+  EXPECT_EQ(memd.Terminate(), 0);
 }
 
 }  // namespace

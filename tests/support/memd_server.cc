@@ -1,11 +1,13 @@
 #include "tests/support/memd_server.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -15,6 +17,19 @@
 namespace kvtier::testing {
 
 std::string MemdBinary() { return KVTIER_MEMD_PATH; }
+
+namespace {
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  }
+  return "wait status " + std::to_string(status);
+}
+
+}  // namespace
 
 MemdProcess::MemdProcess(MemdProcessOptions options, std::string dir)
     : options_(std::move(options)), dir_(std::move(dir)) {}
@@ -62,8 +77,18 @@ Status MemdProcess::Launch(uint16_t port) {
 
 void MemdProcess::Kill() {
   if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
+  // Only the test may end the server: one that is already gone crashed, or a
+  // sanitizer ended it after a report (halt_on_error), and the test that was
+  // talking to it must not pass.
   int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    ADD_FAILURE() << "kvtier-memd (pid " << pid_ << ", port " << port_
+                  << ") ended on its own before the test stopped it: " << DescribeWaitStatus(status)
+                  << " (a crash or a sanitizer report; its stderr is in this test's output)";
+    pid_ = -1;
+    return;
+  }
+  kill(pid_, SIGKILL);
   waitpid(pid_, &status, 0);
   pid_ = -1;
 }

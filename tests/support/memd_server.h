@@ -1,7 +1,10 @@
 // Real kvtier-memd processes for tests: each listens on a free loopback port
 // (it binds port 0 and reports the port through --port-file), holds a small
 // pool, shares a secret written to its own temporary directory, and is killed
-// when its owner is destroyed or the test process dies.
+// when its owner is destroyed or the test process dies. A server that ended on
+// its own before the test stopped it (a crash, or a sanitizer report, which
+// ends kvtier-memd under scripts/test.sh) fails the running test; its stderr is
+// the test's, so the report is in the test's output.
 #pragma once
 
 #include <sys/types.h>
@@ -34,12 +37,16 @@ class MemdProcess {
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
   const std::string& secret() const { return options_.secret; }
   std::string secret_file() const { return dir_ + "/secret"; }
+  // The server's process id; -1 once it was killed or ended.
+  pid_t pid() const { return pid_; }
 
-  // SIGKILL and reap.
+  // SIGKILL and reap. If the server had already ended on its own, adds a
+  // non-fatal gtest failure naming its exit status. (The destructor kills.)
   void Kill();
   // SIGSTOP: the server keeps its sockets but answers nothing.
   void Pause();
-  // Starts it again, empty, on the same port.
+  // Kills it (as Kill(), failing the test if it had ended on its own) and
+  // starts it again, empty, on the same port.
   Status Restart();
   // SIGTERM; returns the exit status (0 for a clean stop) or -1 if it had to
   // be killed after 10 s.
