@@ -1,5 +1,9 @@
 // The save path: engine pages -> hub slots, on a worker thread.
+#include <exception>
 #include <future>
+#include <memory>
+#include <optional>
+#include <string>
 #include <unordered_set>
 
 #include "core/runtime_impl.h"
@@ -24,13 +28,33 @@ bool NeedsCopy(const IndexEntry* e) {
 std::vector<Status> RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies,
                                          const LayerDone& on_layer) {
   if (copies.empty()) return {};
-  std::promise<std::vector<Status>> promise;
-  std::future<std::vector<Status>> result = promise.get_future();
-  auto done = [&promise](std::vector<Status> st) { promise.set_value(std::move(st)); };
-  if (gather) {
-    engine_->Gather(copies, done);
-  } else {
-    engine_->Scatter(copies, on_layer, done);
+  // Shared with `done`: an engine that throws yet still runs `done` later
+  // must find the promise alive.
+  auto promise = std::make_shared<std::promise<std::vector<Status>>>();
+  std::future<std::vector<Status>> result = promise->get_future();
+  auto done = [promise](std::vector<Status> st) { promise->set_value(std::move(st)); };
+  // The engine is the caller's code. A throw must not skip the settling of
+  // this call's entries (RunSave reserved them kFilling and pinned, RunLoad
+  // pinned them): every copy fails as Internal and the caller settles them
+  // as after any failed copy. An engine that throws is taken to have
+  // issued nothing: both engines here catch what is thrown once a copy is
+  // in flight.
+  std::optional<std::string> thrown;
+  try {
+    if (gather) {
+      engine_->Gather(copies, done);
+    } else {
+      engine_->Scatter(copies, on_layer, done);
+    }
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  } catch (...) {
+    thrown = "an exception that is not a std::exception";
+  }
+  if (thrown) {
+    return std::vector<Status>(
+        copies.size(), Status::Internal(std::string("copy engine ") +
+                                        (gather ? "Gather" : "Scatter") + " threw: " + *thrown));
   }
   std::vector<Status> results = result.get();
   if (results.size() != copies.size()) {  // a broken engine must not index out of range
@@ -85,8 +109,15 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
     throw;
   }
 
+  // Sized up front, so that filling them once entries are reserved cannot
+  // fail for memory and skip FinishSaveLocked (the entries would stay
+  // kFilling, holding their slots).
   std::vector<IndexEntry*> fresh;
   std::vector<size_t> fresh_item;
+  std::vector<BlockCopy> copies;
+  fresh.reserve(keys.size());
+  fresh_item.reserve(keys.size());
+  copies.reserve(keys.size());
   {
     std::lock_guard lock(mu_);
     // Released under the lock the reservation holds: nothing evicts in
@@ -95,8 +126,6 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
     release_held();
     ReserveSaveLocked(ns, parent, keys, admitted, hints, done, fresh, fresh_item);
   }
-  std::vector<BlockCopy> copies;
-  copies.reserve(fresh.size());
   for (size_t j = 0; j < fresh.size(); ++j) {
     copies.push_back({blocks[fresh_item[j]], arena_->Slot(fresh[j]->host_slot)});
   }

@@ -129,9 +129,10 @@ void FailRepeatedBlocks(std::span<const BlockCopy> copies, std::vector<Status>& 
       first = k;
       continue;
     }
-    results[order[k].second] =
-        Status::InvalidArgument(CopyName(copies, order[k].second) + ": already targeted by copy " +
-                                std::to_string(order[first].second));
+    // Named by the engine block first: it is what the caller repeated.
+    results[order[k].second] = Status::InvalidArgument(
+        CopyName(copies, order[k].second) + ": engine block " + std::to_string(order[k].first) +
+        " is already the target of copy " + std::to_string(order[first].second));
   }
 }
 

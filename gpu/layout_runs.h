@@ -64,7 +64,8 @@ Status CheckBlockCopy(const KvLayout& layout, uint32_t engine_block, uint64_t ho
 //  - CheckBlockCopy fails ("copy 1: engine block 5 out of range [0, 5)",
 //    "copy 0 (engine block 2): host buffer is 287 bytes; ..."),
 //  - `unique_blocks` and an earlier copy targets the same engine block
-//    ("copy 2 (engine block 3): already targeted by copy 0"),
+//    ("copy 2 (engine block 3): engine block 3 is already the target of
+//    copy 0"),
 //  - `disjoint_hosts` and its host buffer overlaps the buffer of another copy
 //    that passed: of each overlapping pair the later copy fails, until the
 //    buffers of the copies that pass are pairwise disjoint.

@@ -58,4 +58,11 @@ cudaError_t LaunchCopyPieces(const CopyPiece* pieces, uint32_t count, cudaStream
   return cudaGetLastError();
 }
 
+cudaError_t ProbeCopyKernel() {
+  cudaFuncAttributes attr{};
+  const cudaError_t err = cudaFuncGetAttributes(&attr, CopyPiecesKernel);
+  (void)cudaGetLastError();
+  return err;
+}
+
 }  // namespace kvtier::cuda

@@ -23,4 +23,9 @@ struct CopyPiece {
 // are skipped (the engine neutralises the pieces of failed blocks so).
 cudaError_t LaunchCopyPieces(const CopyPiece* pieces, uint32_t count, cudaStream_t stream);
 
+// cudaFuncGetAttributes of the kernel on the current device: fails with
+// cudaErrorNoKernelImageForDevice (or cudaErrorInvalidDeviceFunction) when
+// the build has no image the device can run. Leaves no error behind.
+cudaError_t ProbeCopyKernel();
+
 }  // namespace kvtier::cuda

@@ -13,12 +13,16 @@
 // dropped; a sticky error (the context is lost) fails every copy still in
 // flight and every later call.
 //
-// The plan of pieces is built in copy_plan.cc; this file issues it.
+// The plan of pieces is built in copy_plan.cc, DMA calls are made in
+// dma_issue.cc and the checks at creation live in engine_checks.cc; this
+// file issues the plan.
 
 #include "gpu/cuda/cuda_copy_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -29,6 +33,8 @@
 #include "gpu/cuda/copy_kernel.h"
 #include "gpu/cuda/copy_plan.h"
 #include "gpu/cuda/cuda_util.h"
+#include "gpu/cuda/dma_issue.h"
+#include "gpu/cuda/engine_checks.h"
 #include "gpu/cuda/event_poller.h"
 #include "gpu/cuda/pinned_pool.h"
 #include "gpu/layer_report.h"
@@ -52,73 +58,15 @@ struct Table {
   const CopyPiece* device = nullptr;
 };
 
-// A failed CUDA call: its error and the call's name.
-struct CallError {
-  cudaError_t err = cudaSuccess;
-  std::string call;
-  bool ok() const { return err == cudaSuccess; }
-  Status ToStatus() const { return FromCuda(err, call); }
-};
-
-// CUDA 12.8 added the batch call with a failIdx argument; 13.0 dropped it.
-cudaError_t BatchCopy(std::vector<void*>& dsts, std::vector<const void*>& srcs,
-                      std::vector<size_t>& sizes, cudaStream_t stream) {
-#if CUDART_VERSION >= 12080
-  cudaMemcpyAttributes attr{};
-  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-  size_t attr_index = 0;
-#if CUDART_VERSION >= 13000
-  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
-                              &attr_index, 1, stream);
-#else
-  size_t fail_index = 0;
-  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
-                              &attr_index, 1, &fail_index, stream);
-#endif
-#else
-  (void)dsts, (void)srcs, (void)sizes, (void)stream;
-  return cudaErrorNotSupported;
-#endif
-}
-
-CallError IssueDma(std::span<const CopyPiece> pieces, bool pinned, cudaStream_t stream) {
-  if (pieces.empty()) return {};
-  if (pinned && pieces.size() > 1) {
-    // One driver call for the whole set; it needs page-locked host memory to
-    // stay asynchronous. The arrays are read during the call only.
-    std::vector<void*> dsts(pieces.size());
-    std::vector<const void*> srcs(pieces.size());
-    std::vector<size_t> sizes(pieces.size());
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      dsts[i] = reinterpret_cast<void*>(pieces[i].dst);
-      srcs[i] = reinterpret_cast<const void*>(pieces[i].src);
-      sizes[i] = pieces[i].bytes;
-    }
-    const cudaError_t err = BatchCopy(dsts, srcs, sizes, stream);
-    if (err == cudaSuccess) return {};
-    if (err != cudaErrorNotSupported && err != cudaErrorCallRequiresNewerDriver) {
-      return {err, "cudaMemcpyBatchAsync of " + std::to_string(pieces.size()) + " pieces"};
-    }
-    cudaGetLastError();  // an older driver: fall back to one call per piece
-  }
-  for (const CopyPiece& p : pieces) {
-    const cudaError_t err =
-        cudaMemcpyAsync(reinterpret_cast<void*>(p.dst), reinterpret_cast<const void*>(p.src),
-                        p.bytes, cudaMemcpyDefault, stream);
-    if (err != cudaSuccess) return {err, "cudaMemcpyAsync"};
-  }
-  return {};
-}
-
 class CudaCopyEngine final : public CopyEngine {
  public:
   CudaCopyEngine(const CudaCopyEngineOptions& options, Stream save, Stream load, Event save_ready,
-                 Event load_ready, IssueFaultHook hook)
+                 Event load_ready, IssueFaultHook hook, std::shared_ptr<LogSink> log)
       : options_(options),
         compute_(static_cast<cudaStream_t>(options.compute_stream)),
         layer_run_bytes_(LayerRunBytes(options.layout)),
         hook_(std::move(hook)),
+        log_(std::move(log)),
         poller_(options.device, &health_) {
     save_.stream = std::move(save);
     save_.ready = std::move(save_ready);
@@ -149,6 +97,9 @@ class CudaCopyEngine final : public CopyEngine {
   // (the batch is then final in `batch.results`).
   bool Start(Batch& batch, cuda::PendingCopy* pending);
   Status Issue(Lane& lane, Batch& batch, cuda::PendingCopy* pending);
+  void ReportLanded(PendingCopy& pending);
+  // Logs, once per engine, that copies of unregistered host memory run slowly.
+  void WarnPageable();
   Status IssueSegment(Lane& lane, Batch& batch, size_t s, const Table& table);
   // Records the event after a segment and hands it to `pending`.
   Status RecordEvent(Lane& lane, cuda::PendingCopy* pending);
@@ -166,6 +117,8 @@ class CudaCopyEngine final : public CopyEngine {
   const cudaStream_t compute_;
   const uint64_t layer_run_bytes_;
   const IssueFaultHook hook_;  // empty outside tests
+  const std::shared_ptr<LogSink> log_;
+  std::atomic<bool> warned_pageable_{false};
   DeviceHealth health_;
   // Teardown order: the poller drains (releasing descriptor tables) before
   // the pool and the streams go.
@@ -224,6 +177,7 @@ bool CudaCopyEngine::Start(Batch& batch, PendingCopy* pending) {
   Status st;
   try {
     MakePlan(options_, layer_run_bytes_, batch);
+    if (!batch.plan.pinned) WarnPageable();
     st = Issue(batch.gather ? save_ : load_, batch, pending);
   } catch (const std::bad_alloc&) {
     st = Status::ResourceExhausted("out of memory for the copy list");
@@ -232,6 +186,20 @@ bool CudaCopyEngine::Start(Batch& batch, PendingCopy* pending) {
   // Issue drained the stream: nothing touches the buffers any more.
   batch.FailLive(kWholeBatch, st);
   return false;
+}
+
+// Pageable host memory cannot be read by DMA asynchronously: the driver
+// stages each run through a bounce buffer and the call returns only when it
+// is done, so the runtime's worker thread copies row by row.
+void CudaCopyEngine::WarnPageable() {
+  if (warned_pageable_.exchange(true, std::memory_order_relaxed)) return;
+  log_->Log(LogLevel::kError,
+            "cuda copy engine: host buffers are not registered with CUDA (PinHostMemory failed "
+            "or was not called): every copy runs as synchronous pageable cudaMemcpyAsync calls, "
+            "one per contiguous run (up to " +
+                std::to_string(internal::MaxBlockRuns(options_.layout)) +
+                " per block for this layout), blocking the calling thread and never using the "
+                "copy kernel; register the host memory (cudaHostRegister) to copy asynchronously");
 }
 
 // A non-OK return abandons the batch: the stream has been drained (not the
@@ -271,10 +239,27 @@ Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
     }
     if (!st.ok()) {
       cudaStreamSynchronize(lane.stream.get());
+      ReportLanded(*pending);
+      // Segment s did not land for any copy: none still live is complete.
+      batch.FailLive(s, st);
       return st;
     }
   }
   return Status::Ok();
+}
+
+// As the host engine does: the layers that landed before the batch was
+// abandoned are reported, in order, up to the first whose event did not
+// complete (after a sticky error, none).
+void CudaCopyEngine::ReportLanded(PendingCopy& pending) {
+  if (!pending.per_layer || !pending.on_layer) return;
+  for (size_t l = 0; l < pending.events.size(); ++l) {
+    if (cudaEventQuery(pending.events[l].get()) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (!internal::ReportLayer(pending.on_layer, static_cast<uint32_t>(l)).ok()) return;
+  }
 }
 
 Status CudaCopyEngine::RecordEvent(Lane& lane, PendingCopy* pending) {
@@ -357,27 +342,13 @@ Status CudaCopyEngine::IssueKernelSegment(Lane& lane, Batch& batch, size_t s, co
   return Status::Ok();
 }
 
-Status CheckTensors(const CudaCopyEngineOptions& options) {
-  for (size_t i = 0; i < options.tensors.size(); ++i) {
-    cudaPointerAttributes attr{};
-    Status st =
-        FromCuda(cudaPointerGetAttributes(&attr, options.tensors[i]), "cudaPointerGetAttributes");
-    if (st.ok() && (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
-      st = Status::InvalidArgument("not device memory");
-    } else if (st.ok() && attr.device != options.device) {
-      st = Status::InvalidArgument("on device " + std::to_string(attr.device) + ", not " +
-                                   std::to_string(options.device));
-    }
-    if (!st.ok()) return st.WithContext("cuda copy engine: tensor " + std::to_string(i));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
-Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(const CudaCopyEngineOptions& options,
-                                                              IssueFaultHook hook) {
+Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(CudaCopyEngineOptions options,
+                                                              IssueFaultHook hook,
+                                                              std::shared_ptr<LogSink> log) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
+  if (log == nullptr) log = StderrLogSink(LogLevel::kWarning);
   int count = 0;
   KVTIER_RETURN_IF_ERROR(
       FromCuda(cudaGetDeviceCount(&count), "cuda copy engine: cudaGetDeviceCount"));
@@ -388,13 +359,17 @@ Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(const CudaCopyEngi
   ScopedDevice device(options.device);
   KVTIER_RETURN_IF_ERROR(FromCuda(device.status(), "cuda copy engine: cudaSetDevice"));
   KVTIER_RETURN_IF_ERROR(CheckTensors(options));
+  if (options.path != CudaCopyPath::kDma) {
+    KVTIER_ASSIGN_OR_RETURN(options.path, ChooseCopyPath(options.path, ProbeCopyKernel(),
+                                                         DeviceName(options.device), *log));
+  }
   KVTIER_ASSIGN_OR_RETURN(Stream save, Stream::CreateLowPriority());
   KVTIER_ASSIGN_OR_RETURN(Stream load, Stream::CreateLowPriority());
   KVTIER_ASSIGN_OR_RETURN(Event save_ready, Event::Create());
   KVTIER_ASSIGN_OR_RETURN(Event load_ready, Event::Create());
-  return std::unique_ptr<CopyEngine>(new CudaCopyEngine(options, std::move(save), std::move(load),
-                                                        std::move(save_ready),
-                                                        std::move(load_ready), std::move(hook)));
+  return std::unique_ptr<CopyEngine>(
+      new CudaCopyEngine(options, std::move(save), std::move(load), std::move(save_ready),
+                         std::move(load_ready), std::move(hook), std::move(log)));
 }
 
 }  // namespace kvtier::cuda
@@ -402,7 +377,7 @@ Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(const CudaCopyEngi
 namespace kvtier {
 
 Result<std::unique_ptr<CopyEngine>> CreateCudaCopyEngine(const CudaCopyEngineOptions& options) {
-  return cuda::TEST_CreateCudaCopyEngine(options, nullptr);
+  return cuda::TEST_CreateCudaCopyEngine(options, nullptr, nullptr);
 }
 
 }  // namespace kvtier

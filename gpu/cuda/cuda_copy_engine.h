@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "kvtier/copy_engine.h"
+#include "kvtier/env.h"
 
 namespace kvtier::cuda {
 
@@ -23,7 +24,9 @@ namespace kvtier::cuda {
 // engine.
 using IssueFaultHook = std::function<cudaError_t(uint32_t engine_block, uint32_t layer)>;
 
-Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(const CudaCopyEngineOptions& options,
-                                                              IssueFaultHook hook);
+// `log` takes the engine's warnings (a null one: warnings and errors to
+// stderr).
+Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(
+    CudaCopyEngineOptions options, IssueFaultHook hook, std::shared_ptr<LogSink> log = nullptr);
 
 }  // namespace kvtier::cuda

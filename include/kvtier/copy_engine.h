@@ -64,7 +64,8 @@ class KVTIER_EXPORT CopyEngine {
   // results as Gather (a second copy to the same engine block fails, the
   // first proceeds). `on_layer(l)` runs, in increasing l, once layer l of
   // every copy that has not failed has landed; after an error that breaks
-  // the device the remaining layers are not reported. Then `done` runs
+  // the device the layers that landed before it are still reported, the
+  // remaining ones are not. Then `done` runs
   // exactly once. `on_layer` may be empty; it runs on the engine's
   // completion thread or inline within Scatter, and must not block.
   virtual void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) = 0;
@@ -154,9 +155,12 @@ struct KVTIER_EXPORT CudaCopyEngineOptions {
 // launch moves a whole layer, so a failed launch fails every block of it. A
 // sticky CUDA error (illegal address, launch failure, ECC: the context is
 // unusable) fails every copy in flight and every later call.
-// NotSupported with the CUDA error text when the build has no CUDA, the
-// driver is missing or there is no such device; InvalidArgument for bad
-// options.
+// With kAuto, a device the copy kernel was not built for (see
+// CMAKE_CUDA_ARCHITECTURES) is served by DMA, with a warning; kKernel is then
+// NotSupported. NotSupported with the CUDA error text when the build has no
+// CUDA, the driver is missing or there is no such device; InvalidArgument
+// for bad options, a tensor on another device, or one smaller than
+// EngineTensorBytes(layout).
 KVTIER_EXPORT Result<std::unique_ptr<CopyEngine>> CreateCudaCopyEngine(
     const CudaCopyEngineOptions& options);
 

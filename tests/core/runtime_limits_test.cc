@@ -1,10 +1,14 @@
 // Limits at the edges of the API: calls larger than a tier accepts in one
 // batch, a load with no deadline, calls refused before they have any item,
-// and a tier factory that returns nothing.
+// a tier factory that returns nothing, and tiers or copy engines that throw.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "tests/core/disk_view_fixture.h"
 #include "tests/core/runtime_test_util.h"
@@ -82,6 +86,81 @@ TEST_F(RuntimeBatchLimitTest, ATierThatThrowsFailsItsBlocksAndHoldsNothing) {
     EXPECT_EQ(c.result(i).code(), StatusCode::kCancelled) << i << ": " << c.result(i).ToString();
   EXPECT_TRUE(rt->Remove(kTestNs, keys).ok()) << "the failed load left blocks pinned";
   EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);
+}
+
+// A copy engine over the host one whose next Gather or Scatter throws
+// before copying anything, as an engine with a bug might.
+class ThrowingCopyEngine final : public CopyEngine {
+ public:
+  explicit ThrowingCopyEngine(std::shared_ptr<HostCopyEngine> inner) : inner_(std::move(inner)) {}
+  const KvLayout& layout() const override { return inner_->layout(); }
+  void Gather(std::span<const BlockCopy> copies, CopyDone done) override {
+    if (throw_gather.exchange(false)) throw std::runtime_error("gather bug");
+    inner_->Gather(copies, std::move(done));
+  }
+  void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) override {
+    if (throw_scatter.exchange(false)) throw std::runtime_error("scatter bug");
+    inner_->Scatter(copies, std::move(on_layer), std::move(done));
+  }
+  std::atomic<bool> throw_gather{false};
+  std::atomic<bool> throw_scatter{false};
+
+ private:
+  std::shared_ptr<HostCopyEngine> inner_;
+};
+
+// A throwing Gather fails every block of the save and leaves nothing
+// reserved: no hub slot in use and no entry being filled, so a retry stores
+// the blocks rather than taking them for another call's.
+TEST(RuntimeLimits, AnEngineThatThrowsOnGatherFailsTheSaveAndHoldsNothing) {
+  EngineSetup setup = MakeEngine(64);
+  auto engine = std::make_shared<ThrowingCopyEngine>(setup.engine);
+  auto rt = Runtime::Open(MakeOptions(setup.layout.BlockBytes(), 8), engine);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  SimEngine sim(rt->get(), setup.engine.get());
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  sim.Prefill(keys, 0);
+  engine->throw_gather = true;
+  Completion c = sim.SaveFrom(keys, 0, 0);
+  ASSERT_TRUE(c.Poll());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kInternal) << i << ": " << c.result(i).ToString();
+    EXPECT_NE(c.result(i).message().find("gather bug"), std::string::npos) << i;
+  }
+  EXPECT_EQ((*rt)->Stats().tiers[0].used_bytes, 0u);
+  EXPECT_EQ((*rt)->Lookup(kTestNs, keys)->hit_blocks, 0u);
+
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  EXPECT_EQ((*rt)->Lookup(kTestNs, keys)->hit_blocks, keys.size());
+  sim.Scrub(0, 64);
+  ASSERT_TRUE(sim.Load(keys, 10).status().ok());
+  for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim.Holds(10 + i, keys[i])) << i;
+}
+
+// A throwing Scatter fails every block of the load and lets go of its pins:
+// the blocks load again afterwards and can be removed.
+TEST(RuntimeLimits, AnEngineThatThrowsOnScatterFailsTheLoadAndHoldsNothing) {
+  EngineSetup setup = MakeEngine(64);
+  auto engine = std::make_shared<ThrowingCopyEngine>(setup.engine);
+  auto rt = Runtime::Open(MakeOptions(setup.layout.BlockBytes(), 8), engine);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  SimEngine sim(rt->get(), setup.engine.get());
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  engine->throw_scatter = true;
+  Completion c = sim.Load(keys, 10, std::chrono::seconds(5));
+  ASSERT_TRUE(c.Poll());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kInternal) << i << ": " << c.result(i).ToString();
+    EXPECT_NE(c.result(i).message().find("scatter bug"), std::string::npos) << i;
+  }
+  sim.Scrub(0, 64);
+  ASSERT_TRUE(sim.Load(keys, 10).status().ok());
+  for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim.Holds(10 + i, keys[i])) << i;
+  EXPECT_TRUE((*rt)->Remove(kTestNs, keys).ok()) << "the failed load left blocks pinned";
+  EXPECT_EQ((*rt)->Lookup(kTestNs, keys)->hit_blocks, 0u);
+  EXPECT_EQ((*rt)->Stats().tiers[0].used_bytes, 0u);
 }
 
 // nanoseconds::max() is "no deadline": reads from a slow tier are waited for,

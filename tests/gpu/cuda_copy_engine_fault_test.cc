@@ -163,6 +163,34 @@ TEST_P(CudaCopyEngineFaultTest, StickyErrorFailsTheBatchAndLaterCalls) {
   EXPECT_TRUE(layers.empty());  // a lost device reports no layer
 }
 
+// As on the host engine: a sticky error while issuing layer 1 fails every
+// block (none has all its layers), each named with layer 1, and layer 0,
+// which landed before it, is still reported.
+TEST_P(CudaCopyEngineFaultTest, StickyScatterFaultFailsEveryIncompleteBlock) {
+  FailAt(2, 1, cudaErrorIllegalAddress);
+  std::vector<cuda::PinnedBuffer> host = Pinned(3, std::byte{0});
+  ASSERT_EQ(host.size(), 3u);
+  const std::vector<uint32_t> blocks = {1, 2, 4};
+  std::vector<BlockCopy> copies;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::vector<std::byte> r = testing::RandomBlock(layout_, 60 + i);
+    std::memcpy(host[i].data(), r.data(), r.size());
+    copies.push_back({blocks[i], host[i].span()});
+  }
+  std::vector<uint32_t> layers;
+  const CopyResults r =
+      testing::ScatterAndWait(*engine_, copies, [&](uint32_t l) { layers.push_back(l); });
+  const std::string text = ": fault hook: " + CudaText(cudaErrorIllegalAddress);
+  EXPECT_EQ(r.ToString(),
+            "io_error: cuda copy engine: load of engine block 1 layer 1" + text +
+                " | io_error: cuda copy engine: load of engine block 2 layer 1" + text +
+                " | io_error: cuda copy engine: load of engine block 4 layer 1" + text);
+  EXPECT_EQ(layers, (std::vector<uint32_t>{0}));
+  device_->DownloadInto(*ref_);
+  const size_t layer0 = size_t{layout_.Planes()} * layout_.PageBytes();
+  EXPECT_EQ(std::memcmp(RefBlock(1).data(), host[0].data(), layer0), 0);
+}
+
 std::string Results(const Completion& c) {
   std::string out;
   for (size_t i = 0; i < c.size(); ++i) out += (i ? " | " : "") + c.result(i).ToString();

@@ -242,7 +242,8 @@ TEST_P(HostCopyEngineErrorTest, BadCopiesFailAloneAndTheOthersMove) {
           .ToString(),
       "ok | invalid_argument: copy 1: engine block 5 out of range [0, 5) | "
       "invalid_argument: copy 2 (engine block 2): host buffer is 287 bytes; a block is 288 "
-      "bytes | ok | invalid_argument: copy 4 (engine block 0): already targeted by copy 0");
+      "bytes | ok | invalid_argument: copy 4 (engine block 0): engine block 0 is already the "
+      "target of copy 0");
   EXPECT_EQ(layers, (std::vector<uint32_t>{0, 1, 2}));
   ExpectOnlyBlocksChanged(*engine, before, {0, 3});
   std::vector<std::byte> got(l.BlockBytes());

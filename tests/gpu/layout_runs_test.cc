@@ -202,11 +202,14 @@ TEST(CheckEachBlockCopyTest, ExactMessages) {
             "bytes");
   // Only the repeats fail; the first copy to each block stays OK.
   EXPECT_EQ(check({{3, a}, {1, b}, {3, a}}, true, false),
-            "ok | ok | invalid_argument: copy 2 (engine block 3): already targeted by copy 0");
-  EXPECT_EQ(check({{1, a}, {3, a}, {3, a}, {1, a}, {3, b}}, true, false),
-            "ok | ok | invalid_argument: copy 2 (engine block 3): already targeted by copy 1 | "
-            "invalid_argument: copy 3 (engine block 1): already targeted by copy 0 | "
-            "invalid_argument: copy 4 (engine block 3): already targeted by copy 1");
+            "ok | ok | invalid_argument: copy 2 (engine block 3): engine block 3 is already the "
+            "target of copy 0");
+  EXPECT_EQ(
+      check({{1, a}, {3, a}, {3, a}, {1, a}, {3, b}}, true, false),
+      "ok | ok | invalid_argument: copy 2 (engine block 3): engine block 3 is already the target "
+      "of copy 1 | "
+      "invalid_argument: copy 3 (engine block 1): engine block 1 is already the target of copy 0 | "
+      "invalid_argument: copy 4 (engine block 3): engine block 3 is already the target of copy 1");
   // A copy that failed its own check does not claim its block.
   EXPECT_EQ(check({{2, small}, {2, a}}, true, false),
             "invalid_argument: copy 0 (engine block 2): host buffer is 287 bytes; a block is 288 "

@@ -1,0 +1,54 @@
+// What the CUDA copy engine checks when it is created: that each engine
+// tensor is device memory on the engine's device and large enough for the
+// layout, and whether the copy kernel can run on the device. The decisions
+// are plain functions of what CUDA reported, so that they are tested without
+// a device. Not for use outside gpu/cuda.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "kvtier/copy_engine.h"
+#include "kvtier/env.h"
+#include "kvtier/status.h"
+
+namespace kvtier::cuda {
+
+// The path the engine runs, given the one asked for and what probing the
+// copy kernel on the device returned (cudaFuncGetAttributes; not asked for
+// kDma). A kernel with no image for the device (cudaErrorNoKernelImageForDevice,
+// cudaErrorInvalidDeviceFunction: the build's CUDA architectures leave the
+// device out): kAuto falls back to kDma, logged as a warning on `log`;
+// kKernel is NotSupported. Any other probe error is returned as FromCuda
+// says. `device_name` names the device in messages ("device 0 (sm_75)").
+Result<CudaCopyPath> ChooseCopyPath(CudaCopyPath requested, cudaError_t kernel_probe,
+                                    const std::string& device_name, LogSink& log);
+
+// Where the allocation holding device address `addr` starts and how long it
+// is; false when `addr` is in none.
+using AddressRange = std::function<bool(uint64_t addr, uint64_t* base, uint64_t* size)>;
+
+// InvalidArgument unless `need` bytes from `ptr` lie in allocations: the one
+// holding `ptr` and those mapped right after it (virtual memory allocators,
+// e.g. PyTorch's expandable segments, map a tensor as several ranges).
+// "cuda copy engine: tensor <index> at 0x...: <n> bytes mapped from the
+// pointer; the layout needs <need> (EngineTensorBytes)".
+Status CheckTensorRange(size_t index, uint64_t ptr, uint64_t need, const AddressRange& range);
+
+// Each tensor of `options` must be device (or managed) memory on
+// options.device with EngineTensorBytes(layout) bytes mapped from the
+// pointer (CheckTensorRange over cuMemGetAddressRange, where the driver
+// offers it).
+// InvalidArgument naming the tensor otherwise. REQUIRES: options.device is
+// current.
+Status CheckTensors(const CudaCopyEngineOptions& options);
+
+// "device <n> (sm_<major><minor>)", or "device <n>" when its compute
+// capability cannot be read.
+std::string DeviceName(int device);
+
+}  // namespace kvtier::cuda
