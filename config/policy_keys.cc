@@ -121,12 +121,12 @@ Status ReadCounts(const ConfigNode& node, const std::string& path, TierOptions* 
     KVTIER_RETURN_IF_ERROR(ReadUint(*p, path + ".sketch_width", 16, kMaxSketchWidth, &width));
     k.sketch_width = static_cast<uint32_t>(width);
   }
-  if (const ConfigNode* p = node.Find("sketch_aging_period")) {
+  if (const ConfigNode* p = node.Find("sketch_aging_period")) {  // 0 = the width's limit
     KVTIER_RETURN_IF_ERROR(
         ReadUint(*p, path + ".sketch_aging_period", 0, uint64_t{1} << 62, &k.sketch_aging_period));
   }
   if (const ConfigNode* p = node.Find("reuse_min_samples")) {
-    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".reuse_min_samples", 0, &k.reuse_min_samples));
+    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".reuse_min_samples", 1, &k.reuse_min_samples));
   }
   if (const ConfigNode* p = node.Find("reuse_half_life")) {
     KVTIER_RETURN_IF_ERROR(

@@ -15,6 +15,9 @@
 namespace kvtier {
 namespace {
 
+// Narrower sketches are widened to this (config rejects them).
+constexpr uint32_t kMinSketchWidth = 16;
+
 class AlwaysAdmission final : public AdmissionPolicy {
  public:
   std::string_view Name() const override { return "always"; }
@@ -22,13 +25,15 @@ class AlwaysAdmission final : public AdmissionPolicy {
 };
 
 // Count-min sketch of sightings, 4 rows. Every `aging_period` increments all
-// counters halve, so blocks popular long ago fade (TinyLFU's reset).
+// counters halve, so blocks popular long ago fade (TinyLFU's reset). The
+// period is bounded by the width (PolicyKnobs::SketchAgingLimit): left to
+// grow, the counters would fill until ids never seen pass the threshold.
 class FrequencyAdmission final : public AdmissionPolicy {
  public:
   explicit FrequencyAdmission(const PolicyKnobs& k)
       : threshold_(k.frequency_threshold),
-        width_(std::max<uint32_t>(k.sketch_width, 16)),
-        aging_period_(k.sketch_aging_period),
+        width_(std::max<uint32_t>(k.sketch_width, kMinSketchWidth)),
+        aging_period_(std::max<uint64_t>(1, k.SketchAgingPeriod())),
         counts_(kRows * static_cast<size_t>(width_), 0) {}
   std::string_view Name() const override { return "frequency"; }
 
@@ -50,7 +55,7 @@ class FrequencyAdmission final : public AdmissionPolicy {
       uint32_t& c = counts_[Cell(r, id)];
       if (c < std::numeric_limits<uint32_t>::max()) ++c;
     }
-    if (aging_period_ != 0 && ++increments_ >= aging_period_) {
+    if (++increments_ >= aging_period_) {
       for (uint32_t& c : counts_) c >>= 1;
       increments_ = 0;
     }
@@ -68,27 +73,42 @@ class FrequencyAdmission final : public AdmissionPolicy {
   std::vector<uint32_t> counts_;
 };
 
-// Endurance budget: the device may take `bytes_per_day` (after write
-// amplification). Each interval the admit probability is set so that the
-// next interval writes its share plus the running credit or debt, given the
-// bytes offered in the last interval. The coin is a hash of the block id and
-// a counter, so a run is reproducible.
+// Endurance budget: the device may take `bytes_per_day`, and no more than
+// `write_max_bytes_per_s` when set (both after write amplification: the host
+// may write them divided by it). Each interval the admit probability is set
+// so that the next interval admits its share plus the running credit or debt,
+// given the rate at which blocks were offered in the last one; an interval
+// with no offers keeps the probability it had. Each interval also has an
+// allowance, its share plus credit and never more than the cap allows: once
+// spent, nothing more is admitted until the next one, so a rate misjudged
+// (after an idle spell, or at the start) cannot burst. Only the blocks the
+// rest of a chain admits are offered (Rations). The coin is a hash of the
+// block id and a counter, so a run is reproducible.
 class WriteBudgetAdmission final : public AdmissionPolicy {
  public:
   WriteBudgetAdmission(const PolicyKnobs& k, uint64_t seed) : seed_(seed) {
-    double rate = static_cast<double>(k.write_budget_bytes_per_day) / 86400.0;
-    if (k.write_max_bytes_per_s != 0) rate = std::min(rate, double(k.write_max_bytes_per_s));
-    target_host_rate_ = rate / std::max(1.0, k.write_amplification);
+    const double wa = std::max(1.0, k.write_amplification);
+    target_rate_ = static_cast<double>(k.write_budget_bytes_per_day) / 86400.0 / wa;
+    if (k.write_max_bytes_per_s != 0) {
+      max_rate_ = static_cast<double>(k.write_max_bytes_per_s) / wa;
+      target_rate_ = std::min(target_rate_, max_rate_);
+    }
     interval_ns_ = std::max<uint64_t>(1, k.write_interval_ms) * 1000000ULL;
+    interval_s_ = static_cast<double>(interval_ns_) * 1e-9;
   }
   std::string_view Name() const override { return "write_budget"; }
+  bool Rations() const override { return true; }
 
   bool Admit(const BlockMeta& block, const TierState& tier) override {
     Update(tier.now_ns);
     offered_ += block.bytes;
     const uint64_t h = internal::Mix64(block.id ^ seed_ ^ (++coins_ * 0xd1b54a32d192ed03ULL));
     const double u = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
-    return u < probability_;
+    if (!(u < probability_) || !(allowance_ > 0)) return false;
+    // The last block admitted may overdraw by its size; the next interval's
+    // allowance pays it back.
+    allowance_ -= static_cast<double>(block.bytes);
+    return true;
   }
   void OnWritten(uint64_t bytes, uint64_t now_ns) override {
     Update(now_ns);
@@ -96,36 +116,53 @@ class WriteBudgetAdmission final : public AdmissionPolicy {
   }
 
  private:
+  // Bytes one interval may admit: its share plus the credit (positive) or
+  // debt against the budget so far, bounded to one share so a long idle
+  // spell cannot unleash a burst, and at most the cap's bytes.
+  double Want(uint64_t now_ns) const {
+    const double share = target_rate_ * interval_s_;
+    const double elapsed_s = static_cast<double>(now_ns - start_ns_) * 1e-9;
+    const double credit = target_rate_ * elapsed_s - static_cast<double>(written_total_);
+    double want = share + std::clamp(credit, -share, share);
+    if (max_rate_ > 0) want = std::min(want, max_rate_ * interval_s_);
+    return want;
+  }
   void Update(uint64_t now_ns) {
     if (!started_) {
       started_ = true;
       start_ns_ = interval_start_ns_ = now_ns;
+      allowance_ = target_rate_ * interval_s_;  // nothing measured yet: one share
       return;
     }
-    if (now_ns - interval_start_ns_ < interval_ns_) return;
-    const double interval_s = double(now_ns - interval_start_ns_) * 1e-9;
-    const double elapsed_s = double(now_ns - start_ns_) * 1e-9;
-    const double share = target_host_rate_ * interval_s;
-    // Credit (positive) or debt against the budget so far, bounded to one
-    // interval's share so a long idle spell cannot unleash a burst.
-    double credit = target_host_rate_ * elapsed_s - double(written_total_);
-    credit = std::clamp(credit, -share, share);
-    const double want = share + credit;
-    probability_ = offered_ == 0 ? 1.0 : std::clamp(want / double(offered_), 0.0, 1.0);
+    // A clock that went back leaves the interval running until it passes
+    // the interval's start again.
+    if (now_ns < interval_start_ns_ || now_ns - interval_start_ns_ < interval_ns_) return;
+    const double want = Want(now_ns);
+    if (offered_ != 0) {
+      // The offered bytes scaled to one interval: a stretched interval (no
+      // call came for a while) measured a lower rate, not more bytes.
+      const double elapsed_s = static_cast<double>(now_ns - interval_start_ns_) * 1e-9;
+      const double per_interval = static_cast<double>(offered_) * interval_s_ / elapsed_s;
+      probability_ = std::clamp(want / per_interval, 0.0, 1.0);
+    }
+    allowance_ = want + std::min(0.0, allowance_);
     offered_ = 0;
     interval_start_ns_ = now_ns;
   }
 
   uint64_t seed_;
-  double target_host_rate_ = 0;
+  double target_rate_ = 0;  // host bytes per second
+  double max_rate_ = 0;     // host bytes per second; 0 = no cap
   uint64_t interval_ns_ = 0;
+  double interval_s_ = 0;
   bool started_ = false;
   uint64_t start_ns_ = 0;
   uint64_t interval_start_ns_ = 0;
   uint64_t offered_ = 0;
   uint64_t written_total_ = 0;
   uint64_t coins_ = 0;
-  double probability_ = 1.0;
+  double probability_ = 1.0;  // bounded by allowance_ until a rate is measured
+  double allowance_ = 0;      // bytes the current interval may still admit
 };
 
 // Admits a block only if loading it from the tier is faster than
@@ -158,13 +195,36 @@ std::span<const std::string_view> PolicyEvictionNames() { return kEviction; }
 
 namespace internal {
 
+Status CheckSketchAgingPeriod(const PolicyKnobs& k) {
+  if (k.sketch_aging_period <= k.SketchAgingLimit()) return Status::Ok();
+  const std::string limit = std::to_string(k.SketchAgingLimit());
+  return Status::InvalidArgument("sketch_aging_period " + std::to_string(k.sketch_aging_period) +
+                                 " is longer than " + limit +
+                                 " (sketch_width x frequency_threshold / 4): counters would fill "
+                                 "until blocks never seen pass; expected at most " +
+                                 limit + ", or 0 for " + limit);
+}
+
+Status CheckReuseMinSamples(const PolicyKnobs& k) {
+  if (k.reuse_min_samples != 0) return Status::Ok();
+  return Status::InvalidArgument(
+      "reuse_min_samples is 0; expected at least 1 (a class is judged once that many of its "
+      "blocks have matured)");
+}
+
 Result<std::unique_ptr<AdmissionPolicy>> BuildAdmission(std::string_view name,
                                                         const PolicyKnobs& knobs, uint64_t seed,
                                                         SharedReuseModels* models) {
   if (name == "always") return std::unique_ptr<AdmissionPolicy>(new AlwaysAdmission());
-  if (name == "frequency") return std::unique_ptr<AdmissionPolicy>(new FrequencyAdmission(knobs));
+  if (name == "frequency") {
+    KVTIER_RETURN_IF_ERROR(CheckSketchAgingPeriod(knobs));
+    return std::unique_ptr<AdmissionPolicy>(new FrequencyAdmission(knobs));
+  }
   if (name == "marconi") return NewMarconiAdmission(knobs);
-  if (name == "reuse") return NewReuseAdmission(knobs, models ? models->For(knobs) : nullptr);
+  if (name == "reuse") {
+    KVTIER_RETURN_IF_ERROR(CheckReuseMinSamples(knobs));
+    return NewReuseAdmission(knobs, models ? models->For(knobs) : nullptr);
+  }
   if (name == "cost") return std::unique_ptr<AdmissionPolicy>(new CostAdmission(knobs));
   if (name == "write_budget") {
     if (knobs.write_budget_bytes_per_day == 0) {
@@ -210,16 +270,38 @@ void AdmissionChain::ObserveFinish(std::span<const uint64_t> chain, uint32_t out
   for (auto& p : policies_) p->ObserveFinish(chain, output_tokens, now_ns);
 }
 
+void AdmissionChain::Add(std::unique_ptr<AdmissionPolicy> p) {
+  if (p->Rations()) {
+    policies_.push_back(std::move(p));
+    return;
+  }
+  // Before the first rationing policy: those stay last, in their order.
+  auto first =
+      std::find_if(policies_.begin(), policies_.end(), [](const auto& q) { return q->Rations(); });
+  policies_.insert(first, std::move(p));
+}
+
 bool AdmissionChain::Admit(const BlockMeta& block, const TierState& tier) {
-  // Every policy is asked, even after a refusal, so stateful ones (the write
-  // budget's offered bytes) see the same stream whatever their position.
+  // Every policy that does not ration is asked, even after a refusal, so a
+  // stateful one sees the same stream whatever its position. A rationing one
+  // counts what it is offered against its budget: it is asked only about
+  // blocks every policy before it admits, the blocks that would be written.
   bool admit = true;
-  for (auto& p : policies_) admit = p->Admit(block, tier) && admit;
+  for (auto& p : policies_) {
+    if (p->Rations() && !admit) return false;
+    admit = p->Admit(block, tier) && admit;
+  }
   return admit;
 }
 
 void AdmissionChain::OnWritten(uint64_t bytes, uint64_t now_ns) {
   for (auto& p : policies_) p->OnWritten(bytes, now_ns);
+}
+
+uint64_t PolicyKnobs::SketchAgingLimit() const {
+  const uint64_t width = std::max<uint32_t>(sketch_width, kMinSketchWidth);
+  const uint64_t threshold = std::max<uint32_t>(frequency_threshold, 1);
+  return width / 4 * threshold + width % 4 * threshold / 4;  // width x threshold / 4, no overflow
 }
 
 Status PolicyKnobs::Validate() const {
@@ -233,6 +315,8 @@ Status PolicyKnobs::Validate() const {
                                    " is too wide; expected at most " +
                                    std::to_string(kMaxSketchWidth) + " counters per row");
   }
+  KVTIER_RETURN_IF_ERROR(internal::CheckSketchAgingPeriod(*this));
+  KVTIER_RETURN_IF_ERROR(internal::CheckReuseMinSamples(*this));
   if (!(write_amplification >= 1.0)) {
     return Status::InvalidArgument("write_amplification is below 1; expected >= 1");
   }

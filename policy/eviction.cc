@@ -201,7 +201,10 @@ Result<std::unique_ptr<EvictionPolicy>> BuildEviction(std::string_view name,
   if (name == "s3fifo") {
     return std::unique_ptr<EvictionPolicy>(new S3FifoEviction(knobs.s3fifo_small_fraction));
   }
-  if (name == "reuse") return NewReuseEviction(knobs, models ? models->For(knobs) : nullptr);
+  if (name == "reuse") {
+    KVTIER_RETURN_IF_ERROR(CheckReuseMinSamples(knobs));
+    return NewReuseEviction(knobs, models ? models->For(knobs) : nullptr);
+  }
   return Status::InvalidArgument("unknown eviction policy '" + std::string(name) + "'");
 }
 

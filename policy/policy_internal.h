@@ -20,6 +20,12 @@ inline uint64_t Mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// InvalidArgument, saying why, when the knob is out of its range
+// (PolicyKnobs::Validate runs them; so do the builders of the policies that
+// read them).
+Status CheckSketchAgingPeriod(const PolicyKnobs& k);
+Status CheckReuseMinSamples(const PolicyKnobs& k);
+
 Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs);
 // Reorders the candidates by ascending key_of(candidate), keeping ties in
 // their order. Each key is computed once, in candidate order (key_of may

@@ -52,7 +52,7 @@ void ReuseModel::Mature() {
   }
 }
 
-void ReuseModel::Immature(uint32_t seq, uint8_t cls, uint32_t count) {
+void ReuseModel::Immature(uint64_t seq, uint8_t cls, uint32_t count) {
   // Kept in naming order (Mature reads the front): a finish's entries carry
   // their request's naming and go behind the requests named since.
   auto pos = immature_.end();
@@ -76,7 +76,7 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
   size_t known = 0;
   while (known < chain.size() && nodes_.count(chain[known]) != 0) ++known;
   Mature();
-  const uint32_t tag = next_tag_++;
+  const uint64_t tag = next_tag_++;
   std::array<uint32_t, kClasses> entered{};
   Pending p{chain.empty() ? 0 : chain.back(), chain.size(), known >= kContinuedBlocks, {}, {}};
   const float coin = chain.empty() ? 0.0f : float(Mix64(chain.back() ^ kSalt) >> 40) * 0x1p-24f;
@@ -111,7 +111,9 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
   // established.
   if (!p.fresh.empty() && nodes_.at(chain.back()).tag == tag) {
     pending_ids_ += p.Ids();
-    pending_[tag] = std::move(p);
+    auto [slot, added] = pending_.try_emplace(tag);
+    if (!added) pending_ids_ -= slot->second.Ids();  // a tag used again replaces its request
+    slot->second = std::move(p);
   }
 }
 
@@ -126,7 +128,7 @@ void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_
     return;
   }
   const Pending p = std::move(pit->second);
-  const uint32_t tag = pit->first;
+  const uint64_t tag = pit->first;
   pending_.erase(pit);
   pending_ids_ -= p.Ids();
   const uint8_t out = OutputClass(output_tokens);
@@ -137,7 +139,7 @@ void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_
   Judge(p.fresh, tag, static_cast<uint8_t>(kOutputBase + out));
 }
 
-void ReuseModel::Judge(std::span<const uint64_t> ids, uint32_t tag, uint8_t post) {
+void ReuseModel::Judge(std::span<const uint64_t> ids, uint64_t tag, uint8_t post) {
   uint32_t count = 0;
   for (uint64_t id : ids) {
     auto nit = nodes_.find(id);

@@ -4,6 +4,7 @@
 // named again by a later request. Pure; not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <deque>
@@ -35,7 +36,8 @@ class ReuseModel {
   static constexpr size_t kClasses = kRenamedBase + 2 * kOutputClasses;
 
   explicit ReuseModel(const PolicyKnobs& k)
-      : min_samples_(k.reuse_min_samples), half_life_(k.reuse_half_life) {}
+      : min_samples_(std::max<uint32_t>(1, k.reuse_min_samples)),  // 0 is refused upstream
+        half_life_(k.reuse_half_life) {}
 
   // A request's chain, before its prefill; blocks from `full_blocks` on are
   // partial (the request's last, partly filled block).
@@ -75,12 +77,18 @@ class ReuseModel {
   static uint8_t LengthClass(size_t blocks);
   static uint8_t OutputClass(uint32_t tokens);
 
+  // Requests followed to their finish at most; past it the oldest are dropped.
+  static constexpr size_t kMaxPending = size_t{1} << 16;
+  // Tests: the tag the next request gets; ids held for pending finishes.
+  void TEST_SetNextTag(uint64_t tag) { next_tag_ = tag; }
+  size_t TEST_PendingIds() const { return pending_ids_; }
+
  private:
   static constexpr uint8_t kNone = 0xFF;
   struct Node {
+    uint64_t tag = 0;  // the request that named it first
+    uint64_t seq = 0;  // the request that named it last
     uint32_t sightings = 0;
-    uint32_t tag = 0;      // the request that named it first
-    uint32_t seq = 0;      // the request that named it last
     uint8_t cls = 0;       // class while first-named before the finish, or kTwice+
     uint8_t post = kNone;  // output (or continued) class after the finish
     bool partial = false;
@@ -92,7 +100,7 @@ class ReuseModel {
     double matured = 0;  // of `named`, those named at least the mean reuse lag ago
   };
   struct Entry {  // blocks that entered a class at request `seq`, not yet matured
-    uint32_t seq = 0;
+    uint64_t seq = 0;
     uint8_t cls = 0;
     uint32_t count = 0;
   };
@@ -111,23 +119,23 @@ class ReuseModel {
   bool Unfinished(const Node& n) const;
   void Enter(size_t cls);
   void Mature();
-  void Immature(uint32_t seq, uint8_t cls, uint32_t count);
+  void Immature(uint64_t seq, uint8_t cls, uint32_t count);
   // At the finish of request `tag`: enters its blocks `ids` into class `post`.
-  void Judge(std::span<const uint64_t> ids, uint32_t tag, uint8_t post);
+  void Judge(std::span<const uint64_t> ids, uint64_t tag, uint8_t post);
   void Rename(Node& n);
 
   static constexpr size_t kMaxNodes = size_t{1} << 23;
-  static constexpr size_t kMaxPending = size_t{1} << 16;
   static constexpr size_t kMaxPendingIds = size_t{1} << 22;  // 32 MiB of ids
   static constexpr uint64_t kSalt = 0x7265757365636f69ULL;
   uint32_t min_samples_;
   uint64_t half_life_;
   uint64_t entries_ = 0;
-  uint32_t next_tag_ = 1;
+  // Requests are tagged in order; 64 bits never wrap, so tag order is age.
+  uint64_t next_tag_ = 1;
   std::array<Rate, kClasses> rates_{};
   std::unordered_map<uint64_t, Node> nodes_;
   // Ordered by tag, so the oldest (finishes that never came) go first.
-  std::map<uint32_t, Pending> pending_;
+  std::map<uint64_t, Pending> pending_;
   size_t pending_ids_ = 0;  // ids held by pending_, bounded like its size
   // Rates divide reuses by matured blocks: a block named a moment ago has
   // had no time to come back, and counting it would favour the classes whose

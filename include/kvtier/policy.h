@@ -88,6 +88,10 @@ class KVTIER_EXPORT AdmissionPolicy {
   virtual bool Admit(const BlockMeta& block, const TierState& tier) = 0;
   // Bytes actually written into the tier after an admit.
   virtual void OnWritten(uint64_t /*bytes*/, uint64_t /*now_ns*/) {}
+  // True for a policy that rations what it admits (write_budget): an
+  // AdmissionChain asks it after the others, and only for blocks they all
+  // admit, so that it paces the blocks that would really be written.
+  virtual bool Rations() const { return false; }
 };
 
 // Orders eviction candidates. The caller offers only candidates it may drop
@@ -118,13 +122,15 @@ class KVTIER_EXPORT EvictionPolicy {
 struct KVTIER_EXPORT PolicyKnobs {
   uint32_t frequency_threshold = 2;         // frequency: admit on the N-th sighting
   uint32_t sketch_width = 1 << 16;          // frequency: counters per sketch row, <= 1 << 24
-  uint64_t sketch_aging_period = 1 << 20;   // frequency: halve counts after this many sightings
+  uint64_t sketch_aging_period = 0;         // frequency: halve counts after this many sightings;
+                                            //   0 = SketchAgingLimit(), also the most allowed
   bool marconi_admit_tails = true;          // marconi: admit tails of continuing sessions
   float marconi_continue_threshold = 0.5;   // marconi: expected_reuse at which a tail is kept
   double marconi_probation = 0.35;          // marconi: share of once-seen KV blocks admitted
-  uint64_t write_budget_bytes_per_day = 0;  // write_budget: endurance budget (required > 0)
-  double write_amplification = 1.0;         // write_budget: device WA, >= 1
-  uint64_t write_max_bytes_per_s = 0;       // write_budget: rate cap, 0 = none
+  uint64_t write_budget_bytes_per_day = 0;  // write_budget: device bytes per day (required > 0)
+  double write_amplification = 1.0;         // write_budget: device WA, >= 1: the host may
+                                            //   write budget / WA (and max / WA) bytes
+  uint64_t write_max_bytes_per_s = 0;       // write_budget: hard cap, device bytes/s; 0 = none
   uint64_t write_interval_ms = 1000;        // write_budget: probability update period
   double cost_margin = 1.0;                 // cost: admit if load_time * margin < recompute
   double flop_alpha = 1.0;                  // flop_aware: initial alpha
@@ -139,10 +145,23 @@ struct KVTIER_EXPORT PolicyKnobs {
                                             //   from 0 to 1 over ratio -/+ spread (per request)
   double reuse_fill_share = 0;              // reuse: admit every full block while the tier is
                                             //   below this share of its capacity (0 = off)
-  uint32_t reuse_min_samples = 256;         // reuse: matured blocks a class needs to be judged
+  uint32_t reuse_min_samples = 256;         // reuse: matured blocks a class needs to be judged,
+                                            //   >= 1
   uint64_t reuse_half_life = 1 << 18;       // reuse: class counts halve every N block sightings
   double reuse_age_exponent = 0.5;          // reuse eviction: priority = rate / idle^exponent
                                             //   (1 = hyperbolic; lower trusts the class more)
+
+  // The longest sketch_aging_period the frequency sketch keeps meaning at:
+  // effective width x frequency_threshold / 4 sightings. Between halvings an
+  // average counter then reaches at most half the threshold, so an id never
+  // seen passes only when all four of its counters collide well above the
+  // average (under 1 % at the defaults). A longer period lets the counters
+  // fill until every id passes.
+  uint64_t SketchAgingLimit() const;
+  // sketch_aging_period, with 0 meaning SketchAgingLimit().
+  uint64_t SketchAgingPeriod() const {
+    return sketch_aging_period == 0 ? SketchAgingLimit() : sketch_aging_period;
+  }
 
   Status Validate() const;
 };
@@ -157,13 +176,15 @@ KVTIER_EXPORT Result<std::unique_ptr<EvictionPolicy>> CreateEvictionPolicy(
     std::string_view name, const PolicyKnobs& knobs);
 
 // All policies of one tier: admits iff every one admits; observations go to
-// all of them.
+// all of them. Every policy that does not ration is asked about every block;
+// those that ration (AdmissionPolicy::Rations) come after them, in the order
+// added, and are asked only while every policy before them has admitted.
 class KVTIER_EXPORT AdmissionChain {
  public:
   AdmissionChain() = default;
   static Result<AdmissionChain> Create(std::span<const std::string> names, const PolicyKnobs& knobs,
                                        uint64_t seed = 0);
-  void Add(std::unique_ptr<AdmissionPolicy> p) { policies_.push_back(std::move(p)); }
+  void Add(std::unique_ptr<AdmissionPolicy> p);
   void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
                       const RequestHints& hints, uint64_t now_ns);
   void ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens, uint64_t now_ns);

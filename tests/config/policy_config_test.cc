@@ -33,7 +33,7 @@ TEST(PolicyConfigTest, PoliciesYamlSetsEveryKnob) {
   const PolicyKnobs& k = ssd.policy;
   EXPECT_EQ(k.frequency_threshold, 2u);
   EXPECT_EQ(k.sketch_width, 65536u);
-  EXPECT_EQ(k.sketch_aging_period, 1048576u);
+  EXPECT_EQ(k.sketch_aging_period, 32768u);
   EXPECT_EQ(k.write_budget_bytes_per_day, 200 * kGiB);
   EXPECT_EQ(k.write_amplification, 1.2);
   EXPECT_EQ(k.write_max_bytes_per_s, 512 * kMiB);

@@ -75,33 +75,40 @@ TEST_F(RuntimePolicyTest, WriteBudgetRefusesOnceTheBudgetIsSpent) {
   ssd.policy.write_budget_bytes_per_day = bb_ * 86400;  // one block per second
   ssd.policy.write_interval_ms = 1000;
   Open(o);
-  // The first second admits all (no history yet): 3 blocks, 2 over budget.
+  // The first second's allowance is its share, one block: of 3, 1 is
+  // written and 2 refused.
   for (uint64_t id : {1, 2, 3}) {
     Save({id});
     ASSERT_EQ(Move(), 1u);
   }
-  EXPECT_EQ(rt_->Stats().tiers[1].admitted_blocks, 3u);
-  // One second on: the budget (1 block) is spent twice over, so the admit
-  // probability drops to 0 for the interval.
+  RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.tiers[1].admitted_blocks, 1u);
+  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 2u);
+  EXPECT_TRUE(Stored({1}));
+  EXPECT_FALSE(Stored({2}));
+  EXPECT_FALSE(Stored({3}));
+  // One second on: 3 blocks were offered for a budget of 1, so each is
+  // admitted with probability 1/3, and the interval's allowance (one block)
+  // caps what passes: block 4 (the tier's seeded coin), not 5.
   clock_->Advance(kSecond);
   for (uint64_t id : {4, 5}) {
     Save({id});
     ASSERT_EQ(Move(), 1u);
   }
-  RuntimeStats st = rt_->Stats();
-  EXPECT_EQ(st.tiers[1].admitted_blocks, 3u);
-  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 2u);
-  EXPECT_FALSE(Stored({4}));
+  st = rt_->Stats();
+  EXPECT_EQ(st.tiers[1].admitted_blocks, 2u);
+  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 3u);
+  EXPECT_TRUE(Stored({4}));
   EXPECT_FALSE(Stored({5}));
-  // Four seconds later the budget has refilled: 5 blocks allowed, 3 written.
+  // Four seconds later the budget has refilled: block 6 is written.
   clock_->Advance(4 * kSecond);
   Save({6});
   ASSERT_EQ(Move(), 1u);
   st = rt_->Stats();
-  EXPECT_EQ(st.tiers[1].admitted_blocks, 4u);
-  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 2u);
-  EXPECT_EQ(st.tiers[1].blocks_written, 4u);
-  EXPECT_EQ(st.tiers[1].bytes_written, 4 * bb_);
+  EXPECT_EQ(st.tiers[1].admitted_blocks, 3u);
+  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 3u);
+  EXPECT_EQ(st.tiers[1].blocks_written, 3u);
+  EXPECT_EQ(st.tiers[1].bytes_written, 3 * bb_);
   EXPECT_TRUE(Stored({6}));
 }
 

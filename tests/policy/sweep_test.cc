@@ -137,5 +137,49 @@ TEST(SweepEngineTest, OracleIsTheCeilingOfAdmitAllLru) {
   EXPECT_LT(oracle->bytes_written_nvme, lru->bytes_written_nvme);
 }
 
+// α tuning in the sweep is the runtime's: over AlphaGridFrom(current), so
+// a replay where every α saves the same (no block is ever named twice)
+// keeps the α in use rather than moving to the grid's first.
+TEST(SweepEngineTest, AlphaTuningKeepsTheCurrentAlphaOnTies) {
+  Trace trace;
+  for (uint64_t r = 0; r < 40; ++r) {
+    TraceRequest q;
+    q.timestamp_ms = r * 10;
+    q.input_length = 3 * trace.block_tokens;
+    q.output_length = 1;
+    q.hash_ids = {3 * r + 1, 3 * r + 2, 3 * r + 3};
+    trace.requests.push_back(q);
+  }
+  PolicyKnobs knobs;
+  knobs.flop_alpha = 2;
+  knobs.alpha_tune_every = 4;
+  knobs.alpha_tune_window = 8;
+  auto r = RunSweepOne(trace, {}, *NamedSweepPolicy("flop_aware"), {10, 20}, knobs);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->final_alpha, 2.0);
+}
+
+// Each tier is tuned against its own capacity: with nothing admitted into
+// NVMe, its size cannot change what the hub keeps.
+TEST(SweepEngineTest, AlphaTuningOfTheHubIgnoresTheNvmeCapacity) {
+  auto trace = ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) +
+                                 "/traces/mooncake_arxiv_trace_first1000.jsonl");
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  trace->requests.resize(400);
+  SweepPolicy policy = *NamedSweepPolicy("flop_aware");
+  policy.nvme_admission = {"frequency"};
+  PolicyKnobs knobs;
+  knobs.frequency_threshold = 0xFFFFFFFF;  // NVMe admits nothing
+  knobs.alpha_tune_every = 16;
+  knobs.alpha_tune_window = 64;
+  auto small = RunSweepOne(*trace, {}, policy, {300, 30}, knobs);
+  auto large = RunSweepOne(*trace, {}, policy, {300, 30000}, knobs);
+  ASSERT_TRUE(small.ok() && large.ok());
+  EXPECT_EQ(small->bytes_written_nvme, 0u);
+  EXPECT_EQ(large->bytes_written_nvme, 0u);
+  EXPECT_EQ(small->hit_tokens_host, large->hit_tokens_host);
+  EXPECT_EQ(small->bytes_written_host, large->bytes_written_host);
+}
+
 }  // namespace
 }  // namespace kvtier::bench

@@ -8,6 +8,7 @@
 #include <deque>
 #include <unordered_map>
 
+#include "core/tier_policies.h"
 #include "policy/policy_build.h"
 #include "policy/reuse_model.h"
 #include "tools/bench/sweep.h"
@@ -230,12 +231,15 @@ void Engine::MaybeTune(const PolicyKnobs& knobs) {
   if (!p_.tune_alpha || knobs.alpha_tune_every == 0) return;
   if (++since_tune_ < knobs.alpha_tune_every) return;
   since_tune_ = 0;
-  static constexpr double kGrid[] = {0.0, 0.5, 1.0, 2.0, 4.0};
   std::vector<TuneRequest> window(window_.begin(), window_.end());
-  // Tuned against the lower tier, which holds most blocks; both tiers follow.
-  const double alpha = TuneAlpha(window, out_.capacity.nvme_blocks, kGrid);
+  const uint64_t capacity[kSimTiers] = {capacity_.host_blocks, capacity_.nvme_blocks};
+  // As the runtime tunes (core/tier_policies.h): each flop_aware tier against
+  // its own capacity, over the grid that starts at its α, so ties keep it.
   for (size_t t = 0; t < kSimTiers; ++t) {
-    if (cache_.eviction(t) != nullptr) cache_.eviction(t)->SetAlpha(alpha);
+    EvictionPolicy* ev = cache_.eviction(t);
+    if (ev == nullptr || ev->Name() != "flop_aware") continue;
+    const std::vector<double> grid = internal::AlphaGridFrom(ev->alpha());
+    ev->SetAlpha(TuneAlpha(window, capacity[t], grid));
   }
 }
 
