@@ -203,11 +203,17 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
   if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
     return CompletionSource::Done(keys.size(), st.WithContext("load"));
   }
-  std::vector<uint32_t> sorted(engine_blocks.begin(), engine_blocks.end());
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    return CompletionSource::Done(keys.size(),
-                                  Status::InvalidArgument("load: an engine block appears twice"));
+  std::unordered_map<uint32_t, size_t> first_at;  // engine block -> its first position
+  first_at.reserve(engine_blocks.size());
+  for (size_t i = 0; i < engine_blocks.size(); ++i) {
+    auto [it, fresh] = first_at.emplace(engine_blocks[i], i);
+    if (!fresh) {
+      return CompletionSource::Done(
+          keys.size(), Status::InvalidArgument(
+                           "load: engine block " + std::to_string(engine_blocks[i]) +
+                           " appears twice, for keys " + std::to_string(it->second) + " and " +
+                           std::to_string(i)));
+    }
   }
   // Saturated: a timeout of nanoseconds::max() ("no deadline") must not wrap
   // into the past.

@@ -192,8 +192,11 @@ TEST_F(RuntimeTest, BadArgumentsAreRefused) {
   Completion c = rt_->Save(kTestNs, std::nullopt, keys, far);
   EXPECT_NE(c.status().message().find("engine block 64 is out of range"), std::string_view::npos);
   std::vector<uint32_t> twice = {3, 3};
-  EXPECT_EQ(rt_->Load(kTestNs, keys, twice, std::chrono::seconds(1)).status().code(),
-            StatusCode::kInvalidArgument);
+  Completion dup = rt_->Load(kTestNs, keys, twice, std::chrono::seconds(1));
+  EXPECT_EQ(dup.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dup.status().message().find("engine block 3 appears twice, for keys 0 and 1"),
+            std::string_view::npos)
+      << dup.status().ToString();
 }
 
 TEST_F(RuntimeTest, RemoveKeepsThePrefixRule) {
