@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -22,6 +23,9 @@ constexpr auto kWriteTimeout = std::chrono::milliseconds(2000);
 // queued and the listener readable, so the loop waits this long (for the
 // wake descriptor only) before trying again instead of spinning.
 constexpr int kAcceptBackoffMs = 100;
+// At shutdown the requests already sent are still answered; clients get this
+// long in all to be read and written, so a stalled one cannot hold up the stop.
+constexpr auto kStopGrace = std::chrono::milliseconds(200);
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
@@ -152,11 +156,15 @@ AdminServer::AdminServer(std::string path, UniqueFd listener, UniqueFd wake, Han
       handler_(std::move(handler)),
       log_(std::move(log)) {}
 
-AdminServer::~AdminServer() {
+void AdminServer::RequestStop() {
   const uint64_t one = 1;
   if (write(wake_.get(), &one, sizeof(one)) != sizeof(one) && log_) {
     log_->Log(LogLevel::kError, "admin socket: cannot wake the server thread");
   }
+}
+
+AdminServer::~AdminServer() {
+  RequestStop();
   if (thread_.joinable()) thread_.join();
   struct stat st {};
   if (stat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
@@ -172,7 +180,11 @@ void AdminServer::Loop() {
       if (log_) log_->Log(LogLevel::kError, FromErrno(errno, "admin socket poll").ToString());
       return;
     }
-    if (fds[1].revents != 0) return;
+    if (fds[1].revents != 0) {
+      EnterStopping();
+      DrainQueued();
+      return;
+    }
     if ((fds[0].revents & POLLIN) == 0) continue;
     UniqueFd conn(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (conn.valid()) {
@@ -193,15 +205,44 @@ void AdminServer::Loop() {
   }
 }
 
+void AdminServer::EnterStopping() {
+  if (stopping_) return;
+  stopping_ = true;
+  stop_deadline_ = std::chrono::steady_clock::now() + kStopGrace;
+}
+
+void AdminServer::DrainQueued() {
+  // Non-blocking accepts: the queue holds at most the backlog, and a client
+  // that connects from now on is refused once the listener closes.
+  for (;;) {
+    UniqueFd conn(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!conn.valid()) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;
+    }
+    Serve(conn.get());
+  }
+}
+
+int AdminServer::WaitClient(int fd, short events, SteadyTime deadline) {
+  for (;;) {
+    // The wake descriptor stays readable once written: after it fired only
+    // the client is watched, until the grace ends.
+    if (stopping_) deadline = std::min(deadline, stop_deadline_);
+    pollfd fds[2] = {{fd, events, 0}, {wake_.get(), POLLIN, 0}};
+    const int r = poll(fds, stopping_ ? 1 : 2, RemainingMs(deadline));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0 || fds[0].revents != 0) return r;
+    EnterStopping();
+  }
+}
+
 bool AdminServer::ReadRequest(int fd, std::string* head) {
   const SteadyTime deadline = std::chrono::steady_clock::now() + kClientTimeout;
   char buf[1024];
   while (!HeadComplete(*head)) {
     if (head->size() >= kMaxRequestBytes) return false;
-    pollfd fds[2] = {{fd, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    const int r = poll(fds, 2, RemainingMs(deadline));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0 || fds[1].revents != 0) return false;  // error, stalled, or stopping
+    if (WaitClient(fd, POLLIN, deadline) <= 0) return false;  // error or stalled
     const ssize_t n = read(fd, buf, sizeof(buf));
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (n < 0) return false;
@@ -224,8 +265,7 @@ void AdminServer::WriteAll(int fd, std::string_view data) {
       continue;
     }
     if (n < 0 && errno != EAGAIN && errno != EINTR) return;  // the client went away
-    pollfd fds[2] = {{fd, POLLOUT, 0}, {wake_.get(), POLLIN, 0}};
-    if (poll(fds, 2, RemainingMs(deadline)) <= 0 || fds[1].revents != 0) return;
+    if (WaitClient(fd, POLLOUT, deadline) <= 0) return;
   }
 }
 

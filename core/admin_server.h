@@ -6,11 +6,13 @@
 // HTTP/1.0 response, so that `curl --unix-socket` and the kvtier-inspect
 // client both work. The handler runs on the server thread and must not block
 // for long; a client that stalls is dropped after a second, so nothing it
-// does can hold up the engine.
+// does can hold up the engine. At shutdown the requests already sent (the
+// client at hand and those queued) are still answered, within a short grace.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -65,14 +67,24 @@ class AdminServer {
   const std::string& path() const { return path_; }
 
  private:
+  friend class AdminServerTestPeer;
+  using SteadyTime = std::chrono::steady_clock::time_point;
+
   AdminServer(std::string path, UniqueFd listener, UniqueFd wake, Handler handler,
               std::shared_ptr<LogSink> log);
+  // Wakes the server thread to stop; it answers what is queued, then exits.
+  void RequestStop();
   void Loop();
+  // Answers the connections queued on the listener; at most the backlog.
+  void DrainQueued();
   void Serve(int fd);
-  // Reads the request head; false when the client stalls, closes or the
-  // server is stopping.
+  // Reads the request head; false when the client stalls or closes.
   bool ReadRequest(int fd, std::string* head);
   void WriteAll(int fd, std::string_view data);
+  // Waits for `events` on client `fd` until `deadline` (once stopping, at
+  // most until the stop's grace ends): > 0 ready, 0 timed out, < 0 error.
+  int WaitClient(int fd, short events, SteadyTime deadline);
+  void EnterStopping();
 
   const std::string path_;
   const UniqueFd listener_;
@@ -82,6 +94,8 @@ class AdminServer {
   dev_t dev_ = 0;  // identity of the bound socket file, so that the
   ino_t ino_ = 0;  // destructor never unlinks someone else's
   bool accept_failing_ = false;  // server thread only
+  bool stopping_ = false;        // server thread only: the wake descriptor fired
+  SteadyTime stop_deadline_{};   // server thread only: when stopping_, the grace's end
   std::thread thread_;
 };
 

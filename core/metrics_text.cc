@@ -232,6 +232,7 @@ std::string RenderStatsJson(const RuntimeStats& s) {
       {"loaded_blocks", s.loaded_blocks},
       {"load_failures", s.load_failures},
       {"busy_rejections", s.busy_rejections},
+      {"adopted_blocks", s.adopted_blocks},
       {"block_tokens", s.block_tokens},
       {"preemption_proposals", s.preemption_proposals},
   };

@@ -76,6 +76,8 @@ void VisitRequests(const RuntimeStats& s, Emitter& e) {
             s.load_failures);
   e.Counter("kvtier_busy_rejections_total", "requests refused because the queue was full",
             s.busy_rejections);
+  e.Counter("kvtier_adopted_blocks_total",
+            "blocks found in a persistent tier after a restart and adopted", s.adopted_blocks);
   e.Counter("kvtier_preemption_proposals_total", "requests proposed to the engine for preemption",
             s.preemption_proposals);
   uint64_t corruptions = 0;

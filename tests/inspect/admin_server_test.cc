@@ -3,6 +3,7 @@
 #include "core/admin_server.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -20,6 +22,15 @@
 #include "tests/inspect/inspect_test_util.h"
 #include "tests/support/returns_within.h"
 #include "tools/inspect/admin_client.h"
+
+namespace kvtier::internal {
+// Stops a server without joining its thread, so that a test can order the
+// stop before requests the thread has yet to take.
+class AdminServerTestPeer {
+ public:
+  static void RequestStop(AdminServer& s) { s.RequestStop(); }
+};
+}  // namespace kvtier::internal
 
 namespace kvtier::testing {
 namespace {
@@ -230,6 +241,77 @@ TEST(AdminEndpoint, OutOfDescriptorsTheServerWaitsInsteadOfSpinning) {
   char buf[64];
   for (ssize_t n; (n = read(client.get(), buf, sizeof(buf))) > 0;) out.append(buf, n);
   EXPECT_EQ(out, "up\n");
+}
+
+// A stop while one request is being answered and another waits in the
+// queue, already sent: both are answered, so a `watch` following a runtime
+// to its end sees the last refresh instead of a dropped connection.
+TEST(AdminEndpoint, RequestsAlreadySentAreAnsweredAtShutdown) {
+  TempDir dir;
+  const std::string path = dir.File("stop.sock");
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  auto server = internal::AdminServer::Start(
+      path,
+      [&](std::string_view p) {
+        if (p == "/slow") {
+          entered.set_value();
+          released.wait();
+        }
+        return internal::AdminResponse{.body = std::string(p) + " done\n"};
+      },
+      nullptr);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::future<void> slow_entered = entered.get_future();
+  std::string slow;
+  std::thread first([&] { slow = RawRequest(path, "GET /slow\n"); });
+  // No ASSERT until `first` is joined: the handler must be released.
+  EXPECT_EQ(slow_entered.wait_for(kTimeout), std::future_status::ready);
+  UniqueFd queued = Connect(path);  // in the listener's queue: the thread is busy
+  EXPECT_EQ(write(queued.get(), "GET /queued\n", 12), 12);
+  const timeval bound{5, 0};
+  EXPECT_EQ(setsockopt(queued.get(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound)), 0);
+  internal::AdminServerTestPeer::RequestStop(**server);  // the stop comes first
+  release.set_value();
+  std::string out;
+  char buf[64];
+  for (ssize_t n; (n = read(queued.get(), buf, sizeof(buf))) > 0;) out.append(buf, n);
+  first.join();
+  EXPECT_EQ(slow, "/slow done\n");
+  EXPECT_EQ(out, "/queued done\n");
+  server->reset();
+  EXPECT_EQ(FetchAdmin(path, "/health", kTimeout).status().code(), StatusCode::kUnavailable);
+}
+
+// A server that closes without a byte of reply is going away: Unavailable,
+// which `watch` takes as the end of the runtime it follows.
+TEST(AdminEndpoint, ClosedWithoutAReplyIsUnavailable) {
+  TempDir dir;
+  const std::string path = dir.File("closing.sock");
+  UniqueFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  ASSERT_EQ(bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener.get(), 4), 0);
+  std::thread closer([&] {  // takes the whole request, then closes
+    pollfd p{listener.get(), POLLIN, 0};
+    if (poll(&p, 1, 5000) != 1) return;
+    UniqueFd conn(accept(listener.get(), nullptr, nullptr));
+    const timeval bound{5, 0};
+    setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound));
+    std::string request;
+    char buf[256];
+    for (ssize_t n; request.find("\r\n\r\n") == std::string::npos &&
+                    (n = read(conn.get(), buf, sizeof(buf))) > 0;) {
+      request.append(buf, n);
+    }
+  });
+  auto r = FetchAdmin(path, "/stats", kTimeout);
+  closer.join();
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_EQ(r.status().message(),
+            "admin socket " + path + ": the runtime closed the connection without answering");
 }
 
 TEST(AdminEndpoint, ParsesRequestLines) {

@@ -212,6 +212,13 @@ TEST_F(InspectCli, ConfigExplainFillsEveryDefault) {
   r = Inspect("config explain " + Write("b.yaml", "model: [1]\n"));
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("b.yaml:1:"), std::string::npos) << r.err;
+  // With --json a failure is a document too, as validate's.
+  r = Inspect("config explain --json " + dir_.File("b.yaml"));
+  EXPECT_EQ(r.rc, 1);
+  j = json::parse(r.out);
+  EXPECT_EQ(j["valid"], false);
+  EXPECT_EQ(j["file"], dir_.File("b.yaml"));
+  EXPECT_NE(j["error"].get<std::string>().find("b.yaml:1:"), std::string::npos) << r.out;
 }
 
 TEST_F(InspectCli, TraceOfTheShippedArxivTrace) {
@@ -299,6 +306,7 @@ TEST_F(InspectCli, Usage) {
     r = Inspect(std::string(cmd) + " --help");
     EXPECT_EQ(r.rc, 0) << cmd;
     EXPECT_NE(r.out.find("Exit codes: 0 done"), std::string::npos) << cmd << r.out;
+    EXPECT_NE(r.out.find("a store a live process holds"), std::string::npos) << cmd << r.out;
   }
 }
 

@@ -3,6 +3,7 @@
 // on a corrupted store, and the lock that keeps it off a live store.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 
 #include "tests/inspect/inspect_cli_util.h"
 #include "tests/tiers/nvme_test_util.h"
+#include "tiers/nvme/nvme_format.h"
 #include "tiers/nvme/nvme_tier.h"
 
 namespace kvtier::testing {
@@ -36,6 +38,25 @@ Status WriteBlocks(Tier& t, NamespaceId ns, uint64_t first, const std::vector<ui
   return t.Write(ns, ops).Wait();
 }
 
+// Edits the index at `dir` as a damaged or foreign one would hold it: each
+// pair is put as is (raw key and value bytes).
+void PutRecords(const std::string& dir,
+                const std::vector<std::pair<std::string, std::string>>& kv) {
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  for (const auto& [k, v] : kv) ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), k, v).ok()) << k;
+}
+
+std::string GetRecord(const std::string& dir, const std::string& key) {
+  rocksdb::DB* raw = nullptr;
+  EXPECT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::string value;
+  EXPECT_TRUE(db && db->Get(rocksdb::ReadOptions(), key, &value).ok()) << key;
+  return value;
+}
+
 class InspectNvme : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -50,6 +71,7 @@ class InspectNvme : public ::testing::Test {
   }
   CliRun Inspect(const std::string& args) { return RunInspect(dir_.path(), args); }
   std::string Data() const { return options_.path; }
+  std::string Index() const { return options_.path + ".index"; }
 
   ScratchDir dir_;
   TierOptions options_;
@@ -194,6 +216,75 @@ TEST_F(InspectNvme, ALiveStoreIsRefusedUnlessReadOnly) {
 
   (*live)->Shutdown();
   EXPECT_EQ(Inspect("nvme " + Data() + " summary").rc, 0) << "released by shutdown";
+}
+
+// A record that does not decode is lost to the tier: verify fails on it.
+TEST_F(InspectNvme, VerifyFailsOnUndecodableIndexRecords) {
+  PutRecords(Index(), {{"B-not-a-block-key", "x"}});
+  CliRun r = Inspect("nvme " + Data() + " verify --json");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["bad_records"], 1);
+  EXPECT_EQ(j["corrupt_blocks"], 0);
+  r = Inspect("nvme " + Data() + " verify");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out,
+            "verified 10 blocks: 10 good, 0 corrupt\nindex: 1 bad records, 0 dropped entries "
+            "(outside the store's geometry or overlapping another); the tier discards them\n");
+  r = Inspect("nvme " + Data() + " summary --json");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["bad_records"], 1);
+}
+
+// Another format version means other records: refused, as the tier does.
+TEST_F(InspectNvme, AnotherFormatVersionIsRefused) {
+  auto meta = internal::DecodeMeta(GetRecord(Index(), "M"));
+  ASSERT_TRUE(meta.has_value());
+  meta->format_version = internal::kNvmeFormatVersion + 1;
+  PutRecords(Index(), {{"M", internal::EncodeMeta(*meta)}});
+  for (const char* action : {"summary", "verify"}) {
+    CliRun r = Inspect("nvme " + Data() + " " + action);
+    EXPECT_EQ(r.rc, 1) << action;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "kvtier-inspect nvme: invalid_argument: nvme index at " + Index() +
+                         " has format version 2; this build reads format version 1 only\n");
+  }
+}
+
+// Entries outside the geometry or overlapping another are not blocks: the
+// summary counts what the tier keeps when it opens the store.
+TEST_F(InspectNvme, EntriesTheTierDropsAreNotCounted) {
+  using internal::BlockRecordKey;
+  using internal::EncodeLocation;
+  const std::string a0 = GetRecord(Index(), BlockRecordKey({kNsA, Key(0)}));
+  auto loc = internal::DecodeLocation(a0);
+  ASSERT_TRUE(loc.has_value());
+  internal::BlockLocation misaligned = *loc, too_big = *loc, past = *loc;
+  misaligned.offset += 512;
+  too_big.payload_bytes = kBlock + 1;
+  past.region = 99;
+  PutRecords(Index(), {{BlockRecordKey({kNsA, Key(50)}), EncodeLocation(misaligned)},
+                       {BlockRecordKey({kNsA, Key(51)}), EncodeLocation(too_big)},
+                       {BlockRecordKey({kNsA, Key(52)}), EncodeLocation(past)},
+                       // Where A:0 lies: the two overlap and both go.
+                       {BlockRecordKey({kNsA, Key(53)}), a0}});
+  CliRun r = Inspect("nvme " + Data() + " summary --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["blocks"], 9);
+  EXPECT_EQ(j["dropped_entries"], 5);
+  EXPECT_EQ(j["stale_entries"], 0);
+  EXPECT_EQ(j["payload_bytes"], 8 * kBlock + 5000);
+  EXPECT_EQ(j["namespaces"][0]["blocks"], 5);
+  r = Inspect("nvme " + Data() + " verify --json");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(json::parse(r.out)["blocks"], 9);
+  EXPECT_EQ(json::parse(r.out)["dropped_entries"], 5);
+  // The tier agrees.
+  auto t = internal::OpenNvmeTier(options_, TierContext{kBlock});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Stats().recovered_blocks, 9u);
+  EXPECT_EQ((*t)->Stats().dropped_on_open, 5u);
 }
 
 TEST_F(InspectNvme, MissingStoreIsBad) {

@@ -69,10 +69,12 @@ TEST_F(InspectRedis, CountsEveryBlockAndByteByNamespace) {
   EXPECT_EQ(j["other_keys"], 1);
   EXPECT_EQ(j["bad_headers"], 0);
   EXPECT_EQ(j["namespaces"], json::parse(R"([
-      {"id": "000000000000000a", "blocks": 3, "sampled": 3, "value_bytes": 12480,
-       "payload_bytes": 12288},
-      {"id": "000000000000000b", "blocks": 2, "sampled": 2, "value_bytes": 2128,
-       "payload_bytes": 2000}])"));
+      {"id": "000000000000000a", "blocks": 3, "sampled": 3, "estimated": false,
+       "value_bytes": 12480, "payload_bytes": 12288},
+      {"id": "000000000000000b", "blocks": 2, "sampled": 2, "estimated": false,
+       "value_bytes": 2128, "payload_bytes": 2000}])"));
+  EXPECT_EQ(j["vanished_keys"], 0);
+  EXPECT_EQ(j["repeated_keys"], 0);
 
   // Sampling: every key is still counted; the bytes are scaled from 2.
   r = Inspect("redis " + url + "/0 summary --prefix insp --sample 2 --json");
@@ -81,6 +83,20 @@ TEST_F(InspectRedis, CountsEveryBlockAndByteByNamespace) {
   EXPECT_EQ(j["blocks"], 5);
   EXPECT_EQ(j["sampled"], 2);
   EXPECT_EQ(j["estimated"], true);
+  // One key measured: the other namespace gets its mean, marked estimated.
+  r = Inspect("redis " + url + " summary --prefix insp --sample 1 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  j = json::parse(r.out);
+  ASSERT_EQ(j["namespaces"].size(), 2u);
+  const json& measured =
+      j["namespaces"][0]["sampled"] == 1 ? j["namespaces"][0] : j["namespaces"][1];
+  const json& missed = j["namespaces"][0]["sampled"] == 1 ? j["namespaces"][1] : j["namespaces"][0];
+  EXPECT_EQ(missed["sampled"], 0);
+  EXPECT_EQ(missed["estimated"], true);
+  const uint64_t per_block =
+      measured["payload_bytes"].get<uint64_t>() / measured["blocks"].get<uint64_t>();
+  EXPECT_EQ(missed["payload_bytes"], per_block * missed["blocks"].get<uint64_t>());
+  EXPECT_EQ(j["payload_bytes"], per_block * 5);
 
   r = Inspect("redis " + url + " summary --prefix insp");
   ASSERT_EQ(r.rc, 0) << r.err;

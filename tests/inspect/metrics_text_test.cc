@@ -127,6 +127,22 @@ TEST(PrometheusText, StrictGrammar) {
   EXPECT_GT(samples, 40);
 }
 
+// Every counter of RuntimeStats is in both renderings.
+TEST(StatsJson, AdoptedAndNotAdmittedBlocksAreRendered) {
+  RuntimeStats s = SmallStats();
+  s.adopted_blocks = 11;
+  s.save_not_admitted = 5;
+  auto j = nlohmann::json::parse(RenderStatsJson(s));
+  EXPECT_EQ(j["adopted_blocks"], 11);
+  EXPECT_EQ(j["save_not_admitted"], 5);
+  const std::string text = RenderPrometheusText(s);
+  EXPECT_NE(
+      text.find("\n# TYPE kvtier_adopted_blocks_total counter\nkvtier_adopted_blocks_total 11\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nkvtier_save_not_admitted_blocks_total 5\n"), std::string::npos) << text;
+}
+
 TEST(StatsJson, ParsesAndKeepsEveryField) {
   const std::string text = RenderStatsJson(SmallStats());
   auto j = nlohmann::json::parse(text);

@@ -30,6 +30,13 @@ AlignedBuffer::AlignedBuffer(uint64_t bytes) : size_(bytes) {
   data_.reset(static_cast<std::byte*>(p));
 }
 
+bool LocationFits(const BlockLocation& loc, uint64_t block_bytes, uint64_t region_bytes,
+                  uint64_t regions) {
+  return loc.region < regions && loc.offset % kNvmeAlign == 0 && loc.payload_bytes > 0 &&
+         loc.payload_bytes <= block_bytes &&
+         loc.offset + DiskBytes(loc.payload_bytes) <= region_bytes;
+}
+
 std::string EncodeMeta(const StoreMeta& m) {
   std::string s(kMetaMagic);
   PutBe(s, m.format_version, 4);

@@ -71,6 +71,12 @@ struct StoreMeta {
   friend bool operator==(const StoreMeta&, const StoreMeta&) = default;
 };
 
+// Whether `loc` lies inside a store of `regions` regions of `region_bytes`
+// holding blocks of at most `block_bytes`: aligned, non-empty, within its
+// region. The tier drops an index entry that does not fit.
+bool LocationFits(const BlockLocation& loc, uint64_t block_bytes, uint64_t region_bytes,
+                  uint64_t regions);
+
 std::string EncodeMeta(const StoreMeta& m);
 std::optional<StoreMeta> DecodeMeta(std::string_view s);
 // Names the first field that differs ("block size 65536 != 131072",

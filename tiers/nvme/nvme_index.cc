@@ -4,6 +4,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
+
 namespace kvtier::internal {
 namespace {
 
@@ -127,8 +129,40 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& di
   KVTIER_RETURN_IF_ERROR(FromRocks(db->Get(rocksdb::ReadOptions(), kMetaKey, &value), "read meta"));
   std::optional<StoreMeta> stored = DecodeMeta(value);
   if (!stored) return Status::Corruption("nvme index at " + dir + ": not a kvtier nvme store");
+  // As the tier refuses it: the records of another format mean other things.
+  if (stored->format_version != kNvmeFormatVersion) {
+    return Status::InvalidArgument(
+        "nvme index at " + dir + " has format version " + std::to_string(stored->format_version) +
+        "; this build reads format version " + std::to_string(kNvmeFormatVersion) + " only");
+  }
   *meta = *stored;
   return std::unique_ptr<NvmeIndex>(new NvmeIndex(db.release()));
+}
+
+// Sorted by region and offset, an entry overlaps an earlier one when it starts
+// before the furthest end so far, and a later one when the next starts before
+// its own end.
+void DropOverlaps(IndexEntries& kept, std::vector<IndexUpdate>& drops) {
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second.region, a.second.offset) <
+           std::pair(b.second.region, b.second.offset);
+  });
+  IndexEntries apart;
+  uint64_t reach = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const BlockLocation& loc = kept[i].second;
+    if (i == 0 || kept[i - 1].second.region != loc.region) reach = 0;
+    const uint64_t end = loc.offset + DiskBytes(loc.payload_bytes);
+    const bool next_overlaps = i + 1 < kept.size() && kept[i + 1].second.region == loc.region &&
+                               kept[i + 1].second.offset < end;
+    if (loc.offset < reach || next_overlaps) {
+      drops.push_back({kept[i].first, std::nullopt});
+    } else {
+      apart.push_back(kept[i]);
+    }
+    reach = std::max(reach, end);
+  }
+  kept = std::move(apart);
 }
 
 Status NvmeIndex::Scan(const std::function<void(uint32_t, uint64_t)>& on_region,

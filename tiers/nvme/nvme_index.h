@@ -35,6 +35,16 @@ struct WriteTotals {
   uint64_t device_bytes = 0;  // bytes written to the data file
 };
 
+// Block entries as read from the index.
+using IndexEntries = std::vector<std::pair<NsKey, BlockLocation>>;
+
+// Moves every entry of `kept` whose disk extent overlaps another's in the
+// same region to `drops` (as a deletion), leaving `kept` sorted by region and
+// offset. Normal operation never writes such entries (a damaged or foreign
+// index can); which of them holds the bytes cannot be told, so none is kept.
+// The tier's open and the offline tools both judge an index by it.
+void DropOverlaps(IndexEntries& kept, std::vector<IndexUpdate>& drops);
+
 class NvmeIndex {
  public:
   // Opens (creating if absent) the index at `dir`. A store whose meta

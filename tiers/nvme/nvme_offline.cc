@@ -56,9 +56,7 @@ Status NvmeOfflineStore::Scan(
 }
 
 Status NvmeOfflineStore::VerifyBlock(const NsKey& id, const BlockLocation& loc) const {
-  if (loc.payload_bytes == 0 || loc.payload_bytes > meta_.block_bytes ||
-      loc.offset % kNvmeAlign != 0 || loc.region >= meta_.regions ||
-      loc.offset + DiskBytes(loc.payload_bytes) > meta_.region_bytes) {
+  if (!LocationFits(loc, meta_.block_bytes, meta_.region_bytes, meta_.regions)) {
     return Status::Corruption("index entry does not fit the store's geometry");
   }
   AlignedBuffer buf(DiskBytes(loc.payload_bytes));

@@ -36,36 +36,7 @@ Result<Geometry> ComputeGeometry(const TierOptions& o, uint64_t block_bytes) {
   return g;
 }
 
-using Recovered = std::vector<std::pair<NsKey, BlockLocation>>;
-
-// Drops every entry whose disk extent overlaps another's in the same region.
-// Normal operation never writes such entries (a damaged or foreign index can);
-// which of them holds the bytes cannot be told, so none of them is kept.
-// Sorted by region and offset, an entry overlaps an earlier one when it starts
-// before the furthest end so far, and a later one when the next starts before
-// its own end.
-void DropOverlaps(Recovered& kept, std::vector<IndexUpdate>& drops) {
-  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
-    return std::pair(a.second.region, a.second.offset) <
-           std::pair(b.second.region, b.second.offset);
-  });
-  Recovered apart;
-  uint64_t reach = 0;
-  for (size_t i = 0; i < kept.size(); ++i) {
-    const BlockLocation& loc = kept[i].second;
-    if (i == 0 || kept[i - 1].second.region != loc.region) reach = 0;
-    const uint64_t end = loc.offset + DiskBytes(loc.payload_bytes);
-    const bool next_overlaps = i + 1 < kept.size() && kept[i + 1].second.region == loc.region &&
-                               kept[i + 1].second.offset < end;
-    if (loc.offset < reach || next_overlaps) {
-      drops.push_back({kept[i].first, std::nullopt});
-    } else {
-      apart.push_back(kept[i]);
-    }
-    reach = std::max(reach, end);
-  }
-  kept = std::move(apart);
-}
+using Recovered = IndexEntries;
 
 }  // namespace
 
@@ -130,9 +101,7 @@ Status NvmeTier::State::Recover() {
   std::vector<IndexUpdate> drops;
   Recovered kept;
   for (auto& [id, loc] : entries) {
-    const bool fits = loc.region < regions.size() && loc.offset % kNvmeAlign == 0 &&
-                      loc.payload_bytes > 0 && loc.payload_bytes <= block_bytes &&
-                      loc.offset + DiskBytes(loc.payload_bytes) <= region_bytes;
+    const bool fits = LocationFits(loc, block_bytes, region_bytes, regions.size());
     if (!fits || loc.generation == 0 || loc.generation != regions[loc.region].generation) {
       drops.push_back({id, std::nullopt});
       continue;

@@ -80,6 +80,9 @@ Result<std::string> FetchAdmin(const std::string& socket_path, std::string_view 
   for (size_t sent = 0; sent < request.size();) {
     KVTIER_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, what));
     const ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      return Status::Unavailable(what + ": the runtime closed the connection without answering");
+    }
     if (n < 0 && errno != EINTR && errno != EAGAIN) return FromErrno(errno, what + ": send");
     if (n > 0) sent += static_cast<size_t>(n);
   }
@@ -89,6 +92,11 @@ Result<std::string> FetchAdmin(const std::string& socket_path, std::string_view 
     KVTIER_RETURN_IF_ERROR(WaitFor(fd.get(), POLLIN, deadline, what));
     const ssize_t n = read(fd.get(), buf, sizeof(buf));
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    // Closed before a byte of the reply: the runtime is going away (a
+    // shutdown drops what it has not yet accepted).
+    if ((n == 0 || (n < 0 && errno == ECONNRESET)) && raw.empty()) {
+      return Status::Unavailable(what + ": the runtime closed the connection without answering");
+    }
     if (n < 0) return FromErrno(errno, what + ": read");
     if (n == 0) break;
     raw.append(buf, static_cast<size_t>(n));

@@ -10,7 +10,8 @@
 
 namespace kvtier::inspect {
 
-// The body of GET `path`. Unavailable when nothing answers on `socket_path`;
+// The body of GET `path`. Unavailable when nothing answers on `socket_path`
+// or the runtime closes the connection without a reply (it is going away);
 // DeadlineExceeded after `timeout`; NotFound / InvalidArgument for a 404 /
 // other non-200 answer (the message holds the server's text).
 Result<std::string> FetchAdmin(const std::string& socket_path, std::string_view path,

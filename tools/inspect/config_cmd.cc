@@ -131,45 +131,55 @@ void RemoteEntries(const std::string& p, const TierOptions& t, std::vector<Entry
 void PolicyEntries(const std::string& tier, const TierOptions& t, std::vector<Entry>* e) {
   const std::string p = tier + "policy.";
   const PolicyKnobs& k = t.policy;
-  e->insert(e->end(), {
-      {p + "frequency_threshold", U(k.frequency_threshold), "frequency: admit on the N-th sighting"},
-      {p + "sketch_width", U(k.sketch_width), "frequency: counters per count-min row"},
-      {p + "sketch_aging_period", U(k.sketch_aging_period),
-       "frequency: halve every count after this many sightings"},
-      {p + "marconi_admit_tails", Bool(k.marconi_admit_tails),
-       "marconi: keep tails of continuing sessions"},
-      {p + "marconi_continue_threshold", Num(k.marconi_continue_threshold),
-       "marconi: expected_reuse hint at which a tail is kept"},
-      {p + "marconi_probation", Num(k.marconi_probation),
-       "marconi: share of once-seen blocks kept without hints"},
-      {p + "write_budget_per_day", Size(k.write_budget_bytes_per_day),
-       "write_budget: payload bytes per day the tier may take"},
-      {p + "write_amplification", Num(k.write_amplification),
-       "write_budget: device bytes per payload byte"},
-      {p + "write_max_per_s", Size(k.write_max_bytes_per_s), "write_budget: rate cap; 0 = none"},
-      {p + "write_interval_ms", U(k.write_interval_ms),
-       "write_budget: how often the admit probability is adjusted"},
-      {p + "cost_margin", Num(k.cost_margin), "cost: admit if load time * margin < recompute time"},
-      {p + "read_bandwidth", Size(static_cast<uint64_t>(t.read_bytes_per_s)),
-       "cost: the tier's read bytes per second; 0 = unknown, cost admits"},
-      {p + "read_latency_us", Num(t.read_latency_s * 1e6), "cost: latency of one read"},
-      {p + "flop_alpha", Num(k.flop_alpha), "flop_aware: weight of FLOPs saved per byte"},
-      {p + "alpha_tune_every", U(k.alpha_tune_every),
-       "flop_aware: requests between tunings of flop_alpha; 0 = never"},
-      {p + "alpha_tune_window", U(k.alpha_tune_window),
-       "flop_aware: recent requests a tuning replays"},
-      {p + "s3fifo_small_fraction", Num(k.s3fifo_small_fraction), "s3fifo: share of the small FIFO"},
-      {p + "slru_protected_fraction", Num(k.slru_protected_fraction),
-       "slru: share of the tier blocks used twice may hold"},
-      {p + "reuse_ratio", Num(k.reuse_ratio), "reuse: admit a class reused >= ratio x the average"},
-      {p + "reuse_spread", Num(k.reuse_spread), "reuse: 0 = hard cut; else a ramp over ratio -/+ spread"},
-      {p + "reuse_fill_share", Num(k.reuse_fill_share),
-       "reuse: admit every block while the tier is below this share"},
-      {p + "reuse_min_samples", U(k.reuse_min_samples), "reuse: blocks a class needs before it is judged"},
-      {p + "reuse_half_life", U(k.reuse_half_life), "reuse: class counts halve every N block sightings"},
-      {p + "reuse_age_exponent", Num(k.reuse_age_exponent),
-       "reuse eviction: rate / idle^exponent (1 = hyperbolic)"},
-  });
+  e->insert(
+      e->end(),
+      {
+          {p + "frequency_threshold", U(k.frequency_threshold),
+           "frequency: admit on the N-th sighting"},
+          {p + "sketch_width", U(k.sketch_width), "frequency: counters per count-min row"},
+          {p + "sketch_aging_period", U(k.sketch_aging_period),
+           "frequency: halve every count after this many sightings; 0 = width x threshold / 4"},
+          {p + "marconi_admit_tails", Bool(k.marconi_admit_tails),
+           "marconi: keep tails of continuing sessions"},
+          {p + "marconi_continue_threshold", Num(k.marconi_continue_threshold),
+           "marconi: expected_reuse hint at which a tail is kept"},
+          {p + "marconi_probation", Num(k.marconi_probation),
+           "marconi: share of once-seen blocks kept without hints"},
+          {p + "write_budget_per_day", Size(k.write_budget_bytes_per_day),
+           "write_budget: device bytes per day (payload = this / write_amplification)"},
+          {p + "write_amplification", Num(k.write_amplification),
+           "write_budget: device bytes per payload byte"},
+          {p + "write_max_per_s", Size(k.write_max_bytes_per_s),
+           "write_budget: hard cap in device bytes per second; 0 = none"},
+          {p + "write_interval_ms", U(k.write_interval_ms),
+           "write_budget: how often the admit probability is adjusted"},
+          {p + "cost_margin", Num(k.cost_margin),
+           "cost: admit if load time * margin < recompute time"},
+          {p + "read_bandwidth", Size(static_cast<uint64_t>(t.read_bytes_per_s)),
+           "cost: the tier's read bytes per second; 0 = unknown, cost admits"},
+          {p + "read_latency_us", Num(t.read_latency_s * 1e6), "cost: latency of one read"},
+          {p + "flop_alpha", Num(k.flop_alpha), "flop_aware: weight of FLOPs saved per byte"},
+          {p + "alpha_tune_every", U(k.alpha_tune_every),
+           "flop_aware: requests between tunings of flop_alpha; 0 = never"},
+          {p + "alpha_tune_window", U(k.alpha_tune_window),
+           "flop_aware: recent requests a tuning replays"},
+          {p + "s3fifo_small_fraction", Num(k.s3fifo_small_fraction),
+           "s3fifo: share of the small FIFO"},
+          {p + "slru_protected_fraction", Num(k.slru_protected_fraction),
+           "slru: share of the tier blocks used twice may hold"},
+          {p + "reuse_ratio", Num(k.reuse_ratio),
+           "reuse: admit a class reused >= ratio x the average"},
+          {p + "reuse_spread", Num(k.reuse_spread),
+           "reuse: 0 = hard cut; else a ramp over ratio -/+ spread"},
+          {p + "reuse_fill_share", Num(k.reuse_fill_share),
+           "reuse: admit every block while the tier is below this share"},
+          {p + "reuse_min_samples", U(k.reuse_min_samples),
+           "reuse: blocks a class needs before it is judged"},
+          {p + "reuse_half_life", U(k.reuse_half_life),
+           "reuse: class counts halve every N block sightings"},
+          {p + "reuse_age_exponent", Num(k.reuse_age_exponent),
+           "reuse eviction: rate / idle^exponent (1 = hyperbolic)"},
+      });
 }
 
 void TierEntries(const TierOptions& t, std::vector<Entry>* e) {
@@ -242,6 +252,10 @@ int RunConfigExplain(const std::string& file, const std::vector<std::string>& ov
                      const Output& o) {
   Result<KvtierConfig> c = LoadConfigFile(file, overrides);
   if (!c.ok()) {
+    if (o.json) {  // as validate answers: a document on stdout either way
+      o.out << JsonText({{"file", file}, {"valid", false}, {"error", c.status().message()}})
+            << "\n";
+    }
     o.err << c.status().message() << "\n";
     return kExitBad;
   }

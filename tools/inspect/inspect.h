@@ -6,7 +6,8 @@
 //   0  done; the thing inspected is fine
 //   1  the thing inspected is bad or unreachable: an invalid config, a trace
 //      that cannot be read, no runtime answering on the socket, corrupt blocks
-//   2  usage error, or a command this build does not include
+//   2  usage error, a store a live process holds (nvme without --read-only),
+//      or a command this build does not include
 #pragma once
 
 #include <cstdint>
@@ -56,8 +57,12 @@ struct NvmeFlags {
   std::string action;      // summary or verify
   bool read_only = false;  // skip the lock: read a store a live tier holds
 };
-// summary: regions, blocks, bytes, namespaces. verify: reads every indexed
-// block and checks header and checksum; 1 when any is corrupt. A store a
+// summary: regions, blocks, bytes, namespaces, and the index entries the
+// tier would drop (stale, outside the geometry, overlapping, undecodable).
+// verify: reads every indexed block and checks header and checksum; 1 when
+// any is corrupt or the index holds entries the tier would discard as
+// damage (all but stale ones). An index of another format version is
+// refused with 1. A store a
 // live tier holds (its data file is locked) is refused with 2 unless
 // read_only.
 int RunNvme(const NvmeFlags& flags, const Output& o);
@@ -70,7 +75,10 @@ struct RedisFlags {
   uint32_t timeout_ms = 2000;
 };
 // Blocks and bytes per namespace (SCAN MATCH, never KEYS); 1 when the
-// server cannot be reached or a sampled value has no valid header.
+// server cannot be reached or a sampled value has no valid header. A key
+// gone before its value is read (deleted, expired, evicted) is counted as
+// vanished, a key SCAN returns twice once; neither is damage. With a sample,
+// a namespace it missed is estimated from the sample's mean block.
 int RunRedis(const RedisFlags& flags, const Output& o);
 
 // What a build without the backend answers: exit 2.

@@ -17,14 +17,56 @@ namespace {
 
 using nlohmann::json;
 
+bool ArrayOfObjects(const json& j) {
+  return j.is_array() &&
+         std::all_of(j.begin(), j.end(), [](const json& x) { return x.is_object(); });
+}
+
+// The shape the views below rely on; a field missing or of another type
+// inside a tier, move or error reads as 0 or "".
 Result<json> FetchStats(const LiveFlags& f) {
   KVTIER_ASSIGN_OR_RETURN(std::string body,
                           FetchAdmin(f.socket, "/stats", std::chrono::milliseconds(f.timeout_ms)));
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("tiers")) {
-    return Status::IOError("admin socket " + f.socket + ": /stats is not a stats document");
+  const std::string what = "admin socket " + f.socket + ": /stats is not a stats document";
+  if (doc.is_discarded() || !doc.is_object()) return Status::IOError(what);
+  if (!doc.contains("tiers") || !ArrayOfObjects(doc["tiers"])) {
+    return Status::IOError(what + " ('tiers' must be an array of objects)");
+  }
+  for (const char* list : {"moves", "errors"}) {
+    if (doc.contains(list) && !ArrayOfObjects(doc[list])) {
+      return Status::IOError(what + " ('" + list + "' must be an array of objects)");
+    }
+  }
+  for (const char* latency : {"save_latency", "load_latency"}) {
+    if (doc.contains(latency) && !doc[latency].is_object()) {
+      return Status::IOError(what + " ('" + latency + "' must be an object)");
+    }
   }
   return doc;
+}
+
+// `j[key]`, or an empty array when absent.
+const json& Field(const json& j, const char* key) {
+  static const json kEmpty = json::array();
+  auto it = j.find(key);
+  return it != j.end() ? *it : kEmpty;
+}
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// `j[key]` when it is an array, else an empty one.
+const json& List(const json& j, const char* key) {
+  static const json kEmpty = json::array();
+  auto it = j.find(key);
+  return it != j.end() && it->is_array() ? *it : kEmpty;
+}
+
+double NumAt(const json& list, size_t i) {
+  return list.is_array() && i < list.size() && list[i].is_number() ? list[i].get<double>() : 0.0;
 }
 
 int Fail(const Output& o, const Status& s) {
@@ -41,18 +83,18 @@ std::string Int(double v) { return std::to_string(static_cast<uint64_t>(v)); }
 
 // The mean and the bucket bound holding quantile q of a latency histogram.
 std::string LatencySummary(const json& h) {
-  const double count = Num(h, "count");
+  const double count = h.is_object() ? Num(h, "count") : 0.0;
   if (count == 0) return "no requests";
-  const auto& bounds = h["upper_bounds_s"];
-  const auto& counts = h["bucket_counts"];
+  const json& bounds = List(h, "upper_bounds_s");
+  const json& counts = List(h, "bucket_counts");
   auto quantile = [&](double q) -> std::string {
     double seen = 0;
     for (size_t i = 0; i < counts.size(); ++i) {
-      seen += counts[i].get<double>();
-      if (seen >= q * count) {
-        return i < bounds.size() ? "<= " + Fixed(bounds[i].get<double>() * 1e3, 3) + " ms"
-                                 : "> " + Fixed(bounds.back().get<double>() * 1e3, 3) + " ms";
-      }
+      seen += NumAt(counts, i);
+      if (seen < q * count) continue;
+      if (i < bounds.size()) return "<= " + Fixed(NumAt(bounds, i) * 1e3, 3) + " ms";
+      if (!bounds.empty()) return "> " + Fixed(NumAt(bounds, bounds.size() - 1) * 1e3, 3) + " ms";
+      break;
     }
     return "?";
   };
@@ -63,8 +105,8 @@ std::string LatencySummary(const json& h) {
 std::string TiersTable(const json& doc) {
   Table t({"tier", "type", "capacity", "used", "used%", "blocks", "hits", "read", "written",
            "evicted", "demoted", "admitted", "refused", "errors", "corrupt"});
-  for (const json& x : doc["tiers"]) {
-    t.Row({x.value("name", ""), x.value("type", ""), Bytes(Num(x, "capacity_bytes")),
+  for (const json& x : Field(doc, "tiers")) {
+    t.Row({Str(x, "name"), Str(x, "type"), Bytes(Num(x, "capacity_bytes")),
            Bytes(Num(x, "used_bytes")), Percent(Num(x, "used_bytes"), Num(x, "capacity_bytes")),
            Int(Num(x, "blocks")), Int(Num(x, "hit_blocks")), Bytes(Num(x, "bytes_read")),
            Bytes(Num(x, "bytes_written")), Int(Num(x, "evicted_blocks")),
@@ -90,27 +132,28 @@ std::string StatsText(const json& d) {
   t.Row({"saved blocks", Int(Num(d, "saved_blocks"))});
   t.Row({"save duplicates", Int(Num(d, "save_duplicates"))});
   t.Row({"save failures", Int(Num(d, "save_failures"))});
+  t.Row({"save not admitted", Int(Num(d, "save_not_admitted"))});
   t.Row({"load blocks", Int(Num(d, "load_blocks"))});
   t.Row({"loaded blocks", Int(Num(d, "loaded_blocks"))});
   t.Row({"load failures", Int(Num(d, "load_failures"))});
   t.Row({"busy rejections", Int(Num(d, "busy_rejections"))});
+  t.Row({"adopted blocks", Int(Num(d, "adopted_blocks"))});
   t.Row({"preemption proposals", Int(Num(d, "preemption_proposals"))});
   double corrupt = 0;
-  for (const json& x : d["tiers"]) corrupt += Num(x, "corruptions");
+  for (const json& x : Field(d, "tiers")) corrupt += Num(x, "corruptions");
   t.Row({"corruptions", Int(corrupt)});
   std::string out = t.Render();
-  out += "\nsave latency: " + LatencySummary(d["save_latency"]) + "\n";
-  out += "load latency: " + LatencySummary(d["load_latency"]) + "\n\n";
+  out += "\nsave latency: " + LatencySummary(Field(d, "save_latency")) + "\n";
+  out += "load latency: " + LatencySummary(Field(d, "load_latency")) + "\n\n";
   Table moves({"from", "to", "blocks", "bytes"});
-  for (const json& m : d["moves"]) {
-    moves.Row({m.value("from", ""), m.value("to", ""), Int(Num(m, "blocks")),
-               Bytes(Num(m, "bytes"))});
+  for (const json& m : Field(d, "moves")) {
+    moves.Row({Str(m, "from"), Str(m, "to"), Int(Num(m, "blocks")), Bytes(Num(m, "bytes"))});
   }
   out += moves.Render();
-  if (!d["errors"].empty()) {
+  if (!Field(d, "errors").empty()) {
     Table errors({"op", "code", "blocks"});
-    for (const json& e : d["errors"]) {
-      errors.Row({e.value("op", ""), e.value("code", ""), Int(Num(e, "blocks"))});
+    for (const json& e : Field(d, "errors")) {
+      errors.Row({Str(e, "op"), Str(e, "code"), Int(Num(e, "blocks"))});
     }
     out += "\n" + errors.Render();
   }
@@ -130,19 +173,21 @@ json Rates(const json& a, const json& b, double seconds) {
               {"loaded_blocks_per_s", rate(a, b, "loaded_blocks")},
               {"tiers", json::array()},
               {"moves", json::array()}};
-  for (size_t i = 0; i < b["tiers"].size() && i < a["tiers"].size(); ++i) {
-    const json &x = a["tiers"][i], &y = b["tiers"][i];
-    out["tiers"].push_back({{"name", y.value("name", "")},
+  const json &a_tiers = Field(a, "tiers"), &b_tiers = Field(b, "tiers");
+  for (size_t i = 0; i < b_tiers.size() && i < a_tiers.size(); ++i) {
+    const json &x = a_tiers[i], &y = b_tiers[i];
+    out["tiers"].push_back({{"name", Str(y, "name")},
                             {"used_bytes", Num(y, "used_bytes")},
                             {"hit_blocks_per_s", rate(x, y, "hit_blocks")},
                             {"read_bytes_per_s", rate(x, y, "bytes_read")},
                             {"written_bytes_per_s", rate(x, y, "bytes_written")},
                             {"evicted_blocks_per_s", rate(x, y, "evicted_blocks")}});
   }
-  for (size_t i = 0; i < b["moves"].size() && i < a["moves"].size(); ++i) {
-    const json &x = a["moves"][i], &y = b["moves"][i];
-    out["moves"].push_back({{"from", y.value("from", "")},
-                            {"to", y.value("to", "")},
+  const json &a_moves = Field(a, "moves"), &b_moves = Field(b, "moves");
+  for (size_t i = 0; i < b_moves.size() && i < a_moves.size(); ++i) {
+    const json &x = a_moves[i], &y = b_moves[i];
+    out["moves"].push_back({{"from", Str(y, "from")},
+                            {"to", Str(y, "to")},
                             {"blocks_per_s", rate(x, y, "blocks")},
                             {"bytes_per_s", rate(x, y, "bytes")}});
   }
@@ -163,13 +208,14 @@ std::string RatesText(const json& r) {
                     Fixed(Num(r, "loaded_blocks_per_s"), 1) + " loaded blocks/s\n\n";
   Table moves({"path", "blocks/s", "bytes/s"});
   for (const json& m : r["moves"]) {
-    moves.Row({m.value("from", "") + " -> " + m.value("to", ""), Fixed(Num(m, "blocks_per_s"), 1),
+    moves.Row({Str(m, "from") + " -> " + Str(m, "to"), Fixed(Num(m, "blocks_per_s"), 1),
                Bytes(Num(m, "bytes_per_s")) + "/s"});
   }
   Table tiers({"tier", "used", "hits/s", "read/s", "written/s", "evicted/s"});
   for (const json& t : r["tiers"]) {
-    tiers.Row({t.value("name", ""), Bytes(Num(t, "used_bytes")), Fixed(Num(t, "hit_blocks_per_s"), 1),
-               Bytes(Num(t, "read_bytes_per_s")) + "/s", Bytes(Num(t, "written_bytes_per_s")) + "/s",
+    tiers.Row({Str(t, "name"), Bytes(Num(t, "used_bytes")), Fixed(Num(t, "hit_blocks_per_s"), 1),
+               Bytes(Num(t, "read_bytes_per_s")) + "/s",
+               Bytes(Num(t, "written_bytes_per_s")) + "/s",
                Fixed(Num(t, "evicted_blocks_per_s"), 1)});
   }
   return out + moves.Render() + "\n" + tiers.Render();
@@ -218,6 +264,7 @@ int RunWatch(const LiveFlags& f, const Output& o) {
       return kExitOk;
     }
     if (!doc.ok()) return Fail(o, doc.status());
+    if (!o.out) return Fail(o, Status::IOError("cannot write to the output"));
     if (o.json) {
       o.out << JsonText(*doc) << std::endl;  // one JSON document per line
       continue;

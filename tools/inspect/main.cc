@@ -2,6 +2,7 @@
 // stored cache. See inspect.h for the exit codes.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <limits>
 
 #include "tools/inspect/inspect.h"
 
@@ -12,7 +13,12 @@ using namespace kvtier::inspect;
 constexpr const char* kExitCodes =
     "Exit codes: 0 done (and what was inspected is fine); 1 what was inspected is bad or "
     "unreachable (invalid config, unreadable trace, no runtime on the socket, corrupt blocks); "
-    "2 usage error or a command not available in this build.";
+    "2 usage error, a store a live process holds (nvme without --read-only), or a command not "
+    "available in this build.";
+
+// Zero would mean no time at all (every request past its deadline, a watch
+// that never sleeps) or no tokens per block.
+const CLI::Range kPositive(uint32_t{1}, std::numeric_limits<uint32_t>::max(), "POSITIVE");
 
 struct Flags {
   LiveFlags live;
@@ -28,7 +34,9 @@ CLI::App* Live(CLI::App& app, const char* name, const char* help, Flags& f) {
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("--socket", f.live.socket, "the runtime's admin socket (runtime.admin_socket)")
       ->required();
-  cmd->add_option("--timeout-ms", f.live.timeout_ms, "per request")->capture_default_str();
+  cmd->add_option("--timeout-ms", f.live.timeout_ms, "per request")
+      ->check(kPositive)
+      ->capture_default_str();
   cmd->add_flag("--json", f.json, "print JSON instead of tables");
   cmd->footer(kExitCodes);
   return cmd;
@@ -39,9 +47,12 @@ void AddCommands(CLI::App& app, Flags& f) {
   Live(app, "tiers", "one line per tier of a running runtime", f);
   Live(app, "top", "rates over an interval: busiest paths and tiers first", f)
       ->add_option("--interval-ms", f.live.interval_ms, "time between the two samples")
+      ->check(kPositive)
       ->capture_default_str();
   CLI::App* watch = Live(app, "watch", "refresh the tier table every interval", f);
-  watch->add_option("--interval-ms", f.live.interval_ms, "refresh period")->capture_default_str();
+  watch->add_option("--interval-ms", f.live.interval_ms, "refresh period")
+      ->check(kPositive)
+      ->capture_default_str();
   watch->add_option("--count", f.live.count, "stop after N refreshes (0: until interrupted)")
       ->capture_default_str();
 
@@ -64,7 +75,9 @@ void AddCommands(CLI::App& app, Flags& f) {
                                        "requests, unique blocks, infinite-cache hit "
                                        "rate and reuse distances of a Mooncake trace");
   trace->add_option("FILE", f.file, "Mooncake JSONL trace")->required();
-  trace->add_option("--block-tokens", f.block_tokens, "tokens per hash id")->capture_default_str();
+  trace->add_option("--block-tokens", f.block_tokens, "tokens per hash id")
+      ->check(kPositive)
+      ->capture_default_str();
   trace->add_flag("--json", f.json, "print JSON");
   trace->footer(kExitCodes);
 
@@ -90,6 +103,7 @@ void AddCommands(CLI::App& app, Flags& f) {
                    "measure the values of the first N keys only (0: all)")
       ->capture_default_str();
   redis->add_option("--timeout-ms", f.redis.timeout_ms, "connect and per-command bound")
+      ->check(kPositive)
       ->capture_default_str();
   redis->add_flag("--json", f.json, "print JSON");
   redis->footer(kExitCodes);
@@ -123,5 +137,19 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help exits 0
   }
-  return Dispatch(app, flags);
+  int rc = kExitBad;
+  try {
+    rc = Dispatch(app, flags);
+  } catch (const std::exception& e) {  // a bug or an input no check foresaw
+    std::cout.flush();
+    std::cerr << "kvtier-inspect: internal error: " << e.what() << "\n";
+    return kExitBad;
+  }
+  // A result that could not be written (a full disk, a closed pipe) is no
+  // result.
+  if (!std::cout.flush()) {
+    std::cerr << "kvtier-inspect: cannot write the output to stdout\n";
+    return kExitBad;
+  }
+  return rc;
 }

@@ -36,31 +36,43 @@ struct NsView {
   uint64_t payload_bytes = 0;
 };
 
-// The index as the tier would load it: entries whose generation is not their
-// region's are stale (the tier drops them on open) and are counted apart.
+// The index as the tier would load it. Entries whose generation is not their
+// region's are stale (left behind when a region is reused; the tier drops
+// them on open); entries outside the store's geometry or overlapping another
+// on disk are damage the tier drops too; records that do not decode are bad.
+// Each is counted apart and none is a block.
 struct StoreView {
   std::vector<RegionView> regions;
   std::map<uint64_t, NsView> namespaces;
   std::vector<std::pair<NsKey, BlockLocation>> blocks;  // current entries
-  uint64_t payload_bytes = 0, disk_bytes = 0, stale = 0, bad_records = 0;
+  uint64_t payload_bytes = 0, disk_bytes = 0, stale = 0, dropped = 0, bad_records = 0;
 };
 
 Result<StoreView> Load(const NvmeOfflineStore& store) {
   StoreView v;
   v.regions.resize(store.meta().regions);
-  std::vector<std::pair<NsKey, BlockLocation>> all;
+  internal::IndexEntries all;
   KVTIER_RETURN_IF_ERROR(store.Scan(
       [&](uint32_t r, uint64_t gen) {
         if (r < v.regions.size()) v.regions[r].generation = gen;
       },
       [&](const NsKey& id, const BlockLocation& loc) { all.emplace_back(id, loc); },
       &v.bad_records));
+  const internal::StoreMeta& m = store.meta();
+  internal::IndexEntries current;
   for (auto& [id, loc] : all) {
-    if (loc.region >= v.regions.size() || loc.generation == 0 ||
-        loc.generation != v.regions[loc.region].generation) {
+    if (!internal::LocationFits(loc, m.block_bytes, m.region_bytes, m.regions)) {
+      ++v.dropped;
+    } else if (loc.generation == 0 || loc.generation != v.regions[loc.region].generation) {
       ++v.stale;
-      continue;
+    } else {
+      current.emplace_back(id, loc);
     }
+  }
+  std::vector<internal::IndexUpdate> overlapping;
+  internal::DropOverlaps(current, overlapping);
+  v.dropped += overlapping.size();
+  for (auto& [id, loc] : current) {
     RegionView& r = v.regions[loc.region];
     ++r.blocks;
     r.disk_bytes += internal::DiskBytes(loc.payload_bytes);
@@ -112,6 +124,7 @@ int PrintSummary(const NvmeOfflineStore& store, const StoreView& v, const NvmeFl
            {"payload_bytes", v.payload_bytes},
            {"disk_bytes", v.disk_bytes},
            {"stale_entries", v.stale},
+           {"dropped_entries", v.dropped},
            {"bad_records", v.bad_records},
            {"host_bytes_written", totals.host_bytes},
            {"device_bytes_written", totals.device_bytes},
@@ -142,6 +155,7 @@ int PrintSummary(const NvmeOfflineStore& store, const StoreView& v, const NvmeFl
   t.Row({"payload bytes", std::to_string(v.payload_bytes)});
   t.Row({"disk bytes", std::to_string(v.disk_bytes)});
   t.Row({"stale entries", std::to_string(v.stale)});
+  t.Row({"dropped entries", std::to_string(v.dropped)});
   t.Row({"bad records", std::to_string(v.bad_records)});
   t.Row({"host bytes written", std::to_string(totals.host_bytes)});
   t.Row({"device bytes written", std::to_string(totals.device_bytes)});
@@ -204,15 +218,23 @@ int Verify(const NvmeOfflineStore& store, const StoreView& v, const Output& o) {
                        {"good", good},
                        {"corrupt_blocks", bad.size()},
                        {"stale_entries", v.stale},
+                       {"dropped_entries", v.dropped},
+                       {"bad_records", v.bad_records},
                        {"corrupt", bad}},
                       2)
           << "\n";
   } else {
     o.out << "verified " << v.blocks.size() << " blocks: " << good << " good, " << bad.size()
           << " corrupt\n";
+    if (v.dropped != 0 || v.bad_records != 0) {
+      o.out << "index: " << v.bad_records << " bad records, " << v.dropped
+            << " dropped entries (outside the store's geometry or overlapping another); the "
+               "tier discards them\n";
+    }
     if (!bad.empty()) o.out << t.Render();
   }
-  return bad.empty() ? kExitOk : kExitBad;
+  // A damaged index is as bad as a damaged block: the tier loses what it held.
+  return bad.empty() && v.dropped == 0 && v.bad_records == 0 ? kExitOk : kExitBad;
 }
 
 }  // namespace

@@ -5,15 +5,16 @@
 // tier is.
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <charconv>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "kvtier/block_header.h"
 #include "tiers/redis/redis_connection.h"
 #include "tools/inspect/inspect.h"
 #include "tools/inspect/json_text.h"
+#include "tools/inspect/redis_tally.h"
 #include "tools/inspect/table.h"
 
 namespace kvtier::inspect {
@@ -121,27 +122,14 @@ std::string MatchPattern(const std::string& prefix) {
   return p + ":*";
 }
 
-bool IsHex(std::string_view s) {
-  return s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
-}
-
-struct NsCount {
-  uint64_t blocks = 0, sampled = 0, value_bytes = 0, payload_bytes = 0;
-};
-struct Scan {
-  std::map<std::string, NsCount> namespaces;  // by namespace hex
-  uint64_t blocks = 0, sampled = 0, other_keys = 0, bad_headers = 0, scan_calls = 0;
-};
-
-// Measures `keys` (names of blocks of namespace `ns`) in one pipeline.
-Status Sample(redisContext* c, const std::vector<std::pair<std::string, std::string>>& keys,
-              Scan& scan) {
-  for (const auto& [ns, key] : keys) {
+// Measures `keys` (chosen by the tally) in one pipeline.
+Status Sample(redisContext* c, const std::vector<std::string>& keys, RedisTally& tally) {
+  for (const std::string& key : keys) {
     redisAppendCommand(c, "STRLEN %b", key.data(), key.size());
     redisAppendCommand(c, "GETRANGE %b 0 %d", key.data(), key.size(),
                        static_cast<int>(kBlockHeaderBytes) - 1);
   }
-  for (const auto& [ns, key] : keys) {
+  for (const std::string& key : keys) {
     RedisReplyPtr len, head;
     void* raw = nullptr;
     if (redisGetReply(c, &raw) != REDIS_OK) return FromRedisContext(c, "STRLEN " + key);
@@ -150,23 +138,22 @@ Status Sample(redisContext* c, const std::vector<std::pair<std::string, std::str
     head.reset(static_cast<redisReply*>(raw));
     KVTIER_RETURN_IF_ERROR(FromRedisReply(len.get(), "STRLEN " + key));
     KVTIER_RETURN_IF_ERROR(FromRedisReply(head.get(), "GETRANGE " + key));
-    NsCount& n = scan.namespaces[ns];
-    ++n.sampled;
-    ++scan.sampled;
-    n.value_bytes += static_cast<uint64_t>(len->integer);
-    auto h = DecodeBlockHeader(std::as_bytes(std::span(head->str, head->len)));
-    const bool mine = h.ok() && ToHex(h->key) == key.substr(key.size() - 32);
-    if (!mine) {
-      ++scan.bad_headers;
-      continue;
+    if (len->type != REDIS_REPLY_INTEGER || head->type != REDIS_REPLY_STRING) {
+      return Status::Corruption("STRLEN/GETRANGE " + key + ": unexpected reply type");
     }
-    n.payload_bytes += h->payload_bytes;
+    tally.AddMeasured(key, static_cast<uint64_t>(std::max<long long>(len->integer, 0)),
+                      std::string_view(head->str, head->len));
   }
   return Status::Ok();
 }
 
+struct Scan {
+  RedisTally tally;
+  uint64_t scan_calls = 0;
+};
+
 Result<Scan> Walk(redisContext* c, const RedisFlags& f) {
-  Scan scan;
+  Scan scan{RedisTally(f.prefix, f.sample)};
   const std::string pattern = MatchPattern(f.prefix);
   std::string cursor = "0";
   do {
@@ -178,76 +165,57 @@ Result<Scan> Walk(redisContext* c, const RedisFlags& f) {
       return Status::Corruption("SCAN: unexpected reply shape");
     }
     cursor.assign(r->element[0]->str, r->element[0]->len);
-    std::vector<std::pair<std::string, std::string>> measure;
+    std::vector<std::string> measure;
     const redisReply* keys = r->element[1];
     for (size_t i = 0; i < keys->elements; ++i) {
       std::string name(keys->element[i]->str, keys->element[i]->len);
-      // "<prefix>:<16 hex>:<32 hex>"
-      std::string_view tail = std::string_view(name).substr(f.prefix.size() + 1);
-      if (tail.size() != 16 + 1 + 32 || tail[16] != ':' || !IsHex(tail.substr(0, 16)) ||
-          !IsHex(tail.substr(17))) {
-        ++scan.other_keys;
-        continue;
-      }
-      std::string ns(tail.substr(0, 16));
-      ++scan.namespaces[ns].blocks;
-      ++scan.blocks;
-      if (f.sample == 0 || scan.blocks <= f.sample) measure.emplace_back(ns, std::move(name));
+      if (scan.tally.AddKey(name)) measure.push_back(std::move(name));
     }
-    if (!measure.empty()) KVTIER_RETURN_IF_ERROR(Sample(c, measure, scan));
+    if (!measure.empty()) KVTIER_RETURN_IF_ERROR(Sample(c, measure, scan.tally));
   } while (cursor != "0");
   return scan;
 }
 
-// Bytes of all `blocks` from those measured: exact when all were.
-uint64_t Scale(uint64_t measured, uint64_t sampled, uint64_t blocks) {
-  if (sampled == 0) return 0;
-  return sampled == blocks
-             ? measured
-             : static_cast<uint64_t>(static_cast<double>(measured) / static_cast<double>(sampled) *
-                                         static_cast<double>(blocks) +
-                                     0.5);
-}
-
 void Print(const Scan& s, const RedisFlags& f, const Output& o) {
-  const bool exact = s.sampled == s.blocks;
-  uint64_t value = 0, payload = 0;
+  const RedisTally& t = s.tally;
+  const RedisEstimate e = t.Estimate();
   json ns = json::array();
-  Table t({"namespace", "blocks", "sampled", "value bytes", "payload bytes"});
-  for (const auto& [id, n] : s.namespaces) {
-    const uint64_t v = Scale(n.value_bytes, n.sampled, n.blocks);
-    const uint64_t p = Scale(n.payload_bytes, n.sampled, n.blocks);
-    value += v;
-    payload += p;
-    ns.push_back({{"id", id},
+  Table table({"namespace", "blocks", "sampled", "value bytes", "payload bytes"});
+  for (const RedisNsEstimate& n : e.namespaces) {
+    ns.push_back({{"id", n.id},
                   {"blocks", n.blocks},
                   {"sampled", n.sampled},
-                  {"value_bytes", v},
-                  {"payload_bytes", p}});
-    t.Row({id, std::to_string(n.blocks), std::to_string(n.sampled), std::to_string(v),
-           std::to_string(p)});
+                  {"estimated", n.estimated},
+                  {"value_bytes", n.value_bytes},
+                  {"payload_bytes", n.payload_bytes}});
+    const char* mark = n.estimated ? " (est.)" : "";
+    table.Row({n.id, std::to_string(n.blocks), std::to_string(n.sampled),
+               std::to_string(n.value_bytes) + mark, std::to_string(n.payload_bytes) + mark});
   }
   if (o.json) {
     o.out << JsonText({{"url", RedactUrl(f.url)},
                        {"prefix", f.prefix},
-                       {"blocks", s.blocks},
-                       {"sampled", s.sampled},
-                       {"estimated", !exact},
-                       {"value_bytes", value},
-                       {"payload_bytes", payload},
-                       {"other_keys", s.other_keys},
-                       {"bad_headers", s.bad_headers},
+                       {"blocks", t.blocks()},
+                       {"sampled", t.sampled()},
+                       {"estimated", e.estimated},
+                       {"value_bytes", e.value_bytes},
+                       {"payload_bytes", e.payload_bytes},
+                       {"other_keys", t.other_keys()},
+                       {"bad_headers", t.bad_headers()},
+                       {"vanished_keys", t.vanished()},
+                       {"repeated_keys", t.repeats()},
                        {"scan_calls", s.scan_calls},
                        {"namespaces", ns}},
                       2)
           << "\n";
     return;
   }
-  o.out << "prefix " << f.prefix << ": " << s.blocks << " blocks, " << value << " value bytes, "
-        << payload << " payload bytes" << (exact ? "" : " (estimated from a sample)") << "\n"
-        << "sampled " << s.sampled << ", bad headers " << s.bad_headers << ", other keys "
-        << s.other_keys << "\n\n"
-        << t.Render();
+  o.out << "prefix " << f.prefix << ": " << t.blocks() << " blocks, " << e.value_bytes
+        << " value bytes, " << e.payload_bytes << " payload bytes"
+        << (e.estimated ? " (estimated from a sample)" : "") << "\n"
+        << "sampled " << t.sampled() << ", bad headers " << t.bad_headers() << ", other keys "
+        << t.other_keys() << ", vanished while read " << t.vanished() << "\n\n"
+        << table.Render();
 }
 
 }  // namespace
@@ -265,7 +233,7 @@ int RunRedis(const RedisFlags& f, const Output& o) {
     return kExitBad;
   }
   Print(*scan, f, o);
-  return scan->bad_headers == 0 ? kExitOk : kExitBad;
+  return scan->tally.bad_headers() == 0 ? kExitOk : kExitBad;
 }
 
 }  // namespace kvtier::inspect
