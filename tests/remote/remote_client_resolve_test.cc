@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +16,7 @@
 #include "tests/remote/scripted_memd.h"
 #include "tiers/remote/memd_server.h"
 #include "tiers/remote/remote_client.h"
+#include "tiers/remote/remote_client_impl.h"
 
 namespace kvtier::testing {
 namespace {
@@ -24,29 +26,45 @@ constexpr char kSecret[] = "resolve-test-secret";
 constexpr char kEntry[] = "memd.test.invalid:7400";
 constexpr auto kWait = std::chrono::seconds(5);
 
-// What the test's "DNS" answers for kEntry; an empty answer is a failed lookup.
-class FakeDns {
+// What the test's "DNS" answers for kEntry; an empty answer is a failed
+// lookup. Shared with the client's lookups, which may outlive the test.
+class FakeDns : public std::enable_shared_from_this<FakeDns> {
  public:
   void Point(const std::string& answer) {
     std::lock_guard<std::mutex> lock(mu_);
     answer_ = answer;
   }
+  // While held, lookups wait (a DNS server that does not answer).
+  void Hold(bool held) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = held;
+    cv_.notify_all();
+  }
   size_t lookups() const {
     std::lock_guard<std::mutex> lock(mu_);
     return lookups_;
   }
-  std::function<Result<std::string>(const std::string&)> Resolver() {
-    return [this](const std::string& entry) -> Result<std::string> {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++lookups_;
-      if (entry != kEntry || answer_.empty()) return Status::NotFound("no such host");
-      return answer_;
+  // Waits up to 5 s for more than `n` lookups to have been asked.
+  bool WaitForMoreThan(size_t n) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kWait, [&] { return lookups_ > n; });
+  }
+  memd::RemoteClientOptions::Resolve Resolver() {
+    return [self = shared_from_this()](const std::string& entry) -> Result<std::string> {
+      std::unique_lock<std::mutex> lock(self->mu_);
+      ++self->lookups_;
+      self->cv_.notify_all();
+      self->cv_.wait(lock, [&] { return !self->held_; });
+      if (entry != kEntry || self->answer_.empty()) return Status::NotFound("no such host");
+      return self->answer_;
     };
   }
 
  private:
   mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
   std::string answer_;
+  bool held_ = false;
   size_t lookups_ = 0;
 };
 
@@ -108,16 +126,16 @@ TEST(RemoteClientResolveTest, ANamedServerThatMovesIsFoundAtItsNewAddress) {
   auto first = StartMemd();
   auto second = StartMemd();
   ASSERT_TRUE(first && second);
-  FakeDns dns;
-  dns.Point(Address(*first));
-  auto c = memd::RemoteClient::Create(NamedOptions(dns), StderrLogSink(LogLevel::kError), nullptr);
+  auto dns = std::make_shared<FakeDns>();
+  dns->Point(Address(*first));
+  auto c = memd::RemoteClient::Create(NamedOptions(*dns), StderrLogSink(LogLevel::kError), nullptr);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   memd::RemoteClient& client = **c;
   ASSERT_TRUE(PutOne(client, 1).ok());
   ASSERT_TRUE(ExistsOne(client, 1).ok());
 
   first->Stop();
-  dns.Point(Address(*second));
+  dns->Point(Address(*second));
   // The connection to the stopped server fails what is on it; a later
   // request reconnects through a fresh lookup.
   const Status put = PutOneRetrying(client, 2);
@@ -128,34 +146,66 @@ TEST(RemoteClientResolveTest, ANamedServerThatMovesIsFoundAtItsNewAddress) {
   client.Shutdown();
 }
 
+// A kvtier-memd at `server`'s address, `server` stopped: the client's
+// connection is lost and its next one reaches the same address.
+std::unique_ptr<memd::MemdServer> RestartAt(memd::MemdServer& server) {
+  server.Stop();
+  auto restart = SmallMemdOptions(kSecret, "tcp");
+  restart.listen = Address(server);
+  auto s = memd::MemdServer::Start(restart);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
 // A lookup that fails on reconnect (a DNS outage) keeps the last address:
 // the server that is still there stays reachable.
 TEST(RemoteClientResolveTest, AFailedLookupKeepsTheLastAddress) {
   auto server = StartMemd();
   ASSERT_TRUE(server);
-  FakeDns dns;
-  dns.Point(Address(*server));
-  memd::RemoteClientOptions o = NamedOptions(dns);
-  o.op_timeout_ms = 200;
-  auto c = memd::RemoteClient::Create(o, StderrLogSink(LogLevel::kError), nullptr);
+  auto dns = std::make_shared<FakeDns>();
+  dns->Point(Address(*server));
+  auto c = memd::RemoteClient::Create(NamedOptions(*dns), StderrLogSink(LogLevel::kError), nullptr);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   memd::RemoteClient& client = **c;
   ASSERT_TRUE(PutOne(client, 3).ok());
-  const size_t before = dns.lookups();
-  ASSERT_GE(before, 2u);  // at open, and at the first connect
-  dns.Point("");
-  server->Stop();
-  auto again = memd::MemdServer::Start([&] {
-    auto restart = SmallMemdOptions(kSecret, "tcp");
-    restart.listen = Address(*server);
-    return restart;
-  }());
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(dns->WaitForMoreThan(1));  // at open, and at the first connect
+  const size_t before = dns->lookups();
+  dns->Point("");
+  auto again = RestartAt(*server);
+  ASSERT_TRUE(again);
   const Status put = PutOneRetrying(client, 4);
   EXPECT_TRUE(put.ok()) << put.ToString();
-  EXPECT_GT(dns.lookups(), before);  // the reconnect asked, and was refused
+  EXPECT_TRUE(dns->WaitForMoreThan(before));  // the reconnect asked, and was refused
   client.Shutdown();
-  (*again)->Stop();
+  again->Stop();
+}
+
+// A DNS server that does not answer holds up neither reconnects (they go to
+// the last address) nor shutdown. Before, the lookup ran on the client's
+// loop: the connect waited for it past its deadline, and shutdown for the
+// lookup to end.
+TEST(RemoteClientResolveTest, ALookupThatDoesNotAnswerHoldsNothingUp) {
+  auto server = StartMemd();
+  ASSERT_TRUE(server);
+  auto dns = std::make_shared<FakeDns>();
+  dns->Point(Address(*server));
+  auto c = memd::RemoteClient::Create(NamedOptions(*dns), StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  memd::RemoteClient& client = **c;
+  ASSERT_TRUE(PutOne(client, 6).ok());
+  ASSERT_TRUE(dns->WaitForMoreThan(1));
+  const size_t before = dns->lookups();
+  dns->Hold(true);
+  auto again = RestartAt(*server);
+  ASSERT_TRUE(again);
+  const Status put = PutOneRetrying(client, 7);
+  EXPECT_TRUE(put.ok()) << put.ToString();
+  EXPECT_TRUE(dns->WaitForMoreThan(before));  // a lookup is waiting
+  const auto start = std::chrono::steady_clock::now();
+  client.Shutdown();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  dns->Hold(false);  // the lookup answers a client that is gone
+  again->Stop();
 }
 
 // Without a test resolver the system's looks the name up, off the caller's
@@ -163,8 +213,8 @@ TEST(RemoteClientResolveTest, AFailedLookupKeepsTheLastAddress) {
 TEST(RemoteClientResolveTest, TheSystemResolverFindsLocalhost) {
   auto server = StartMemd();
   ASSERT_TRUE(server);
-  FakeDns unused;
-  memd::RemoteClientOptions o = NamedOptions(unused);
+  auto unused = std::make_shared<FakeDns>();
+  memd::RemoteClientOptions o = NamedOptions(*unused);
   o.resolve = nullptr;
   o.servers = {"localhost:" + std::to_string(server->port())};
   auto c = memd::RemoteClient::Create(o, StderrLogSink(LogLevel::kError), nullptr);
@@ -177,18 +227,27 @@ TEST(RemoteClientResolveTest, TheSystemResolverFindsLocalhost) {
 // A name that cannot be looked up at open is refused with the entry named;
 // so is an entry with no port.
 TEST(RemoteClientResolveTest, ANameThatDoesNotResolveAtOpenIsRefused) {
-  FakeDns dns;  // answers nothing
-  auto c = memd::RemoteClient::Create(NamedOptions(dns), StderrLogSink(LogLevel::kError), nullptr);
+  auto dns = std::make_shared<FakeDns>();  // answers nothing
+  auto c = memd::RemoteClient::Create(NamedOptions(*dns), StderrLogSink(LogLevel::kError), nullptr);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(c.status().message().find(kEntry), std::string::npos) << c.status().ToString();
 
-  memd::RemoteClientOptions o = NamedOptions(dns);
+  memd::RemoteClientOptions o = NamedOptions(*dns);
   o.servers = {"memd.test.invalid"};
   auto bad = memd::RemoteClient::Create(o, StderrLogSink(LogLevel::kError), nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("not host:port"), std::string::npos)
       << bad.status().ToString();
+}
+
+// Only a host that is not an IP literal (v4 or v6) is looked up again.
+TEST(RemoteClientResolveTest, OnlyNamesAreLookedUpAgain) {
+  EXPECT_TRUE(memd::IsNamedHost("memd.test.invalid:7400"));
+  EXPECT_TRUE(memd::IsNamedHost("localhost:7400"));
+  EXPECT_FALSE(memd::IsNamedHost("127.0.0.1:7400"));
+  EXPECT_FALSE(memd::IsNamedHost("::1:7400"));
+  EXPECT_FALSE(memd::IsNamedHost("fd00::5:7400"));
 }
 
 }  // namespace

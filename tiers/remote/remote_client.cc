@@ -209,25 +209,6 @@ void ClientImpl::Shutdown() {
   gate_.Close();
 }
 
-namespace {
-
-// The address Create starts with for a server entry.
-Result<tcp::endpoint> ResolveEntry(const RemoteClientOptions& options, const std::string& entry) {
-  if (!options.resolve) return ParseTcpEndpoint(entry, false);
-  const size_t colon = entry.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
-    return Status::InvalidArgument("endpoint '" + entry + "' is not host:port");
-  }
-  auto resolved = options.resolve(entry);
-  if (!resolved.ok()) {
-    return Status::InvalidArgument("endpoint '" + entry +
-                                   "': cannot resolve: " + resolved.status().ToString());
-  }
-  return ParseTcpEndpoint(*resolved, false);
-}
-
-}  // namespace
-
 Result<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOptions& options,
                                                            std::shared_ptr<LogSink> log,
                                                            RestartHook on_restart) {
@@ -236,15 +217,26 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOpt
   std::vector<std::unique_ptr<ServerState>> servers;
   for (size_t i = 0; i < options.servers.size(); ++i) {
     const std::string& entry = options.servers[i];
-    KVTIER_ASSIGN_OR_RETURN(tcp::endpoint ep, ResolveEntry(options, entry));
+    // The system resolver is asked here on the caller's thread (a name that
+    // does not resolve is refused); afterwards only off the loop thread.
+    Result<tcp::endpoint> ep = ParseTcpEndpoint(entry, false);
+    if (options.resolve) {
+      auto found = LookUpEntry(options.resolve, entry);
+      if (found.ok()) {
+        ep = found->front();
+      } else if (found.status().code() == StatusCode::kInvalidArgument) {
+        ep = found.status();
+      } else {
+        ep = Status::InvalidArgument("endpoint '" + entry +
+                                     "': cannot resolve: " + found.status().ToString());
+      }
+    }
+    if (!ep.ok()) return ep.status();
     auto s = std::make_unique<ServerState>();
     s->index = i;
     s->endpoint = entry;
-    s->ep = ep;
-    const std::string host = entry.substr(0, entry.rfind(':'));
-    boost::system::error_code literal;
-    asio::ip::make_address_v4(host, literal);
-    s->named = static_cast<bool>(literal);
+    s->ep = *ep;
+    s->named = IsNamedHost(entry);
     s->channels.resize(std::max<uint32_t>(1, options.connections));
     servers.push_back(std::move(s));
   }

@@ -45,13 +45,17 @@ struct RemoteClientOptions {
   // rdma: the device, asked for once by Create and shared by every
   // connection and reconnect; null opens the first one.
   RdmaDeviceFactory rdma_device;
-  // A server entry whose host is a name (not an IPv4 literal) is looked up
-  // again on every connect, so a server that comes back at a
-  // new address (a rescheduled pod) is found; a failed lookup keeps the
-  // last address. Create looks each name up once and fails on one that
-  // does not resolve. Null: the system resolver (asynchronous, on the loop).
-  // Tests set it to map an entry to the "ip:port" to connect to.
-  std::function<Result<std::string>(const std::string& entry)> resolve;
+  // A server entry whose host is a name (not an IP literal) is looked up
+  // again on every connect, so a server that comes back at a new address (a
+  // rescheduled pod) is found. The connect itself goes to the last address
+  // known and the answer serves the next one: a slow or failing lookup holds
+  // up neither connects nor shutdown, and a failed one keeps the address.
+  // Create looks each name up once, on the caller's thread, and fails on one
+  // that does not resolve. Null: the system resolver (IPv4). Tests set it to
+  // map an entry to the "ip:port" to connect to; it may run on any thread,
+  // also after the client is gone, so it must own what it uses.
+  using Resolve = std::function<Result<std::string>(const std::string& entry)>;
+  Resolve resolve;
 };
 
 // Called once per item, on the loop thread, with the item's index in the call.

@@ -111,6 +111,7 @@ struct ServerState {
   std::string endpoint;  // as configured, "host:port"
   tcp::endpoint ep;      // the address last resolved
   bool named = false;    // the host is a name, looked up on each connect
+  bool lookup_running = false;
   std::vector<Channel> channels;
   size_t next = 0;
   uint64_t instance = 0;
@@ -134,11 +135,6 @@ class Link : public std::enable_shared_from_this<Link> {
   }
 
  private:
-  // Opens the socket and connects to the server's last resolved address.
-  void ConnectTo();
-  // A named server's lookup found `ep` / failed (the last address stays).
-  void Resolved(const tcp::endpoint& ep);
-  void Unresolved(const std::string& why);
   void Handshake(const Challenge& c);
   void StartRdma(uint64_t instance);
   void Ready(uint64_t instance);
@@ -172,7 +168,6 @@ class Link : public std::enable_shared_from_this<Link> {
   ServerState& s_;
   Channel& ch_;
   tcp::socket sock_;
-  tcp::resolver resolver_;
   asio::steady_timer timer_;
   bool ticking_ = false;
   bool ready_ = false;
@@ -202,6 +197,14 @@ class Link : public std::enable_shared_from_this<Link> {
   std::unique_ptr<RdmaLinkPath> rdma_;  // transport: rdma, from the handshake on
 };
 
+// A server entry's addresses: by `resolve` when set, else by the system
+// resolver (IPv4). InvalidArgument for an entry that is not host:port.
+// Blocks for as long as the lookup takes (remote_client_lookup.cc).
+Result<std::vector<tcp::endpoint>> LookUpEntry(const RemoteClientOptions::Resolve& resolve,
+                                               const std::string& entry);
+// Whether an entry's host is a name rather than an IP literal.
+bool IsNamedHost(const std::string& entry);
+
 class ClientImpl final : public RemoteClient {
  public:
   ClientImpl(RemoteClientOptions o, std::shared_ptr<LogSink> log, RestartHook hook)
@@ -223,6 +226,10 @@ class ClientImpl final : public RemoteClient {
   uint64_t RegisterHostMemory(std::span<std::byte> memory) override;
   void Shutdown() override;
 
+  // A named server: looks its name up again on a thread of its own, one
+  // lookup at a time per server, and keeps the answer for the next connect
+  // (remote_client_lookup.cc). Loop thread.
+  void LookUp(ServerState& s);
   void OnReady(ServerState& s, Channel& ch, Link* l, uint64_t instance);
   void OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, const Status& why);
   // Links made after this call number their requests from `id` (0 is
@@ -247,6 +254,10 @@ class ClientImpl final : public RemoteClient {
   void Keys(Opcode op, size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done);
   void Route(size_t server, RequestPtr r);
   void RouteOnLoop(size_t server, const RequestPtr& r);  // on the loop thread
+  // The answer of LookUp, on the loop thread: s.ep stays while the answer
+  // still names it, else takes the answer's first address; a failed lookup
+  // leaves it.
+  void LookedUp(ServerState& s, Result<std::vector<tcp::endpoint>> found);
   // Starts connecting `ch` (no link, backoff passed); returns its link.
   std::shared_ptr<Link> Open(ServerState& s, Channel& ch);
 };

@@ -19,7 +19,6 @@ Link::Link(ClientImpl& c, ServerState& s, Channel& ch)
       s_(s),
       ch_(ch),
       sock_(c.loop_.context()),
-      resolver_(c.loop_.context()),
       timer_(c.loop_.context()),
       next_id_(std::max<uint32_t>(c.first_request_id_, 1)) {}
 
@@ -37,47 +36,9 @@ bool Link::Live(const boost::system::error_code& ec, const char* what) {
 void Link::Connect() {
   connect_deadline_ = SteadyClock::now() + std::chrono::milliseconds(c_.o_.connect_timeout_ms);
   Tick();
-  if (!s_.named) return ConnectTo();
-  if (c_.o_.resolve) {
-    auto entry = c_.o_.resolve(s_.endpoint);
-    auto ep = entry.ok() ? ParseTcpEndpoint(*entry, false) : entry.status();
-    if (ep.ok()) {
-      Resolved(*ep);
-    } else {
-      Unresolved(ep.status().ToString());
-    }
-    return ConnectTo();
-  }
-  const size_t colon = s_.endpoint.rfind(':');
-  auto self = shared_from_this();
-  resolver_.async_resolve(
-      tcp::v4(), s_.endpoint.substr(0, colon), s_.endpoint.substr(colon + 1),
-      [this, self](const boost::system::error_code& ec, const tcp::resolver::results_type& found) {
-        if (dead_) return;
-        if (ec || found.empty()) {
-          Unresolved(ec ? ec.message() : "no address");
-        } else {
-          Resolved(found.begin()->endpoint());
-        }
-        ConnectTo();
-      });
-}
-
-void Link::Resolved(const tcp::endpoint& ep) {
-  if (ep == s_.ep) return;
-  c_.log_->Log(LogLevel::kInfo, Prefix() + "now at " + ep.address().to_string() + ":" +
-                                    std::to_string(ep.port()) + " (was " +
-                                    s_.ep.address().to_string() + ")");
-  s_.ep = ep;
-}
-
-void Link::Unresolved(const std::string& why) {
-  c_.log_->Log(LogLevel::kWarning, Prefix() + "cannot look the host up (" + why +
-                                       "); connecting to its last address " +
-                                       s_.ep.address().to_string());
-}
-
-void Link::ConnectTo() {
+  // A named server's address is refreshed for the next connect; this one
+  // goes to the last address known, so a slow lookup holds nothing up.
+  c_.LookUp(s_);
   auto self = shared_from_this();
   boost::system::error_code opened;
   sock_.open(s_.ep.protocol(), opened);
@@ -196,7 +157,6 @@ void Link::Abort(const Status& s) {
   // the callbacks below may let their owners free them.
   boost::system::error_code ec;
   sock_.close(ec);
-  resolver_.cancel();
   // The queue pair goes too: no RDMA operation touches a buffer after this.
   rdma_.reset();
   timer_.cancel();
