@@ -113,7 +113,7 @@ Status TierOptions::ValidatePolicies() const {
                        "policy.write_budget_bytes_per_day > 0");
     }
   }
-  Status knobs = policy.Validate();
+  Status knobs = policy.ValidateFor(admission);
   if (!knobs.ok()) return TierError(name, "policy " + std::string(knobs.message()));
   // Written as negations so that NaN is rejected too.
   if (!(read_bytes_per_s >= 0) || !(read_latency_s >= 0)) {

@@ -315,7 +315,6 @@ Status PolicyKnobs::Validate() const {
                                    " is too wide; expected at most " +
                                    std::to_string(kMaxSketchWidth) + " counters per row");
   }
-  KVTIER_RETURN_IF_ERROR(internal::CheckSketchAgingPeriod(*this));
   KVTIER_RETURN_IF_ERROR(internal::CheckReuseMinSamples(*this));
   if (!(write_amplification >= 1.0)) {
     return Status::InvalidArgument("write_amplification is below 1; expected >= 1");
@@ -339,6 +338,14 @@ Status PolicyKnobs::Validate() const {
   }
   if (!(marconi_continue_threshold >= 0 && marconi_continue_threshold <= 1)) {
     return Status::InvalidArgument("marconi_continue_threshold must be in [0, 1]");
+  }
+  return Status::Ok();
+}
+
+Status PolicyKnobs::ValidateFor(std::span<const std::string> admission) const {
+  KVTIER_RETURN_IF_ERROR(Validate());
+  for (const std::string& a : admission) {
+    if (a == "frequency") KVTIER_RETURN_IF_ERROR(internal::CheckSketchAgingPeriod(*this));
   }
   return Status::Ok();
 }

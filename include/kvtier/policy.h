@@ -163,7 +163,12 @@ struct KVTIER_EXPORT PolicyKnobs {
     return sketch_aging_period == 0 ? SketchAgingLimit() : sketch_aging_period;
   }
 
+  // Ranges every knob must meet, whichever policies a tier names.
   Status Validate() const;
+  // Validate, plus the limits of the admission policies named: with
+  // "frequency", a sketch_aging_period no longer than SketchAgingLimit()
+  // (a tier that does not count sightings may keep any period).
+  Status ValidateFor(std::span<const std::string> admission) const;
 };
 
 // Builds one admission policy by name ("always", "frequency", "marconi",

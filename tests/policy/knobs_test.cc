@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kvtier/config.h"
 #include "kvtier/policy.h"
@@ -49,11 +50,24 @@ TEST(PolicyKnobsTest, ValidateRefusesKnobsThatBreakTheirPolicy) {
        },
        ""},
   };
+  const std::vector<std::string> frequency = {"always", "frequency"};
   for (const Case& c : cases) {
     PolicyKnobs k;
     c.set(k);
-    EXPECT_EQ(std::string(k.Validate().message()), c.error) << c.what;
+    EXPECT_EQ(std::string(k.ValidateFor(frequency).message()), c.error) << c.what;
   }
+}
+
+// The aging limit binds only a tier that counts sightings: a period set
+// for no frequency admission (the old example's 2^20) still loads.
+TEST(PolicyKnobsTest, TheAgingLimitBindsOnlyFrequencyAdmission) {
+  PolicyKnobs k;
+  k.sketch_aging_period = 1 << 20;
+  EXPECT_TRUE(k.Validate().ok());
+  const std::vector<std::string> others = {"always", "write_budget", "reuse", "cost", "marconi"};
+  EXPECT_TRUE(k.ValidateFor(others).ok());
+  const std::vector<std::string> frequency = {"frequency"};
+  EXPECT_FALSE(k.ValidateFor(frequency).ok());
 }
 
 TEST(PolicyKnobsTest, AgingPeriodFollowsTheWidth) {
@@ -90,8 +104,9 @@ TEST(PolicyKnobsTest, ConfigRefusesZeroMinSamplesAndLongAging) {
       {"{reuse_min_samples: 0}",
        "t:1:75: tiers.h.policy.reuse_min_samples is 0, out of range; expected a whole number "
        "from 1 to 4294967295"},
-      {"{sketch_aging_period: 1048576}",
-       "t:1:55: tiers.h.policy: sketch_aging_period 1048576 is longer than 32768 (sketch_width "
+      {"{sketch_aging_period: 1048576}", ""},  // no frequency admission: any period
+      {"{sketch_aging_period: 1048576}, admission: [frequency]",
+       "t:1:9: tier 'h': policy sketch_aging_period 1048576 is longer than 32768 (sketch_width "
        "x frequency_threshold / 4): counters would fill until blocks never seen pass; expected "
        "at most 32768, or 0 for 32768"},
       {"{reuse_min_samples: 1, sketch_aging_period: 0}", ""},
