@@ -46,6 +46,11 @@ class KVTIER_EXPORT CopyEngine {
 
   virtual const KvLayout& layout() const = 0;
 
+  // Gather and Scatter report failures through `done`. An engine may throw
+  // only before it has issued anything: the runtime then fails every copy
+  // of the call, frees their host buffers at once and expects `done` never
+  // to run. Once a copy is issued, errors must go through `done`.
+
   // Copies each engine block into its host buffer and reports one result per
   // copy. Each copy is checked on its own before anything is issued: an
   // engine block out of range, a host buffer of the wrong size or one that
