@@ -157,55 +157,62 @@ std::unique_ptr<memd::MemdServer> RestartAt(memd::MemdServer& server) {
   return s.ok() ? std::move(s).value() : nullptr;
 }
 
+// A client that has reached a named server once: looked up at open and at
+// the first connect. The tests then change the DNS and restart the server at
+// the same address, so the next request reconnects.
+class ReachedNamedServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartMemd();
+    ASSERT_TRUE(server_);
+    dns_->Point(Address(*server_));
+    auto c =
+        memd::RemoteClient::Create(NamedOptions(*dns_), StderrLogSink(LogLevel::kError), nullptr);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    client_ = std::move(c).value();
+    ASSERT_TRUE(PutOne(*client_, 3).ok());
+    ASSERT_TRUE(dns_->WaitForMoreThan(1));
+    lookups_before_ = dns_->lookups();
+  }
+  void TearDown() override {
+    if (client_) client_->Shutdown();
+    dns_->Hold(false);  // a lookup still waiting answers a client that is gone
+    if (server_) server_->Stop();
+  }
+  void Restart() {
+    server_ = RestartAt(*server_);
+    ASSERT_TRUE(server_);
+  }
+
+  std::shared_ptr<FakeDns> dns_ = std::make_shared<FakeDns>();
+  std::unique_ptr<memd::MemdServer> server_;
+  std::unique_ptr<memd::RemoteClient> client_;
+  size_t lookups_before_ = 0;
+};
+
 // A lookup that fails on reconnect (a DNS outage) keeps the last address:
 // the server that is still there stays reachable.
-TEST(RemoteClientResolveTest, AFailedLookupKeepsTheLastAddress) {
-  auto server = StartMemd();
-  ASSERT_TRUE(server);
-  auto dns = std::make_shared<FakeDns>();
-  dns->Point(Address(*server));
-  auto c = memd::RemoteClient::Create(NamedOptions(*dns), StderrLogSink(LogLevel::kError), nullptr);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  memd::RemoteClient& client = **c;
-  ASSERT_TRUE(PutOne(client, 3).ok());
-  ASSERT_TRUE(dns->WaitForMoreThan(1));  // at open, and at the first connect
-  const size_t before = dns->lookups();
-  dns->Point("");
-  auto again = RestartAt(*server);
-  ASSERT_TRUE(again);
-  const Status put = PutOneRetrying(client, 4);
+TEST_F(ReachedNamedServerTest, AFailedLookupKeepsTheLastAddress) {
+  dns_->Point("");
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  const Status put = PutOneRetrying(*client_, 4);
   EXPECT_TRUE(put.ok()) << put.ToString();
-  EXPECT_TRUE(dns->WaitForMoreThan(before));  // the reconnect asked, and was refused
-  client.Shutdown();
-  again->Stop();
+  EXPECT_TRUE(dns_->WaitForMoreThan(lookups_before_));  // the reconnect asked, and was refused
 }
 
 // A DNS server that does not answer holds up neither reconnects (they go to
 // the last address) nor shutdown. Before, the lookup ran on the client's
 // loop: the connect waited for it past its deadline, and shutdown for the
 // lookup to end.
-TEST(RemoteClientResolveTest, ALookupThatDoesNotAnswerHoldsNothingUp) {
-  auto server = StartMemd();
-  ASSERT_TRUE(server);
-  auto dns = std::make_shared<FakeDns>();
-  dns->Point(Address(*server));
-  auto c = memd::RemoteClient::Create(NamedOptions(*dns), StderrLogSink(LogLevel::kError), nullptr);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  memd::RemoteClient& client = **c;
-  ASSERT_TRUE(PutOne(client, 6).ok());
-  ASSERT_TRUE(dns->WaitForMoreThan(1));
-  const size_t before = dns->lookups();
-  dns->Hold(true);
-  auto again = RestartAt(*server);
-  ASSERT_TRUE(again);
-  const Status put = PutOneRetrying(client, 7);
+TEST_F(ReachedNamedServerTest, ALookupThatDoesNotAnswerHoldsNothingUp) {
+  dns_->Hold(true);
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  const Status put = PutOneRetrying(*client_, 7);
   EXPECT_TRUE(put.ok()) << put.ToString();
-  EXPECT_TRUE(dns->WaitForMoreThan(before));  // a lookup is waiting
+  EXPECT_TRUE(dns_->WaitForMoreThan(lookups_before_));  // a lookup is waiting
   const auto start = std::chrono::steady_clock::now();
-  client.Shutdown();
+  client_->Shutdown();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
-  dns->Hold(false);  // the lookup answers a client that is gone
-  again->Stop();
 }
 
 // Without a test resolver the system's looks the name up, off the caller's
