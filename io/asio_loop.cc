@@ -23,7 +23,7 @@ Status FromAsio(const boost::system::error_code& ec, std::string_view operation)
   return Status::IOError(msg);
 }
 
-Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, bool allow_port0) {
+Result<HostPort> SplitHostPort(std::string_view text, bool allow_port0) {
   const size_t colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
     return Status::InvalidArgument("endpoint '" + std::string(text) + "' is not host:port");
@@ -35,7 +35,12 @@ Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, b
       (port == 0 && !allow_port0)) {
     return Status::InvalidArgument("endpoint '" + std::string(text) + "' has a bad port");
   }
-  std::string host(text.substr(0, colon));
+  return HostPort{std::string(text.substr(0, colon)), static_cast<uint16_t>(port)};
+}
+
+Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, bool allow_port0) {
+  KVTIER_ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(text, allow_port0));
+  const std::string& host = hp.host;
   boost::system::error_code ec;
   auto addr = boost::asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
   if (ec) {
@@ -48,7 +53,7 @@ Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, b
     }
     addr = results.begin()->endpoint().address();
   }
-  return boost::asio::ip::tcp::endpoint(addr, static_cast<uint16_t>(port));
+  return boost::asio::ip::tcp::endpoint(addr, hp.port);
 }
 
 AsioLoop::AsioLoop(std::string name, std::shared_ptr<LogSink> log)

@@ -25,6 +25,14 @@ namespace kvtier::internal {
 // anything else IOError; the message names `operation` and the cause.
 Status FromAsio(const boost::system::error_code& ec, std::string_view operation);
 
+// Splits "host:port" (port 0 allowed when `allow_port0`) without looking
+// the host up. InvalidArgument naming the entry.
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+Result<HostPort> SplitHostPort(std::string_view text, bool allow_port0);
+
 // Parses "host:port" (IPv4 literal, "localhost" or a name the resolver knows;
 // port 0 allowed when `allow_port0`). InvalidArgument naming the entry.
 Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, bool allow_port0);

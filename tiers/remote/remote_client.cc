@@ -217,20 +217,7 @@ Result<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteClientOpt
   std::vector<std::unique_ptr<ServerState>> servers;
   for (size_t i = 0; i < options.servers.size(); ++i) {
     const std::string& entry = options.servers[i];
-    // The system resolver is asked here on the caller's thread (a name that
-    // does not resolve is refused); afterwards only off the loop thread.
-    Result<tcp::endpoint> ep = ParseTcpEndpoint(entry, false);
-    if (options.resolve) {
-      auto found = LookUpEntry(options.resolve, entry);
-      if (found.ok()) {
-        ep = found->front();
-      } else if (found.status().code() == StatusCode::kInvalidArgument) {
-        ep = found.status();
-      } else {
-        ep = Status::InvalidArgument("endpoint '" + entry +
-                                     "': cannot resolve: " + found.status().ToString());
-      }
-    }
+    Result<tcp::endpoint> ep = FirstAddress(options, entry);
     if (!ep.ok()) return ep.status();
     auto s = std::make_unique<ServerState>();
     s->index = i;

@@ -202,6 +202,9 @@ class Link : public std::enable_shared_from_this<Link> {
 // Blocks for as long as the lookup takes (remote_client_lookup.cc).
 Result<std::vector<tcp::endpoint>> LookUpEntry(const RemoteClientOptions::Resolve& resolve,
                                                const std::string& entry);
+// The address Create starts a server entry with: looked up once, on the
+// caller's thread; InvalidArgument when it does not resolve.
+Result<tcp::endpoint> FirstAddress(const RemoteClientOptions& options, const std::string& entry);
 // Whether an entry's host is a name rather than an IP literal.
 bool IsNamedHost(const std::string& entry);
 

@@ -14,10 +14,7 @@ namespace kvtier::internal::memd {
 
 Result<std::vector<tcp::endpoint>> LookUpEntry(const RemoteClientOptions::Resolve& resolve,
                                                const std::string& entry) {
-  const size_t colon = entry.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
-    return Status::InvalidArgument("endpoint '" + entry + "' is not host:port");
-  }
+  KVTIER_ASSIGN_OR_RETURN(HostPort hp, SplitHostPort(entry, false));
   if (resolve) {
     auto answer = resolve(entry);
     if (!answer.ok()) return answer.status();
@@ -27,12 +24,21 @@ Result<std::vector<tcp::endpoint>> LookUpEntry(const RemoteClientOptions::Resolv
   boost::asio::io_context io;
   tcp::resolver resolver(io);
   boost::system::error_code ec;
-  auto results = resolver.resolve(tcp::v4(), entry.substr(0, colon), entry.substr(colon + 1), ec);
+  auto results = resolver.resolve(tcp::v4(), hp.host, std::to_string(hp.port), ec);
   if (ec) return Status::Unavailable(ec.message());
   std::vector<tcp::endpoint> found;
   for (const auto& r : results) found.push_back(r.endpoint());
   if (found.empty()) return Status::Unavailable("no IPv4 address");
   return found;
+}
+
+Result<tcp::endpoint> FirstAddress(const RemoteClientOptions& options, const std::string& entry) {
+  if (!options.resolve) return ParseTcpEndpoint(entry, false);
+  auto found = LookUpEntry(options.resolve, entry);
+  if (found.ok()) return found->front();
+  if (found.status().code() == StatusCode::kInvalidArgument) return found.status();
+  return Status::InvalidArgument("endpoint '" + entry +
+                                 "': cannot resolve: " + found.status().ToString());
 }
 
 bool IsNamedHost(const std::string& entry) {
