@@ -9,18 +9,14 @@
 
 #include "kvtier/policy.h"
 #include "policy/policy_build.h"
+#include "tests/policy/reuse_knobs.h"
 
 namespace kvtier {
 namespace {
 
 using internal::ReuseModel;
 
-PolicyKnobs ExactKnobs() {
-  PolicyKnobs k;
-  k.reuse_min_samples = 1;
-  k.reuse_half_life = 0;  // no decay: the rates below are exact fractions
-  return k;
-}
+using testing::ExactReuseKnobs;
 
 // Requests whose rates are worked out in the comments of each test:
 // r1 names 1..4 (length class 8); r2 names 50 (length class 0); r3 names
@@ -41,7 +37,7 @@ struct ModelAdapter {  // gives ReuseModel the policies' ObserveRequest signatur
 };
 
 TEST(ReuseModelTest, ClassesFollowLengthThenOutputAfterTheFinish) {
-  ReuseModel m(ExactKnobs());
+  ReuseModel m(ExactReuseKnobs());
   m.ObserveRequest(std::vector<uint64_t>{1, 2, 3, 4}, 4);
   m.ObserveRequest(std::vector<uint64_t>{10, 11, 12}, 3);
   m.ObserveRequest(std::vector<uint64_t>{1, 2, 20, 21}, 4);  // continues 1, 2
@@ -93,7 +89,7 @@ TEST(ReuseModelTest, ClassesFollowLengthThenOutputAfterTheFinish) {
 // the newest keep theirs, so one flood of aborted requests does not cost
 // the requests still decoding their class.
 TEST(ReuseModelTest, PendingFinishesAgeOutOldestFirst) {
-  ReuseModel m(ExactKnobs());
+  ReuseModel m(ExactReuseKnobs());
   const uint64_t waiting = uint64_t{1} << 16;
   for (uint64_t r = 0; r <= waiting; ++r) m.ObserveRequest(std::vector<uint64_t>{1000 + r}, 1);
   m.ObserveRequest(std::vector<uint64_t>{5}, 1);  // one over the bound: the oldest goes
@@ -113,7 +109,7 @@ void Turn(ReuseModel& m, const std::vector<uint64_t>& chain, uint32_t output) {
 // named them last: a path continued by short tool-call turns keeps coming
 // back, a path whose last turn wrote a long answer does not.
 TEST(ReuseModelTest, RenamedBlocksLearnTheirLastNamersOutputClass) {
-  ReuseModel m(ExactKnobs());
+  ReuseModel m(ExactReuseKnobs());
   auto turn = [&m](std::vector<uint64_t> chain, uint32_t output) { Turn(m, chain, output); };
   turn({1, 2}, 1);
   turn({1, 2, 3}, 1);  // 1, 2 named again; short output: class R(1)
@@ -135,7 +131,7 @@ TEST(ReuseModelTest, RenamedBlocksLearnTheirLastNamersOutputClass) {
 // "three or more" (never back). A turn that adds no full block is not
 // followed to its finish: the blocks it names again keep their sightings.
 TEST(ReuseModelTest, RenamedBlocksCountAtTheLevelTheirRequestNamedThem) {
-  ReuseModel m(ExactKnobs());
+  ReuseModel m(ExactReuseKnobs());
   auto turn = [&m](std::vector<uint64_t> chain, uint32_t output) { Turn(m, chain, output); };
   turn({1, 2}, 1);
   m.ObserveRequest(std::vector<uint64_t>{1, 2, 3}, 3);  // X
@@ -161,7 +157,7 @@ TEST(ReuseModelTest, RenamedBlocksCountAtTheLevelTheirRequestNamedThem) {
 }
 
 TEST(ReuseModelTest, RatesCountOnlyMaturedBlocks) {
-  ReuseModel m(ExactKnobs());
+  ReuseModel m(ExactReuseKnobs());
   ModelAdapter a{m};
   const std::vector<uint64_t> r1 = {1, 2, 3, 4}, r2 = {50}, r3 = {1, 2};
   a.ObserveRequest(r1, 4, {}, 0);
@@ -191,7 +187,7 @@ bool AdmitInTier100(AdmissionPolicy& p, uint64_t id, uint32_t sightings, uint64_
 }
 
 TEST(ReuseAdmissionTest, AdmitsClassesAboveRatioTimesTheAverage) {
-  PolicyKnobs k = ExactKnobs();
+  PolicyKnobs k = ExactReuseKnobs();
   struct Row {
     double ratio;
     uint64_t id;
@@ -229,7 +225,7 @@ TEST(ReuseAdmissionTest, AdmitsClassesAboveRatioTimesTheAverage) {
 // cut applies again. Blocks the tree never saw and partial blocks keep their
 // own rules.
 TEST(ReuseAdmissionTest, FillShareAdmitsEveryKnownBlockIntoFreeSpace) {
-  PolicyKnobs k = ExactKnobs();
+  PolicyKnobs k = ExactReuseKnobs();
   k.reuse_fill_share = 0.5;
   auto p = CreateAdmissionPolicy("reuse", k);
   ASSERT_TRUE(p.ok());
@@ -272,7 +268,7 @@ BlockMeta Used(uint64_t id, uint64_t last_use_ns) {
 }
 
 TEST(ReuseEvictionTest, LowestRateOverAgeLeavesFirstAndUnfinishedLast) {
-  PolicyKnobs k = ExactKnobs();
+  PolicyKnobs k = ExactReuseKnobs();
   k.reuse_age_exponent = 1;  // hyperbolic
   auto p = CreateEvictionPolicy("reuse", k);
   ASSERT_TRUE(p.ok());
@@ -316,7 +312,7 @@ TEST(ReuseEvictionTest, AgeExponentWeighsTheClassAgainstIdleTime) {
       {2.0, {3, 99}},
   };
   for (const Row& r : rows) {
-    PolicyKnobs k = ExactKnobs();
+    PolicyKnobs k = ExactReuseKnobs();
     k.reuse_age_exponent = r.exponent;
     auto p = CreateEvictionPolicy("reuse", k);
     ASSERT_TRUE(p.ok());
@@ -334,7 +330,7 @@ TEST(ReuseEvictionTest, AgeExponentWeighsTheClassAgainstIdleTime) {
 // request: dropping it costs no write and loses no hit. Among backed copies
 // the usual order holds.
 TEST(ReuseEvictionTest, BackedCopiesLeaveFirst) {
-  auto p = CreateEvictionPolicy("reuse", ExactKnobs());
+  auto p = CreateEvictionPolicy("reuse", ExactReuseKnobs());
   ASSERT_TRUE(p.ok());
   ObserveThree(**p);
   (*p)->ObserveRequest(std::vector<uint64_t>{60, 61}, 2, {}, 0);
@@ -364,7 +360,7 @@ struct SharedAdapter {  // gives SharedReuseModels the policies' ObserveRequest 
 // which then decides exactly as a policy with its own learner does.
 TEST(SharedReuseModelsTest, PoliciesShareOneLearnerPerKnobSetFedOnce) {
   internal::SharedReuseModels models;
-  const PolicyKnobs k = ExactKnobs();
+  const PolicyKnobs k = ExactReuseKnobs();
   auto admission = internal::BuildAdmission("reuse", k, 0, &models);
   auto eviction = internal::BuildEviction("reuse", k, &models);
   ASSERT_TRUE(admission.ok() && eviction.ok());

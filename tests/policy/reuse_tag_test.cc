@@ -7,24 +7,20 @@
 #include <vector>
 
 #include "policy/reuse_model.h"
+#include "tests/policy/reuse_knobs.h"
 
 namespace kvtier {
 namespace {
 
 using internal::ReuseModel;
 
-PolicyKnobs ExactKnobs() {
-  PolicyKnobs k;
-  k.reuse_min_samples = 1;
-  k.reuse_half_life = 0;
-  return k;
-}
+using testing::ExactReuseKnobs;
 
 // Requests of one fresh block each, from two before tag 2^32 on; one more
 // than the bound, so the next request drops exactly one: the oldest (r0),
 // not the first tagged after 2^32 (r2).
 TEST(ReuseTagTest, OldestPendingGoesFirstPastTwoToThe32) {
-  ReuseModel m(ExactKnobs());
+  ReuseModel m(ExactReuseKnobs());
   m.TEST_SetNextTag((uint64_t{1} << 32) - 2);
   const uint64_t kBase = 1000;
   for (uint64_t r = 0; r <= ReuseModel::kMaxPending; ++r) {
@@ -44,7 +40,7 @@ TEST(ReuseTagTest, OldestPendingGoesFirstPastTwoToThe32) {
 }
 
 TEST(ReuseTagTest, ATagUsedAgainReplacesItsIds) {
-  ReuseModel m(ExactKnobs());
+  ReuseModel m(ExactReuseKnobs());
   m.TEST_SetNextTag(5);
   const std::vector<uint64_t> a = {1, 2, 3}, b = {7, 8};
   m.ObserveRequest(a, 3);
