@@ -1,5 +1,6 @@
 #include "io/asio_loop.h"
 
+#include <algorithm>
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <charconv>
@@ -24,18 +25,47 @@ Status FromAsio(const boost::system::error_code& ec, std::string_view operation)
 }
 
 Result<HostPort> SplitHostPort(std::string_view text, bool allow_port0) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) {
-    return Status::InvalidArgument("endpoint '" + std::string(text) + "' is not host:port");
+  // "[v6]:port" brackets an IPv6 literal; otherwise the last colon splits,
+  // so "::1:7400" still reads as ::1 port 7400.
+  std::string_view host, port_text;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos || close == 1 || close + 1 >= text.size() ||
+        text[close + 1] != ':') {
+      return Status::InvalidArgument("endpoint '" + std::string(text) + "' is not [address]:port");
+    }
+    host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      return Status::InvalidArgument("endpoint '" + std::string(text) + "' is not host:port");
+    }
+    host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
   }
   unsigned port = 0;
-  std::string_view port_text = text.substr(colon + 1);
   auto [ptr, err] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (err != std::errc() || ptr != port_text.data() + port_text.size() || port > 65535 ||
-      (port == 0 && !allow_port0)) {
+  if (port_text.empty() || err != std::errc() || ptr != port_text.data() + port_text.size() ||
+      port > 65535 || (port == 0 && !allow_port0)) {
     return Status::InvalidArgument("endpoint '" + std::string(text) + "' has a bad port");
   }
-  return HostPort{std::string(text.substr(0, colon)), static_cast<uint16_t>(port)};
+  return HostPort{std::string(host), static_cast<uint16_t>(port)};
+}
+
+Result<std::vector<boost::asio::ip::tcp::endpoint>> ResolveHostPort(const HostPort& hp) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  auto results = resolver.resolve(hp.host, std::to_string(hp.port),
+                                  boost::asio::ip::tcp::resolver::numeric_service, ec);
+  if (ec) return Status::Unavailable(ec.message());
+  std::vector<boost::asio::ip::tcp::endpoint> found;
+  for (const auto& r : results) found.push_back(r.endpoint());
+  if (found.empty()) return Status::Unavailable("no address");
+  std::stable_partition(found.begin(), found.end(),
+                        [](const auto& ep) { return ep.address().is_v4(); });
+  return found;
 }
 
 Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, bool allow_port0) {
@@ -43,17 +73,13 @@ Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, b
   const std::string& host = hp.host;
   boost::system::error_code ec;
   auto addr = boost::asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-  if (ec) {
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::resolver resolver(io);
-    auto results = resolver.resolve(boost::asio::ip::tcp::v4(), host, "", ec);
-    if (ec || results.empty()) {
-      return Status::InvalidArgument("endpoint '" + std::string(text) + "': cannot resolve '" +
-                                     host + "'");
-    }
-    addr = results.begin()->endpoint().address();
+  if (!ec) return boost::asio::ip::tcp::endpoint(addr, hp.port);
+  auto found = ResolveHostPort(hp);
+  if (!found.ok()) {
+    return Status::InvalidArgument("endpoint '" + std::string(text) + "': cannot resolve '" + host +
+                                   "'");
   }
-  return boost::asio::ip::tcp::endpoint(addr, hp.port);
+  return found->front();
 }
 
 AsioLoop::AsioLoop(std::string name, std::shared_ptr<LogSink> log)

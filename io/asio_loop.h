@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "kvtier/env.h"
 #include "kvtier/status.h"
@@ -25,15 +26,21 @@ namespace kvtier::internal {
 // anything else IOError; the message names `operation` and the cause.
 Status FromAsio(const boost::system::error_code& ec, std::string_view operation);
 
-// Splits "host:port" (port 0 allowed when `allow_port0`) without looking
-// the host up. InvalidArgument naming the entry.
+// Splits "host:port" or "[IPv6]:port" (port 0 allowed when `allow_port0`)
+// without looking the host up. InvalidArgument naming the entry.
 struct HostPort {
   std::string host;
   uint16_t port = 0;
 };
 Result<HostPort> SplitHostPort(std::string_view text, bool allow_port0);
 
-// Parses "host:port" (IPv4 literal, "localhost" or a name the resolver knows;
+// Looks a host up (system resolver, any family), IPv4 addresses first:
+// memd listens on IPv4 unless told an IPv6 address. Unavailable when the
+// name has no address.
+Result<std::vector<boost::asio::ip::tcp::endpoint>> ResolveHostPort(const HostPort& hp);
+
+// Parses "host:port" (an IP literal, "[IPv6]:port", "localhost" or a name
+// the resolver knows, its first address as ResolveHostPort orders them;
 // port 0 allowed when `allow_port0`). InvalidArgument naming the entry.
 Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view text, bool allow_port0);
 

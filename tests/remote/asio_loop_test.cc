@@ -58,6 +58,25 @@ TEST(ParseTcpEndpoint, AcceptsHostPortAndRefusesBadInput) {
   EXPECT_FALSE(ParseTcpEndpoint("127.0.0.1:65536", false).ok());
 }
 
+// An IPv6 literal in brackets is split at the bracket; the unbracketed
+// form still splits at the last colon.
+TEST(ParseTcpEndpoint, ReadsBracketedIpv6) {
+  auto ep = ParseTcpEndpoint("[::1]:7402", false);
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_EQ(ep->address().to_string(), "::1");
+  EXPECT_EQ(ep->port(), 7402);
+  auto hp = SplitHostPort("[fd00::5]:0", true);
+  ASSERT_TRUE(hp.ok()) << hp.status().ToString();
+  EXPECT_EQ(hp->host, "fd00::5");
+  EXPECT_EQ(hp->port, 0);
+  auto bare = SplitHostPort("fd00::5:7400", false);
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ(bare->host, "fd00::5");
+  for (const char* bad : {"[::1]", "[::1]:", "[::1]7400", "[]:7400", "[::1:7400", ":7400"}) {
+    EXPECT_EQ(SplitHostPort(bad, true).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 // Call answers whoever waits even when the closure throws, and the loop
 // keeps serving; after Stop it refuses at once instead of waiting forever.
 TEST(AsioLoopCall, AnswersWhenTheClosureThrowsAndAfterStop) {

@@ -255,6 +255,8 @@ TEST(RemoteClientResolveTest, OnlyNamesAreLookedUpAgain) {
   EXPECT_FALSE(memd::IsNamedHost("127.0.0.1:7400"));
   EXPECT_FALSE(memd::IsNamedHost("::1:7400"));
   EXPECT_FALSE(memd::IsNamedHost("fd00::5:7400"));
+  EXPECT_FALSE(memd::IsNamedHost("[fd00::5]:7400"));
+  EXPECT_FALSE(memd::IsNamedHost("[::1]:7400"));
 }
 
 }  // namespace

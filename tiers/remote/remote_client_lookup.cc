@@ -21,15 +21,7 @@ Result<std::vector<tcp::endpoint>> LookUpEntry(const RemoteClientOptions::Resolv
     KVTIER_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseTcpEndpoint(*answer, false));
     return std::vector<tcp::endpoint>{ep};
   }
-  boost::asio::io_context io;
-  tcp::resolver resolver(io);
-  boost::system::error_code ec;
-  auto results = resolver.resolve(tcp::v4(), hp.host, std::to_string(hp.port), ec);
-  if (ec) return Status::Unavailable(ec.message());
-  std::vector<tcp::endpoint> found;
-  for (const auto& r : results) found.push_back(r.endpoint());
-  if (found.empty()) return Status::Unavailable("no IPv4 address");
-  return found;
+  return ResolveHostPort(hp);
 }
 
 Result<tcp::endpoint> FirstAddress(const RemoteClientOptions& options, const std::string& entry) {
@@ -42,8 +34,10 @@ Result<tcp::endpoint> FirstAddress(const RemoteClientOptions& options, const std
 }
 
 bool IsNamedHost(const std::string& entry) {
+  auto hp = SplitHostPort(entry, false);
+  if (!hp.ok()) return false;
   boost::system::error_code not_literal;
-  asio::ip::make_address(entry.substr(0, entry.rfind(':')), not_literal);
+  asio::ip::make_address(hp->host, not_literal);
   return static_cast<bool>(not_literal);
 }
 
