@@ -68,6 +68,13 @@ done
 for h in status.h block_key.h block_header.h export.h build_config.h; do
   [[ -f "$prefix/include/kvtier/$h" ]] || fail "header kvtier/$h was not installed"
 done
+# 0.x: the soname names major.minor, so a minor release that changes the ABI
+# is not loaded by programs built against the one before.
+version="$(sed -n 's/^#define KVTIER_VERSION_STRING "\(.*\)"/\1/p' \
+  "$prefix/include/kvtier/build_config.h")"
+soname="$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')"
+[[ "$soname" == "libkvtier.so.${version%.*}" ]] ||
+  fail "libkvtier.so's soname is '$soname', expected 'libkvtier.so.${version%.*}' (version $version)"
 if find "$prefix/include" -name '*.in' | grep -q .; then
   fail "template files were installed: $(find "$prefix/include" -name '*.in' | tr '\n' ' ')"
 fi
