@@ -5,6 +5,7 @@
 #
 # Usage: scripts/install-deps.sh [--check]
 #   --check  only list missing packages; exit 1 if any are missing
+# Any other argument is refused (exit 2) before anything is installed.
 set -euo pipefail
 
 # The one list of packages. Add new dependencies here.
@@ -24,6 +25,11 @@ is_installed() {
 }
 
 main() {
+  if [[ $# -gt 1 || ($# -eq 1 && "$1" != --check) ]]; then
+    echo "install-deps: unknown argument(s): $*" >&2
+    echo "usage: scripts/install-deps.sh [--check]" >&2
+    exit 2
+  fi
   if ! command -v dpkg-query >/dev/null; then
     echo "install-deps: dpkg-query not found; install these packages by hand: ${PACKAGES[*]}" >&2
     exit 1
