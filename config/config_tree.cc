@@ -1,18 +1,32 @@
 #include "config/config_tree.h"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cstdint>
 #include <exception>
+#include <sstream>
 #include <string>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 namespace kvtier::internal {
 namespace {
 
 // Aliases can make a node contain itself; a config is never this deep.
 constexpr int kMaxDepth = 64;
+
+// The most values a document's aliases may add. yaml-cpp keeps an alias as a
+// second reference to the anchored node and Convert copies the node at each
+// reference, so aliases of aliases multiply: a few hundred bytes written as
+// nine levels of ten aliases each would become 10^9 ConfigNodes. Real
+// configs alias a policy block of a dozen values into a few tiers; 100,000
+// copied values are a few tens of MB of ConfigNodes at most and convert in a
+// fraction of a second.
+constexpr uint64_t kMaxAliasValues = 100000;
 
 constexpr std::string_view kOverrideForm = "path=value, e.g. tiers.host.capacity=8GiB";
 
@@ -29,6 +43,92 @@ std::string MarkWhere(const Origin& origin, const YAML::Mark& mark, const std::s
   // yaml-cpp marks are 0-based; editors count from 1.
   return origin.source + ":" + std::to_string(mark.line + 1) + ":" +
          std::to_string(mark.column + 1);
+}
+
+// Counts, from the parser's events, the values the aliases of one document
+// expand to, in time linear in the text whatever the aliases do, and keeps
+// the first alias that takes the count past kMaxAliasValues. Map keys count
+// as values too.
+class AliasBudget final : public YAML::EventHandler {
+ public:
+  bool exceeded() const { return exceeded_; }
+  // Where the alias that exceeded the budget is written.
+  const YAML::Mark& mark() const { return mark_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { Leaf(anchor); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    Leaf(anchor);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    if (exceeded_) return;  // stop counting: sizes could grow without bound
+    // An alias to a node still open (a cycle) counts one value; Convert's
+    // depth limit rejects it.
+    const uint64_t size = anchor < sizes_.size() && sizes_[anchor] != 0 ? sizes_[anchor] : 1;
+    total_ += size;
+    added_ += size;
+    if (added_ > kMaxAliasValues) {
+      exceeded_ = true;
+      mark_ = mark;
+    }
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Open(anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Open(anchor);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  struct OpenNode {
+    YAML::anchor_t anchor;
+    uint64_t total_before;
+  };
+  void Leaf(YAML::anchor_t anchor) {
+    ++total_;
+    Record(anchor, 1);
+  }
+  void Open(YAML::anchor_t anchor) { open_.push_back({anchor, total_++}); }
+  void Close() {
+    if (open_.empty()) return;
+    const OpenNode o = open_.back();
+    open_.pop_back();
+    Record(o.anchor, total_ - o.total_before);
+  }
+  // Anchors are numbered 1, 2, ... in the order they are written.
+  void Record(YAML::anchor_t anchor, uint64_t size) {
+    if (anchor == YAML::NullAnchor) return;
+    if (sizes_.size() <= anchor) sizes_.resize(anchor + 1, 0);
+    sizes_[anchor] = size;
+  }
+
+  uint64_t total_ = 0;           // values so far, aliases expanded
+  uint64_t added_ = 0;           // of which copies made by aliases
+  std::vector<uint64_t> sizes_;  // by anchor: the values of the anchored node
+  std::vector<OpenNode> open_;
+  bool exceeded_ = false;
+  YAML::Mark mark_;
+};
+
+// Rejects a first document whose aliases expand past kMaxAliasValues, before
+// Convert copies them. REQUIRES: `text` parses (YAML::LoadAll succeeded).
+Status CheckAliasBudget(std::string_view text, const Origin& origin,
+                        const std::string& first_line) {
+  std::istringstream in{std::string(text)};
+  YAML::Parser parser(in);
+  AliasBudget budget;
+  parser.HandleNextDocument(budget);
+  if (!budget.exceeded()) return Status::Ok();
+  return NodeError(MarkWhere(origin, budget.mark(), first_line),
+                   "aliases expand to more than " + std::to_string(kMaxAliasValues) + " values",
+                   "aliases that repeat a block a few times, not aliases of aliases that "
+                   "multiply it");
 }
 
 Status Convert(const YAML::Node& y, const Origin& origin, const std::string& parent_where,
@@ -108,6 +208,10 @@ Result<ConfigNode> ParseTree(std::string_view text, const Origin& origin) {
       root.where = first_line;
       root.from_override = origin.is_override;
       return root;
+    }
+    // Only an alias ('*name') can make the tree larger than the text.
+    if (text.find('*') != std::string_view::npos) {
+      KVTIER_RETURN_IF_ERROR(CheckAliasBudget(text, origin, first_line));
     }
     KVTIER_RETURN_IF_ERROR(Convert(docs[0], origin, first_line, 0, &root));
     return root;

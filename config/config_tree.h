@@ -39,7 +39,8 @@ Status NodeError(const std::string& where, std::string_view what, std::string_vi
 
 // Parses `yaml_text`; locations are "<source_name>:<line>:<col>", 1-based.
 // Malformed YAML, more than one document, non-scalar map keys, duplicate keys
-// and nesting deeper than 64 levels are errors.
+// nesting deeper than 64 levels and aliases that expand to more than 100,000
+// values are errors.
 Result<ConfigNode> ParseYamlTree(std::string_view yaml_text, std::string_view source_name);
 
 // Applies one "dotted.path=value" override to `root` (see kvtier/config.h).

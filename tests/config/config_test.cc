@@ -192,6 +192,47 @@ TEST(ParseConfigTest, DuplicateKeyInAHugeMapIsFoundQuickly) {
   EXPECT_LT(cpu_s, 5.0);
 }
 
+// `levels` lines "name: &name [*prev, ...x10]" over a list of ten values:
+// the last line expands to 10^levels values.
+std::string NestedAliases(int levels) {
+  std::string yaml = "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int i = 1; i < levels; ++i) {
+    const std::string name = "a" + std::to_string(i);
+    const std::string prev = "*a" + std::to_string(i - 1);
+    yaml += name + ": &" + name + " [" + prev;
+    for (int j = 1; j < 10; ++j) yaml += ", " + prev;
+    yaml += "]\n";
+  }
+  return yaml;
+}
+
+// 10^5 values: small enough to convert without the alias budget, large
+// enough to exceed it. The 8th alias on line 5 takes the copies past 100,000.
+TEST(ParseConfigTest, AliasesExpandingPastTheBudgetAreRejectedAtTheAlias) {
+  EXPECT_EQ(ErrorOf(NestedAliases(5)),
+            "t.yaml:5:45: aliases expand to more than 100000 values; expected aliases that "
+            "repeat a block a few times, not aliases of aliases that multiply it");
+}
+
+// Nine levels, 10^9 values, from a few hundred bytes: refused in bounded
+// time and memory, before anything is copied.
+TEST(ParseConfigTest, AliasBombIsRejectedQuickly) {
+  const std::string yaml = NestedAliases(9);
+  ASSERT_LT(yaml.size(), 1000u);
+  const double start = ThreadCpuSeconds();
+  const std::string msg = ErrorOf(yaml);
+  const double cpu_s = ThreadCpuSeconds() - start;
+  EXPECT_NE(msg.find("aliases expand to more than 100000 values"), std::string::npos) << msg;
+  EXPECT_LT(cpu_s, 5.0);
+  // The same through an override.
+  const std::vector<std::string> overrides = {"model=" + yaml};
+  Result<KvtierConfig> r =
+      ParseConfig("tiers: [{name: h, type: host, capacity: 1MiB}]\n", "t", overrides);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--set model="), std::string::npos);
+  EXPECT_NE(r.status().message().find("aliases expand"), std::string::npos);
+}
+
 TEST(ParseConfigTest, GarbageInputNeverCrashes) {
   const char* inputs[] = {"\t",
                           "[",
