@@ -67,6 +67,39 @@ Status Prefixed(const ConfigNode& node, std::string_view prefix, const Status& s
                                  std::string(s.message()));
 }
 
+// The model fields a block's size depends on.
+constexpr std::array<std::string_view, 7> kModelSizeKeys = {
+    "preset", "dtype", "layers", "kv_heads", "head_size", "block_tokens", "layout"};
+
+// The first of the model's size fields an override set, alone or by
+// writing the whole section; null when none did, or when there is no model
+// section.
+const ConfigNode* SizeOverride(const ConfigNode* model) {
+  if (model == nullptr) return nullptr;
+  for (const ConfigNode& item : model->items) {
+    for (std::string_view k : kModelSizeKeys) {
+      if (item.from_override && item.key == k) return &item;
+    }
+  }
+  return nullptr;
+}
+
+// The copy engines refuse a layout that does not fit the model (mla keeps
+// one latent vector per token, so one kv head): reported at model.layout,
+// or at the override of layout or kv_heads that made the pair wrong.
+Status CheckModelLayout(const ConfigNode& node, const ModelOptions& m) {
+  Status s = m.Layout(1).Validate();
+  if (s.ok()) return Status::Ok();
+  std::string_view why = s.message();
+  constexpr std::string_view kPrefix = "kv layout: ";
+  if (why.substr(0, kPrefix.size()) == kPrefix) why.remove_prefix(kPrefix.size());
+  const ConfigNode& at = Blame(node.Find("layout"), node.Find("kv_heads"), node);
+  return NodeError(at.where,
+                   "model.layout '" + std::string(KvLayoutKindName(m.layout)) +
+                       "' does not fit the model: " + std::string(why),
+                   "a layout the copy engine accepts for this model (mla needs kv_heads: 1)");
+}
+
 Status ReadModelStrings(const ConfigNode& node, ModelOptions* m) {
   if (const ConfigNode* p = node.Find("preset")) {
     std::string name;
@@ -121,10 +154,33 @@ Status ReadModel(const ConfigNode* node, ModelOptions* m) {
                          std::to_string(m->tp_size),
                      "0 <= tp_rank < tp_size");
   }
-  // Whatever the field checks above do not cover (e.g. a block over 1 GiB).
+  // Whatever the field checks above do not cover (e.g. a block over 1 GiB),
+  // blamed on an override of the model when there is one.
   Status s = m->Validate();
-  if (!s.ok()) return Prefixed(*node, "model", s);
-  return Status::Ok();
+  if (!s.ok()) {
+    if (const ConfigNode* set = SizeOverride(node)) {
+      return Status::InvalidArgument(set->where + ": model: " + std::string(s.message()));
+    }
+    return Prefixed(*node, "model", s);
+  }
+  return CheckModelLayout(*node, *m);
+}
+
+// The engine's whole cache, pool_blocks blocks, must stay within the copy
+// engines' limit (KvLayout::Validate): reported at engine.pool_blocks, or at
+// the model override that made the blocks larger.
+Status CheckPoolSize(const ConfigNode& root, const KvtierConfig& c) {
+  if (c.model.Layout(c.gpu_pool_blocks).Validate().ok()) return Status::Ok();
+  const ConfigNode* engine = Section(root, "engine");
+  const ConfigNode* pool = engine != nullptr ? engine->Find("pool_blocks") : nullptr;
+  const ConfigNode& at = Blame(pool, SizeOverride(Section(root, "model")), root);
+  const uint64_t block_bytes = c.model.BlockBytes();
+  constexpr uint64_t kMaxCacheBytes = uint64_t{1} << 48;
+  return NodeError(
+      at.where,
+      "engine.pool_blocks " + std::to_string(c.gpu_pool_blocks) + " blocks of " +
+          std::to_string(block_bytes) + " bytes exceed the engine cache limit of 2^48 bytes",
+      "at most " + std::to_string(kMaxCacheBytes / block_bytes) + " blocks of this model");
 }
 
 Status ReadHashing(const ConfigNode* node, HashAlgorithm* algo) {
@@ -216,15 +272,18 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
 // must hold one block as the store lays it out (header page + payload
 // rounded up to 4 KiB: DiskBytes, inline in nvme_format.h, so no nvme tier
 // code is linked) or the store refuses to open; reported at the region size,
-// or at the tier when the default region is too small.
+// or at the tier when the default region is too small. When an override of
+// the model's size, and none of the capacity or region size, made the block
+// too large, the error names that override instead.
 Status CheckTierSizes(const ConfigNode& root, const RuntimeOptions& rt) {
+  const ConfigNode* model_set = SizeOverride(Section(root, "model"));
   const ConfigNode* list = root.Find("tiers");
   for (size_t i = 0; i < rt.tiers.size() && list != nullptr && i < list->items.size(); ++i) {
     const TierOptions& t = rt.tiers[i];
     const ConfigNode& item = list->items[i];
     if (t.capacity_bytes < rt.block_bytes) {
       const ConfigNode* cap = item.Find("capacity");
-      return NodeError(cap != nullptr ? cap->where : item.where,
+      return NodeError(Blame(cap, model_set, item).where,
                        "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
                            " bytes is below one block of the model (" +
                            std::to_string(rt.block_bytes) + " bytes)",
@@ -233,7 +292,7 @@ Status CheckTierSizes(const ConfigNode& root, const RuntimeOptions& rt) {
     const uint64_t block_disk = DiskBytes(rt.block_bytes);
     if (t.type == "nvme" && t.region_bytes < block_disk) {
       const ConfigNode* region = item.Find("region_size");
-      return NodeError(region != nullptr ? region->where : item.where,
+      return NodeError(Blame(region, model_set, item).where,
                        "tiers." + t.name + ".region_size " + std::to_string(t.region_bytes) +
                            " bytes cannot hold one block of the model (" +
                            std::to_string(rt.block_bytes) + " bytes, " +
@@ -260,6 +319,7 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
   KVTIER_RETURN_IF_ERROR(ReadModel(Section(root, "model"), &out->model));
   KVTIER_RETURN_IF_ERROR(ReadHashing(Section(root, "hashing"), &out->runtime.hash));
   KVTIER_RETURN_IF_ERROR(ReadSections(root, out));
+  KVTIER_RETURN_IF_ERROR(CheckPoolSize(root, *out));
   KVTIER_RETURN_IF_ERROR(ReadTiers(root, &out->runtime.tiers));
   out->runtime.block_bytes = out->model.BlockBytes();
   KVTIER_RETURN_IF_ERROR(CheckTierSizes(root, out->runtime));

@@ -93,6 +93,34 @@ Status ReadWatermarks(const ConfigNode& node, const std::string& path, Watermark
   return Status::Ok();
 }
 
+// With frequency admission the sketch's aging period must stay within its
+// limit (PolicyKnobs::SketchAgingLimit). Four values decide it; an override
+// of any of them is blamed first, else the period, else the admission item.
+Status CheckSketchAging(const ConfigNode& tier, const std::string& path, const PolicyKnobs& k,
+                        const ConfigNode* frequency) {
+  if (frequency == nullptr || k.sketch_aging_period <= k.SketchAgingLimit()) return Status::Ok();
+  const ConfigNode* policy = tier.Find("policy");
+  if (policy != nullptr && policy->kind != ConfigNode::Kind::kMap) policy = nullptr;
+  const ConfigNode* involved[4] = {};
+  const std::string_view keys[3] = {"sketch_aging_period", "frequency_threshold", "sketch_width"};
+  for (int i = 0; i < 3; ++i) involved[i] = policy != nullptr ? policy->Find(keys[i]) : nullptr;
+  involved[3] = tier.Find("admission");
+  const ConfigNode* at = involved[0] != nullptr ? involved[0] : frequency;
+  for (const ConfigNode* p : involved) {
+    if (p != nullptr && p->from_override) {
+      at = p;
+      break;
+    }
+  }
+  const std::string limit = std::to_string(k.SketchAgingLimit());
+  return NodeError(at->where,
+                   path + ".policy.sketch_aging_period " + std::to_string(k.sketch_aging_period) +
+                       " is longer than " + limit +
+                       " (sketch_width x frequency_threshold / 4) for frequency admission: "
+                       "counters would fill until blocks never seen pass",
+                   "at most " + limit + ", or 0 for " + limit);
+}
+
 // watermarks, eviction, admission and the policies' knobs.
 Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOptions* t) {
   if (const ConfigNode* p = node.Find("watermarks")) {
@@ -106,6 +134,7 @@ Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOpt
                        "one of: " + JoinNames(EvictionPolicyNames()));
     }
   }
+  const ConfigNode* frequency = nullptr;  // the admission list's "frequency"
   if (const ConfigNode* p = node.Find("admission")) {
     std::vector<const ConfigNode*> items;
     KVTIER_RETURN_IF_ERROR(
@@ -125,9 +154,10 @@ Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOpt
             path + ".admission has write_budget but no " + path + ".policy.write_budget_per_day",
             "a budget such as 'policy: {write_budget_per_day: 200GiB}'");
       }
+      if (t->admission[i] == "frequency") frequency = items[i];
     }
   }
-  return Status::Ok();
+  return CheckSketchAging(node, path, t->policy, frequency);
 }
 
 const BackendKeys* FindBackend(std::string_view type) {

@@ -63,8 +63,8 @@ constexpr std::array<Preset, 4> kPresets = {{
 // Product of the block dimensions, saturating at kMaxBlockBytes + 1 so that
 // absurd geometries cannot wrap around to a small number.
 uint64_t CappedBlockBytes(const ModelOptions& m) {
-  const uint64_t factors[] = {m.num_layers,   2,           m.block_tokens,
-                              m.num_kv_heads, m.head_size, m.ElementBytes()};
+  const uint64_t factors[] = {m.num_layers,   m.Layout(1).Planes(), m.block_tokens,
+                              m.num_kv_heads, m.head_size,          m.ElementBytes()};
   uint64_t product = 1;
   for (uint64_t f : factors) {
     product *= f;  // both operands <= 2^32, cannot overflow
@@ -211,8 +211,8 @@ Status ModelOptions::Validate() const {
   }
   if (CappedBlockBytes(*this) > kMaxBlockBytes) {
     return Status::InvalidArgument(
-        "model block is larger than 1 GiB (layers * 2 * block_tokens * kv_heads * "
-        "head_size * dtype bytes); expected a block of at most 1 GiB");
+        "model block is larger than 1 GiB (layers * planes (2, or 1 for mla) * block_tokens * "
+        "kv_heads * head_size * dtype bytes); expected a block of at most 1 GiB");
   }
   return Status::Ok();
 }

@@ -190,6 +190,24 @@ TEST(ModelOptionsTest, ValidateRejectsBadGeometry) {
   EXPECT_TRUE(m.Validate().ok());
 }
 
+// mla keeps one plane (no separate K and V), so its block is half the size
+// of the same geometry in another layout: 1 GiB here, where nhd is 2 GiB.
+TEST(ModelOptionsTest, MlaBlockSizeCountsOnePlane) {
+  ModelOptions m;
+  m.num_layers = 4;
+  m.num_kv_heads = 1;
+  m.block_tokens = 512;
+  m.head_size = 262144;
+  m.layout = KvLayoutKind::kMla;
+  EXPECT_EQ(m.BlockBytes(), kGiB);
+  EXPECT_TRUE(m.Validate().ok()) << Message(m.Validate());
+  m.head_size = 262144 + 1;
+  EXPECT_NE(Message(m.Validate()).find("larger than 1 GiB"), std::string::npos);
+  m.head_size = 262144;
+  m.layout = KvLayoutKind::kVllmNhd;
+  EXPECT_NE(Message(m.Validate()).find("larger than 1 GiB"), std::string::npos);
+}
+
 TEST(RuntimeOptionsTest, ValidateChecksTheTierList) {
   EXPECT_TRUE(ValidRuntime().Validate().ok());
   RuntimeOptions r = ValidRuntime();

@@ -181,5 +181,27 @@ TEST(ConfigOverrideTest, FileErrorsKeepFileLocationsWhenOverridesAreFine) {
             "f.yaml:1:41: tiers.h.capacity is 0; expected a capacity of at least 1 byte");
 }
 
+// Errors across fields of the model, or between the model and a tier, name
+// the override of the model's size rather than the file.
+TEST(ConfigOverrideTest, ModelSizeOverridesAreBlamedForWhatTheyBreak) {
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"model.block_tokens=16777216"}),
+            "--set model.block_tokens=16777216: model: model block is larger than 1 GiB (layers "
+            "* planes (2, or 1 for mla) * block_tokens * kv_heads * head_size * dtype bytes); "
+            "expected a block of at most 1 GiB");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"model.layers=8193"}),
+            "--set model.layers=8193: tiers.host.capacity 268435456 bytes is below one block of "
+            "the model (268468224 bytes); expected a capacity of at least one block");
+  // An override of the capacity itself, or of a field the size does not
+  // depend on, leaves the blame where it was.
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"model.layers=8193", "tiers.host.capacity=1MiB"})
+                .rfind("--set tiers.host.capacity=1MiB: tiers.host.capacity 1048576 bytes", 0),
+            0u);
+  Result<KvtierConfig> r = ParseConfig("tiers: [{name: h, type: host, capacity: 1KiB}]\n", "f.yaml",
+                                       std::vector<std::string>{"model.id=x"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("f.yaml:1:41: tiers.h.capacity 1024 bytes", 0), 0u)
+      << r.status().message();
+}
+
 }  // namespace
 }  // namespace kvtier

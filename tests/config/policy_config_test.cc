@@ -134,6 +134,44 @@ TEST(PolicyConfigTest, EveryPolicyOfTheLibraryIsAccepted) {
   }
 }
 
+// The aging period's limit depends on four values; the error points at the
+// one an override changed, else at the period in the file.
+TEST(PolicyConfigTest, SketchAgingLimitBlamesTheOverrideThatBrokeIt) {
+  const std::string tail =
+      " is longer than 16384 (sketch_width x frequency_threshold / 4) for frequency admission: "
+      "counters would fill until blocks never seen pass; expected at most 16384, or 0 for 16384";
+  Result<KvtierConfig> r = LoadConfigFile(
+      Example("policies.yaml"), std::vector<std::string>{"tiers.ssd.policy.frequency_threshold=1"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "--set tiers.ssd.policy.frequency_threshold=1: tiers.ssd.policy.sketch_aging_period "
+            "32768" +
+                tail);
+  r = LoadConfigFile(Example("policies.yaml"),
+                     std::vector<std::string>{"tiers.ssd.policy.sketch_width=32768"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("--set tiers.ssd.policy.sketch_width=32768: ", 0), 0u)
+      << r.status().message();
+
+  const std::string yaml =
+      "tiers: [{name: h, type: host, capacity: 1GiB, admission: [always],\n"
+      "         policy: {frequency_threshold: 1, sketch_aging_period: 20000}}]\n";
+  r = ParseConfig(yaml, "t", std::vector<std::string>{"tiers.h.admission=[frequency]"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "--set tiers.h.admission=[frequency]: tiers.h.policy.sketch_aging_period 20000" + tail);
+  // No override: the period in the file.
+  r = ParseConfig(yaml, "t", std::vector<std::string>{"tiers.h.admission=[always]"});
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  r = ParseConfig(
+      "tiers: [{name: h, type: host, capacity: 1GiB, admission: [frequency],\n"
+      "         policy: {sketch_width: 65536, frequency_threshold: 1,\n"
+      "                  sketch_aging_period: 20000}}]\n",
+      "t");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "t:3:40: tiers.h.policy.sketch_aging_period 20000" + tail);
+}
+
 TEST(PolicyConfigTest, TierOptionsValidateThePolicyFields) {
   TierOptions t;
   t.name = "ssd";

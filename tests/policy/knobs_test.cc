@@ -106,9 +106,9 @@ TEST(PolicyKnobsTest, ConfigRefusesZeroMinSamplesAndLongAging) {
        "from 1 to 4294967295"},
       {"{sketch_aging_period: 1048576}", ""},  // no frequency admission: any period
       {"{sketch_aging_period: 1048576}, admission: [frequency]",
-       "t:1:9: tier 'h': policy sketch_aging_period 1048576 is longer than 32768 (sketch_width "
-       "x frequency_threshold / 4): counters would fill until blocks never seen pass; expected "
-       "at most 32768, or 0 for 32768"},
+       "t:1:77: tiers.h.policy.sketch_aging_period 1048576 is longer than 32768 (sketch_width "
+       "x frequency_threshold / 4) for frequency admission: counters would fill until blocks "
+       "never seen pass; expected at most 32768, or 0 for 32768"},
       {"{reuse_min_samples: 1, sketch_aging_period: 0}", ""},
   };
   for (const Case& c : cases) {
