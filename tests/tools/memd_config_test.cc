@@ -1,15 +1,13 @@
 // kvtier-memd's YAML file (tools/memd/memd_config.h): every error names the
-// file, and where a value is at fault its line and column; and the binary
-// refuses what it cannot use with exit code 2 before it maps its pool.
+// file, and where a value is at fault its line and column. (The binary's
+// command line is in memd_cli_test.cc.)
 #include "tools/memd/memd_config.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace kvtier::memd_tool {
 namespace {
@@ -39,18 +37,6 @@ class MemdConfig : public ::testing::Test {
     if (s.ok()) return "";
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     return std::string(s.message());
-  }
-  // Runs the kvtier-memd binary (bounded by 20 s); its exit code and stderr.
-  int Memd(const std::string& args, std::string* err) {
-    const std::string out = dir_ + "/memd.err";
-    const std::string cmd = std::string("timeout 20 ") + KVTIER_MEMD_PATH + " " + args + " 2>" +
-                            out + " >/dev/null </dev/null";
-    const int status = std::system(cmd.c_str());
-    std::ifstream in(out);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    *err = ss.str();
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
   std::string dir_;
@@ -142,59 +128,6 @@ TEST_F(MemdConfig, BadValuesNameTheirPlace) {
             f + "1:18: max_connections is 65537; expected 1 to 65536");
   EXPECT_EQ(Error("hugepages: maybe\n").rfind(f + "1:12: ", 0), 0u);
   EXPECT_EQ(Error("listne: x\n").rfind(f + "1:1: unknown key 'listne'", 0), 0u);
-}
-
-// The binary: exit 2 with the reason, before anything is started.
-TEST_F(MemdConfig, BinaryRefusesBadInputWithExitCode2) {
-  const std::string secret = Write("secret", "s3cret\n");
-  std::string err;
-  EXPECT_EQ(Memd("--config " + dir_ + " --secret-file " + secret, &err), 2) << err;
-  EXPECT_EQ(err, "kvtier-memd: " + dir_ + ": cannot read config file: Is a directory\n");
-  EXPECT_EQ(Memd("--secret-file " + dir_, &err), 2) << err;
-  EXPECT_EQ(err, "kvtier-memd: cannot read secret file '" + dir_ + "': Is a directory\n");
-  EXPECT_EQ(
-      Memd("--config " + Write("w.yaml", "watermarks: 0.9\n") + " --secret-file " + secret, &err),
-      2)
-      << err;
-  EXPECT_NE(err.find("w.yaml:1:13: watermarks is '0.9'"), std::string::npos) << err;
-  // Not host:port: refused before the pool is mapped (a 1 GiB pool here
-  // would otherwise be mapped first and the bind fail with exit 1).
-  EXPECT_EQ(Memd("--listen nonsense --pool-size 1GiB --secret-file " + secret, &err), 2) << err;
-  EXPECT_EQ(err, "kvtier-memd: listen: endpoint 'nonsense' is not host:port\n");
-  EXPECT_EQ(Memd("--listen 127.0.0.1:70000 --secret-file " + secret, &err), 2) << err;
-  EXPECT_NE(err.find("has a bad port"), std::string::npos) << err;
-  // --lease-ms 0 is refused as the file's lease_ms: 0 is not "unset".
-  EXPECT_EQ(Memd("--lease-ms 0 --listen nonsense --secret-file " + secret, &err), 2) << err;
-  EXPECT_EQ(err, "kvtier-memd: lease_ms is 0; expected 1 to 60000\n");
-  EXPECT_EQ(Memd("--config " + Write("c.yaml", "max_connections: 100000\n") +
-                     " --listen 127.0.0.1:0 --secret-file " + secret,
-                 &err),
-            2)
-      << err;
-  EXPECT_NE(err.find("max_connections is 100000; expected 1 to 65536"), std::string::npos) << err;
-}
-
-// A --port-file that cannot be written stops the server with exit 1 and
-// the reason: whoever waits for that file would otherwise wait for good.
-TEST_F(MemdConfig, BinaryStopsWhenThePortFileCannotBeWritten) {
-  const std::string args =
-      "--listen 127.0.0.1:0 --pool-size 1MiB --slot-size 64KiB "
-      "--no-hugepages --secret-file " +
-      Write("secret", "s3cret\n") + " --port-file ";
-  std::string err;
-  EXPECT_EQ(Memd(args + dir_ + "/missing/port", &err), 1) << err;
-  EXPECT_NE(err.find("kvtier-memd: --port-file: cannot create '" + dir_ +
-                     "/missing/port.tmp': No such file or directory\n"),
-            std::string::npos)
-      << err;
-  // A directory in the way: the rename fails, and the temporary is gone.
-  std::filesystem::create_directories(dir_ + "/taken/inside");
-  EXPECT_EQ(Memd(args + dir_ + "/taken", &err), 1) << err;
-  EXPECT_NE(err.find("kvtier-memd: --port-file: cannot rename '" + dir_ + "/taken.tmp' to '" +
-                     dir_ + "/taken': Is a directory\n"),
-            std::string::npos)
-      << err;
-  EXPECT_FALSE(std::filesystem::exists(dir_ + "/taken.tmp"));
 }
 
 }  // namespace
