@@ -15,25 +15,16 @@
 #include <vector>
 
 #include "tests/support/child_process.h"
+#include "tests/support/scratch_dir.h"
 
 namespace kvtier::memd_tool {
 namespace {
 
 class MemdCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kvtier_memd_cli_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    secret_ = Write("secret", "s3cret\n");
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  void SetUp() override { secret_ = Write("secret", "s3cret\n"); }
   std::string Write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ + "/" + name) << text;
-    return dir_ + "/" + name;
+    return scratch_.Write(name, text);
   }
   // Runs the kvtier-memd binary (bounded by 20 s); its exit code and stderr.
   int Memd(const std::string& args, std::string* err) {
@@ -83,7 +74,8 @@ class MemdCli : public ::testing::Test {
     return -1;
   }
 
-  std::string dir_;
+  testing::ScratchDir scratch_{"kvtier_memd_cli_"};
+  const std::string dir_ = scratch_.path();
   std::string secret_;
 };
 

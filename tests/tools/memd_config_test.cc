@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/scratch_dir.h"
+
 namespace kvtier::memd_tool {
 namespace {
 
@@ -16,18 +18,8 @@ using internal::memd::MemdServerOptions;
 
 class MemdConfig : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kvtier_memd_config_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
   std::string Write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ + "/" + name) << text;
-    return dir_ + "/" + name;
+    return scratch_.Write(name, text);
   }
   // Loads `text` from m.yaml; the message of the error, or "" when it loads.
   std::string Error(const std::string& text) {
@@ -39,7 +31,8 @@ class MemdConfig : public ::testing::Test {
     return std::string(s.message());
   }
 
-  std::string dir_;
+  testing::ScratchDir scratch_{"kvtier_memd_config_"};
+  const std::string dir_ = scratch_.path();
 };
 
 TEST_F(MemdConfig, ReadsEveryKey) {
