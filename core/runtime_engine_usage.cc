@@ -4,7 +4,6 @@
 // GpuWatermark's (policy/watermark.cc); this file only feeds it what the
 // index knows about each request.
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <unordered_map>
 
@@ -71,10 +70,8 @@ std::vector<PreemptionVictim> RuntimeImpl::ProposePreemption(uint32_t blocks_to_
   // Blocks to free so that the watermark's share of the pool is free again.
   uint64_t target = blocks_to_free;
   if (engine_total_ != 0) {
-    const double keep = std::ceil(gpu_.watermark() * double(engine_total_));
-    if (keep > double(engine_free_)) {
-      target = std::max<uint64_t>(target, uint64_t(keep) - engine_free_);
-    }
+    const uint64_t keep = gpu_.KeepBlocks(engine_total_);
+    if (keep > engine_free_) target = std::max<uint64_t>(target, keep - engine_free_);
   }
   if (target == 0) return {};
 

@@ -1,6 +1,7 @@
 // Prefill FLOPs of the model presets and the GPU watermark / preemption
 // proposals.
 #include <algorithm>
+#include <cmath>
 
 #include "kvtier/policy.h"
 
@@ -13,10 +14,17 @@ double ModelCost::PrefixFlops(uint64_t tokens) const {
   return double(layers) * (24.0 * l * d * d + 4.0 * l * l * d);
 }
 
+uint64_t GpuWatermark::KeepBlocks(uint32_t total_blocks) const {
+  const double exact = watermark_ * double(total_blocks);
+  const double nearest = std::round(exact);
+  if (std::abs(exact - nearest) <= 1e-9 * std::max(1.0, exact)) return uint64_t(nearest);
+  return uint64_t(std::ceil(exact));
+}
+
 bool GpuWatermark::ShouldAdmit(uint32_t blocks_needed) const {
   if (total_ == 0) return true;  // nothing reported yet
   if (blocks_needed > free_) return false;
-  return double(free_ - blocks_needed) >= watermark_ * double(total_);
+  return free_ - blocks_needed >= KeepBlocks(total_);
 }
 
 std::vector<PreemptionProposal> GpuWatermark::Propose(std::span<const RunningRequest> running,

@@ -241,7 +241,12 @@ class KVTIER_EXPORT GpuWatermark {
     free_ = free_blocks;
     total_ = total_blocks;
   }
-  // True when a new request needing `blocks_needed` leaves the watermark free.
+  // Blocks the watermark keeps free in a pool of `total_blocks`: the
+  // watermark's share rounded up, except that a share within floating-point
+  // error of a whole number is that number (0.07 of 100 is 7, not 8).
+  uint64_t KeepBlocks(uint32_t total_blocks) const;
+  // True when a new request needing `blocks_needed` leaves at least
+  // KeepBlocks of the last reported pool free.
   bool ShouldAdmit(uint32_t blocks_needed) const;
   // Victims, cheapest to restore first, until `blocks_needed` are freed
   // (all of `running` if that is not enough).

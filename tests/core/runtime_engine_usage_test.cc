@@ -123,6 +123,19 @@ TEST_F(EngineUsageTest, AdmissionWithWatermarkOn) {
   EXPECT_FALSE(rt_->ShouldAdmitNewRequest(1));
 }
 
+// A pool exactly at the watermark is at it, not below it, even where the
+// share times the pool is not exact in binary (0.07 * 100 = 7.000...01).
+TEST_F(EngineUsageTest, PoolExactlyAtTheWatermarkIsNotBelowIt) {
+  Open(0.07);
+  ASSERT_TRUE(rt_->TrackRequest(1, kTestNs, ChainKeys({1, 2, 3}), 3).ok());
+  ASSERT_TRUE(rt_->ReportEngineUsage(7, 100).ok());
+  EXPECT_TRUE(rt_->ShouldAdmitNewRequest(0));
+  EXPECT_FALSE(rt_->ShouldAdmitNewRequest(1));
+  EXPECT_TRUE(rt_->ProposePreemption(0).empty());
+  ASSERT_TRUE(rt_->ReportEngineUsage(6, 100).ok());
+  EXPECT_EQ(Ids(rt_->ProposePreemption(0)), std::vector<uint64_t>{1});
+}
+
 TEST_F(EngineUsageTest, ProposalsAreCheapestToRestoreFirstAndCoverTheTarget) {
   Open(0.01);
   auto a = ChainKeys({1, 2, 3, 4});      // nothing saved: 4 blocks to save

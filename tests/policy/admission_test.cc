@@ -201,6 +201,23 @@ TEST(AdmissionTest, ChainNeedsEveryPolicy) {
   EXPECT_TRUE(chain->Admit(Block(5), {}));
 }
 
+// The share is rounded up, but a product within floating-point error of a
+// whole number is that number: 0.07, 0.14, 0.28, 0.55 and 0.56 of 100 all
+// overshoot their whole number as doubles.
+TEST(GpuWatermarkTest, KeepsTheExactShareOfThePool) {
+  for (int percent : {7, 14, 28, 55, 56, 10, 1}) {
+    GpuWatermark wm(percent / 100.0, 1e15);
+    EXPECT_EQ(wm.KeepBlocks(100), uint64_t(percent)) << percent;
+    wm.Report(uint32_t(percent) + 5, 100);
+    EXPECT_TRUE(wm.ShouldAdmit(5)) << percent;
+    EXPECT_FALSE(wm.ShouldAdmit(6)) << percent;
+  }
+  EXPECT_EQ(GpuWatermark(0.1, 1e15).KeepBlocks(64), 7u);   // 6.4 rounds up
+  EXPECT_EQ(GpuWatermark(0.01, 1e15).KeepBlocks(64), 1u);  // 0.64 rounds up
+  EXPECT_EQ(GpuWatermark(0, 1e15).KeepBlocks(4096), 0u);
+  EXPECT_EQ(GpuWatermark(0.5, 1e15).KeepBlocks(UINT32_MAX), 2147483648u);
+}
+
 TEST(GpuWatermarkTest, HoldsBackAdmissionAndProposesCheapestVictims) {
   GpuWatermark wm(0.1, 1e15);
   EXPECT_TRUE(wm.ShouldAdmit(1000));  // nothing reported yet
