@@ -237,7 +237,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     // Under the lock, so a waiter cannot miss it between its check and wait.
     moves_done_.notify_all();
   }
-  if (!removals.empty()) RunRemoves(tier, removals);
+  if (!removals.empty()) (void)RunRemoves(tier, removals);  // failures are retried
   return dropped;
 }
 

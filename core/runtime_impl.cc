@@ -330,6 +330,9 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
+  std::vector<NsKey> lower_keys;
+  lower_keys.reserve(keys.size());
+  for (const BlockKey& key : keys) lower_keys.push_back({ns, key});
   {
     std::lock_guard lock(mu_);
     std::unordered_map<IndexEntry*, uint32_t> removing;  // entry -> children also removed
@@ -370,21 +373,20 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
         it = removing.erase(it);
       }
     }
+    // Every lower tier is asked for every key, indexed there or not: a
+    // persistent tier may hold copies this run has not adopted (saved before
+    // a restart, or behind a newer hub copy). Listed as pending removes as
+    // the entries go: no write of a key there while its Remove runs, no
+    // lookup adopts it back, and the mover retries a failed one.
+    for (size_t t = 1; t < tier_count(); ++t) {
+      for (const NsKey& k : lower_keys) (void)QueueRemoveLocked(t, k, /*running=*/true);
+    }
     ++removes_running_;
   }
-  // Every lower tier is asked for every key, indexed there or not: a
-  // persistent tier may hold copies this run has not adopted (saved before a
-  // restart, or hidden behind a newer copy in the hub), which a later lookup
-  // would otherwise adopt again.
   Status result;
   for (size_t t = 1; t < tier_count(); ++t) {
-    Tier& tier = *lower_[t - 1];
-    const size_t batch = BatchLimit(tier);
-    for (size_t from = 0; from < keys.size(); from += batch) {
-      Status st = tier.Remove(ns, keys.subspan(from, std::min(batch, keys.size() - from))).Wait();
-      if (!st.ok() && result.ok())
-        result = st.WithContext("remove from tier '" + tier.name() + "'");
-    }
+    Status st = RunRemoves(t, lower_keys);
+    if (!st.ok() && result.ok()) result = std::move(st);
   }
   std::lock_guard lock(mu_);
   --removes_running_;

@@ -188,9 +188,10 @@ class RuntimeImpl final : public Runtime {
   // is full (the key is then not tracked). REQUIRES: mu_ held.
   bool QueueRemoveLocked(size_t tier, const NsKey& k, bool running);
   // Removes `keys` from lower tier `tier` and waits; keys whose Remove failed
-  // stay queued for a retry, the others leave the list. REQUIRES: each key
-  // was queued as running.
-  void RunRemoves(size_t tier, const std::vector<NsKey>& keys);
+  // stay queued for a retry, the others leave the list. Returns the first
+  // failure (NotFound is none: the copy is gone). REQUIRES: each key was
+  // queued as running, or the list was full.
+  Status RunRemoves(size_t tier, const std::vector<NsKey>& keys);
   // Settles a finished Remove of `keys` from `tier`. REQUIRES: mu_ held.
   void SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,
                            const Completion& c);

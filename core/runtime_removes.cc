@@ -3,6 +3,7 @@
 // retried by each mover pass until the tier answers, so a tier that frees
 // room only on a successful remove does not lose that room for good.
 #include <map>
+#include <string>
 
 #include "core/runtime_impl.h"
 
@@ -20,8 +21,9 @@ bool RuntimeImpl::QueueRemoveLocked(size_t tier, const NsKey& k, bool running) {
   return true;
 }
 
-void RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
+Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
   Tier& t = *lower_[tier - 1];
+  Status first_failure;
   std::map<uint64_t, std::vector<BlockKey>> by_ns;
   for (const NsKey& k : keys) by_ns[k.ns.value].push_back(k.key);
   const size_t batch = BatchLimit(t);
@@ -31,10 +33,18 @@ void RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
           std::span(all).subspan(from, std::min(batch, all.size() - from));
       Completion c = t.Remove(NamespaceId{ns}, part);
       (void)c.Wait();
+      for (size_t k = 0; k < part.size() && first_failure.ok(); ++k) {
+        const Status st = c.result(k);
+        if (!st.ok() && st.code() != StatusCode::kNotFound) {
+          first_failure = st.WithContext("remove of block " + ToHex(part[k]) + " from tier '" +
+                                         t.name() + "' (retried by the mover)");
+        }
+      }
       std::lock_guard lock(mu_);
       SettleRemovesLocked(tier, NamespaceId{ns}, part, c);
     }
   }
+  return first_failure;
 }
 
 void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,
@@ -65,7 +75,7 @@ void RuntimeImpl::RetryPendingRemoves() {
     }
   }
   for (size_t t = 1; t < tier_count(); ++t) {
-    if (!retry[t].empty()) RunRemoves(t, retry[t]);
+    if (!retry[t].empty()) (void)RunRemoves(t, retry[t]);
   }
 }
 

@@ -190,5 +190,32 @@ TEST_F(RuntimeDemoteFaultTest, AKeyWrittenAgainIsNotRemovedByTheRetry) {
   EXPECT_TRUE(sim_->Holds(8, keys_[3]));
 }
 
+// A public Remove whose removes in tier 1 (with a local index) fail: it
+// reports the failure, the copies left there are not adopted back by a
+// lookup, and the next mover pass retries the removes until they are gone.
+TEST_F(RuntimeDemoteFaultTest, FailedRemovesOfARemoveCallAreRetriedAndNotAdopted) {
+  FaultOptions f;
+  f.fail_removes = 3;
+  f.error = StatusCode::kUnavailable;
+  f.local_index = true;
+  Open(f, 32, {.high = 0.9, .low = 0.8}, /*with_tier2=*/false);
+  keys_ = ChainKeys({1, 2, 3, 4});
+  sim_->Prefill(keys_, 0);
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  ASSERT_EQ(rt_->Lookup(kTestNs, keys_)->tier, (std::vector<uint8_t>{0, 1, 1, 1}));
+
+  const Status removed = rt_->Remove(kTestNs, keys_);
+  EXPECT_EQ(removed.code(), StatusCode::kUnavailable) << removed.ToString();
+  ASSERT_GT(rt_->Stats().tiers[1].blocks, 0u) << "the removes were meant to fail";
+  const std::vector<BlockKey> tail(keys_.begin() + 1, keys_.end());  // what tier 1 holds
+  EXPECT_EQ(rt_->Lookup(kTestNs, tail)->hit_blocks, 0u) << "removed blocks adopted back";
+
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  EXPECT_EQ(rt_->Stats().tiers[1].blocks, 0u) << "the failed removes were not retried";
+  EXPECT_EQ(rt_->Lookup(kTestNs, tail)->hit_blocks, 0u);
+  EXPECT_EQ(rt_->Stats().adopted_blocks, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier::testing
