@@ -54,6 +54,12 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < n; ++i) {
       if (!results[i].ok()) continue;
+      // A pinned entry keeps the hub copy it was found with or given; checked
+      // all the same: the slot of an entry not ready in the hub is not its.
+      if (entries[i]->state != EntryState::kReady || !entries[i]->In(0)) {
+        results[i] = Status::NotFound("load: block " + ToHex(keys[i]) + " is not stored");
+        continue;
+      }
       copies.push_back({blocks[i], arena_->Slot(entries[i]->host_slot)});
       copy_item.push_back(i);
     }
@@ -210,6 +216,15 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
   for (size_t j = 0; j < items.size(); ++j) {
     size_t i = items[j];
     IndexEntry* e = entries[i];
+    if (e->state != EntryState::kReady) {
+      // Its copy was found lost meanwhile and a save is filling it again:
+      // the slot being filled is the save's, and the save decides the bytes.
+      results[i] = Status::NotFound("load: block " + ToHex(e->id.key) +
+                                    " lost its copy while being read; it is being saved again");
+      arena_->Free(staged[i]);
+      staged[i] = kNoSlot;
+      continue;
+    }
     Status st = c.result(j);
     // Counted here only when found here: the tier counts those it reports.
     if (st.ok() && c.bytes(j) != e->bytes) {

@@ -14,13 +14,15 @@ namespace {
 constexpr std::chrono::seconds kSaveRoomWait(1);
 
 // Whether a save must copy the block: no entry, or one kept only so that its
-// stored children stay chained (a link: no copy in any tier, not being
-// filled, moved or used), which the save gives a copy again. Another save's
-// hold (IndexEntry::save_holds) is no use of the copy: a block held while
-// its copy was found lost still gets it back.
+// stored children stay chained or because something still holds it (a link:
+// no copy in any tier, not being filled or moved), which the save gives a
+// copy again. Its pins do not stop that: with no copy, a lookup's or a
+// load's pin uses none (a load copies and installs only into kReady
+// entries), and another save's hold (IndexEntry::save_holds) is only for
+// the chain. A block whose copy was found lost under a PinnedPrefix gets it
+// back from the engine's next save.
 bool NeedsCopy(const IndexEntry* e) {
-  return e == nullptr || (e->locations == 0 && e->state == EntryState::kReady &&
-                          e->pins == e->save_holds && !e->moving);
+  return e == nullptr || (e->locations == 0 && e->state == EntryState::kReady && !e->moving);
 }
 
 }  // namespace
@@ -249,6 +251,9 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
     }
     if (link) {
       e->state = EntryState::kFilling;  // a link kept for its children gets its copy back
+      // The new bytes may differ from the lost copy's: its checksum must not
+      // be written (and checked) with them.
+      e->checksum.reset();
     } else {
       e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes);
     }

@@ -38,7 +38,10 @@ struct TierStats {
   uint64_t blocks_written = 0;
   uint64_t evicted_blocks = 0;   // dropped from this tier by the mover
   uint64_t demoted_blocks = 0;   // copied from this tier to the next one
-  uint64_t rejected_blocks = 0;  // not admitted
+  // Blocks the mover chose to take out of this tier but had to keep: in use,
+  // or with no copy in another tier while a child hangs off them (or a save
+  // is about to hang one). Admission refusals are admission_rejected_blocks.
+  uint64_t rejected_blocks = 0;
   uint64_t errors = 0;           // failed reads or writes (not misses)
   uint64_t corruptions = 0;      // header or checksum mismatches
   // Blocks this tier's admission policies accepted / refused. For the hub,
@@ -239,8 +242,11 @@ class KVTIER_EXPORT Runtime {
   // first. Each block ends OK, NotFound, DeadlineExceeded (not done within
   // `timeout`; nanoseconds::max() = no deadline) or another error; the
   // engine recomputes the failures. The
-  // timeout bounds the waits for hub room and for reads from lower tiers;
-  // the copy into engine pages, once issued, is waited for until the device
+  // timeout bounds the waits for hub room and for reads from lower tiers,
+  // with one exception: making hub room may run a whole eviction batch on
+  // the worker thread running the load (demotions, with the room they need
+  // in the tiers below), which, once begun, finishes past the deadline.
+  // The copy into engine pages, once issued, is waited for until the device
   // ends it, since a copy abandoned in flight could still land in pages the
   // engine has given to another request. Wait for the Completion before
   // reusing engine_blocks.
@@ -259,6 +265,9 @@ class KVTIER_EXPORT Runtime {
   // Drops keys from every tier. Keys not stored are ignored. A key with
   // stored children is refused (InvalidArgument) unless they are removed in
   // the same call, so no stored block is left behind an absent parent.
+  // Busy if a key is in use (pinned, being saved or moved). The keys leave
+  // the index at once; an error names a lower tier that could not drop a
+  // copy yet: the mover retries it, and no lookup finds the key meanwhile.
   virtual Status Remove(NamespaceId ns, std::span<const BlockKey> keys) = 0;
 
   // ---- GPU pool usage, admission and preemption -----------------------------

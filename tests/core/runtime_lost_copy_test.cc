@@ -153,6 +153,32 @@ TEST_F(RuntimeLostCopyTest, BlocksThatLostTheirCopyUnderAPinLeaveWithThePin) {
   EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 0u);
 }
 
+// A PinnedPrefix holds K1..K4 while a load finds K2..K4 lost; the engine
+// computes them again and saves the chain with the pin still held. The save
+// must store them, not count them as stored already: the pin holds no copy.
+TEST_F(RuntimeLostCopyTest, ASaveGivesBlocksLostUnderAPinTheirCopiesBack) {
+  gate_->reads_miss = true;
+  auto pinned = rt_->LookupAndPin(kTestNs, keys_);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  Completion c = sim_->Load(keys_, 8);
+  for (size_t i = 1; i < keys_.size(); ++i)
+    ASSERT_EQ(c.result(i).code(), StatusCode::kNotFound) << i;
+  gate_->reads_miss = false;
+  sim_->Prefill(keys_, 20);
+  Completion saved = sim_->SaveFrom(keys_, 0, 20);
+  for (size_t i = 0; i < keys_.size(); ++i) EXPECT_TRUE(saved.result(i).ok()) << i;
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 4u) << "the save stored nothing";
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, keys_));
+  sim_->Scrub(0, 64);
+  Completion back = sim_->Load(keys_, 30);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(back.result(i).ok()) << i << ": " << back.result(i).ToString();
+    EXPECT_TRUE(sim_->Holds(30 + i, keys_[i])) << i;
+  }
+  *pinned = PinnedPrefix();  // lets go of the pin
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 4u) << "the pin's release dropped them";
+}
+
 // Save A hangs N off K4 (below the hub) and, with the hub full, waits at the
 // gate for room, holding K4. Meanwhile a load finds K4's last copy lost, and
 // save B stores the chain K1..K4, M. A's hold must not hide from B that K4
@@ -188,6 +214,32 @@ TEST_F(RuntimeLostCopyTest, ASaveHoldingABlockDoesNotHideItsLostCopyFromAnotherS
     EXPECT_TRUE(back.result(i).ok()) << i << ": " << back.result(i).ToString();
     EXPECT_TRUE(sim_->Holds(i, with_m[3 + i])) << i;
   }
+}
+
+// K2 loses its copy below the hub and stays, as a link, for K3 and K4. It
+// is saved again with other bytes and demoted: the new bytes must be checked
+// against their own checksum when read back, not against the lost copy's.
+TEST_F(RuntimeLostCopyTest, ABlockSavedAgainWithOtherBytesLoadsThemAfterDemotion) {
+  gate_->reads_miss = true;
+  Completion lost = sim_->Load(std::vector<BlockKey>{keys_[1]}, 40);
+  ASSERT_EQ(lost.result(0).code(), StatusCode::kNotFound) << lost.result(0).ToString();
+  gate_->reads_miss = false;
+  const auto other = ChainKeys({77});
+  sim_->Prefill(other, 20);  // bytes unlike K2's first copy
+  Completion again =
+      rt_->Save(kTestNs, keys_[0], std::vector<BlockKey>{keys_[1]}, std::vector<uint32_t>{20});
+  ASSERT_TRUE(again.Wait().ok()) << again.result(0).ToString();
+  ASSERT_EQ(rt_->Lookup(kTestNs, keys_)->tier, (std::vector<uint8_t>{0, 0, 1, 1}));
+  const auto x = ChainKeys({20, 21});
+  sim_->Prefill(x, 10);
+  ASSERT_TRUE(sim_->SaveFrom(x, 0, 10).status().ok());  // the hub: K1, K2, X1, X2, full
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  ASSERT_EQ(rt_->Lookup(kTestNs, keys_)->tier.at(1), 1) << "K2 was not demoted";
+  sim_->Scrub(0, 64);
+  Completion back = sim_->Load(std::vector<BlockKey>{keys_[1]}, 40);
+  EXPECT_TRUE(back.result(0).ok()) << back.result(0).ToString();
+  EXPECT_TRUE(sim_->Holds(40, other[0])) << "not the bytes saved last";
+  EXPECT_EQ(rt_->Stats().tiers[1].corruptions, 0u);
 }
 
 // Three tiers: hub (4 blocks), the gate tier 1 (8 blocks, marks 0.25 / 0.3)
