@@ -7,7 +7,9 @@
 //     refused (Busy) before anything of the batch is queued.
 //   - Every accepted request gets exactly one completion, on the engine's
 //     thread; a completion arrives within the request's deadline (plus
-//     scheduling), as DeadlineExceeded when the device did not answer.
+//     scheduling), as DeadlineExceeded when the device did not answer. The
+//     deadline counts from when the request is issued to the device; time
+//     spent queued behind other I/O has its own, longer bound.
 //   - A read or write completes OK only when every byte of its iovecs moved;
 //     anything less is an error naming the operation, offset and byte counts.
 #pragma once
@@ -43,7 +45,8 @@ struct IoRequest {
   // must stay valid until `done` runs. Empty for kFsync.
   std::vector<iovec> iov;
   uint64_t id = 0;  // echoed in the completion
-  // Runs once, on the engine's thread; must not block.
+  // Runs once, on the engine's thread; must not block. What it throws is
+  // dropped: the engine goes on with the other requests.
   std::function<void(const IoCompletion&)> done;
 
   uint64_t Bytes() const {
@@ -58,7 +61,8 @@ class IoEngine {
   virtual ~IoEngine() = default;
 
   // Queues all of `requests` or none: Busy when the queue lacks room,
-  // Unavailable after Shutdown(). On error no `done` is called.
+  // Unavailable after Shutdown(), ResourceExhausted when memory runs out.
+  // On error no `done` is called.
   // Thread-safe.
   virtual Status Submit(std::vector<IoRequest> requests) = 0;
 
@@ -85,15 +89,22 @@ class IoEngine {
 struct UringEngineOptions {
   uint32_t queue_depth = 64;   // requests in flight in the kernel at once
   uint32_t max_queued = 1024;  // accepted but not yet in flight; beyond: Busy
-  // Deadline of every request (IORING_OP_LINK_TIMEOUT); I/O the device has
-  // already started completes only when the device (or the kernel's block
-  // layer timeout) ends it.
+  // Deadline of every request, counted from its first issue to the ring
+  // (IORING_OP_LINK_TIMEOUT); resubmissions of a short or -EAGAIN request
+  // keep it. I/O the device has already started completes only when the
+  // device (or the kernel's block layer timeout) ends it. A request still
+  // queued because every queue_depth slot is busy fails with
+  // DeadlineExceeded ("never issued") after waiting
+  // (2 + k / queue_depth) * timeout_ms, k being the requests queued ahead of
+  // it at Submit: long enough that one the device serves in time never fails
+  // for having waited, yet no request waits unanswered for ever.
   uint32_t timeout_ms = 1000;
   uint32_t eagain_retries = 16;  // -EAGAIN is resubmitted this many times
 };
 
 // An io_uring engine with one owner thread. Short reads and writes are
-// resubmitted for the remainder within the same deadline.
+// resubmitted for the remainder within the same deadline. ResourceExhausted
+// when the thread cannot be started.
 Result<std::unique_ptr<IoEngine>> NewUringEngine(const UringEngineOptions& options);
 
 }  // namespace kvtier::internal

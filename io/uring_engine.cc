@@ -9,9 +9,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -36,6 +39,7 @@ std::string_view IoOpName(IoOp op) {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+using ThreadStarter = std::function<std::thread(std::function<void()> body)>;
 
 // user_data tags that are not request pointers (those are 8-byte aligned).
 constexpr uint64_t kWakeTag = 1;
@@ -46,9 +50,18 @@ struct Inflight {
   uint64_t expected = 0;
   uint64_t moved = 0;
   uint32_t eagain = 0;
-  SteadyClock::time_point deadline;
+  bool issued = false;
+  // Time the request may spend queued before the ring has room for it.
+  SteadyClock::time_point queue_deadline;
+  uint64_t queue_wait_ms = 0;
+  SteadyClock::time_point deadline;  // the device's, set when first issued
   __kernel_timespec ts{};
 };
+
+__kernel_timespec ToTimespec(SteadyClock::duration d) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  return {ns / 1000000000, ns % 1000000000};
+}
 
 std::string Where(const IoRequest& r) {
   return "io_uring " + std::string(IoOpName(r.op)) + " at offset " + std::to_string(r.offset);
@@ -67,9 +80,9 @@ void Advance(std::vector<iovec>& iov, uint64_t n) {
 
 class UringEngine final : public IoEngine {
  public:
-  UringEngine(const UringEngineOptions& o, Ring ring, int wake_fd)
+  UringEngine(const UringEngineOptions& o, Ring ring, int wake_fd, const ThreadStarter& start)
       : options_(o), ring_(std::move(ring)), wake_fd_(wake_fd) {
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = start ? start([this] { Loop(); }) : std::thread([this] { Loop(); });
   }
   ~UringEngine() override {
     Shutdown();
@@ -77,21 +90,40 @@ class UringEngine final : public IoEngine {
   }
 
   Status Submit(std::vector<IoRequest> requests) override {
+    // Everything is allocated before anything is queued; splice moves the
+    // nodes without allocating, so the batch is queued whole or not at all.
+    std::list<std::unique_ptr<Inflight>> batch;
+    try {
+      for (IoRequest& r : requests) {
+        auto f = std::make_unique<Inflight>();
+        f->expected = r.Bytes();
+        f->req = std::move(r);
+        batch.push_back(std::move(f));
+      }
+    } catch (const std::bad_alloc&) {
+      return Status::ResourceExhausted("io engine: out of memory queueing " +
+                                       std::to_string(requests.size()) + " requests");
+    }
     {
       std::lock_guard lock(mu_);
       if (stopping_) return Status::Unavailable("io engine is shut down");
-      if (queue_.size() + requests.size() > options_.max_queued) {
+      if (queue_.size() + batch.size() > options_.max_queued) {
         return Status::Busy("io engine queue is full (" + std::to_string(options_.max_queued) +
                             " requests)");
       }
-      const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options_.timeout_ms);
-      for (IoRequest& r : requests) {
-        auto* f = new Inflight;
-        f->expected = r.Bytes();
-        f->deadline = deadline;
-        f->req = std::move(r);
-        queue_.push_back(f);
+      // A request may wait while the requests ahead of it each take up to
+      // timeout_ms in the device: one round for those in flight, one per
+      // queue_depth queued ahead, plus one round of slack. Deadlines never
+      // decrease along the queue, so the loop checks only its front.
+      const auto now = SteadyClock::now();
+      size_t ahead = queue_.size();
+      for (auto& f : batch) {
+        f->queue_wait_ms = uint64_t{options_.timeout_ms} * (2 + ahead++ / options_.queue_depth);
+        last_queue_deadline_ =
+            std::max(last_queue_deadline_, now + std::chrono::milliseconds(f->queue_wait_ms));
+        f->queue_deadline = last_queue_deadline_;
       }
+      queue_.splice(queue_.end(), batch);
     }
     Wake();
     return Status::Ok();
@@ -201,27 +233,44 @@ class UringEngine final : public IoEngine {
 
   void Loop() {
     ArmWake();
-    std::vector<Inflight*> retry;
+    // Sized once: at most queue_depth requests are in flight, so the loop
+    // itself does not allocate.
+    std::vector<Inflight*> retry, batch;
+    retry.reserve(options_.queue_depth);
+    batch.reserve(options_.queue_depth);
+    std::list<std::unique_ptr<Inflight>> expired;
     for (;;) {
       bool stop;
-      std::vector<Inflight*> batch;
+      auto next_expiry = SteadyClock::time_point::max();
       {
         std::lock_guard lock(mu_);
         while (!queue_.empty() && in_flight_ + batch.size() < options_.queue_depth) {
-          batch.push_back(queue_.front());
+          batch.push_back(queue_.front().release());
           queue_.pop_front();
         }
+        const auto now = SteadyClock::now();
+        auto it = queue_.begin();
+        while (it != queue_.end() && (*it)->queue_deadline <= now) ++it;
+        expired.splice(expired.end(), queue_, queue_.begin(), it);
+        if (!queue_.empty()) next_expiry = queue_.front()->queue_deadline;
         stop = stopping_ && queue_.empty();
       }
+      for (auto& f : expired) {
+        ++in_flight_;
+        Status st = NeverIssued(*f);
+        Finish(f.release(), std::move(st));
+      }
+      expired.clear();
       for (Inflight* f : retry) Prep(f);
       retry.clear();
       for (Inflight* f : batch) {
         ++in_flight_;
         Prep(f);
       }
+      batch.clear();
       if (stop && in_flight_ == 0) break;
-      int rc = io_uring_submit_and_wait(ring_.get(), 1);
-      if (rc < 0 && rc != -EINTR && rc != -EBUSY) {
+      int rc = Wait(next_expiry);
+      if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -ETIME) {
         FailAll(FromErrno(-rc, "io_uring_submit_and_wait"));
         continue;
       }
@@ -229,18 +278,39 @@ class UringEngine final : public IoEngine {
     }
   }
 
+  // Submits and waits for a completion, or until `until` (when queued
+  // requests must be failed even though every slot holds I/O the kernel
+  // cannot cancel).
+  int Wait(SteadyClock::time_point until) {
+    if (until == SteadyClock::time_point::max()) return io_uring_submit_and_wait(ring_.get(), 1);
+    __kernel_timespec ts =
+        ToTimespec(std::max(until - SteadyClock::now(), SteadyClock::duration::zero()));
+    io_uring_cqe* cqe = nullptr;
+    return io_uring_submit_and_wait_timeout(ring_.get(), &cqe, 1, &ts, nullptr);
+  }
+
+  Status NeverIssued(const Inflight& f) const {
+    return Status::DeadlineExceeded(
+        Where(f.req) + ": never issued: waited " + std::to_string(f.queue_wait_ms) +
+        " ms while all " + std::to_string(options_.queue_depth) + " slots held earlier I/O");
+  }
+
   // Puts one request (and its linked timeout) into the ring, or completes it
-  // at once when its deadline has passed.
+  // at once when its deadline has passed. The deadline starts at the first
+  // issue and holds for resubmissions (short I/O, -EAGAIN).
   void Prep(Inflight* f) {
-    const auto left = f->deadline - SteadyClock::now();
+    const auto now = SteadyClock::now();
+    if (!f->issued) {
+      f->issued = true;
+      f->deadline = now + std::chrono::milliseconds(options_.timeout_ms);
+    }
+    const auto left = f->deadline - now;
     if (left <= SteadyClock::duration::zero()) {
       Finish(f, Status::DeadlineExceeded(Where(f->req) + ": no completion within " +
                                          std::to_string(options_.timeout_ms) + " ms"));
       return;
     }
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-    f->ts.tv_sec = ns / 1000000000;
-    f->ts.tv_nsec = ns % 1000000000;
+    f->ts = ToTimespec(left);
     io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
     if (sqe == nullptr) {
       io_uring_submit(ring_.get());
@@ -264,7 +334,9 @@ class UringEngine final : public IoEngine {
     io_uring_for_each_cqe(ring_.get(), head, cqe) {
       ++seen;
       const uint64_t tag = io_uring_cqe_get_data64(cqe);
-      if (tag == kTimeoutTag) continue;
+      // LIBURING_UDATA_TIMEOUT: the wait's own timeout on kernels without
+      // IORING_FEAT_EXT_ARG.
+      if (tag == kTimeoutTag || tag == LIBURING_UDATA_TIMEOUT) continue;
       if (tag == kWakeTag) {
         rearm_wake_ = true;
         continue;
@@ -310,23 +382,29 @@ class UringEngine final : public IoEngine {
     retry.push_back(f);
   }
 
+  // What `done` throws is dropped (the engine has no log sink): the request
+  // is complete either way, and the thread must go on serving the others.
   void Finish(Inflight* f, Status status) {
-    IoCompletion c{f->req.id, std::move(status), f->moved};
-    if (f->req.done) f->req.done(c);
-    delete f;
+    std::unique_ptr<Inflight> owned(f);
     --in_flight_;
+    IoCompletion c{f->req.id, std::move(status), f->moved};
+    if (!f->req.done) return;
+    try {
+      f->req.done(c);
+    } catch (...) {
+    }
   }
 
   // The ring itself failed: complete everything queued with the error.
   void FailAll(const Status& st) {
-    std::deque<Inflight*> q;
+    std::list<std::unique_ptr<Inflight>> q;
     {
       std::lock_guard lock(mu_);
       q.swap(queue_);
     }
-    for (Inflight* f : q) {
+    for (auto& f : q) {
       ++in_flight_;
-      Finish(f, st);
+      Finish(f.release(), st);
     }
   }
 
@@ -345,15 +423,18 @@ class UringEngine final : public IoEngine {
   std::atomic<uint64_t> fixed_ios_{0};
 
   std::mutex mu_;
-  std::deque<Inflight*> queue_;  // guarded by mu_
-  bool stopping_ = false;        // guarded by mu_
+  std::list<std::unique_ptr<Inflight>> queue_;   // guarded by mu_
+  SteadyClock::time_point last_queue_deadline_;  // guarded by mu_
+  bool stopping_ = false;                        // guarded by mu_
   std::once_flag join_once_;
   std::thread thread_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<IoEngine>> NewUringEngine(const UringEngineOptions& options) {
+// `start` null: a plain std::thread.
+Result<std::unique_ptr<IoEngine>> TEST_NewUringEngine(const UringEngineOptions& options,
+                                                      ThreadStarter start) {
   if (options.queue_depth == 0 || options.max_queued == 0 || options.timeout_ms == 0) {
     return Status::InvalidArgument("io engine: queue_depth, max_queued and timeout_ms must be > 0");
   }
@@ -362,7 +443,17 @@ Result<std::unique_ptr<IoEngine>> NewUringEngine(const UringEngineOptions& optio
   KVTIER_ASSIGN_OR_RETURN(Ring ring, Ring::Create(2 * options.queue_depth + 2));
   int fd = eventfd(0, EFD_CLOEXEC);
   if (fd < 0) return FromErrno(errno, "eventfd");
-  return std::unique_ptr<IoEngine>(new UringEngine(options, std::move(ring), fd));
+  try {
+    return std::unique_ptr<IoEngine>(new UringEngine(options, std::move(ring), fd, start));
+  } catch (const std::exception& e) {  // std::system_error from the thread, or bad_alloc
+    close(fd);
+    return Status::ResourceExhausted(std::string("io engine: could not start its thread: ") +
+                                     e.what());
+  }
+}
+
+Result<std::unique_ptr<IoEngine>> NewUringEngine(const UringEngineOptions& options) {
+  return TEST_NewUringEngine(options, nullptr);
 }
 
 }  // namespace kvtier::internal

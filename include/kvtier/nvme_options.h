@@ -12,10 +12,13 @@
 namespace kvtier {
 
 struct NvmeTierOptions {
-  // Deadline of every device I/O; a request the device has not answered by
-  // then fails with DeadlineExceeded (the block is reported per block). The
-  // kernel cancels I/O still queued; I/O the device has already started ends
-  // only when the device answers or the block layer's own timeout fires.
+  // Deadline of every device I/O, counted from when it is issued to the
+  // device; a request the device has not answered by then fails with
+  // DeadlineExceeded (the block is reported per block). The kernel cancels
+  // I/O still queued; I/O the device has already started ends only when the
+  // device answers or the block layer's own timeout fires. A request waiting
+  // for one of the queue_depth slots fails ("never issued") only after
+  // (2 + k / queue_depth) times this, k being the requests ahead of it.
   uint32_t io_timeout_ms = 1000;
   // Requests in flight in the kernel at once (the io_uring queue depth).
   uint32_t queue_depth = 64;

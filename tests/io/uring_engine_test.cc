@@ -8,35 +8,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <string>
 #include <vector>
 
 #include "io/io_engine.h"
+#include "tests/io/uring_test_util.h"
 #include "tests/support/time_scale.h"
 
 namespace kvtier::internal {
 namespace {
-
-struct Scratch {
-  Scratch() {
-    std::string p = std::string(KVTIER_BINARY_DIR) + "/uring-test-XXXXXX";
-    fd = mkstemp(p.data());
-    path = p;
-  }
-  ~Scratch() {
-    close(fd);
-    unlink(path.c_str());
-  }
-  int fd = -1;
-  std::string path;
-};
-
-std::unique_ptr<IoEngine> MakeEngine(UringEngineOptions o = {}) {
-  auto e = NewUringEngine(o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
-}
 
 // Submits one request and waits for its completion record.
 IoCompletion RunOne(IoEngine& e, IoOp op, int fd, uint64_t offset, std::vector<iovec> iov,
@@ -55,7 +37,7 @@ IoCompletion RunOne(IoEngine& e, IoOp op, int fd, uint64_t offset, std::vector<i
 TEST(UringEngine, WritesAndReadsBackWithTheRequestId) {
   auto e = MakeEngine();
   ASSERT_TRUE(e);
-  Scratch f;
+  ScratchFile f;
   std::vector<char> a(10000, 'a'), b(5000, 'b'), back(15000);
   IoCompletion w =
       RunOne(*e, IoOp::kWrite, f.fd, 4096, {{a.data(), a.size()}, {b.data(), b.size()}}, 42);
@@ -75,7 +57,7 @@ TEST(UringEngine, WritesAndReadsBackWithTheRequestId) {
 TEST(UringEngine, ReadPastEndOfFileIsAShortReadError) {
   auto e = MakeEngine();
   ASSERT_TRUE(e);
-  Scratch f;
+  ScratchFile f;
   std::vector<char> data(6000, 'x'), back(8192);
   ASSERT_EQ(pwrite(f.fd, data.data(), data.size(), 0), 6000);
   IoCompletion r = RunOne(*e, IoOp::kRead, f.fd, 0, {{back.data(), back.size()}});
@@ -116,7 +98,7 @@ TEST(UringEngine, ShortPipeReadsAreResubmittedForTheRest) {
 TEST(UringEngine, ErrnoBecomesAStatusNamingTheOperation) {
   auto e = MakeEngine();
   ASSERT_TRUE(e);
-  Scratch f;
+  ScratchFile f;
   int wronly = open(f.path.c_str(), O_WRONLY);
   ASSERT_GE(wronly, 0);
   std::vector<char> back(4096);
@@ -142,10 +124,48 @@ TEST(UringEngine, StalledReadEndsAtTheDeadline) {
   close(p[1]);
 }
 
+IoRequest Read(int fd, uint64_t offset, iovec buf, uint64_t id,
+               std::function<void(const IoCompletion&)> done) {
+  return IoRequest{IoOp::kRead, fd, offset, {buf}, id, std::move(done)};
+}
+
+// The deadline counts device time, not time spent queued behind other I/O:
+// with one slot, B waits for A to time out and is then issued and served.
+TEST(UringEngine, QueuedRequestGetsItsFullDeadlineOnceIssued) {
+  auto e = MakeEngine({.queue_depth = 1, .timeout_ms = 100});
+  ASSERT_TRUE(e);
+  ScratchFile f;
+  std::string data(4096, 'q');
+  ASSERT_EQ(pwrite(f.fd, data.data(), data.size(), 0), 4096);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  std::vector<char> a(4096), b(4096);
+  std::promise<IoCompletion> done_a, done_b;
+  std::vector<IoRequest> reqs(2);
+  reqs[0] = Read(p[0], static_cast<uint64_t>(-1), {a.data(), 4096}, 1,
+                 [&](const IoCompletion& c) { done_a.set_value(c); });
+  reqs[1] = Read(f.fd, 0, {b.data(), 4096}, 2, [&](const IoCompletion& c) { done_b.set_value(c); });
+  ASSERT_TRUE(e->Submit(std::move(reqs)).ok());
+  auto fa = done_a.get_future();
+  auto fb = done_b.get_future();
+  ASSERT_EQ(fa.wait_for(kvtier::testing::Scaled(std::chrono::seconds(3))),
+            std::future_status::ready);
+  ASSERT_EQ(fb.wait_for(kvtier::testing::Scaled(std::chrono::seconds(3))),
+            std::future_status::ready);
+  EXPECT_EQ(fa.get().status.code(), StatusCode::kDeadlineExceeded);
+  IoCompletion cb = fb.get();
+  ASSERT_TRUE(cb.status.ok()) << cb.status.ToString();
+  EXPECT_EQ(cb.bytes, 4096u);
+  EXPECT_EQ(std::string(b.data(), b.size()), data);
+  e->Shutdown();
+  close(p[0]);
+  close(p[1]);
+}
+
 TEST(UringEngine, FullQueueIsBusyAndShutdownRefuses) {
   auto e = MakeEngine({.queue_depth = 1, .max_queued = 2});
   ASSERT_TRUE(e);
-  Scratch f;
+  ScratchFile f;
   std::vector<char> buf(4096);
   std::vector<IoRequest> three(3);
   for (auto& r : three) r = IoRequest{IoOp::kWrite, f.fd, 0, {{buf.data(), 4096}}, 0, nullptr};
@@ -168,7 +188,7 @@ struct PageBuffer {
 TEST(UringEngine, RegisteredBuffersUseFixedOpsAndRoundTrip) {
   auto e = MakeEngine();
   ASSERT_TRUE(e);
-  Scratch f;
+  ScratchFile f;
   PageBuffer mem(64 * 1024), other(4096);
   const iovec range{mem.p, mem.bytes};
   EXPECT_EQ(e->RegisterBuffers(std::span(&range, 1)), 64u * 1024);
@@ -245,7 +265,7 @@ int RegisterOverTheLimit(int fd) {
 // memory still works as plain buffers. Runs in a child that lowers the limit
 // and, when root (whom the limit does not bind), becomes nobody.
 TEST(UringEngine, OverTheLockedMemoryLimitAPrefixIsRegisteredAndTheRestStaysPlain) {
-  Scratch f;
+  ScratchFile f;
   EXPECT_EXIT(_exit(RegisterOverTheLimit(f.fd)), ::testing::ExitedWithCode(0), "");
 }
 

@@ -1,0 +1,150 @@
+// The io_uring engine under failure: allocation failing inside Submit, a
+// completion callback that throws, and an owner thread that does not start.
+// Global operator new is replaced in this binary so a test can make the
+// n-th allocation of its own thread fail.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "io/io_engine.h"
+#include "tests/io/uring_test_util.h"
+#include "tests/support/time_scale.h"
+
+// The sanitizers bring their own operator new and check that frees match
+// allocations; under them the replacement (and its test) is left out.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KVTIER_REPLACED_NEW 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KVTIER_REPLACED_NEW 0
+#endif
+#endif
+#ifndef KVTIER_REPLACED_NEW
+#define KVTIER_REPLACED_NEW 1
+#endif
+
+namespace {
+// Allocations of this thread left before one fails; 0: none fails.
+thread_local int fail_in = 0;
+}  // namespace
+
+#if KVTIER_REPLACED_NEW
+void* operator new(std::size_t n) {
+  if (fail_in > 0 && --fail_in == 0) throw std::bad_alloc();
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#endif
+
+namespace kvtier::internal {
+namespace {
+
+IoRequest Write(int fd, uint64_t offset, iovec buf, uint64_t id,
+                std::function<void(const IoCompletion&)> done) {
+  return IoRequest{IoOp::kWrite, fd, offset, {buf}, id, std::move(done)};
+}
+
+int OpenFds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (readdir(d) != nullptr) ++n;
+  closedir(d);
+  return n;
+}
+
+// Failing any one allocation inside Submit queues nothing and runs no
+// `done`: the caller may then finish the requests itself.
+TEST(UringEngineFault, SubmitQueuesAllOrNoneWhenAllocationFails) {
+  if (!KVTIER_REPLACED_NEW) GTEST_SKIP() << "operator new is not replaced under a sanitizer";
+  ScratchFile f;
+  std::vector<char> buf(4096, 'w');
+  int refused = 0;
+  for (int k = 1; k <= 12; ++k) {
+    auto e = MakeEngine({.queue_depth = 4});
+    ASSERT_TRUE(e);
+    std::atomic<int> dones{0};
+    std::vector<IoRequest> reqs(3);
+    for (uint64_t i = 0; i < reqs.size(); ++i) {
+      reqs[i] = Write(f.fd, i * 4096, {buf.data(), 4096}, i,
+                      [&dones](const IoCompletion&) { dones.fetch_add(1); });
+    }
+    Status st;
+    bool threw = false;
+    fail_in = k;
+    try {
+      st = e->Submit(std::move(reqs));
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool hit = fail_in == 0;
+    fail_in = 0;
+    e->Shutdown();  // drains whatever was queued
+    EXPECT_FALSE(threw) << "allocation " << k;
+    if (hit) {
+      ++refused;
+      EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << k << ": " << st.ToString();
+      EXPECT_EQ(dones.load(), 0) << "allocation " << k << " failed, yet requests ran";
+    } else {
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      EXPECT_EQ(dones.load(), 3);
+    }
+  }
+  EXPECT_GT(refused, 0) << "no allocation inside Submit was failed";
+}
+
+// What a completion callback throws is caught on the engine's thread: the
+// next request still completes and Shutdown returns.
+TEST(UringEngineFault, CallbackThatThrowsDoesNotEndTheEngine) {
+  auto e = MakeEngine();
+  ASSERT_TRUE(e);
+  ScratchFile f;
+  std::vector<char> buf(4096, 'c');
+  std::promise<IoCompletion> last;
+  std::vector<IoRequest> reqs(3);
+  reqs[0] = Write(f.fd, 0, {buf.data(), 4096}, 1,
+                  [](const IoCompletion&) { throw std::runtime_error("boom"); });
+  reqs[1] = Write(f.fd, 4096, {buf.data(), 4096}, 2, [](const IoCompletion&) { throw 42; });
+  ASSERT_TRUE(e->Submit(std::move(reqs)).ok());
+  std::vector<IoRequest> next(1);
+  next[0] = Write(f.fd, 8192, {buf.data(), 4096}, 3,
+                  [&last](const IoCompletion& c) { last.set_value(c); });
+  ASSERT_TRUE(e->Submit(std::move(next)).ok());
+  auto fut = last.get_future();
+  ASSERT_EQ(fut.wait_for(kvtier::testing::Scaled(std::chrono::seconds(5))),
+            std::future_status::ready);
+  IoCompletion c = fut.get();
+  EXPECT_TRUE(c.status.ok()) << c.status.ToString();
+  EXPECT_EQ(c.id, 3u);
+  e->Shutdown();
+}
+
+// A thread the system refuses to start is an error from the factory, not an
+// exception, and leaves no file descriptor behind.
+TEST(UringEngineFault, ThreadThatFailsToStartIsResourceExhausted) {
+  const int before = OpenFds();
+  auto e = TEST_NewUringEngine({}, [](std::function<void()>) -> std::thread {
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+  });
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted) << e.status().ToString();
+  EXPECT_NE(std::string(e.status().message()).find("thread"), std::string::npos)
+      << e.status().ToString();
+  EXPECT_EQ(OpenFds(), before);
+}
+
+}  // namespace
+}  // namespace kvtier::internal
