@@ -1,7 +1,9 @@
 // Fixed-buffer registration sizes for the io_uring engine (fixed_buffers.h).
 #include "io/fixed_buffers.h"
 
+#include <linux/capability.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,10 +42,24 @@ std::vector<uint64_t> RegistrationBudgets(uint64_t total, uint64_t memlock_limit
   return out;
 }
 
+namespace {
+
+// The kernel charges pinned memory to RLIMIT_MEMLOCK unless the task holds
+// CAP_IPC_LOCK in its effective set; the user id plays no part (root without
+// the capability is charged, a non-root holder is not).
+bool HoldsIpcLock() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32)) & 1;
+}
+
+}  // namespace
+
 std::vector<uint64_t> RegistrationBudgets(uint64_t total) {
   rlimit lim{};
   const bool known = getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
-  return RegistrationBudgets(total, known ? uint64_t{lim.rlim_cur} : UINT64_MAX, geteuid() == 0);
+  return RegistrationBudgets(total, known ? uint64_t{lim.rlim_cur} : UINT64_MAX, HoldsIpcLock());
 }
 
 }  // namespace kvtier::internal

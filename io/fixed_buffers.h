@@ -28,7 +28,9 @@ uint64_t IovecBytes(std::span<const iovec> v);
 // and pin memory only to give it back), the limit, then halves of it, down
 // to a page and at most 8 in all.
 std::vector<uint64_t> RegistrationBudgets(uint64_t total, uint64_t memlock_limit, bool privileged);
-// The same for this process: its RLIMIT_MEMLOCK, privileged when root.
+// The same for this process: its RLIMIT_MEMLOCK, privileged when it holds
+// CAP_IPC_LOCK in its effective set (the kernel then does not charge pinned
+// memory to the limit).
 std::vector<uint64_t> RegistrationBudgets(uint64_t total);
 
 }  // namespace kvtier::internal

@@ -4,6 +4,10 @@
 #include "io/fixed_buffers.h"
 
 #include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <vector>
@@ -77,6 +81,32 @@ TEST(RegistrationBudgetsTest, AtMostEightBudgets) {
   ASSERT_EQ(out.size(), 8U);
   EXPECT_EQ(out.front(), 1ULL << 50);
   EXPECT_EQ(out.back(), (1ULL << 50) >> 7);
+}
+
+// The child of the test below: 0 when this process's budgets follow
+// CAP_IPC_LOCK, else the number of the check that failed.
+int BudgetsFollowTheIpcLockCapability() {
+  const rlimit lim{8 * kPage, 8 * kPage};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) != 0) return 2;
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (syscall(SYS_capget, &header, data) != 0) return 3;
+  const uint32_t bit = 1U << (CAP_IPC_LOCK % 32);
+  if ((data[CAP_IPC_LOCK / 32].effective & bit) != 0 &&
+      RegistrationBudgets(64 * kPage).front() != 64 * kPage) {
+    return 4;  // exempt from the limit, yet did not try everything
+  }
+  data[CAP_IPC_LOCK / 32].effective &= ~bit;
+  if (syscall(SYS_capset, &header, data) != 0) return 5;
+  // Without the capability even root is charged: start at the limit.
+  if (RegistrationBudgets(64 * kPage).front() != 8 * kPage) return 6;
+  return 0;
+}
+
+// Privilege is CAP_IPC_LOCK, not the user id. Runs in a child, which lowers
+// its locked-memory limit and drops the capability.
+TEST(RegistrationBudgetsTest, ThisProcessIsPrivilegedWhenItHoldsIpcLock) {
+  EXPECT_EXIT(_exit(BudgetsFollowTheIpcLockCapability()), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
