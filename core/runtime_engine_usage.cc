@@ -104,6 +104,7 @@ std::vector<PreemptionVictim> RuntimeImpl::ProposePreemption(uint32_t blocks_to_
     v.ns = r.ns;
     v.blocks_freed = p.blocks_freed;
     v.saved_blocks = s;
+    v.keys = r.keys;
     if (s > 0) v.parent = r.keys[s - 1];
     v.unsaved_keys.assign(r.keys.begin() + s, r.keys.end());
     out.push_back(std::move(v));

@@ -241,16 +241,7 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
   bool tune = false;
   {
     std::lock_guard lock(mu_);
-    const bool observe = looked_up_.FirstSighting(options.request_id);
-    for (const BlockKey& key : keys) {
-      IndexEntry* e = index_.Find({ns, key});
-      if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
-      e->sightings += observe;
-      e->hits += observe;
-      r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
-    }
-    r.hit_blocks = r.tier.size();
-    tune = ObserveLookupLocked(ns, keys, r.hit_blocks, options, observe);
+    tune = LookupLocked(ns, keys, options, r, nullptr);
   }
   if (tune) WakeMover();  // the replay runs on the mover thread, not here
   return r;
@@ -266,18 +257,13 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
   bool tune = false;
   {
     std::lock_guard lock(mu_);
-    const bool observe = looked_up_.FirstSighting(options.request_id);
-    for (const BlockKey& key : keys) {
-      IndexEntry* e = index_.Find({ns, key});
-      if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
-      ++e->pins;
-      e->sightings += observe;
-      e->hits += observe;
-      pin.keys_.push_back(key);
-      pin.result_.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
-    }
-    pin.result_.hit_blocks = pin.keys_.size();
-    tune = ObserveLookupLocked(ns, keys, pin.result_.hit_blocks, options, observe);
+    // All that may throw (allocations, the policies' observation) runs
+    // before the first pin, and the handle gets runtime_ (its destructor
+    // unpins under mu_) only once it holds them all.
+    std::vector<IndexEntry*> hits;
+    tune = LookupLocked(ns, keys, options, pin.result_, &hits);
+    pin.keys_.assign(keys.begin(), keys.begin() + hits.size());
+    for (IndexEntry* e : hits) ++e->pins;
     pin.runtime_ = this;
     pin.ns_ = ns;
   }
@@ -285,15 +271,27 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
   return pin;
 }
 
-bool RuntimeImpl::ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits,
-                                      const LookupOptions& hints, bool observe) {
+bool RuntimeImpl::LookupLocked(NamespaceId ns, std::span<const BlockKey> keys,
+                               const LookupOptions& hints, LookupResult& r,
+                               std::vector<IndexEntry*>* found) {
+  const bool observe = looked_up_.FirstSighting(hints.request_id);
+  for (const BlockKey& key : keys) {
+    IndexEntry* e = index_.Find({ns, key});
+    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
+    e->sightings += observe;
+    e->hits += observe;
+    r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
+    if (found != nullptr) found->push_back(e);
+  }
+  r.hit_blocks = r.tier.size();
+  const size_t hits = r.hit_blocks;
   ++stats_.lookups;
   stats_.lookup_blocks += keys.size();
   stats_.lookup_hit_blocks += hits;
   if (!observe) return false;
-  // The callers counted the `hits` leading entries' sightings as they found
-  // them. Keys past the first miss may still be indexed (being filled, or
-  // kept only as a link of a longer chain): they were named all the same.
+  // The hits' sightings are counted above. Keys past the first miss may
+  // still be indexed (being filled, or kept only as a link of a longer
+  // chain): they were named all the same.
   for (size_t i = hits; i < keys.size(); ++i) {
     IndexEntry* e = index_.Find({ns, keys[i]});
     if (e != nullptr) ++e->sightings;

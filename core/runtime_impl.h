@@ -111,12 +111,14 @@ class RuntimeImpl final : public Runtime {
   void FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
                         const std::vector<size_t>& fresh_item, const std::vector<Status>& copied,
                         CompletionSource& done);
-  // Counts the lookup; when `observe` (not a repeat of a request id seen
-  // before), also the sightings of its keys and the policies' view of the
-  // request with its hints. Returns true when an α tuning has become due
-  // (the caller wakes the mover once it has dropped mu_). REQUIRES: mu_ held.
-  bool ObserveLookupLocked(NamespaceId ns, std::span<const BlockKey> keys, size_t hits,
-                           const LookupOptions& hints, bool observe);
+  // Answers a lookup into `r` (empty on entry), appending the hit entries to
+  // *found when given, and counts it; unless it repeats a request id seen
+  // before, also the sightings of its keys and the policies' view of the
+  // request with its hints. Takes no pin. Returns true when an α tuning has
+  // become due (the caller wakes the mover once it has dropped mu_).
+  // REQUIRES: mu_ held.
+  bool LookupLocked(NamespaceId ns, std::span<const BlockKey> keys, const LookupOptions& hints,
+                    LookupResult& r, std::vector<IndexEntry*>* found);
   void RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                const std::vector<uint32_t>& blocks, std::chrono::steady_clock::time_point deadline,
                const LayerDone& on_layer, CompletionSource& done);
@@ -238,6 +240,9 @@ class RuntimeImpl final : public Runtime {
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
+  // Signalled (with mu_) when a save's reserved entries are settled, for
+  // saves waiting on another's fill of their keys (RunSave).
+  std::condition_variable fills_done_;
 
   // Per lower tier (index 0 unused), keys the index no longer names there
   // whose Remove has not succeeded yet -> a Remove of it is running now. A

@@ -1,4 +1,5 @@
 // The save path: engine pages -> hub slots, on a worker thread.
+#include <algorithm>
 #include <exception>
 #include <future>
 #include <memory>
@@ -23,6 +24,20 @@ constexpr std::chrono::seconds kSaveRoomWait(1);
 // back from the engine's next save.
 bool NeedsCopy(const IndexEntry* e) {
   return e == nullptr || (e->locations == 0 && e->state == EntryState::kReady && !e->moving);
+}
+
+// Whether another save is filling `parent` or one of `keys` now: a save
+// waits for that fill to end rather than take the block for stored (the
+// fill may fail). A save fills nothing of its own while it asks. REQUIRES:
+// the runtime's mu_ held.
+bool AnyFilling(BlockIndex& index, NamespaceId ns, std::optional<BlockKey> parent,
+                const std::vector<BlockKey>& keys) {
+  auto filling = [&](const BlockKey& key) {
+    const IndexEntry* e = index.Find({ns, key});
+    return e != nullptr && e->state == EntryState::kFilling;
+  };
+  if (parent && filling(*parent)) return true;
+  return std::any_of(keys.begin(), keys.end(), filling);
 }
 
 }  // namespace
@@ -95,22 +110,6 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
     }
     held.clear();
   };
-  try {
-    {
-      std::lock_guard lock(mu_);
-      admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held);
-    }
-    // A save has no deadline of its own; this bounds how long it waits for
-    // slots that other threads are freeing.
-    EnsureHubRoom(missing, std::chrono::steady_clock::now() + kSaveRoomWait);
-  } catch (...) {
-    // A policy or an eviction threw (the job fails as Internal): the holds
-    // must not outlive the save, or their blocks could never leave.
-    std::lock_guard lock(mu_);
-    release_held();
-    throw;
-  }
-
   // Sized up front, so that filling them once entries are reserved cannot
   // fail for memory and skip FinishSaveLocked (the entries would stay
   // kFilling, holding their slots).
@@ -120,13 +119,44 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   fresh.reserve(keys.size());
   fresh_item.reserve(keys.size());
   copies.reserve(keys.size());
-  {
+  // A key (or the parent) another save is filling is not stored yet: that
+  // copy may still fail. This save waits for such fills to end, then copies
+  // what they did not store from its own engine blocks, which its caller
+  // keeps until it completes. It waits only before reserving anything, and a
+  // save that has reserved waits for nothing but its copy, so two saves
+  // never wait on each other. Past the deadline the reservation fails the
+  // keys from one still being filled on (ReserveSaveLocked).
+  const SteadyTime fill_deadline = std::chrono::steady_clock::now() + kSaveRoomWait;
+  for (;;) {
+    try {
+      {
+        std::unique_lock lock(mu_);
+        fills_done_.wait_until(lock, fill_deadline,
+                               [&] { return !AnyFilling(index_, ns, parent, keys); });
+        admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held);
+      }
+      // A save has no deadline of its own; this bounds how long it waits for
+      // slots that other threads are freeing.
+      EnsureHubRoom(missing, std::chrono::steady_clock::now() + kSaveRoomWait);
+    } catch (...) {
+      // A policy or an eviction threw (the job fails as Internal): the holds
+      // must not outlive the save, or their blocks could never leave.
+      std::lock_guard lock(mu_);
+      release_held();
+      throw;
+    }
     std::lock_guard lock(mu_);
     // Released under the lock the reservation holds: nothing evicts in
     // between, and the reservation sees each entry as it is (one whose last
     // copy was found lost meanwhile needs its copy again).
     release_held();
+    // Another save began filling one of the keys while the room was made:
+    // wait for it too (what was admitted is looked at again).
+    if (AnyFilling(index_, ns, parent, keys) && std::chrono::steady_clock::now() < fill_deadline) {
+      continue;
+    }
     ReserveSaveLocked(ns, parent, keys, admitted, hints, done, fresh, fresh_item);
+    break;
   }
   for (size_t j = 0; j < fresh.size(); ++j) {
     copies.push_back({blocks[fresh_item[j]], arena_->Slot(fresh[j]->host_slot)});
@@ -227,9 +257,21 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       continue;
     }
     IndexEntry* e = refused ? nullptr : index_.Find({ns, keys[i]});
+    if (e != nullptr && e->state == EntryState::kFilling &&
+        std::find(fresh.begin(), fresh.end(), e) == fresh.end()) {
+      // Still being filled by another save past RunSave's wait: its copy
+      // may yet fail, so neither this key nor the rest of the chain under
+      // it can be answered as stored.
+      broken = Status::DeadlineExceeded("save: block " + ToHex(keys[i]) +
+                                        " is still being copied by another save after " +
+                                        std::to_string(kSaveRoomWait.count()) + " s");
+      done.Set(i, broken);
+      ++stats_.save_failures;
+      continue;
+    }
     const bool link = e != nullptr && NeedsCopy(e);
     if (e != nullptr && !link) {
-      ++stats_.save_duplicates;  // stored already, or being stored by another call
+      ++stats_.save_duplicates;  // stored already (or a key repeated in this call)
       done.Set(i, Status::Ok());
       prev = e;
       continue;
@@ -309,6 +351,9 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
     }
   }
   policies_->OnWritten(0, written, now);
+  // Saves waiting for these fills to end (RunSave); under the lock, so a
+  // waiter cannot miss it between its check and its wait.
+  if (!fresh.empty()) fills_done_.notify_all();
 }
 
 }  // namespace kvtier::internal

@@ -114,16 +114,28 @@ struct LookupResult {
 };
 
 // A running request ProposePreemption suggests preempting. Before freeing
-// its engine blocks the engine must Save `unsaved_keys` (parent `parent`,
-// engine blocks of keys[saved_blocks..]) and wait for that Save to complete;
-// then the request resumes by Load instead of recomputing.
+// its engine blocks the engine must save it and wait for that Save to
+// complete OK; then the request resumes by Load instead of recomputing:
+//
+//   Save(v.ns, std::nullopt, v.keys, <engine blocks of v.keys>,
+//        {.bypass_admission = true});
+//
+// The whole chain, not only unsaved_keys: nothing keeps the saved prefix
+// stored after the proposal (the mover or another save's room may drop its
+// blocks, or a Remove), and the keys still stored are skipped without a
+// copy, so this costs only lookups for them. The shorter
+// Save(v.ns, v.parent, v.unsaved_keys, ...) copies the same blocks while
+// `parent` is stored, but fails every key (InvalidArgument) once it is not.
+// (The proposal holds nothing: a hold on the prefix would keep hub room for
+// as long as the engine takes to act, or for good for a victim never saved.)
 struct PreemptionVictim {
   uint64_t request_id = 0;
   NamespaceId ns;
   uint32_t blocks_freed = 0;           // engine blocks it frees (its engine_blocks)
-  uint32_t saved_blocks = 0;           // leading keys already stored in kvtier
+  uint32_t saved_blocks = 0;           // leading keys stored in kvtier when proposed
+  std::vector<BlockKey> keys;          // the whole chain, as last tracked: what to save
   std::optional<BlockKey> parent;      // keys[saved_blocks - 1], if saved_blocks > 0
-  std::vector<BlockKey> unsaved_keys;  // keys[saved_blocks..]: still to save
+  std::vector<BlockKey> unsaved_keys;  // keys[saved_blocks..]: not stored when proposed
 };
 
 // Optional hints with a Save, passed on to the admission policies (BlockMeta
@@ -190,8 +202,12 @@ class KVTIER_EXPORT Runtime {
   virtual ~Runtime() = default;
 
   // Copies engine_blocks[i] into the hub as keys[i]. Keys already stored are
-  // skipped (OK). Per-block results; ResourceExhausted when the hub has no
-  // room even after eviction; Busy when the request queue is full.
+  // skipped (OK). A key (or `parent`) another Save is still copying is
+  // waited for, for up to a second: a key that copy did not store is copied
+  // from engine_blocks[i]; one still being copied after the wait fails
+  // DeadlineExceeded, with the rest of the chain. Per-block results;
+  // ResourceExhausted when the hub has no room even after eviction; Busy
+  // when the request queue is full.
   //
   // The copy happens on a worker after Save returns, and takes the blocks'
   // contents at that moment (with a GPU engine, after every kernel queued
@@ -292,7 +308,8 @@ class KVTIER_EXPORT Runtime {
   // above the watermark), or every tracked request holding blocks if that is
   // not enough; empty when that target is 0. Counted in
   // RuntimeStats::preemption_proposals. The engine must save each victim's
-  // unsaved_keys (and wait) before freeing its blocks; IsSaved checks it.
+  // chain (PreemptionVictim) and wait before freeing its blocks; IsSaved
+  // checks it.
   virtual std::vector<PreemptionVictim> ProposePreemption(uint32_t blocks_to_free) = 0;
   // True when every key is stored in some tier (empty: true). Reads the index
   // only: no I/O, no lookup statistics.

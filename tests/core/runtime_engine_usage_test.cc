@@ -241,5 +241,46 @@ TEST_F(EngineUsageTest, VictimIsSavedBeforeItsBlocksAreFreed) {
   for (uint32_t i = 0; i < 5; ++i) EXPECT_TRUE(sim_->Holds(20 + i, keys[i]));
 }
 
+// Nothing keeps a victim's saved prefix stored: here the hub drops keys[1]
+// between the proposal and the victim's save. Saving unsaved_keys under
+// `parent` then fails; saving the whole chain (`keys`, stored ones skipped)
+// stores it again and the request can be freed.
+TEST(EngineUsageVictim, VictimWholeChainSaveSurvivesItsPrefixLeavingTheHub) {
+  EngineSetup setup = MakeEngine(64);
+  auto opened = Runtime::Open(MakeOptions(setup.layout.BlockBytes(), 6), setup.engine);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Runtime& rt = **opened;
+  SimEngine sim(&rt, setup.engine.get());
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  sim.Prefill(keys, 0);  // the request holds engine blocks 0..3
+  ASSERT_TRUE(rt.Save(kTestNs, std::nullopt, std::span(keys).first(2), std::vector<uint32_t>{0, 1})
+                  .Wait()
+                  .ok());
+  ASSERT_TRUE(rt.TrackRequest(9, kTestNs, keys, 4).ok());
+  auto v = rt.ProposePreemption(1);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].saved_blocks, 2u);
+  EXPECT_EQ(v[0].keys, keys);
+
+  // Other requests' saves fill the hub; its least recent leaf, keys[1], goes.
+  for (uint64_t id = 100; id < 120 && rt.IsSaved(kTestNs, std::span(keys).first(2)); ++id) {
+    const auto other = ChainKeys({id});
+    sim.Prefill(other, 10);
+    ASSERT_TRUE(sim.SaveFrom(other, 0, 10).status().ok());
+  }
+  ASSERT_FALSE(rt.IsSaved(kTestNs, std::span(keys).first(2)));
+  const std::vector<uint32_t> unsaved_blocks{2, 3};
+  Completion old_way = rt.Save(v[0].ns, v[0].parent, v[0].unsaved_keys, unsaved_blocks);
+  ASSERT_EQ(old_way.Wait().code(), StatusCode::kInvalidArgument);
+
+  const std::vector<uint32_t> blocks{0, 1, 2, 3};
+  Completion c = rt.Save(v[0].ns, std::nullopt, v[0].keys, blocks, {.bypass_admission = true});
+  ASSERT_TRUE(c.Wait().ok()) << c.status().ToString();
+  EXPECT_TRUE(rt.IsSaved(kTestNs, keys));
+  sim.Scrub(0, 64);
+  ASSERT_TRUE(sim.Load(keys, 20).status().ok());
+  for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim.Holds(20 + i, keys[i])) << i;
+}
+
 }  // namespace
 }  // namespace kvtier::testing

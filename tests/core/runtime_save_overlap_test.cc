@@ -1,0 +1,163 @@
+// Saves of overlapping chains: a key another Save is still copying is not
+// answered as stored until that copy has ended, and a copy that fails is
+// made again from the waiting Save's own engine block.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/core/runtime_test_util.h"
+
+namespace kvtier::testing {
+namespace {
+
+// A copy engine over the host one that can hold one Gather until the test
+// ends it, as a slow device would: with an error, or by copying.
+class GatedCopyEngine final : public CopyEngine {
+ public:
+  explicit GatedCopyEngine(std::shared_ptr<HostCopyEngine> inner) : inner_(std::move(inner)) {}
+  const KvLayout& layout() const override { return inner_->layout(); }
+  void Gather(std::span<const BlockCopy> copies, CopyDone done) override {
+    {
+      std::lock_guard lock(mu_);
+      if (hold_next_) {
+        hold_next_ = false;
+        held_copies_.assign(copies.begin(), copies.end());
+        held_done_ = std::move(done);
+        cv_.notify_all();
+        return;
+      }
+    }
+    inner_->Gather(copies, std::move(done));
+  }
+  void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) override {
+    inner_->Scatter(copies, std::move(on_layer), std::move(done));
+  }
+
+  void HoldNextGather() {
+    std::lock_guard lock(mu_);
+    hold_next_ = true;
+  }
+  // True once a held Gather has arrived (within 5 s).
+  bool WaitHeld() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(5), [&] { return held_done_ != nullptr; });
+  }
+  // Ends the held Gather: every copy fails, or every copy is made.
+  void Release(bool fail) {
+    CopyDone done;
+    std::vector<BlockCopy> copies;
+    {
+      std::lock_guard lock(mu_);
+      done = std::move(held_done_);
+      held_done_ = nullptr;
+      copies = std::move(held_copies_);
+    }
+    if (!done) return;
+    if (fail) {
+      done(std::vector<Status>(copies.size(), Status::IOError("gated gather: device error")));
+    } else {
+      inner_->Gather(copies, std::move(done));
+    }
+  }
+
+ private:
+  std::shared_ptr<HostCopyEngine> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hold_next_ = false;
+  std::vector<BlockCopy> held_copies_;
+  CopyDone held_done_;
+};
+
+class SaveOverlapTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setup_ = MakeEngine(64);
+    ASSERT_TRUE(setup_.engine);
+    engine_ = std::make_shared<GatedCopyEngine>(setup_.engine);
+    auto rt = Runtime::Open(MakeOptions(setup_.layout.BlockBytes(), 8), engine_);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(rt).value();
+    sim_ = std::make_unique<SimEngine>(rt_.get(), setup_.engine.get());
+  }
+  // A held Gather must end before the runtime's workers are joined.
+  void TearDown() override {
+    if (engine_) engine_->Release(/*fail=*/true);
+    rt_.reset();
+  }
+  // Saves keys[0] alone with its Gather held (request B), then the chain
+  // keys[0..2) (request A) as a preemption victim's save would be.
+  void StartOverlappingSaves() {
+    sim_->Prefill(keys_, 0);
+    engine_->HoldNextGather();
+    const std::vector<uint32_t> b_block{0};
+    b_ = rt_->Save(kTestNs, std::nullopt, std::span(keys_).first(1), b_block);
+    ASSERT_TRUE(engine_->WaitHeld());
+    const std::vector<uint32_t> a_blocks{0, 1};
+    a_ = rt_->Save(kTestNs, std::nullopt, keys_, a_blocks, {.bypass_admission = true});
+  }
+
+  const std::vector<BlockKey> keys_ = ChainKeys({1, 2});
+  EngineSetup setup_;
+  std::shared_ptr<GatedCopyEngine> engine_;
+  std::unique_ptr<Runtime> rt_;
+  std::unique_ptr<SimEngine> sim_;
+  Completion a_, b_;
+};
+
+// B's copy of keys[0] fails after A began: A stored both blocks itself, so
+// the engine may free them once A completes (IsSaved agrees).
+TEST_F(SaveOverlapTest, ASaveWaitsForAnotherSavesCopyAndRedoesItWhenItFails) {
+  StartOverlappingSaves();
+  (void)a_.WaitFor(std::chrono::milliseconds(300));
+  EXPECT_FALSE(a_.Poll()) << "A answered before B's copy of its first block had ended";
+  engine_->Release(/*fail=*/true);
+  (void)b_.WaitFor(std::chrono::seconds(5));
+  ASSERT_TRUE(b_.Poll());
+  EXPECT_EQ(b_.result(0).code(), StatusCode::kIOError) << b_.result(0).ToString();
+  ASSERT_TRUE(a_.WaitFor(std::chrono::seconds(5)).ok()) << a_.status().ToString();
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, keys_));
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 2u);
+  sim_->Scrub(0, 64);
+  ASSERT_TRUE(sim_->Load(keys_, 10).status().ok());
+  for (uint32_t i = 0; i < keys_.size(); ++i) EXPECT_TRUE(sim_->Holds(10 + i, keys_[i])) << i;
+}
+
+// B's copy succeeds: A takes keys[0] as stored and copies only keys[1].
+TEST_F(SaveOverlapTest, ASaveWaitingForAnotherSavesCopyTakesWhatItStored) {
+  StartOverlappingSaves();
+  engine_->Release(/*fail=*/false);
+  ASSERT_TRUE(b_.WaitFor(std::chrono::seconds(5)).ok()) << b_.status().ToString();
+  ASSERT_TRUE(a_.WaitFor(std::chrono::seconds(5)).ok()) << a_.status().ToString();
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, keys_));
+  const RuntimeStats s = rt_->Stats();
+  EXPECT_EQ(s.saved_blocks, 2u) << "no block copied twice";
+  EXPECT_EQ(s.save_duplicates, 1u);
+}
+
+// B's copy outlasts A's wait: A fails its keys from keys[0] on, rather than
+// answering OK for blocks that may never be stored.
+TEST_F(SaveOverlapTest, ASaveFailsKeysAnotherSaveIsStillCopyingAfterItsWait) {
+  StartOverlappingSaves();
+  (void)a_.WaitFor(std::chrono::seconds(5));
+  ASSERT_TRUE(a_.Poll()) << "A did not give up waiting";
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    EXPECT_EQ(a_.result(i).code(), StatusCode::kDeadlineExceeded) << i;
+    EXPECT_NE(a_.result(i).message().find("is still being copied by another save"),
+              std::string::npos)
+        << a_.result(i).ToString();
+  }
+  engine_->Release(/*fail=*/false);
+  ASSERT_TRUE(b_.WaitFor(std::chrono::seconds(5)).ok()) << b_.status().ToString();
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 1u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
