@@ -11,6 +11,20 @@ namespace {
 // that misbehaves, so a lookup never waits long.
 constexpr std::chrono::milliseconds kContainsWait(50);
 
+// Sets `bit` in present[j] for the leading keys of `rest` that `tier` holds,
+// asking in batches of `batch` keys while the leading run lasts.
+void MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const BlockKey> rest,
+                     uint32_t bit, std::vector<uint32_t>& present) {
+  for (size_t from = 0; from < rest.size(); from += batch) {
+    const size_t n = std::min(batch, rest.size() - from);
+    Completion c = tier.Contains(ns, rest.subspan(from, n));
+    if (!c.WaitFor(kContainsWait).ok() && !c.Poll()) break;
+    size_t held = 0;
+    while (held < n && c.result(held).ok()) present[from + held++] |= bit;
+    if (held < n) break;
+  }
+}
+
 }  // namespace
 
 void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys) {
@@ -33,47 +47,53 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   std::vector<uint32_t> present(rest.size(), 0);
   for (size_t t = 1; t < tier_count(); ++t) {
     Tier& tier = *lower_[t - 1];
-    if (!tier.capabilities().local_index) continue;
-    // In batches the tier accepts, while the leading run lasts.
-    const size_t batch = BatchLimit(tier);
-    for (size_t from = 0; from < rest.size(); from += batch) {
-      const size_t n = std::min(batch, rest.size() - from);
-      Completion c = tier.Contains(ns, rest.subspan(from, n));
-      if (!c.WaitFor(kContainsWait).ok() && !c.Poll()) break;
-      size_t held = 0;
-      while (held < n && c.result(held).ok()) present[from + held++] |= 1U << t;
-      if (held < n) break;
+    if (tier.capabilities().local_index) {
+      MarkLeadingHeld(tier, BatchLimit(tier), ns, rest, 1U << t, present);
     }
   }
 
-  std::lock_guard lock(mu_);
-  // A Remove that overlapped the Contains may have dropped a key after the
-  // tier reported it: adopting it would index a block that is gone. The
-  // blocks are adopted by a later lookup instead.
-  if (removes_running_ != 0 || removes_ended_ != removes_before) return;
-  IndexEntry* parent = first == 0 ? nullptr : index_.Find({ns, keys[first - 1]});
-  if (first > 0 && parent == nullptr) return;  // removed meanwhile: the chain is cut
-  const uint64_t now = NowNs();
-  for (size_t j = 0; j < rest.size(); ++j) {
-    // A copy whose Remove is pending there is on its way out: the retry
-    // would delete what adoption indexed.
-    for (size_t t = 1; t < tier_count(); ++t) {
-      if (((present[j] >> t) & 1U) != 0 && pending_removes_[t].count({ns, rest[j]}) != 0) {
-        present[j] &= ~(1U << t);
-      }
-    }
-    if (present[j] == 0) break;
-    IndexEntry* e = index_.Find({ns, rest[j]});
-    if (e == nullptr) {
-      e = index_.Insert({ns, rest[j]}, parent, options_.block_bytes);
-      e->state = EntryState::kReady;
-      e->inserted_ns = now;
+  // claims[t]: the keys adopted as held in tier t.
+  std::vector<std::vector<BlockKey>> claims(tier_count());
+  {
+    std::lock_guard lock(mu_);
+    // A Remove that overlapped the Contains may have dropped a key after the
+    // tier reported it: adopting it would index a block that is gone. The
+    // blocks are adopted by a later lookup instead.
+    if (removes_running_ != 0 || removes_ended_ != removes_before) return;
+    IndexEntry* parent = first == 0 ? nullptr : index_.Find({ns, keys[first - 1]});
+    if (first > 0 && parent == nullptr) return;  // removed meanwhile: the chain is cut
+    const uint64_t now = NowNs();
+    for (size_t j = 0; j < rest.size(); ++j) {
+      // A copy whose Remove is pending there is on its way out: the retry
+      // would delete what adoption indexed.
       for (size_t t = 1; t < tier_count(); ++t) {
-        if ((present[j] >> t) & 1U) index_.AddLocation(e, t, now);
+        if (((present[j] >> t) & 1U) != 0 && pending_removes_[t].count({ns, rest[j]}) != 0) {
+          present[j] &= ~(1U << t);
+        }
       }
-      ++stats_.adopted_blocks;
+      if (present[j] == 0) break;
+      IndexEntry* e = index_.Find({ns, rest[j]});
+      if (e == nullptr) {
+        e = index_.Insert({ns, rest[j]}, parent, options_.block_bytes);
+        e->state = EntryState::kReady;
+        e->inserted_ns = now;
+        for (size_t t = 1; t < tier_count(); ++t) {
+          if ((present[j] >> t) & 1U) {
+            index_.AddLocation(e, t, now);
+            claims[t].push_back(rest[j]);
+          }
+        }
+        ++stats_.adopted_blocks;
+      }
+      parent = e;
     }
-    parent = e;
+  }
+  // Each tier learns which of its blocks the runtime now accounts for (and
+  // will evict itself): the adopted run, no key past it. Outside mu_, as
+  // every tier call; until then the tier may still drop one (a load then
+  // misses it, as any lost copy).
+  for (size_t t = 1; t < tier_count(); ++t) {
+    if (!claims[t].empty()) lower_[t - 1]->Claim(ns, claims[t]);
   }
 }
 

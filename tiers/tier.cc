@@ -123,6 +123,17 @@ Completion Tier::Contains(NamespaceId ns, std::span<const BlockKey> keys) {
   return c;
 }
 
+void Tier::Claim(NamespaceId ns, std::span<const BlockKey> keys) {
+  {
+    std::lock_guard lock(mu_);
+    if (shutting_down_ || keys.empty()) return;
+    ++in_flight_;  // Shutdown waits for it like for any batch
+  }
+  CallBackend([&] { DoClaim(ns, keys); });
+  std::lock_guard lock(mu_);
+  if (--in_flight_ == 0) drained_.notify_all();
+}
+
 TierCounters Tier::Counters() const {
   std::lock_guard lock(mu_);
   return counters_;

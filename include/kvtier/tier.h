@@ -97,6 +97,14 @@ class KVTIER_EXPORT Tier {
   // Per-key results: OK when present, NotFound when absent. Moves no payload.
   Completion Contains(NamespaceId ns, std::span<const BlockKey> keys);
 
+  // The caller (the runtime, after adopting blocks a persistent tier kept
+  // across a restart) now accounts for `keys` and will evict them itself: a
+  // backend that sets recovered blocks aside as free space (the NVMe tier
+  // leaves them out of Usage() and drops them first) counts them as used
+  // from now on. Synchronous and in memory; absent keys are skipped; a no-op
+  // for backends without such blocks and after Shutdown().
+  void Claim(NamespaceId ns, std::span<const BlockKey> keys);
+
   virtual TierUsage Usage() const = 0;
   TierCounters Counters() const;
 
@@ -126,6 +134,7 @@ class KVTIER_EXPORT Tier {
   // Releases backend resources; called once, with nothing in flight.
   virtual void DoShutdown() {}
   virtual uint64_t DoRegisterHostMemory(std::span<std::byte> /*memory*/) { return 0; }
+  virtual void DoClaim(NamespaceId /*ns*/, std::span<const BlockKey> /*keys*/) {}
 
  private:
   enum class OpKind { kRead, kWrite, kRemove, kContains };

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "tests/core/disk_view_fixture.h"
+#include "tests/support/scratch_dir.h"
 
 namespace kvtier::testing {
 namespace {
@@ -109,6 +110,80 @@ TEST_F(RuntimeRestartTest, TiersWithoutALocalIndexAreNotAsked) {
   rt.reset();
   rt = Open(true);
   EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 1u);
+}
+
+// The real NVMe tier below the hub. Its restarted store holds blocks no one
+// claims until the runtime adopts them; what the runtime adopts it must
+// account for (and evict itself), or the tier drops it to make room for new
+// blocks while lookups still report it.
+class RuntimeNvmeRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setup_ = MakeEngine(64);
+    bb_ = setup_.layout.BlockBytes();
+  }
+
+  // A hub of 16 blocks that demotes down to `hub_low` blocks once above
+  // `hub_high`, over an 8-block NVMe store evicted only to make room.
+  std::unique_ptr<Runtime> Open(double hub_high, double hub_low) {
+    RuntimeOptions o = MakeOptions(bb_, 16);
+    o.tiers[0].watermarks = {.high = hub_high / 16, .low = hub_low / 16};
+    TierOptions nvme;
+    nvme.name = "ssd";
+    nvme.type = "nvme";
+    nvme.capacity_bytes = 8 * bb_;
+    nvme.watermarks = {.high = 1.0, .low = 0.99};
+    nvme.path = dir_.path() + "/data";
+    nvme.region_bytes = 2 * (bb_ + 4096);  // two blocks, each behind its header page
+    o.tiers.push_back(nvme);
+    auto rt = Runtime::Open(o, setup_.engine);
+    if (rt.status().code() == StatusCode::kNotSupported) return nullptr;
+    EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+    return rt.ok() ? std::move(rt).value() : nullptr;
+  }
+
+  ScratchDir dir_{"kvtier-nvme-restart-"};
+  EngineSetup setup_;
+  uint64_t bb_ = 0;
+};
+
+TEST_F(RuntimeNvmeRestartTest, AdoptedBlocksAreNotDroppedForNewOnes) {
+  const auto a = ChainKeys({1, 2, 3, 4, 5, 6, 7, 8, 9});
+  {
+    // Chain a fills the store: all but its root move down; the root is lost.
+    std::unique_ptr<Runtime> rt = Open(8, 1);
+    if (rt == nullptr) GTEST_SKIP() << "this build has no nvme tier";
+    SimEngine sim(rt.get(), setup_.engine.get());
+    sim.Prefill(a, 0);
+    ASSERT_TRUE(sim.SaveFrom(a, 0, 0).status().ok());
+    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(rt->Stats().tiers[1].blocks, 8u);
+  }
+  std::unique_ptr<Runtime> rt = Open(4, 2);
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  const std::vector<BlockKey> root(a.begin(), a.begin() + 1);
+  sim.Prefill(root, 0);
+  ASSERT_TRUE(sim.SaveFrom(root, 0, 0).status().ok());
+  ASSERT_EQ(rt->Lookup(kTestNs, a)->hit_blocks, a.size());
+  EXPECT_EQ(rt->Stats().adopted_blocks, 8u);
+  EXPECT_EQ(rt->Stats().tiers[1].blocks, 8u) << "the adopted blocks count as used";
+
+  // Chain b pushes blocks down into the full store: room is made there by
+  // the runtime's eviction, which forgets what it drops.
+  const auto b = ChainKeys({101, 102, 103, 104});
+  sim.Prefill(b, 16);
+  ASSERT_TRUE(sim.SaveFrom(b, 0, 16).status().ok());
+  ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+  EXPECT_GT(rt->Stats().tiers[1].demoted_blocks + rt->Stats().tiers[0].demoted_blocks, 0u);
+
+  const size_t hits = rt->Lookup(kTestNs, a)->hit_blocks;
+  EXPECT_GT(hits, 1u) << "the runtime evicted all of chain a";
+  sim.Scrub(0, 64);
+  const std::vector<BlockKey> found(a.begin(), a.begin() + static_cast<ptrdiff_t>(hits));
+  Completion c = sim.Load(found, 32);
+  ASSERT_TRUE(c.status().ok()) << c.status().ToString();
+  for (uint32_t i = 0; i < hits; ++i) EXPECT_TRUE(sim.Holds(32 + i, a[i])) << i;
 }
 
 }  // namespace

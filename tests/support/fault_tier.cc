@@ -104,6 +104,7 @@ class FaultInjectingTier final : public Tier {
       for (size_t i = 0; i < copy.size(); ++i) src.Set(i, c.result(i));
     });
   }
+  void DoClaim(NamespaceId ns, std::span<const BlockKey> keys) override { inner_->Claim(ns, keys); }
 
   void DoShutdown() override {
     {

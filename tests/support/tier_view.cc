@@ -32,6 +32,7 @@ class TierView final : public Tier {
     }
     Forward(c, std::move(done));
   }
+  void DoClaim(NamespaceId ns, std::span<const BlockKey> keys) override { inner_->Claim(ns, keys); }
 
  private:
   static void Forward(const Completion& c, CompletionSource done) {

@@ -1,6 +1,8 @@
 // The NVMe tier after a restart: recovered blocks stay unclaimed (left out of
-// Usage) until this run reads, rewrites or removes them, and a write that
-// finds the tier full drops the oldest unclaimed ones instead of failing.
+// Usage) until this run claims, reads, rewrites or removes them, and a write
+// that finds the tier full drops the oldest unclaimed ones instead of failing
+// (only when that makes room). Also: the capacity check of a write that had
+// to wait for a reclaim.
 #include <gtest/gtest.h>
 
 #include <initializer_list>
@@ -43,13 +45,19 @@ void FillAndClose(const TierOptions& o) {
   t->Shutdown();
 }
 
-Status WriteOne(Tier& t, uint64_t i) {
-  const std::vector<std::byte> data = BlockBytes(TestKey(i), kBytes);
+Status WriteOne(Tier& t, uint64_t i, uint64_t bytes = kBytes) {
+  const std::vector<std::byte> data = BlockBytes(TestKey(i), bytes);
   WriteOp w{TestKey(i), data};
   return t.Write(kNs, std::span(&w, 1)).Wait();
 }
 
-// Contains moves no payload, so it claims nothing.
+Status RemoveOne(Tier& t, uint64_t i) {
+  const BlockKey key = TestKey(i);
+  return t.Remove(kNs, std::span(&key, 1)).Wait();
+}
+
+// Contains claims nothing: the runtime asks about keys past the run it
+// adopts, and claims only that run (Tier::Claim).
 bool Present(Tier& t, uint64_t i) {
   const BlockKey key = TestKey(i);
   Completion c = t.Contains(kNs, std::span(&key, 1));
@@ -105,6 +113,99 @@ TEST_F(NvmeUnclaimed, RecoveredBlocksAreFreeSpaceUntilUsed) {
   EXPECT_EQ(t->Usage().blocks, 0u);
   EXPECT_TRUE(ReadAndCheck(*t, 7, kBytes, 1).ok());
   EXPECT_EQ(t->Usage().blocks, 1u);
+  t->Shutdown();
+}
+
+// What the runtime adopts it claims: the claimed blocks count as used and
+// are never dropped to make room; the rest still are, oldest first.
+TEST_F(NvmeUnclaimed, ClaimedBlocksCountAsUsedAndAreNotDropped) {
+  std::unique_ptr<NvmeTier> t = Open(options_);
+  ASSERT_NE(t, nullptr);
+  const std::vector<BlockKey> adopted = {TestKey(0), TestKey(1), TestKey(999)};  // 999: absent
+  t->Claim(kNs, adopted);
+  EXPECT_EQ(t->Usage().blocks, 2u);
+  EXPECT_EQ(t->Usage().used_bytes, 2 * kBytes);
+  t->Claim(kNs, adopted);
+  EXPECT_EQ(t->Usage().blocks, 2u) << "a second claim counts nothing more";
+  t->Claim(NamespaceId{kNs.value + 1}, adopted);
+  EXPECT_EQ(t->Usage().blocks, 2u) << "another namespace's keys are not these";
+  for (uint64_t i = 100; i < 110; ++i) ASSERT_TRUE(WriteOne(*t, i).ok()) << i;
+  EXPECT_EQ(t->Stats().unclaimed_dropped, 10u);
+  ExpectPresent(*t, {0, 1}, true);
+  ExpectPresent(*t, {2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, false);
+  EXPECT_EQ(t->Usage().blocks, kBlocks);
+  EXPECT_EQ(WriteOne(*t, 110).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(ReadAndCheck(*t, 0, kBytes).ok());
+  EXPECT_TRUE(ReadAndCheck(*t, 1, kBytes).ok());
+  t->Shutdown();
+  t->Claim(kNs, adopted);  // after Shutdown: a no-op
+}
+
+// A write that would not fit even with every unclaimed block gone is
+// refused without dropping any of them.
+TEST(NvmeUnclaimedRoom, WriteThatCannotFitDropsNoUnclaimedBlock) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const TierOptions o = Options(dir);
+  {
+    std::unique_ptr<NvmeTier> t = Open(o);
+    ASSERT_NE(t, nullptr);
+    WriteBlocks(*t, 0, kBlocks - 1, kBytes);
+    ASSERT_TRUE(WriteOne(*t, 11, 4096).ok());
+    t->Shutdown();
+  }
+  std::unique_ptr<NvmeTier> t = Open(o);
+  ASSERT_NE(t, nullptr);
+  std::vector<BlockKey> big;
+  for (uint64_t i = 0; i < kBlocks - 1; ++i) big.push_back(TestKey(i));
+  t->Claim(kNs, big);
+  ASSERT_TRUE(WriteOne(*t, 50, 8192).ok());  // fits beside unclaimed block 11
+  // 11 blocks and 8 KiB in use: 16 KiB more would not fit even without the
+  // 4 KiB of block 11.
+  EXPECT_EQ(WriteOne(*t, 51, kBytes).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(t->Stats().unclaimed_dropped, 0u);
+  ExpectPresent(*t, {11}, true);
+  // 4 KiB more fits once block 11 is gone.
+  EXPECT_TRUE(WriteOne(*t, 52, 4096).ok());
+  EXPECT_EQ(t->Stats().unclaimed_dropped, 1u);
+  ExpectPresent(*t, {11}, false);
+  t->Shutdown();
+}
+
+// Two writes that each fit but not both: the second passed the capacity
+// check, then had to reclaim, and the first took the room meanwhile. The
+// check is made again once the reclaim is done.
+TEST(NvmeCapacity, WriteThatWaitedForReclaimChecksTheCapacityAgain) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  // 3 blocks of 16 KiB (20 KiB on disk): 3 regions of 3, one the spare.
+  std::unique_ptr<NvmeTier> t = Open(NvmeOptions(dir.path(), 3, kBytes, 3 * kDisk));
+  ASSERT_NE(t, nullptr);
+  WriteBlocks(*t, 0, 3, kBytes);  // the first region; blocks 1, 2 then go
+  ASSERT_TRUE(RemoveOne(*t, 1).ok());
+  ASSERT_TRUE(RemoveOne(*t, 2).ok());
+  ASSERT_TRUE(WriteOne(*t, 3, 12 * 1024).ok());  // 16 KiB on disk, in the second region
+  ASSERT_TRUE(WriteOne(*t, 4, kBytes).ok());
+  ASSERT_TRUE(RemoveOne(*t, 4).ok());
+  ASSERT_TRUE(WriteOne(*t, 5, 4096).ok());
+  ASSERT_TRUE(RemoveOne(*t, 5).ok());
+  // 28 KiB of 48 in use; the active region has 16 KiB left, no region is
+  // free: a 16 KiB block must reclaim, an 8 KiB one goes in at once.
+  bool fired = false;
+  Status during;
+  t->TEST_SetBeforeReclaim([&] {
+    if (std::exchange(fired, true)) return;
+    during = WriteOne(*t, 6, 8192);
+  });
+  const Status late = WriteOne(*t, 7, kBytes);
+  t->TEST_SetBeforeReclaim(nullptr);
+  ASSERT_TRUE(fired);
+  EXPECT_TRUE(during.ok()) << during.ToString();
+  EXPECT_EQ(late.code(), StatusCode::kResourceExhausted) << late.ToString();
+  EXPECT_LE(t->Usage().used_bytes, t->Usage().capacity_bytes);
+  EXPECT_EQ(t->Usage().used_bytes, 28 * 1024 + 8192u);
+  EXPECT_TRUE(ReadAndCheck(*t, 6, 8192).ok());
+  EXPECT_TRUE(ReadAndCheck(*t, 0, kBytes).ok());
   t->Shutdown();
 }
 

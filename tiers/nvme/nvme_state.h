@@ -44,9 +44,9 @@ struct Entry {
   BlockLocation loc;
   uint64_t seq = 0;   // write sequence; a later write wins
   uint32_t hits = 0;  // reads served since written or last reinserted
-  // Recovered at open and not yet read, rewritten or removed in this run: no
-  // one above the tier is known to hold it, so Usage leaves it out and
-  // Reserve drops it to make room.
+  // Recovered at open and not yet claimed, read, rewritten or removed in
+  // this run: no one above the tier is known to hold it, so Usage leaves it
+  // out and Reserve drops it to make room.
   bool unclaimed = false;
 };
 
@@ -85,6 +85,9 @@ struct NvmeTier::State {
   // Tests only: runs in DoWrite right after a block's Reserve, before its
   // I/O is built; may throw std::bad_alloc. Set before any write.
   std::function<void()> after_write_reserve;
+  // Tests only: runs in Reclaim once reclaim_mu is held, before `mu` is
+  // taken. Set before any write.
+  std::function<void()> before_reclaim;
 
   mutable std::mutex mu;
   std::condition_variable cv;                              // region pins dropped, commit progress
@@ -98,6 +101,11 @@ struct NvmeTier::State {
   uint64_t next_order = 1;                                                     // guarded
   int active = -1;                                                             // guarded
   int spare = -1;              // guarded: reclaim's target
+  // The spare is a victim whose moved blocks' new entries no commit has
+  // written yet: the index still points into it, so it may not be written
+  // over (nor get a new generation) until a commit succeeds. Read and
+  // written under reclaim_mu and mu.
+  bool spare_moves_uncommitted = false;
   uint64_t used_payload = 0;   // guarded: indexed + in-flight payload bytes
   uint64_t live_disk = 0;      // guarded: indexed + in-flight disk bytes
   uint64_t since_commit = 0;   // guarded: blocks installed since the last commit
@@ -106,6 +114,7 @@ struct NvmeTier::State {
   // Unclaimed entries (Entry::unclaimed): their payload bytes and count, and
   // their ids oldest first as recovered; ids claimed or gone since are skipped.
   uint64_t unclaimed_payload = 0;     // guarded
+  uint64_t unclaimed_disk = 0;        // guarded
   uint64_t unclaimed_blocks = 0;      // guarded
   std::deque<NsKey> unclaimed_order;  // guarded
 
@@ -139,6 +148,10 @@ struct NvmeTier::State {
   void MakeActiveLocked(int region, uint64_t gen);
   int FreeRegionLocked() const;
   int GiveUpEmptiestRegion(std::vector<IndexUpdate>& drops);
+  // Makes room for a block of `payload` bytes of `id` within the capacity,
+  // dropping unclaimed entries if that is enough; ResourceExhausted when
+  // not. REQUIRES: mu held.
+  Status MakeRoomLocked(const NsKey& id, uint64_t payload);
   // Drops the oldest unclaimed entry; false when there is none.
   bool DropOldestUnclaimedLocked();
   // Takes one unclaimed entry of `payload` bytes out of the totals.
@@ -149,6 +162,9 @@ struct NvmeTier::State {
   Status Reclaim(uint64_t disk);
   int PickVictimLocked() const;
   Status Relocate(int victim, std::vector<LiveBlock>& live, uint64_t* reinserted);
+  // Commits, when the spare still holds what the index knows of blocks moved
+  // out of it; an error when that commit fails. REQUIRES: reclaim_mu held.
+  Status CommitSpareMoves();
   Status PackLive(int victim, std::vector<LiveBlock>& live, AlignedBuffer& buf, uint64_t* packed);
   Status ReadLiveOneByOne(int victim, std::vector<LiveBlock>& live, AlignedBuffer& buf);
   Status WritePacked(const AlignedBuffer& buf, uint64_t packed, int* target, uint64_t* gen);

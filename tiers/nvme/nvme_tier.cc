@@ -73,6 +73,10 @@ void NvmeTier::TEST_SetAfterWriteReserve(std::function<void()> hook) {
   s_->after_write_reserve = std::move(hook);
 }
 
+void NvmeTier::TEST_SetBeforeReclaim(std::function<void()> hook) {
+  s_->before_reclaim = std::move(hook);
+}
+
 // ---- writes ------------------------------------------------------------------
 
 namespace {
@@ -209,6 +213,16 @@ void NvmeTier::DoContains(NamespaceId ns, std::span<const BlockKey> keys, Comple
                                                 : Status::NotFound("not in tier '" + name() + "'"));
   }
   done.Finish();
+}
+
+// Contains claims nothing: a lookup may ask about keys past the run it
+// adopts, and a claimed block nobody above knows of could never be evicted.
+void NvmeTier::DoClaim(NamespaceId ns, std::span<const BlockKey> keys) {
+  std::lock_guard lock(s_->mu);
+  if (s_->unclaimed_blocks == 0) return;
+  for (const BlockKey& key : keys) {
+    if (auto it = s_->map.find({ns, key}); it != s_->map.end()) s_->ClaimLocked(it->second);
+  }
 }
 
 // ---- construction --------------------------------------------------------------

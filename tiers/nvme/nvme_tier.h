@@ -13,19 +13,21 @@
 //
 // Durability: a Write completes once its bytes are on the device and the
 // block is readable. Index entries are group-committed by a committer
-// thread: fdatasync of the data file, then one RocksDB batch, so the index
-// never points at data that is not durable. A region's new generation is
+// thread: fdatasync of the data file, then one RocksDB batch with its WAL
+// synced, so the index never points at data that is not durable, and a
+// commit (Flush's too) survives a power loss. A region's new generation is
 // written (synced) before any data lands in it, and entries whose generation
 // differs from their region's are dropped on open. A crash loses at most
 // the blocks written since the last commit (nvme.commit_every_blocks).
 //
 // Restart: every indexed block is recovered, but starts unclaimed: the
-// runtime above knows of it only once a lookup adopts it, and can evict only
-// what it knows. Until this run reads it (successfully), rewrites it or
-// removes it, an unclaimed block is left out of Usage() (it is free space to
-// the caller), and a write that finds the tier full drops unclaimed blocks,
-// oldest first, before it answers ResourceExhausted; their deletes reach
-// RocksDB with the next group commit.
+// runtime above knows of it only once a lookup adopts it (and says so with
+// Tier::Claim), and can evict only what it knows. Until this run claims it,
+// reads it (successfully), rewrites it or removes it, an unclaimed block
+// is left out of Usage() (it is free space to the caller), and a write that
+// finds the tier full drops unclaimed blocks, oldest first, before it
+// answers ResourceExhausted; their deletes reach RocksDB with the next group
+// commit.
 //
 // Reads go straight into the caller's buffer when it is 4 KiB-aligned and
 // the payload is a multiple of 4 KiB (host hub slots), else through a bounce
@@ -95,12 +97,17 @@ class NvmeTier final : public Tier {
   // before its I/O is built; it may throw std::bad_alloc to act as running
   // out of memory there. REQUIRES: no write in flight.
   void TEST_SetAfterWriteReserve(std::function<void()> hook);
+  // Runs `hook` in every reclaim once it holds the reclaim lock, before it
+  // looks at the regions; other writes may run in it. REQUIRES: no write
+  // in flight.
+  void TEST_SetBeforeReclaim(std::function<void()> hook);
 
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
   void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override;
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
   void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
+  void DoClaim(NamespaceId ns, std::span<const BlockKey> keys) override;
   void DoShutdown() override;
   uint64_t DoRegisterHostMemory(std::span<std::byte> memory) override;
 
