@@ -210,7 +210,12 @@ Status NvmeIndex::Apply(const std::vector<IndexUpdate>& updates, const WriteTota
       batch.Delete(key);
     }
   }
-  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write batch");
+  // One WAL sync per group commit, beside the data file's: the tier says a
+  // crash loses only what no commit covered, and Flush that what it covers
+  // is durable, which an unsynced WAL would not be after a power loss.
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Write(wo, &batch), "write batch");
 }
 
 Result<WriteTotals> NvmeIndex::ReadTotals() {

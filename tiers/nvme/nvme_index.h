@@ -73,8 +73,8 @@ class NvmeIndex {
   // Durably (synced WAL) records a region's new generation.
   Status SetGeneration(uint32_t region, uint64_t generation);
   // Applies `updates` (and, when given, the store's write totals) in one
-  // atomic batch (WAL written, not synced: a killed process keeps it; the
-  // data it points at was made durable before).
+  // atomic, durable batch (WAL synced: a commit survives a power loss, not
+  // only a killed process; the data it points at was made durable before).
   Status Apply(const std::vector<IndexUpdate>& updates, const WriteTotals* totals = nullptr);
   // The totals last applied; zeros for a store that never recorded any.
   Result<WriteTotals> ReadTotals();

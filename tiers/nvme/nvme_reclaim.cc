@@ -58,6 +58,7 @@ Status NvmeTier::State::SyncIo(IoOp op, uint64_t offset, std::span<std::byte> bu
 // blocks and the error is returned.
 Status NvmeTier::State::Reclaim(uint64_t disk) {
   std::lock_guard reclaim_lock(reclaim_mu);
+  if (before_reclaim) before_reclaim();
   std::vector<LiveBlock> live;
   int victim = -1;
   {
@@ -78,7 +79,27 @@ Status NvmeTier::State::Reclaim(uint64_t disk) {
   }
   uint64_t reinserted = 0;
   KVTIER_RETURN_IF_ERROR(Relocate(victim, live, &reinserted));
-  return reinserted > 0 ? CommitNow() : Status::Ok();
+  return reinserted > 0 ? CommitSpareMoves() : Status::Ok();
+}
+
+// A failed commit leaves the moves pending, and the index pointing at the
+// old copies in the spare; writing over the spare (after durably giving it
+// a new generation) would orphan those entries, and a crash would lose
+// blocks a Flush had reported durable. So the spare stays unused until a
+// commit succeeds: retried here before every reuse, the reclaim refused
+// while it fails.
+Status NvmeTier::State::CommitSpareMoves() {
+  {
+    std::lock_guard lock(mu);
+    if (!spare_moves_uncommitted) return Status::Ok();
+  }
+  Status st = CommitNow();
+  if (!st.ok()) {
+    return st.WithContext("blocks moved out of the spare region are not committed");
+  }
+  std::lock_guard lock(mu);
+  spare_moves_uncommitted = false;
+  return Status::Ok();
 }
 
 // Reads the victim's blocks worth keeping and packs those that still verify
@@ -160,6 +181,7 @@ Status NvmeTier::State::ReadLiveOneByOne(int victim, std::vector<LiveBlock>& liv
 // meanwhile, so after a failed write it is still an empty spare.
 Status NvmeTier::State::WritePacked(const AlignedBuffer& buf, uint64_t packed, int* target,
                                     uint64_t* gen) {
+  KVTIER_RETURN_IF_ERROR(CommitSpareMoves());
   std::unique_lock lock(mu);
   const int t = spare;
   const uint64_t g = next_generation++;
@@ -204,7 +226,10 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
   stats.bytes_reclaimed += v.write_ptr - std::min(v.write_ptr, packed);
   ++stats.reclaims;
   v = Region{};
-  if (target >= 0 || spare < 0) spare = victim;
+  if (target >= 0 || spare < 0) {
+    spare = victim;
+    spare_moves_uncommitted = *reinserted > 0;
+  }
   return Status::Ok();
 }
 

@@ -116,6 +116,7 @@ Status NvmeTier::State::Recover() {
     live_disk += DiskBytes(loc.payload_bytes);
     map[id] = Entry{.loc = loc, .unclaimed = true};
     unclaimed_payload += loc.payload_bytes;
+    unclaimed_disk += DiskBytes(loc.payload_bytes);
     ++unclaimed_blocks;
   }
   // A region's generation is its age: regions are activated in generation order.
@@ -191,27 +192,50 @@ void NvmeTier::State::MakeActiveLocked(int r, uint64_t gen) {
   active = r;
 }
 
+// Blocks recovered at open that this run never used give way first, but
+// only when giving up all of them would make room: otherwise the write is
+// refused and they stay.
+Status NvmeTier::State::MakeRoomLocked(const NsKey& id, uint64_t payload) {
+  const uint64_t disk = DiskBytes(payload);
+  // Room when the entry `id` replaces (if any) and, with `all_unclaimed`,
+  // every unclaimed entry besides it are gone.
+  auto fits = [&](bool all_unclaimed) {
+    uint64_t freed_payload = 0, freed_disk = 0;
+    const Entry* replaced = nullptr;
+    if (auto it = map.find(id); it != map.end()) replaced = &it->second;
+    if (replaced != nullptr) {
+      freed_payload = replaced->loc.payload_bytes;
+      freed_disk = DiskBytes(freed_payload);
+    }
+    if (all_unclaimed) {
+      const bool counted = replaced != nullptr && replaced->unclaimed;
+      freed_payload += unclaimed_payload - (counted ? replaced->loc.payload_bytes : 0);
+      freed_disk += unclaimed_disk - (counted ? DiskBytes(replaced->loc.payload_bytes) : 0);
+    }
+    return used_payload - freed_payload + payload <= options.capacity_bytes &&
+           live_disk - freed_disk + disk <= disk_budget;
+  };
+  if (fits(false)) return Status::Ok();
+  if (!fits(true)) {
+    return Status::ResourceExhausted("tier '" + name + "' is full (" +
+                                     std::to_string(used_payload) + " of " +
+                                     std::to_string(options.capacity_bytes) + " bytes)");
+  }
+  while (!fits(false)) {
+    if (!DropOldestUnclaimedLocked()) {
+      return Status::Internal("tier '" + name +
+                              "': unclaimed block totals exceed the unclaimed blocks found");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, uint64_t checksum) {
   const uint64_t disk = DiskBytes(payload);
   std::unique_lock lock(mu);
-  auto fits = [&] {
-    uint64_t replaced_payload = 0, replaced_disk = 0;
-    if (auto it = map.find(id); it != map.end()) {
-      replaced_payload = it->second.loc.payload_bytes;
-      replaced_disk = DiskBytes(replaced_payload);
-    }
-    return used_payload - replaced_payload + payload <= options.capacity_bytes &&
-           live_disk - replaced_disk + disk <= disk_budget;
-  };
-  // Blocks recovered at open that this run never used give way first.
-  while (!fits()) {
-    if (!DropOldestUnclaimedLocked()) {
-      return Status::ResourceExhausted("tier '" + name + "' is full (" +
-                                       std::to_string(used_payload) + " of " +
-                                       std::to_string(options.capacity_bytes) + " bytes)");
-    }
-  }
   for (size_t attempt = 0;; ++attempt) {
+    // Checked again after every reclaim: other writes reserve meanwhile.
+    KVTIER_RETURN_IF_ERROR(MakeRoomLocked(id, payload));
     if (active >= 0 && regions[active].write_ptr + disk <= region_bytes) break;
     if (int r = FreeRegionLocked(); r >= 0) {
       KVTIER_RETURN_IF_ERROR(ActivateLocked(r));
@@ -256,6 +280,7 @@ void NvmeTier::State::ClaimLocked(Entry& e) {
 
 void NvmeTier::State::UncountUnclaimedLocked(uint64_t payload) {
   unclaimed_payload -= payload;
+  unclaimed_disk -= DiskBytes(payload);
   if (--unclaimed_blocks == 0) unclaimed_order.clear();
 }
 
