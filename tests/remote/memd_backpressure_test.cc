@@ -19,6 +19,7 @@
 
 #include "tests/remote/memd_guard_fixture.h"
 #include "tests/remote/raw_memd_client.h"
+#include "tests/support/recording_log.h"
 #include "tiers/remote/remote_auth.h"
 #include "tiers/remote/remote_protocol.h"
 
@@ -112,25 +113,6 @@ TEST_F(MemdGuardTest, RepliesNobodyReadsCloseTheConnection) {
   EXPECT_EQ(server_->GetStats().used_slots, 0u);
 }
 
-// Keeps the log lines that mention failed accepts.
-class AcceptLog : public LogSink {
- public:
-  void Log(LogLevel level, std::string_view message) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (level == LogLevel::kWarning && message.find("accept") != std::string_view::npos) {
-      lines_.emplace_back(message);
-    }
-  }
-  std::vector<std::string> lines() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return lines_;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> lines_;
-};
-
 // CPU time this process has used, user and system.
 std::chrono::microseconds CpuTime() {
   rusage u{};
@@ -149,7 +131,7 @@ TEST_F(MemdGuardTest, AcceptOutOfDescriptorsBacksOffAndRecovers) {
   // TSan builds run this test.
   GTEST_SKIP() << "an ASan/UBSan build cannot run out of descriptors safely";
 #endif
-  auto log = std::make_shared<AcceptLog>();
+  auto log = std::make_shared<RecordingLog>(LogLevel::kWarning, "accept");
   ASSERT_NO_FATAL_FAILURE(StartServer([&](memd::MemdServerOptions& o) { o.log = log; }));
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);

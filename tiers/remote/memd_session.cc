@@ -97,7 +97,12 @@ bool Session::Alive(const boost::system::error_code& ec, const char* what) {
 }
 
 void Session::OnHeader() {
-  auto h = DecodeFrameHeader(in_header_, srv_.pool_->slot_bytes());
+  // A PUT_DATA is checked against its PUT_BEGIN item (ReadPutData), not the
+  // slot size: one for an item refused there as too large for a slot is read
+  // and dropped, so a client that misjudged the slot size loses that item,
+  // not its connection. Only a reserved slot, which the item fits, is read
+  // into.
+  auto h = DecodeFrameHeader(in_header_, kMaxBlockPayloadBytes + kBlockHeaderBytes);
   if (!h.ok())
     return ProtocolError(StatusCode::kInvalidArgument, std::string(h.status().message()));
   frame_ = *h;

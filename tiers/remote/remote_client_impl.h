@@ -146,8 +146,13 @@ class Link : public std::enable_shared_from_this<Link> {
   void OnWelcome(const FrameHeader& h);
   void Enqueue(Request& r);
   // Enqueues `r`, or holds an RDMA PUT back while the link's begun items
-  // would pass kMaxBegunPutItems.
+  // would pass kMaxBegunPutItems. May finish and drop `r` (FitSlots).
   void Start(Request& r);
+  // PUT `r`: fails with InvalidArgument each item that, with its block
+  // header, exceeds the server's slot (slot_bytes_), and leaves only the
+  // rest in `r`. Returns false when none is left; `r` is then finished and
+  // gone.
+  bool FitSlots(Request& r);
   // Enqueues the held PUTs that fit now, in order.
   void StartHeld();
   void Pump();

@@ -40,7 +40,51 @@ void Link::Push(OutFrame f, Request* owner) {
   queue_.push_back(std::move(f));
 }
 
+// The server refuses a PUT_DATA frame larger than its slot as a protocol
+// error and closes the connection, failing every request on it; its slot
+// size may have changed since the tier opened (a restart with another
+// --slot-size). Such an item is the caller's alone to fail.
+bool Link::FitSlots(Request& r) {
+  std::vector<size_t> keep;
+  for (size_t i = 0; i < r.keys.size(); ++i) {
+    const uint64_t wire = kBlockHeaderBytes + r.srcs[i].size();
+    if (wire <= slot_bytes_) {
+      keep.push_back(i);
+      continue;
+    }
+    r.Finish(i,
+             Status::InvalidArgument(Prefix() + "block of " + std::to_string(r.srcs[i].size()) +
+                                     " bytes (" + std::to_string(wire) +
+                                     " with its header) exceeds the server's slot of " +
+                                     std::to_string(slot_bytes_) + " bytes"),
+             0);
+  }
+  if (keep.size() == r.keys.size()) return true;
+  if (keep.empty()) {
+    Done(r);  // may destroy r
+    return false;
+  }
+  std::vector<BlockKey> keys;
+  std::vector<std::span<const std::byte>> srcs;
+  std::vector<std::array<std::byte, kBlockHeaderBytes>> headers;
+  for (size_t i : keep) {
+    keys.push_back(r.keys[i]);
+    srcs.push_back(r.srcs[i]);
+    headers.push_back(r.headers[i]);
+  }
+  r.keys = std::move(keys);
+  r.srcs = std::move(srcs);
+  r.headers = std::move(headers);
+  r.done.assign(keep.size(), 0);
+  r.remaining = keep.size();
+  r.cb = [cb = std::move(r.cb), keep = std::move(keep)](size_t i, const Status& s, uint64_t b) {
+    cb(keep[i], s, b);
+  };
+  return true;
+}
+
 void Link::Start(Request& r) {
+  if (r.op == Opcode::kPutBegin && !FitSlots(r)) return;
   if (rdma_ && r.op == Opcode::kPutBegin) {
     // A request alone is never held: one larger than the budget is the
     // server's to refuse.
