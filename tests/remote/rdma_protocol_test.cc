@@ -195,7 +195,9 @@ TEST(RdmaGrantsTest, LeasedBlocksStayInPlaceUntilReleasedOrExpired) {
   auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 100}}});
   WriteGranted(*pool, g->items[0], {1, 1}, std::byte{1});
   ASSERT_EQ(grants.Commit(1)->codes[0], StatusCode::kOk);
-  LeaseReply l = grants.Lease(KeyBatch{kNs, {{1, 1}, {9, 9}}}, 1000);
+  auto leased = grants.Lease(KeyBatch{kNs, {{1, 1}, {9, 9}}}, 1000);
+  ASSERT_TRUE(leased.ok()) << leased.status().ToString();
+  const LeaseReply& l = *leased;
   ASSERT_NE(l.lease_id, 0u);
   EXPECT_EQ(l.items[0].addr, g->items[0].addr);
   EXPECT_EQ(l.items[0].bytes, 164u);
@@ -207,7 +209,7 @@ TEST(RdmaGrantsTest, LeasedBlocksStayInPlaceUntilReleasedOrExpired) {
   EXPECT_EQ(grants.Expire(1500), 1u);
   EXPECT_EQ(pool->used_slots(), 0u);
   EXPECT_FALSE(grants.Release(l.lease_id));  // late release after expiry
-  EXPECT_EQ(grants.Lease(KeyBatch{kNs, {{1, 1}}}, 2000).lease_id, 0u);
+  EXPECT_EQ(grants.Lease(KeyBatch{kNs, {{1, 1}}}, 2000)->lease_id, 0u);
 }
 
 TEST(RdmaGrantsTest, ReleaseEndsOneLeaseAndTeardownFreesEverything) {
@@ -218,8 +220,8 @@ TEST(RdmaGrantsTest, ReleaseEndsOneLeaseAndTeardownFreesEverything) {
     auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 100}}});
     WriteGranted(*pool, g->items[0], {1, 1}, std::byte{1});
     ASSERT_EQ(grants.Commit(1)->codes[0], StatusCode::kOk);
-    LeaseReply a = grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0);
-    LeaseReply b = grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0);
+    LeaseReply a = grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0).value();
+    LeaseReply b = grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0).value();
     EXPECT_NE(a.lease_id, b.lease_id);
     EXPECT_EQ(grants.open_leases(), 2u);
     EXPECT_TRUE(grants.Release(a.lease_id));
@@ -231,6 +233,69 @@ TEST(RdmaGrantsTest, ReleaseEndsOneLeaseAndTeardownFreesEverything) {
   }
   // The grant never committed and the open lease both ended with the connection.
   EXPECT_EQ(pool->used_slots(), 0u);
+}
+
+// One connection's leases pin at most three quarters of the pool (3 of 4
+// slots): items past that are refused, not pinned, and another connection
+// can still store a block. Before, every found block was pinned, and the
+// other connection's PUT_BEGIN found no slot it could reuse.
+TEST(RdmaGrantsTest, LeasesPinAtMostThreeQuartersOfThePool) {
+  auto pool = SmallPool(4, kSlot);
+  MemdReservations table(*pool, 16), other_table(*pool, 16);
+  RdmaGrants grants(*pool, table, kRegion, 500), other(*pool, other_table, kRegion, 500);
+  const std::vector<BlockKey> keys{{1, 1}, {1, 2}, {1, 3}, {1, 4}};
+  auto g = grants.Begin(
+      1, PutBegin{kNs, {{keys[0], 100}, {keys[1], 100}, {keys[2], 100}, {keys[3], 100}}});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (size_t i = 0; i < keys.size(); ++i) WriteGranted(*pool, g->items[i], keys[i], std::byte{1});
+  ASSERT_EQ(grants.Commit(1)->codes, std::vector<StatusCode>(4, StatusCode::kOk));
+
+  auto l = grants.Lease(KeyBatch{kNs, keys}, 0);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_NE(l->lease_id, 0u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(l->items[i].code, StatusCode::kOk) << i;
+  EXPECT_EQ(l->items[3].code, StatusCode::kResourceExhausted);
+  EXPECT_EQ(l->items[3].addr, 0u);
+  EXPECT_EQ(grants.leased_slots(), 3u);
+  // At the limit a lease pins nothing and is not opened.
+  auto none = grants.Lease(KeyBatch{kNs, {keys[0]}}, 0);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->lease_id, 0u);
+  EXPECT_EQ(none->items[0].code, StatusCode::kResourceExhausted);
+  EXPECT_EQ(grants.open_leases(), 1u);
+
+  // The unpinned block is evicted for another connection's put.
+  auto put = other.Begin(1, PutBegin{kNs, {{{2, 1}, 100}}});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->items[0].code, StatusCode::kOk);
+
+  EXPECT_TRUE(grants.Release(l->lease_id));
+  EXPECT_EQ(grants.leased_slots(), 0u);
+  auto again = grants.Lease(KeyBatch{kNs, {keys[0]}}, 0);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->items[0].code, StatusCode::kOk);
+}
+
+// A connection that keeps opening leases without releasing them is cut off
+// at the open-lease limit (2 here) with a clear protocol error. Before,
+// leases grew without bound.
+TEST(RdmaGrantsTest, OpeningLeasesPastTheLimitIsAProtocolError) {
+  auto pool = SmallPool(4, kSlot);
+  MemdReservations table(*pool, 16);
+  RdmaGrants grants(*pool, table, kRegion, 500, /*max_leases=*/2);
+  auto g = grants.Begin(1, PutBegin{kNs, {{{1, 1}, 100}}});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  WriteGranted(*pool, g->items[0], {1, 1}, std::byte{1});
+  ASSERT_EQ(grants.Commit(1)->codes[0], StatusCode::kOk);
+  auto a = grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0);
+  auto b = grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+  EXPECT_EQ(c.status().message(), "GET_LEASE past the limit of 2 open leases on one connection");
+  EXPECT_EQ(grants.open_leases(), 2u);
+  EXPECT_TRUE(grants.Release(a->lease_id));
+  EXPECT_TRUE(grants.Lease(KeyBatch{kNs, {{1, 1}}}, 0).ok());
 }
 
 }  // namespace

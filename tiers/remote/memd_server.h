@@ -7,11 +7,14 @@
 // connection is closed, while every other connection keeps being served.
 // One connection holds at most three quarters of the pool's slots reserved
 // (PUT_BEGIN items beyond get ResourceExhausted), and a put that makes no progress for
-// put_timeout_ms is cancelled and its connection closed. A connection whose
-// replies pile up unread is not read from until they drain, and is closed
-// (dropping the pins its replies hold) when they make no write progress for
-// reply_timeout_ms. Accepted sockets use TCP keepalive and a TCP user
-// timeout, so a peer that vanished does not hold its connection for good.
+// put_timeout_ms is cancelled and its connection closed. Over RDMA, one
+// connection's leases pin at most three quarters of the slots too (GET_LEASE
+// items beyond get ResourceExhausted), and a GET_LEASE with kMaxOpenLeases
+// leases open closes the connection. A connection whose replies pile up
+// unread is not read from until they drain, and is closed (dropping the pins
+// its replies hold) when they make no write progress for reply_timeout_ms.
+// Accepted sockets use TCP keepalive and a TCP user timeout, so a peer that
+// vanished does not hold its connection for good.
 #pragma once
 
 #include <cstdint>

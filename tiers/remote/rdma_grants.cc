@@ -5,8 +5,13 @@
 namespace kvtier::internal::memd {
 
 RdmaGrants::RdmaGrants(MemdPool& pool, MemdReservations& table, RdmaRegion region,
-                       uint32_t lease_ms)
-    : pool_(pool), table_(table), region_(region), lease_ms_(lease_ms) {}
+                       uint32_t lease_ms, size_t max_leases)
+    : pool_(pool),
+      table_(table),
+      region_(region),
+      lease_ms_(lease_ms),
+      max_leases_(max_leases),
+      max_pinned_(MaxLeasedSlots(pool.slot_count())) {}
 
 RdmaGrants::~RdmaGrants() {
   table_.Cancel(PutPath::kRdma);
@@ -32,7 +37,11 @@ Result<GrantList> RdmaGrants::Begin(uint32_t request_id, const PutBegin& m) {
   return reply;
 }
 
-LeaseReply RdmaGrants::Lease(const KeyBatch& m, uint64_t now_ms) {
+Result<LeaseReply> RdmaGrants::Lease(const KeyBatch& m, uint64_t now_ms) {
+  if (leases_.size() >= max_leases_) {
+    return Status::InvalidArgument("GET_LEASE past the limit of " + std::to_string(max_leases_) +
+                                   " open leases on one connection");
+  }
   LeaseReply reply;
   LeaseEntry lease;
   lease.ends_ms = now_ms + lease_ms_;
@@ -42,12 +51,19 @@ LeaseReply RdmaGrants::Lease(const KeyBatch& m, uint64_t now_ms) {
       reply.items.push_back({StatusCode::kNotFound, 0, 0, 0});
       continue;
     }
+    // Refused, not queued: the caller reads the block some other way, or
+    // misses it, while this connection's leases hold their share.
+    if (pinned_ + lease.slots.size() >= max_pinned_) {
+      reply.items.push_back({StatusCode::kResourceExhausted, 0, 0, 0});
+      continue;
+    }
     pool_.Pin(found->slot);
     lease.slots.push_back(found->slot);
     reply.items.push_back({StatusCode::kOk, region_.addr + pool_.SlotOffset(found->slot),
                            region_.rkey, found->stored_bytes});
   }
   if (lease.slots.empty()) return reply;
+  pinned_ += lease.slots.size();
   reply.lease_id = next_lease_++;
   by_end_.emplace(lease.ends_ms, reply.lease_id);
   leases_.emplace(reply.lease_id, std::move(lease));
@@ -63,6 +79,7 @@ void RdmaGrants::EndLease(std::unordered_map<uint64_t, LeaseEntry>::iterator it)
     }
   }
   for (uint32_t slot : it->second.slots) pool_.Unpin(slot);
+  pinned_ -= it->second.slots.size();
   leases_.erase(it);
 }
 

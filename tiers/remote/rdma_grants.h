@@ -15,6 +15,7 @@
 // thread owns it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <unordered_map>
@@ -27,12 +28,26 @@
 
 namespace kvtier::internal::memd {
 
+// Leases one connection may hold open at once: one with more is not
+// releasing them. GET_LEASE past it is a protocol error.
+inline constexpr size_t kMaxOpenLeases = 16384;
+
+// Slot pins one connection's leases may hold at once (a slot leased twice
+// counts twice): three quarters of the pool, at least one, as for
+// reservations. A GET_LEASE item past it is refused with ResourceExhausted,
+// so one connection cannot keep the whole pool from being reused.
+inline size_t MaxLeasedSlots(uint64_t slot_count) {
+  return std::max<size_t>(1, static_cast<size_t>(slot_count * 3 / 4));
+}
+
 class RdmaGrants {
  public:
   // `pool` is addressed by the peer through `region` (the pool's mapping as
-  // registered); grants are kept in `table`; leases last `lease_ms`.
+  // registered); grants are kept in `table`; leases last `lease_ms`, and at
+  // most `max_leases` are open at once (pins: MaxLeasedSlots of the pool).
   // REQUIRES: `pool` and `table` outlive this.
-  RdmaGrants(MemdPool& pool, MemdReservations& table, RdmaRegion region, uint32_t lease_ms);
+  RdmaGrants(MemdPool& pool, MemdReservations& table, RdmaRegion region, uint32_t lease_ms,
+             size_t max_leases = kMaxOpenLeases);
   // Cancels every grant (the RDMA puts of the table) and ends every lease.
   // REQUIRES: the peer can no longer write into the pool.
   ~RdmaGrants();
@@ -48,8 +63,11 @@ class RdmaGrants {
   Result<StatusList> Commit(uint32_t request_id) { return table_.Commit(request_id); }
 
   // Pins each stored key under one new lease ending at now_ms + lease_ms.
-  // Misses are NotFound items; lease_id is 0 when nothing was found.
-  LeaseReply Lease(const KeyBatch& m, uint64_t now_ms);
+  // Misses are NotFound items, and items past the connection's pin limit
+  // ResourceExhausted; lease_id is 0 when nothing was pinned.
+  // InvalidArgument (the connection is then closed) when `max_leases` are
+  // open already.
+  Result<LeaseReply> Lease(const KeyBatch& m, uint64_t now_ms);
   // Ends a lease early; false when it is unknown (already expired or
   // released), which is not an error: the client may be late.
   bool Release(uint64_t lease_id);
@@ -59,6 +77,8 @@ class RdmaGrants {
   // Reserved items of the connection, on either path.
   size_t reserved_items() const { return table_.reserved_items(); }
   size_t open_leases() const { return leases_.size(); }
+  // Slot pins held by the open leases.
+  size_t leased_slots() const { return pinned_; }
 
  private:
   struct LeaseEntry {
@@ -71,6 +91,9 @@ class RdmaGrants {
   MemdReservations& table_;
   const RdmaRegion region_;
   const uint32_t lease_ms_;
+  const size_t max_leases_;
+  const size_t max_pinned_;
+  size_t pinned_ = 0;  // slot pins of leases_
   uint64_t next_lease_ = 1;
   std::unordered_map<uint64_t, LeaseEntry> leases_;
   std::multimap<uint64_t, uint64_t> by_end_;  // ends_ms -> lease id

@@ -65,7 +65,8 @@ Result<std::optional<RdmaSession::Reply>> RdmaSession::Handle(Opcode op, uint32_
   }
   if (op == Opcode::kGetLease) {
     KVTIER_ASSIGN_OR_RETURN(KeyBatch m, DecodeKeyBatch(body));
-    return std::optional<Reply>(Reply{Opcode::kLeaseReply, EncodeBody(grants_->Lease(m, now_ms))});
+    KVTIER_ASSIGN_OR_RETURN(LeaseReply l, grants_->Lease(m, now_ms));
+    return std::optional<Reply>(Reply{Opcode::kLeaseReply, EncodeBody(l)});
   }
   if (op == Opcode::kLeaseRelease) {
     KVTIER_ASSIGN_OR_RETURN(LeaseRelease m, DecodeLeaseRelease(body));

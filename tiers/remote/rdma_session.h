@@ -52,7 +52,8 @@ class RdmaSession {
   // Handles one frame. The reply to send, or nullopt (LEASE_RELEASE has
   // none). An error is a protocol error: the caller sends it as an ERROR
   // frame and closes the connection (InvalidArgument for a malformed or
-  // out-of-order frame; the device's code when the queue pair fails).
+  // out-of-order frame, or a GET_LEASE past kMaxOpenLeases; the device's
+  // code when the queue pair fails).
   Result<std::optional<Reply>> Handle(Opcode op, uint32_t request_id,
                                       std::span<const std::byte> body, uint64_t now_ms);
   // Ends every lease that ends at or before now_ms; returns how many.
