@@ -168,6 +168,7 @@ void DropOverlaps(IndexEntries& kept, std::vector<IndexUpdate>& drops) {
 Status NvmeIndex::Scan(const std::function<void(uint32_t, uint64_t)>& on_region,
                        const std::function<void(const NsKey&, const BlockLocation&)>& on_block,
                        uint64_t* bad_records) {
+  std::lock_guard lock(mu_);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     std::string_view k(it->key().data(), it->key().size());
@@ -192,6 +193,7 @@ Status NvmeIndex::Scan(const std::function<void(uint32_t, uint64_t)>& on_region,
 Status NvmeIndex::SetGeneration(uint32_t region, uint64_t generation) {
   rocksdb::WriteOptions wo;
   wo.sync = true;
+  std::lock_guard lock(mu_);
   return FromRocks(db_->Put(wo, RegionRecordKey(region), EncodeU64(generation)),
                    "write region generation");
 }
@@ -215,11 +217,13 @@ Status NvmeIndex::Apply(const std::vector<IndexUpdate>& updates, const WriteTota
   // is durable, which an unsynced WAL would not be after a power loss.
   rocksdb::WriteOptions wo;
   wo.sync = true;
+  std::lock_guard lock(mu_);
   return FromRocks(db_->Write(wo, &batch), "write batch");
 }
 
 Result<WriteTotals> NvmeIndex::ReadTotals() {
   std::string value;
+  std::lock_guard lock(mu_);
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kTotalsKey, &value);
   if (s.IsNotFound()) return WriteTotals{};
   KVTIER_RETURN_IF_ERROR(FromRocks(s, "read write totals"));

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,7 +82,12 @@ class NvmeIndex {
 
  private:
   explicit NvmeIndex(rocksdb::DB* db);
-  std::unique_ptr<rocksdb::DB> db_;
+  // RocksDB is thread-safe, but the library is not built with ThreadSanitizer,
+  // which cannot see its locks. The tier calls from two threads (the commit
+  // loop and a writer opening a region), so one mutex orders the calls; a
+  // synced write of RocksDB's would hold the second caller back as long.
+  std::mutex mu_;
+  std::unique_ptr<rocksdb::DB> db_;  // calls under mu_
 };
 
 }  // namespace kvtier::internal
