@@ -185,9 +185,10 @@ class RuntimeImpl final : public Runtime {
   // write fails).
   std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims,
                                     std::vector<bool>& reclaimed);
-  // Pending removes (see pending_removes_). Queues `k` for lower tier
-  // `tier`, marked running or awaiting a retry; false when the tier's list
-  // is full (the key is then not tracked). REQUIRES: mu_ held.
+  // Pending removes (see pending_removes_). Lists `k` for lower tier `tier`,
+  // counting one more running Remove of it when `running` (else it awaits a
+  // retry); false when the tier's list is full (the key is then not
+  // tracked). REQUIRES: mu_ held.
   bool QueueRemoveLocked(size_t tier, const NsKey& k, bool running);
   // Removes `keys` from lower tier `tier` and waits; keys whose Remove failed
   // stay queued for a retry, the others leave the list. Returns the first
@@ -245,15 +246,20 @@ class RuntimeImpl final : public Runtime {
   std::condition_variable fills_done_;
 
   // Per lower tier (index 0 unused), keys the index no longer names there
-  // whose Remove has not succeeded yet -> a Remove of it is running now. A
-  // failed Remove stays listed and is retried at the start of each mover
-  // pass; a listed key leaves on success or NotFound, or when it is written
-  // to that tier again (which replaces the copy). A key is never written to
-  // a tier while a Remove of it runs there: that Remove, landing late, would
-  // delete the new copy. Bounded by kMaxPendingRemoves per tier (past that a
-  // failed Remove leaks its copy's room). Guarded by mu_.
+  // whose Remove has not succeeded yet. A failed Remove stays listed and is
+  // retried at the start of each mover pass; a listed key leaves once no
+  // Remove of it runs and one has succeeded (or found it gone), or when it
+  // is written to that tier again (which replaces the copy). A key is never
+  // written to a tier while a Remove of it runs there: that Remove, landing
+  // late, would delete the new copy; so two Removes of one key at once keep
+  // it listed until both have landed. Bounded by kMaxPendingRemoves per tier
+  // (past that a failed Remove leaks its copy's room). Guarded by mu_.
+  struct PendingRemove {
+    uint32_t running = 0;  // Removes of the key in flight now
+    bool gone = false;     // one of them succeeded or found it gone
+  };
   static constexpr size_t kMaxPendingRemoves = 1 << 16;
-  std::vector<std::unordered_map<NsKey, bool, NsKeyHash>> pending_removes_;
+  std::vector<std::unordered_map<NsKey, PendingRemove, NsKeyHash>> pending_removes_;
 
   // Removes that reach the lower tiers: running now, and ended so far. An
   // adoption that overlapped one is dropped (runtime_adopt.cc). Guarded by mu_.

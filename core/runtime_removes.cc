@@ -11,13 +11,12 @@ namespace kvtier::internal {
 
 bool RuntimeImpl::QueueRemoveLocked(size_t tier, const NsKey& k, bool running) {
   auto& list = pending_removes_[tier];
-  const auto it = list.find(k);
-  if (it != list.end()) {
-    it->second = it->second || running;
-    return true;
+  auto it = list.find(k);
+  if (it == list.end()) {
+    if (list.size() >= kMaxPendingRemoves) return false;
+    it = list.emplace(k, PendingRemove{}).first;
   }
-  if (list.size() >= kMaxPendingRemoves) return false;
-  list.emplace(k, running);
+  if (running) ++it->second.running;
   return true;
 }
 
@@ -53,12 +52,12 @@ void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<con
   for (size_t k = 0; k < keys.size(); ++k) {
     const auto it = list.find({ns, keys[k]});
     if (it == list.end()) continue;
+    PendingRemove& p = it->second;
     const StatusCode code = c.result(k).code();
-    if (code == StatusCode::kOk || code == StatusCode::kNotFound) {
-      list.erase(it);
-    } else {
-      it->second = false;  // retried by the next mover pass
-    }
+    if (code == StatusCode::kOk || code == StatusCode::kNotFound) p.gone = true;
+    if (p.running > 0) --p.running;
+    // Another Remove still running could land after a new write: stay listed.
+    if (p.running == 0 && p.gone) list.erase(it);  // else retried by the next pass
   }
 }
 
@@ -67,9 +66,9 @@ void RuntimeImpl::RetryPendingRemoves() {
   {
     std::lock_guard lock(mu_);
     for (size_t t = 1; t < tier_count(); ++t) {
-      for (auto& [k, running] : pending_removes_[t]) {
-        if (running) continue;
-        running = true;
+      for (auto& [k, p] : pending_removes_[t]) {
+        if (p.running != 0) continue;
+        ++p.running;
         retry[t].push_back(k);
       }
     }

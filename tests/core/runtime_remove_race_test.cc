@@ -1,0 +1,65 @@
+// Two removes of one key from a lower tier at once: the key stays listed as
+// being removed there until both have landed, so no write of it slips in
+// between and is then deleted by the later one.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "tests/core/gated_runtime.h"
+
+namespace kvtier::testing {
+namespace {
+
+class RuntimeRemoveRaceTest : public GatedRuntimeTest {
+ protected:
+  // Hub of 4 blocks over a 32-block gate tier; K1 in the hub, K2..K4 below.
+  void SetUp() override {
+    const uint64_t bb = setup_.layout.BlockBytes();
+    RuntimeOptions o = MakeOptions(bb, 4);
+    o.worker_threads = 2;
+    o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
+    o.tiers.push_back(LowerHostTier("gate", bb, 32));
+    ASSERT_NO_FATAL_FAILURE(OpenAndDemote(std::move(o), {0, 1, 1, 1}));
+  }
+};
+
+// Remove A of K4 is held at the gate before it reaches the tier; remove B
+// of K4 goes through. K4 is saved again and the mover sends it down while A
+// is still held; then A lands. Whatever a lookup finds afterwards must load
+// with its own bytes: a copy written between B and A would be deleted by A
+// while the index still names it.
+TEST_F(RuntimeRemoveRaceTest, AWriteDoesNotSlipBetweenTwoRemovesOfTheSameKey) {
+  const std::vector<BlockKey> k4 = {keys_[3]};
+  gate_->gate_removes = true;
+  std::future<void> held = gate_->remove_held.get_future();
+  std::future<Status> a = std::async(std::launch::async, [&] { return rt_->Remove(kTestNs, k4); });
+  ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "remove A never reached the tier";
+  ASSERT_TRUE(rt_->Remove(kTestNs, k4).ok());  // remove B, past the gate
+
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());  // K4 back in the hub
+  const auto x = ChainKeys({20, 21});
+  sim_->Prefill(x, 10);
+  ASSERT_TRUE(sim_->SaveFrom(x, 0, 10).status().ok());  // the hub full: K1, K4, X1, X2
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+
+  gate_->open_remove_gate.set_value();
+  ASSERT_EQ(a.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "remove A hung";
+  EXPECT_TRUE(a.get().ok());
+
+  const auto found = rt_->Lookup(kTestNs, keys_);
+  ASSERT_TRUE(found.ok());
+  const size_t hits = found->hit_blocks;
+  ASSERT_GE(hits, 3u) << "K1..K3 were never removed";
+  sim_->Scrub(0, 64);
+  const std::vector<BlockKey> hit_keys(keys_.begin(), keys_.begin() + static_cast<long>(hits));
+  Completion c = sim_->Load(hit_keys, 40);
+  for (uint32_t i = 0; i < hits; ++i) {
+    EXPECT_TRUE(c.result(i).ok()) << "K" << i + 1 << ": " << c.result(i).ToString();
+    EXPECT_TRUE(sim_->Holds(40 + i, keys_[i])) << "K" << i + 1;
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::testing
