@@ -101,4 +101,18 @@ class GatedRuntimeTest : public ::testing::Test {
   std::vector<BlockKey> keys_;
 };
 
+// Hub of 4 blocks over a 32-block gate tier; chain K saved, K1 kept in the
+// hub and K2..K4 written below (low mark 1 of 4, leaves first).
+class HubOverGateTest : public GatedRuntimeTest {
+ protected:
+  void SetUp() override {
+    const uint64_t bb = setup_.layout.BlockBytes();
+    RuntimeOptions o = MakeOptions(bb, 4);
+    o.worker_threads = 2;
+    o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
+    o.tiers.push_back(LowerHostTier("gate", bb, 32));
+    ASSERT_NO_FATAL_FAILURE(OpenAndDemote(std::move(o), {0, 1, 1, 1}));
+  }
+};
+
 }  // namespace kvtier::testing

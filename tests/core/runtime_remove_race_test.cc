@@ -11,18 +11,7 @@
 namespace kvtier::testing {
 namespace {
 
-class RuntimeRemoveRaceTest : public GatedRuntimeTest {
- protected:
-  // Hub of 4 blocks over a 32-block gate tier; K1 in the hub, K2..K4 below.
-  void SetUp() override {
-    const uint64_t bb = setup_.layout.BlockBytes();
-    RuntimeOptions o = MakeOptions(bb, 4);
-    o.worker_threads = 2;
-    o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
-    o.tiers.push_back(LowerHostTier("gate", bb, 32));
-    ASSERT_NO_FATAL_FAILURE(OpenAndDemote(std::move(o), {0, 1, 1, 1}));
-  }
-};
+class RuntimeRemoveRaceTest : public HubOverGateTest {};
 
 // Remove A of K4 is held at the gate before it reaches the tier; remove B
 // of K4 goes through. K4 is saved again and the mover sends it down while A
