@@ -3,6 +3,7 @@
 // admission accepts them, or dropping them.
 #include <cmath>
 #include <map>
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -53,7 +54,13 @@ void RuntimeImpl::TuneAlphas() {
   for (const AlphaTuning& tuning : due) {
     // The replay (a few grid points over the window) runs without mu_:
     // lookups, saves and loads go on meanwhile.
-    const double alpha = RunAlphaTuning(tuning, CapacityBlocks(tuning.tier));
+    // It copies the window: out of memory keeps the current α rather than
+    // ending the mover thread (and the process) with the exception.
+    double alpha = tuning.current;
+    try {
+      alpha = RunAlphaTuning(tuning, CapacityBlocks(tuning.tier));
+    } catch (const std::bad_alloc&) {
+    }
     std::lock_guard lock(mu_);
     policies_->SetAlpha(tuning.tier, alpha);
   }

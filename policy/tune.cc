@@ -32,6 +32,10 @@ class LeafCache {
     busy_.clear();
     for (const BlockMeta& b : r.blocks) busy_.insert(b.id);
     for (size_t j = i; j < r.blocks.size() && capacity_ != 0; ++j) {
+      // A block cached already past the first miss (a lookup that did not
+      // start at the root, or named a key twice) would be given a second
+      // parent: the chain stops there, as the runtime's index would.
+      if (map_.count(r.blocks[j].id) != 0) break;
       if (map_.size() >= capacity_) EvictBatch();
       if (map_.size() >= capacity_) break;
       Entry& e = map_[r.blocks[j].id];

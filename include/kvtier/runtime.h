@@ -231,7 +231,9 @@ class KVTIER_EXPORT Runtime {
 
   // How many leading keys are stored, and where. Stops at the first miss.
   // Every tier's admission policies see the chain (a request's sighting),
-  // with the hints of `options`.
+  // with the hints of `options`. Pass the request's chain from its first
+  // block: the policies take a key's depth from its position (a suffix is
+  // answered all the same, but its blocks' recompute cost is misjudged).
   virtual Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys,
                                       const LookupOptions& options) = 0;
   // Lookup without hints.

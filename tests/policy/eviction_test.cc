@@ -76,22 +76,25 @@ TEST(EvictionTest, S3FifoEvictsOneHitWondersFirstAndKeepsHitBlocks) {
   EXPECT_EQ(Ids(d), (std::vector<uint64_t>{2, 1, 3}));
 }
 
+// One window request: its blocks' ids and FLOPs, one byte each.
+TuneRequest Request(std::vector<std::pair<uint64_t, double>> blocks) {
+  TuneRequest r;
+  for (auto [id, flops] : blocks) {
+    BlockMeta b;
+    b.id = id;
+    b.bytes = 1;
+    b.flops = flops;
+    r.blocks.push_back(b);
+  }
+  return r;
+}
+
 // A window where one deep, expensive chain is reused across a stream of
 // cheap one-off requests: recency alone evicts the chain; weighting FLOPs
 // keeps it.
 std::vector<TuneRequest> ConstructedWindow() {
   std::vector<TuneRequest> w;
-  auto chain = [](std::vector<std::pair<uint64_t, double>> blocks) {
-    TuneRequest r;
-    for (auto [id, flops] : blocks) {
-      BlockMeta b;
-      b.id = id;
-      b.bytes = 1;
-      b.flops = flops;
-      r.blocks.push_back(b);
-    }
-    return r;
-  };
+  auto chain = Request;
   for (int round = 0; round < 4; ++round) {
     w.push_back(chain({{1, 10}, {2, 30}, {3, 50}}));
     for (uint64_t j = 0; j < 3; ++j) w.push_back(chain({{100 + 10 * round + j, 1}}));
@@ -109,6 +112,29 @@ TEST(AlphaTuningTest, PicksTheAlphaThatSavesMoreFlops) {
   EXPECT_EQ(TuneAlpha(w, 4, grid), 4.0);
   const double only_zero[] = {0.0};
   EXPECT_EQ(TuneAlpha(w, 4, only_zero), 0.0);
+}
+
+// Lookups need not start at a chain's root (an engine holding the prefix
+// asks about the rest) and may name a key twice. The replay must stay a
+// consistent cache, not reparent blocks it holds (which ended the mover
+// thread with an exception).
+TEST(AlphaTuningTest, LookupsNotFromTheRootOrRepeatingAKeyReplaySafely) {
+  const std::vector<TuneRequest> suffix = {
+      Request({{11, 1}, {12, 1}}), Request({{10, 1}, {11, 1}, {12, 1}}),
+      Request({{20, 1}}),          Request({{21, 1}}),
+      Request({{22, 1}}),          Request({{23, 1}})};
+  double saved = -1;
+  EXPECT_NO_THROW(saved = ReplayFlopsSaved(suffix, 4, 0.0));
+  EXPECT_EQ(saved, 0.0);  // no request finds its first block cached
+  const std::vector<TuneRequest> repeat = {Request({{5, 1}, {5, 1}}), Request({{20, 1}}),
+                                           Request({{21, 1}}), Request({{22, 1}})};
+  EXPECT_NO_THROW(saved = ReplayFlopsSaved(repeat, 2, 0.0));
+  EXPECT_EQ(saved, 0.0);
+  // Hits still count: the suffix is found again, then the block before it.
+  const std::vector<TuneRequest> again = {Request({{11, 1}, {12, 2}}),
+                                          Request({{10, 4}, {11, 1}, {12, 2}}),
+                                          Request({{11, 1}, {12, 2}}), Request({{10, 4}})};
+  EXPECT_EQ(ReplayFlopsSaved(again, 4, 0.0), 3.0 + 4.0);
 }
 
 }  // namespace
