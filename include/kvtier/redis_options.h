@@ -22,7 +22,8 @@ struct RedisTierOptions {
   std::string key_prefix = "kvtier";   // keys are "<prefix>:<namespace hex>:<key hex>"
   uint64_t ttl_s = 0;                  // expiry of every stored block; 0 = never expires
   uint32_t connect_timeout_ms = 1000;  // bound on connect, AUTH and SELECT
-  uint32_t op_timeout_ms = 2000;       // bound on each socket read or write of a batch
+  uint32_t op_timeout_ms = 2000;       // bound on each reply (longer by a value's bytes at
+                                       // 4 MB/s) and on sending each request batch
   uint32_t connections = 2;            // connections (each with its own I/O thread) per server
   bool cluster = false;                // servers are seeds of a Redis Cluster
 
@@ -36,6 +37,13 @@ struct RedisTierOptions {
         return Status::InvalidArgument(
             "redis key_prefix has white space; expected a prefix without spaces");
       }
+    }
+    // A longer expiry would make every SET fail; the config file's bound too.
+    constexpr uint64_t kMaxTtlS = 10ull * 365 * 86400;
+    if (ttl_s > kMaxTtlS) {
+      return Status::InvalidArgument("redis ttl_s is " + std::to_string(ttl_s) +
+                                     "; expected at most " + std::to_string(kMaxTtlS) +
+                                     " (10 years), or 0 for no expiry");
     }
     if (connect_timeout_ms == 0 || op_timeout_ms == 0) {
       return Status::InvalidArgument("redis timeouts must be at least 1 ms");

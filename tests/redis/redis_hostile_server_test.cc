@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/block_header.h"
 #include "tests/redis/redis_test_util.h"
 #include "tests/redis/scripted_redis.h"
 #include "tests/support/block_data.h"
+#include "tests/support/time_scale.h"
 
 namespace kvtier::testing {
 namespace {
@@ -92,6 +94,36 @@ TEST(RedisHostileServer, EndlessReplyLineFailsWithCorruption) {
 // read within its timeout) but cut off with the connection.
 TEST(RedisHostileServer, AHugeValueThatIsNotABlockIsCutOffNotDrained) {
   (void)ExpectFloodCutOff("$4000000000\r\n");
+}
+
+// A GET value whose bytes trickle in, each well within the per-read timeout:
+// the reply as a whole must still fail within a small multiple of the op
+// timeout (500 ms here), not after the minutes the server would take, and
+// the connection must be dropped.
+TEST(RedisHostileServer, TricklingGetValueTimesOut) {
+  const uint64_t value_bytes = kBlockHeaderBytes + kBlock;
+  auto server = ScriptedRedis::Start([value_bytes](const Argv& argv) {
+    Answer a;
+    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
+    a.bytes = "$" + std::to_string(value_bytes) + "\r\n";
+    a.flood_bytes = value_bytes;
+    a.flood_gap = 100ms;
+    return a;
+  });
+  ASSERT_TRUE(server);
+  auto tier = Open(Options(*server, /*cluster=*/false));
+  ASSERT_TRUE(tier);
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = ReadOne(*tier, 1);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_TRUE(Has(st, "timed out after")) << st.ToString();
+  EXPECT_LT(took, Scaled(1500ms));
+  const ScriptedRedis::Flood flood = server->WaitFlood(Scaled(1s));
+  EXPECT_TRUE(flood.peer_closed) << "the tier must drop the connection";
+  // Stops a flood still running, so that the I/O thread ends either way.
+  server.reset();
+  tier->Shutdown();
 }
 
 // A script for a one-master cluster whose master (port *self) answers the

@@ -203,5 +203,65 @@ TEST_P(ClusterSlotsHost, WellFormedClusterSlotsIsRead) {
   (*tier)->Shutdown();
 }
 
+// A seed whose CLUSTER SLOTS is empty (a node given no slots yet) is not a
+// slot map: open moves on to the next seed, whose map routes the write.
+TEST(RedisHostileSetup, EmptyClusterSlotsMovesOnToTheNextSeed) {
+  auto empty = ScriptedRedis::Start(AnswerTo("CLUSTER", Answer{"*0\r\n"}));
+  ASSERT_TRUE(empty);
+  auto self = std::make_shared<std::atomic<uint16_t>>(0);
+  auto good = ScriptedRedis::Start([self](const Argv& argv) {
+    Answer a;
+    if (!ScriptedRedis::Handshake(argv, self->load(), &a)) {
+      a.bytes = argv[0] == "SET" ? "+OK\r\n" : "-ERR unexpected\r\n";
+    }
+    return a;
+  });
+  ASSERT_TRUE(good);
+  self->store(good->port());
+  TierOptions o = Options(*empty, /*cluster=*/true);
+  o.servers.push_back(good->endpoint());
+  auto tier = MakeRedisTier(o, kBlock);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
+  WriteOp wr{TestKey(1), data};
+  Completion c = (*tier)->Write(NamespaceId{1}, std::span(&wr, 1));
+  ASSERT_NE(c.WaitFor(5s).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(c.result(0).ok()) << c.result(0).ToString();
+  (*tier)->Shutdown();
+}
+
+// With only empty maps, open fails naming the seeds.
+TEST(RedisHostileSetup, OnlyEmptyClusterSlotsFailsNamingTheSeeds) {
+  auto empty = ScriptedRedis::Start(AnswerTo("CLUSTER", Answer{"*0\r\n"}));
+  ASSERT_TRUE(empty);
+  const Status st = ExpectOpenFails(Options(*empty, /*cluster=*/true), StatusCode::kUnavailable,
+                                    "the slot map is empty");
+  EXPECT_TRUE(Has(st, "no seed gave a slot map (seeds " + empty->endpoint() + ")"))
+      << st.ToString();
+}
+
+// A first server that refuses with an error reply other than refused
+// credentials (full, or something unexpected) and closes: open goes on to
+// the second server.
+class FirstServerRefuses : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(RedisHostileSetup, FirstServerRefuses,
+                         ::testing::Values("-ERR max number of clients reached\r\n",
+                                           "-ERR something unexpected\r\n"));
+
+TEST_P(FirstServerRefuses, OpenUsesTheNextServer) {
+  Answer refuse{GetParam()};
+  refuse.close = true;
+  auto full = ScriptedRedis::Start([refuse](const Argv&) { return refuse; });
+  ASSERT_TRUE(full);
+  auto good = ScriptedRedis::Start(AnswerTo("SET", Answer{"+OK\r\n"}));
+  ASSERT_TRUE(good);
+  TierOptions o = Options(*full, /*cluster=*/false);
+  o.servers.push_back(good->endpoint());
+  auto tier = MakeRedisTier(o, kBlock);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_GE(full->accepted(), 1);
+  (*tier)->Shutdown();
+}
+
 }  // namespace
 }  // namespace kvtier::testing

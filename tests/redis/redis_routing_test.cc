@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include "kvtier/options.h"
+#include "kvtier/tier.h"
 #include "tiers/redis/redis_connection.h"
 
 namespace kvtier::internal {
@@ -71,6 +72,19 @@ TEST(RedisRouting, EndpointsAndRedirects) {
   EXPECT_FALSE(ParseRedirect("MOVED 3999 :", &target, &asking));
 }
 
+// Only exactly ":<port>" is host-less: an IPv6 host starting with ':' is kept.
+TEST(RedisRouting, RedirectToAnIpv6HostKeepsTheHost) {
+  RedisEndpoint target;
+  bool asking = false;
+  ASSERT_TRUE(ParseRedirect("MOVED 3999 ::ffff:10.0.0.5:7001", &target, &asking));
+  EXPECT_EQ(target.host, "::ffff:10.0.0.5");
+  EXPECT_EQ(target.port, 7001);
+  ASSERT_TRUE(ParseRedirect("ASK 12 ::1:7002", &target, &asking));
+  EXPECT_TRUE(asking);
+  EXPECT_EQ(target.host, "::1");
+  EXPECT_EQ(target.port, 7002);
+}
+
 TEST(RedisRouting, ErrorRepliesMapToCodes) {
   EXPECT_EQ(FromRedisError("OOM command not allowed", "SET k").code(),
             StatusCode::kResourceExhausted);
@@ -84,6 +98,9 @@ TEST(RedisRouting, ErrorRepliesMapToCodes) {
             StatusCode::kCorruption);
   EXPECT_EQ(FromRedisError("ERR Protocol error: invalid bulk length", "SET k").code(),
             StatusCode::kInvalidArgument);
+  // A full server may have room once another client leaves.
+  EXPECT_EQ(FromRedisError("ERR max number of clients reached", "PING").code(),
+            StatusCode::kUnavailable);
   EXPECT_EQ(FromRedisError("ERR unknown", "GET k").ToString(), "io_error: GET k: ERR unknown");
 }
 
@@ -103,6 +120,24 @@ TEST(RedisOptions, ValidateNamesTheProblem) {
   o = {};
   o.key_prefix = "";
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+// The config file caps ttl_s at 10 years; options built in code get the same
+// bound when the tier is created, before any server is contacted.
+TEST(RedisOptions, TierRefusesTtlPastTenYears) {
+  TierOptions o;
+  o.name = "r";
+  o.type = "redis";
+  o.capacity_bytes = 1 << 20;
+  o.servers = {"127.0.0.1:1"};
+  o.redis.ttl_s = 10ull * 365 * 86400 + 1;
+  TierContext ctx;
+  ctx.block_bytes = 4096;
+  auto tier = CreateTier(o, ctx);
+  ASSERT_FALSE(tier.ok());
+  EXPECT_EQ(tier.status().message(),
+            "tier 'r': redis ttl_s is 315360001; expected at most 315360000 (10 years), or 0 "
+            "for no expiry");
 }
 
 }  // namespace

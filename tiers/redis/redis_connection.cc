@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cstring>
 
@@ -50,7 +51,8 @@ Status FromRedisError(std::string_view e, std::string_view op) {
     return Status::InvalidArgument(msg + " (check the redis user and password)");
   }
   if (StartsWith(e, "LOADING") || StartsWith(e, "BUSY") || StartsWith(e, "TRYAGAIN") ||
-      StartsWith(e, "CLUSTERDOWN") || StartsWith(e, "MASTERDOWN")) {
+      StartsWith(e, "CLUSTERDOWN") || StartsWith(e, "MASTERDOWN") ||
+      e.find("max number of clients reached") != std::string_view::npos) {
     return Status::Unavailable(msg);
   }
   if (StartsWith(e, "WRONGTYPE")) return Status::Corruption(msg + " (not a kvtier block)");
@@ -141,7 +143,36 @@ Status RedisConnection::SetTimeout(uint32_t timeout_ms) {
     return Fail(FromRedisContext(ctx_, "set timeout on redis " + endpoint_.ToString()));
   }
   timeout_ms_ = timeout_ms;
+  rcv_timeout_ms_ = timeout_ms;
+  snd_timeout_ms_ = timeout_ms;
   return Status::Ok();
+}
+
+Status RedisConnection::SetSocketTimeout(int option, uint32_t ms, uint32_t* current) {
+  if (*current == ms) return Status::Ok();
+  const timeval tv = ToTimeval(ms);
+  if (setsockopt(ctx_->fd, SOL_SOCKET, option, &tv, sizeof(tv)) != 0) {
+    return Fail(Status::Unavailable(
+        FromErrno(errno, "set timeout on redis " + endpoint_.ToString()).message()));
+  }
+  *current = ms;
+  return Status::Ok();
+}
+
+uint32_t RedisConnection::WaitLeftMs(std::chrono::steady_clock::time_point deadline) const {
+  const int64_t left_ms =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+          .count();
+  if (left_ms <= 0) return 0;
+  return static_cast<uint32_t>(std::min<int64_t>(left_ms, timeout_ms_));
+}
+
+uint64_t RedisConnection::ByteBudgetMs(uint64_t bytes) {
+  // 4096 bytes a millisecond; capped at a day, so a length no reply really
+  // has cannot overflow the clock.
+  constexpr uint64_t kFloorBytesPerMs = 4096;
+  constexpr uint64_t kMaxMs = 24ull * 3600 * 1000;
+  return std::min(bytes / kFloorBytesPerMs + 1, kMaxMs);
 }
 
 Status RedisConnection::Fail(Status st) {
@@ -198,14 +229,26 @@ Status RedisConnection::Flush() {
   }
   std::vector<iovec> iov;
   iov.reserve(pieces_.size());
+  uint64_t total = 0;
   for (const Piece& p : pieces_) {
     const void* base = p.borrowed != nullptr ? static_cast<const void*>(p.borrowed)
                                              : static_cast<const void*>(scratch_.data() + p.offset);
     iov.push_back({const_cast<void*>(base), p.len});
+    total += p.len;
   }
+  const uint64_t budget_ms = timeout_ms_ + ByteBudgetMs(total);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
+  const std::string where = "send to redis " + endpoint_.ToString();
   Status st;
   size_t first = 0;
   while (first < iov.size()) {
+    const uint32_t wait_ms = WaitLeftMs(deadline);
+    if (wait_ms == 0) {
+      st = TimedOut(where, budget_ms);
+      break;
+    }
+    st = SetSocketTimeout(SO_SNDTIMEO, wait_ms, &snd_timeout_ms_);
+    if (!st.ok()) break;
     msghdr msg{};
     msg.msg_iov = iov.data() + first;
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
@@ -214,9 +257,10 @@ Status RedisConnection::Flush() {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       closed_by_peer_ = errno == EPIPE || errno == ECONNRESET;
+      // A wait cut short by the deadline reports the send's whole budget.
       st = (errno == EAGAIN || errno == EWOULDBLOCK)
-               ? TimedOut("send to redis " + endpoint_.ToString())
-               : FromErrno(errno, "send to redis " + endpoint_.ToString());
+               ? TimedOut(where, wait_ms < timeout_ms_ ? budget_ms : timeout_ms_)
+               : FromErrno(errno, where);
       if (st.code() != StatusCode::kUnavailable) st = Status::Unavailable(st.message());
       break;
     }

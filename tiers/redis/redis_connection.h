@@ -51,7 +51,8 @@ using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
 //    Unavailable (retryable), protocol errors Corruption.
 //  - error replies: OOM -> ResourceExhausted; WRONGPASS/NOAUTH/NOPERM ->
 //    InvalidArgument (a configuration error, not retryable); LOADING, BUSY,
-//    TRYAGAIN, CLUSTERDOWN, MASTERDOWN -> Unavailable; WRONGTYPE ->
+//    TRYAGAIN, CLUSTERDOWN, MASTERDOWN and a full server ("max number of
+//    clients reached") -> Unavailable; WRONGTYPE ->
 //    Corruption; an oversized value (proto-max-bulk-len) -> InvalidArgument;
 //    anything else IOError.
 Status FromRedisContext(const redisContext* ctx, std::string_view op);
@@ -129,8 +130,24 @@ class RedisConnection {
   void QueueWithValue(std::span<const std::string_view> argv,
                       std::span<const std::span<const std::byte>> value_parts,
                       std::span<const std::string_view> trailing_args);
-  // Sends everything queued. Unavailable on a transport error or timeout.
+  // Sends everything queued. Unavailable on a transport error or timeout,
+  // each send within the timeout and the whole within ByteBudgetMs() of its
+  // size, so a server that reads a byte at a time cannot hold it.
   Status Flush();
+
+  // The data path bounds each reply as a whole: from BeginReply() to
+  // EndReply(), every read ends by a deadline of the connection's timeout
+  // from now, moved on by ExtendReply(bytes) for a body about to be read
+  // (ByteBudgetMs of its size). Bytes that trickle in, each within the
+  // per-read timeout, thus fail the reply (Unavailable, connection broken)
+  // once the deadline passes instead of holding the thread for hours.
+  void BeginReply();
+  void ExtendReply(uint64_t bytes);
+  void EndReply() { has_reply_deadline_ = false; }
+  // Time allowed for moving `bytes` on top of the timeout: the size at a
+  // floor rate of 4 MiB/s, far below any network a block store runs on
+  // and still seconds, not hours, for the largest block.
+  static uint64_t ByteBudgetMs(uint64_t bytes);
 
   // Reads the head of the next reply. For kBulk the body (integer bytes)
   // and its CRLF follow: consume them with ReadBody/SkipBody. Corruption,
@@ -158,8 +175,13 @@ class RedisConnection {
   Status Fail(Status st);
   Status FillBuffer();
   Status Recv(void* out, size_t size, size_t* got);
-  Status ReadError(ssize_t n) const;
-  Status TimedOut(const std::string& what) const;
+  // Sets the socket's SO_RCVTIMEO or SO_SNDTIMEO to `ms` unless *current
+  // already holds it (0: unknown).
+  Status SetSocketTimeout(int option, uint32_t ms, uint32_t* current);
+  // The wait left before `deadline`, at most timeout_ms_; 0 once it passed.
+  uint32_t WaitLeftMs(std::chrono::steady_clock::time_point deadline) const;
+  Status ReadError(ssize_t n, uint64_t timeout_ms) const;
+  Status TimedOut(const std::string& what, uint64_t after_ms) const;
   Result<RespValue> ReadValueAt(ValueBudget& budget, uint32_t depth);
   Result<RespHead> ParseHead(char type, std::string_view line);
   void AddCopied(std::string_view bytes);
@@ -170,8 +192,12 @@ class RedisConnection {
   bool broken_ = false;
   bool closed_by_peer_ = false;
   uint64_t received_bytes_ = 0;
-  // While Call() reads a reply: every receive ends by this time.
+  uint32_t rcv_timeout_ms_ = 0;  // what the socket's SO_RCVTIMEO is; 0: unknown
+  uint32_t snd_timeout_ms_ = 0;  // what the socket's SO_SNDTIMEO is; 0: unknown
+  // While a reply is read (Call, or BeginReply to EndReply): every receive
+  // ends by this time, reply_budget_ms_ after the reply began.
   std::chrono::steady_clock::time_point reply_deadline_{};
+  uint64_t reply_budget_ms_ = 0;
   bool has_reply_deadline_ = false;
   // Outgoing: `scratch_` holds copied bytes; iovecs point into it (by
   // offset until Flush) or at borrowed memory.

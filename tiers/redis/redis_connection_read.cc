@@ -40,24 +40,19 @@ Status RedisConnection::FillBuffer() {
   return Status::Ok();
 }
 
-// One recv of at least a byte. While Call() waits for a reply, the socket's
-// receive timeout is first cut to what is left before its deadline, so a
+// One recv of at least a byte. While a reply is read under a deadline, the
+// socket's receive timeout is first cut to what is left before it, so a
 // server that trickles bytes cannot stretch the wait.
 Status RedisConnection::Recv(void* out, size_t size, size_t* got) {
   for (;;) {
+    uint32_t wait_ms = timeout_ms_;
     if (has_reply_deadline_) {
-      const int64_t left_ms = std::chrono::ceil<std::chrono::milliseconds>(
-                                  reply_deadline_ - std::chrono::steady_clock::now())
-                                  .count();
-      if (left_ms <= 0) return Fail(TimedOut("read from redis " + endpoint_.ToString()));
-      const int64_t wait_ms = std::min<int64_t>(left_ms, timeout_ms_);
-      const timeval tv{static_cast<time_t>(wait_ms / 1000),
-                       static_cast<suseconds_t>((wait_ms % 1000) * 1000)};
-      if (setsockopt(ctx_->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-        return Fail(Status::Unavailable(
-            FromErrno(errno, "set receive timeout on redis " + endpoint_.ToString()).message()));
+      wait_ms = WaitLeftMs(reply_deadline_);
+      if (wait_ms == 0) {
+        return Fail(TimedOut("read from redis " + endpoint_.ToString(), reply_budget_ms_));
       }
     }
+    KVTIER_RETURN_IF_ERROR(SetSocketTimeout(SO_RCVTIMEO, wait_ms, &rcv_timeout_ms_));
     const ssize_t n = recv(ctx_->fd, out, size, 0);
     if (n > 0) {
       *got = static_cast<size_t>(n);
@@ -66,8 +61,21 @@ Status RedisConnection::Recv(void* out, size_t size, size_t* got) {
     }
     if (n < 0 && errno == EINTR) continue;
     closed_by_peer_ = n == 0 || errno == ECONNRESET || errno == EPIPE;
-    return Fail(ReadError(n));
+    // A wait cut short by the deadline reports the reply's whole budget.
+    return Fail(ReadError(n, wait_ms < timeout_ms_ ? reply_budget_ms_ : timeout_ms_));
   }
+}
+
+void RedisConnection::BeginReply() {
+  reply_budget_ms_ = timeout_ms_;
+  reply_deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
+  has_reply_deadline_ = true;
+}
+
+void RedisConnection::ExtendReply(uint64_t bytes) {
+  const uint64_t ms = ByteBudgetMs(bytes);
+  reply_budget_ms_ += ms;
+  reply_deadline_ += std::chrono::milliseconds(ms);
 }
 
 bool RedisConnection::Reusable() {
@@ -88,14 +96,14 @@ bool RedisConnection::Reusable() {
   }
 }
 
-Status RedisConnection::TimedOut(const std::string& what) const {
-  return Status::Unavailable(what + ": timed out after " + std::to_string(timeout_ms_) + " ms");
+Status RedisConnection::TimedOut(const std::string& what, uint64_t after_ms) const {
+  return Status::Unavailable(what + ": timed out after " + std::to_string(after_ms) + " ms");
 }
 
-Status RedisConnection::ReadError(ssize_t n) const {
+Status RedisConnection::ReadError(ssize_t n, uint64_t timeout_ms) const {
   const std::string where = "read from redis " + endpoint_.ToString();
   if (n == 0) return Status::Unavailable(where + ": connection closed by the server");
-  if (errno == EAGAIN || errno == EWOULDBLOCK) return TimedOut(where);
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return TimedOut(where, timeout_ms);
   return Status::Unavailable(where + ": " + std::strerror(errno));
 }
 
@@ -222,18 +230,9 @@ Result<RespValue> RedisConnection::Call(std::span<const std::string_view> argv,
                                         const RespLimits& limits) {
   Queue(argv);
   KVTIER_RETURN_IF_ERROR(Flush());
-  reply_deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
-  has_reply_deadline_ = true;
+  BeginReply();
   auto reply = ReadValue(limits);
-  has_reply_deadline_ = false;
-  if (!reply.ok()) return reply;
-  // Recv cut the receive timeout; the next reads get the whole of it again.
-  const timeval tv{static_cast<time_t>(timeout_ms_ / 1000),
-                   static_cast<suseconds_t>((timeout_ms_ % 1000) * 1000)};
-  if (setsockopt(ctx_->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-    return Fail(Status::Unavailable(
-        FromErrno(errno, "set receive timeout on redis " + endpoint_.ToString()).message()));
-  }
+  EndReply();
   return reply;
 }
 

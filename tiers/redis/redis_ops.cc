@@ -90,30 +90,7 @@ RedisOpResult Unexpected(RedisConnection& conn, const RedisOp& op, const RespHea
   return Failed(Status::Corruption(Describe(conn, op) + ": unexpected reply type"));
 }
 
-}  // namespace
-
-void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s) {
-  if (op.asking) {
-    std::string_view asking[] = {"ASKING"};
-    conn.Queue(asking);
-  }
-  std::string_view argv[] = {CommandName(op.kind), op.key};
-  if (op.kind != RedisOp::Kind::kSet) {
-    conn.Queue(argv);
-    return;
-  }
-  std::span<const std::byte> parts[] = {op.header, op.payload};
-  if (ttl_s == 0) {
-    conn.QueueWithValue(argv, parts, {});
-    return;
-  }
-  const std::string ttl = std::to_string(ttl_s);
-  std::string_view trailing[] = {"EX", ttl};
-  conn.QueueWithValue(argv, parts, trailing);
-}
-
-RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
-                               bool cluster) {
+RedisOpResult ReadReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns, bool cluster) {
   if (op.asking) {
     auto ok = conn.ReadSimple();
     if (!ok.ok()) return Failed(ok.status());
@@ -145,6 +122,7 @@ RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, Namespa
         return Failed(Status::NotFound("not in redis " + conn.endpoint().ToString()));
       }
       if (head->kind == RespHead::Kind::kBulk) {
+        conn.ExtendReply(static_cast<uint64_t>(head->integer));
         return ReadBlockValue(conn, op, ns, static_cast<uint64_t>(head->integer));
       }
       break;
@@ -160,6 +138,36 @@ RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, Namespa
       break;
   }
   return Unexpected(conn, op, *head);
+}
+
+}  // namespace
+
+void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s) {
+  if (op.asking) {
+    std::string_view asking[] = {"ASKING"};
+    conn.Queue(asking);
+  }
+  std::string_view argv[] = {CommandName(op.kind), op.key};
+  if (op.kind != RedisOp::Kind::kSet) {
+    conn.Queue(argv);
+    return;
+  }
+  std::span<const std::byte> parts[] = {op.header, op.payload};
+  if (ttl_s == 0) {
+    conn.QueueWithValue(argv, parts, {});
+    return;
+  }
+  const std::string ttl = std::to_string(ttl_s);
+  std::string_view trailing[] = {"EX", ttl};
+  conn.QueueWithValue(argv, parts, trailing);
+}
+
+RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
+                               bool cluster) {
+  conn.BeginReply();
+  RedisOpResult result = ReadReply(conn, op, ns, cluster);
+  conn.EndReply();
+  return result;
 }
 
 }  // namespace kvtier::internal

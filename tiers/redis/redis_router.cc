@@ -68,7 +68,10 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
     if (conn.ok() && reachable == 0) {
       if (Status st = ReadMaxValueBytes(**conn); !st.ok()) conn = st;
     }
-    if (!conn.ok() && conn.status().code() != StatusCode::kUnavailable) return conn.status();
+    // Refused credentials or a bad configuration hold for every server;
+    // anything else (full, loading, a bad reply) is this server's, and the
+    // node reconnects later.
+    if (!conn.ok() && conn.status().code() == StatusCode::kInvalidArgument) return conn.status();
     std::unique_ptr<RedisConnection> c;
     if (conn.ok()) {
       c = std::move(conn).value();
@@ -89,17 +92,21 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
 Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
   seeds_ = seeds;
   Status first_failure;
+  std::string names;
   for (const RedisEndpoint& seed : seeds) {
+    names += (names.empty() ? "" : ", ") + seed.ToString();
     auto conn = RedisConnection::Open(seed, options_);
-    if (!conn.ok()) {
-      if (conn.status().code() != StatusCode::kUnavailable) return conn.status();
-      if (first_failure.ok()) first_failure = conn.status();
-      continue;
-    }
-    KVTIER_RETURN_IF_ERROR(ReadMaxValueBytes(**conn));
-    return LoadSlots(**conn);
+    Status st = conn.status();
+    if (st.ok()) st = ReadMaxValueBytes(**conn);
+    if (st.ok()) st = LoadSlots(**conn);
+    if (st.ok()) return st;
+    // As in OpenServers, only what holds for every seed ends the search.
+    if (st.code() == StatusCode::kInvalidArgument) return st;
+    if (first_failure.ok()) first_failure = st;
+    if (log_) log_->Log(LogLevel::kWarning, std::string(st.message()));
   }
-  return first_failure;
+  return first_failure.WithContext("redis cluster: no seed gave a slot map (seeds " + names +
+                                   "); first failure");
 }
 
 // Replaces the slot map with the one `conn`'s server reports.
@@ -118,6 +125,11 @@ Status RedisRouter::LoadSlots(RedisConnection& conn) {
   }
   auto ranges = ParseClusterSlots(*reply, conn.endpoint().host);
   if (!ranges.ok()) return ranges.status().WithContext(where);
+  // A node not yet given slots (a cluster being set up, a node being
+  // reset): another may know the map.
+  if (ranges->empty()) {
+    return Status::Unavailable(where + ": the slot map is empty (no slot is assigned)");
+  }
   std::array<RedisNode*, kRedisClusterSlots> slots{};
   {
     std::lock_guard lock(nodes_mu_);

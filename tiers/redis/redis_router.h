@@ -33,7 +33,10 @@ class RedisRouter {
  public:
   // Connects to the servers of `options` (their `servers` and `redis`
   // fields). InvalidArgument for bad entries, refused credentials, or a
-  // cluster/non-cluster mismatch; Unavailable when no server answers.
+  // cluster/non-cluster mismatch; any other failure of a server (or seed) is
+  // logged and the next one tried. When none can be used (with cluster: no
+  // seed gives a slot map with a slot in it), the first failure, naming the
+  // seeds with cluster.
   static Result<std::unique_ptr<RedisRouter>> Open(const TierOptions& options,
                                                    std::shared_ptr<LogSink> log);
   ~RedisRouter();

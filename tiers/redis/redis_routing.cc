@@ -113,8 +113,9 @@ bool ParseRedirect(std::string_view error, RedisEndpoint* target, bool* asking) 
   const size_t space = rest.find(' ');
   if (space == std::string_view::npos) return false;
   std::string_view where = rest.substr(space + 1);
-  // ":<port>" (no host) means the host of the node that answered.
-  const bool no_host = !where.empty() && where[0] == ':';
+  // Exactly ":<port>" (no host) means the host of the node that answered;
+  // a target such as "::ffff:10.0.0.5:7001" has an IPv6 host.
+  const bool no_host = !where.empty() && where[0] == ':' && where.rfind(':') == 0;
   auto endpoint = ParseRedisEndpoint(no_host ? "-" + std::string(where) : std::string(where));
   if (!endpoint.ok()) return false;
   *target = std::move(endpoint).value();

@@ -36,8 +36,6 @@ class Batch final : public RedisBatch, public std::enable_shared_from_this<Batch
   RedisOp::Kind kind() const { return kind_; }
   uint64_t issued_at() const { return issued_at_; }
   CompletionSource& done() { return done_; }
-  // Item i of a write reserved capacity for a key the tier did not hold.
-  std::vector<bool>& fresh() { return fresh_; }
 
   void Deliver(RedisNode* node, std::vector<RedisOp> ops,
                std::vector<RedisOpResult> results) override;
@@ -55,7 +53,6 @@ class Batch final : public RedisBatch, public std::enable_shared_from_this<Batch
   const RedisOp::Kind kind_;
   const uint64_t issued_at_;
   CompletionSource done_;
-  std::vector<bool> fresh_;
   // Jobs not yet delivered, plus one held by whoever is dispatching.
   std::atomic<int> pending_{1};
 };
@@ -102,11 +99,13 @@ class RedisTier final : public Tier {
   }
   void RunKeys(RedisOp::Kind kind, NamespaceId ns, std::span<const BlockKey> keys,
                CompletionSource done);
-  // Accounts `bytes` for (ns, key) before its SET: *fresh when the tier did
-  // not hold the key. ResourceExhausted when a new key does not fit.
-  Status Reserve(const NsKey& k, uint64_t bytes, bool* fresh);
-  // A SET of `k` ended; a failed SET of a key the tier did not hold frees it.
-  void WriteEnded(const NsKey& k, bool ok, bool fresh);
+  // Accounts `bytes` for (ns, key) before its SET. ResourceExhausted when a
+  // new key does not fit.
+  Status Reserve(const NsKey& k, uint64_t bytes);
+  // A SET of `k` ended. Once none is running, a key no SET has stored is
+  // freed: the writes of it (several, in one batch or in overlapping ones)
+  // all failed.
+  void WriteEnded(const NsKey& k, bool ok);
   // A read found `k` missing: the server lost it (expired, evicted, or a
   // restart without persistence), unless a SET of it was under way or ended
   // after the read was issued (the read may have overtaken it).
@@ -116,6 +115,7 @@ class RedisTier final : public Tier {
   struct Held {
     uint64_t bytes = 0;
     uint32_t writing = 0;     // SETs in flight
+    bool stored = false;      // a SET of it succeeded since it was accounted
     uint64_t settled_at = 0;  // write_clock_ when the last SET ended
   };
   const TierOptions options_;
@@ -215,7 +215,7 @@ void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
   const NsKey k{batch.ns(), op.block};
   switch (batch.kind()) {
     case RedisOp::Kind::kSet:
-      WriteEnded(k, result.status.ok(), batch.fresh()[op.index]);
+      WriteEnded(k, result.status.ok());
       break;
     case RedisOp::Kind::kDel: {
       // Whatever the DEL's outcome, the caller has forgotten the block (the
@@ -236,11 +236,10 @@ void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
   batch.done().Set(op.index, std::move(result.status), result.bytes);
 }
 
-Status RedisTier::Reserve(const NsKey& k, uint64_t bytes, bool* fresh) {
+Status RedisTier::Reserve(const NsKey& k, uint64_t bytes) {
   std::lock_guard lock(usage_mu_);
   auto it = held_.find(k);
-  *fresh = it == held_.end();
-  if (!*fresh) {
+  if (it != held_.end()) {
     used_bytes_ = used_bytes_ - it->second.bytes + bytes;
     it->second.bytes = bytes;
     ++it->second.writing;
@@ -256,13 +255,14 @@ Status RedisTier::Reserve(const NsKey& k, uint64_t bytes, bool* fresh) {
   return Status::Ok();
 }
 
-void RedisTier::WriteEnded(const NsKey& k, bool ok, bool fresh) {
+void RedisTier::WriteEnded(const NsKey& k, bool ok) {
   std::lock_guard lock(usage_mu_);
   auto it = held_.find(k);
   if (it == held_.end()) return;  // removed meanwhile
   if (it->second.writing > 0) --it->second.writing;
   it->second.settled_at = ++write_clock_;
-  if (!ok && fresh && it->second.writing == 0) Unaccount(k);
+  if (ok) it->second.stored = true;
+  if (!it->second.stored && it->second.writing == 0) Unaccount(k);
 }
 
 void RedisTier::FoundMissing(const NsKey& k, uint64_t issued_at) {
@@ -281,17 +281,14 @@ void RedisTier::Unaccount(const NsKey& k) {
 
 void RedisTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) {
   auto batch = std::make_shared<Batch>(this, ns, RedisOp::Kind::kSet, std::move(done));
-  batch->fresh().assign(ops.size(), false);
   std::vector<RedisOp> out;
   out.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    bool fresh = false;
-    Status st = Reserve(NsKey{ns, ops[i].key}, ops[i].src.size(), &fresh);
+    Status st = Reserve(NsKey{ns, ops[i].key}, ops[i].src.size());
     if (!st.ok()) {
       batch->done().Set(i, std::move(st));
       continue;
     }
-    batch->fresh()[i] = fresh;
     RedisOp op = MakeOp(RedisOp::Kind::kSet, ns, ops[i].key, i);
     EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].src, ops[i].checksum), op.header);
     op.payload = ops[i].src;
