@@ -15,7 +15,8 @@ uint64_t LayerRunBytes(const KvLayout& layout) {
   return layout.Planes() * layout.PageBytes() / std::max<size_t>(runs.size(), 1);
 }
 
-void MakePlan(const CudaCopyEngineOptions& options, uint64_t layer_run_bytes, Batch& batch) {
+void MakePlan(const CudaCopyEngineOptions& options, uint64_t layer_run_bytes, Batch& batch,
+              bool allow_kernel) {
   Plan& plan = batch.plan;
   const std::span<const BlockCopy> copies = batch.copies;
   std::vector<uint64_t> host(copies.size());
@@ -27,8 +28,9 @@ void MakePlan(const CudaCopyEngineOptions& options, uint64_t layer_run_bytes, Ba
     host[i] = reinterpret_cast<uint64_t>(dev);
   }
   const bool want_kernel =
-      options.path == CudaCopyPath::kKernel ||
-      (options.path == CudaCopyPath::kAuto && layer_run_bytes < options.kernel_max_run_bytes);
+      allow_kernel &&
+      (options.path == CudaCopyPath::kKernel ||
+       (options.path == CudaCopyPath::kAuto && layer_run_bytes < options.kernel_max_run_bytes));
   plan.kernel = want_kernel && plan.pinned;
   if (!plan.kernel) {
     for (size_t i = 0; i < copies.size(); ++i) {

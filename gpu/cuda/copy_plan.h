@@ -36,6 +36,12 @@ struct Plan {
   }
 };
 
+// The kernel's descriptor table, as the host writes it and as kernels read it.
+struct Table {
+  CopyPiece* host = nullptr;
+  const CopyPiece* device = nullptr;
+};
+
 constexpr size_t kWholeBatch = ~size_t{0};
 
 // The state of one Gather or Scatter while it is being issued.
@@ -74,7 +80,9 @@ uint64_t LayerRunBytes(const KvLayout& layout);
 // l's event covers layer l of every block. The kernel is chosen by
 // options.path (kAuto: runs shorter than options.kernel_max_run_bytes, given
 // `layer_run_bytes` from LayerRunBytes), and only when every host buffer is
-// mapped pinned memory.
-void MakePlan(const CudaCopyEngineOptions& options, uint64_t layer_run_bytes, Batch& batch);
+// mapped pinned memory, and never when `allow_kernel` is false (no
+// descriptor table could be had). REQUIRES: batch.plan is empty.
+void MakePlan(const CudaCopyEngineOptions& options, uint64_t layer_run_bytes, Batch& batch,
+              bool allow_kernel);
 
 }  // namespace kvtier::cuda

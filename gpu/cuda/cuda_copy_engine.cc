@@ -52,21 +52,17 @@ struct Lane {
   std::mutex mu;
 };
 
-// The kernel's descriptor table, as the host writes it and as kernels read it.
-struct Table {
-  CopyPiece* host = nullptr;
-  const CopyPiece* device = nullptr;
-};
-
 class CudaCopyEngine final : public CopyEngine {
  public:
   CudaCopyEngine(const CudaCopyEngineOptions& options, Stream save, Stream load, Event save_ready,
-                 Event load_ready, IssueFaultHook hook, std::shared_ptr<LogSink> log)
+                 Event load_ready, IssueFaultHook hook, std::shared_ptr<LogSink> log,
+                 PinnedPool::Allocator tables)
       : options_(options),
         compute_(static_cast<cudaStream_t>(options.compute_stream)),
         layer_run_bytes_(LayerRunBytes(options.layout)),
         hook_(std::move(hook)),
         log_(std::move(log)),
+        tables_(tables ? std::move(tables) : PinnedPool::MappedPinnedAllocator()),
         poller_(options.device, &health_) {
     save_.stream = std::move(save);
     save_.ready = std::move(save_ready);
@@ -119,6 +115,7 @@ class CudaCopyEngine final : public CopyEngine {
   const IssueFaultHook hook_;  // empty outside tests
   const std::shared_ptr<LogSink> log_;
   std::atomic<bool> warned_pageable_{false};
+  std::atomic<bool> warned_no_table_{false};  // a batch without a kernel table went by DMA
   DeviceHealth health_;
   // Teardown order: the poller drains (releasing descriptor tables) before
   // the pool and the streams go.
@@ -137,46 +134,56 @@ void CudaCopyEngine::Submit(std::span<const BlockCopy> copies, bool gather, Laye
                                                /*disjoint_hosts=*/gather);
   const Status lost = health_.Lost();
   if (!lost.ok()) batch.FailLive(kWholeBatch, lost);
-  auto pending = std::make_unique<PendingCopy>();
-  bool queued = false;
-  if (batch.AnyLive()) {
-    pending->per_layer = !gather;
-    pending->on_layer = std::move(on_layer);
-    // Allocated before anything is issued: a throw after that would leave
-    // copies in flight with nobody to wait for them.
-    pending->blocks.reserve(copies.size());
-    for (const BlockCopy& c : copies) pending->blocks.push_back(c.engine_block);
-    queued = Start(batch, pending.get());
-  } else if (!gather && on_layer && lost.ok()) {
+  if (!batch.AnyLive()) {
     // Nothing to move: every layer of every good copy (none) has landed. On
     // a lost device no layer is reported, as after any error that breaks it.
-    for (uint32_t l = 0; l < layout().num_layers; ++l) {
-      if (!internal::ReportLayer(on_layer, l).ok()) break;
+    if (!gather && on_layer && lost.ok()) {
+      for (uint32_t l = 0; l < layout().num_layers; ++l) {
+        if (!internal::ReportLayer(on_layer, l).ok()) break;
+      }
     }
-  }
-  if (!queued) {
     internal::ReportDone(done, std::move(batch.results));
     return;
   }
-  pending->results = std::move(batch.results);
-  pending->done = std::move(done);
-  if (poller_.Add(pending)) return;
-  // Nothing will watch these copies: wait them out here, so that `done`
-  // never runs while one may still touch a buffer.
-  cudaStreamSynchronize((gather ? save_ : load_).stream.get());
-  const Status st = Status::ResourceExhausted("out of memory to track the copy");
-  for (size_t i = 0; i < pending->results.size(); ++i) {
-    if (!pending->results[i].ok()) continue;
-    pending->results[i] = st.WithContext(CopyName(gather, pending->blocks[i], std::nullopt));
+  std::vector<Status> results;  // final here when nothing went to the poller
+  {
+    // Every CUDA call of the batch runs on the engine's device; not `done`.
+    ScopedDevice device(options_.device);
+    auto pending = std::make_unique<PendingCopy>();
+    if (device.status() != cudaSuccess) {
+      batch.FailLive(kWholeBatch, Broken({device.status(), "cudaSetDevice"}));
+    } else {
+      pending->per_layer = !gather;
+      pending->on_layer = std::move(on_layer);
+      // Allocated before anything is issued: a throw after that would leave
+      // copies in flight with nobody to wait for them.
+      pending->blocks.reserve(copies.size());
+      for (const BlockCopy& c : copies) pending->blocks.push_back(c.engine_block);
+      if (Start(batch, pending.get())) {
+        pending->results = std::move(batch.results);
+        pending->done = std::move(done);
+        if (poller_.Add(pending)) return;
+        // Nothing will watch these copies: wait them out here, so that
+        // `done` never runs while one may still touch a buffer.
+        cudaStreamSynchronize((gather ? save_ : load_).stream.get());
+        const Status st = Status::ResourceExhausted("out of memory to track the copy");
+        for (size_t i = 0; i < pending->results.size(); ++i) {
+          if (!pending->results[i].ok()) continue;
+          pending->results[i] = st.WithContext(CopyName(gather, pending->blocks[i], std::nullopt));
+        }
+        batch.results = std::move(pending->results);
+        done = std::move(pending->done);
+      }
+    }
+    results = std::move(batch.results);
   }
-  pending->lease.reset();
-  internal::ReportDone(pending->done, std::move(pending->results));
+  internal::ReportDone(done, std::move(results));
 }
 
 bool CudaCopyEngine::Start(Batch& batch, PendingCopy* pending) {
   Status st;
   try {
-    MakePlan(options_, layer_run_bytes_, batch);
+    MakePlan(options_, layer_run_bytes_, batch, /*allow_kernel=*/true);
     if (!batch.plan.pinned) WarnPageable();
     st = Issue(batch.gather ? save_ : load_, batch, pending);
   } catch (const std::bad_alloc&) {
@@ -206,8 +213,24 @@ void CudaCopyEngine::WarnPageable() {
 // device) so that no copy still touches the caller's buffers, and the caller
 // fails every copy still live.
 Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
-  ScopedDevice device(options_.device);
-  if (device.status() != cudaSuccess) return Broken({device.status(), "cudaSetDevice"});
+  Table table;
+  if (batch.plan.kernel) {
+    Result<PinnedPool::Lease> lease = tables_.Acquire(batch.plan.pieces.size() * sizeof(CopyPiece));
+    if (lease.ok()) {
+      table.host = static_cast<CopyPiece*>(lease->host());
+      table.device = static_cast<const CopyPiece*>(lease->device());
+      std::copy(batch.plan.pieces.begin(), batch.plan.pieces.end(), table.host);
+      pending->lease = std::make_shared<PinnedPool::Lease>(std::move(lease).value());
+    } else {
+      if (!warned_no_table_.exchange(true, std::memory_order_relaxed)) {
+        log_->Log(LogLevel::kWarning,
+                  "cuda copy engine: no pinned descriptor table for the copy kernel (" +
+                      lease.status().ToString() + "); such batches go by DMA");
+      }
+      batch.plan = Plan{};
+      MakePlan(options_, layer_run_bytes_, batch, /*allow_kernel=*/false);
+    }
+  }
   std::lock_guard lock(lane.mu);
   if (cudaError_t err = cudaEventRecord(lane.ready.get(), compute_); err != cudaSuccess) {
     return Broken({err, "cudaEventRecord on the compute stream"});
@@ -215,15 +238,6 @@ Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
   if (cudaError_t err = cudaStreamWaitEvent(lane.stream.get(), lane.ready.get(), 0);
       err != cudaSuccess) {
     return Broken({err, "cudaStreamWaitEvent"});
-  }
-  Table table;
-  if (batch.plan.kernel) {
-    KVTIER_ASSIGN_OR_RETURN(PinnedPool::Lease lease,
-                            tables_.Acquire(batch.plan.pieces.size() * sizeof(CopyPiece)));
-    table.host = static_cast<CopyPiece*>(lease.host());
-    table.device = static_cast<const CopyPiece*>(lease.device());
-    std::copy(batch.plan.pieces.begin(), batch.plan.pieces.end(), table.host);
-    pending->lease = std::make_shared<PinnedPool::Lease>(std::move(lease));
   }
   pending->events.reserve(batch.plan.segments);
   for (size_t s = 0; s < batch.plan.segments; ++s) {
@@ -346,7 +360,8 @@ Status CudaCopyEngine::IssueKernelSegment(Lane& lane, Batch& batch, size_t s, co
 
 Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(CudaCopyEngineOptions options,
                                                               IssueFaultHook hook,
-                                                              std::shared_ptr<LogSink> log) {
+                                                              std::shared_ptr<LogSink> log,
+                                                              PinnedPool::Allocator tables) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   if (log == nullptr) log = StderrLogSink(LogLevel::kWarning);
   int count = 0;
@@ -359,6 +374,7 @@ Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(CudaCopyEngineOpti
   ScopedDevice device(options.device);
   KVTIER_RETURN_IF_ERROR(FromCuda(device.status(), "cuda copy engine: cudaSetDevice"));
   KVTIER_RETURN_IF_ERROR(CheckTensors(options));
+  KVTIER_RETURN_IF_ERROR(CheckComputeStream(options));
   if (options.path != CudaCopyPath::kDma) {
     KVTIER_ASSIGN_OR_RETURN(options.path, ChooseCopyPath(options.path, ProbeCopyKernel(),
                                                          DeviceName(options.device), *log));
@@ -367,9 +383,9 @@ Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(CudaCopyEngineOpti
   KVTIER_ASSIGN_OR_RETURN(Stream load, Stream::CreateLowPriority());
   KVTIER_ASSIGN_OR_RETURN(Event save_ready, Event::Create());
   KVTIER_ASSIGN_OR_RETURN(Event load_ready, Event::Create());
-  return std::unique_ptr<CopyEngine>(
-      new CudaCopyEngine(options, std::move(save), std::move(load), std::move(save_ready),
-                         std::move(load_ready), std::move(hook), std::move(log)));
+  return std::unique_ptr<CopyEngine>(new CudaCopyEngine(
+      options, std::move(save), std::move(load), std::move(save_ready), std::move(load_ready),
+      std::move(hook), std::move(log), std::move(tables)));
 }
 
 }  // namespace kvtier::cuda
@@ -377,7 +393,7 @@ Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(CudaCopyEngineOpti
 namespace kvtier {
 
 Result<std::unique_ptr<CopyEngine>> CreateCudaCopyEngine(const CudaCopyEngineOptions& options) {
-  return cuda::TEST_CreateCudaCopyEngine(options, nullptr, nullptr);
+  return cuda::TEST_CreateCudaCopyEngine(options, nullptr, nullptr, nullptr);
 }
 
 }  // namespace kvtier

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 
+#include "gpu/cuda/pinned_pool.h"
 #include "kvtier/copy_engine.h"
 #include "kvtier/env.h"
 
@@ -25,8 +26,10 @@ namespace kvtier::cuda {
 using IssueFaultHook = std::function<cudaError_t(uint32_t engine_block, uint32_t layer)>;
 
 // `log` takes the engine's warnings (a null one: warnings and errors to
-// stderr).
+// stderr). `tables` allocates the copy kernel's descriptor tables (an empty
+// one: mapped pinned memory, as in the product).
 Result<std::unique_ptr<CopyEngine>> TEST_CreateCudaCopyEngine(
-    CudaCopyEngineOptions options, IssueFaultHook hook, std::shared_ptr<LogSink> log = nullptr);
+    CudaCopyEngineOptions options, IssueFaultHook hook, std::shared_ptr<LogSink> log = nullptr,
+    PinnedPool::Allocator tables = nullptr);
 
 }  // namespace kvtier::cuda

@@ -66,15 +66,64 @@ void DeviceHealth::MarkLost(const Status& why) {
   if (lost_.ok()) lost_ = why;
 }
 
-ScopedDevice::ScopedDevice(int device) {
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current != device) previous_ = current;
-  status_ = previous_ < 0 && current == device ? cudaSuccess : cudaSetDevice(device);
-  if (status_ != cudaSuccess) previous_ = -1;
+namespace {
+
+using CtxGetCurrent = CUresult (*)(CUcontext* ctx);
+using CtxSetCurrent = CUresult (*)(CUcontext ctx);
+
+// A driver function through the runtime's entry point; null where the driver
+// does not offer it.
+void* DriverFunction(const char* name) {
+#if CUDART_VERSION >= 12050
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return fn;
+#else
+  (void)name;
+  return nullptr;
+#endif
+}
+
+ContextOps MakeDriverContextOps() {
+  const auto get = reinterpret_cast<CtxGetCurrent>(DriverFunction("cuCtxGetCurrent"));
+  const auto set = reinterpret_cast<CtxSetCurrent>(DriverFunction("cuCtxSetCurrent"));
+  ContextOps ops;
+  ops.get = [get, set](CUcontext* ctx) {
+    return get != nullptr && set != nullptr && get(ctx) == CUDA_SUCCESS;
+  };
+  ops.set = [set](CUcontext ctx) { return set != nullptr && set(ctx) == CUDA_SUCCESS; };
+  ops.set_device = [](int device) { return cudaSetDevice(device); };
+  return ops;
+}
+
+}  // namespace
+
+const ContextOps& DriverContextOps() {
+  static const ContextOps ops = MakeDriverContextOps();  // function pointers only
+  return ops;
+}
+
+CUcontext CurrentContext() {
+  CUcontext ctx = nullptr;
+  if (!DriverContextOps().get(&ctx)) return nullptr;
+  return ctx;
+}
+
+ScopedDevice::ScopedDevice(int device, const ContextOps& ops) : ops_(ops) {
+  restore_ = ops_.get(&previous_);
+  status_ = ops_.set_device(device);
+  // A failed cudaSetDevice left the thread's context as it was.
+  if (status_ != cudaSuccess) restore_ = false;
 }
 
 ScopedDevice::~ScopedDevice() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
+  if (restore_) ops_.set(previous_);
 }
 
 // ---- Stream ----------------------------------------------------------------

@@ -7,9 +7,11 @@
 // destructors must run while the driver is still loaded.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -45,12 +47,37 @@ class DeviceHealth {
   Status lost_;  // guarded by mu_
 };
 
-// Makes `device` current on this thread for its scope, then gives the thread
-// back the device it had: the engine's threads are the serving engine's, and
-// their current device is theirs. status() is the cudaSetDevice result.
+// The calls ScopedDevice makes, so that its save and restore are tested
+// without a device. `get` reads the calling thread's current context (null
+// when it has none) and is false when it cannot be read; `set` makes a
+// context (or none) current; `set_device` is cudaSetDevice.
+struct ContextOps {
+  std::function<bool(CUcontext* ctx)> get;
+  std::function<bool(CUcontext ctx)> set;
+  std::function<cudaError_t(int device)> set_device;
+};
+
+// cuCtxGetCurrent and cuCtxSetCurrent, reached through the runtime's driver
+// entry point (kvtier links only the CUDA runtime), and cudaSetDevice. Where
+// the driver does not offer them, `get` is false.
+const ContextOps& DriverContextOps();
+
+// The calling thread's current context, or null when it has none (or it
+// cannot be read).
+CUcontext CurrentContext();
+
+// Makes `device` current on this thread for its scope, then makes current
+// exactly the context the thread had before, or none if it had none: the
+// engine's callers' threads are theirs, and a thread that never chose a
+// device must not be left bound to one (a later CUDA call on it would act
+// on that device, and restoring "device 0" would create device 0's context
+// in a process that serves another GPU). The runtime may go on naming
+// `device` in cudaGetDevice on a thread left without a context; no context is
+// created by that. If the context cannot be read, nothing is restored.
+// status() is the cudaSetDevice result.
 class ScopedDevice {
  public:
-  explicit ScopedDevice(int device);
+  explicit ScopedDevice(int device, const ContextOps& ops = DriverContextOps());
   ~ScopedDevice();
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;
@@ -58,7 +85,9 @@ class ScopedDevice {
   cudaError_t status() const { return status_; }
 
  private:
-  int previous_ = -1;  // -1: none to restore
+  const ContextOps& ops_;
+  bool restore_ = false;          // whether previous_ is to be made current again
+  CUcontext previous_ = nullptr;  // null: no context
   cudaError_t status_ = cudaSuccess;
 };
 

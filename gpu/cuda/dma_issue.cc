@@ -5,7 +5,8 @@
 #include <vector>
 
 namespace kvtier::cuda {
-// CUDA 12.8 added the batch call with a failIdx argument; 13.0 dropped it.
+// CUDA 12.8 added the batch call with a failIdx argument and non-const
+// sources; 13.0 dropped failIdx and made the sources const.
 namespace {
 
 cudaError_t BatchCopy(std::vector<void*>& dsts, std::vector<const void*>& srcs,
@@ -19,9 +20,10 @@ cudaError_t BatchCopy(std::vector<void*>& dsts, std::vector<const void*>& srcs,
   return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
                               &attr_index, 1, stream);
 #else
+  // Before 13.0 the sources were declared `void**`; they are only read.
   size_t fail_index = 0;
-  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr,
-                              &attr_index, 1, &fail_index, stream);
+  return cudaMemcpyBatchAsync(dsts.data(), const_cast<void**>(srcs.data()), sizes.data(),
+                              dsts.size(), &attr, &attr_index, 1, &fail_index, stream);
 #endif
 #else
   (void)dsts, (void)srcs, (void)sizes, (void)stream;

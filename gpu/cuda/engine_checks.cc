@@ -103,6 +103,40 @@ Status CheckTensors(const CudaCopyEngineOptions& options) {
   return Status::Ok();
 }
 
+Status CheckStreamDevice(cudaError_t query, int stream_device, int device) {
+  switch (query) {
+    case cudaSuccess:
+      if (stream_device == device) return Status::Ok();
+      return Status::InvalidArgument("cuda copy engine: compute_stream belongs to device " +
+                                     std::to_string(stream_device) +
+                                     ", not to the engine's device " + std::to_string(device) +
+                                     "; pass the stream the engine computes on, on options.device");
+    case cudaErrorNotSupported:
+    case cudaErrorCallRequiresNewerDriver:
+      return Status::Ok();
+    case cudaErrorInvalidResourceHandle:
+    case cudaErrorContextIsDestroyed:
+      return Status::InvalidArgument(
+          std::string("cuda copy engine: compute_stream is not a live stream: ") +
+          cudaGetErrorName(query));
+    default:
+      return FromCuda(query, "cuda copy engine: cudaStreamGetDevice of compute_stream");
+  }
+}
+
+Status CheckComputeStream(const CudaCopyEngineOptions& options) {
+#if CUDART_VERSION >= 12080
+  int stream_device = -1;
+  const cudaError_t query =
+      cudaStreamGetDevice(static_cast<cudaStream_t>(options.compute_stream), &stream_device);
+  if (query != cudaSuccess) cudaGetLastError();
+  return CheckStreamDevice(query, stream_device, options.device);
+#else
+  (void)options;
+  return Status::Ok();
+#endif
+}
+
 std::string DeviceName(int device) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||

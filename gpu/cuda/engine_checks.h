@@ -47,6 +47,20 @@ Status CheckTensorRange(size_t index, uint64_t ptr, uint64_t need, const Address
 // current.
 Status CheckTensors(const CudaCopyEngineOptions& options);
 
+// Whether the compute stream belongs to the engine's device, given what
+// cudaStreamGetDevice returned for it (`query`, and `stream_device` when it
+// succeeded). A stream of another device is InvalidArgument naming both
+// devices: every copy ordered after it would fail. An invalid handle is
+// InvalidArgument too. A driver that cannot answer (cudaErrorNotSupported,
+// cudaErrorCallRequiresNewerDriver) lets it pass; any other error is
+// returned as FromCuda says.
+Status CheckStreamDevice(cudaError_t query, int stream_device, int device);
+
+// CheckStreamDevice for options.compute_stream (with a runtime older than
+// 12.8, which lacks cudaStreamGetDevice: Ok). REQUIRES: options.device is
+// current.
+Status CheckComputeStream(const CudaCopyEngineOptions& options);
+
 // "device <n> (sm_<major><minor>)", or "device <n>" when its compute
 // capability cannot be read.
 std::string DeviceName(int device);

@@ -1,8 +1,10 @@
 // The CUDA copy engine when code around a copy throws or changes devices: a
 // throwing on_layer fails the copies it concerned (as on the host stand-in)
 // and `done` still runs once; an exception while issuing abandons the batch
-// only after the copies already queued have ended; and the engine leaves the
-// caller's current device as it found it. Every test skips without a device.
+// only after the copies already queued have ended; the engine leaves the
+// caller's current device (or context, or lack of one) as it found it; and a
+// compute stream of another device is refused at creation. Every test skips
+// without a device.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/cuda/cuda_copy_engine.h"
@@ -22,6 +25,12 @@
 
 namespace kvtier {
 namespace {
+
+// Tests that change the main thread's device give device 0 back, which the
+// fixtures of later tests allocate on.
+struct BackToDeviceZero {
+  ~BackToDeviceZero() { cudaSetDevice(0); }
+};
 
 class CudaCopyEngineCallbackTest : public ::testing::Test {
  protected:
@@ -104,6 +113,7 @@ TEST_F(CudaCopyEngineCallbackTest, AThrowWhileIssuingFailsTheBatchAfterItsQueued
 
 TEST(CudaCopyEngineDeviceTest, CreatingAndPinningLeaveTheCallersDevice) {
   SKIP_WITHOUT_DEVICE();
+  BackToDeviceZero back;
   int count = 0;
   ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
   if (count < 2) GTEST_SKIP() << "needs two devices, " << count << " present";
@@ -130,6 +140,103 @@ TEST(CudaCopyEngineDeviceTest, CreatingAndPinningLeaveTheCallersDevice) {
   pin->reset();
   engine->reset();
   tensors.reset();
+}
+
+// The runtime's worker threads never choose a device. A copy made on one
+// must leave it without a context: restoring "device 0" there would create
+// GPU 0's context in a process serving another GPU.
+TEST(CudaCopyEngineDeviceTest, AThreadWithoutAContextIsLeftWithoutOne) {
+  SKIP_WITHOUT_DEVICE();
+  BackToDeviceZero back;
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  const int last = count - 1;
+  CUcontext probe = nullptr;
+  ASSERT_TRUE(cuda::DriverContextOps().get(&probe)) << "cuCtxGetCurrent is not reachable";
+  KvLayout layout = testing::SmallLayout(KvLayoutKind::kVllmNhd);
+  layout.num_blocks = 8;
+  auto ref = HostCopyEngine::Create(layout);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  testing::FillRandom(**ref, 41);
+  ASSERT_EQ(cudaSetDevice(last), cudaSuccess);
+  auto tensors = std::make_unique<testing::DeviceTensors>(**ref);  // on the last device
+  CudaCopyEngineOptions o;
+  o.layout = layout;
+  o.tensors = tensors->ptrs();
+  o.device = last;
+  auto engine = CreateCudaCopyEngine(o);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  auto pinned = cuda::PinnedBuffer::Allocate(layout.BlockBytes());
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  std::vector<std::byte> pageable(layout.BlockBytes());
+
+  CUcontext before = cuda::CurrentContext(), after = before;  // overwritten by the thread
+  std::vector<std::string> results;
+  std::thread worker([&] {
+    before = cuda::CurrentContext();
+    const std::vector<BlockCopy> save = {{2, pinned->span()}};
+    const std::vector<BlockCopy> load = {{5, pinned->span()}};
+    const std::vector<BlockCopy> slow = {{3, pageable}};
+    results.push_back(testing::GatherAndWait(**engine, save).ToString());
+    results.push_back(testing::ScatterAndWait(**engine, load, nullptr).ToString());
+    results.push_back(testing::GatherAndWait(**engine, slow).ToString());
+    after = cuda::CurrentContext();
+  });
+  worker.join();
+  EXPECT_EQ(before, nullptr) << "a new thread already had a context";
+  EXPECT_EQ(results, (std::vector<std::string>{"ok", "ok", "ok"}));
+  EXPECT_EQ(after, nullptr) << "the copies left a context current on the caller's thread";
+  // The bytes moved: block 5 now holds block 2's bytes.
+  tensors->DownloadInto(**ref);
+  std::vector<std::byte> b2(layout.BlockBytes()), b5(layout.BlockBytes());
+  ASSERT_TRUE((*ref)->ReadBlock(2, b2).ok());
+  ASSERT_TRUE((*ref)->ReadBlock(5, b5).ok());
+  EXPECT_EQ(b2, b5);
+  engine->reset();
+  tensors.reset();
+}
+
+// A compute stream must be on the engine's device: one of another device
+// would make every copy fail later, so creation refuses it.
+TEST(CudaCopyEngineDeviceTest, AComputeStreamOfAnotherDeviceIsRefused) {
+  SKIP_WITHOUT_DEVICE();
+  BackToDeviceZero back;
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  KvLayout layout = testing::SmallLayout(KvLayoutKind::kVllmNhd);
+  auto ref = HostCopyEngine::Create(layout);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const int engine_device = count - 1;
+  ASSERT_EQ(cudaSetDevice(engine_device), cudaSuccess);
+  auto tensors = std::make_unique<testing::DeviceTensors>(**ref);
+  cudaStream_t own = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), cudaSuccess);
+  CudaCopyEngineOptions o;
+  o.layout = layout;
+  o.tensors = tensors->ptrs();
+  o.device = engine_device;
+  o.compute_stream = own;
+  {
+    auto engine = CreateCudaCopyEngine(o);  // its own device's stream: accepted
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  }
+  if (count >= 2) {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    cudaStream_t other = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+    o.compute_stream = other;
+    auto engine = CreateCudaCopyEngine(o);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(engine.status().message(),
+              "cuda copy engine: compute_stream belongs to device 0, not to the engine's device " +
+                  std::to_string(engine_device) +
+                  "; pass the stream the engine computes on, on options.device");
+    EXPECT_EQ(cudaStreamDestroy(other), cudaSuccess);
+  }
+  EXPECT_EQ(cudaStreamDestroy(own), cudaSuccess);
+  tensors.reset();
+  if (count < 2) GTEST_SKIP() << "a stream of another device needs two devices, one present";
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Per-block errors of the CUDA copy engine, on a device: the fault hook
 // stands in for the CUDA call of one block, which must then fail alone (with
 // the CUDA error text) while the other blocks land byte for byte; a sticky
-// error fails every block in flight and every later call. The last test runs
-// the same through the runtime. Every test skips without a device.
+// error fails every block in flight and every later call. One test runs the
+// same through the runtime; the last one takes the kernel's descriptor table
+// away, which must send the batch by DMA. Every test skips without a device.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +11,9 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpu/cuda/cuda_copy_engine.h"
@@ -265,6 +268,64 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllLayoutsAndPaths, CudaCopyEngineFaultTest,
                          ::testing::ValuesIn(AllCases()), CaseName);
+
+// The copy kernel's descriptor table is pinned memory that may not be had:
+// the batch then goes by DMA (said once, as a warning), it does not fail.
+TEST(CudaCopyEngineTableTest, WithoutADescriptorTableTheKernelPathCopiesByDma) {
+  SKIP_WITHOUT_DEVICE();
+  class Lines final : public LogSink {
+   public:
+    void Log(LogLevel level, std::string_view message) override {
+      std::lock_guard lock(mu);
+      if (level == LogLevel::kWarning) warnings.emplace_back(message);
+    }
+    std::mutex mu;
+    std::vector<std::string> warnings;
+  };
+  KvLayout layout = testing::SmallLayout(KvLayoutKind::kVllmNhd);
+  layout.num_blocks = 16;
+  auto ref = HostCopyEngine::Create(layout);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  testing::FillRandom(**ref, 77);
+  DeviceTensors device(**ref);
+  CudaCopyEngineOptions o;
+  o.layout = layout;
+  o.tensors = device.ptrs();
+  o.path = CudaCopyPath::kKernel;
+  auto log = std::make_shared<Lines>();
+  std::atomic<int> asked{0};
+  auto engine = cuda::TEST_CreateCudaCopyEngine(
+      o, nullptr, log, [&](size_t bytes) -> Result<std::unique_ptr<cuda::PinnedPool::Buffer>> {
+        asked.fetch_add(1);
+        return Status::ResourceExhausted("no pinned memory for " + std::to_string(bytes));
+      });
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  std::vector<cuda::PinnedBuffer> host;
+  for (int i = 0; i < 2; ++i) {
+    auto b = cuda::PinnedBuffer::Allocate(layout.BlockBytes());
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    host.push_back(std::move(b).value());
+  }
+  const std::vector<BlockCopy> save = {{1, host[0].span()}, {4, host[1].span()}};
+  EXPECT_EQ(testing::GatherAndWait(**engine, save).ToString(), "ok | ok");
+  std::vector<std::byte> want(layout.BlockBytes());
+  ASSERT_TRUE((*ref)->ReadBlock(1, want).ok());
+  EXPECT_TRUE(Equal(host[0], want));
+  ASSERT_TRUE((*ref)->ReadBlock(4, want).ok());
+  EXPECT_TRUE(Equal(host[1], want));
+  const std::vector<BlockCopy> load = {{9, host[0].span()}};
+  EXPECT_EQ(testing::ScatterAndWait(**engine, load, nullptr).ToString(), "ok");
+  device.DownloadInto(**ref);
+  ASSERT_TRUE((*ref)->ReadBlock(9, want).ok());
+  EXPECT_TRUE(Equal(host[0], want));
+  EXPECT_GE(asked.load(), 2) << "the kernel path was not tried";
+  engine->reset();  // drains before the tensors go
+  std::lock_guard lock(log->mu);
+  ASSERT_EQ(log->warnings.size(), 1u);
+  EXPECT_NE(log->warnings[0].find("no pinned descriptor table for the copy kernel"),
+            std::string::npos)
+      << log->warnings[0];
+}
 
 }  // namespace
 }  // namespace kvtier
