@@ -1,7 +1,8 @@
 # Required dependencies, then the optional backends. Results:
 #   KVTIER_PRIVATE_DEPS  link libraries of the library itself
 #   KVTIER_HAVE_<X>      0/1 for each optional backend
-#   KVTIER_HAVE_REMOTE   0/1: the remote tier and kvtier-memd (Boost.Asio)
+#   KVTIER_HAVE_REMOTE   0/1: the remote tier and kvtier-memd (Boost.Asio;
+#                        switch KVTIER_WITH_REMOTE)
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
@@ -25,7 +26,7 @@ if(NOT KVTIER_WITH_CUDA STREQUAL "OFF")
     endif()
   endif()
 endif()
-kvtier_resolve_backend(CUDA ${_cuda_found})
+kvtier_resolve_backend(CUDA ${_cuda_found} "the CUDA toolkit (nvcc)")
 if(KVTIER_HAVE_CUDA)
   # A100 (80) and H100/H200 (90) unless the caller chose.
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
@@ -39,26 +40,27 @@ endif()
 
 # Boost.Asio (header-only) for the remote tier and kvtier-memd; without it
 # the remote tier is a stub answering NotSupported (KVTIER_HAVE_REMOTE 0).
-find_package(Boost 1.74 QUIET)
-if(Boost_FOUND)
-  set(KVTIER_HAVE_REMOTE 1)
-else()
-  set(KVTIER_HAVE_REMOTE 0)
+set(_boost_found FALSE)
+if(NOT KVTIER_WITH_REMOTE STREQUAL "OFF")
+  find_package(Boost 1.74 QUIET)
+  set(_boost_found "${Boost_FOUND}")
 endif()
+kvtier_resolve_backend(REMOTE "${_boost_found}" "Boost.Asio 1.74+ (libboost-dev)")
 # RDMA is a transport of the remote tier: it needs libibverbs and the tier.
 pkg_check_modules(IBVERBS QUIET IMPORTED_TARGET libibverbs)
 if(IBVERBS_FOUND AND NOT KVTIER_HAVE_REMOTE AND NOT KVTIER_WITH_RDMA STREQUAL "OFF")
   if(KVTIER_WITH_RDMA STREQUAL "ON")
-    message(FATAL_ERROR "KVTIER_WITH_RDMA=ON needs Boost.Asio 1.74+ (libboost-dev): RDMA is a "
-                        "transport of the remote tier, which is built only with Boost")
+    message(FATAL_ERROR "KVTIER_WITH_RDMA=ON needs the remote tier, of which RDMA is a "
+                        "transport: KVTIER_WITH_REMOTE must not be OFF and Boost.Asio 1.74+ "
+                        "(libboost-dev) must be installed")
   endif()
-  message(STATUS "RDMA not built: libibverbs is there but Boost.Asio 1.74+ (libboost-dev), "
-                 "which the remote tier needs, is not")
+  message(STATUS "RDMA not built: libibverbs is there but the remote tier, which needs "
+                 "Boost.Asio 1.74+ (libboost-dev) and KVTIER_WITH_REMOTE not OFF, is not")
 endif()
 if(IBVERBS_FOUND AND KVTIER_HAVE_REMOTE)
-  kvtier_resolve_backend(RDMA TRUE)
+  kvtier_resolve_backend(RDMA TRUE "libibverbs (libibverbs-dev)")
 else()
-  kvtier_resolve_backend(RDMA FALSE)
+  kvtier_resolve_backend(RDMA FALSE "libibverbs (libibverbs-dev)")
 endif()
 if(KVTIER_HAVE_RDMA)
   list(APPEND KVTIER_PRIVATE_DEPS PkgConfig::IBVERBS)
@@ -67,14 +69,14 @@ if(KVTIER_HAVE_REMOTE)
   list(APPEND KVTIER_PRIVATE_DEPS Boost::boost)
 endif()
 pkg_check_modules(URING QUIET IMPORTED_TARGET liburing)
-kvtier_resolve_backend(URING "${URING_FOUND}")
+kvtier_resolve_backend(URING "${URING_FOUND}" "liburing (liburing-dev)")
 pkg_check_modules(HIREDIS QUIET IMPORTED_TARGET hiredis)
-kvtier_resolve_backend(REDIS "${HIREDIS_FOUND}")
+kvtier_resolve_backend(REDIS "${HIREDIS_FOUND}" "hiredis (libhiredis-dev)")
 if(KVTIER_HAVE_REDIS)
   list(APPEND KVTIER_PRIVATE_DEPS PkgConfig::HIREDIS)
 endif()
 find_package(RocksDB CONFIG QUIET)
-kvtier_resolve_backend(ROCKSDB "${RocksDB_FOUND}")
+kvtier_resolve_backend(ROCKSDB "${RocksDB_FOUND}" "RocksDB (librocksdb-dev)")
 if(KVTIER_HAVE_URING)
   list(APPEND KVTIER_PRIVATE_DEPS PkgConfig::URING)
 endif()

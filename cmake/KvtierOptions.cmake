@@ -1,6 +1,7 @@
 # Backend switches: AUTO builds a backend when its dependency is found, ON
-# fails the configure when it is not, OFF never builds it.
-foreach(backend CUDA RDMA URING REDIS ROCKSDB)
+# fails the configure when it is not, OFF never builds it. REMOTE is the
+# remote tier and kvtier-memd (Boost.Asio).
+foreach(backend CUDA RDMA URING REDIS ROCKSDB REMOTE)
   set(KVTIER_WITH_${backend} AUTO CACHE STRING "Build the ${backend} backend (AUTO|ON|OFF)")
   set_property(CACHE KVTIER_WITH_${backend} PROPERTY STRINGS AUTO ON OFF)
 endforeach()
@@ -22,16 +23,20 @@ if(KVTIER_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
   set(CMAKE_CUDA_COMPILER_LAUNCHER "${KVTIER_CCACHE}")
 endif()
 
-# kvtier_resolve_backend(NAME FOUND): sets KVTIER_HAVE_<NAME> to 0/1 from the
-# switch and whether the dependency was found.
+# kvtier_resolve_backend(NAME FOUND [DEPENDENCY]): sets KVTIER_HAVE_<NAME> to
+# 0/1 from the switch and whether the dependency (named in the error) was found.
 function(kvtier_resolve_backend name found)
   set(mode "${KVTIER_WITH_${name}}")
+  set(dependency "its dependency")
+  if(ARGC GREATER 2)
+    set(dependency "${ARGV2}")
+  endif()
   if(mode STREQUAL "OFF")
     set(KVTIER_HAVE_${name} 0 PARENT_SCOPE)
   elseif(found)
     set(KVTIER_HAVE_${name} 1 PARENT_SCOPE)
   elseif(mode STREQUAL "ON")
-    message(FATAL_ERROR "KVTIER_WITH_${name}=ON but its dependency was not found")
+    message(FATAL_ERROR "KVTIER_WITH_${name}=ON but ${dependency} was not found")
   else()
     set(KVTIER_HAVE_${name} 0 PARENT_SCOPE)
   endif()

@@ -6,7 +6,12 @@
 #                those labelled `package` and `bench`
 #   build-tsan/  Debug -O1 with -fsanitize=thread: the tests labelled
 #                `concurrency`, `remote` or `redis` (the binaries of threaded
-#                code: core, io, runtime, tiers, NVMe, Redis, admin, remote)
+#                code: core, io, runtime, tiers, NVMe, Redis, admin, remote,
+#                the host copy engine, kvtier-bench's pumps)
+# Every backend whose dependency install-deps.sh installs is required (ON),
+# so a missing one fails the configure instead of leaving its tests out; and
+# a test that skips fails its stage unless it is labelled `gpu` or `rdma` or
+# scripts/allowed_skips.txt lets it skip there.
 # Exits 0 only when every build compiles and all their tests pass.
 set -euo pipefail
 # shellcheck source=scripts/common.sh
@@ -28,13 +33,18 @@ source "$KVTIER_ROOT/scripts/test_stage.sh"  # build_and_test
 kvtier_step "dependencies"
 bash scripts/install-deps.sh
 
+# CUDA stays AUTO: install-deps.sh does not install the toolkit.
+KVTIER_REQUIRED=(-DKVTIER_WITH_URING=ON -DKVTIER_WITH_REDIS=ON -DKVTIER_WITH_ROCKSDB=ON
+  -DKVTIER_WITH_REMOTE=ON -DKVTIER_WITH_RDMA=ON)
+
 RESULT_normal="not run"
 RESULT_sanitize="not run"
 RESULT_thread="not run"
 status=0
 
 build_and_test normal build "" "" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON ||
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON \
+  "${KVTIER_REQUIRED[@]}" ||
   status=1
 
 # Sanitized code runs several times slower: tests stretch their wall-clock
@@ -43,18 +53,21 @@ export KVTIER_TEST_TIME_SCALE="${KVTIER_TEST_TIME_SCALE:-4}"
 
 build_and_test sanitize build-asan "-LE package|bench" "" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-  -DKVTIER_SANITIZE=address,undefined -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON ||
+  -DKVTIER_SANITIZE=address,undefined -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON \
+  "${KVTIER_REQUIRED[@]}" ||
   status=1
 
 # ThreadSanitizer on the concurrent parts only: completions and worker
 # pools, the io_uring engine, the runtime, the host and NVMe tiers, the
-# Redis tier against redis-server, the admin endpoint, and the remote tier
-# against kvtier-memd processes.
+# Redis tier against redis-server, the admin endpoint, the remote tier
+# against kvtier-memd processes, the host copy engine and kvtier-bench's
+# pumps.
 # kvtier_tsan_tests builds every test binary carrying these labels
 # (KVTIER_TSAN_LABELS in tests/CMakeLists.txt) and kvtier-memd with them.
 build_and_test thread build-tsan "-L concurrency|remote|redis" "kvtier_tsan_tests" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-  -DKVTIER_SANITIZE=thread -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON ||
+  -DKVTIER_SANITIZE=thread -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_TOOLS=ON \
+  "${KVTIER_REQUIRED[@]}" ||
   status=1
 
 echo
