@@ -1,5 +1,6 @@
 #include "tests/support/tier_conformance.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -125,6 +126,18 @@ TEST_P(TierConformanceTest, FullTierReturnsResourceExhausted) {
   for (size_t i = 4; i < 6; ++i) EXPECT_EQ(w.result(i).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(tier->Usage().blocks, 4u);
   EXPECT_EQ(tier->Usage().capacity_bytes, 4 * kBlockBytes);
+  // A refused block was not stored: it neither answers Contains nor reads.
+  std::vector<BlockKey> refused = {b.keys[4], b.keys[5]};
+  Completion c = tier->Contains(kNs, refused);
+  (void)c.Wait();
+  std::vector<std::vector<std::byte>> miss(2, std::vector<std::byte>(kBlockBytes));
+  std::vector<ReadOp> miss_reads{{refused[0], miss[0]}, {refused[1], miss[1]}};
+  Completion m = tier->Read(kNs, miss_reads);
+  (void)m.Wait();
+  for (size_t i = 0; i < refused.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kNotFound) << "refused block " << i;
+    EXPECT_EQ(m.result(i).code(), StatusCode::kNotFound) << "refused block " << i;
+  }
   // A full tier still replaces a key it holds.
   Blocks v1 = MakeBlocks(1, 1, kBlockBytes, /*version=*/1);
   Completion again = tier->Write(kNs, v1.ops);
@@ -169,6 +182,40 @@ TEST_P(TierConformanceTest, OverwriteReplacesAndNamespacesAreIsolated) {
   Completion other = tier->Read(kOtherNs, std::span(&rd, 1));
   (void)other.Wait();
   EXPECT_EQ(other.result(0).code(), StatusCode::kNotFound);
+  tier->Shutdown();
+}
+
+// One key in two namespaces is two blocks with their own bytes: writing,
+// reading and removing in one leaves the other as it was.
+TEST_P(TierConformanceTest, SameKeyInTwoNamespacesIsTwoBlocks) {
+  auto tier = Make(8);
+  ASSERT_TRUE(tier);
+  Blocks mine = MakeBlocks(7, 1, kBlockBytes, /*version=*/0);
+  Blocks theirs = MakeBlocks(7, 1, kBlockBytes, /*version=*/3);
+  ASSERT_NE(mine.data[0], theirs.data[0]);
+  ASSERT_TRUE(tier->Write(kNs, mine.ops).Wait().ok());
+  ASSERT_TRUE(tier->Write(kOtherNs, theirs.ops).Wait().ok());
+  EXPECT_EQ(tier->Usage().blocks, 2u);
+
+  std::vector<std::byte> out(kBlockBytes);
+  ReadOp rd{mine.keys[0], out};
+  Completion r = tier->Read(kNs, std::span(&rd, 1));
+  ASSERT_TRUE(r.Wait().ok()) << r.status().ToString();
+  EXPECT_EQ(out, mine.data[0]) << "namespace " << kNs.value;
+  r = tier->Read(kOtherNs, std::span(&rd, 1));
+  ASSERT_TRUE(r.Wait().ok()) << r.status().ToString();
+  EXPECT_EQ(out, theirs.data[0]) << "namespace " << kOtherNs.value;
+
+  ASSERT_TRUE(tier->Remove(kNs, mine.keys).Wait().ok());
+  Completion c = tier->Contains(kNs, mine.keys);
+  (void)c.Wait();
+  EXPECT_EQ(c.result(0).code(), StatusCode::kNotFound);
+  std::fill(out.begin(), out.end(), std::byte{0});
+  r = tier->Read(kOtherNs, std::span(&rd, 1));
+  ASSERT_TRUE(r.Wait().ok()) << "removing from one namespace removed the other's block: "
+                             << r.status().ToString();
+  EXPECT_EQ(out, theirs.data[0]);
+  EXPECT_EQ(tier->Usage().blocks, 1u);
   tier->Shutdown();
 }
 
@@ -221,7 +268,27 @@ TEST_P(TierConformanceTest, ConcurrentReadersAndWriters) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0);
+  // Each thread reads key i of the next one after its own write of key i
+  // completed. For all of those reads to miss, each thread's write would have
+  // to complete before the next one's, all round the ring: so each i hits at
+  // least once.
+  EXPECT_GE(hits.load(), kPerThread);
   EXPECT_EQ(tier->Usage().blocks, uint64_t{kThreads * kPerThread});
+  // Every block reads back as written: two writers handed one slot would
+  // leave one of them holding the other's bytes.
+  std::vector<BlockKey> keys;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPerThread; ++i) keys.push_back(TestKey(t * 1000 + i));
+  }
+  std::vector<std::vector<std::byte>> out(keys.size(), std::vector<std::byte>(kSmall));
+  std::vector<ReadOp> reads;
+  for (size_t i = 0; i < keys.size(); ++i) reads.push_back({keys[i], out[i]});
+  Completion r = tier->Read(kNs, reads);
+  (void)r.Wait();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(r.result(i).ok()) << "block " << i << ": " << r.result(i).ToString();
+    EXPECT_EQ(out[i], BlockBytes(keys[i], kSmall)) << "block " << i << " holds other bytes";
+  }
   tier->Shutdown();
 }
 

@@ -13,6 +13,7 @@
 #include "tests/support/nvme_fault_engine.h"
 #include "tests/support/time_scale.h"
 #include "tests/tiers/nvme_test_util.h"
+#include "tiers/nvme/nvme_format.h"
 #include "tiers/nvme/nvme_tier.h"
 
 namespace kvtier::testing {
@@ -116,13 +117,24 @@ TEST_F(NvmeFaultTest, TornReadsAreCorruptionNeverData) {
   Open();
   ASSERT_TRUE(Write(0, 4).status().ok());
   faults_.torn_reads = true;
-  std::vector<std::byte> out;
-  Completion r = Read(1, out);
+  // An unaligned buffer takes the bounce path, which copies into the
+  // caller's buffer only a block that passed its checks. (An aligned one is
+  // read into directly, so a failed read may leave device bytes there.)
+  const std::byte kPattern{0x5A};
+  std::vector<std::byte> buf(kBytes + 1, kPattern);
+  std::span<std::byte> dst = std::span(buf).subspan(1);
+  ASSERT_FALSE(internal::IsAligned(dst.data()));
+  ReadOp rd{TestKey(1), dst};
+  Completion r = tier_->Read(kNs, std::span(&rd, 1));
+  ASSERT_TRUE(r.WaitFor(kNoHang).ok() || r.Poll()) << "read hung";
   EXPECT_EQ(r.result(0).ToString(), "corruption: nvme block " + ToHex(TestKey(1)) +
                                         " (region 1, offset 20480): block payload: checksum "
                                         "mismatch for key " + ToHex(TestKey(1)));
-  EXPECT_NE(out, BlockBytes(TestKey(1), kBytes)) << "the torn bytes never reach the caller";
+  EXPECT_EQ(r.bytes(0), 0u);
+  EXPECT_EQ(buf, std::vector<std::byte>(kBytes + 1, kPattern))
+      << "the torn bytes reached the caller's buffer";
   faults_.torn_reads = false;
+  std::vector<std::byte> out;
   EXPECT_EQ(Read(1, out).result(0).code(), StatusCode::kNotFound) << "a corrupt block is dropped";
   EXPECT_TRUE(Read(0, out).result(0).ok());
   EXPECT_EQ(tier_->Counters().corruptions, 1u);
