@@ -17,6 +17,15 @@ mkdir -p "$work/bin" "$work/build/tests"
 printf '#!/bin/sh\nexit 0\n' >"$work/bin/cmake"
 cat >"$work/bin/ctest" <<'EOF'
 #!/bin/sh
+# numbered FORMAT FIRST NAMES: prints each name ('~' for a space) numbered
+# from FIRST, as ctest does.
+numbered() {
+  i=$2
+  for t in $3; do
+    printf "$1" "$i" "$(echo "$t" | tr '~' ' ')"
+    i=$((i + 1))
+  done
+}
 listing="" hardware=""
 for a in "$@"; do
   [ "$a" = -N ] && listing=1
@@ -24,11 +33,7 @@ for a in "$@"; do
 done
 if [ -n "$listing" ] && [ -n "$hardware" ]; then
   echo "Test project $PWD"
-  i=1
-  for t in $FAKE_HARDWARE; do
-    printf '  Test #%d: %s\n' "$i" "$(echo "$t" | tr '~' ' ')"
-    i=$((i + 1))
-  done
+  numbered '  Test #%d: %s\n' 1 "$FAKE_HARDWARE"
   exit 0
 fi
 if [ -n "$listing" ]; then
@@ -38,11 +43,7 @@ fi
 echo "100% tests passed, 0 tests failed out of 3"
 if [ -n "$FAKE_SKIPPED" ]; then
   printf '\nThe following tests did not run:\n'
-  i=2
-  for t in $FAKE_SKIPPED; do
-    printf '\t%3d - %s (Skipped)\n' "$i" "$(echo "$t" | tr '~' ' ')"
-    i=$((i + 1))
-  done
+  numbered '\t%3d - %s (Skipped)\n' 2 "$FAKE_SKIPPED"
 fi
 EOF
 chmod +x "$work/bin/cmake" "$work/bin/ctest"
