@@ -36,7 +36,6 @@ constexpr std::array<std::string_view, 24> kPolicyKeys = {"frequency_threshold",
                                                           "reuse_half_life",
                                                           "reuse_age_exponent"};
 
-constexpr uint64_t kMaxIntervalMs = 24ULL * 3600 * 1000;  // a budget adjusted once a day at least
 // PolicyKnobs::Validate's limit: 4 rows of 2^24 counters are 256 MiB a tier.
 constexpr uint64_t kMaxSketchWidth = uint64_t{1} << 24;
 
@@ -74,7 +73,7 @@ Status ReadNumbers(const ConfigNode& node, const std::string& path, TierOptions*
       {"write_amplification", {1, false, 1e6, "a factor >= 1"}, &k.write_amplification},
       {"cost_margin", {0, true, 1e12, "a number > 0"}, &k.cost_margin},
       {"read_latency_us", {0, false, 1e12, "microseconds >= 0"}, &read_latency_us},
-      {"flop_alpha", {0, false, 1e12, "a number >= 0"}, &k.flop_alpha},
+      {"flop_alpha", {0, false, PolicyKnobs::kMaxFlopAlpha, "a number >= 0"}, &k.flop_alpha},
       {"s3fifo_small_fraction",
        {0, true, 0.999999, "a fraction in (0, 1)"},
        &k.s3fifo_small_fraction},
@@ -133,14 +132,17 @@ Status ReadCounts(const ConfigNode& node, const std::string& path, TierOptions* 
         ReadUint(*p, path + ".reuse_half_life", 0, uint64_t{1} << 62, &k.reuse_half_life));
   }
   if (const ConfigNode* p = node.Find("write_interval_ms")) {
-    KVTIER_RETURN_IF_ERROR(
-        ReadUint(*p, path + ".write_interval_ms", 1, kMaxIntervalMs, &k.write_interval_ms));
+    KVTIER_RETURN_IF_ERROR(ReadUint(*p, path + ".write_interval_ms", 1,
+                                    PolicyKnobs::kMaxWriteIntervalMs, &k.write_interval_ms));
   }
   if (const ConfigNode* p = node.Find("alpha_tune_every")) {  // 0 = never
     KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".alpha_tune_every", 0, &k.alpha_tune_every));
   }
   if (const ConfigNode* p = node.Find("alpha_tune_window")) {
-    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".alpha_tune_window", 1, &k.alpha_tune_window));
+    uint64_t window = 0;
+    KVTIER_RETURN_IF_ERROR(
+        ReadUint(*p, path + ".alpha_tune_window", 1, PolicyKnobs::kMaxAlphaTuneWindow, &window));
+    k.alpha_tune_window = static_cast<uint32_t>(window);
   }
   if (const ConfigNode* p = node.Find("marconi_admit_tails")) {
     KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".marconi_admit_tails", &k.marconi_admit_tails));

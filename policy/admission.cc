@@ -93,7 +93,10 @@ class WriteBudgetAdmission final : public AdmissionPolicy {
       max_rate_ = static_cast<double>(k.write_max_bytes_per_s) / wa;
       target_rate_ = std::min(target_rate_, max_rate_);
     }
-    interval_ns_ = std::max<uint64_t>(1, k.write_interval_ms) * 1000000ULL;
+    // Validate refuses a period outside these bounds; clamped so that one
+    // built without it cannot overflow.
+    interval_ns_ =
+        std::clamp<uint64_t>(k.write_interval_ms, 1, PolicyKnobs::kMaxWriteIntervalMs) * 1000000ULL;
     interval_s_ = static_cast<double>(interval_ns_) * 1e-9;
   }
   std::string_view Name() const override { return "write_budget"; }
@@ -320,7 +323,22 @@ Status PolicyKnobs::Validate() const {
     return Status::InvalidArgument("write_amplification is below 1; expected >= 1");
   }
   if (!(cost_margin > 0)) return Status::InvalidArgument("cost_margin must be > 0");
-  if (!(flop_alpha >= 0)) return Status::InvalidArgument("flop_alpha must be >= 0");
+  if (!(flop_alpha >= 0 && flop_alpha <= kMaxFlopAlpha)) {
+    return Status::InvalidArgument("flop_alpha must be in [0, 1e12]");
+  }
+  if (write_interval_ms == 0 || write_interval_ms > kMaxWriteIntervalMs) {
+    return Status::InvalidArgument("write_interval_ms is " + std::to_string(write_interval_ms) +
+                                   "; expected 1 to " + std::to_string(kMaxWriteIntervalMs) +
+                                   " (a day)");
+  }
+  if (alpha_tune_window == 0 || alpha_tune_window > kMaxAlphaTuneWindow) {
+    return Status::InvalidArgument("alpha_tune_window is " + std::to_string(alpha_tune_window) +
+                                   "; expected 1 to " + std::to_string(kMaxAlphaTuneWindow) +
+                                   " requests");
+  }
+  if (!(marconi_probation >= 0 && marconi_probation <= 1)) {
+    return Status::InvalidArgument("marconi_probation must be in [0, 1]");
+  }
   if (!(s3fifo_small_fraction > 0 && s3fifo_small_fraction < 1)) {
     return Status::InvalidArgument("s3fifo_small_fraction must be in (0, 1)");
   }

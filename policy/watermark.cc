@@ -2,6 +2,7 @@
 // proposals.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kvtier/policy.h"
 
@@ -13,6 +14,11 @@ double ModelCost::PrefixFlops(uint64_t tokens) const {
   // Per layer: attention projections 8·L·D² plus scores 4·L²·D; MLP 16·L·D².
   return double(layers) * (24.0 * l * d * d + 4.0 * l * l * d);
 }
+
+GpuWatermark::GpuWatermark(double watermark, double gpu_flops_per_s)
+    : watermark_(watermark >= 0 ? std::min(watermark, 1.0) : 0.0),
+      gpu_flops_per_s_(gpu_flops_per_s > 0 && std::isfinite(gpu_flops_per_s) ? gpu_flops_per_s
+                                                                             : 0.0) {}
 
 uint64_t GpuWatermark::KeepBlocks(uint32_t total_blocks) const {
   const double exact = watermark_ * double(total_blocks);
@@ -33,7 +39,10 @@ std::vector<PreemptionProposal> GpuWatermark::Propose(std::span<const RunningReq
   all.reserve(running.size());
   for (const RunningRequest& r : running) {
     const double recompute_s = gpu_flops_per_s_ > 0 ? r.recompute_flops / gpu_flops_per_s_ : 0;
-    all.push_back({r.request_id, r.blocks_held, r.restore_load_s + recompute_s});
+    const double cost = r.restore_load_s + recompute_s;
+    // NaN would break the sort's ordering (undefined behaviour): dearest.
+    all.push_back({r.request_id, r.blocks_held,
+                   std::isnan(cost) ? std::numeric_limits<double>::infinity() : cost});
   }
   // Cheapest to restore first; among equals, the one freeing more blocks,
   // then the lower id, so the order is total and reproducible.

@@ -131,11 +131,14 @@ struct KVTIER_EXPORT PolicyKnobs {
   double write_amplification = 1.0;         // write_budget: device WA, >= 1: the host may
                                             //   write budget / WA (and max / WA) bytes
   uint64_t write_max_bytes_per_s = 0;       // write_budget: hard cap, device bytes/s; 0 = none
-  uint64_t write_interval_ms = 1000;        // write_budget: probability update period
+  uint64_t write_interval_ms = 1000;        // write_budget: probability update period,
+                                            //   1 to kMaxWriteIntervalMs
   double cost_margin = 1.0;                 // cost: admit if load_time * margin < recompute
   double flop_alpha = 1.0;                  // flop_aware: initial alpha
   uint32_t alpha_tune_every = 256;          // flop_aware: requests between tunings, 0 = never
-  uint32_t alpha_tune_window = 512;         // flop_aware: requests replayed per tuning
+  uint32_t alpha_tune_window = 512;         // flop_aware: requests replayed per tuning,
+                                            //   1 to kMaxAlphaTuneWindow (the runtime keeps
+                                            //   that many requests' chains)
   double s3fifo_small_fraction = 0.1;       // s3fifo: share of the small FIFO
   double slru_protected_fraction = 0.8;     // slru: share of a tier blocks seen twice may hold
   double reuse_ratio = 0.7;                 // reuse: admit a class whose learned reuse rate is
@@ -150,6 +153,10 @@ struct KVTIER_EXPORT PolicyKnobs {
   uint64_t reuse_half_life = 1 << 18;       // reuse: class counts halve every N block sightings
   double reuse_age_exponent = 0.5;          // reuse eviction: priority = rate / idle^exponent
                                             //   (1 = hyperbolic; lower trusts the class more)
+
+  static constexpr uint64_t kMaxWriteIntervalMs = 24ULL * 3600 * 1000;  // once a day at least
+  static constexpr uint32_t kMaxAlphaTuneWindow = 1u << 16;
+  static constexpr double kMaxFlopAlpha = 1e12;
 
   // The longest sketch_aging_period the frequency sketch keeps meaning at:
   // effective width x frequency_threshold / 4 sightings. Between halvings an
@@ -234,9 +241,10 @@ struct PreemptionProposal {
 
 class KVTIER_EXPORT GpuWatermark {
  public:
-  // `watermark`: fraction of the pool kept free for running requests to grow.
-  explicit GpuWatermark(double watermark = 0.01, double gpu_flops_per_s = 4e14)
-      : watermark_(watermark), gpu_flops_per_s_(gpu_flops_per_s) {}
+  // `watermark`: fraction of the pool kept free for running requests to grow,
+  // clamped to [0, 1] (NaN = 0). A `gpu_flops_per_s` that is not a positive
+  // finite rate leaves recompute out of the restore cost.
+  explicit GpuWatermark(double watermark = 0.01, double gpu_flops_per_s = 4e14);
   void Report(uint32_t free_blocks, uint32_t total_blocks) {
     free_ = free_blocks;
     total_ = total_blocks;
@@ -249,7 +257,8 @@ class KVTIER_EXPORT GpuWatermark {
   // KeepBlocks of the last reported pool free.
   bool ShouldAdmit(uint32_t blocks_needed) const;
   // Victims, cheapest to restore first, until `blocks_needed` are freed
-  // (all of `running` if that is not enough).
+  // (all of `running` if that is not enough). A request whose cost is not a
+  // number (NaN inputs) counts as the dearest.
   std::vector<PreemptionProposal> Propose(std::span<const RunningRequest> running,
                                           uint32_t blocks_needed) const;
   double watermark() const { return watermark_; }

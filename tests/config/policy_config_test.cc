@@ -113,6 +113,13 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
   EXPECT_EQ(bad.status().message(),
             "--set tiers.ssd.policy.reuse_age_exponent=0: tiers.ssd.policy.reuse_age_exponent 0 "
             "is out of range; expected a number in (0, 4]");
+  // The runtime keeps the window's chains: the cap bounds that memory.
+  bad = LoadConfigFile(Example("policies.yaml"),
+                       std::vector<std::string>{"tiers.ssd.policy.alpha_tune_window=65537"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "--set tiers.ssd.policy.alpha_tune_window=65537: tiers.ssd.policy.alpha_tune_window "
+            "is 65537, out of range; expected a whole number from 1 to 65536");
 }
 
 TEST(PolicyConfigTest, EveryPolicyOfTheLibraryIsAccepted) {

@@ -218,7 +218,7 @@ TEST(AlphaConfigTest, PolicyMapSetsTheTuningKnobs) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             "b.yaml:2:38: tiers.h.policy.alpha_tune_window is 0, out of range; expected a whole "
-            "number from 1 to 4294967295");
+            "number from 1 to 65536");
 }
 
 // Marconi admission below the hub keeps a block on first sight only when

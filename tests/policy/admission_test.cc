@@ -238,5 +238,28 @@ TEST(GpuWatermarkTest, HoldsBackAdmissionAndProposesCheapestVictims) {
   EXPECT_EQ(wm.Propose(running, 100).size(), 3u);
 }
 
+// Knobs from an engine's own arithmetic may be NaN or out of range: they are
+// clamped, never cast or sorted as they are (both undefined behaviour).
+TEST(GpuWatermarkTest, OutOfRangeInputsAreClamped) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(GpuWatermark(nan).KeepBlocks(100), 0u);
+  EXPECT_EQ(GpuWatermark(-0.5).KeepBlocks(100), 0u);
+  EXPECT_EQ(GpuWatermark(2.0).KeepBlocks(100), 100u);
+  EXPECT_EQ(GpuWatermark(nan).watermark(), 0.0);
+  // No usable GPU rate: recompute is left out, the load time alone ranks.
+  GpuWatermark no_rate(0.1, nan);
+  std::vector<RunningRequest> running = {
+      {.request_id = 1, .blocks_held = 4, .restore_load_s = 0.2, .recompute_flops = 1e20},
+      {.request_id = 2, .blocks_held = 4, .restore_load_s = nan, .recompute_flops = 0},
+      {.request_id = 3, .blocks_held = 4, .restore_load_s = 0.1, .recompute_flops = 1e20},
+  };
+  auto v = no_rate.Propose(running, 12);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].request_id, 3u);
+  EXPECT_EQ(v[1].request_id, 1u);
+  EXPECT_EQ(v[2].request_id, 2u);  // NaN cost: dearest
+  EXPECT_DOUBLE_EQ(v[0].restore_cost_s, 0.1);
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,24 @@ TEST(PolicyKnobsTest, ValidateRefusesKnobsThatBreakTheirPolicy) {
          k.sketch_aging_period = 131072;
        },
        ""},
+      {"interval 0", [](PolicyKnobs& k) { k.write_interval_ms = 0; },
+       "write_interval_ms is 0; expected 1 to 86400000 (a day)"},
+      {"interval past a day", [](PolicyKnobs& k) { k.write_interval_ms = uint64_t{1} << 60; },
+       "write_interval_ms is 1152921504606846976; expected 1 to 86400000 (a day)"},
+      {"interval a day", [](PolicyKnobs& k) { k.write_interval_ms = 86400000; }, ""},
+      {"window 0", [](PolicyKnobs& k) { k.alpha_tune_window = 0; },
+       "alpha_tune_window is 0; expected 1 to 65536 requests"},
+      {"window past the cap", [](PolicyKnobs& k) { k.alpha_tune_window = 65537; },
+       "alpha_tune_window is 65537; expected 1 to 65536 requests"},
+      {"window at the cap", [](PolicyKnobs& k) { k.alpha_tune_window = 65536; }, ""},
+      {"probation NaN",
+       [](PolicyKnobs& k) { k.marconi_probation = std::numeric_limits<double>::quiet_NaN(); },
+       "marconi_probation must be in [0, 1]"},
+      {"probation above 1", [](PolicyKnobs& k) { k.marconi_probation = 1.5; },
+       "marconi_probation must be in [0, 1]"},
+      {"alpha infinite",
+       [](PolicyKnobs& k) { k.flop_alpha = std::numeric_limits<double>::infinity(); },
+       "flop_alpha must be in [0, 1e12]"},
       {"a wider sketch allows longer",
        [](PolicyKnobs& k) {
          k.sketch_width = 1 << 22;
