@@ -55,11 +55,15 @@ class MarconiAdmission final : public AdmissionPolicy {
     if (full_blocks > 0 && full_blocks <= chain.size()) nodes_[chain[full_blocks - 1]].tail = true;
   }
 
-  // KV block: shared (seen twice), or on a continuing path, or hinted.
+  // KV block: shared (seen twice), or on a continuing path, or hinted: by
+  // the Save's expected_reuse, or by its session_id naming a session that
+  // has already come back (its blocks past the looked-up chain, such as the
+  // decoded turn the next request will start with, are in no chain yet).
   // State checkpoint: only at branch points and at tails worth keeping.
   bool Admit(const BlockMeta& block, const TierState&) override {
     auto it = nodes_.find(block.id);
-    const bool hinted = block.expected_reuse >= threshold_ && admit_tails_;
+    const bool hinted =
+        admit_tails_ && (block.expected_reuse >= threshold_ || SessionContinued(block.session_id));
     if (it == nodes_.end()) return hinted || block.sightings >= 2;
     const Node& n = it->second;
     if (block.is_checkpoint) {
@@ -82,16 +86,24 @@ class MarconiAdmission final : public AdmissionPolicy {
   bool SeenSession(uint64_t session) {
     auto it = sessions_.find(session);
     if (it != sessions_.end()) {
-      session_order_.splice(session_order_.begin(), session_order_, it->second);
+      session_order_.splice(session_order_.begin(), session_order_, it->second.pos);
+      it->second.continued = true;
       return true;
     }
     session_order_.push_front(session);
-    sessions_.emplace(session, session_order_.begin());
+    sessions_.emplace(session, Session{session_order_.begin(), false});
     if (sessions_.size() > kMaxSessions) {
       sessions_.erase(session_order_.back());
       session_order_.pop_back();
     }
     return false;
+  }
+
+  // Whether a remembered session has named two requests or more (0 = none).
+  bool SessionContinued(uint64_t session) const {
+    if (session == 0) return false;
+    auto it = sessions_.find(session);
+    return it != sessions_.end() && it->second.continued;
   }
 
   static constexpr size_t kMaxNodes = size_t{1} << 23;
@@ -104,7 +116,11 @@ class MarconiAdmission final : public AdmissionPolicy {
   std::unordered_map<uint64_t, Node> nodes_;
   // Recently seen sessions, most recent first, and where each sits.
   std::list<uint64_t> session_order_;
-  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> sessions_;
+  struct Session {
+    std::list<uint64_t>::iterator pos;
+    bool continued;  // a second request named it
+  };
+  std::unordered_map<uint64_t, Session> sessions_;
 };
 
 }  // namespace

@@ -139,7 +139,10 @@ struct PreemptionVictim {
 };
 
 // Optional hints with a Save, passed on to the admission policies (BlockMeta
-// session_id and expected_reuse; marconi admission reads them).
+// session_id and expected_reuse). marconi admission admits a saved block
+// whose expected_reuse reaches marconi_continue_threshold, or whose
+// session_id names a session that lookups (LookupOptions::session_id) have
+// shown coming back: two of its requests seen.
 struct SaveOptions {
   uint64_t session_id = 0;       // conversation or agent session; 0 = none
   float expected_reuse = -1.0f;  // chance the saved tail is used again, in [0, 1]; < 0 = none

@@ -237,12 +237,12 @@ class LookupHintsTest : public ::testing::Test {
     if (rt.ok()) rt_ = std::move(rt).value();
     sim_ = std::make_unique<SimEngine>(rt_.get(), setup_.engine.get());
   }
-  // Saves block `id` without hints and runs the mover (demotes it).
-  void SaveAndDemote(uint64_t id) {
+  // Saves block `id` with `hints` and runs the mover (demotes it).
+  void SaveAndDemote(uint64_t id, const SaveOptions& hints = {}) {
     auto keys = ChainKeys({id});
     sim_->Prefill(keys, 0);
     const uint32_t block = 0;
-    ASSERT_TRUE(rt_->Save(kTestNs, std::nullopt, keys, std::span(&block, 1)).Wait().ok());
+    ASSERT_TRUE(rt_->Save(kTestNs, std::nullopt, keys, std::span(&block, 1), hints).Wait().ok());
     auto moved = rt_->TEST_RunMoverOnce();
     ASSERT_TRUE(moved.ok());
     ASSERT_EQ(*moved, 1u);
@@ -291,6 +291,22 @@ TEST_F(LookupHintsTest, ASessionSeenBeforeCountsAsContinuing) {
   EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 1u);
   EXPECT_FALSE(rt_->IsSaved(kTestNs, ChainKeys({1})));
   EXPECT_TRUE(rt_->IsSaved(kTestNs, ChainKeys({2})));
+}
+
+// A block no lookup named (a decoded turn) is kept when its Save names a
+// session that has come back, not when the session is new or unknown.
+TEST_F(LookupHintsTest, SaveOfAContinuingSessionIsAdmitted) {
+  ASSERT_TRUE(rt_->Lookup(kTestNs, ChainKeys({1}), LookupOptions{.session_id = 5}).ok());
+  SaveAndDemote(10, {.session_id = 5});  // first request: not continuing yet
+  ASSERT_TRUE(rt_->Lookup(kTestNs, ChainKeys({2}), LookupOptions{.session_id = 5}).ok());
+  SaveAndDemote(11, {.session_id = 5});
+  SaveAndDemote(12, {.session_id = 6});  // never looked up
+  EXPECT_FALSE(rt_->IsSaved(kTestNs, ChainKeys({10})));
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, ChainKeys({11})));
+  EXPECT_FALSE(rt_->IsSaved(kTestNs, ChainKeys({12})));
+  RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.tiers[1].admitted_blocks, 1u);
+  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 2u);
 }
 
 }  // namespace

@@ -113,6 +113,30 @@ TEST(AdmissionTest, MarconiKeepsContinuingSessionPaths) {
   EXPECT_FALSE(p->Admit(Block(31), {}));
 }
 
+// A Save's session id admits blocks no lookup named yet (a turn's decoded
+// blocks) once the session has come back; a first request's do not.
+TEST(AdmissionTest, MarconiAdmitsSavedBlocksOfAContinuingSession) {
+  PolicyKnobs k;
+  k.marconi_probation = 0;
+  auto p = Make("marconi", k);
+  auto saved = [](uint64_t id, uint64_t session) {
+    BlockMeta b = Block(id);
+    b.session_id = session;
+    return b;
+  };
+  Observe(*p, {10, 11}, {.session_id = 7});
+  EXPECT_FALSE(p->Admit(saved(50, 7), {})) << "the session's first request";
+  Observe(*p, {10, 11, 12}, {.session_id = 7});
+  EXPECT_TRUE(p->Admit(saved(51, 7), {})) << "the session came back";
+  EXPECT_FALSE(p->Admit(saved(52, 8), {})) << "a session never looked up";
+  EXPECT_FALSE(p->Admit(saved(53, 0), {})) << "no session";
+  k.marconi_admit_tails = false;
+  auto off = Make("marconi", k);
+  Observe(*off, {10}, {.session_id = 7});
+  Observe(*off, {10, 11}, {.session_id = 7});
+  EXPECT_FALSE(off->Admit(saved(51, 7), {})) << "tails off: sessions keep nothing";
+}
+
 // Marconi remembers the 65536 most recently seen sessions: one idle while
 // that many others came back is new again, one that keeps coming stays known.
 TEST(AdmissionTest, MarconiForgetsTheLeastRecentSessionsPastItsBound) {
