@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -236,12 +237,14 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
-  AdoptStoredBlocks(ns, keys);
   LookupResult r;
   bool tune = false;
-  {
+  try {
+    AdoptStoredBlocks(ns, keys);
     std::lock_guard lock(mu_);
     tune = LookupLocked(ns, keys, options, r, nullptr);
+  } catch (...) {
+    return LookupFailure("lookup");
   }
   if (tune) WakeMover();  // the replay runs on the mover thread, not here
   return r;
@@ -252,10 +255,10 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
-  AdoptStoredBlocks(ns, keys);
   PinnedPrefix pin;
   bool tune = false;
-  {
+  try {
+    AdoptStoredBlocks(ns, keys);
     std::lock_guard lock(mu_);
     // All that may throw (allocations, the policies' observation) runs
     // before the first pin, and the handle gets runtime_ (its destructor
@@ -266,9 +269,28 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
     for (IndexEntry* e : hits) ++e->pins;
     pin.runtime_ = this;
     pin.ns_ = ns;
+  } catch (...) {
+    return LookupFailure("lookup and pin");
   }
   if (tune) WakeMover();
   return pin;
+}
+
+// What a lookup that threw answers: the exception it caught (bad_alloc from
+// an allocation or a policy, anything else from a policy) as a Status, so
+// that no exception reaches the engine. Only allocations and the policies'
+// observations throw, so the index is consistent: at worst sightings were
+// counted without the policies seeing the request.
+Status RuntimeImpl::LookupFailure(std::string_view what) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(std::string(what) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string(what) + ": " + e.what());
+  } catch (...) {
+    return Status::Internal(std::string(what) + ": an exception that is not a std::exception");
+  }
 }
 
 bool RuntimeImpl::LookupLocked(NamespaceId ns, std::span<const BlockKey> keys,

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -96,10 +97,18 @@ class RuntimeImpl final : public Runtime {
   // the number of admitted keys not stored yet, from the same lookups, and
   // holds the parent and every key with a copy (a pin and a save hold, see
   // IndexEntry::save_holds), appending them to *held (the caller releases
-  // both). REQUIRES: mu_ held.
+  // both). `decided` (one per key, kUndecided at first) keeps each answer:
+  // a save that asks again after waiting for another's fill reuses it, so
+  // that the policies and the admission counts see each key once.
+  // REQUIRES: mu_ held.
+  // Inside a catch handler: the exception being handled as a Status,
+  // prefixed by `what` (ResourceExhausted for bad_alloc, else Internal).
+  static Status LookupFailure(std::string_view what);
+  enum class Decision : uint8_t { kUndecided, kAdmitted, kRefused };
   size_t AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                               const std::vector<BlockKey>& keys, const SaveOptions& hints,
-                              size_t* missing, std::vector<IndexEntry*>* held);
+                              size_t* missing, std::vector<IndexEntry*>* held,
+                              std::vector<Decision>* decided);
   // Indexes keys[0, admitted) that are new as kFilling entries with hub slots
   // (fresh / fresh_item), and settles every other item. REQUIRES: mu_ held.
   void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,

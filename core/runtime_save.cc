@@ -116,6 +116,7 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   std::vector<IndexEntry*> fresh;
   std::vector<size_t> fresh_item;
   std::vector<BlockCopy> copies;
+  std::vector<Decision> decided(keys.size(), Decision::kUndecided);
   fresh.reserve(keys.size());
   fresh_item.reserve(keys.size());
   copies.reserve(keys.size());
@@ -133,7 +134,7 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         std::unique_lock lock(mu_);
         fills_done_.wait_until(lock, fill_deadline,
                                [&] { return !AnyFilling(index_, ns, parent, keys); });
-        admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held);
+        admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held, &decided);
       }
       // A save has no deadline of its own; this bounds how long it waits for
       // slots that other threads are freeing.
@@ -172,7 +173,8 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
 size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                                          const std::vector<BlockKey>& keys,
                                          const SaveOptions& hints, size_t* missing,
-                                         std::vector<IndexEntry*>* held) {
+                                         std::vector<IndexEntry*>* held,
+                                         std::vector<Decision>* decided) {
   *missing = 0;
   // Holds an entry with a copy in some tier: a link or an entry being filled
   // has none for eviction to take. Recorded first, so that a throw later
@@ -216,6 +218,11 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
       found(e);
       continue;
     }
+    if ((*decided)[i] != Decision::kUndecided) {  // asked before this save's wait
+      if ((*decided)[i] == Decision::kRefused) return i;
+      ++*missing;
+      continue;
+    }
     // The block as it would be indexed (ReserveSaveLocked, FinishSaveLocked).
     IndexEntry would;
     would.id = {ns, keys[i]};
@@ -227,6 +234,7 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     would.is_tail = i + 1 == keys.size();
     const bool admit = policies_->Admit(0, policies_->MetaOf(would), hub);
     metrics_.AddAdmission(0, admit);
+    (*decided)[i] = admit ? Decision::kAdmitted : Decision::kRefused;
     if (!admit) return i;
     ++*missing;
   }

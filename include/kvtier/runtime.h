@@ -237,6 +237,7 @@ class KVTIER_EXPORT Runtime {
   // with the hints of `options`. Pass the request's chain from its first
   // block: the policies take a key's depth from its position (a suffix is
   // answered all the same, but its blocks' recompute cost is misjudged).
+  // Throws nothing: running out of memory is ResourceExhausted.
   virtual Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys,
                                       const LookupOptions& options) = 0;
   // Lookup without hints.

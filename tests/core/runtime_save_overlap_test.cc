@@ -9,9 +9,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "tests/core/gated_runtime.h"
 #include "tests/core/runtime_test_util.h"
 
 namespace kvtier::testing {
@@ -157,6 +159,61 @@ TEST_F(SaveOverlapTest, ASaveFailsKeysAnotherSaveIsStillCopyingAfterItsWait) {
   engine_->Release(/*fail=*/false);
   ASSERT_TRUE(b_.WaitFor(std::chrono::seconds(5)).ok()) << b_.status().ToString();
   EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 1u);
+}
+
+// A save that waits for another's fill after making room asks the hub's
+// admission again only about keys it has not asked about: each key counts
+// once. Hub of 5 over a gated tier; X1..X4 fill 4 slots. A (Y1, Y2) is
+// admitted and evicts X4 into the closed gate; meanwhile B takes the free
+// slot for Y1 and holds its copy; once the gate opens A sees Y1 filling
+// and waits, then takes B's copy and asks about nothing again.
+TEST(SaveAdmissionRetryTest, AKeyIsAskedOnceWhenTheSaveWaitsForAnotherFill) {
+  EngineSetup setup = MakeEngine(64);
+  ASSERT_TRUE(setup.engine);
+  auto engine = std::make_shared<GatedCopyEngine>(setup.engine);
+  const uint64_t bb = setup.layout.BlockBytes();
+  RuntimeOptions o = MakeOptions(bb, 5);
+  o.tiers[0].admission = {"cost"};  // no read rate given: admits, but asks
+  o.tiers.push_back(LowerHostTier("gate", bb, 32));
+  GateTier* gate = nullptr;
+  o.tier_factory = [&gate](const TierOptions& t,
+                           const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+    auto inner = CreateTier(t, c);
+    if (!inner.ok() || t.name != "gate") return inner;
+    auto g = std::make_unique<GateTier>(std::move(inner).value());
+    gate = g.get();
+    return std::unique_ptr<Tier>(std::move(g));
+  };
+  auto rt = Runtime::Open(o, engine);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  SimEngine sim(rt->get(), setup.engine.get());
+  const std::vector<BlockKey> x = ChainKeys({1, 2, 3, 4});
+  const std::vector<BlockKey> y = ChainKeys({5, 6});
+  sim.Prefill(x, 0);
+  sim.Prefill(y, 4);
+  ASSERT_TRUE(sim.SaveFrom(x, 0, 0).status().ok());
+  ASSERT_EQ((*rt)->Stats().tiers[0].admitted_blocks, 4u);
+
+  gate->gate_writes = true;
+  const std::vector<uint32_t> a_blocks{4, 5};
+  Completion a = (*rt)->Save(kTestNs, std::nullopt, y, a_blocks);
+  ASSERT_EQ(gate->write_held.get_future().wait_for(std::chrono::seconds(5)),
+            std::future_status::ready);
+  engine->HoldNextGather();
+  const std::vector<uint32_t> b_block{4};
+  Completion b = (*rt)->Save(kTestNs, std::nullopt, std::span(y).first(1), b_block);
+  ASSERT_TRUE(engine->WaitHeld());
+  gate->open_gate.set_value();
+  // A makes its room and finds Y1 filling: it waits for B's copy.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  engine->Release(/*fail=*/false);
+  ASSERT_TRUE(b.WaitFor(std::chrono::seconds(5)).ok()) << b.status().ToString();
+  ASSERT_TRUE(a.WaitFor(std::chrono::seconds(5)).ok()) << a.status().ToString();
+  EXPECT_TRUE((*rt)->IsSaved(kTestNs, y));
+  const RuntimeStats s = (*rt)->Stats();
+  EXPECT_EQ(s.tiers[0].admitted_blocks, 4u + 2u + 1u) << "X, A's Y1 and Y2, B's Y1";
+  EXPECT_EQ(s.tiers[0].admission_rejected_blocks, 0u);
+  EXPECT_EQ(s.save_duplicates, 1u) << "A took B's copy of Y1";
 }
 
 }  // namespace
