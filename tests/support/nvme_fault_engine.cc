@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 
@@ -37,33 +38,24 @@ class FaultIoEngine final : public ForwardingIoEngine {
   }
 
   Status Submit(std::vector<IoRequest> requests) override {
-    std::vector<IoRequest> forward;
-    std::vector<IoRequest> failed;
     for (IoRequest& r : requests) {
-      if (r.op != IoOp::kFsync && r.Bytes() < faults_->min_bytes.load()) {
-        forward.push_back(std::move(r));
+      if (r.op != IoOp::kFsync && r.Bytes() < faults_->min_bytes.load()) continue;
+      if (const int err = ErrnoFor(r.op); err != 0) {
+        Fail(r, err);
         continue;
       }
-      if (ErrnoFor(r.op) != 0) {
-        faults_->injected.fetch_add(1);
-        failed.push_back(std::move(r));
+      if (r.op == IoOp::kFsync) {
+        if (faults_->stall_fsync.load()) StallFsync(r);
         continue;
       }
       if (r.op == IoOp::kRead && faults_->stall_reads.load()) Stall(r, read_pipe_[0]);
       if (r.op == IoOp::kWrite && faults_->stall_writes.load()) Stall(r, write_pipe_[1]);
       if (r.op == IoOp::kRead && faults_->torn_reads.load()) Tear(r);
-      forward.push_back(std::move(r));
+      if (r.op == IoOp::kRead && faults_->short_reads.load()) Shorten(r);
+      if (r.op == IoOp::kWrite && faults_->short_writes.load()) Shorten(r);
     }
-    if (!forward.empty()) KVTIER_RETURN_IF_ERROR(inner().Submit(std::move(forward)));
-    for (IoRequest& r : failed) {
-      IoCompletion c{
-          r.id,
-          FromErrno(ErrnoFor(r.op), "fault engine " + std::string(internal::IoOpName(r.op)) +
-                                        " at offset " + std::to_string(r.offset)),
-          0};
-      r.done(c);
-    }
-    return Status::Ok();
+    // One batch, so the inner engine still takes all of it or none.
+    return inner().Submit(std::move(requests));
   }
 
  private:
@@ -79,10 +71,50 @@ class FaultIoEngine final : public ForwardingIoEngine {
     return 0;
   }
 
+  // The request becomes an fsync of a pipe, which the inner engine fails at
+  // once (EINVAL) without touching the caller's buffers or the file; its
+  // completion, on the inner engine's thread like a device's error, carries
+  // the injected errno instead.
+  void Fail(IoRequest& r, int err) {
+    faults_->injected.fetch_add(1);
+    Status st = FromErrno(err, "fault engine " + std::string(internal::IoOpName(r.op)) +
+                                   " at offset " + std::to_string(r.offset));
+    r.op = IoOp::kFsync;
+    r.fd = read_pipe_[0];
+    r.iov.clear();
+    r.done = [done = std::move(r.done), st = std::move(st)](const IoCompletion& c) {
+      done(IoCompletion{c.id, st, 0});
+    };
+  }
+
   void Stall(IoRequest& r, int fd) {
     faults_->injected.fetch_add(1);
     r.fd = fd;
     r.offset = static_cast<uint64_t>(-1);  // a pipe has no offset: "current position"
+  }
+
+  // An fsync cannot wait on a pipe, so the stalled sync is a one-byte read of
+  // the empty one; the inner engine's deadline ends it.
+  void StallFsync(IoRequest& r) {
+    r.op = IoOp::kRead;
+    r.iov = {{&stall_byte_, 1}};
+    Stall(r, read_pipe_[0]);
+    r.done = [done = std::move(r.done)](const IoCompletion& c) {
+      done(IoCompletion{c.id, c.status.WithContext("fault engine fsync, stalled as a pipe read"),
+                        0});
+    };
+  }
+
+  // The first `keep` bytes of `iov`.
+  static std::vector<iovec> Prefix(const std::vector<iovec>& iov, uint64_t keep) {
+    std::vector<iovec> out;
+    for (const iovec& v : iov) {
+      if (keep == 0) break;
+      const uint64_t n = std::min<uint64_t>(keep, v.iov_len);
+      out.push_back({v.iov_base, n});
+      keep -= n;
+    }
+    return out;
   }
 
   // Reads only the first half of the bytes, then claims all of them: the
@@ -90,15 +122,7 @@ class FaultIoEngine final : public ForwardingIoEngine {
   void Tear(IoRequest& r) {
     faults_->injected.fetch_add(1);
     const uint64_t total = r.Bytes();
-    uint64_t keep = total / 2;
-    std::vector<iovec> half;
-    for (const iovec& v : r.iov) {
-      if (keep == 0) break;
-      const uint64_t n = std::min<uint64_t>(keep, v.iov_len);
-      half.push_back({v.iov_base, n});
-      keep -= n;
-    }
-    r.iov = std::move(half);
+    r.iov = Prefix(r.iov, total / 2);
     auto done = std::move(r.done);
     r.done = [done = std::move(done), total](const IoCompletion& c) {
       IoCompletion lie{c.id, c.status, c.status.ok() ? total : c.bytes};
@@ -106,9 +130,18 @@ class FaultIoEngine final : public ForwardingIoEngine {
     };
   }
 
+  // Moves only the first half of the bytes; the inner engine, handed just
+  // those, completes OK with that count: a short read or write reported as
+  // such. (Half of a 4 KiB-multiple stays 512-aligned for O_DIRECT.)
+  void Shorten(IoRequest& r) {
+    faults_->injected.fetch_add(1);
+    r.iov = Prefix(r.iov, r.Bytes() / 2);
+  }
+
   IoFaults* faults_;
   int read_pipe_[2] = {-1, -1};
   int write_pipe_[2] = {-1, -1};
+  char stall_byte_ = 0;  // the buffer of stalled syncs; nothing ever fills it
 };
 
 }  // namespace

@@ -9,10 +9,21 @@
 //   torn_reads                the device fills only the first half of each
 //                             read's bytes but reports success (what a
 //                             lying device or a torn DMA looks like)
+//   short_reads/short_writes  the device moves only the first half of the
+//                             bytes and says so: the completion is OK with
+//                             `bytes` below the request's length (a short
+//                             count, no errno)
 //   stall_reads/stall_writes  the request is sent to a pipe that never
 //                             answers, so the inner engine's deadline fires
+//   stall_fsync               the same for syncs; the completion is the
+//                             inner engine's DeadlineExceeded
 //   min_bytes                 reads and writes of fewer bytes pass untouched
 //                             (e.g. to fail only reclaim's large reads)
+//
+// Every fault completes the way the inner engine completes any request: on
+// its thread, after Submit has returned, never inside Submit. An errno fault
+// goes down as a harmless request (an fsync of a pipe, which touches neither
+// the caller's buffers nor the file) whose completion carries the errno.
 #pragma once
 
 #include <atomic>
@@ -27,8 +38,11 @@ struct IoFaults {
   std::atomic<int> write_errno{0};
   std::atomic<int> fsync_errno{0};
   std::atomic<bool> torn_reads{false};
+  std::atomic<bool> short_reads{false};
+  std::atomic<bool> short_writes{false};
   std::atomic<bool> stall_reads{false};
   std::atomic<bool> stall_writes{false};
+  std::atomic<bool> stall_fsync{false};
   std::atomic<uint64_t> min_bytes{0};
   std::atomic<uint64_t> injected{0};  // requests a fault was applied to
 };

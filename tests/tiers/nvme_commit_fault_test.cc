@@ -1,15 +1,19 @@
 // The NVMe tier's group commit under a failing data sync: a commit that
 // fails keeps its index updates (new blocks and deletes) for the next one,
 // so nothing written before a successful Flush is missing after a restart.
+// A sync that never answers fails at the I/O deadline like any other.
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "tests/support/block_data.h"
 #include "tests/support/nvme_fault_engine.h"
+#include "tests/support/returns_within.h"
+#include "tests/support/time_scale.h"
 #include "tests/tiers/nvme_blocks.h"
 #include "tests/tiers/nvme_test_util.h"
 #include "tiers/nvme/nvme_tier.h"
@@ -54,6 +58,56 @@ TEST(NvmeCommitFault, FailedCommitIsRetriedByTheNext) {
   for (uint64_t i = 1; i < 10; ++i) {
     Status st = ReadAndCheck(**again, i, kBytes);
     EXPECT_TRUE(st.ok()) << "block " << i << ": " << st.ToString();
+  }
+  (*again)->Shutdown();
+}
+
+// The device never answers the commit's data sync. Flush fails at the I/O
+// deadline, so the blocks written since the last good commit are never
+// reported durable (and a restart does not find them); Shutdown, whose last
+// commit stalls as well, still returns.
+TEST(NvmeCommitFault, StalledSyncFailsTheCommitAtTheDeadline) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 32, kBytes);
+  o.nvme.commit_every_blocks = 1000;  // commits only when asked
+  o.nvme.io_timeout_ms = 200;
+  IoFaults faults;
+  {
+    auto t = OpenNvmeWithFaults(o, kBytes, &faults);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    NvmeTier& tier = **t;
+    WriteBlocks(tier, 0, 2, kBytes);
+    ASSERT_TRUE(tier.Flush().ok());
+    const uint64_t commits = tier.Stats().index_commits;
+
+    faults.stall_fsync = true;
+    WriteBlocks(tier, 2, 3, kBytes);
+    const auto start = std::chrono::steady_clock::now();
+    Status stalled = tier.Flush();
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(stalled.ToString(),
+              "deadline_exceeded: nvme data sync: fault engine fsync, stalled as a pipe read: "
+              "io_uring read at offset 18446744073709551615: no completion within 200 ms");
+    EXPECT_GE(took, std::chrono::milliseconds(190));
+    EXPECT_LT(took, Scaled(std::chrono::seconds(3)));
+    EXPECT_EQ(tier.Stats().index_commits, commits);
+    EXPECT_EQ(tier.Stats().commit_failures, 1u);
+    EXPECT_GE(faults.injected.load(), 1u);
+    ASSERT_TRUE(ReturnsWithin([&tier] { tier.Shutdown(); }, Scaled(std::chrono::seconds(5)),
+                              "Shutdown with a stalled data sync"));
+    EXPECT_EQ(tier.Stats().commit_failures, 2u) << "Shutdown's last commit stalls too";
+  }
+  faults.stall_fsync = false;
+  auto again = internal::OpenNvmeTier(o, TierContext{kBytes});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->Stats().recovered_blocks, 2u);
+  for (uint64_t i = 0; i < 2; ++i) {
+    Status st = ReadAndCheck(**again, i, kBytes);
+    EXPECT_TRUE(st.ok()) << "block " << i << ": " << st.ToString();
+  }
+  for (uint64_t i = 2; i < 5; ++i) {
+    EXPECT_EQ(ReadAndCheck(**again, i, kBytes).code(), StatusCode::kNotFound) << i;
   }
   (*again)->Shutdown();
 }

@@ -64,15 +64,30 @@ inline std::vector<IoRequest> BlockRequests(const IoEngine& engine, IoOp op, int
   return out;
 }
 
+// The status of `io`, the completion of a request of `op` for `expected`
+// bytes at `offset`: an IOError when it reports success but fewer bytes. The
+// engine contract rules that out, but a device or engine that breaks it must
+// not get half a block installed as written, nor a good block dropped as
+// corrupt because half of it was read.
+inline Status CompletionStatus(IoOp op, uint64_t offset, uint64_t expected,
+                               const IoCompletion& io) {
+  if (!io.status.ok() || op == IoOp::kFsync || io.bytes >= expected) return io.status;
+  const std::string name(IoOpName(op));
+  return Status::IOError("nvme " + name + " at offset " + std::to_string(offset) + ": short " +
+                         name + ": " + std::to_string(io.bytes) + " of " +
+                         std::to_string(expected) + " bytes");
+}
+
 // Wires each request of one block to `parts`; `finish(status)` runs once,
-// after the last of them, with the first error.
+// after the last of them, with the first error (a short transfer is one).
 template <typename Finish>
 void JoinParts(std::vector<IoRequest>& reqs, BlockParts& parts, Finish finish) {
   parts.left.store(reqs.size(), std::memory_order_relaxed);
   for (size_t i = 0; i < reqs.size(); ++i) {
     reqs[i].id = i;
-    reqs[i].done = [&parts, i, finish](const IoCompletion& io) {
-      if (parts.Done(i, io.status)) finish(parts.First());
+    reqs[i].done = [&parts, i, finish, op = reqs[i].op, offset = reqs[i].offset,
+                    expected = reqs[i].Bytes()](const IoCompletion& io) {
+      if (parts.Done(i, CompletionStatus(op, offset, expected, io))) finish(parts.First());
     };
   }
 }

@@ -46,7 +46,7 @@ Status NvmeTier::State::SyncIo(IoOp op, uint64_t offset, std::span<std::byte> bu
   if (!buf.empty()) reqs[0].iov.push_back({buf.data(), buf.size()});
   reqs[0].done = [&p](const IoCompletion& c) { p.set_value(c); };
   KVTIER_RETURN_IF_ERROR(SubmitWhenRoom(*engine, reqs, options.nvme.io_timeout_ms));
-  return f.get().status;
+  return CompletionStatus(op, offset, buf.size(), f.get());
 }
 
 // Frees the victim region picked by the reclaim policy: its live blocks are
