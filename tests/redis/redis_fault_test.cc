@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "tests/redis/redis_test_util.h"
@@ -17,6 +18,22 @@ using Clock = std::chrono::steady_clock;
 
 constexpr NamespaceId kNs{0x77};
 constexpr uint64_t kBlock = 1 << 20;
+// The mid-flight tests move batches of 16 blocks of 4 MiB: 64 MiB, far more
+// than the loopback socket buffers hold, so a request or a reply is still
+// on its way for tens of milliseconds, long enough to freeze the server in
+// the middle of it.
+constexpr uint64_t kBigBlock = 4 << 20;
+constexpr size_t kBigBatch = 16;
+
+// Polls `reached` without sleeping (the window it waits for is short) until
+// it holds (true) or `limit` passes (false).
+bool SpinUntil(const std::function<bool()>& reached, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (!reached()) {
+    if (Clock::now() > deadline) return false;
+  }
+  return true;
+}
 
 class RedisFaultTest : public ::testing::Test {
  protected:
@@ -185,6 +202,144 @@ TEST_F(RedisFaultTest, FrozenServerTimesOutWithinTheDeadline) {
   } while (!st.ok() && Clock::now() < deadline);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(out[3], b.data[3]);
+  tier->Shutdown();
+}
+
+// The server dies while the replies to a large GET batch stream in: blocks
+// read whole before the kill are intact, the one cut off and those after it
+// fail, none is handed over with wrong bytes, and the tier reads again once
+// the server is back (empty: every block is then a miss).
+TEST_F(RedisFaultTest, KilledWhileAGetBatchIsReadFailsTheUnreadBlocks) {
+  StartServer();
+  options_.capacity_bytes = 2 * kBigBatch * kBigBlock;
+  options_.redis.op_timeout_ms = 1000;
+  auto tier = Open(kBigBlock);
+  ASSERT_TRUE(tier);
+  Batch b = MakeBatch(0, kBigBatch, kBigBlock);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  std::vector<std::vector<std::byte>> out(kBigBatch, std::vector<std::byte>(kBigBlock));
+  std::vector<ReadOp> reads;
+  for (size_t i = 0; i < kBigBatch; ++i) reads.push_back({b.ops[i].key, out[i]});
+
+  const uint64_t total = kBigBatch * kBigBlock;
+  const uint64_t before = server_->Io().written;
+  Completion c = tier->Read(kNs, reads);
+  // Frozen once a block's worth of replies has gone out, the server is
+  // killed with the rest unsent: the kill lands in the middle of a reply.
+  ASSERT_TRUE(SpinUntil([&] { return server_->Io().written - before >= kBigBlock; },
+                        Scaled(milliseconds(5000))));
+  server_->Pause();
+  const uint64_t sent = server_->Io().written - before;
+  ASSERT_LT(sent, total) << "every reply was sent before the freeze; no mid-reply window";
+  server_->Kill();
+  const auto killed = Clock::now();
+  ASSERT_NE(c.WaitFor(Scaled(std::chrono::seconds(5))).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(Clock::now() - killed, Scaled(milliseconds(options_.redis.op_timeout_ms)));
+  size_t ok = 0;
+  for (size_t i = 0; i < kBigBatch; ++i) {
+    if (c.result(i).ok()) {
+      ++ok;
+      EXPECT_EQ(c.bytes(i), kBigBlock) << i;
+      EXPECT_TRUE(out[i] == b.data[i]) << "block " << i << " was read OK with wrong bytes";
+    } else {
+      EXPECT_EQ(c.result(i).code(), StatusCode::kUnavailable)
+          << i << ": " << c.result(i).ToString();
+    }
+  }
+  EXPECT_LT(ok, kBigBatch) << "no read was cut off (" << sent << " of " << total << " bytes sent)";
+
+  ASSERT_TRUE(server_->Restart().ok());
+  // The tier reconnects by itself once its backoff (at most 1 s) has passed;
+  // the restarted server has none of the blocks.
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  Completion again;
+  bool unavailable = true;
+  while (unavailable && Clock::now() < deadline) {
+    again = tier->Read(kNs, reads);
+    (void)again.Wait();
+    unavailable = false;
+    for (size_t i = 0; i < kBigBatch; ++i) {
+      unavailable |= again.result(i).code() == StatusCode::kUnavailable;
+    }
+    if (unavailable) std::this_thread::sleep_for(milliseconds(50));
+  }
+  for (size_t i = 0; i < kBigBatch; ++i) {
+    EXPECT_EQ(again.result(i).code(), StatusCode::kNotFound)
+        << i << ": " << again.result(i).ToString();
+  }
+  EXPECT_EQ(tier->Usage().blocks, 0u) << "blocks found missing stop counting";
+  Batch next = MakeBatch(100, 2, kBigBlock);
+  ASSERT_TRUE(tier->Write(kNs, next.ops).Wait().ok());
+  ReadOp rd{next.ops[1].key, out[0]};
+  ASSERT_TRUE(tier->Read(kNs, std::span(&rd, 1)).Wait().ok());
+  EXPECT_TRUE(out[0] == next.data[1]);
+  tier->Shutdown();
+}
+
+// The server freezes while a large SET batch is on its way to it: the
+// write fails once no byte has moved for op_timeout (not after the
+// batch's whole byte budget, seconds here), reports stored only what the
+// server acknowledged, and the tier writes again once the server resumes.
+TEST_F(RedisFaultTest, FrozenWhileASetBatchIsWrittenTimesOutWithinTheDeadline) {
+  StartServer();
+  options_.capacity_bytes = 2 * kBigBatch * kBigBlock;
+  options_.redis.op_timeout_ms = 500;
+  auto tier = Open(kBigBlock);
+  ASSERT_TRUE(tier);
+  // Both connections open (two jobs of four), so no connect is in the window.
+  Batch warm = MakeBatch(1000, 8, 4096);
+  ASSERT_TRUE(tier->Write(kNs, warm.ops).Wait().ok());
+
+  Batch b = MakeBatch(0, kBigBatch, kBigBlock);
+  const uint64_t total = kBigBatch * kBigBlock;
+  const uint64_t before = server_->Io().read;
+  Completion c = tier->Write(kNs, b.ops);
+  ASSERT_TRUE(SpinUntil([&] { return server_->Io().read - before >= kBigBlock; },
+                        Scaled(milliseconds(5000))));
+  server_->Pause();
+  const auto frozen = Clock::now();
+  const uint64_t received = server_->Io().read - before;
+  ASSERT_LT(received, total) << "the server read the whole batch before the freeze";
+  (void)c.WaitFor(Scaled(std::chrono::seconds(5)));
+  const auto elapsed = Clock::now() - frozen;
+  ASSERT_TRUE(c.Poll());
+  // A send that waited a whole timeout anew after each few bytes it moved
+  // took two or three timeouts here.
+  EXPECT_GE(elapsed, milliseconds(options_.redis.op_timeout_ms - 50));
+  EXPECT_LT(elapsed, Scaled(milliseconds(options_.redis.op_timeout_ms + 250)))
+      << std::chrono::duration_cast<milliseconds>(elapsed).count() << " ms after the freeze";
+  std::vector<size_t> stored;
+  for (size_t i = 0; i < kBigBatch; ++i) {
+    if (c.result(i).ok()) {
+      stored.push_back(i);
+      continue;
+    }
+    EXPECT_EQ(c.result(i).code(), StatusCode::kUnavailable) << i << ": " << c.result(i).ToString();
+    EXPECT_NE(c.result(i).message().find("timed out"), std::string_view::npos)
+        << c.result(i).ToString();
+  }
+  EXPECT_LT(stored.size(), kBigBatch);
+  EXPECT_EQ(tier->Usage().blocks, warm.ops.size() + stored.size());
+
+  server_->Resume();
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  Batch next = MakeBatch(100, 2, kBigBlock);
+  Status st;
+  do {
+    st = tier->Write(kNs, next.ops).Wait();
+    if (!st.ok()) std::this_thread::sleep_for(milliseconds(50));
+  } while (!st.ok() && Clock::now() < deadline);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  // Whatever was reported stored is on the server, byte for byte.
+  std::vector<std::byte> out(kBigBlock);
+  for (size_t i : stored) {
+    ReadOp rd{b.ops[i].key, out};
+    ASSERT_TRUE(tier->Read(kNs, std::span(&rd, 1)).Wait().ok()) << i;
+    EXPECT_TRUE(out == b.data[i]) << i;
+  }
+  ReadOp rd{next.ops[0].key, out};
+  ASSERT_TRUE(tier->Read(kNs, std::span(&rd, 1)).Wait().ok());
+  EXPECT_TRUE(out == next.data[0]);
   tier->Shutdown();
 }
 

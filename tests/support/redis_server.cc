@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "tests/support/child_process.h"
 
@@ -34,16 +36,61 @@ bool PortFree(uint16_t port) {
   return ok;
 }
 
-// A port whose cluster bus port (+10000) is free too. Never 6379: a system
-// redis may hold it.
+// A cluster node also listens on its port + 10000 (the cluster bus).
+constexpr int kBusPortOffset = 10000;
+// Servers that exit at start (their port taken after the check) are
+// launched again on another port this many times in all.
+constexpr int kLaunchAttempts = 8;
+
+// The ports the kernel hands out as the local ends of outgoing connections;
+// Linux's default when the file cannot be read.
+std::pair<int, int> EphemeralPorts() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (in >> lo >> hi && 0 < lo && lo <= hi) return {lo, hi};
+  return {32768, 60999};
+}
+
+// Ports a server may take: it and its bus port outside the ephemeral range
+// (a connection made by anyone on the host, this test's clients included,
+// could take a port there between our check and the server's bind), at
+// least 10000 (below, fixed service ports), never 6379 (a system redis).
+// Should a host's range leave none, any port: Start's retry copes.
+const std::vector<uint16_t>& CandidatePorts() {
+  static const std::vector<uint16_t> ports = [] {
+    const auto [lo, hi] = EphemeralPorts();
+    auto outside = [lo, hi](int p) { return p < lo || p > hi; };
+    std::vector<uint16_t> usable, any;
+    for (int p = 10000; p + kBusPortOffset <= 65535; ++p) {
+      if (p == 6379) continue;
+      any.push_back(static_cast<uint16_t>(p));
+      if (outside(p) && outside(p + kBusPortOffset)) usable.push_back(static_cast<uint16_t>(p));
+    }
+    return usable.empty() ? any : usable;
+  }();
+  return ports;
+}
+
+// A candidate port whose bus port is free too; 0 when none was found.
 uint16_t PickPort() {
   static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
-  std::uniform_int_distribution<int> dist(21000, 54000);
+  const std::vector<uint16_t>& ports = CandidatePorts();
+  std::uniform_int_distribution<size_t> dist(0, ports.size() - 1);
   for (int attempt = 0; attempt < 200; ++attempt) {
-    const auto port = static_cast<uint16_t>(dist(rng));
-    if (PortFree(port) && PortFree(static_cast<uint16_t>(port + 10000))) return port;
+    const uint16_t port = ports[dist(rng)];
+    if (PortFree(port) && PortFree(static_cast<uint16_t>(port + kBusPortOffset))) return port;
   }
   return 0;
+}
+
+// The last line of a server's log: why it exited, when it did.
+std::string LastLogLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last.empty() ? "(empty log)" : last;
 }
 
 std::string ReplyText(const redisReply* r) {
@@ -60,6 +107,56 @@ std::string ReplyText(const redisReply* r) {
     default:
       return std::string(r->str, r->len);
   }
+}
+
+// Runs `argv` on a fresh connection to 127.0.0.1:port, after AUTH when
+// `password` is set; `timeout` bounds the connect and each reply.
+Result<std::string> RunCommand(uint16_t port, const std::string& password,
+                               const std::vector<std::string>& argv, timeval timeout) {
+  const std::string where = "127.0.0.1:" + std::to_string(port);
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, timeout);
+  if (c == nullptr || c->err != 0) {
+    std::string why = c != nullptr ? c->errstr : "no context";
+    redisFree(c);
+    return Status::Unavailable("connect to redis-server " + where + ": " + why);
+  }
+  redisSetTimeout(c, timeout);
+  auto run = [c](const std::vector<std::string>& args) -> Result<std::string> {
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    for (const std::string& a : args) {
+      ptrs.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(ptrs.size()), ptrs.data(), lens.data()));
+    if (r == nullptr) return Status::Unavailable(std::string("redis command: ") + c->errstr);
+    Result<std::string> out =
+        r->type == REDIS_REPLY_ERROR
+            ? Result<std::string>(Status::IOError(std::string(r->str, r->len)))
+            : Result<std::string>(ReplyText(r));
+    freeReplyObject(r);
+    return out;
+  };
+  Result<std::string> out = Status::Internal("unset");
+  if (!password.empty()) {
+    auto auth = run({"AUTH", password});
+    if (!auth.ok()) {
+      redisFree(c);
+      return auth.status();
+    }
+  }
+  out = run(argv);
+  redisFree(c);
+  return out;
+}
+
+// The process_id line of INFO server; -1 when absent.
+pid_t InfoPid(const std::string& info) {
+  const std::string key = "process_id:";
+  const size_t at = info.find(key);
+  if (at == std::string::npos) return -1;
+  return static_cast<pid_t>(std::strtol(info.c_str() + at + key.size(), nullptr, 10));
 }
 
 }  // namespace
@@ -81,15 +178,22 @@ RedisServer::~RedisServer() {
 }
 
 Result<std::unique_ptr<RedisServer>> RedisServer::Start(const RedisServerOptions& options) {
-  const uint16_t port = PickPort();
-  if (port == 0) return Status::Unavailable("no free loopback port for redis-server");
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     ("kvtier-redis-" + std::to_string(getpid()) + "-" + std::to_string(port)))
-                        .string();
-  std::filesystem::create_directories(dir);
-  std::unique_ptr<RedisServer> server(new RedisServer(options, port, std::move(dir)));
-  KVTIER_RETURN_IF_ERROR(server->Launch());
-  return server;
+  Status last;
+  for (int attempt = 0; attempt < kLaunchAttempts; ++attempt) {
+    const uint16_t port = attempt == 0 && options.first_port != 0 ? options.first_port : PickPort();
+    if (port == 0) return Status::Unavailable("no free loopback port for redis-server");
+    std::string dir = (std::filesystem::temp_directory_path() /
+                       ("kvtier-redis-" + std::to_string(getpid()) + "-" + std::to_string(port)))
+                          .string();
+    std::filesystem::create_directories(dir);
+    std::unique_ptr<RedisServer> server(new RedisServer(options, port, std::move(dir)));
+    last = server->Launch();
+    if (last.ok()) return server;
+    // Alive yet not ready in 10 s: no port clash, so another port would not help.
+    if (server->pid_ > 0) return last;
+  }
+  return Status::Unavailable("redis-server exited at start on " + std::to_string(kLaunchAttempts) +
+                             " ports in a row; last: " + std::string(last.message()));
 }
 
 Status RedisServer::Launch() {
@@ -118,12 +222,24 @@ Status RedisServer::Launch() {
   auto child = SpawnChild(std::move(args));
   if (!child.ok()) return child.status();
   pid_ = *child;
+  // WaitUntilReady sees our child exit (its port taken: bind fails); the
+  // probe sees whether the server answering is our child, not another one
+  // that holds the port while ours has yet to fail its bind.
   Status st = WaitUntilReady(&pid_, "redis-server on port " + std::to_string(port_),
                              std::chrono::seconds(10), std::chrono::milliseconds(20),
-                             [&] { return Command({"PING"}).ok(); });
-  if (!st.ok())
-    return Status::Unavailable(std::string(st.message()) + "; see " + dir_ + "/redis.log");
+                             [&] { return AnswersAsOurChild(); });
+  if (!st.ok()) {
+    return Status::Unavailable(std::string(st.message()) +
+                               "; its log ends: " + LastLogLine(dir_ + "/redis.log"));
+  }
   return Status::Ok();
+}
+
+bool RedisServer::AnswersAsOurChild() const {
+  // Short waits: a listener that never answers (not a redis) must not hold
+  // up the polls that would see our child exit.
+  auto info = RunCommand(port_, options_.password, {"INFO", "server"}, timeval{0, 250 * 1000});
+  return info.ok() && InfoPid(*info) == pid_;
 }
 
 void RedisServer::Kill() {
@@ -148,55 +264,63 @@ void RedisServer::Resume() {
   if (pid_ > 0 && kill(pid_, SIGCONT) == 0) paused_ = false;
 }
 
+RedisServer::IoBytes RedisServer::Io() const {
+  IoBytes io;
+  if (pid_ <= 0) return io;
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/io");
+  std::string name;
+  uint64_t value = 0;
+  while (in >> name >> value) {
+    if (name == "rchar:") io.read = value;
+    if (name == "wchar:") io.written = value;
+  }
+  return io;
+}
+
 Result<std::string> RedisServer::Command(const std::vector<std::string>& argv) const {
-  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, timeval{2, 0});
-  if (c == nullptr || c->err != 0) {
-    std::string why = c != nullptr ? c->errstr : "no context";
-    redisFree(c);
-    return Status::Unavailable("connect to redis-server " + endpoint() + ": " + why);
-  }
-  redisSetTimeout(c, timeval{5, 0});
-  auto run = [c](const std::vector<std::string>& args) -> Result<std::string> {
-    std::vector<const char*> ptrs;
-    std::vector<size_t> lens;
-    for (const std::string& a : args) {
-      ptrs.push_back(a.data());
-      lens.push_back(a.size());
+  return RunCommand(port_, options_.password, argv, timeval{5, 0});
+}
+
+Status RunWithDeadline(std::vector<std::string> args, std::chrono::milliseconds limit) {
+  const std::string what = args.empty() ? "" : args[0];
+  auto child = SpawnChild(std::move(args));
+  if (!child.ok()) return child.status();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(*child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(*child, SIGKILL);
+      waitpid(*child, &status, 0);
+      return Status::DeadlineExceeded(what + " did not finish within " +
+                                      std::to_string(limit.count()) + " ms; killed");
     }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(ptrs.size()), ptrs.data(), lens.data()));
-    if (r == nullptr) return Status::Unavailable(std::string("redis command: ") + c->errstr);
-    Result<std::string> out =
-        r->type == REDIS_REPLY_ERROR
-            ? Result<std::string>(Status::IOError(std::string(r->str, r->len)))
-            : Result<std::string>(ReplyText(r));
-    freeReplyObject(r);
-    return out;
-  };
-  Result<std::string> out = Status::Internal("unset");
-  if (!options_.password.empty()) {
-    auto auth = run({"AUTH", options_.password});
-    if (!auth.ok()) {
-      redisFree(c);
-      return auth.status();
-    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  out = run(argv);
-  redisFree(c);
-  return out;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  return Status::Unavailable(what + " failed (wait status " + std::to_string(status) + ")");
 }
 
 Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(int masters) {
   std::unique_ptr<RedisCluster> cluster(new RedisCluster());
-  std::string cmd = "redis-cli --cluster create";
+  std::string cmd = "exec redis-cli --cluster create";
   for (int i = 0; i < masters; ++i) {
     auto s = RedisServer::Start(RedisServerOptions{.cluster = true});
     if (!s.ok()) return s.status();
     cmd += " " + (*s)->endpoint();
     cluster->nodes_.push_back(std::move(s).value());
   }
-  cmd += " --cluster-replicas 0 --cluster-yes >/dev/null 2>&1";
-  if (std::system(cmd.c_str()) != 0) return Status::Unavailable("failed: " + cmd);
+  // Joining takes a second or two. redis-cli waits without a bound (a node
+  // that never answers, a join that never completes): it is killed at the
+  // deadline so a stuck setup fails the test instead of hanging CI. The
+  // deadline is not scaled: redis-cli and redis-server are not our builds.
+  const std::string log =
+      cluster->nodes_.empty() ? "/dev/null" : cluster->nodes_[0]->dir_ + "/cluster-create.log";
+  cmd += " --cluster-replicas 0 --cluster-yes >'" + log + "' 2>&1";
+  Status created = RunWithDeadline({"/bin/sh", "-c", cmd}, std::chrono::seconds(30));
+  if (!created.ok()) {
+    return Status::Unavailable("redis-cli --cluster create: " + std::string(created.message()) +
+                               "; its output ends: " + LastLogLine(log));
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (auto& node : cluster->nodes_) {
     for (;;) {

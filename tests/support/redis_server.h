@@ -3,10 +3,18 @@
 // directory, and is killed when its owner is destroyed (or when the test
 // process dies). RedisCluster builds a cluster of masters with
 // `redis-cli --cluster create`.
+//
+// Ports come from outside the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range), where the local ends of
+// outgoing connections could take them between the check and the server's
+// bind. Should another process win the port anyway, the server exits at
+// start and Start tries another port; a server counts as ready only once
+// the process answering on its port is the one Start launched.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,11 +31,17 @@ struct RedisServerOptions {
   std::string password;                 // requirepass; empty = none
   bool cluster = false;                 // cluster-enabled yes
   std::vector<std::string> extra_args;  // more "--name value" arguments
+  // 0: a free port picked by Start. Else the port tried first, without
+  // checking it is free, as if another process took it after the check
+  // (tests of Start itself); other ports follow if the server cannot have it.
+  uint16_t first_port = 0;
 };
 
 class RedisServer {
  public:
-  // Starts a server and waits (up to 10 s) until it answers PING.
+  // Starts a server and waits (up to 10 s) until it answers PING as the
+  // process launched. A server that exits at start (its port taken) is
+  // launched again on another port, a few times at most.
   static Result<std::unique_ptr<RedisServer>> Start(const RedisServerOptions& options = {});
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
@@ -44,14 +58,28 @@ class RedisServer {
   void Pause();
   void Resume();
 
+  // Bytes the server process has moved through read and write system calls
+  // since it was launched (rchar and wchar of /proc/<pid>/io), its client
+  // sockets included: lets a test act while a request or a reply is part
+  // way through. Zeros when the server is not running.
+  struct IoBytes {
+    uint64_t read = 0;
+    uint64_t written = 0;
+  };
+  IoBytes Io() const;
+
   // Runs one command on a fresh connection (AUTH first when the server has a
   // password). Status replies and bulk strings come back as text, integers
   // in decimal, nil as "(nil)"; an error reply is IOError with its text.
   Result<std::string> Command(const std::vector<std::string>& argv) const;
 
  private:
+  friend class RedisCluster;  // keeps redis-cli's output in a node's directory
+
   RedisServer(RedisServerOptions options, uint16_t port, std::string dir);
   Status Launch();
+  // True when our child answers on port_: alive, and INFO names its pid.
+  bool AnswersAsOurChild() const;
 
   const RedisServerOptions options_;
   const uint16_t port_;
@@ -60,10 +88,18 @@ class RedisServer {
   bool paused_ = false;
 };
 
+// Runs `args` as a child (see SpawnChild) and waits for it to exit, at most
+// `limit`: past that the child is killed (SIGKILL) and reaped, and the
+// result is DeadlineExceeded naming args[0]. Otherwise OK when it exited
+// with status 0, else Unavailable with its exit status. For setup commands
+// (redis-cli) that must fail a test rather than hang it.
+Status RunWithDeadline(std::vector<std::string> args, std::chrono::milliseconds limit);
+
 class RedisCluster {
  public:
   // Starts `masters` cluster-enabled servers, joins them with
-  // redis-cli --cluster create (no replicas) and waits for cluster_state:ok.
+  // redis-cli --cluster create (no replicas; killed after 30 s, scaled by
+  // time_scale.h) and waits for cluster_state:ok.
   static Result<std::unique_ptr<RedisCluster>> Start(int masters = 3);
 
   std::vector<std::string> endpoints() const;

@@ -1,6 +1,7 @@
 #include "tiers/redis/redis_connection.h"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -144,7 +145,6 @@ Status RedisConnection::SetTimeout(uint32_t timeout_ms) {
   }
   timeout_ms_ = timeout_ms;
   rcv_timeout_ms_ = timeout_ms;
-  snd_timeout_ms_ = timeout_ms;
   return Status::Ok();
 }
 
@@ -247,20 +247,33 @@ Status RedisConnection::Flush() {
       st = TimedOut(where, budget_ms);
       break;
     }
-    st = SetSocketTimeout(SO_SNDTIMEO, wait_ms, &snd_timeout_ms_);
-    if (!st.ok()) break;
+    // Waits for room with poll, then sends what fits without blocking. A
+    // blocking send under SO_SNDTIMEO would not do: one that moved a few
+    // bytes before its timer ran out returns them, and the next waits a whole
+    // timeout again, so a server that stopped reading mid-batch (frozen, its
+    // buffers full) was caught only after two or three timeouts. Here each
+    // wait starts when the last bytes moved.
+    pollfd pfd{ctx_->fd, POLLOUT, 0};
+    const int ready = poll(&pfd, 1, static_cast<int>(wait_ms));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      // A wait cut short by the deadline reports the send's whole budget.
+      st = TimedOut(where, wait_ms < timeout_ms_ ? budget_ms : timeout_ms_);
+      break;
+    }
+    if (ready < 0) {
+      st = Status::Unavailable(FromErrno(errno, where).message());
+      break;
+    }
     msghdr msg{};
     msg.msg_iov = iov.data() + first;
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
     // MSG_NOSIGNAL: a server that went away must not kill the process.
-    ssize_t n = sendmsg(ctx_->fd, &msg, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = sendmsg(ctx_->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0) {
       closed_by_peer_ = errno == EPIPE || errno == ECONNRESET;
-      // A wait cut short by the deadline reports the send's whole budget.
-      st = (errno == EAGAIN || errno == EWOULDBLOCK)
-               ? TimedOut(where, wait_ms < timeout_ms_ ? budget_ms : timeout_ms_)
-               : FromErrno(errno, where);
+      st = FromErrno(errno, where);
       if (st.code() != StatusCode::kUnavailable) st = Status::Unavailable(st.message());
       break;
     }

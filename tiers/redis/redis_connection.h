@@ -130,9 +130,10 @@ class RedisConnection {
   void QueueWithValue(std::span<const std::string_view> argv,
                       std::span<const std::span<const std::byte>> value_parts,
                       std::span<const std::string_view> trailing_args);
-  // Sends everything queued. Unavailable on a transport error or timeout,
-  // each send within the timeout and the whole within ByteBudgetMs() of its
-  // size, so a server that reads a byte at a time cannot hold it.
+  // Sends everything queued. Unavailable on a transport error or timeout:
+  // once no byte could be sent for the timeout (a server that stopped
+  // reading), or past the timeout plus ByteBudgetMs() of the size in all,
+  // so a server that reads a byte at a time cannot hold it.
   Status Flush();
 
   // The data path bounds each reply as a whole: from BeginReply() to
@@ -175,8 +176,8 @@ class RedisConnection {
   Status Fail(Status st);
   Status FillBuffer();
   Status Recv(void* out, size_t size, size_t* got);
-  // Sets the socket's SO_RCVTIMEO or SO_SNDTIMEO to `ms` unless *current
-  // already holds it (0: unknown).
+  // Sets the socket's timeout `option` (SO_RCVTIMEO) to `ms` unless
+  // *current already holds it (0: unknown).
   Status SetSocketTimeout(int option, uint32_t ms, uint32_t* current);
   // The wait left before `deadline`, at most timeout_ms_; 0 once it passed.
   uint32_t WaitLeftMs(std::chrono::steady_clock::time_point deadline) const;
@@ -193,7 +194,6 @@ class RedisConnection {
   bool closed_by_peer_ = false;
   uint64_t received_bytes_ = 0;
   uint32_t rcv_timeout_ms_ = 0;  // what the socket's SO_RCVTIMEO is; 0: unknown
-  uint32_t snd_timeout_ms_ = 0;  // what the socket's SO_SNDTIMEO is; 0: unknown
   // While a reply is read (Call, or BeginReply to EndReply): every receive
   // ends by this time, reply_budget_ms_ after the reply began.
   std::chrono::steady_clock::time_point reply_deadline_{};
