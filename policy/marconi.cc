@@ -5,10 +5,21 @@
 //
 // Speculative insertion: a request's longest common prefix with the tree is
 // found before it is inserted, so the branch point is known before prefill.
+//
+// Bounded memory: past max_nodes, the least recently named nodes are
+// forgotten, as many per request as it added. A request's chain is marked
+// named leaf first, so a parent is always more recently named than its
+// children and is forgotten after them: a remembered node's parent is
+// remembered too, and the tree stays a tree. Forgetting makes `children`
+// approximate, never less than zero: a forgotten child stays counted (a
+// node that once branched stays a checkpoint candidate, as its `branch`
+// flag does), and a forgotten parent named again starts from zero.
 #include <list>
 #include <unordered_map>
+#include <vector>
 
 #include "policy/policy_internal.h"
+#include "policy/recency_list.h"
 
 namespace kvtier::internal {
 namespace {
@@ -19,23 +30,20 @@ struct Node {
   bool branch = false;  // a request's common prefix with the tree ended here
   bool tail = false;    // last full block of some request
   bool keep = false;    // on the new path of a request expected to continue
+  RecencyLinks<Node> recency;
 };
 
 class MarconiAdmission final : public AdmissionPolicy {
  public:
-  explicit MarconiAdmission(const PolicyKnobs& k)
-      : admit_tails_(k.marconi_admit_tails),
+  MarconiAdmission(const PolicyKnobs& k, size_t max_nodes)
+      : max_nodes_(max_nodes),
+        admit_tails_(k.marconi_admit_tails),
         threshold_(k.marconi_continue_threshold),
         probation_(k.marconi_probation) {}
   std::string_view Name() const override { return "marconi"; }
 
   void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
                       const RequestHints& hints, uint64_t) override {
-    if (nodes_.size() > kMaxNodes) {  // bounded memory: start over
-      nodes_.clear();
-      sessions_.clear();
-      session_order_.clear();
-    }
     size_t lcp = 0;
     while (lcp < chain.size() && nodes_.count(chain[lcp]) != 0) ++lcp;
     if (lcp > 0 && lcp < chain.size()) nodes_[chain[lcp - 1]].branch = true;
@@ -45,14 +53,18 @@ class MarconiAdmission final : public AdmissionPolicy {
     if (hints.session_id != 0) {
       continuing = SeenSession(hints.session_id) || continuing;
     }
+    path_.clear();
     for (size_t i = 0; i < chain.size(); ++i) {
       auto [it, fresh] = nodes_.try_emplace(chain[i]);
-      if (fresh && i > 0) ++nodes_[chain[i - 1]].children;
-      Node& n = nodes_[chain[i]];
+      if (fresh && i > 0) ++path_.back()->second.children;
+      Node& n = it->second;
       ++n.sightings;
       if (continuing && admit_tails_ && i >= lcp && i < full_blocks) n.keep = true;
+      path_.push_back(&*it);
     }
     if (full_blocks > 0 && full_blocks <= chain.size()) nodes_[chain[full_blocks - 1]].tail = true;
+    for (auto e = path_.rbegin(); e != path_.rend(); ++e) recency_.Touch(**e);  // leaf first
+    recency_.Trim(nodes_, max_nodes_);
   }
 
   // KV block: shared (seen twice), or on a continuing path, or hinted: by
@@ -106,14 +118,16 @@ class MarconiAdmission final : public AdmissionPolicy {
     return it != sessions_.end() && it->second.continued;
   }
 
-  static constexpr size_t kMaxNodes = size_t{1} << 23;
   // Sessions remembered, least recently seen forgotten first: a session
   // idle while this many others came is treated as new when it returns.
   static constexpr size_t kMaxSessions = size_t{1} << 16;
+  size_t max_nodes_;
   bool admit_tails_;
   float threshold_;
   double probation_;
   std::unordered_map<uint64_t, Node> nodes_;
+  RecencyList<Node> recency_;                    // of nodes_
+  std::vector<RecencyList<Node>::Entry*> path_;  // the chain being observed, root first
   // Recently seen sessions, most recent first, and where each sits.
   std::list<uint64_t> session_order_;
   struct Session {
@@ -125,8 +139,9 @@ class MarconiAdmission final : public AdmissionPolicy {
 
 }  // namespace
 
-Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs) {
-  return std::unique_ptr<AdmissionPolicy>(new MarconiAdmission(knobs));
+Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs,
+                                                             size_t max_nodes) {
+  return std::unique_ptr<AdmissionPolicy>(new MarconiAdmission(knobs, max_nodes));
 }
 
 }  // namespace kvtier::internal

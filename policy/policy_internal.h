@@ -26,7 +26,10 @@ inline uint64_t Mix64(uint64_t x) {
 Status CheckSketchAgingPeriod(const PolicyKnobs& k);
 Status CheckReuseMinSamples(const PolicyKnobs& k);
 
-Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs);
+// `max_nodes`: the most blocks marconi's tree remembers; past it the least
+// recently named are forgotten (tests pass a small bound).
+Result<std::unique_ptr<AdmissionPolicy>> NewMarconiAdmission(const PolicyKnobs& knobs,
+                                                             size_t max_nodes = size_t{1} << 23);
 // Reorders the candidates by ascending key_of(candidate), keeping ties in
 // their order. Each key is computed once, in candidate order (key_of may
 // update the policy's state), not once per comparison.

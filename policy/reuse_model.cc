@@ -13,6 +13,11 @@
 // A block named again is judged by its sightings until the request that
 // named it last finishes, then by that request's output class too: a prefix
 // whose latest turn was a tool call is likely to be continued again.
+//
+// Bounded memory: past max_nodes the least recently named blocks are
+// forgotten, a few per request (a forgotten block named again is new). A
+// chain is marked named leaf first, so a block is never remembered without
+// the blocks before it: `known` stays the longest remembered prefix.
 #include "policy/reuse_model.h"
 
 #include <algorithm>
@@ -67,7 +72,6 @@ void ReuseModel::Rename(Node& n) {
 }
 
 void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks) {
-  if (nodes_.size() > kMaxNodes) nodes_.clear();  // bounded memory: start over
   // Finishes that never came (aborted requests) age out, oldest first.
   while (!pending_.empty() && (pending_.size() > kMaxPending || pending_ids_ > kMaxPendingIds)) {
     pending_ids_ -= pending_.begin()->second.Ids();
@@ -81,8 +85,10 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
   Pending p{chain.empty() ? 0 : chain.back(), chain.size(), known >= kContinuedBlocks, {}, {}};
   const float coin = chain.empty() ? 0.0f : float(Mix64(chain.back() ^ kSalt) >> 40) * 0x1p-24f;
   const uint8_t first_cls = p.continued ? uint8_t(kContinued) : LengthClass(chain.size());
+  path_.clear();
   for (size_t i = 0; i < chain.size(); ++i) {
     auto [it, fresh] = nodes_.try_emplace(chain[i]);
+    path_.push_back(&*it);
     Node& n = it->second;
     if (!fresh) Rename(n);
     n.sightings = fresh ? 1 : std::min<uint32_t>(n.sightings + 1, 3);
@@ -115,6 +121,8 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
     if (!added) pending_ids_ -= slot->second.Ids();  // a tag used again replaces its request
     slot->second = std::move(p);
   }
+  for (auto e = path_.rbegin(); e != path_.rend(); ++e) recency_.Touch(**e);  // leaf first
+  recency_.Trim(nodes_, max_nodes_);
 }
 
 void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens) {

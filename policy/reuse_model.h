@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvtier/policy.h"
+#include "policy/recency_list.h"
 
 namespace kvtier::internal {
 
@@ -35,8 +36,12 @@ class ReuseModel {
   static constexpr size_t kRenamedBase = kTwice + 2;
   static constexpr size_t kClasses = kRenamedBase + 2 * kOutputClasses;
 
-  explicit ReuseModel(const PolicyKnobs& k)
-      : min_samples_(std::max<uint32_t>(1, k.reuse_min_samples)),  // 0 is refused upstream
+  // `max_nodes`: the most blocks the tree remembers; past it the least
+  // recently named are forgotten, as many per request as it added (tests
+  // pass a small bound).
+  explicit ReuseModel(const PolicyKnobs& k, size_t max_nodes = kMaxNodes)
+      : max_nodes_(max_nodes),
+        min_samples_(std::max<uint32_t>(1, k.reuse_min_samples)),  // 0 is refused upstream
         half_life_(k.reuse_half_life) {}
 
   // A request's chain, before its prefill; blocks from `full_blocks` on are
@@ -82,6 +87,7 @@ class ReuseModel {
   // Tests: the tag the next request gets; ids held for pending finishes.
   void TEST_SetNextTag(uint64_t tag) { next_tag_ = tag; }
   size_t TEST_PendingIds() const { return pending_ids_; }
+  size_t TEST_Nodes() const { return nodes_.size(); }
 
  private:
   static constexpr uint8_t kNone = 0xFF;
@@ -93,6 +99,7 @@ class ReuseModel {
     uint8_t post = kNone;  // output (or continued) class after the finish
     bool partial = false;
     float coin = 0;  // the naming request's coin, uniform in [0, 1)
+    RecencyLinks<Node> recency;
   };
   struct Rate {
     double named = 0;    // blocks that entered the class
@@ -127,6 +134,7 @@ class ReuseModel {
   static constexpr size_t kMaxNodes = size_t{1} << 23;
   static constexpr size_t kMaxPendingIds = size_t{1} << 22;  // 32 MiB of ids
   static constexpr uint64_t kSalt = 0x7265757365636f69ULL;
+  size_t max_nodes_;
   uint32_t min_samples_;
   uint64_t half_life_;
   uint64_t entries_ = 0;
@@ -134,6 +142,8 @@ class ReuseModel {
   uint64_t next_tag_ = 1;
   std::array<Rate, kClasses> rates_{};
   std::unordered_map<uint64_t, Node> nodes_;
+  RecencyList<Node> recency_;                    // of nodes_
+  std::vector<RecencyList<Node>::Entry*> path_;  // the chain being observed, root first
   // Ordered by tag, so the oldest (finishes that never came) go first.
   std::map<uint64_t, Pending> pending_;
   size_t pending_ids_ = 0;  // ids held by pending_, bounded like its size

@@ -1,10 +1,12 @@
 // Exact admission decisions on small hand-built sequences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "kvtier/policy.h"
+#include "policy/policy_internal.h"
 
 namespace kvtier {
 namespace {
@@ -156,6 +158,38 @@ TEST(AdmissionTest, MarconiForgetsTheLeastRecentSessionsPastItsBound) {
   EXPECT_TRUE(p->Admit(Block(12), {})) << "session 2 was seen recently: continuing";
   Observe(*p, {1, 13}, {.session_id = 1});
   EXPECT_TRUE(p->Admit(Block(13), {})) << "session 1 is known again";
+}
+
+// Past its bound marconi forgets the least recently named blocks, as many as
+// each request adds, and keeps the rest: a prefix every request names stays
+// a branch point, the blocks named twice most recently stay shared, and the
+// tree never holds more than its bound (here every block it holds is named
+// twice, so the blocks it admits are exactly the ones it holds).
+TEST(AdmissionTest, MarconiForgetsTheLeastRecentlyNamedBlocksPastItsBound) {
+  constexpr uint64_t kBound = 64, kPrefix = 1, kFirst = 100, kRequests = 300;
+  PolicyKnobs k;
+  k.marconi_probation = 0;
+  auto made = internal::NewMarconiAdmission(k, kBound);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  AdmissionPolicy& p = **made;
+  BlockMeta prefix = Block(kPrefix);
+  prefix.is_checkpoint = true;
+  for (uint64_t r = 0; r < kRequests; ++r) {
+    const uint64_t tail = kFirst + r;
+    Observe(p, {kPrefix, tail});
+    Observe(p, {kPrefix, tail});
+    ASSERT_TRUE(p.Admit(Block(tail), {})) << "named twice just now, request " << r;
+    if (r > 0) ASSERT_TRUE(p.Admit(prefix, {})) << "a branch point, request " << r;
+    uint64_t held = p.Admit(Block(kPrefix), {}) ? 1 : 0;
+    for (uint64_t id = kFirst; id <= tail; ++id) held += p.Admit(Block(id), {}) ? 1 : 0;
+    ASSERT_EQ(held, std::min(r + 2, kBound)) << "blocks held after request " << r;
+  }
+  const uint64_t kept = kFirst + kRequests - (kBound - 1);  // the oldest tail still held
+  EXPECT_FALSE(p.Admit(Block(kept - 1), {})) << "the most recent of the forgotten tails";
+  EXPECT_TRUE(p.Admit(Block(kept), {})) << "the oldest tail kept";
+  // A forgotten block named again is new: seen once, not shared.
+  Observe(p, {kPrefix, kFirst});
+  EXPECT_FALSE(p.Admit(Block(kFirst), {}));
 }
 
 TEST(AdmissionTest, CostAdmitsWhenLoadBeatsRecomputeOrTheCostIsUnknown) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "kvtier/policy.h"
@@ -97,6 +98,32 @@ TEST(ReuseModelTest, PendingFinishesAgeOutOldestFirst) {
   m.ObserveFinish(std::vector<uint64_t>{1000 + waiting}, 1);
   EXPECT_EQ(m.ClassOf(1000), ReuseModel::LengthClass(1));  // aged out: its finish is ignored
   EXPECT_EQ(m.ClassOf(1000 + waiting), ReuseModel::kOutputBase + 1);
+}
+
+// Past its bound the tree forgets the least recently named blocks, as many
+// as each request adds, and keeps the rest: a prefix every request names
+// stays known, the blocks named twice most recently keep their class, and
+// the tree never holds more than its bound.
+TEST(ReuseModelTest, ForgetsTheLeastRecentlyNamedBlocksPastItsBound) {
+  constexpr uint64_t kBound = 64, kPrefix = 1, kFirst = 100, kRequests = 300;
+  ReuseModel m(ExactReuseKnobs(), kBound);
+  for (uint64_t r = 0; r < kRequests; ++r) {
+    const uint64_t tail = kFirst + r;
+    m.ObserveRequest(std::vector<uint64_t>{kPrefix, tail}, 2);
+    EXPECT_LE(m.TEST_Nodes(), kBound) << "request " << r;
+    m.ObserveRequest(std::vector<uint64_t>{kPrefix, tail}, 2);
+    EXPECT_EQ(m.TEST_Nodes(), std::min(r + 2, kBound)) << "request " << r;
+    ASSERT_EQ(m.ClassOf(tail), ReuseModel::kTwice) << "named twice just now, request " << r;
+    ASSERT_TRUE(m.Known(kPrefix)) << "request " << r;
+  }
+  const uint64_t kept = kFirst + kRequests - (kBound - 1);  // the oldest tail still held
+  for (uint64_t id = kFirst; id < kept; ++id) EXPECT_FALSE(m.Known(id)) << id;
+  for (uint64_t id = kept; id < kFirst + kRequests; ++id) {
+    EXPECT_EQ(m.ClassOf(id), ReuseModel::kTwice) << id;
+  }
+  // A forgotten block named again is new: judged by its request's length.
+  m.ObserveRequest(std::vector<uint64_t>{kPrefix, kFirst}, 2);
+  EXPECT_EQ(m.ClassOf(kFirst), ReuseModel::LengthClass(2));
 }
 
 // One request of full blocks that runs to its finish.
