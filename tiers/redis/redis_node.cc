@@ -121,8 +121,8 @@ void RedisNode::Run(Worker* w, RedisJob job) {
   std::vector<RedisOpResult> results(job.ops.size());
   // The server may close an idle connection just as the job is sent (the
   // check in EnsureConnected cannot see a close still in flight). Nothing
-  // was answered then, and every command is safe to send again: GET, EXISTS
-  // and DEL are idempotent, a SET writes the same bytes.
+  // was answered then, and every command is safe to send again: GET, GETEX,
+  // EXISTS and DEL are idempotent, a SET writes the same bytes.
   if (!Execute(w, job, results) && reused) {
     st = EnsureConnected(w, &reused);
     if (st.ok()) {

@@ -44,7 +44,8 @@ struct RedisOpResult {
   bool unreachable = false;
 };
 
-// Appends `op` to `conn`'s pipeline. `ttl_s` > 0 adds an expiry to SETs.
+// Appends `op` to `conn`'s pipeline. `ttl_s` > 0 adds an expiry to SETs and
+// makes a GET a GETEX that restarts it (Redis 6.2+); 0 keeps plain GET.
 void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s);
 
 // Reads the reply (or replies, with ASKING) of `op`, which was queued in this
