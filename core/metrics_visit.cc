@@ -77,7 +77,9 @@ void VisitRequests(const RuntimeStats& s, Emitter& e) {
   e.Counter("kvtier_busy_rejections_total", "requests refused because the queue was full",
             s.busy_rejections);
   e.Counter("kvtier_adopted_blocks_total",
-            "blocks found in a persistent tier after a restart and adopted", s.adopted_blocks);
+            "blocks the index did not know found in a lower tier (a persistent tier after a "
+            "restart, a shared tier from another process) and adopted",
+            s.adopted_blocks);
   e.Counter("kvtier_preemption_proposals_total", "requests proposed to the engine for preemption",
             s.preemption_proposals);
   uint64_t corruptions = 0;

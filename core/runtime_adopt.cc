@@ -1,34 +1,55 @@
-// Adopting blocks that a persistent tier already holds: after a restart the
-// index is empty, but an NVMe store still has the blocks saved before. On a
-// lookup miss the runtime asks the tiers that can answer from memory
-// (TierCapabilities::local_index) and indexes the leading keys they hold.
+// Adopting blocks a lower tier holds that the index does not know: after a
+// restart the index is empty, but an NVMe store still has the blocks saved
+// before; a Redis or kvtier-memd tier shared with other processes (or
+// hosts) has the blocks they saved. On a lookup miss the runtime asks the
+// tiers that can answer from memory (TierCapabilities::local_index) and the
+// shared ones whose reads check each block (TierCapabilities::shared and
+// checksummed), and indexes the leading keys they hold.
 #include "core/runtime_impl.h"
 
 namespace kvtier::internal {
 namespace {
 
-// A Contains on a local index is a memory lookup; this only bounds a tier
-// that misbehaves, so a lookup never waits long.
+// A Contains on a local index is a memory lookup, and one on a shared tier a
+// round trip to its server; this bounds a tier that misbehaves or a server
+// that is slow or down, so a lookup never waits long.
 constexpr std::chrono::milliseconds kContainsWait(50);
+// A shared tier whose Contains failed or was late is left out of adoption
+// for this long: a lookup does not wait on a server that is down each time.
+constexpr std::chrono::seconds kSharedTierBackoff(1);
 
 // Sets `bit` in present[j] for the leading keys of `rest` that `tier` holds,
-// asking in batches of `batch` keys while the leading run lasts.
-void MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const BlockKey> rest,
+// asking in batches of `batch` keys while the leading run lasts. False when
+// the tier failed to answer: late, or an error other than NotFound.
+bool MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const BlockKey> rest,
                      uint32_t bit, std::vector<uint32_t>& present) {
+  // One wait for all of the tier's batches: a tier that answers each batch
+  // just inside the wait would otherwise hold the lookup for as many waits
+  // as the keys fill batches.
+  const auto deadline = std::chrono::steady_clock::now() + kContainsWait;
   for (size_t from = 0; from < rest.size(); from += batch) {
     const size_t n = std::min(batch, rest.size() - from);
     Completion c = tier.Contains(ns, rest.subspan(from, n));
-    if (!c.WaitFor(kContainsWait).ok() && !c.Poll()) break;
+    const auto left = std::max<std::chrono::nanoseconds>(
+        std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
+    if (!c.WaitFor(left).ok() && !c.Poll()) return false;
     size_t held = 0;
     while (held < n && c.result(held).ok()) present[from + held++] |= bit;
-    if (held < n) break;
+    if (held < n) return c.result(held).code() == StatusCode::kNotFound;
   }
+  return true;
+}
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
 
 void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys) {
-  if (!has_local_index_tier_) return;
+  if (!has_adoptable_tier_) return;
   size_t first = 0;
   uint64_t removes_before = 0;
   {
@@ -49,6 +70,14 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
     Tier& tier = *lower_[t - 1];
     if (tier.capabilities().local_index) {
       MarkLeadingHeld(tier, BatchLimit(tier), ns, rest, 1U << t, present);
+    } else if (tier.capabilities().shared && tier.capabilities().checksummed) {
+      // Another process's bytes are trusted only where each read checks them.
+      std::atomic<int64_t>& skip_until = adopt_skip_until_[t];
+      if (SteadyNs() < skip_until.load(std::memory_order_relaxed)) continue;
+      if (!MarkLeadingHeld(tier, BatchLimit(tier), ns, rest, 1U << t, present)) {
+        skip_until.store(SteadyNs() + std::chrono::nanoseconds(kSharedTierBackoff).count(),
+                         std::memory_order_relaxed);
+      }
     }
   }
 

@@ -110,7 +110,11 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
       tier_counts_(1 + lower_.size()),
       pending_removes_(1 + lower_.size()) {
   index_.set_observer(policies_.get());
-  for (const auto& t : lower_) has_local_index_tier_ |= t->capabilities().local_index;
+  for (const auto& t : lower_) {
+    const TierCapabilities& c = t->capabilities();
+    has_adoptable_tier_ |= c.local_index || (c.shared && c.checksummed);
+  }
+  adopt_skip_until_ = std::make_unique<std::atomic<int64_t>[]>(1 + lower_.size());
   workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests,
                                           options_.log);
   if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });

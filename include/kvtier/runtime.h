@@ -97,7 +97,9 @@ struct RuntimeStats {
   uint64_t loaded_blocks = 0;
   uint64_t load_failures = 0;         // per-block failures reported to the engine
   uint64_t busy_rejections = 0;       // requests refused because the queue was full
-  uint64_t adopted_blocks = 0;        // found in a persistent tier after a restart
+  uint64_t adopted_blocks = 0;        // found in a lower tier the index did not know: a
+                                      // persistent tier's after a restart, or a shared
+                                      // tier's saved by another process
   std::vector<TierStats> tiers;       // in tier order; tiers[0] is the host hub
   uint32_t block_tokens = 0;          // RuntimeOptions::block_tokens (0: token counts unknown)
   uint64_t preemption_proposals = 0;  // requests proposed to the engine for preemption

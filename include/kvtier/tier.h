@@ -31,7 +31,11 @@ namespace kvtier {
 
 struct TierCapabilities {
   bool persistent = false;          // contents survive a process restart
-  bool shared = false;              // other processes or hosts see the same blocks
+  bool shared = false;              // other processes or hosts see the same blocks: when
+                                    // also checksummed, the runtime asks it on a lookup
+                                    // miss, as a local_index tier, to find the blocks
+                                    // they saved (one that fails or is late to answer
+                                    // is left out for 1 s)
   bool checksummed = false;         // blocks carry a BlockHeader; corruption is detected
   // Contains() answers from memory without I/O, so the runtime may ask it on
   // a lookup miss (how a restarted runtime finds what a persistent tier kept).
@@ -98,11 +102,13 @@ class KVTIER_EXPORT Tier {
   Completion Contains(NamespaceId ns, std::span<const BlockKey> keys);
 
   // The caller (the runtime, after adopting blocks a persistent tier kept
-  // across a restart) now accounts for `keys` and will evict them itself: a
-  // backend that sets recovered blocks aside as free space (the NVMe tier
-  // leaves them out of Usage() and drops them first) counts them as used
-  // from now on. Synchronous and in memory; absent keys are skipped; a no-op
-  // for backends without such blocks and after Shutdown().
+  // across a restart, or a shared tier holds from another process) now
+  // accounts for `keys` and will evict them itself: a backend that sets
+  // recovered blocks aside as free space (the NVMe tier leaves them out of
+  // Usage() and drops them first) counts them as used from now on, and a
+  // shared one counts blocks it did not write (Redis, kvtier-memd).
+  // Synchronous and in memory; absent keys are skipped; a no-op for
+  // backends without such blocks and after Shutdown().
   void Claim(NamespaceId ns, std::span<const BlockKey> keys);
 
   virtual TierUsage Usage() const = 0;

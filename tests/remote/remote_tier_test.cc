@@ -59,6 +59,43 @@ TEST(RemoteTierTest, ManyRequestsInFlightOnFewConnections) {
   (*tier)->Shutdown();
 }
 
+// A second client of the same servers (another process's tier) finds the
+// blocks the first wrote; once the runtime adopts them (Claim) it counts
+// them in its usage, once each, and only those its servers hold.
+TEST(RemoteTierTest, ClaimCountsBlocksAnotherClientWrote) {
+  auto procs = FreshMemd(2);
+  ASSERT_EQ(procs.size(), 2u);
+  const TierOptions o = RemoteOptions(procs, 64 * 4096);
+  auto writer = CreateTier(o, TierContext{4096});
+  auto adopter = CreateTier(o, TierContext{4096});
+  ASSERT_TRUE(writer.ok() && adopter.ok());
+  constexpr NamespaceId kNs{5};
+  std::vector<std::vector<std::byte>> data;
+  std::vector<WriteOp> ops;
+  for (uint64_t i = 0; i < 3; ++i) data.push_back(BlockBytes(TestKey(i), 4096));
+  for (uint64_t i = 0; i < 3; ++i) ops.push_back({TestKey(i), data[i]});
+  ASSERT_TRUE((*writer)->Write(kNs, ops).Wait().ok());
+  const std::vector<BlockKey> keys = {TestKey(0), TestKey(1), TestKey(2)};
+  Completion c = (*adopter)->Contains(kNs, keys);
+  ASSERT_TRUE(c.Wait().ok());
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(c.result(i).ok()) << i;
+  EXPECT_EQ((*adopter)->Usage().blocks, 0u);
+  (*adopter)->Claim(kNs, keys);
+  (*adopter)->Claim(kNs, keys);  // twice: counted once
+  EXPECT_EQ((*adopter)->Usage().blocks, 3u);
+  EXPECT_EQ((*adopter)->Usage().used_bytes, 3u * 4096);
+  // Removing one there frees its room in the adopter's count.
+  ASSERT_TRUE((*adopter)->Remove(kNs, std::span(keys).first(1)).Wait().ok());
+  EXPECT_EQ((*adopter)->Usage().blocks, 2u);
+  std::vector<std::byte> out(4096);
+  ReadOp rd{TestKey(0), out};
+  Completion r = (*writer)->Read(kNs, std::span(&rd, 1));
+  (void)r.Wait();
+  EXPECT_EQ(r.result(0).code(), StatusCode::kNotFound);
+  (*writer)->Shutdown();
+  (*adopter)->Shutdown();
+}
+
 TEST(RemoteTierTest, WrongSecretIsRefusedAtOpen) {
   auto procs = FreshMemd(1);
   ASSERT_EQ(procs.size(), 1u);

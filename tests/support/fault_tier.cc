@@ -4,6 +4,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -14,6 +15,7 @@ namespace {
 TierCapabilities CapabilitiesOf(const Tier& inner, const FaultOptions& o) {
   TierCapabilities c = inner.capabilities();
   c.local_index |= o.local_index;
+  if (o.max_batch_blocks != 0) c.max_batch_blocks = o.max_batch_blocks;
   return c;
 }
 
@@ -98,11 +100,17 @@ class FaultInjectingTier final : public Tier {
   void DoContains(NamespaceId ns, std::span<const BlockKey> keys,
                   CompletionSource done) override {
     std::vector<BlockKey> copy(keys.begin(), keys.end());
-    Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
+    Job answer = [this, ns, copy](CompletionSource& src) {
       Completion c = inner_->Contains(ns, copy);
       (void)c.Wait();
-      for (size_t i = 0; i < copy.size(); ++i) src.Set(i, c.result(i));
-    });
+      for (size_t i = 0; i < copy.size(); ++i) {
+        std::optional<Status> injected;
+        if (o_.contains != nullptr) injected = o_.contains->Injected(copy[i]);
+        src.Set(i, injected.value_or(c.result(i)));
+      }
+    };
+    if (o_.contains != nullptr && o_.contains->HoldIfStalled(done, answer)) return;
+    Forward(std::move(done), std::move(answer));
   }
   void DoClaim(NamespaceId ns, std::span<const BlockKey> keys) override { inner_->Claim(ns, keys); }
 
@@ -185,6 +193,59 @@ class FaultInjectingTier final : public Tier {
 };
 
 }  // namespace
+
+void ContainsFaults::Fail(const BlockKey& key, StatusCode error) {
+  std::lock_guard lock(mu_);
+  fail_[key] = error;
+}
+
+void ContainsFaults::ReportPresent(const BlockKey& key) {
+  std::lock_guard lock(mu_);
+  present_.insert(key);
+}
+
+void ContainsFaults::Stall() {
+  std::lock_guard lock(mu_);
+  stalled_ = true;
+}
+
+void ContainsFaults::Clear() {
+  std::vector<Held> held;
+  {
+    std::lock_guard lock(mu_);
+    fail_.clear();
+    present_.clear();
+    stalled_ = false;
+    held.swap(held_);
+  }
+  // Outside mu_: an answer asks the inner tier, and its waiters may call in.
+  for (Held& h : held) {
+    h.answer(*h.done);
+    h.done->Finish();
+  }
+}
+
+uint64_t ContainsFaults::calls() const {
+  std::lock_guard lock(mu_);
+  return calls_;
+}
+
+bool ContainsFaults::HoldIfStalled(CompletionSource& done, Answer answer) {
+  std::lock_guard lock(mu_);
+  ++calls_;
+  if (!stalled_) return false;
+  held_.push_back({std::make_shared<CompletionSource>(std::move(done)), std::move(answer)});
+  return true;
+}
+
+std::optional<Status> ContainsFaults::Injected(const BlockKey& key) const {
+  std::lock_guard lock(mu_);
+  if (auto it = fail_.find(key); it != fail_.end()) {
+    return Status(it->second, "injected contains fault for block " + ToHex(key));
+  }
+  if (present_.count(key) != 0) return Status::Ok();
+  return std::nullopt;
+}
 
 std::unique_ptr<Tier> NewFaultInjectingTier(std::unique_ptr<Tier> inner, FaultOptions options) {
   return std::make_unique<FaultInjectingTier>(std::move(inner), options);

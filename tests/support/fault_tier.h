@@ -1,16 +1,62 @@
 // FaultInjectingTier: wraps any Tier and injects the failures a real backend
 // shows: errors at a rate, errors after N operations, added latency (ops then
-// complete on a background thread), corrupted bytes on read, and failed
-// removes.
+// complete on a background thread), corrupted bytes on read, failed removes,
+// and Contains answers that are wrong, failed or never come (ContainsFaults).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <vector>
 
 #include "kvtier/tier.h"
 
 namespace kvtier::testing {
+
+// Faults of Contains that a test switches while the tier runs, shared with
+// the tier through FaultOptions::contains. Thread-safe.
+// REQUIRES: Clear() before the tier shuts down while calls are held (the
+// tier's Shutdown waits for them).
+class ContainsFaults {
+ public:
+  // Contains answers `error` for `key`, whatever the inner tier holds.
+  void Fail(const BlockKey& key, StatusCode error = StatusCode::kIOError);
+  // Contains answers OK for `key` whether or not the inner tier holds it:
+  // an index that is wrong, or a block lost right after the answer.
+  void ReportPresent(const BlockKey& key);
+  // Contains calls from now on are held unanswered (a hung index or
+  // server) until Clear().
+  void Stall();
+  // Ends every fault; the held calls then answer as the inner tier does.
+  void Clear();
+  // Contains calls the tier received, held or not.
+  uint64_t calls() const;
+
+  // For the tier: counts a call and, while stalled, keeps `done` to finish
+  // with `answer` at Clear() (true); false when the call is to run now.
+  using Answer = std::function<void(CompletionSource&)>;
+  bool HoldIfStalled(CompletionSource& done, Answer answer);
+  // For the tier: the injected answer for `key`, if any.
+  std::optional<Status> Injected(const BlockKey& key) const;
+
+ private:
+  struct Held {
+    std::shared_ptr<CompletionSource> done;
+    Answer answer;
+  };
+
+  mutable std::mutex mu_;
+  std::map<BlockKey, StatusCode> fail_;  // guarded by mu_
+  std::set<BlockKey> present_;           // guarded by mu_
+  bool stalled_ = false;                 // guarded by mu_
+  std::vector<Held> held_;               // guarded by mu_
+  uint64_t calls_ = 0;                   // guarded by mu_
+};
 
 struct FaultOptions {
   double error_rate = 0.0;              // fraction of ops failed with `error`
@@ -23,6 +69,8 @@ struct FaultOptions {
                                         // and stay stored (the tier was unreachable)
   bool local_index = false;             // claim a local index, as a persistent tier does:
                                         // the runtime adopts what Contains finds
+  uint32_t max_batch_blocks = 0;        // the batch limit declared; 0 = the inner tier's
+  std::shared_ptr<ContainsFaults> contains;  // switchable Contains faults; null = none
   uint64_t seed = 42;
 };
 

@@ -25,9 +25,10 @@ class TierView final : public Tier {
     Forward(inner_->Remove(ns, keys), std::move(done));
   }
   void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
+    if (hooks_.instead_of_contains && hooks_.instead_of_contains(keys.size(), done)) return;
     Completion c = inner_->Contains(ns, keys);
     if (hooks_.after_contains) {
-      c.Wait();
+      (void)c.Wait();
       hooks_.after_contains();
     }
     Forward(c, std::move(done));

@@ -59,12 +59,13 @@ class Batch final : public RedisBatch, public std::enable_shared_from_this<Batch
 
 class RedisTier final : public Tier {
  public:
-  RedisTier(const TierOptions& options, std::unique_ptr<RedisRouter> router)
+  RedisTier(const TierOptions& options, uint64_t block_bytes, std::unique_ptr<RedisRouter> router)
       : Tier(options.name, "redis",
              TierCapabilities{.shared = true,
                               .checksummed = true,
                               .max_block_bytes = router->max_value_bytes() - kBlockHeaderBytes}),
         options_(options),
+        block_bytes_(block_bytes),
         router_(std::move(router)) {}
   ~RedisTier() override { Shutdown(); }
 
@@ -87,6 +88,9 @@ class RedisTier final : public Tier {
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
   void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override;
   void DoShutdown() override { router_->Shutdown(); }
+  // Blocks another process stored that the runtime adopted: this process
+  // now counts them (a block's payload each) and will evict them itself.
+  void DoClaim(NamespaceId ns, std::span<const BlockKey> keys) override;
 
  private:
   RedisOp MakeOp(RedisOp::Kind kind, NamespaceId ns, const BlockKey& key, size_t index) const {
@@ -119,6 +123,7 @@ class RedisTier final : public Tier {
     uint64_t settled_at = 0;  // write_clock_ when the last SET ended
   };
   const TierOptions options_;
+  const uint64_t block_bytes_;
   std::unique_ptr<RedisRouter> router_;
   mutable std::mutex usage_mu_;
   std::unordered_map<NsKey, Held, NsKeyHash> held_;  // guarded by usage_mu_
@@ -326,6 +331,18 @@ void RedisTier::DoRemove(NamespaceId ns, std::span<const BlockKey> keys, Complet
   RunKeys(RedisOp::Kind::kDel, ns, keys, std::move(done));
 }
 
+void RedisTier::DoClaim(NamespaceId ns, std::span<const BlockKey> keys) {
+  std::lock_guard lock(usage_mu_);
+  for (const BlockKey& key : keys) {
+    auto [it, fresh] = held_.try_emplace(NsKey{ns, key});
+    if (!fresh) continue;  // written (or claimed) here already
+    it->second.bytes = block_bytes_;
+    it->second.stored = true;
+    it->second.settled_at = write_clock_;
+    used_bytes_ += block_bytes_;
+  }
+}
+
 void RedisTier::DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) {
   RunKeys(RedisOp::Kind::kExists, ns, keys, std::move(done));
 }
@@ -346,7 +363,8 @@ Result<std::unique_ptr<Tier>> NewRedisTier(const TierOptions& options, const Tie
         " bytes plus its header exceeds the server's proto-max-bulk-len of " +
         std::to_string((*router)->max_value_bytes()));
   }
-  return std::unique_ptr<Tier>(new RedisTier(options, std::move(router).value()));
+  return std::unique_ptr<Tier>(
+      new RedisTier(options, context.block_bytes, std::move(router).value()));
 }
 
 }  // namespace kvtier::internal

@@ -42,7 +42,7 @@ using FullKeyHash = internal::NsKeyHash;
 class RemoteTier final : public Tier {
  public:
   RemoteTier(const TierOptions& o, uint64_t max_block)
-      : Tier(o.name, "remote", Caps(max_block)), capacity_(o.capacity_bytes) {
+      : Tier(o.name, "remote", Caps(max_block)), capacity_(o.capacity_bytes), block_(max_block) {
     for (const std::string& s : o.servers) ids_.push_back(memd::ServerId(s));
   }
   ~RemoteTier() override { Shutdown(); }
@@ -67,6 +67,9 @@ class RemoteTier final : public Tier {
   void DoShutdown() override {
     if (client_) client_->Shutdown();
   }
+  // Blocks another process stored that the runtime adopted: this process
+  // now counts them (a block's payload each) and will evict them itself.
+  void DoClaim(NamespaceId ns, std::span<const BlockKey> keys) override;
   // transport: rdma registers the hub arena so blocks move without staging.
   uint64_t DoRegisterHostMemory(std::span<std::byte> memory) override {
     return client_ ? client_->RegisterHostMemory(memory) : 0;
@@ -107,6 +110,7 @@ class RemoteTier final : public Tier {
   void KeyOp(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done, bool remove);
 
   const uint64_t capacity_;
+  const uint64_t block_;  // payload bytes of one block
   std::vector<uint64_t> ids_;
   std::unique_ptr<RemoteClient> client_;
   mutable std::mutex mu_;
@@ -125,6 +129,20 @@ void RemoteTier::Forget(NamespaceId ns, const BlockKey& key, uint64_t before) {
   }
   used_ -= it->second.bytes;
   index_.erase(it);
+}
+
+void RemoteTier::DoClaim(NamespaceId ns, std::span<const BlockKey> keys) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const BlockKey& key : keys) {
+    auto [it, fresh] = index_.try_emplace(FullKey{ns, key});
+    if (!fresh) continue;  // written (or claimed) here already
+    Held& h = it->second;
+    h.server = memd::PickServer(ns, key, ids_);
+    h.bytes = h.stored_bytes = block_;
+    h.stored = true;
+    h.seq = ++seq_;
+    used_ += block_;
+  }
 }
 
 void RemoteTier::Written(NamespaceId ns, const BlockKey& key, bool ok, uint64_t bytes) {

@@ -1,0 +1,174 @@
+// Two runtimes over one shared tier, as two engine processes over one Redis
+// or kvtier-memd: a block one saves and demotes is found by the other's
+// lookup, adopted, and loaded byte for byte; a shared tier that fails or
+// stalls costs a lookup a bounded wait, once, then is left out for a while.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/core/runtime_test_util.h"
+#include "tests/support/tier_view.h"
+#include "tests/support/time_scale.h"
+
+namespace kvtier::testing {
+namespace {
+
+// What the test makes a shared view's Contains do (TierViewHooks).
+struct ContainsFaults {
+  std::atomic<int> calls{0};
+  std::atomic<bool> fail{false};
+  std::atomic<bool> stall{false};
+  std::mutex mu;
+  std::vector<std::pair<CompletionSource, size_t>> stalled;  // guarded by mu
+
+  bool Take(size_t keys, CompletionSource& done) {
+    ++calls;
+    if (stall) {
+      std::lock_guard lock(mu);
+      stalled.emplace_back(std::move(done), keys);
+      return true;
+    }
+    if (!fail) return false;
+    for (size_t i = 0; i < keys; ++i) done.Set(i, Status::Unavailable("server down"));
+    done.Finish();
+    return true;
+  }
+  // Answers the stalled ones: a view waits for them when it shuts down.
+  void Release() {
+    std::vector<std::pair<CompletionSource, size_t>> held;
+    {
+      std::lock_guard lock(mu);
+      held.swap(stalled);
+    }
+    for (auto& [done, n] : held) {
+      for (size_t i = 0; i < n; ++i) done.Set(i, Status::Unavailable("released"));
+      done.Finish();
+    }
+  }
+};
+
+class SharedAdoptTest : public ::testing::Test {
+ protected:
+  // Opens runtime `i` (0 or 1) over the shared tier; both use one engine
+  // pool layout but their own pools.
+  void Open(int i) {
+    const uint64_t bb = setup_[i].layout.BlockBytes();
+    RuntimeOptions o = MakeOptions(bb, 8);
+    o.tiers[0].watermarks = {.high = 0.2, .low = 0.1};  // a pass demotes every saved block
+    o.tiers.push_back(LowerHostTier("shared", bb, 32));
+    o.tier_factory = [this, i](const TierOptions& t,
+                               const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+      if (t.name != "shared") return CreateTier(t, c);
+      if (!inner_) {
+        auto inner = CreateTier(t, c);
+        if (!inner.ok()) return inner.status();
+        inner_ = std::shared_ptr<Tier>(std::move(inner).value());
+      }
+      // Shared, and not local_index: the runtime must ask it for being shared.
+      // Declared checksummed, as Redis and kvtier-memd are: the runtime
+      // adopts another process's blocks only from a tier whose reads check
+      // them (these tests write no wrong bytes).
+      TierViewHooks hooks;
+      hooks.instead_of_contains = [this, i](size_t keys, CompletionSource& done) {
+        return faults_[i].Take(keys, done);
+      };
+      return NewTierView(inner_, TierCapabilities{.shared = true, .checksummed = true},
+                         std::move(hooks));
+    };
+    auto rt = Runtime::Open(o, setup_[i].engine);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_[i] = std::move(rt).value();
+    sim_[i] = std::make_unique<SimEngine>(rt_[i].get(), setup_[i].engine.get());
+  }
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(Open(0));
+    ASSERT_NO_FATAL_FAILURE(Open(1));
+    // Runtime 0 saves the chain and demotes it into the shared tier.
+    sim_[0]->Prefill(keys_, 0);
+    ASSERT_TRUE(sim_[0]->SaveFrom(keys_, 0, 0).status().ok());
+    ASSERT_EQ(*rt_[0]->TEST_RunMoverOnce(), keys_.size());
+    ASSERT_EQ(rt_[0]->Lookup(kTestNs, keys_)->tier, (std::vector<uint8_t>{1, 1, 1}));
+  }
+
+  void TearDown() override {
+    for (ContainsFaults& f : faults_) f.Release();
+  }
+
+  EngineSetup setup_[2] = {MakeEngine(64), MakeEngine(64)};
+  ContainsFaults faults_[2];
+  std::shared_ptr<Tier> inner_;
+  std::unique_ptr<Runtime> rt_[2];
+  std::unique_ptr<SimEngine> sim_[2];
+  const std::vector<BlockKey> keys_ = ChainKeys({1, 2, 3});
+};
+
+TEST_F(SharedAdoptTest, ALookupFindsWhatAnotherRuntimeSavedAndLoadsIt) {
+  auto r = rt_[1]->Lookup(kTestNs, keys_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->hit_blocks, 3u);
+  EXPECT_EQ(r->tier, (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_EQ(rt_[1]->Stats().adopted_blocks, 3u);
+  ASSERT_TRUE(sim_[1]->Load(keys_, 10).status().ok());
+  for (uint32_t i = 0; i < keys_.size(); ++i) EXPECT_TRUE(sim_[1]->Holds(10 + i, keys_[i])) << i;
+  // Known now: the next lookup asks the shared tier nothing.
+  const int calls = faults_[1].calls;
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 3u);
+  EXPECT_EQ(faults_[1].calls, calls);
+}
+
+TEST_F(SharedAdoptTest, AChainIsAdoptedUpToWhatTheSharedTierHolds) {
+  const std::vector<BlockKey> longer = ChainKeys({1, 2, 3, 4, 5});
+  auto r = rt_[1]->Lookup(kTestNs, longer);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hit_blocks, 3u);
+  EXPECT_EQ(rt_[1]->Stats().adopted_blocks, 3u);
+}
+
+TEST_F(SharedAdoptTest, AFailingSharedTierIsAMissThenLeftOutForAWhile) {
+  faults_[1].fail = true;
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+  const int calls = faults_[1].calls;
+  EXPECT_GE(calls, 1);
+  faults_[1].fail = false;
+  // Within the backoff the tier is not asked: still a miss.
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+  EXPECT_EQ(faults_[1].calls, calls);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 3u);
+  EXPECT_EQ(rt_[1]->Stats().adopted_blocks, 3u);
+}
+
+TEST_F(SharedAdoptTest, AStalledSharedTierCostsALookupABoundedWaitOnce) {
+  faults_[1].stall = true;
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, Scaled(std::chrono::milliseconds(500)));
+  const int calls = faults_[1].calls;
+  start = std::chrono::steady_clock::now();
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, Scaled(std::chrono::milliseconds(40)));
+  EXPECT_EQ(faults_[1].calls, calls) << "the stalled tier was asked again at once";
+}
+
+// The adopting runtime accounts for the blocks it adopted: it may evict
+// them, and a Remove there takes them from the shared tier for both.
+TEST_F(SharedAdoptTest, AnAdoptedBlockRemovedByOneRuntimeIsGoneForTheOther) {
+  ASSERT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 3u);
+  ASSERT_TRUE(rt_[1]->Remove(kTestNs, std::span(keys_).last(1)).ok());
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 2u);
+  sim_[0]->Scrub(0, 64);
+  Completion c = sim_[0]->Load(keys_, 10);
+  EXPECT_TRUE(c.result(0).ok());
+  EXPECT_TRUE(c.result(1).ok());
+  EXPECT_FALSE(c.result(2).ok()) << "runtime 0 loaded a block runtime 1 removed";
+  EXPECT_FALSE(sim_[0]->Holds(12, keys_[2]));
+}
+
+}  // namespace
+}  // namespace kvtier::testing

@@ -1,0 +1,58 @@
+// Two runtimes, as two engine processes, over one redis-server with the same
+// key prefix: a chain one saves and demotes is found by the other's lookup,
+// adopted and loaded byte for byte, and counted in the adopting tier's usage.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/core/runtime_test_util.h"
+#include "tests/redis/redis_test_util.h"
+
+namespace kvtier::testing {
+namespace {
+
+class RedisSharedRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    RedisServer* server = SharedRedis(&why);
+    if (server == nullptr) GTEST_SKIP() << "no redis-server: " << why;
+    const uint64_t bb = setup_[0].layout.BlockBytes();
+    TierOptions redis = RedisTierOptionsFor({server->endpoint()}, 64 * bb);
+    for (int i = 0; i < 2; ++i) {
+      RuntimeOptions o = MakeOptions(bb, 8);
+      o.tiers[0].watermarks = {.high = 0.2, .low = 0.1};  // a pass demotes every saved block
+      o.tiers.push_back(redis);  // one key prefix: the runtimes share the blocks
+      auto rt = Runtime::Open(o, setup_[i].engine);
+      ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+      rt_[i] = std::move(rt).value();
+      sim_[i] = std::make_unique<SimEngine>(rt_[i].get(), setup_[i].engine.get());
+    }
+  }
+
+  EngineSetup setup_[2] = {MakeEngine(64), MakeEngine(64)};
+  std::unique_ptr<Runtime> rt_[2];
+  std::unique_ptr<SimEngine> sim_[2];
+};
+
+TEST_F(RedisSharedRuntimeTest, AChainSavedByOneRuntimeIsLoadedByTheOther) {
+  const std::vector<BlockKey> keys = ChainKeys({1, 2, 3});
+  sim_[0]->Prefill(keys, 0);
+  ASSERT_TRUE(sim_[0]->SaveFrom(keys, 0, 0).status().ok());
+  ASSERT_EQ(*rt_[0]->TEST_RunMoverOnce(), keys.size());
+  ASSERT_EQ(rt_[0]->Lookup(kTestNs, keys)->tier, (std::vector<uint8_t>{1, 1, 1}));
+
+  auto r = rt_[1]->Lookup(kTestNs, ChainKeys({1, 2, 3, 4}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tier, (std::vector<uint8_t>{1, 1, 1}));
+  const RuntimeStats st = rt_[1]->Stats();
+  EXPECT_EQ(st.adopted_blocks, 3u);
+  EXPECT_EQ(st.tiers[1].blocks, 3u) << "the adopting runtime counts what it adopted";
+  ASSERT_TRUE(sim_[1]->Load(keys, 10).status().ok());
+  for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim_[1]->Holds(10 + i, keys[i])) << i;
+}
+
+}  // namespace
+}  // namespace kvtier::testing
