@@ -105,7 +105,7 @@ void RedisEntries(const std::string& p, const TierOptions& t, std::vector<Entry>
       {p + "password", r.password.empty() ? "\"\"" : "(set, not shown)", "AUTH password; empty = no AUTH"},
       {p + "db", U(r.db), "SELECT index (0 with cluster)"},
       {p + "key_prefix", r.key_prefix, "keys are <prefix>:<namespace hex>:<key hex>"},
-      {p + "ttl_s", U(r.ttl_s), "expiry of stored blocks in seconds; 0 = never"},
+      {p + "ttl_s", U(r.ttl_s), "seconds a block lives after its last write or read; 0 = never"},
       {p + "connect_timeout_ms", U(r.connect_timeout_ms), "bound on connect, AUTH and SELECT"},
       {p + "op_timeout_ms", U(r.op_timeout_ms), "bound on each socket read or write of a batch"},
       {p + "connections", U(r.connections), "connections (each with an I/O thread) per server"},
