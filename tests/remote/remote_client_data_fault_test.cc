@@ -61,65 +61,7 @@ bool AllZero(const std::vector<std::byte>& v) {
   return std::all_of(v.begin(), v.end(), [](std::byte b) { return b == std::byte{0}; });
 }
 
-// Every answer a call gets, per item: the first status and byte count, and
-// how many times the item was answered (the contract is exactly once).
-class Answers {
- public:
-  struct Item {
-    Status status;
-    uint64_t bytes = 0;
-    int calls = 0;
-  };
-  explicit Answers(size_t n) : st_(std::make_shared<State>()) {
-    st_->items.resize(n);
-    st_->left = n;
-  }
-  memd::ItemDone Done() const {
-    return [st = st_](size_t i, const Status& s, uint64_t bytes) {
-      std::lock_guard<std::mutex> lock(st->mu);
-      if (i >= st->items.size()) {
-        ++st->out_of_range;
-        return;
-      }
-      Item& item = st->items[i];
-      if (item.calls++ != 0) return;
-      item.status = s;
-      item.bytes = bytes;
-      if (--st->left == 0) {
-        st->finished = Clock::now();
-        st->cv.notify_all();
-      }
-    };
-  }
-  // False when some item is still unanswered after `limit`.
-  bool WaitFor(std::chrono::milliseconds limit) const {
-    std::unique_lock<std::mutex> lock(st_->mu);
-    return st_->cv.wait_for(lock, limit, [&] { return st_->left == 0; });
-  }
-  Item item(size_t i) const {
-    std::lock_guard<std::mutex> lock(st_->mu);
-    return st_->items[i];
-  }
-  int out_of_range() const {
-    std::lock_guard<std::mutex> lock(st_->mu);
-    return st_->out_of_range;
-  }
-  Clock::time_point finished() const {
-    std::lock_guard<std::mutex> lock(st_->mu);
-    return st_->finished;
-  }
-
- private:
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<Item> items;
-    size_t left = 0;
-    int out_of_range = 0;
-    Clock::time_point finished;
-  };
-  std::shared_ptr<State> st_;
-};
+using Answers = ItemResults;
 
 // Item `i` of `a` was answered once with `code` and a message holding `text`.
 void ExpectFailed(const Answers& a, size_t i, StatusCode code, const std::string& text) {

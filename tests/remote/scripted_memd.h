@@ -192,18 +192,33 @@ inline memd::RemoteClientOptions ScriptedClientOptions(const ScriptedMemd& serve
   return o;
 }
 
-// One result per item of a client call, and when the last one came. The
-// state is shared with the callbacks, which may outlive this object.
+// Every answer a client call gets, per item: the first status and byte
+// count, how many times the item was answered (the contract is exactly
+// once), answers for items outside the call, and when the last item was
+// answered. The state is shared with the callbacks, which may outlive this
+// object.
 class ItemResults {
  public:
+  struct Item {
+    Status status;
+    uint64_t bytes = 0;
+    int calls = 0;
+  };
   explicit ItemResults(size_t n) : st_(std::make_shared<State>()) {
-    st_->status.resize(n);
+    st_->items.resize(n);
     st_->left = n;
   }
   memd::ItemDone Done() const {
-    return [st = st_](size_t i, const Status& s, uint64_t) {
+    return [st = st_](size_t i, const Status& s, uint64_t bytes) {
       std::lock_guard<std::mutex> lock(st->mu);
-      st->status[i] = s;
+      if (i >= st->items.size()) {
+        ++st->out_of_range;
+        return;
+      }
+      Item& item = st->items[i];
+      if (item.calls++ != 0) return;
+      item.status = s;
+      item.bytes = bytes;
       if (--st->left == 0) {
         st->finished = std::chrono::steady_clock::now();
         st->cv.notify_all();
@@ -215,10 +230,15 @@ class ItemResults {
     std::unique_lock<std::mutex> lock(st_->mu);
     return st_->cv.wait_for(lock, limit, [&] { return st_->left == 0; });
   }
-  // REQUIRES: WaitFor returned true.
-  Status status(size_t i) const {
+  // REQUIRES: WaitFor returned true (else an unanswered item reads as OK).
+  Status status(size_t i) const { return item(i).status; }
+  Item item(size_t i) const {
     std::lock_guard<std::mutex> lock(st_->mu);
-    return st_->status[i];
+    return st_->items[i];
+  }
+  int out_of_range() const {
+    std::lock_guard<std::mutex> lock(st_->mu);
+    return st_->out_of_range;
   }
   std::chrono::steady_clock::time_point finished() const {
     std::lock_guard<std::mutex> lock(st_->mu);
@@ -229,8 +249,9 @@ class ItemResults {
   struct State {
     std::mutex mu;
     std::condition_variable cv;
-    std::vector<Status> status;
+    std::vector<Item> items;
     size_t left = 0;
+    int out_of_range = 0;
     std::chrono::steady_clock::time_point finished;
   };
   std::shared_ptr<State> st_;
