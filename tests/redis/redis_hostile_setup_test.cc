@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/redis/redis_test_util.h"
@@ -260,6 +261,41 @@ TEST_P(FirstServerRefuses, OpenUsesTheNextServer) {
   auto tier = MakeRedisTier(o, kBlock);
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();
   EXPECT_GE(full->accepted(), 1);
+  (*tier)->Shutdown();
+}
+
+// With ttl_s set, reads are GETEX (Redis 6.2+): a server that says it is
+// older is refused at open, naming the fix, instead of failing every read.
+// Without a TTL, or from a server that does not say, the tier opens.
+TEST(RedisHostileSetup, AServerTooOldForGetexIsRefusedWhenATtlIsSet) {
+  auto info = [](std::string version) {
+    const std::string body =
+        "# Server\r\nredis_version:" + version + "\r\nredis_mode:standalone\r\n";
+    return Answer{"$" + std::to_string(body.size()) + "\r\n" + body + "\r\n"};
+  };
+  for (const auto& [version, ttl, opens] :
+       {std::tuple{"6.0.16", 60, false}, std::tuple{"5.0.7", 60, false},
+        std::tuple{"6.2.0", 60, true}, std::tuple{"7.0.15", 60, true},
+        std::tuple{"6.0.16", 0, true}}) {
+    SCOPED_TRACE(std::string(version) + " ttl " + std::to_string(ttl));
+    auto server = ScriptedRedis::Start(AnswerTo("INFO", info(version)));
+    ASSERT_TRUE(server);
+    TierOptions o = Options(*server, /*cluster=*/false);
+    o.redis.ttl_s = ttl;
+    if (!opens) {
+      (void)ExpectOpenFails(o, StatusCode::kInvalidArgument, "needs Redis 6.2 or newer");
+      continue;
+    }
+    auto tier = MakeRedisTier(o, kBlock);
+    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+    (*tier)->Shutdown();
+  }
+  auto silent = ScriptedRedis::Start(AnswerTo("INFO", Answer{"-ERR unknown command\r\n"}));
+  ASSERT_TRUE(silent);
+  TierOptions o = Options(*silent, /*cluster=*/false);
+  o.redis.ttl_s = 60;
+  auto tier = MakeRedisTier(o, kBlock);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
   (*tier)->Shutdown();
 }
 

@@ -59,6 +59,26 @@ Status RedisRouter::ReadMaxValueBytes(RedisConnection& conn) {
   return Status::Ok();
 }
 
+Status RedisRouter::CheckTtlReads(RedisConnection& conn) {
+  if (options_.ttl_s == 0) return Status::Ok();
+  std::string_view argv[] = {"INFO", "server"};
+  auto reply = conn.Call(argv, RespLimits{});
+  if (!reply.ok() || reply->kind != RespHead::Kind::kBulk) return Status::Ok();
+  constexpr std::string_view kField = "redis_version:";
+  const size_t at = reply->text.find(kField);
+  if (at == std::string::npos) return Status::Ok();
+  const char* v = reply->text.c_str() + at + kField.size();
+  char* end = nullptr;
+  const unsigned long major = std::strtoul(v, &end, 10);
+  const unsigned long minor = *end == '.' ? std::strtoul(end + 1, nullptr, 10) : 0;
+  if (major > 6 || (major == 6 && minor >= 2)) return Status::Ok();
+  return Status::InvalidArgument(
+      "redis " + conn.endpoint().ToString() + " is version " +
+      std::to_string(major) + "." + std::to_string(minor) +
+      ": with ttl_s set, reads refresh the expiry with GETEX, which needs Redis 6.2 or "
+      "newer; upgrade the server or set ttl_s: 0");
+}
+
 Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
   Status first_failure;
   size_t reachable = 0;
@@ -66,7 +86,9 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
   for (const RedisEndpoint& ep : endpoints) {
     auto conn = RedisConnection::Open(ep, options_);
     if (conn.ok() && reachable == 0) {
-      if (Status st = ReadMaxValueBytes(**conn); !st.ok()) conn = st;
+      Status st = ReadMaxValueBytes(**conn);
+      if (st.ok()) st = CheckTtlReads(**conn);
+      if (!st.ok()) conn = st;
     }
     // Refused credentials or a bad configuration hold for every server;
     // anything else (full, loading, a bad reply) is this server's, and the
@@ -98,6 +120,7 @@ Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
     auto conn = RedisConnection::Open(seed, options_);
     Status st = conn.status();
     if (st.ok()) st = ReadMaxValueBytes(**conn);
+    if (st.ok()) st = CheckTtlReads(**conn);
     if (st.ok()) st = LoadSlots(**conn);
     if (st.ok()) return st;
     // As in OpenServers, only what holds for every seed ends the search.

@@ -75,6 +75,10 @@ class RedisRouter {
   // Reads the server's proto-max-bulk-len into max_value_bytes_, keeping the
   // default when the server refuses CONFIG; fails only with the connection.
   Status ReadMaxValueBytes(RedisConnection& conn);
+  // With ttl_s set, reads are GETEX, which Redis has since 6.2: an older
+  // server (by INFO's redis_version) is InvalidArgument, saying so, rather
+  // than a tier whose every read fails. A server that does not tell passes.
+  Status CheckTtlReads(RedisConnection& conn);
   void RefreshLoop();
 
   const RedisTierOptions options_;
