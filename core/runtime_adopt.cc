@@ -72,12 +72,19 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
       MarkLeadingHeld(tier, BatchLimit(tier), ns, rest, 1U << t, present);
     } else if (tier.capabilities().shared && tier.capabilities().checksummed) {
       // Another process's bytes are trusted only where each read checks them.
+      // 0 while the tier answers. After a failure, the first lookup past
+      // the backoff claims the next try (pushing the backoff on), so that
+      // lookups on other threads do not each wait on a suspect tier.
       std::atomic<int64_t>& skip_until = adopt_skip_until_[t];
-      if (SteadyNs() < skip_until.load(std::memory_order_relaxed)) continue;
-      if (!MarkLeadingHeld(tier, BatchLimit(tier), ns, rest, 1U << t, present)) {
-        skip_until.store(SteadyNs() + std::chrono::nanoseconds(kSharedTierBackoff).count(),
-                         std::memory_order_relaxed);
+      const int64_t backoff = std::chrono::nanoseconds(kSharedTierBackoff).count();
+      int64_t until = skip_until.load(std::memory_order_relaxed);
+      if (until != 0 && (SteadyNs() < until || !skip_until.compare_exchange_strong(
+                                                   until, SteadyNs() + backoff,
+                                                   std::memory_order_relaxed))) {
+        continue;
       }
+      const bool answered = MarkLeadingHeld(tier, BatchLimit(tier), ns, rest, 1U << t, present);
+      skip_until.store(answered ? 0 : SteadyNs() + backoff, std::memory_order_relaxed);
     }
   }
 
@@ -123,6 +130,24 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   // misses it, as any lost copy).
   for (size_t t = 1; t < tier_count(); ++t) {
     if (!claims[t].empty()) lower_[t - 1]->Claim(ns, claims[t]);
+  }
+  // A shared tier counts what it is told it holds. A block that left the
+  // index's copy in it before the Claim (evicted, or found missing by a
+  // load) would stay counted there for good: it is removed again, which
+  // frees the count (a remove of an absent key is harmless).
+  std::vector<std::vector<BlockKey>> gone(tier_count());
+  {
+    std::lock_guard lock(mu_);
+    for (size_t t = 1; t < tier_count(); ++t) {
+      if (lower_[t - 1]->capabilities().local_index) continue;
+      for (const BlockKey& key : claims[t]) {
+        const IndexEntry* e = index_.Find({ns, key});
+        if (e == nullptr || ((e->locations >> t) & 1U) == 0) gone[t].push_back(key);
+      }
+    }
+  }
+  for (size_t t = 1; t < tier_count(); ++t) {
+    if (!gone[t].empty()) (void)lower_[t - 1]->Remove(ns, gone[t]);
   }
 }
 

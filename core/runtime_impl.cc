@@ -286,14 +286,21 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
 // observations throw, so the index is consistent: at worst sightings were
 // counted without the policies seeing the request.
 Status RuntimeImpl::LookupFailure(std::string_view what) {
+  StatusCode code = StatusCode::kInternal;
   try {
-    throw;
-  } catch (const std::bad_alloc&) {
-    return Status::ResourceExhausted(std::string(what) + ": out of memory");
-  } catch (const std::exception& e) {
-    return Status::Internal(std::string(what) + ": " + e.what());
+    try {
+      throw;
+    } catch (const std::bad_alloc&) {
+      code = StatusCode::kResourceExhausted;
+      return Status::ResourceExhausted(std::string(what) + ": out of memory");
+    } catch (const std::exception& e) {
+      return Status::Internal(std::string(what) + ": " + e.what());
+    } catch (...) {
+      return Status::Internal(std::string(what) + ": an exception that is not a std::exception");
+    }
   } catch (...) {
-    return Status::Internal(std::string(what) + ": an exception that is not a std::exception");
+    // The message could not be built (memory is short): the code alone.
+    return Status(code, {});
   }
 }
 

@@ -92,6 +92,11 @@ class RuntimeImpl final : public Runtime {
   void RunSave(NamespaceId ns, std::optional<BlockKey> parent, const std::vector<BlockKey>& keys,
                const std::vector<uint32_t>& blocks, const SaveOptions& hints,
                CompletionSource& done);
+  // Inside a catch handler: the exception being handled as a Status,
+  // prefixed by `what` (ResourceExhausted for bad_alloc, else Internal).
+  static Status LookupFailure(std::string_view what);
+  // The hub's answer about one key of a save (AdmittedPrefixLocked).
+  enum class Decision : uint8_t { kUndecided, kAdmitted, kRefused };
   // How many leading keys the hub admits: asks the hub's admission about each
   // key not yet stored, in order, up to the first refusal. Sets *missing to
   // the number of admitted keys not stored yet, from the same lookups, and
@@ -101,10 +106,6 @@ class RuntimeImpl final : public Runtime {
   // a save that asks again after waiting for another's fill reuses it, so
   // that the policies and the admission counts see each key once.
   // REQUIRES: mu_ held.
-  // Inside a catch handler: the exception being handled as a Status,
-  // prefixed by `what` (ResourceExhausted for bad_alloc, else Internal).
-  static Status LookupFailure(std::string_view what);
-  enum class Decision : uint8_t { kUndecided, kAdmitted, kRefused };
   size_t AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                               const std::vector<BlockKey>& keys, const SaveOptions& hints,
                               size_t* missing, std::vector<IndexEntry*>* held,

@@ -3,7 +3,10 @@
 // the engine's KV cache through a CopyEngine.
 //
 // Every engine-facing call returns at once: Save and Load hand back a
-// Completion; Lookup only reads the index. Keys passed to one call form a
+// Completion; Lookup reads the index, and on a miss asks the lower tiers
+// that answer from memory or are shared with other engines (a Redis or
+// kvtier-memd round trip) for blocks it does not know, waiting at most
+// 50 ms on each. Keys passed to one call form a
 // prefix chain: keys[i] extends keys[i-1] (and keys[0] extends `parent`).
 // Thread-safe: any thread may call any method.
 #pragma once
@@ -239,7 +242,8 @@ class KVTIER_EXPORT Runtime {
   // with the hints of `options`. Pass the request's chain from its first
   // block: the policies take a key's depth from its position (a suffix is
   // answered all the same, but its blocks' recompute cost is misjudged).
-  // Throws nothing: running out of memory is ResourceExhausted.
+  // Running out of memory is ResourceExhausted, not an exception (unless
+  // even the few bytes of that Status cannot be had).
   virtual Result<LookupResult> Lookup(NamespaceId ns, std::span<const BlockKey> keys,
                                       const LookupOptions& options) = 0;
   // Lookup without hints.

@@ -106,9 +106,9 @@ class KVTIER_EXPORT Tier {
   // accounts for `keys` and will evict them itself: a backend that sets
   // recovered blocks aside as free space (the NVMe tier leaves them out of
   // Usage() and drops them first) counts them as used from now on, and a
-  // shared one counts blocks it did not write (Redis, kvtier-memd).
-  // Synchronous and in memory; absent keys are skipped; a no-op for
-  // backends without such blocks and after Shutdown().
+  // shared one counts blocks it did not write (Redis, kvtier-memd), taking
+  // the caller's word that they are there. Synchronous and in memory; a
+  // no-op for backends without such blocks and after Shutdown().
   void Claim(NamespaceId ns, std::span<const BlockKey> keys);
 
   virtual TierUsage Usage() const = 0;
