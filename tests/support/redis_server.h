@@ -98,8 +98,8 @@ Status RunWithDeadline(std::vector<std::string> args, std::chrono::milliseconds 
 class RedisCluster {
  public:
   // Starts `masters` cluster-enabled servers, joins them with
-  // redis-cli --cluster create (no replicas; killed after 30 s, scaled by
-  // time_scale.h) and waits for cluster_state:ok.
+  // redis-cli --cluster create (no replicas; killed after 30 s, not scaled:
+  // redis-cli is not a sanitized build) and waits for cluster_state:ok.
   static Result<std::unique_ptr<RedisCluster>> Start(int masters = 3);
 
   std::vector<std::string> endpoints() const;

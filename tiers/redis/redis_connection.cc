@@ -254,7 +254,9 @@ Status RedisConnection::Flush() {
     // buffers full) was caught only after two or three timeouts. Here each
     // wait starts when the last bytes moved.
     pollfd pfd{ctx_->fd, POLLOUT, 0};
-    const int ready = poll(&pfd, 1, static_cast<int>(wait_ms));
+    // Clamped: a wait past INT_MAX ms would be negative, which poll reads
+    // as "forever".
+    const int ready = poll(&pfd, 1, static_cast<int>(std::min<uint32_t>(wait_ms, INT_MAX)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
       // A wait cut short by the deadline reports the send's whole budget.
