@@ -18,16 +18,16 @@ constexpr std::chrono::milliseconds kContainsWait(50);
 // for this long: a lookup does not wait on a server that is down each time.
 constexpr std::chrono::seconds kSharedTierBackoff(1);
 
-// Sets `bit` in present[j] for the leading keys of `rest` that `tier` holds,
-// asking in batches of `batch` keys while the leading run lasts. False when
-// the tier failed to answer: late, or an error other than NotFound.
+// Sets `bit` in present[j] for the leading keys of rest[begin..] that `tier`
+// holds, asking in batches of `batch` keys while that run lasts. Sets *end
+// to where the run ends (the first key the tier lacks, or rest.size()).
+// False when the tier failed to answer by `deadline`, or with an error other
+// than NotFound.
 bool MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const BlockKey> rest,
-                     uint32_t bit, std::vector<uint32_t>& present) {
-  // One wait for all of the tier's batches: a tier that answers each batch
-  // just inside the wait would otherwise hold the lookup for as many waits
-  // as the keys fill batches.
-  const auto deadline = std::chrono::steady_clock::now() + kContainsWait;
-  for (size_t from = 0; from < rest.size(); from += batch) {
+                     size_t begin, uint32_t bit, std::chrono::steady_clock::time_point deadline,
+                     std::vector<uint32_t>& present, size_t* end) {
+  *end = begin;
+  for (size_t from = begin; from < rest.size(); from += batch) {
     const size_t n = std::min(batch, rest.size() - from);
     Completion c = tier.Contains(ns, rest.subspan(from, n));
     const auto left = std::max<std::chrono::nanoseconds>(
@@ -35,6 +35,7 @@ bool MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const B
     if (!c.WaitFor(left).ok() && !c.Poll()) return false;
     size_t held = 0;
     while (held < n && c.result(held).ok()) present[from + held++] |= bit;
+    *end = from + held;
     if (held < n) return c.result(held).code() == StatusCode::kNotFound;
   }
   return true;
@@ -64,27 +65,56 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   if (first == keys.size()) return;
   std::span<const BlockKey> rest = keys.subspan(first);
 
-  // present[j]: the tiers holding rest[j]; only the leading run matters.
-  std::vector<uint32_t> present(rest.size(), 0);
+  // The tiers to ask: those with a local index, and the shared ones whose
+  // reads check each block (another process's bytes are trusted only
+  // there) unless they are backing off. A shared tier's backoff is 0 while
+  // it answers; after a failure, the first lookup past the backoff claims
+  // the next try (pushing the backoff on), so that lookups on other threads
+  // do not each wait on a suspect tier.
+  const int64_t backoff = std::chrono::nanoseconds(kSharedTierBackoff).count();
+  std::vector<size_t> asked;
   for (size_t t = 1; t < tier_count(); ++t) {
-    Tier& tier = *lower_[t - 1];
-    if (tier.capabilities().local_index) {
-      MarkLeadingHeld(tier, BatchLimit(tier), ns, rest, 1U << t, present);
-    } else if (tier.capabilities().shared && tier.capabilities().checksummed) {
-      // Another process's bytes are trusted only where each read checks them.
-      // 0 while the tier answers. After a failure, the first lookup past
-      // the backoff claims the next try (pushing the backoff on), so that
-      // lookups on other threads do not each wait on a suspect tier.
+    const TierCapabilities& caps = lower_[t - 1]->capabilities();
+    if (caps.local_index) {
+      asked.push_back(t);
+    } else if (caps.shared && caps.checksummed) {
       std::atomic<int64_t>& skip_until = adopt_skip_until_[t];
-      const int64_t backoff = std::chrono::nanoseconds(kSharedTierBackoff).count();
       int64_t until = skip_until.load(std::memory_order_relaxed);
-      if (until != 0 && (SteadyNs() < until || !skip_until.compare_exchange_strong(
-                                                   until, SteadyNs() + backoff,
-                                                   std::memory_order_relaxed))) {
-        continue;
+      if (until == 0 ||
+          (SteadyNs() >= until && skip_until.compare_exchange_strong(until, SteadyNs() + backoff,
+                                                                     std::memory_order_relaxed))) {
+        asked.push_back(t);
       }
-      const bool answered = MarkLeadingHeld(tier, BatchLimit(tier), ns, rest, 1U << t, present);
-      skip_until.store(answered ? 0 : SteadyNs() + backoff, std::memory_order_relaxed);
+    }
+  }
+  // present[j]: the tiers holding rest[j]; only the leading run matters. A
+  // chain may go on in another tier where one tier's run ends (leaf-first
+  // demotion leaves its tail deeper than its head): the tiers that stopped
+  // short of where the joint run ends are asked again from there, while it
+  // grows. One wait bounds all of a tier's batches and rounds: a tier that
+  // answers each batch just inside it would otherwise hold the lookup for as
+  // many waits.
+  std::vector<uint32_t> present(rest.size(), 0);
+  std::vector<size_t> stop(tier_count(), 0);  // where each tier's run ended
+  std::vector<bool> answered(tier_count(), true);
+  std::vector<SteadyTime> deadline(tier_count(), SteadyTime::max());
+  for (size_t from = 0;;) {
+    for (size_t t : asked) {
+      if (!answered[t] || stop[t] > from || (from != 0 && stop[t] == from)) continue;
+      if (deadline[t] == SteadyTime::max()) {
+        deadline[t] = std::chrono::steady_clock::now() + kContainsWait;
+      }
+      answered[t] = MarkLeadingHeld(*lower_[t - 1], BatchLimit(*lower_[t - 1]), ns, rest, from,
+                                    1U << t, deadline[t], present, &stop[t]);
+    }
+    size_t end = from;
+    while (end < rest.size() && present[end] != 0) ++end;
+    if (end == from || end == rest.size()) break;
+    from = end;
+  }
+  for (size_t t : asked) {
+    if (!lower_[t - 1]->capabilities().local_index) {
+      adopt_skip_until_[t].store(answered[t] ? 0 : SteadyNs() + backoff, std::memory_order_relaxed);
     }
   }
 

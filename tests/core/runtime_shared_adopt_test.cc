@@ -1,7 +1,9 @@
-// Two runtimes over one shared tier, as two engine processes over one Redis
-// or kvtier-memd: a block one saves and demotes is found by the other's
-// lookup, adopted, and loaded byte for byte; a shared tier that fails or
-// stalls costs a lookup a bounded wait, once, then is left out for a while.
+// Adoption across runtimes: two runtimes over one shared tier, as two
+// engine processes over one Redis or kvtier-memd (a block one saves and
+// demotes is found by the other's lookup, adopted, and loaded byte for
+// byte; a shared tier that fails or stalls costs a lookup a bounded wait,
+// once, then is left out for a while), and a restart over two persistent
+// tiers that split a chain between them.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -168,6 +170,59 @@ TEST_F(SharedAdoptTest, AnAdoptedBlockRemovedByOneRuntimeIsGoneForTheOther) {
   EXPECT_TRUE(c.result(1).ok());
   EXPECT_FALSE(c.result(2).ok()) << "runtime 0 loaded a block runtime 1 removed";
   EXPECT_FALSE(sim_[0]->Holds(12, keys_[2]));
+}
+
+// After a restart over two persistent tiers, a chain whose head one holds
+// and whose tail the other holds (leaf-first demotion sends tails deeper)
+// is adopted whole by one lookup, not one tier's run per lookup.
+TEST(TwoTierAdoptTest, AChainSplitAcrossTwoTiersIsAdoptedByOneLookup) {
+  EngineSetup setup = MakeEngine(64);
+  const uint64_t bb = setup.layout.BlockBytes();
+  std::shared_ptr<Tier> disks[2];  // near (4 blocks), far (32)
+  for (int i = 0; i < 2; ++i) {
+    auto t = CreateTier(LowerHostTier("disk", bb, i == 0 ? 4 : 32), TierContext{bb});
+    ASSERT_TRUE(t.ok());
+    disks[i] = std::shared_ptr<Tier>(std::move(t).value());
+  }
+  auto open = [&]() -> std::unique_ptr<Runtime> {
+    RuntimeOptions o = MakeOptions(bb, 8);
+    o.tiers[0].watermarks = {.high = 0.2, .low = 0.1};  // a pass demotes every saved block
+    o.tiers.push_back(LowerHostTier("near", bb, 4));
+    o.tiers[1].watermarks = {.high = 0.8, .low = 0.75};  // keeps 3
+    o.tiers.push_back(LowerHostTier("far", bb, 32));
+    o.tier_factory = [&](const TierOptions& t,
+                         const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+      if (t.name == "host") return CreateTier(t, c);
+      return NewTierView(disks[t.name == "near" ? 0 : 1],
+                         TierCapabilities{.persistent = true, .local_index = true});
+    };
+    auto rt = Runtime::Open(o, setup.engine);
+    EXPECT_TRUE(rt.ok()) << rt.status().ToString();
+    return rt.ok() ? std::move(rt).value() : nullptr;
+  };
+  const std::vector<BlockKey> keys = ChainKeys({1, 2, 3, 4, 5, 6});
+  const std::vector<uint8_t> split = {1, 1, 1, 2, 2, 2};
+  {
+    std::unique_ptr<Runtime> before = open();
+    ASSERT_TRUE(before);
+    SimEngine sim(before.get(), setup.engine.get());
+    sim.Prefill(keys, 0);
+    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+    for (int pass = 0; pass < 4; ++pass) ASSERT_TRUE(before->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(before->Lookup(kTestNs, keys)->tier, split);
+  }
+  std::unique_ptr<Runtime> after = open();  // a restart: an empty index
+  ASSERT_TRUE(after);
+  auto r = after->Lookup(kTestNs, keys);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tier, split);
+  EXPECT_EQ(after->Stats().adopted_blocks, 6u);
+  SimEngine sim(after.get(), setup.engine.get());
+  sim.Scrub(0, 64);
+  ASSERT_TRUE(sim.Load(keys, 10).status().ok());
+  for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim.Holds(10 + i, keys[i])) << i;
+  after.reset();
+  for (auto& d : disks) d->Shutdown();
 }
 
 }  // namespace
