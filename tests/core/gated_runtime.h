@@ -69,20 +69,25 @@ class GateTier final : public Tier {
   std::unique_ptr<Tier> inner_;
 };
 
+// A tier factory that wraps the tier named "gate" in a GateTier and points
+// *gate at it; the rest are built as usual. `gate` must outlive the runtime.
+inline TierFactory GateTierFactory(GateTier** gate) {
+  return [gate](const TierOptions& t, const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+    auto inner = CreateTier(t, c);
+    if (!inner.ok() || t.name != "gate") return inner;
+    auto g = std::make_unique<GateTier>(std::move(inner).value());
+    *gate = g.get();
+    return std::unique_ptr<Tier>(std::move(g));
+  };
+}
+
 // A runtime whose tier named "gate" is wrapped in a GateTier, with chain
 // K1..K4 saved and one mover pass run.
 class GatedRuntimeTest : public ::testing::Test {
  protected:
   // Opens with `o` and checks the tier of each of K1..K4 after the pass.
   void OpenAndDemote(RuntimeOptions o, const std::vector<uint8_t>& tiers) {
-    o.tier_factory = [this](const TierOptions& t,
-                            const TierContext& c) -> Result<std::unique_ptr<Tier>> {
-      auto inner = CreateTier(t, c);
-      if (!inner.ok() || t.name != "gate") return inner;
-      auto gate = std::make_unique<GateTier>(std::move(inner).value());
-      gate_ = gate.get();
-      return std::unique_ptr<Tier>(std::move(gate));
-    };
+    o.tier_factory = GateTierFactory(&gate_);
     auto rt = Runtime::Open(o, setup_.engine);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();

@@ -176,14 +176,7 @@ TEST(SaveAdmissionRetryTest, AKeyIsAskedOnceWhenTheSaveWaitsForAnotherFill) {
   o.tiers[0].admission = {"cost"};  // no read rate given: admits, but asks
   o.tiers.push_back(LowerHostTier("gate", bb, 32));
   GateTier* gate = nullptr;
-  o.tier_factory = [&gate](const TierOptions& t,
-                           const TierContext& c) -> Result<std::unique_ptr<Tier>> {
-    auto inner = CreateTier(t, c);
-    if (!inner.ok() || t.name != "gate") return inner;
-    auto g = std::make_unique<GateTier>(std::move(inner).value());
-    gate = g.get();
-    return std::unique_ptr<Tier>(std::move(g));
-  };
+  o.tier_factory = GateTierFactory(&gate);
   auto rt = Runtime::Open(o, engine);
   ASSERT_TRUE(rt.ok()) << rt.status().ToString();
   SimEngine sim(rt->get(), setup.engine.get());
