@@ -41,12 +41,6 @@ bool MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const B
   return true;
 }
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys) {
@@ -71,18 +65,18 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   // it answers; after a failure, the first lookup past the backoff claims
   // the next try (pushing the backoff on), so that lookups on other threads
   // do not each wait on a suspect tier.
-  const int64_t backoff = std::chrono::nanoseconds(kSharedTierBackoff).count();
+  const uint64_t backoff = std::chrono::nanoseconds(kSharedTierBackoff).count();
   std::vector<size_t> asked;
   for (size_t t = 1; t < tier_count(); ++t) {
     const TierCapabilities& caps = lower_[t - 1]->capabilities();
     if (caps.local_index) {
       asked.push_back(t);
     } else if (caps.shared && caps.checksummed) {
-      std::atomic<int64_t>& skip_until = adopt_skip_until_[t];
-      int64_t until = skip_until.load(std::memory_order_relaxed);
+      std::atomic<uint64_t>& skip_until = adopt_skip_until_[t];
+      uint64_t until = skip_until.load(std::memory_order_relaxed);
       if (until == 0 ||
-          (SteadyNs() >= until && skip_until.compare_exchange_strong(until, SteadyNs() + backoff,
-                                                                     std::memory_order_relaxed))) {
+          (NowNs() >= until && skip_until.compare_exchange_strong(until, NowNs() + backoff,
+                                                                  std::memory_order_relaxed))) {
         asked.push_back(t);
       }
     }
@@ -100,7 +94,9 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   std::vector<SteadyTime> deadline(tier_count(), SteadyTime::max());
   for (size_t from = 0;;) {
     for (size_t t : asked) {
-      if (!answered[t] || stop[t] > from || (from != 0 && stop[t] == from)) continue;
+      // Past the first round, a tier whose run reached `from` has answered
+      // for rest[from] already (it lacks it).
+      if (!answered[t] || (from != 0 && stop[t] >= from)) continue;
       if (deadline[t] == SteadyTime::max()) {
         deadline[t] = std::chrono::steady_clock::now() + kContainsWait;
       }
@@ -114,7 +110,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   }
   for (size_t t : asked) {
     if (!lower_[t - 1]->capabilities().local_index) {
-      adopt_skip_until_[t].store(answered[t] ? 0 : SteadyNs() + backoff, std::memory_order_relaxed);
+      adopt_skip_until_[t].store(answered[t] ? 0 : NowNs() + backoff, std::memory_order_relaxed);
     }
   }
 
@@ -158,13 +154,17 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   // will evict itself): the adopted run, no key past it. Outside mu_, as
   // every tier call; until then the tier may still drop one (a load then
   // misses it, as any lost copy).
+  bool shared_claims = false;
   for (size_t t = 1; t < tier_count(); ++t) {
-    if (!claims[t].empty()) lower_[t - 1]->Claim(ns, claims[t]);
+    if (claims[t].empty()) continue;
+    lower_[t - 1]->Claim(ns, claims[t]);
+    shared_claims = shared_claims || !lower_[t - 1]->capabilities().local_index;
   }
   // A shared tier counts what it is told it holds. A block that left the
   // index's copy in it before the Claim (evicted, or found missing by a
   // load) would stay counted there for good: it is removed again, which
   // frees the count (a remove of an absent key is harmless).
+  if (!shared_claims) return;
   std::vector<std::vector<BlockKey>> gone(tier_count());
   {
     std::lock_guard lock(mu_);

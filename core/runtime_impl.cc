@@ -114,7 +114,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
     const TierCapabilities& c = t->capabilities();
     has_adoptable_tier_ |= c.local_index || (c.shared && c.checksummed);
   }
-  adopt_skip_until_ = std::make_unique<std::atomic<int64_t>[]>(1 + lower_.size());
+  adopt_skip_until_ = std::make_unique<std::atomic<uint64_t>[]>(1 + lower_.size());
   workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests,
                                           options_.log);
   if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });

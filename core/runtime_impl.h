@@ -297,10 +297,11 @@ class RuntimeImpl final : public Runtime {
   // Some lower tier is asked on a lookup miss (AdoptStoredBlocks): it
   // answers Contains from memory, or other processes write to it.
   bool has_adoptable_tier_ = false;
-  // Per tier: steady-clock ns before which a shared tier whose last
-  // Contains failed or was late is not asked again (a lookup must not wait
-  // on a server that is down at every miss). Read and set without mu_.
-  std::unique_ptr<std::atomic<int64_t>[]> adopt_skip_until_;
+  // Per tier: the NowNs() before which a shared tier whose last Contains
+  // failed or was late is not asked again (a lookup must not wait on a
+  // server that is down at every miss); 0 while it answers. Read and set
+  // without mu_.
+  std::unique_ptr<std::atomic<uint64_t>[]> adopt_skip_until_;
   std::atomic<bool> shut_down_{false};
   std::once_flag shutdown_once_;
   std::unique_ptr<WorkerPool> workers_;

@@ -148,14 +148,14 @@ Status RedisConnection::SetTimeout(uint32_t timeout_ms) {
   return Status::Ok();
 }
 
-Status RedisConnection::SetSocketTimeout(int option, uint32_t ms, uint32_t* current) {
-  if (*current == ms) return Status::Ok();
+Status RedisConnection::SetReceiveTimeout(uint32_t ms) {
+  if (rcv_timeout_ms_ == ms) return Status::Ok();
   const timeval tv = ToTimeval(ms);
-  if (setsockopt(ctx_->fd, SOL_SOCKET, option, &tv, sizeof(tv)) != 0) {
+  if (setsockopt(ctx_->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
     return Fail(Status::Unavailable(
         FromErrno(errno, "set timeout on redis " + endpoint_.ToString()).message()));
   }
-  *current = ms;
+  rcv_timeout_ms_ = ms;
   return Status::Ok();
 }
 

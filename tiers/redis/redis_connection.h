@@ -176,9 +176,8 @@ class RedisConnection {
   Status Fail(Status st);
   Status FillBuffer();
   Status Recv(void* out, size_t size, size_t* got);
-  // Sets the socket's timeout `option` (SO_RCVTIMEO) to `ms` unless
-  // *current already holds it (0: unknown).
-  Status SetSocketTimeout(int option, uint32_t ms, uint32_t* current);
+  // Sets the socket's SO_RCVTIMEO to `ms` unless it holds that already.
+  Status SetReceiveTimeout(uint32_t ms);
   // The wait left before `deadline`, at most timeout_ms_; 0 once it passed.
   uint32_t WaitLeftMs(std::chrono::steady_clock::time_point deadline) const;
   Status ReadError(ssize_t n, uint64_t timeout_ms) const;

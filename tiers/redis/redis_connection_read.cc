@@ -52,7 +52,7 @@ Status RedisConnection::Recv(void* out, size_t size, size_t* got) {
         return Fail(TimedOut("read from redis " + endpoint_.ToString(), reply_budget_ms_));
       }
     }
-    KVTIER_RETURN_IF_ERROR(SetSocketTimeout(SO_RCVTIMEO, wait_ms, &rcv_timeout_ms_));
+    KVTIER_RETURN_IF_ERROR(SetReceiveTimeout(wait_ms));
     const ssize_t n = recv(ctx_->fd, out, size, 0);
     if (n > 0) {
       *got = static_cast<size_t>(n);

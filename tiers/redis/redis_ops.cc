@@ -148,8 +148,8 @@ void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s) {
     conn.Queue(asking);
   }
   std::string_view argv[] = {CommandName(op.kind), op.key};
-  const std::string ttl = std::to_string(ttl_s);
   if (op.kind == RedisOp::Kind::kGet && ttl_s > 0) {
+    const std::string ttl = std::to_string(ttl_s);
     // GETEX (Redis 6.2+) restarts the expiry on every hit, so a block's TTL
     // counts from its last use, not its write: a block read all the time
     // stays while one never read goes. Its reply is GET's (bulk or nil);
@@ -168,6 +168,7 @@ void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s) {
     conn.QueueWithValue(argv, parts, {});
     return;
   }
+  const std::string ttl = std::to_string(ttl_s);
   std::string_view trailing[] = {"EX", ttl};
   conn.QueueWithValue(argv, parts, trailing);
 }
