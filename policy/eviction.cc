@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "policy/policy_build.h"
 #include "policy/policy_internal.h"
 #include "policy/reuse_model.h"
+#include "policy/sharded_map.h"
 
 namespace kvtier {
 namespace {
@@ -65,40 +64,40 @@ class S3FifoEviction final : public EvictionPolicy {
   std::string_view Name() const override { return "s3fifo"; }
 
   void OnInsert(const BlockMeta& b) override {
-    auto [it, fresh] = state_.try_emplace(b.id);
+    auto [e, fresh] = state_.TryEmplace(b.id);
     if (!fresh) return;
-    it->second.main = ghost_.erase(b.id) != 0;
-    it->second.seq = ++seq_;
-    ++(it->second.main ? main_ : small_);
+    e->second.main = ghost_.Erase(b.id);
+    e->second.seq = ++seq_;
+    ++(e->second.main ? main_ : small_);
   }
   void OnAccess(const BlockMeta& b) override {
-    auto it = state_.find(b.id);
-    if (it != state_.end() && it->second.freq < 3) ++it->second.freq;
+    Entry* e = state_.Find(b.id);
+    if (e != nullptr && e->freq < 3) ++e->freq;
   }
   void OnRemove(uint64_t id) override {
-    auto it = state_.find(id);
-    if (it == state_.end()) return;
-    if (it->second.main) {
+    const Entry* e = state_.Find(id);
+    if (e == nullptr) return;
+    if (e->main) {
       --main_;
     } else {
       --small_;
-      ghost_.insert(id);
+      ghost_.TryEmplace(id);
       ghost_fifo_.push_back(id);
       while (ghost_fifo_.size() > std::max<size_t>(main_ + small_, 16)) {
-        ghost_.erase(ghost_fifo_.front());
+        ghost_.Erase(ghost_fifo_.front());
         ghost_fifo_.pop_front();
       }
     }
-    state_.erase(it);
+    state_.Erase(id);
   }
 
   void Order(std::span<BlockMeta> c, uint64_t) override {
     const bool small_first =
         main_ == 0 || double(small_) > small_fraction_ * double(small_ + main_);
     internal::OrderByKeys(c, [&](const BlockMeta& b) -> std::pair<int, uint64_t> {
-      auto it = state_.find(b.id);
-      if (it == state_.end()) return {0, 0};  // unknown to the policy: first to go
-      Entry& e = it->second;
+      Entry* found = state_.Find(b.id);
+      if (found == nullptr) return {0, 0};  // unknown to the policy: first to go
+      Entry& e = *found;
       if (e.freq > 0) {  // promoted from small, or reinserted in main
         if (!e.main) {
           --small_;
@@ -122,8 +121,8 @@ class S3FifoEviction final : public EvictionPolicy {
   uint64_t seq_ = 0;
   size_t small_ = 0;
   size_t main_ = 0;
-  std::unordered_map<uint64_t, Entry> state_;
-  std::unordered_set<uint64_t> ghost_;
+  internal::ShardedMap<uint64_t, Entry> state_;
+  internal::ShardedMap<uint64_t, bool> ghost_;  // a set: the value is unused
   std::deque<uint64_t> ghost_fifo_;
 };
 
@@ -139,39 +138,38 @@ class SlruEviction final : public EvictionPolicy {
   std::string_view Name() const override { return "slru"; }
 
   void OnInsert(const BlockMeta& b) override {
-    auto [it, fresh] = seen_.try_emplace(b.id, 0);
+    auto [e, fresh] = seen_.TryEmplace(b.id, 0);
     if (!fresh) return;
-    auto g = ghost_.find(b.id);
     uint32_t past = 0;
-    if (g != ghost_.end()) {
-      past = g->second;
-      ghost_.erase(g);
+    if (const uint32_t* g = ghost_.Find(b.id)) {
+      past = *g;
+      ghost_.Erase(b.id);
     }
-    it->second = std::max<uint32_t>(b.sightings, 1) + past;
-    if (it->second >= 2) ++protected_;
+    e->second = std::max<uint32_t>(b.sightings, 1) + past;
+    if (e->second >= 2) ++protected_;
   }
   void OnAccess(const BlockMeta& b) override {
-    auto it = seen_.find(b.id);
-    if (it == seen_.end()) return;
-    if (++it->second == 2) ++protected_;
+    uint32_t* n = seen_.Find(b.id);
+    if (n == nullptr) return;
+    if (++*n == 2) ++protected_;
   }
   void OnRemove(uint64_t id) override {
-    auto it = seen_.find(id);
-    if (it == seen_.end()) return;
-    if (it->second >= 2) --protected_;
-    ghost_[id] = it->second;
+    const uint32_t* n = seen_.Find(id);
+    if (n == nullptr) return;
+    if (*n >= 2) --protected_;
+    ghost_[id] = *n;
     ghost_fifo_.push_back(id);
-    seen_.erase(it);
+    seen_.Erase(id);
     while (ghost_fifo_.size() > std::max<size_t>(4 * seen_.size(), 64)) {
-      ghost_.erase(ghost_fifo_.front());
+      ghost_.Erase(ghost_fifo_.front());
       ghost_fifo_.pop_front();
     }
   }
   void Order(std::span<BlockMeta> c, uint64_t) override {
     const bool over = double(protected_) > protected_fraction_ * double(seen_.size());
     internal::OrderByKeys(c, [&](const BlockMeta& b) {
-      auto it = seen_.find(b.id);
-      const bool prot = it != seen_.end() && it->second >= 2;
+      const uint32_t* n = seen_.Find(b.id);
+      const bool prot = n != nullptr && *n >= 2;
       return std::pair<int, uint64_t>{prot == over ? 0 : 1, b.last_use_ns};
     });
   }
@@ -179,8 +177,8 @@ class SlruEviction final : public EvictionPolicy {
  private:
   double protected_fraction_;
   size_t protected_ = 0;
-  std::unordered_map<uint64_t, uint32_t> seen_;   // in the tier: sightings
-  std::unordered_map<uint64_t, uint32_t> ghost_;  // left the tier: sightings
+  internal::ShardedMap<uint64_t, uint32_t> seen_;   // in the tier: sightings
+  internal::ShardedMap<uint64_t, uint32_t> ghost_;  // left the tier: sightings
   std::deque<uint64_t> ghost_fifo_;
 };
 

@@ -45,7 +45,7 @@ class MarconiAdmission final : public AdmissionPolicy {
   void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
                       const RequestHints& hints, uint64_t) override {
     size_t lcp = 0;
-    while (lcp < chain.size() && nodes_.count(chain[lcp]) != 0) ++lcp;
+    while (lcp < chain.size() && nodes_.Contains(chain[lcp])) ++lcp;
     if (lcp > 0 && lcp < chain.size()) nodes_[chain[lcp - 1]].branch = true;
     // Without hints, a fixed id-hashed share of requests counts as continuing.
     bool continuing = hints.expected_reuse >= threshold_ ||
@@ -55,12 +55,12 @@ class MarconiAdmission final : public AdmissionPolicy {
     }
     path_.clear();
     for (size_t i = 0; i < chain.size(); ++i) {
-      auto [it, fresh] = nodes_.try_emplace(chain[i]);
+      auto [e, fresh] = nodes_.TryEmplace(chain[i]);
       if (fresh && i > 0) ++path_.back()->second.children;
-      Node& n = it->second;
+      Node& n = e->second;
       ++n.sightings;
       if (continuing && admit_tails_ && i >= lcp && i < full_blocks) n.keep = true;
-      path_.push_back(&*it);
+      path_.push_back(e);
     }
     if (full_blocks > 0 && full_blocks <= chain.size()) nodes_[chain[full_blocks - 1]].tail = true;
     for (auto e = path_.rbegin(); e != path_.rend(); ++e) recency_.Touch(**e);  // leaf first
@@ -73,11 +73,11 @@ class MarconiAdmission final : public AdmissionPolicy {
   // decoded turn the next request will start with, are in no chain yet).
   // State checkpoint: only at branch points and at tails worth keeping.
   bool Admit(const BlockMeta& block, const TierState&) override {
-    auto it = nodes_.find(block.id);
+    const Node* found = nodes_.Find(block.id);
     const bool hinted =
         admit_tails_ && (block.expected_reuse >= threshold_ || SessionContinued(block.session_id));
-    if (it == nodes_.end()) return hinted || block.sightings >= 2;
-    const Node& n = it->second;
+    if (found == nullptr) return hinted || block.sightings >= 2;
+    const Node& n = *found;
     if (block.is_checkpoint) {
       return n.branch || n.children >= 2 || (n.tail && (n.keep || hinted || admit_tails_));
     }
@@ -125,7 +125,7 @@ class MarconiAdmission final : public AdmissionPolicy {
   bool admit_tails_;
   float threshold_;
   double probation_;
-  std::unordered_map<uint64_t, Node> nodes_;
+  ShardedMap<uint64_t, Node> nodes_;
   RecencyList<Node> recency_;                    // of nodes_
   std::vector<RecencyList<Node>::Entry*> path_;  // the chain being observed, root first
   // Recently seen sessions, most recent first, and where each sits.

@@ -8,8 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <utility>
+
+#include "policy/sharded_map.h"
 
 namespace kvtier::internal {
 
@@ -20,15 +21,15 @@ struct RecencyLinks {
   std::pair<const uint64_t, Node>* newer = nullptr;
 };
 
-// An intrusive list over the entries of an std::unordered_map<uint64_t,
-// Node>, least recently named first. It holds pointers to the entries, which
-// never move while in the map (a rehash keeps them in place); so it is
+// An intrusive list over the entries of a ShardedMap<uint64_t, Node>, least
+// recently named first. It holds pointers to the entries, which never move
+// while in the map (a rehash keeps them in place); so it is
 // neither copied nor moved, and every entry of the map must be touched once
 // when inserted, and erased from the map only by Trim.
 template <typename Node>
 class RecencyList {
  public:
-  using Map = std::unordered_map<uint64_t, Node>;
+  using Map = ShardedMap<uint64_t, Node>;
   using Entry = typename Map::value_type;
 
   RecencyList() = default;
@@ -53,7 +54,7 @@ class RecencyList {
     while (map.size() > max_size && oldest_ != nullptr) {
       const uint64_t id = oldest_->first;  // a copy: erase must not read the erased key
       Unlink(*oldest_);
-      map.erase(id);
+      map.Erase(id);
     }
   }
 

@@ -78,7 +78,7 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
     pending_.erase(pending_.begin());
   }
   size_t known = 0;
-  while (known < chain.size() && nodes_.count(chain[known]) != 0) ++known;
+  while (known < chain.size() && nodes_.Contains(chain[known])) ++known;
   Mature();
   const uint64_t tag = next_tag_++;
   std::array<uint32_t, kClasses> entered{};
@@ -87,9 +87,9 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
   const uint8_t first_cls = p.continued ? uint8_t(kContinued) : LengthClass(chain.size());
   path_.clear();
   for (size_t i = 0; i < chain.size(); ++i) {
-    auto [it, fresh] = nodes_.try_emplace(chain[i]);
-    path_.push_back(&*it);
-    Node& n = it->second;
+    auto [e, fresh] = nodes_.TryEmplace(chain[i]);
+    path_.push_back(e);
+    Node& n = e->second;
     if (!fresh) Rename(n);
     n.sightings = fresh ? 1 : std::min<uint32_t>(n.sightings + 1, 3);
     n.cls = n.sightings == 1 ? first_cls : uint8_t(kTwice + n.sightings - 2);
@@ -115,7 +115,7 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
   // Following those turns too was measured and loses (synthetic 5/30:
   // 58.28 % of tokens against 58.97 %, the same writes); why is not
   // established.
-  if (!p.fresh.empty() && nodes_.at(chain.back()).tag == tag) {
+  if (!p.fresh.empty() && nodes_.Find(chain.back())->tag == tag) {
     pending_ids_ += p.Ids();
     auto [slot, added] = pending_.try_emplace(tag);
     if (!added) pending_ids_ -= slot->second.Ids();  // a tag used again replaces its request
@@ -128,9 +128,9 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
 void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens) {
   if (chain.empty()) return;
   finishes_ = true;
-  auto it = nodes_.find(chain.back());
-  if (it == nodes_.end()) return;
-  auto pit = pending_.find(it->second.tag);
+  const Node* last = nodes_.Find(chain.back());
+  if (last == nullptr) return;
+  auto pit = pending_.find(last->tag);
   if (pit == pending_.end() || pit->second.last != chain.back() ||
       pit->second.length != chain.size()) {
     return;
@@ -150,16 +150,16 @@ void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_
 void ReuseModel::Judge(std::span<const uint64_t> ids, uint64_t tag, uint8_t post) {
   uint32_t count = 0;
   for (uint64_t id : ids) {
-    auto nit = nodes_.find(id);
-    if (nit == nodes_.end()) continue;
+    Node* n = nodes_.Find(id);
+    if (n == nullptr) continue;
     rates_[post].named += 1;
     ++count;
     // Named again (by a later request) before the finish: a reuse of the
     // output class as well; otherwise the block is judged by it from now on.
-    if (nit->second.seq != tag) {
+    if (n->seq != tag) {
       rates_[post].renamed += 1;
     } else {
-      nit->second.post = post;
+      n->post = post;
     }
   }
   // Its lag runs from its naming, like the request's other blocks.
@@ -183,13 +183,13 @@ double ReuseModel::RateOf(const Node& n) const {
 }
 
 double ReuseModel::RateOf(uint64_t id) const {
-  auto it = nodes_.find(id);
-  return it == nodes_.end() ? -1 : RateOf(it->second);
+  const Node* n = nodes_.Find(id);
+  return n == nullptr ? -1 : RateOf(*n);
 }
 
 bool ReuseModel::Partial(uint64_t id) const {
-  auto it = nodes_.find(id);
-  return it != nodes_.end() && it->second.partial;
+  const Node* n = nodes_.Find(id);
+  return n != nullptr && n->partial;
 }
 
 bool ReuseModel::Unfinished(const Node& n) const {
@@ -198,21 +198,20 @@ bool ReuseModel::Unfinished(const Node& n) const {
 }
 
 bool ReuseModel::Unfinished(uint64_t id) const {
-  auto it = nodes_.find(id);
-  return it != nodes_.end() && Unfinished(it->second);
+  const Node* n = nodes_.Find(id);
+  return n != nullptr && Unfinished(*n);
 }
 
 ReuseModel::Look ReuseModel::LookUp(uint64_t id) const {
-  auto it = nodes_.find(id);
-  if (it == nodes_.end()) return {};
-  const Node& n = it->second;
-  return {true, n.partial, Unfinished(n), RateOf(n), n.coin};
+  const Node* n = nodes_.Find(id);
+  if (n == nullptr) return {};
+  return {true, n->partial, Unfinished(*n), RateOf(*n), n->coin};
 }
 
 size_t ReuseModel::ClassOf(uint64_t id) const {
-  auto it = nodes_.find(id);
-  if (it == nodes_.end()) return kClasses;
-  return it->second.post != kNone ? it->second.post : it->second.cls;
+  const Node* n = nodes_.Find(id);
+  if (n == nullptr) return kClasses;
+  return n->post != kNone ? n->post : n->cls;
 }
 
 std::shared_ptr<ReuseModel> SharedReuseModels::For(const PolicyKnobs& k) {

@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "kvtier/policy.h"
@@ -62,7 +61,7 @@ class ReuseModel {
   // Whether `id` was named first by a request that has not finished yet
   // (false until some finish has been observed: the engine reports none).
   bool Unfinished(uint64_t id) const;
-  bool Known(uint64_t id) const { return nodes_.count(id) != 0; }
+  bool Known(uint64_t id) const { return nodes_.Contains(id); }
   // The class `id` is judged by now (kClasses when unknown); for tests.
   size_t ClassOf(uint64_t id) const;
 
@@ -141,7 +140,7 @@ class ReuseModel {
   // Requests are tagged in order; 64 bits never wrap, so tag order is age.
   uint64_t next_tag_ = 1;
   std::array<Rate, kClasses> rates_{};
-  std::unordered_map<uint64_t, Node> nodes_;
+  ShardedMap<uint64_t, Node> nodes_;
   RecencyList<Node> recency_;                    // of nodes_
   std::vector<RecencyList<Node>::Entry*> path_;  // the chain being observed, root first
   // Ordered by tag, so the oldest (finishes that never came) go first.
