@@ -7,8 +7,8 @@
 namespace kvtier::internal {
 
 IndexEntry* BlockIndex::Find(const NsKey& id) {
-  auto it = map_.find(id);
-  return it == map_.end() ? nullptr : it->second.get();
+  std::unique_ptr<IndexEntry>* e = map_.Find(id);
+  return e == nullptr ? nullptr : e->get();
 }
 
 IndexEntry* BlockIndex::Insert(const NsKey& id, IndexEntry* parent, uint64_t bytes) {
@@ -19,7 +19,7 @@ IndexEntry* BlockIndex::Insert(const NsKey& id, IndexEntry* parent, uint64_t byt
   entry->depth = parent != nullptr ? parent->depth + 1 : 0;
   if (parent != nullptr) ++parent->children;
   IndexEntry* raw = entry.get();
-  map_.emplace(id, std::move(entry));
+  map_.TryEmplace(id, std::move(entry));
   return raw;
 }
 
@@ -28,7 +28,7 @@ void BlockIndex::Erase(IndexEntry* e) {
   // it would leak a slot or a copy in flight. All are runtime bugs.
   if (e->children != 0 || e->locations != 0 || e->pins != 0) std::abort();
   IndexEntry* parent = e->parent;
-  map_.erase(e->id);
+  map_.Erase(e->id);
   // A parent that lost every copy stays only to keep its children reachable
   // in the chain; with its last child gone it is erased too.
   while (parent != nullptr) {
@@ -38,7 +38,7 @@ void BlockIndex::Erase(IndexEntry* e) {
         parent->state != EntryState::kReady) {
       break;
     }
-    map_.erase(parent->id);
+    map_.Erase(parent->id);
     parent = up;
   }
 }

@@ -15,11 +15,11 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "core/ns_key.h"
 #include "kvtier/options.h"
+#include "policy/sharded_map.h"
 
 namespace kvtier::internal {
 
@@ -127,7 +127,8 @@ class BlockIndex {
 
   size_t tier_count_;
   IndexObserver* observer_ = nullptr;
-  std::unordered_map<NsKey, std::unique_ptr<IndexEntry>, NsKeyHash> map_;
+  // Sharded: the index grows under the runtime's lock (policy/sharded_map.h).
+  ShardedMap<NsKey, std::unique_ptr<IndexEntry>, NsKeyHash> map_;
   uint64_t clock_ = 0;  // last stamp handed out
   // Per tier, the leaves (IsLeaf) by stamp: least recent first.
   std::array<std::map<uint64_t, IndexEntry*>, kMaxTiers> leaves_;

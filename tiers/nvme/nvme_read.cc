@@ -60,18 +60,18 @@ void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSour
     if (--r.readers == 0) s.cv.notify_all();
     // Hits matter only for reinsertion; a good read claims a recovered block.
     if (st.ok() && (s.options.nvme.reinsert_hits > 0 || s.unclaimed_blocks > 0)) {
-      auto it = s.map.find(c.id);
-      if (it != s.map.end() && it->second.seq == c.seq) {
-        ++it->second.hits;
-        s.ClaimLocked(it->second);
+      Entry* e = s.map.Find(c.id);
+      if (e != nullptr && e->seq == c.seq) {
+        ++e->hits;
+        s.ClaimLocked(*e);
       }
     }
     if (st.code() == StatusCode::kCorruption) {
       ++s.stats.corruptions;
-      auto it = s.map.find(c.id);
-      if (it != s.map.end() && it->second.seq == c.seq && it->second.loc == c.loc) {
-        s.DropLocked(c.id, it->second, true);
-        s.map.erase(it);
+      const Entry* e = s.map.Find(c.id);
+      if (e != nullptr && e->seq == c.seq && e->loc == c.loc) {
+        s.DropLocked(c.id, *e, true);
+        s.map.Erase(c.id);
       }
     }
   }
@@ -94,11 +94,11 @@ struct ReadHit {
 // REQUIRES: s.mu held.
 ReadHit LookupReadLocked(NvmeTier::State& s, const NsKey& id, const ReadOp& op) {
   ReadHit hit;
-  auto it = s.map.find(id);
-  if (it == s.map.end()) return hit;
+  const Entry* e = s.map.Find(id);
+  if (e == nullptr) return hit;
   hit.found = true;
-  hit.loc = it->second.loc;
-  hit.seq = it->second.seq;
+  hit.loc = e->loc;
+  hit.seq = e->seq;
   // A too small buffer is refused without a read, so it takes no pin.
   hit.pinned = op.dst.size() >= hit.loc.payload_bytes;
   if (hit.pinned) ++s.regions[hit.loc.region].readers;

@@ -73,9 +73,9 @@ Status NvmeTier::State::Reclaim(uint64_t disk) {
     Region& v = regions[victim];
     v.state = RegionState::kReclaiming;
     cv.wait(lock, [&] { return v.writers == 0; });
-    for (const auto& [id, e] : map) {
+    map.ForEach([&](const NsKey& id, const Entry& e) {
       if (e.loc.region == static_cast<uint32_t>(victim)) live.push_back({id, e});
-    }
+    });
   }
   uint64_t reinserted = 0;
   KVTIER_RETURN_IF_ERROR(Relocate(victim, live, &reinserted));
@@ -240,12 +240,11 @@ uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_
                                                  const std::vector<LiveBlock>& live) {
   uint64_t moved_blocks = 0;
   for (const LiveBlock& b : live) {
-    auto it = map.find(b.id);
-    if (it == map.end() || it->second.loc.region != static_cast<uint32_t>(victim) ||
-        it->second.seq != b.entry.seq) {
+    Entry* e = map.Find(b.id);
+    if (e == nullptr || e->loc.region != static_cast<uint32_t>(victim) || e->seq != b.entry.seq) {
       continue;
     }
-    const uint64_t disk = DiskBytes(it->second.loc.payload_bytes);
+    const uint64_t disk = DiskBytes(e->loc.payload_bytes);
     if (b.fate != LiveBlock::kKeep) {
       if (b.fate == LiveBlock::kCorrupt) ++stats.corruptions;
       if (b.fate == LiveBlock::kUnreadable) ++stats.unreadable_blocks;
@@ -253,17 +252,17 @@ uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_
         ++stats.evicted_blocks;
         stats.bytes_evicted += disk;
       }
-      DropLocked(it->first, it->second, true);
-      map.erase(it);
+      DropLocked(b.id, *e, true);
+      map.Erase(b.id);
       continue;
     }
-    BlockLocation moved = it->second.loc;
+    BlockLocation moved = e->loc;
     moved.region = static_cast<uint32_t>(target);
     moved.offset = b.new_offset;
     moved.generation = gen;
-    it->second.loc = moved;
-    it->second.hits = 0;  // hot again only if read again
-    pending[it->first] = moved;
+    e->loc = moved;
+    e->hits = 0;  // hot again only if read again
+    pending[b.id] = moved;
     regions[victim].live_bytes -= disk;
     regions[target].live_bytes += disk;
     stats.bytes_reinserted += disk;

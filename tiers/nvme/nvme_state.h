@@ -21,6 +21,7 @@
 #include "core/ns_key.h"
 #include "io/io_engine.h"
 #include "kvtier/tier.h"
+#include "policy/sharded_map.h"
 #include "tiers/nvme/nvme_file.h"
 #include "tiers/nvme/nvme_format.h"
 #include "tiers/nvme/nvme_index.h"
@@ -92,7 +93,8 @@ struct NvmeTier::State {
   mutable std::mutex mu;
   std::condition_variable cv;                              // region pins dropped, commit progress
   std::vector<Region> regions;                             // guarded
-  std::unordered_map<NsKey, Entry, NsKeyHash> map;         // guarded
+  // Sharded: writes and lookups take `mu` while it grows (policy/sharded_map.h).
+  ShardedMap<NsKey, Entry, NsKeyHash> map;                 // guarded
   std::unordered_map<NsKey, uint32_t, NsKeyHash> writing;  // guarded
   std::unordered_map<NsKey, uint64_t, NsKeyHash> tombstones;                   // guarded
   std::unordered_map<NsKey, std::optional<BlockLocation>, NsKeyHash> pending;  // guarded

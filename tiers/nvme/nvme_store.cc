@@ -151,15 +151,12 @@ int NvmeTier::State::GiveUpEmptiestRegion(std::vector<IndexUpdate>& drops) {
   for (size_t i = 1; i < regions.size(); ++i) {
     if (regions[i].live_bytes < regions[victim].live_bytes) victim = static_cast<int>(i);
   }
-  for (auto it = map.begin(); it != map.end();) {
-    auto next = std::next(it);
-    if (it->second.loc.region == static_cast<uint32_t>(victim)) {
-      drops.push_back({it->first, std::nullopt});
-      DropLocked(it->first, it->second, false);
-      map.erase(it);
-    }
-    it = next;
-  }
+  map.EraseIf([&](const NsKey& id, const Entry& e) {
+    if (e.loc.region != static_cast<uint32_t>(victim)) return false;
+    drops.push_back({id, std::nullopt});
+    DropLocked(id, e, false);
+    return true;
+  });
   regions[victim] = Region{};
   return victim;
 }
@@ -201,8 +198,7 @@ Status NvmeTier::State::MakeRoomLocked(const NsKey& id, uint64_t payload) {
   // every unclaimed entry besides it are gone.
   auto fits = [&](bool all_unclaimed) {
     uint64_t freed_payload = 0, freed_disk = 0;
-    const Entry* replaced = nullptr;
-    if (auto it = map.find(id); it != map.end()) replaced = &it->second;
+    const Entry* replaced = map.Find(id);
     if (replaced != nullptr) {
       freed_payload = replaced->loc.payload_bytes;
       freed_disk = DiskBytes(freed_payload);
@@ -290,10 +286,10 @@ bool NvmeTier::State::DropOldestUnclaimedLocked() {
   while (!unclaimed_order.empty()) {
     const NsKey id = unclaimed_order.front();
     unclaimed_order.pop_front();
-    auto it = map.find(id);
-    if (it == map.end() || !it->second.unclaimed) continue;
-    DropLocked(id, it->second, true);
-    map.erase(it);
+    const Entry* e = map.Find(id);
+    if (e == nullptr || !e->unclaimed) continue;
+    DropLocked(id, *e, true);
+    map.Erase(id);
     ++stats.unclaimed_dropped;
     return true;
   }

@@ -60,9 +60,9 @@ uint64_t NvmeTier::DoRegisterHostMemory(std::span<std::byte> memory) {
 
 std::optional<uint64_t> NvmeTier::TEST_FileOffset(NamespaceId ns, const BlockKey& key) const {
   std::lock_guard lock(s_->mu);
-  auto it = s_->map.find({ns, key});
-  if (it == s_->map.end()) return std::nullopt;
-  return s_->FileOffset(it->second.loc);
+  const Entry* e = s_->map.Find({ns, key});
+  if (e == nullptr) return std::nullopt;
+  return s_->FileOffset(e->loc);
 }
 
 void NvmeTier::TEST_SetAfterReadLookup(std::function<void()> hook) {
@@ -105,14 +105,14 @@ void FinishWrite(NvmeTier::State& s, WriteCtx& c, const Status& io, CompletionSo
     auto tomb = s.tombstones.find(c.id);
     const bool removed_after = tomb != s.tombstones.end() && tomb->second > c.place.seq;
     if (last_writer && tomb != s.tombstones.end()) s.tombstones.erase(tomb);
-    auto it = s.map.find(c.id);
-    const bool newest = it == s.map.end() || it->second.seq < c.place.seq;
+    const Entry* old = s.map.Find(c.id);
+    const bool newest = old == nullptr || old->seq < c.place.seq;
     // The reservation's accounting moves to the entry, or is given back.
     s.used_payload -= loc.payload_bytes;
     s.live_disk -= disk;
     if (io.ok()) s.stats.device_bytes_written += disk;
     if (io.ok() && newest && !removed_after) {
-      if (it != s.map.end()) s.DropLocked(c.id, it->second, false);
+      if (old != nullptr) s.DropLocked(c.id, *old, false);
       s.map[c.id] = Entry{loc, c.place.seq};
       r.live_bytes += disk;
       s.used_payload += loc.payload_bytes;
@@ -194,9 +194,9 @@ void NvmeTier::DoRemove(NamespaceId ns, std::span<const BlockKey> keys, Completi
     std::lock_guard lock(s_->mu);
     for (const BlockKey& key : keys) {
       const NsKey id{ns, key};
-      if (auto it = s_->map.find(id); it != s_->map.end()) {
-        s_->DropLocked(id, it->second, true);
-        s_->map.erase(it);
+      if (const Entry* e = s_->map.Find(id)) {
+        s_->DropLocked(id, *e, true);
+        s_->map.Erase(id);
       }
       // A write of this key still in flight must not resurrect it.
       if (s_->writing.contains(id)) s_->tombstones[id] = ++s_->seq;
@@ -209,7 +209,7 @@ void NvmeTier::DoRemove(NamespaceId ns, std::span<const BlockKey> keys, Completi
 void NvmeTier::DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) {
   std::lock_guard lock(s_->mu);
   for (size_t i = 0; i < keys.size(); ++i) {
-    done.Set(i, s_->map.contains({ns, keys[i]}) ? Status::Ok()
+    done.Set(i, s_->map.Contains({ns, keys[i]}) ? Status::Ok()
                                                 : Status::NotFound("not in tier '" + name() + "'"));
   }
   done.Finish();
@@ -221,7 +221,7 @@ void NvmeTier::DoClaim(NamespaceId ns, std::span<const BlockKey> keys) {
   std::lock_guard lock(s_->mu);
   if (s_->unclaimed_blocks == 0) return;
   for (const BlockKey& key : keys) {
-    if (auto it = s_->map.find({ns, key}); it != s_->map.end()) s_->ClaimLocked(it->second);
+    if (Entry* e = s_->map.Find({ns, key})) s_->ClaimLocked(*e);
   }
 }
 
