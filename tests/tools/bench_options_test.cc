@@ -1,4 +1,4 @@
-// kvtier-bench host, nvme and remote: options refused with a clear message,
+// kvtier-bench host, nvme, remote and growth: options refused with a clear message,
 // sizes the tiers must hold, and buffers that cannot be had.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tools/bench/aligned_buffer.h"
+#include "tools/bench/growth_bench.h"
 #include "tools/bench/host_bench.h"
 #include "tools/bench/nvme_bench.h"
 #include "tools/bench/remote_bench.h"
@@ -67,6 +68,35 @@ TEST(HostBenchTest, HugeBlockSizeIsResourceExhausted) {
   Result<std::vector<HostBenchRow>> rows = RunHostBench(o);
   ASSERT_FALSE(rows.ok());
   EXPECT_EQ(rows.status().code(), StatusCode::kResourceExhausted) << rows.status().ToString();
+}
+
+// Each structure ends with every block fed to it, one call per request;
+// the peer is the last row.
+TEST(GrowthBenchTest, FeedsEveryStructureTheSameBlocks) {
+  GrowthBenchOptions o;
+  o.blocks = 1000;
+  o.blocks_per_request = 64;  // 15 requests: the last 40 blocks do not make one
+  auto rows = RunGrowthBench(o);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 4u);
+  for (const GrowthBenchRow& r : *rows) {
+    EXPECT_EQ(r.entries, 15u * 64) << r.what;
+    EXPECT_EQ(r.calls, 15u) << r.what;
+    EXPECT_GE(r.longest_ms, r.p999_ms) << r.what;
+  }
+  EXPECT_EQ(rows->back().what, "one std::unordered_map (peer)");
+}
+
+TEST(GrowthBenchTest, RefusesSizesItCannotRun) {
+  GrowthBenchOptions o;
+  o.blocks_per_request = 0;
+  EXPECT_EQ(o.Validate().message(), "--blocks must be at least --blocks-per-request (>= 1)");
+  o.blocks_per_request = 64;
+  o.blocks = 63;
+  EXPECT_FALSE(o.Validate().ok());
+  o.blocks = (uint64_t{1} << 23) + 1;
+  EXPECT_EQ(o.Validate().message(), "--blocks is at most 2^23 (the learners' bound)");
+  EXPECT_FALSE(RunGrowthBench(o).ok());
 }
 
 TEST(AlignedBufferTest, AllocatesAlignedOrRefusesWithTheSize) {

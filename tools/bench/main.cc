@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvtier/config.h"
+#include "tools/bench/growth_bench_cli.h"
 #include "tools/bench/host_bench.h"
 #include "tools/bench/nvme_bench_cli.h"
 #include "tools/bench/redis_bench_cli.h"
@@ -174,6 +175,8 @@ int main(int argc, char** argv) {
   kvtier::bench::AddRemoteBenchCommand(app, remote);
   kvtier::bench::NvmeBenchFlags nvme;
   kvtier::bench::AddNvmeBenchCommand(app, nvme);
+  kvtier::bench::GrowthBenchOptions growth;
+  kvtier::bench::AddGrowthBenchCommand(app, growth);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -185,5 +188,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("sweep")) return kvtier::bench::RunSweepCommand(sweep);
   if (app.got_subcommand("redis")) return kvtier::bench::RunRedisBenchCommand(redis);
   if (app.got_subcommand("remote")) return kvtier::bench::RunRemoteBenchCommand(remote);
+  if (app.got_subcommand("growth")) return kvtier::bench::RunGrowthBenchCommand(growth);
   return RunHostCommand(host);
 }
