@@ -78,21 +78,27 @@ std::vector<PreemptionVictim> RuntimeImpl::ProposePreemption(uint32_t blocks_to_
   // The policy sees each request's cost as the engine blocks it holds that
   // kvtier does not: those must be saved now or recomputed later. gpu_ runs
   // at one "FLOP" per second, so its restore cost is exactly that count.
+  // mu_ is taken for one request at a time: hundreds of running requests
+  // of thousands of blocks each would otherwise hold every lookup and save
+  // for the whole scan. Each prefix is a snapshot either way (a save may
+  // land right after it is read).
   std::vector<RunningRequest> running;
   std::unordered_map<uint64_t, uint32_t> saved;  // request id -> saved prefix
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& [id, r] : tracked_) {
-      if (r.engine_blocks == 0) continue;  // frees nothing
-      const uint32_t s = SavedPrefix(index_, r.ns, r.keys);
-      saved.emplace(id, s);
-      running.push_back({.request_id = id,
-                         .blocks_held = r.engine_blocks,
-                         .tokens = r.engine_blocks,
-                         .saved_tokens = s,
-                         .restore_load_s = 0,
-                         .recompute_flops = double(r.engine_blocks - s)});
+  for (const auto& [id, r] : tracked_) {
+    if (r.engine_blocks == 0) continue;  // frees nothing
+    uint32_t s = 0;
+    {
+      std::lock_guard lock(mu_);
+      s = SavedPrefix(index_, r.ns, r.keys);
     }
+    if (after_saved_prefix_) after_saved_prefix_();
+    saved.emplace(id, s);
+    running.push_back({.request_id = id,
+                       .blocks_held = r.engine_blocks,
+                       .tokens = r.engine_blocks,
+                       .saved_tokens = s,
+                       .restore_load_s = 0,
+                       .recompute_flops = double(r.engine_blocks - s)});
   }
   const uint32_t need = uint32_t(std::min<uint64_t>(target, UINT32_MAX));
   std::vector<PreemptionVictim> out;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -66,6 +67,12 @@ class RuntimeImpl final : public Runtime {
   RuntimeStats Stats() const override;
   void Shutdown() override;
   Result<size_t> TEST_RunMoverOnce() override;
+  // Tests only: runs in ProposePreemption after each running request's
+  // saved prefix is read, with mu_ released and usage_mu_ held. Set before
+  // the first ProposePreemption.
+  void TEST_SetAfterSavedPrefix(std::function<void()> hook) {
+    after_saved_prefix_ = std::move(hook);
+  }
   // Starts the admin endpoint when options.admin_socket is set (admin_runtime.cc).
   Status StartAdmin();
 
@@ -293,6 +300,7 @@ class RuntimeImpl final : public Runtime {
   GpuWatermark gpu_{options_.gpu_watermark, 1.0};         // guarded by usage_mu_
   std::unordered_map<uint64_t, TrackedRequest> tracked_;  // guarded by usage_mu_
   uint32_t engine_free_ = 0, engine_total_ = 0;           // guarded by usage_mu_
+  std::function<void()> after_saved_prefix_;              // tests only
 
   // Some lower tier is asked on a lookup miss (AdoptStoredBlocks): it
   // answers Contains from memory, or other processes write to it.

@@ -3,8 +3,11 @@
 // first and covering the blocks asked for, and the save-before-free check.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <future>
 
+#include "core/runtime_impl.h"
 #include "kvtier/config.h"
 #include "tests/core/runtime_test_util.h"
 
@@ -134,6 +137,37 @@ TEST_F(EngineUsageTest, PoolExactlyAtTheWatermarkIsNotBelowIt) {
   EXPECT_TRUE(rt_->ProposePreemption(0).empty());
   ASSERT_TRUE(rt_->ReportEngineUsage(6, 100).ok());
   EXPECT_EQ(Ids(rt_->ProposePreemption(0)), std::vector<uint64_t>{1});
+}
+
+// The saved-prefix scan takes the index lock one running request at a
+// time: a lookup issued between two requests' scans is answered then, not
+// after the whole scan (hundreds of requests of thousands of blocks).
+TEST_F(EngineUsageTest, LookupsAreServedBetweenTwoRequestsPreemptionScans) {
+  Open(0.01);
+  const auto a = ChainKeys({1, 2, 3});
+  const auto b = ChainKeys({4, 5, 6});
+  SavePrefix(a, 3, 0);
+  ASSERT_TRUE(rt_->TrackRequest(1, kTestNs, a, 3).ok());
+  ASSERT_TRUE(rt_->TrackRequest(2, kTestNs, b, 3).ok());
+  ASSERT_TRUE(rt_->ReportEngineUsage(50, 64).ok());
+  int scans = 0;
+  bool answered_between = false;
+  // Outside the hook: a lookup still waiting when the hook returns must not
+  // be joined inside it, where the old code held the lock it waits for.
+  std::future<size_t> lookup;
+  static_cast<internal::RuntimeImpl*>(rt_.get())->TEST_SetAfterSavedPrefix([&] {
+    if (scans++ != 0) return;
+    lookup = std::async(std::launch::async, [&] {
+      auto r = rt_->Lookup(kTestNs, a);
+      return r.ok() ? r->hit_blocks : size_t{0};
+    });
+    answered_between = lookup.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  });
+  EXPECT_EQ(Ids(rt_->ProposePreemption(6)).size(), 2u);
+  EXPECT_EQ(scans, 2);
+  EXPECT_TRUE(answered_between);
+  ASSERT_TRUE(lookup.valid());
+  EXPECT_EQ(lookup.get(), 3u);
 }
 
 TEST_F(EngineUsageTest, ProposalsAreCheapestToRestoreFirstAndCoverTheTarget) {
