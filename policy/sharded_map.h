@@ -63,6 +63,12 @@ class ShardedMap {
       for (const auto& [k, v] : s) f(k, v);
     }
   }
+  // ForEach over shard `shard` (< kShards) alone: a caller that may drop
+  // its lock between shards scans a large map in pieces.
+  template <typename F>
+  void ForEachIn(size_t shard, F&& f) const {
+    for (const auto& [k, v] : shards_[shard]) f(k, v);
+  }
   // Erases every entry for which pred(key, value) is true, in no set order;
   // returns how many. pred may change the value but not add or erase entries.
   template <typename P>

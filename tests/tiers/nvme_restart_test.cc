@@ -5,6 +5,8 @@
 // to wait for a reclaim.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -207,6 +209,54 @@ TEST(NvmeCapacity, WriteThatWaitedForReclaimChecksTheCapacityAgain) {
   EXPECT_TRUE(ReadAndCheck(*t, 6, 8192).ok());
   EXPECT_TRUE(ReadAndCheck(*t, 0, kBytes).ok());
   t->Shutdown();
+}
+
+// Reclaim scans the index in parts, with the tier lock released between
+// them: a read and a lookup issued mid-scan are served at once, and a
+// block of the victim removed mid-scan stays removed, its room given back.
+TEST(NvmeCapacity, ReclaimScanLetsReadsAndRemovesThrough) {
+  for (bool remove_victim_block : {false, true}) {
+    SCOPED_TRACE(remove_victim_block ? "remove mid-scan" : "read mid-scan");
+    ScratchDir dir;
+    ASSERT_TRUE(dir.ok());
+    // 3 regions of 3 blocks (one the spare), capacity 3 blocks of 16 KiB.
+    std::unique_ptr<NvmeTier> t = Open(NvmeOptions(dir.path(), 3, kBytes, 3 * kDisk));
+    ASSERT_NE(t, nullptr);
+    ASSERT_TRUE(WriteOne(*t, 0, 4096).ok());  // the victim's only live block
+    WriteBlocks(*t, 1, 2, kBytes);
+    ASSERT_TRUE(RemoveOne(*t, 1).ok());
+    ASSERT_TRUE(RemoveOne(*t, 2).ok());
+    WriteBlocks(*t, 3, 2, kBytes);  // the second region: 3, 4, then 5
+    ASSERT_TRUE(RemoveOne(*t, 4).ok());
+    ASSERT_TRUE(WriteOne(*t, 5).ok());
+    bool fired = false;
+    std::future<Status> read;
+    bool served = false;
+    t->TEST_SetDuringReclaimScan([&] {
+      fired = true;
+      read = std::async(std::launch::async, [&] {
+        if (remove_victim_block) return RemoveOne(*t, 0);
+        Status st = ReadAndCheck(*t, 3, kBytes);
+        return st.ok() && !Present(*t, 4) ? ReadAndCheck(*t, 0, 4096) : st;
+      });
+      served = read.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    });
+    // No region is free and the active one is full: this write reclaims.
+    ASSERT_TRUE(WriteOne(*t, 6, 8192).ok());
+    t->TEST_SetDuringReclaimScan(nullptr);
+    ASSERT_TRUE(fired);
+    EXPECT_TRUE(served);
+    ASSERT_TRUE(read.valid());
+    EXPECT_TRUE(read.get().ok());
+    EXPECT_EQ(t->Stats().reclaims, 1u);
+    EXPECT_EQ(t->Stats().reinserted_blocks, remove_victim_block ? 0u : 1u);
+    ExpectPresent(*t, {0}, !remove_victim_block);
+    EXPECT_EQ(t->Usage().used_bytes, 2 * kBytes + 8192 + (remove_victim_block ? 0 : 4096));
+    for (uint64_t i : {3, 5}) EXPECT_TRUE(ReadAndCheck(*t, i, kBytes).ok()) << i;
+    EXPECT_TRUE(ReadAndCheck(*t, 6, 8192).ok());
+    if (!remove_victim_block) EXPECT_TRUE(ReadAndCheck(*t, 0, 4096).ok());
+    t->Shutdown();
+  }
 }
 
 // A store full at restart: new writes drop the oldest unclaimed blocks, not

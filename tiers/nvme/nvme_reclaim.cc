@@ -73,9 +73,20 @@ Status NvmeTier::State::Reclaim(uint64_t disk) {
     Region& v = regions[victim];
     v.state = RegionState::kReclaiming;
     cv.wait(lock, [&] { return v.writers == 0; });
-    map.ForEach([&](const NsKey& id, const Entry& e) {
-      if (e.loc.region == static_cast<uint32_t>(victim)) live.push_back({id, e});
-    });
+  }
+  // The index is scanned one shard at a time, taking mu for each: scanning
+  // millions of entries at once would hold every read, write and lookup of
+  // the tier meanwhile. Between shards nothing enters the victim (no writer
+  // is in it, and only this reclaim moves blocks); entries that leave it or
+  // change are skipped by InstallRelocatedLocked, as after Relocate's reads.
+  for (size_t shard = 0; shard < map.kShards; ++shard) {
+    {
+      std::lock_guard lock(mu);
+      map.ForEachIn(shard, [&](const NsKey& id, const Entry& e) {
+        if (e.loc.region == static_cast<uint32_t>(victim)) live.push_back({id, e});
+      });
+    }
+    if (shard == 0 && during_reclaim_scan) during_reclaim_scan();
   }
   uint64_t reinserted = 0;
   KVTIER_RETURN_IF_ERROR(Relocate(victim, live, &reinserted));

@@ -89,6 +89,9 @@ struct NvmeTier::State {
   // Tests only: runs in Reclaim once reclaim_mu is held, before `mu` is
   // taken. Set before any write.
   std::function<void()> before_reclaim;
+  // Tests only: runs in Reclaim's index scan after its first shard, with
+  // `mu` released. Set before any write.
+  std::function<void()> during_reclaim_scan;
 
   mutable std::mutex mu;
   std::condition_variable cv;                              // region pins dropped, commit progress

@@ -77,6 +77,10 @@ void NvmeTier::TEST_SetBeforeReclaim(std::function<void()> hook) {
   s_->before_reclaim = std::move(hook);
 }
 
+void NvmeTier::TEST_SetDuringReclaimScan(std::function<void()> hook) {
+  s_->during_reclaim_scan = std::move(hook);
+}
+
 // ---- writes ------------------------------------------------------------------
 
 namespace {

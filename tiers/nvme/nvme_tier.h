@@ -101,6 +101,10 @@ class NvmeTier final : public Tier {
   // looks at the regions; other writes may run in it. REQUIRES: no write
   // in flight.
   void TEST_SetBeforeReclaim(std::function<void()> hook);
+  // Runs `hook` in every reclaim's scan of the index after its first part,
+  // with the tier lock released: reads, lookups and removes may run in it.
+  // REQUIRES: no write in flight.
+  void TEST_SetDuringReclaimScan(std::function<void()> hook);
 
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
