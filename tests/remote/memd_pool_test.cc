@@ -33,6 +33,17 @@ Status Store(MemdPool& pool, NamespaceId ns, BlockKey key, uint64_t payload = 10
   return pool.Commit(ns, key, *slot, payload + kBlockHeaderBytes);
 }
 
+// The index is sized for every slot at open: filling the pool, and
+// turning it over, never rehashes it (under the lock every request takes).
+TEST(MemdPoolTest, IndexNeverRehashesAsThePoolFills) {
+  auto pool = MakePool(4096, 1.0, 0.9);
+  const size_t buckets = pool->TEST_IndexBuckets();
+  EXPECT_GE(buckets, 4096u);
+  for (uint64_t i = 0; i < 3 * 4096; ++i) ASSERT_TRUE(Store(*pool, kNs, {9, i}, 100).ok()) << i;
+  EXPECT_GT(pool->GetStats().evictions, 0u);
+  EXPECT_EQ(pool->TEST_IndexBuckets(), buckets);
+}
+
 TEST(MemdPoolTest, StoresLooksUpAndCountsPerNamespace) {
   auto pool = MakePool(8);
   ASSERT_TRUE(Store(*pool, kNs, {1, 1}).ok());

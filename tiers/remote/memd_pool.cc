@@ -67,6 +67,10 @@ MemdPool::MemdPool(MemdPoolOptions options, std::byte* base, size_t mapped, uint
     : options_(options), base_(base), mapped_bytes_(mapped), stride_(stride), meta_(count) {
   slots_.resize(count);
   free_.reserve(count);
+  // One entry per slot at most: sized once, the index never rehashes, which
+  // would stall every client's requests behind the pool lock at once (a
+  // second or so at millions of slots). 8 bytes of buckets per slot.
+  index_.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
     slots_[i] = static_cast<uint32_t>(i);
     free_.push_back(static_cast<uint32_t>(count - 1 - i));

@@ -91,6 +91,7 @@ class MemdPool {
   // Blocks waiting for eviction, and pinned ones kept out of its reach.
   size_t TEST_Evictable() const { return lru_.size(); }
   size_t TEST_Pinned() const { return pinned_.size(); }
+  size_t TEST_IndexBuckets() const { return index_.bucket_count(); }
   uint64_t used_slots() const { return slots_.size() - free_.size(); }
 
  private:
