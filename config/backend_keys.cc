@@ -62,6 +62,9 @@ Status ReadServers(const ConfigNode& node, const std::string& path, TierOptions*
     KVTIER_RETURN_IF_ERROR(
         CheckHostPort(*items[i], path + ".servers." + std::to_string(i), t->servers[i]));
   }
+  if (const ConfigNode* shared = node.Find("shared")) {
+    KVTIER_RETURN_IF_ERROR(ReadBool(*shared, path + ".shared", &t->shared));
+  }
   return Status::Ok();
 }
 

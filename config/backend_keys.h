@@ -35,7 +35,8 @@ Status ReadRemoteKeys(const ConfigNode& node, const std::string& path, TierOptio
 
 // `servers` of a redis or remote tier: required, a non-empty list of
 // "host:port" entries with a port from 1 to 65535, each checked where it is
-// written. Host names are not resolved here.
+// written. Host names are not resolved here. Also reads `shared` (a bool),
+// which both types accept.
 Status ReadServers(const ConfigNode& node, const std::string& path, TierOptions* t);
 
 }  // namespace kvtier::internal

@@ -10,8 +10,8 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 10> kRedisKeys = {
-    "servers",       "user",        "password", "db", "key_prefix", "ttl_s", "connect_timeout_ms",
+constexpr std::array<std::string_view, 11> kRedisKeys = {
+    "servers", "shared", "user", "password", "db", "key_prefix", "ttl_s", "connect_timeout_ms",
     "op_timeout_ms", "connections", "cluster"};
 
 Status ReadTimeouts(const ConfigNode& node, const std::string& path, RedisTierOptions* r) {

@@ -10,9 +10,9 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 8> kRemoteKeys = {
-    "servers",       "transport",          "secret_file",          "connections",
-    "op_timeout_ms", "connect_timeout_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms"};
+constexpr std::array<std::string_view, 9> kRemoteKeys = {
+    "servers", "shared", "transport", "secret_file", "connections", "op_timeout_ms",
+    "connect_timeout_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms"};
 
 Status ReadTimes(const ConfigNode& node, const std::string& path, RemoteTierOptions* r) {
   const std::pair<const char*, uint32_t*> fields[] = {

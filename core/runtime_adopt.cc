@@ -61,17 +61,17 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
 
   // The tiers to ask: those with a local index, and the shared ones whose
   // reads check each block (another process's bytes are trusted only
-  // there) unless they are backing off. A shared tier's backoff is 0 while
-  // it answers; after a failure, the first lookup past the backoff claims
-  // the next try (pushing the backoff on), so that lookups on other threads
-  // do not each wait on a suspect tier.
+  // there) and that are not configured private, unless they are backing off. A shared tier's
+  // backoff is 0 while it answers; after a failure, the first lookup past the backoff claims the
+  // next try (pushing the backoff on), so that lookups on other threads do not each wait on a
+  // suspect tier.
   const uint64_t backoff = std::chrono::nanoseconds(kSharedTierBackoff).count();
   std::vector<size_t> asked;
   for (size_t t = 1; t < tier_count(); ++t) {
     const TierCapabilities& caps = lower_[t - 1]->capabilities();
     if (caps.local_index) {
       asked.push_back(t);
-    } else if (caps.shared && caps.checksummed) {
+    } else if (adopt_shared_[t]) {
       std::atomic<uint64_t>& skip_until = adopt_skip_until_[t];
       uint64_t until = skip_until.load(std::memory_order_relaxed);
       if (until == 0 ||

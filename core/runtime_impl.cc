@@ -110,9 +110,11 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
       tier_counts_(1 + lower_.size()),
       pending_removes_(1 + lower_.size()) {
   index_.set_observer(policies_.get());
-  for (const auto& t : lower_) {
-    const TierCapabilities& c = t->capabilities();
-    has_adoptable_tier_ |= c.local_index || (c.shared && c.checksummed);
+  adopt_shared_.assign(1 + lower_.size(), false);
+  for (size_t t = 1; t < tier_count(); ++t) {
+    const TierCapabilities& c = lower_[t - 1]->capabilities();
+    adopt_shared_[t] = c.shared && c.checksummed && options_.tiers[t].shared;
+    has_adoptable_tier_ |= c.local_index || adopt_shared_[t];
   }
   adopt_skip_until_ = std::make_unique<std::atomic<uint64_t>[]>(1 + lower_.size());
   workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests,

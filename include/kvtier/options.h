@@ -70,6 +70,12 @@ struct KVTIER_EXPORT TierOptions {
   std::string path;        // nvme: file or block device
   uint64_t region_bytes = 64 * kMiB;  // nvme: log region size
   std::vector<std::string> servers;   // redis / remote: "host:port" entries
+  // redis / remote: other processes store blocks here too, so a lookup miss
+  // asks the tier for keys this process has not indexed (one EXISTS or
+  // Contains round trip, waited on for at most 50 ms). false for a tier only
+  // this process writes: misses then cost nothing, but blocks it held before
+  // a restart are not found again.
+  bool shared = true;
   NvmeTierOptions nvme;               // type nvme only
   RedisTierOptions redis;             // type redis only
   RemoteTierOptions remote;           // type remote only

@@ -72,6 +72,31 @@ TEST(TierKeysTest, ServersMustBeANonEmptyListOfHostPort) {
             (std::vector<std::string>{"a:1", "redis.example:65535", "::1:6379"}));
 }
 
+// `shared` (redis and remote only): true by default; false marks a tier
+// only this process writes, which lookup misses then do not ask.
+TEST(TierKeysTest, SharedIsABoolOfRedisAndRemoteTiers) {
+  Result<KvtierConfig> dflt = ParseConfig(RedisServers("[\"a:1\"]"), "t.yaml");
+  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
+  EXPECT_TRUE(dflt->runtime.tiers[1].shared);
+  Result<KvtierConfig> off = ParseConfig(
+      kHost +
+          "  - {name: r, type: redis, capacity: 1GiB, servers: [\"a:1\"], shared: false}\n"
+          "  - {name: m, type: remote, capacity: 1GiB, servers: [\"b:1\"], shared: false, "
+          "secret_file: /s}\n",
+      "t.yaml");
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->runtime.tiers[1].shared);
+  EXPECT_FALSE(off->runtime.tiers[2].shared);
+  EXPECT_EQ(ErrorOf(kHost +
+                    "  - {name: r, type: redis, capacity: 1GiB, servers: [\"a:1\"], shared: 2}\n"),
+            "t.yaml:3:70: tiers.r.shared is '2'; expected true or false");
+  EXPECT_EQ(ErrorOf("tiers:\n  - {name: h, type: host, capacity: 1GiB, shared: false}\n")
+                .rfind("t.yaml:2:43: tiers.0: key 'shared' is for tiers of type redis, remote, "
+                       "not host",
+                       0),
+            0u);
+}
+
 TEST(TierKeysTest, RemoteTierNeedsASecretFile) {
   EXPECT_EQ(ErrorOf(kHost + "  - {name: m, type: remote, capacity: 1GiB, servers: [\"a:1\"]}\n"),
             "t.yaml:3:5: tiers.m is a remote tier without 'secret_file'; expected 'secret_file: "

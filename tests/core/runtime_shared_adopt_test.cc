@@ -64,6 +64,7 @@ class SharedAdoptTest : public ::testing::Test {
     RuntimeOptions o = MakeOptions(bb, 8);
     o.tiers[0].watermarks = {.high = 0.2, .low = 0.1};  // a pass demotes every saved block
     o.tiers.push_back(LowerHostTier("shared", bb, 32));
+    o.tiers.back().shared = !private_[i];
     o.tier_factory = [this, i](const TierOptions& t,
                                const TierContext& c) -> Result<std::unique_ptr<Tier>> {
       if (t.name != "shared") return CreateTier(t, c);
@@ -104,6 +105,7 @@ class SharedAdoptTest : public ::testing::Test {
 
   EngineSetup setup_[2] = {MakeEngine(64), MakeEngine(64)};
   ContainsFaults faults_[2];
+  bool private_[2] = {false, false};  // TierOptions::shared = false for that runtime
   std::shared_ptr<Tier> inner_;
   std::unique_ptr<Runtime> rt_[2];
   std::unique_ptr<SimEngine> sim_[2];
@@ -122,6 +124,20 @@ TEST_F(SharedAdoptTest, ALookupFindsWhatAnotherRuntimeSavedAndLoadsIt) {
   const int calls = faults_[1].calls;
   EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 3u);
   EXPECT_EQ(faults_[1].calls, calls);
+}
+
+// A runtime whose options mark the tier private (TierOptions::shared =
+// false: only this process writes it) never asks it on a miss.
+TEST_F(SharedAdoptTest, ATierMarkedPrivateIsNotAskedOnAMiss) {
+  sim_[1].reset();
+  rt_[1].reset();
+  private_[1] = true;
+  ASSERT_NO_FATAL_FAILURE(Open(1));
+  auto r = rt_[1]->Lookup(kTestNs, keys_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->hit_blocks, 0u);
+  EXPECT_EQ(faults_[1].calls, 0);
+  EXPECT_EQ(rt_[1]->Stats().adopted_blocks, 0u);
 }
 
 TEST_F(SharedAdoptTest, AChainIsAdoptedUpToWhatTheSharedTierHolds) {

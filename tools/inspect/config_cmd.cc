@@ -101,6 +101,7 @@ void RedisEntries(const std::string& p, const TierOptions& t, std::vector<Entry>
   const RedisTierOptions& r = t.redis;
   e->insert(e->end(), {
       {p + "servers", List(t.servers), "host:port of each server (or cluster seeds)"},
+      {p + "shared", Bool(t.shared), "other processes store here: lookup misses ask it"},
       {p + "user", r.user.empty() ? "\"\"" : r.user, "ACL user for AUTH; empty = default user"},
       {p + "password", r.password.empty() ? "\"\"" : "(set, not shown)", "AUTH password; empty = no AUTH"},
       {p + "db", U(r.db), "SELECT index (0 with cluster)"},
@@ -117,6 +118,7 @@ void RemoteEntries(const std::string& p, const TierOptions& t, std::vector<Entry
   const RemoteTierOptions& r = t.remote;
   e->insert(e->end(), {
       {p + "servers", List(t.servers), "host:port of each kvtier-memd server"},
+      {p + "shared", Bool(t.shared), "other processes store here: lookup misses ask it"},
       {p + "transport", r.transport, "tcp, or rdma (needs an RDMA device)"},
       {p + "secret_file", r.secret_file, "file holding the kvtier-memd shared secret"},
       {p + "connections", U(r.connections), "TCP connections per server"},
