@@ -265,5 +265,34 @@ TEST_F(RedisAuthTest, AclUserAndPassword) {
   EXPECT_NE(bad.status().message().find("WRONGPASS"), std::string_view::npos);
 }
 
+// With ttl_s set, reads are GETEX, a write command: a user allowed GET but
+// not GETEX is refused at open, naming the fix, not on every read later.
+TEST_F(RedisAuthTest, TtlWithAUserWhoMayNotRunGetexIsRefusedAtOpen) {
+  ASSERT_TRUE(
+      server_->Command({"ACL", "SETUSER", "ro", "on", ">pw", "~*", "+@all", "-getex"}).ok());
+  TierOptions o = RedisTierOptionsFor({server_->endpoint()}, 16 * kBlock);
+  o.redis.user = "ro";
+  o.redis.password = "pw";
+  o.redis.ttl_s = 60;
+  auto bad = MakeRedisTier(o, kBlock);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("user 'ro' may not run GETEX"), std::string_view::npos)
+      << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("or set ttl_s: 0"), std::string_view::npos);
+  // Without ttl_s reads are GETs: the same user works.
+  o.redis.ttl_s = 0;
+  auto good = MakeRedisTier(o, kBlock);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
+  WriteOp op{TestKey(1), data};
+  ASSERT_TRUE((*good)->Write(kNs, std::span(&op, 1)).Wait().ok());
+  std::vector<std::byte> back(kBlock);
+  ReadOp r{TestKey(1), back};
+  EXPECT_TRUE((*good)->Read(kNs, std::span(&r, 1)).Wait().ok());
+  EXPECT_EQ(back, data);
+  (*good)->Shutdown();
+}
+
 }  // namespace
 }  // namespace kvtier::testing

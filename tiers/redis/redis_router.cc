@@ -71,12 +71,30 @@ Status RedisRouter::CheckTtlReads(RedisConnection& conn) {
   char* end = nullptr;
   const unsigned long major = std::strtoul(v, &end, 10);
   const unsigned long minor = *end == '.' ? std::strtoul(end + 1, nullptr, 10) : 0;
-  if (major > 6 || (major == 6 && minor >= 2)) return Status::Ok();
+  if (major > 6 || (major == 6 && minor >= 2)) return CheckGetexAllowed(conn);
   return Status::InvalidArgument(
       "redis " + conn.endpoint().ToString() + " is version " +
       std::to_string(major) + "." + std::to_string(minor) +
       ": with ttl_s set, reads refresh the expiry with GETEX, which needs Redis 6.2 or "
       "newer; upgrade the server or set ttl_s: 0");
+}
+
+// GETEX is a write command: an ACL user allowed GET but not GETEX would
+// fail every read. A GETEX of a key that does not exist changes nothing and
+// tells; any answer but NOPERM (a MOVED, say) is left to the ops.
+Status RedisRouter::CheckGetexAllowed(RedisConnection& conn) {
+  const std::string probe = options_.key_prefix + ":getex-probe";
+  std::string_view argv[] = {"GETEX", probe};
+  auto reply = conn.Call(argv, RespLimits{});
+  if (!reply.ok() || reply->kind != RespHead::Kind::kError || reply->text.rfind("NOPERM", 0) != 0) {
+    return Status::Ok();
+  }
+  const std::string user = options_.user.empty() ? "default" : options_.user;
+  return Status::InvalidArgument("redis " + conn.endpoint().ToString() + ": user '" + user +
+                                 "' may not run GETEX, which reads use with ttl_s set to "
+                                 "refresh the expiry (" +
+                                 reply->text + "); allow it (ACL SETUSER " + user +
+                                 " +getex) or set ttl_s: 0");
 }
 
 Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {

@@ -79,6 +79,8 @@ class RedisRouter {
   // server (by INFO's redis_version) is InvalidArgument, saying so, rather
   // than a tier whose every read fails. A server that does not tell passes.
   Status CheckTtlReads(RedisConnection& conn);
+  // Part of CheckTtlReads: the user may run GETEX (an ACL may allow GET only).
+  Status CheckGetexAllowed(RedisConnection& conn);
   void RefreshLoop();
 
   const RedisTierOptions options_;
