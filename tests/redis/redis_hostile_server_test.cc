@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,53 @@ Status ExpectFloodCutOff(std::string prefix) {
 
 // A reply line with no CR must not grow the read buffer without limit: the op
 // fails once the line passes 64 KiB and the connection is closed.
+// A lookup's EXISTS has a connection of its own: it is answered while a
+// SET the server is slow to answer still holds the only data connection
+// (where it queued before, for as long as the SET took).
+TEST(RedisHostileServer, ExistsIsAnsweredWhileASetHoldsTheDataConnection) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool set_arrived = false, release = false;  // guarded by mu
+  auto server = ScriptedRedis::Start([&](const Argv& argv) {
+    Answer a;
+    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
+    if (argv[0] == "SET") {
+      std::unique_lock lock(mu);
+      set_arrived = true;
+      cv.notify_all();
+      cv.wait_for(lock, 20s, [&] { return release; });
+      a.bytes = "+OK\r\n";
+    } else {
+      a.bytes = argv[0] == "EXISTS" ? ":1\r\n" : "-ERR unexpected\r\n";
+    }
+    return a;
+  });
+  ASSERT_TRUE(server);
+  TierOptions o = Options(*server, /*cluster=*/false);
+  o.redis.op_timeout_ms = 20000;  // the held SET must not time out meanwhile
+  auto tier = Open(o);
+  ASSERT_TRUE(tier);
+  std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
+  WriteOp wr{TestKey(1), data};
+  Completion write = tier->Write(kNs, std::span(&wr, 1));
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return set_arrived; }));
+  }
+  const BlockKey key = TestKey(2);
+  Completion contains = tier->Contains(kNs, std::span(&key, 1));
+  const bool answered_first = contains.WaitFor(10s).code() != StatusCode::kDeadlineExceeded;
+  {
+    std::lock_guard lock(mu);
+    release = true;
+    cv.notify_all();
+  }
+  EXPECT_TRUE(answered_first);
+  EXPECT_TRUE(contains.Wait().ok()) << contains.status().ToString();
+  EXPECT_TRUE(write.Wait().ok()) << write.status().ToString();
+  tier->Shutdown();
+}
+
 TEST(RedisHostileServer, EndlessReplyLineFailsWithCorruption) {
   const Status st = ExpectFloodCutOff("+");
   EXPECT_TRUE(Has(st, "reply line longer than 65536 bytes")) << st.ToString();

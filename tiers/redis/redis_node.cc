@@ -35,7 +35,9 @@ void FailRedisJob(RedisNode* node, RedisJob job, const Status& st, bool unreacha
 RedisNode::RedisNode(RedisEndpoint endpoint, const RedisTierOptions& options,
                      std::unique_ptr<RedisConnection> first, std::shared_ptr<LogSink> log)
     : endpoint_(std::move(endpoint)), options_(options), log_(std::move(log)) {
-  for (uint32_t i = 0; i < options_.connections; ++i) {
+  // options.connections data workers, then the control worker (last),
+  // which connects on its first job.
+  for (uint32_t i = 0; i <= options_.connections; ++i) {
     workers_.push_back(std::make_unique<Worker>());
   }
   workers_[0]->conn = std::move(first);
@@ -52,7 +54,12 @@ RedisNode::~RedisNode() {
 }
 
 void RedisNode::Submit(RedisJob job) {
-  Worker* w = workers_[next_.fetch_add(1, std::memory_order_relaxed) % workers_.size()].get();
+  const bool control = std::all_of(job.ops.begin(), job.ops.end(), [](const RedisOp& op) {
+    return op.kind == RedisOp::Kind::kExists || op.kind == RedisOp::Kind::kDel;
+  });
+  Worker* w = control
+                  ? workers_.back().get()
+                  : workers_[next_.fetch_add(1, std::memory_order_relaxed) % connections()].get();
   {
     std::lock_guard lock(w->mu);
     if (!w->stop && w->queue.size() < kMaxQueuedJobs) {

@@ -2,6 +2,9 @@
 // its own I/O thread. A job (the commands of one batch meant for this server)
 // goes to one thread, which pipelines it: writes a chunk of commands in one
 // send, reads the replies in order, and hands the results to the job's batch.
+// Jobs that move no block (EXISTS, DEL) have a connection of their own: a
+// lookup's EXISTS, waited on for 50 ms, must not queue behind megabytes of
+// SETs and GETs.
 //
 // A thread whose connection broke reconnects on its next job; after a failed
 // connect it waits (backoff doubling from 20 ms to 1 s) before trying again,
@@ -60,10 +63,13 @@ class RedisNode {
   RedisNode& operator=(const RedisNode&) = delete;
 
   const RedisEndpoint& endpoint() const { return endpoint_; }
-  size_t connections() const { return workers_.size(); }
+  // Connections that carry SETs and GETs (options.connections); one more
+  // carries the jobs without them.
+  size_t connections() const { return workers_.size() - 1; }
 
-  // Queues a job on a thread chosen round-robin. Busy (delivered as each
-  // op's result, on the calling thread) when that thread's queue is full.
+  // Queues a job: one of only EXISTS and DEL ops on the control connection,
+  // any other on a data connection chosen round-robin. Busy (delivered as
+  // each op's result, on the calling thread) when that queue is full.
   void Submit(RedisJob job);
 
  private:
