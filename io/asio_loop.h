@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/host_port.h"
 #include "kvtier/env.h"
 #include "kvtier/status.h"
 
@@ -25,14 +26,6 @@ namespace kvtier::internal {
 // refused, aborted, broken pipe) is Unavailable, a timeout DeadlineExceeded,
 // anything else IOError; the message names `operation` and the cause.
 Status FromAsio(const boost::system::error_code& ec, std::string_view operation);
-
-// Splits "host:port" or "[IPv6]:port" (port 0 allowed when `allow_port0`)
-// without looking the host up. InvalidArgument naming the entry.
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-Result<HostPort> SplitHostPort(std::string_view text, bool allow_port0);
 
 // Looks a host up (system resolver, any family), IPv4 addresses first:
 // memd listens on IPv4 unless told an IPv6 address. Unavailable when the

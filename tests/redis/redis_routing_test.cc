@@ -56,6 +56,20 @@ TEST(RedisRouting, EndpointsAndRedirects) {
   EXPECT_EQ(ParseRedisEndpoint("nohost").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseRedisEndpoint("h:0").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseRedisEndpoint("h:70000").status().code(), StatusCode::kInvalidArgument);
+  // An IPv6 literal in brackets reaches hiredis without them; bare, the
+  // last colon splits.
+  for (const char* text : {"[::1]:6380", "::1:6380"}) {
+    auto v6 = ParseRedisEndpoint(text);
+    ASSERT_TRUE(v6.ok()) << text << ": " << v6.status().ToString();
+    EXPECT_EQ(v6->host, "::1") << text;
+    EXPECT_EQ(v6->port, 6380) << text;
+  }
+  for (const char* bad : {"[::1]", "[::1]6380", "[]:6380", "[::1:6380"}) {
+    EXPECT_EQ(ParseRedisEndpoint(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(ParseRedisEndpoint("h:0").status().message(),
+            "redis server: endpoint 'h:0' has a bad port; expected host:port or [IPv6]:port, "
+            "port 1 to 65535");
   RedisEndpoint target;
   bool asking = true;
   ASSERT_TRUE(ParseRedirect("MOVED 3999 127.0.0.1:6381", &target, &asking));

@@ -6,10 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstring>
+
+#include "io/host_port.h"
 
 namespace kvtier::internal {
 namespace {
@@ -27,20 +28,12 @@ timeval ToTimeval(uint32_t ms) {
 void RedisReplyDeleter::operator()(redisReply* r) const { freeReplyObject(r); }
 
 Result<RedisEndpoint> ParseRedisEndpoint(std::string_view text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) {
-    return Status::InvalidArgument("redis server '" + std::string(text) +
-                                   "' is not host:port; expected e.g. 127.0.0.1:6379");
+  Result<HostPort> hp = SplitHostPort(text, /*allow_port0=*/false);
+  if (!hp.ok()) {
+    return Status::InvalidArgument("redis server: " + std::string(hp.status().message()) +
+                                   "; expected host:port or [IPv6]:port, port 1 to 65535");
   }
-  std::string_view port_text = text.substr(colon + 1);
-  unsigned port = 0;
-  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc() || end != port_text.data() + port_text.size() || port == 0 ||
-      port > 65535) {
-    return Status::InvalidArgument("redis server '" + std::string(text) +
-                                   "' has a bad port; expected 1 to 65535");
-  }
-  return RedisEndpoint{std::string(text.substr(0, colon)), static_cast<uint16_t>(port)};
+  return RedisEndpoint{std::move(hp->host), hp->port};
 }
 
 Status FromRedisError(std::string_view e, std::string_view op) {
