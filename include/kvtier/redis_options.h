@@ -25,7 +25,8 @@ struct RedisTierOptions {
   uint32_t connect_timeout_ms = 1000;  // bound on connect, AUTH and SELECT
   uint32_t op_timeout_ms = 2000;       // bound on each reply (longer by a value's bytes at
                                        // 4 MB/s) and on sending each request batch
-  uint32_t connections = 2;            // connections (each with its own I/O thread) per server
+  uint32_t connections = 2;            // data connections (each with its own I/O thread) per
+                                       // server; one more carries EXISTS and DEL
   bool cluster = false;                // servers are seeds of a Redis Cluster
 
   // Checks the fields above; called by TierOptions::Validate for type redis.

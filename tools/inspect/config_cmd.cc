@@ -109,7 +109,7 @@ void RedisEntries(const std::string& p, const TierOptions& t, std::vector<Entry>
       {p + "ttl_s", U(r.ttl_s), "seconds a block lives after its last write or read; 0 = never"},
       {p + "connect_timeout_ms", U(r.connect_timeout_ms), "bound on connect, AUTH and SELECT"},
       {p + "op_timeout_ms", U(r.op_timeout_ms), "bound on each socket read or write of a batch"},
-      {p + "connections", U(r.connections), "connections (each with an I/O thread) per server"},
+      {p + "connections", U(r.connections), "data connections per server (one I/O thread each)"},
       {p + "cluster", Bool(r.cluster), "servers are seeds of a Redis Cluster"},
   });
 }
