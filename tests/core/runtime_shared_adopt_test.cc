@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -28,12 +29,17 @@ struct ContainsFaults {
   std::atomic<bool> stall{false};
   std::mutex mu;
   std::vector<std::pair<CompletionSource, size_t>> stalled;  // guarded by mu
+  // Runs once, in the first stalled call, on the asking lookup's thread.
+  std::function<void()> in_first_stall;  // set before the lookups
 
   bool Take(size_t keys, CompletionSource& done) {
     ++calls;
     if (stall) {
-      std::lock_guard lock(mu);
-      stalled.emplace_back(std::move(done), keys);
+      {
+        std::lock_guard lock(mu);
+        stalled.emplace_back(std::move(done), keys);
+      }
+      if (auto f = std::exchange(in_first_stall, nullptr)) f();
       return true;
     }
     if (!fail) return false;
@@ -172,6 +178,25 @@ TEST_F(SharedAdoptTest, AStalledSharedTierCostsALookupABoundedWaitOnce) {
   EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 0u);
   EXPECT_LT(std::chrono::steady_clock::now() - start, Scaled(std::chrono::milliseconds(40)));
   EXPECT_EQ(faults_[1].calls, calls) << "the stalled tier was asked again at once";
+}
+
+// Past the backoff, the first lookup to come claims the probe: a lookup on
+// another thread while it waits on the tier does not ask the tier too.
+TEST_F(SharedAdoptTest, PastTheBackoffOneLookupProbesTheTierForAll) {
+  faults_[1].fail = true;
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+  faults_[1].fail = false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the backoff is 1 s
+  faults_[1].stall = true;
+  const int before = faults_[1].calls;
+  size_t other_hits = 99;
+  faults_[1].in_first_stall = [&] {
+    std::thread other([&] { other_hits = rt_[1]->Lookup(kTestNs, keys_)->hit_blocks; });
+    other.join();  // a lookup that asked would end at its 50 ms wait
+  };
+  EXPECT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+  EXPECT_EQ(other_hits, 0u);
+  EXPECT_EQ(faults_[1].calls, before + 1) << "the lookup during the probe asked the tier too";
 }
 
 // The adopting runtime accounts for the blocks it adopted: it may evict
