@@ -61,10 +61,11 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
 
   // The tiers to ask: those with a local index, and the shared ones whose
   // reads check each block (another process's bytes are trusted only
-  // there) and that are not configured private, unless they are backing off. A shared tier's
-  // backoff is 0 while it answers; after a failure, the first lookup past the backoff claims the
-  // next try (pushing the backoff on), so that lookups on other threads do not each wait on a
-  // suspect tier.
+  // there) and that no option marks private, unless they are backing off.
+  // A shared tier's backoff is 0 while it answers; after a failure, the
+  // first lookup past the backoff claims the next try (pushing the backoff
+  // on), so that lookups on other threads do not each wait on a suspect
+  // tier.
   const uint64_t backoff = std::chrono::nanoseconds(kSharedTierBackoff).count();
   std::vector<size_t> asked;
   for (size_t t = 1; t < tier_count(); ++t) {
