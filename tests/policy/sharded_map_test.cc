@@ -80,6 +80,15 @@ TEST(ShardedMapTest, ForEachVisitsAndEraseIfErasesEachEntryOnce) {
   static_cast<const ShardedMap<uint64_t, uint64_t>&>(m).ForEach(
       [&](uint64_t, const uint64_t& v) { left += v == 103 ? 1000000 : 1; });
   EXPECT_EQ(left, 5000u - 714);
+  // Shard by shard (as a caller dropping its lock between shards scans):
+  // every entry once.
+  uint64_t by_shard = 0;
+  for (size_t i = 0; i < m.kShards; ++i) {
+    m.ForEachIn(i, [&](uint64_t k, const uint64_t&) { by_shard += k + 1; });
+  }
+  uint64_t expected = 0;
+  m.ForEach([&](uint64_t k, const uint64_t&) { expected += k + 1; });
+  EXPECT_EQ(by_shard, expected);
 }
 
 // The point of sharding: no shard holds much more than its share, so the
