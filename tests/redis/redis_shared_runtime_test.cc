@@ -1,16 +1,20 @@
 // Two runtimes, as two engine processes, over one redis-server with the same
 // key prefix: a chain one saves and demotes is found by the other's lookup,
-// adopted and loaded byte for byte, and counted in the adopting tier's usage.
+// adopted and loaded byte for byte, and counted in the adopting tier's usage;
+// a block that leaves before the adopting tier is told is not counted.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/core/runtime_test_util.h"
 #include "tests/redis/redis_test_util.h"
+#include "tests/support/tier_view.h"
 
 namespace kvtier::testing {
 namespace {
@@ -60,6 +64,67 @@ TEST_F(RedisSharedRuntimeTest, AChainSavedByOneRuntimeIsLoadedByTheOther) {
   EXPECT_EQ(st.tiers[1].blocks, 3u) << "the adopting runtime counts what it adopted";
   ASSERT_TRUE(sim_[1]->Load(keys, 10).status().ok());
   for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim_[1]->Holds(10 + i, keys[i])) << i;
+}
+
+// A block removed between its adoption and the Claim telling the adopting
+// runtime's tier to count it would stay counted there for good (the tier
+// cannot see it is gone): the runtime removes it again after the Claim.
+TEST(RedisSharedRuntimeClaimTest, ABlockGoneBeforeItsClaimIsNotLeftCounted) {
+  std::string why;
+  RedisServer* server = SharedRedis(&why);
+  if (server == nullptr) GTEST_SKIP() << "no redis-server: " << why;
+  EngineSetup setup[2] = {MakeEngine(64), MakeEngine(64)};
+  const uint64_t bb = setup[0].layout.BlockBytes();
+  TierOptions redis = RedisTierOptionsFor({server->endpoint()}, 64 * bb);
+  redis.redis.key_prefix = "claimtest";  // not the other tests' blocks
+  const std::vector<BlockKey> keys = ChainKeys({21, 22, 23});
+  std::shared_ptr<Tier> inner;  // runtime 1's Redis tier, behind a view
+  std::unique_ptr<Runtime> rt[2];
+  bool removed = false;
+  for (int i = 0; i < 2; ++i) {
+    RuntimeOptions o = MakeOptions(bb, 8);
+    o.tiers[0].watermarks = {.high = 0.2, .low = 0.1};
+    o.tiers.push_back(redis);
+    if (i == 1) {
+      o.tier_factory = [&](const TierOptions& t,
+                           const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+        if (t.type != "redis") return CreateTier(t, c);
+        auto made = CreateTier(t, c);
+        if (!made.ok()) return made.status();
+        inner = std::shared_ptr<Tier>(std::move(made).value());
+        TierViewHooks hooks;
+        hooks.before_claim = [&] {
+          // Adopted and indexed, not yet claimed: the last block goes.
+          removed = rt[1]->Remove(kTestNs, std::span(keys).last(1)).ok();
+        };
+        return NewTierView(inner, inner->capabilities(), std::move(hooks));
+      };
+    }
+    auto opened = Runtime::Open(o, setup[i].engine);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    rt[i] = std::move(opened).value();
+  }
+  SimEngine sim(rt[0].get(), setup[0].engine.get());
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  ASSERT_EQ(*rt[0]->TEST_RunMoverOnce(), keys.size());
+  // As above: a late answer leaves the tier out for 1 s.
+  Result<LookupResult> r = rt[1]->Lookup(kTestNs, keys);
+  for (int late = 0; late < 3 && r.ok() && r->hit_blocks == 0; ++late) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    r = rt[1]->Lookup(kTestNs, keys);
+  }
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(removed);
+  EXPECT_EQ(r->hit_blocks, 2u);  // the lookup answers after the claim
+  // The runtime's second remove is not waited for: give its DEL time.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (inner->Usage().blocks != 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(inner->Usage().blocks, 2u) << "the removed block is still counted";
+  for (auto& runtime : rt) runtime->Shutdown();
+  ASSERT_TRUE(inner->Remove(kTestNs, keys).Wait().ok());
 }
 
 }  // namespace

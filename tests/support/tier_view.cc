@@ -33,7 +33,10 @@ class TierView final : public Tier {
     }
     Forward(c, std::move(done));
   }
-  void DoClaim(NamespaceId ns, std::span<const BlockKey> keys) override { inner_->Claim(ns, keys); }
+  void DoClaim(NamespaceId ns, std::span<const BlockKey> keys) override {
+    if (hooks_.before_claim) hooks_.before_claim();
+    inner_->Claim(ns, keys);
+  }
 
  private:
   static void Forward(const Completion& c, CompletionSource done) {

@@ -20,6 +20,8 @@ struct TierViewHooks {
   // it has taken `done` instead (answered it, or kept it to answer later,
   // before the view is shut down) and `inner` is not asked.
   std::function<bool(size_t keys, CompletionSource& done)> instead_of_contains;
+  // Before a Claim is passed to `inner`.
+  std::function<void()> before_claim;
 };
 
 // `inner` must outlive the view; shutting the view down leaves `inner` open.
