@@ -110,7 +110,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
     from = end;
   }
   for (size_t t : asked) {
-    if (!lower_[t - 1]->capabilities().local_index) {
+    if (adopt_shared_[t]) {
       adopt_skip_until_[t].store(answered[t] ? 0 : NowNs() + backoff, std::memory_order_relaxed);
     }
   }
@@ -159,7 +159,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   for (size_t t = 1; t < tier_count(); ++t) {
     if (claims[t].empty()) continue;
     lower_[t - 1]->Claim(ns, claims[t]);
-    shared_claims = shared_claims || !lower_[t - 1]->capabilities().local_index;
+    shared_claims = shared_claims || adopt_shared_[t];
   }
   // A shared tier counts what it is told it holds. A block that left the
   // index's copy in it before the Claim (evicted, or found missing by a
@@ -170,7 +170,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   {
     std::lock_guard lock(mu_);
     for (size_t t = 1; t < tier_count(); ++t) {
-      if (lower_[t - 1]->capabilities().local_index) continue;
+      if (!adopt_shared_[t]) continue;
       for (const BlockKey& key : claims[t]) {
         const IndexEntry* e = index_.Find({ns, key});
         if (e == nullptr || ((e->locations >> t) & 1U) == 0) gone[t].push_back(key);

@@ -113,7 +113,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
   adopt_shared_.assign(1 + lower_.size(), false);
   for (size_t t = 1; t < tier_count(); ++t) {
     const TierCapabilities& c = lower_[t - 1]->capabilities();
-    adopt_shared_[t] = c.shared && c.checksummed && options_.tiers[t].shared;
+    adopt_shared_[t] = !c.local_index && c.shared && c.checksummed && options_.tiers[t].shared;
     has_adoptable_tier_ |= c.local_index || adopt_shared_[t];
   }
   adopt_skip_until_ = std::make_unique<std::atomic<uint64_t>[]>(1 + lower_.size());

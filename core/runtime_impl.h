@@ -305,8 +305,9 @@ class RuntimeImpl final : public Runtime {
   // Some lower tier is asked on a lookup miss (AdoptStoredBlocks): it
   // answers Contains from memory, or other processes write to it.
   bool has_adoptable_tier_ = false;
-  // Per tier: a shared tier whose reads check each block, and which its
-  // options do not mark private (TierOptions::shared): a lookup miss asks it.
+  // Per tier: a shared tier without a local index whose reads check each
+  // block, and which its options do not mark private (TierOptions::shared):
+  // a lookup miss asks it, backs off from it, and claims in it.
   std::vector<bool> adopt_shared_;
   // Per tier: the NowNs() before which a shared tier whose last Contains
   // failed or was late is not asked again (a lookup must not wait on a

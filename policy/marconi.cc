@@ -63,8 +63,7 @@ class MarconiAdmission final : public AdmissionPolicy {
       path_.push_back(e);
     }
     if (full_blocks > 0 && full_blocks <= chain.size()) nodes_[chain[full_blocks - 1]].tail = true;
-    for (auto e = path_.rbegin(); e != path_.rend(); ++e) recency_.Touch(**e);  // leaf first
-    recency_.Trim(nodes_, max_nodes_);
+    recency_.TouchChainAndTrim(path_, nodes_, max_nodes_);
   }
 
   // KV block: shared (seen twice), or on a continuing path, or hinted: by

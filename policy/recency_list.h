@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 
 #include "policy/sharded_map.h"
@@ -23,9 +24,9 @@ struct RecencyLinks {
 
 // An intrusive list over the entries of a ShardedMap<uint64_t, Node>, least
 // recently named first. It holds pointers to the entries, which never move
-// while in the map (a rehash keeps them in place); so it is
-// neither copied nor moved, and every entry of the map must be touched once
-// when inserted, and erased from the map only by Trim.
+// while in the map (a rehash keeps them in place); so it is neither copied
+// nor moved, every entry inserted into the map must be in a chain passed to
+// TouchChainAndTrim by the same call, and only this list erases entries.
 template <typename Node>
 class RecencyList {
  public:
@@ -36,6 +37,16 @@ class RecencyList {
   RecencyList(const RecencyList&) = delete;
   RecencyList& operator=(const RecencyList&) = delete;
 
+  // Marks a request's chain (its entries root first) named, leaf first: a
+  // parent is then always more recently named than its children and is
+  // forgotten after them, so a remembered entry's parent is remembered too.
+  // Then trims `map` as Trim does.
+  void TouchChainAndTrim(std::span<Entry* const> chain, Map& map, size_t max_size) {
+    for (auto e = chain.rbegin(); e != chain.rend(); ++e) Touch(**e);
+    Trim(map, max_size);
+  }
+
+ private:
   // Makes `e`, new to the list or not, the most recently named.
   void Touch(Entry& e) {
     if (newest_ == &e) return;
@@ -58,7 +69,6 @@ class RecencyList {
     }
   }
 
- private:
   void Unlink(Entry& e) {
     RecencyLinks<Node>& l = e.second.recency;
     (l.older != nullptr ? l.older->second.recency.newer : oldest_) = l.newer;

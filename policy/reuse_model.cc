@@ -121,8 +121,7 @@ void ReuseModel::ObserveRequest(std::span<const uint64_t> chain, uint32_t full_b
     if (!added) pending_ids_ -= slot->second.Ids();  // a tag used again replaces its request
     slot->second = std::move(p);
   }
-  for (auto e = path_.rbegin(); e != path_.rend(); ++e) recency_.Touch(**e);  // leaf first
-  recency_.Trim(nodes_, max_nodes_);
+  recency_.TouchChainAndTrim(path_, nodes_, max_nodes_);
 }
 
 void ReuseModel::ObserveFinish(std::span<const uint64_t> chain, uint32_t output_tokens) {

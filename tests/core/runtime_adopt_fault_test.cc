@@ -63,6 +63,19 @@ class RuntimeAdoptFaultTest : public ::testing::Test {
     }
   }
 
+  // Stores `keys` on the disk, opens over it with `f`, adopts them all and
+  // loads them into engine blocks 8 and on: each load ends with `code`,
+  // and none writes wrong bytes.
+  void ExpectAdoptedLoadsFail(const std::vector<BlockKey>& keys, FaultOptions f, StatusCode code) {
+    ASSERT_NO_FATAL_FAILURE(StoreOnDisk(keys));
+    ASSERT_NO_FATAL_FAILURE(Open(f));
+    ASSERT_EQ(Hits(keys), keys.size());
+    sim_->Scrub(0, 64);
+    Completion c = sim_->Load(keys, 8);
+    for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(c.result(i).code(), code) << i;
+    ExpectNoWrongBytes(c, keys, 8);
+  }
+
   size_t Hits(const std::vector<BlockKey>& keys) {
     auto r = rt_->Lookup(kTestNs, keys);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -188,15 +201,9 @@ TEST_F(RuntimeAdoptFaultTest, ASlowContainsBoundsTheWholeLookupNotEachBatch) {
 // lost copy, so the index keeps the blocks and a later load may read them.
 TEST_F(RuntimeAdoptFaultTest, AdoptedBlocksWhoseReadFailsAreErrorsNotData) {
   const auto keys = ChainKeys({1, 2, 3, 4});
-  ASSERT_NO_FATAL_FAILURE(StoreOnDisk(keys));
   FaultOptions f;
   f.fail_after_ops = 0;  // every read fails; nothing else passes the counter
-  ASSERT_NO_FATAL_FAILURE(Open(f));
-  ASSERT_EQ(Hits(keys), 4u);
-  sim_->Scrub(0, 64);
-  Completion c = sim_->Load(keys, 8);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.result(i).code(), StatusCode::kIOError) << i;
-  ExpectNoWrongBytes(c, keys, 8);
+  ASSERT_NO_FATAL_FAILURE(ExpectAdoptedLoadsFail(keys, f, StatusCode::kIOError));
   EXPECT_EQ(Hits(keys), 4u);
   EXPECT_EQ(disk_->Usage().blocks, 4u);
 }
@@ -206,16 +213,10 @@ TEST_F(RuntimeAdoptFaultTest, AdoptedBlocksWhoseReadFailsAreErrorsNotData) {
 // forgotten and removed from the tier, so no lookup offers them again.
 TEST_F(RuntimeAdoptFaultTest, AdoptedBlocksTheTierFindsCorruptAreForgotten) {
   const auto keys = ChainKeys({1, 2, 3, 4});
-  ASSERT_NO_FATAL_FAILURE(StoreOnDisk(keys));
   FaultOptions f;
   f.fail_after_ops = 0;
   f.error = StatusCode::kCorruption;
-  ASSERT_NO_FATAL_FAILURE(Open(f));
-  ASSERT_EQ(Hits(keys), 4u);
-  sim_->Scrub(0, 64);
-  Completion c = sim_->Load(keys, 8);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.result(i).code(), StatusCode::kCorruption) << i;
-  ExpectNoWrongBytes(c, keys, 8);
+  ASSERT_NO_FATAL_FAILURE(ExpectAdoptedLoadsFail(keys, f, StatusCode::kCorruption));
   EXPECT_EQ(Hits(keys), 0u);
   EXPECT_EQ(disk_->Usage().blocks, 0u) << "corrupt copies are removed from the tier";
   EXPECT_EQ(Hits(keys), 0u);
@@ -225,15 +226,9 @@ TEST_F(RuntimeAdoptFaultTest, AdoptedBlocksTheTierFindsCorruptAreForgotten) {
 // (byte count) and drops the copy as corrupt.
 TEST_F(RuntimeAdoptFaultTest, AdoptedBlocksReadShortAreCorruption) {
   const auto keys = ChainKeys({1, 2, 3, 4});
-  ASSERT_NO_FATAL_FAILURE(StoreOnDisk(keys));
   FaultOptions f;
   f.truncate_on_read = true;
-  ASSERT_NO_FATAL_FAILURE(Open(f));
-  ASSERT_EQ(Hits(keys), 4u);
-  sim_->Scrub(0, 64);
-  Completion c = sim_->Load(keys, 8);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.result(i).code(), StatusCode::kCorruption) << i;
-  ExpectNoWrongBytes(c, keys, 8);
+  ASSERT_NO_FATAL_FAILURE(ExpectAdoptedLoadsFail(keys, f, StatusCode::kCorruption));
   EXPECT_EQ(Hits(keys), 0u);
 }
 

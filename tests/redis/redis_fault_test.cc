@@ -35,6 +35,18 @@ bool SpinUntil(const std::function<bool()>& reached, std::chrono::milliseconds l
   return true;
 }
 
+// Runs `op` until it succeeds or 5 s have passed (a tier reconnects by
+// itself once its backoff, at most 1 s, has passed); its last status.
+Status RetryUntilOk(const std::function<Status()>& op) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  Status st;
+  do {
+    st = op();
+    if (!st.ok()) std::this_thread::sleep_for(milliseconds(50));
+  } while (!st.ok() && Clock::now() < deadline);
+  return st;
+}
+
 class RedisFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -91,16 +103,8 @@ TEST_F(RedisFaultTest, KilledDuringABatchFailsUnavailableThenReconnects) {
   EXPECT_EQ(tier->Usage().blocks, 2u) << "failed writes release their capacity";
 
   ASSERT_TRUE(server_->Restart().ok());
-  // The tier reconnects by itself once its backoff (at most 1 s) has passed.
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  Status st;
-  int attempts = 0;
-  do {
-    ++attempts;
-    st = tier->Write(kNs, b.ops).Wait();
-    if (!st.ok()) std::this_thread::sleep_for(milliseconds(50));
-  } while (!st.ok() && Clock::now() < deadline);
-  ASSERT_TRUE(st.ok()) << st.ToString() << " after " << attempts << " attempts";
+  const Status st = RetryUntilOk([&] { return tier->Write(kNs, b.ops).Wait(); });
+  ASSERT_TRUE(st.ok()) << st.ToString();
   std::vector<std::byte> out(kBlock);
   ReadOp rd{b.ops[5].key, out};
   ASSERT_TRUE(tier->Read(kNs, std::span(&rd, 1)).Wait().ok());
@@ -194,12 +198,7 @@ TEST_F(RedisFaultTest, FrozenServerTimesOutWithinTheDeadline) {
         << c.result(i).ToString();
   }
   server_->Resume();
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  Status st;
-  do {
-    st = tier->Read(kNs, reads).Wait();
-    if (!st.ok()) std::this_thread::sleep_for(milliseconds(50));
-  } while (!st.ok() && Clock::now() < deadline);
+  const Status st = RetryUntilOk([&] { return tier->Read(kNs, reads).Wait(); });
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(out[3], b.data[3]);
   tier->Shutdown();
@@ -345,13 +344,8 @@ TEST_F(RedisFaultTest, FrozenWhileASetBatchIsWrittenTimesOutWithinTheDeadline) {
   EXPECT_EQ(tier->Usage().blocks, warm.ops.size() + stored.size());
 
   server_->Resume();
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
   Batch next = MakeBatch(100, 2, kBigBlock);
-  Status st;
-  do {
-    st = tier->Write(kNs, next.ops).Wait();
-    if (!st.ok()) std::this_thread::sleep_for(milliseconds(50));
-  } while (!st.ok() && Clock::now() < deadline);
+  const Status st = RetryUntilOk([&] { return tier->Write(kNs, next.ops).Wait(); });
   ASSERT_TRUE(st.ok()) << st.ToString();
   // Whatever was reported stored is on the server, byte for byte.
   std::vector<std::byte> out(kBigBlock);

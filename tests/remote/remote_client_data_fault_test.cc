@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -119,6 +120,36 @@ class RemoteClientDataFaultTest : public ::testing::Test {
   }
   void TearDown() override {
     if (client_) client_->Shutdown();
+    server_.reset();
+  }
+  // What the scripted server does once it has sent a GET's frames.
+  enum class Then {
+    kKeepLink,      // answers the client's EXISTS (ExpectLinkKept), then waits for it to hang up
+    kExpectClosed,  // expects the client to close the connection within 2 s
+  };
+  // A server that reads a GET of `n` items and sends what `send` makes of
+  // it (given the request id), then does `then`; connected to, GETs n
+  // items (Get) and waits for every answer. Replaces any earlier server and
+  // client.
+  Answers ServeGet(size_t n, std::function<void(ScriptedConn&, uint32_t id)> send, Then then) {
+    if (client_) client_->Shutdown();
+    server_ = std::make_unique<ScriptedMemd>([n, send = std::move(send), then](ScriptedConn& c) {
+      auto id = ReadGet(c, n);
+      if (!id) return;
+      send(c, *id);
+      if (then == Then::kKeepLink) {
+        AnswerExists(c);
+        c.Drain(1);  // until the client hangs up
+      } else {
+        EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(2)));
+      }
+    });
+    Connect(*server_);
+    if (HasFatalFailure()) return Answers(n);
+    Answers get = Get(n);
+    // A fatal failure for the caller's ASSERT_FALSE(HasFatalFailure()).
+    if (!get.WaitFor(kWait)) [] { FAIL() << "the GET was not answered in time"; }();
+    return get;
   }
   // GETs Key(0..n-1) into zeroed buffers of kPayloadBytes (dsts_).
   Answers Get(size_t n) {
@@ -143,6 +174,7 @@ class RemoteClientDataFaultTest : public ::testing::Test {
   }
 
   std::vector<std::vector<std::byte>> dsts_;
+  std::unique_ptr<ScriptedMemd> server_;  // ServeGet's
   std::unique_ptr<memd::RemoteClient> client_;
 };
 
@@ -151,19 +183,16 @@ class RemoteClientDataFaultTest : public ::testing::Test {
 // was honest the stream stays in step: the items around it are hits and
 // the connection goes on.
 TEST_F(RemoteClientDataFaultTest, ABlockShorterThanItsHeaderSaysIsCorruptionForItAlone) {
-  ScriptedMemd server([&](ScriptedConn& c) {
-    auto id = ReadGet(c, 3);
-    if (!id) return;
-    const std::vector<std::byte> cut = StoredBlock(1);
-    c.Send(GetData(*id, 0, StoredBlock(0)));
-    c.Send(GetData(*id, 1, std::span(cut).first(cut.size() - 100)));
-    c.Send(GetData(*id, 2, StoredBlock(2)));
-    AnswerExists(c);
-    c.Drain(1);  // until the client hangs up
-  });
-  ASSERT_NO_FATAL_FAILURE(Connect(server));
-  Answers get = Get(3);
-  ASSERT_TRUE(get.WaitFor(kWait));
+  Answers get = ServeGet(
+      3,
+      [](ScriptedConn& c, uint32_t id) {
+        const std::vector<std::byte> cut = StoredBlock(1);
+        c.Send(GetData(id, 0, StoredBlock(0)));
+        c.Send(GetData(id, 1, std::span(cut).first(cut.size() - 100)));
+        c.Send(GetData(id, 2, StoredBlock(2)));
+      },
+      Then::kKeepLink);
+  ASSERT_FALSE(HasFatalFailure());
   ExpectHit(get, 0, dsts_[0]);
   ExpectFailed(get, 1, StatusCode::kCorruption,
                "stored block: block payload: length 3900 != header's 4000");
@@ -231,18 +260,16 @@ TEST_F(RemoteClientDataFaultTest, ABlockThatStallsMidBodyFailsAtTheDeadline) {
 // (the server never sends one): the connection closes, the unanswered items
 // fail with IOError naming it, the answered one keeps its hit.
 TEST_F(RemoteClientDataFaultTest, ABlockFrameShorterThanABlockHeaderClosesTheLink) {
-  ScriptedMemd server([&](ScriptedConn& c) {
-    auto id = ReadGet(c, 3);
-    if (!id) return;
-    const std::vector<std::byte> cut = StoredBlock(1);
-    c.Send(GetData(*id, 0, StoredBlock(0)));
-    c.Send(GetData(*id, 1, std::span(cut).first(40)));
-    c.Send(GetData(*id, 2, StoredBlock(2)));
-    EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(2)));
-  });
-  ASSERT_NO_FATAL_FAILURE(Connect(server));
-  Answers get = Get(3);
-  ASSERT_TRUE(get.WaitFor(kWait));
+  Answers get = ServeGet(
+      3,
+      [](ScriptedConn& c, uint32_t id) {
+        const std::vector<std::byte> cut = StoredBlock(1);
+        c.Send(GetData(id, 0, StoredBlock(0)));
+        c.Send(GetData(id, 1, std::span(cut).first(40)));
+        c.Send(GetData(id, 2, StoredBlock(2)));
+      },
+      Then::kExpectClosed);
+  ASSERT_FALSE(HasFatalFailure());
   ExpectHit(get, 0, dsts_[0]);
   for (size_t i : {1, 2}) {
     ExpectFailed(get, i, StatusCode::kIOError,
@@ -254,19 +281,16 @@ TEST_F(RemoteClientDataFaultTest, ABlockFrameShorterThanABlockHeaderClosesTheLin
 // One payload byte flipped, in the middle and at the end: the payload
 // checksum no longer matches, so each such item is Corruption, never a hit.
 TEST_F(RemoteClientDataFaultTest, AFlippedPayloadByteIsCorruptionNeverData) {
-  ScriptedMemd server([&](ScriptedConn& c) {
-    auto id = ReadGet(c, 4);
-    if (!id) return;
-    c.Send(GetData(*id, 0, StoredBlock(0)));
-    c.Send(GetData(*id, 1, Flipped(StoredBlock(1), kBlockHeaderBytes + kPayloadBytes / 2)));
-    c.Send(GetData(*id, 2, Flipped(StoredBlock(2), kBlockHeaderBytes + kPayloadBytes - 1)));
-    c.Send(GetData(*id, 3, StoredBlock(3)));
-    AnswerExists(c);
-    c.Drain(1);  // until the client hangs up
-  });
-  ASSERT_NO_FATAL_FAILURE(Connect(server));
-  Answers get = Get(4);
-  ASSERT_TRUE(get.WaitFor(kWait));
+  Answers get = ServeGet(
+      4,
+      [](ScriptedConn& c, uint32_t id) {
+        c.Send(GetData(id, 0, StoredBlock(0)));
+        c.Send(GetData(id, 1, Flipped(StoredBlock(1), kBlockHeaderBytes + kPayloadBytes / 2)));
+        c.Send(GetData(id, 2, Flipped(StoredBlock(2), kBlockHeaderBytes + kPayloadBytes - 1)));
+        c.Send(GetData(id, 3, StoredBlock(3)));
+      },
+      Then::kKeepLink);
+  ASSERT_FALSE(HasFatalFailure());
   ExpectHit(get, 0, dsts_[0]);
   for (size_t i : {1, 2}) {
     ExpectFailed(get, i, StatusCode::kCorruption,
@@ -280,20 +304,17 @@ TEST_F(RemoteClientDataFaultTest, AFlippedPayloadByteIsCorruptionNeverData) {
 // header checksum; a whole, self-consistent header for another key or
 // another namespace is the wrong block. Each is Corruption for its item.
 TEST_F(RemoteClientDataFaultTest, AFlippedHeaderByteIsCorruptionNeverData) {
-  ScriptedMemd server([&](ScriptedConn& c) {
-    auto id = ReadGet(c, 5);
-    if (!id) return;
-    c.Send(GetData(*id, 0, Flipped(StoredBlock(0), kKeyHiOffset)));
-    c.Send(GetData(*id, 1, Flipped(StoredBlock(1), kPayloadBytesOffset)));
-    c.Send(GetData(*id, 2, StoredBlock(kNs, Key(7), Payload(2))));
-    c.Send(GetData(*id, 3, StoredBlock(NamespaceId{kNs.value + 1}, Key(3), Payload(3))));
-    c.Send(GetData(*id, 4, StoredBlock(4)));
-    AnswerExists(c);
-    c.Drain(1);  // until the client hangs up
-  });
-  ASSERT_NO_FATAL_FAILURE(Connect(server));
-  Answers get = Get(5);
-  ASSERT_TRUE(get.WaitFor(kWait));
+  Answers get = ServeGet(
+      5,
+      [](ScriptedConn& c, uint32_t id) {
+        c.Send(GetData(id, 0, Flipped(StoredBlock(0), kKeyHiOffset)));
+        c.Send(GetData(id, 1, Flipped(StoredBlock(1), kPayloadBytesOffset)));
+        c.Send(GetData(id, 2, StoredBlock(kNs, Key(7), Payload(2))));
+        c.Send(GetData(id, 3, StoredBlock(NamespaceId{kNs.value + 1}, Key(3), Payload(3))));
+        c.Send(GetData(id, 4, StoredBlock(4)));
+      },
+      Then::kKeepLink);
+  ASSERT_FALSE(HasFatalFailure());
   for (size_t i : {0, 1}) {
     ExpectFailed(get, i, StatusCode::kCorruption,
                  "stored block: block header: header checksum mismatch");
@@ -312,17 +333,15 @@ TEST_F(RemoteClientDataFaultTest, AFlippedHeaderByteIsCorruptionNeverData) {
 TEST_F(RemoteClientDataFaultTest, AGetDataForAnItemOutsideTheBatchClosesTheLink) {
   for (const size_t stray : {size_t{2}, size_t{0xFFFF}}) {
     SCOPED_TRACE("item " + std::to_string(stray));
-    ScriptedMemd server([&](ScriptedConn& c) {
-      auto id = ReadGet(c, 2);
-      if (!id) return;
-      c.Send(GetData(*id, 0, StoredBlock(0)));
-      c.Send(GetData(*id, stray, StoredBlock(1)));
-      c.Send(GetData(*id, 1, StoredBlock(1)));
-      EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(2)));
-    });
-    ASSERT_NO_FATAL_FAILURE(Connect(server));
-    Answers get = Get(2);
-    ASSERT_TRUE(get.WaitFor(kWait));
+    Answers get = ServeGet(
+        2,
+        [stray](ScriptedConn& c, uint32_t id) {
+          c.Send(GetData(id, 0, StoredBlock(0)));
+          c.Send(GetData(id, stray, StoredBlock(1)));
+          c.Send(GetData(id, 1, StoredBlock(1)));
+        },
+        Then::kExpectClosed);
+    ASSERT_FALSE(HasFatalFailure());
     ExpectHit(get, 0, dsts_[0]);
     ExpectFailed(get, 1, StatusCode::kIOError, "bad reply: GET_DATA for no pending item");
     EXPECT_TRUE(AllZero(dsts_[1]));
@@ -335,17 +354,15 @@ TEST_F(RemoteClientDataFaultTest, AGetDataForAnItemOutsideTheBatchClosesTheLink)
 // block of the same key): the first answer stands, its buffer, which the
 // caller owns again, is not written, and the connection closes.
 TEST_F(RemoteClientDataFaultTest, AGetDataForAnItemTwiceKeepsTheFirstAnswerAndItsBuffer) {
-  ScriptedMemd server([&](ScriptedConn& c) {
-    auto id = ReadGet(c, 2);
-    if (!id) return;
-    c.Send(GetData(*id, 0, StoredBlock(0)));
-    c.Send(GetData(*id, 0, StoredBlock(kNs, Key(0), BlockBytes(Key(0), kPayloadBytes, 1))));
-    c.Send(GetData(*id, 1, StoredBlock(1)));
-    EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(2)));
-  });
-  ASSERT_NO_FATAL_FAILURE(Connect(server));
-  Answers get = Get(2);
-  ASSERT_TRUE(get.WaitFor(kWait));
+  Answers get = ServeGet(
+      2,
+      [](ScriptedConn& c, uint32_t id) {
+        c.Send(GetData(id, 0, StoredBlock(0)));
+        c.Send(GetData(id, 0, StoredBlock(kNs, Key(0), BlockBytes(Key(0), kPayloadBytes, 1))));
+        c.Send(GetData(id, 1, StoredBlock(1)));
+      },
+      Then::kExpectClosed);
+  ASSERT_FALSE(HasFatalFailure());
   ExpectHit(get, 0, dsts_[0]);
   ExpectFailed(get, 1, StatusCode::kIOError, "bad reply: GET_DATA for no pending item");
   EXPECT_TRUE(AllZero(dsts_[1]));

@@ -46,4 +46,23 @@ Status WaitUntilReady(pid_t* pid, std::string_view what, std::chrono::millisecon
                              std::to_string(timeout.count()) + " ms");
 }
 
+Status RunWithDeadline(std::vector<std::string> args, std::chrono::milliseconds limit) {
+  const std::string what = args.empty() ? "" : args[0];
+  auto child = SpawnChild(std::move(args));
+  if (!child.ok()) return child.status();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (waitpid(*child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(*child, SIGKILL);
+      waitpid(*child, &status, 0);
+      return Status::DeadlineExceeded(what + " did not finish within " +
+                                      std::to_string(limit.count()) + " ms; killed");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  return Status::Unavailable(what + " failed (wait status " + std::to_string(status) + ")");
+}
+
 }  // namespace kvtier::testing

@@ -25,4 +25,11 @@ Result<pid_t> SpawnChild(std::vector<std::string> args);
 Status WaitUntilReady(pid_t* pid, std::string_view what, std::chrono::milliseconds timeout,
                       std::chrono::milliseconds poll, const std::function<bool()>& ready);
 
+// Runs `args` as a child (see SpawnChild) and waits for it to exit, at most
+// `limit`: past that the child is killed (SIGKILL) and reaped, and the
+// result is DeadlineExceeded naming args[0]. Otherwise OK when it exited
+// with status 0, else Unavailable with its exit status. For setup commands
+// (redis-cli) that must fail a test rather than hang it.
+Status RunWithDeadline(std::vector<std::string> args, std::chrono::milliseconds limit);
+
 }  // namespace kvtier::testing

@@ -138,7 +138,6 @@ Result<std::string> RunCommand(uint16_t port, const std::string& password,
     freeReplyObject(r);
     return out;
   };
-  Result<std::string> out = Status::Internal("unset");
   if (!password.empty()) {
     auto auth = run({"AUTH", password});
     if (!auth.ok()) {
@@ -146,7 +145,7 @@ Result<std::string> RunCommand(uint16_t port, const std::string& password,
       return auth.status();
     }
   }
-  out = run(argv);
+  Result<std::string> out = run(argv);
   redisFree(c);
   return out;
 }
@@ -279,25 +278,6 @@ RedisServer::IoBytes RedisServer::Io() const {
 
 Result<std::string> RedisServer::Command(const std::vector<std::string>& argv) const {
   return RunCommand(port_, options_.password, argv, timeval{5, 0});
-}
-
-Status RunWithDeadline(std::vector<std::string> args, std::chrono::milliseconds limit) {
-  const std::string what = args.empty() ? "" : args[0];
-  auto child = SpawnChild(std::move(args));
-  if (!child.ok()) return child.status();
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (waitpid(*child, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(*child, SIGKILL);
-      waitpid(*child, &status, 0);
-      return Status::DeadlineExceeded(what + " did not finish within " +
-                                      std::to_string(limit.count()) + " ms; killed");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
-  return Status::Unavailable(what + " failed (wait status " + std::to_string(status) + ")");
 }
 
 Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(int masters) {

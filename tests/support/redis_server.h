@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvtier/status.h"
+#include "tests/support/child_process.h"
 
 namespace kvtier::testing {
 
@@ -87,13 +88,6 @@ class RedisServer {
   pid_t pid_ = -1;
   bool paused_ = false;
 };
-
-// Runs `args` as a child (see SpawnChild) and waits for it to exit, at most
-// `limit`: past that the child is killed (SIGKILL) and reaped, and the
-// result is DeadlineExceeded naming args[0]. Otherwise OK when it exited
-// with status 0, else Unavailable with its exit status. For setup commands
-// (redis-cli) that must fail a test rather than hang it.
-Status RunWithDeadline(std::vector<std::string> args, std::chrono::milliseconds limit);
 
 class RedisCluster {
  public:
