@@ -5,11 +5,11 @@
 #                        switch KVTIER_WITH_REMOTE)
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
-find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto SSL)
 find_package(yaml-cpp REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
-set(KVTIER_PRIVATE_DEPS Threads::Threads OpenSSL::Crypto yaml-cpp PkgConfig::XXHASH)
+set(KVTIER_PRIVATE_DEPS Threads::Threads OpenSSL::SSL OpenSSL::Crypto yaml-cpp PkgConfig::XXHASH)
 
 # CUDA: only the toolkit is needed to build; running needs a device.
 set(_cuda_found FALSE)
