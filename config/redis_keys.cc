@@ -10,9 +10,22 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 11> kRedisKeys = {
-    "servers", "shared", "user", "password", "db", "key_prefix", "ttl_s", "connect_timeout_ms",
-    "op_timeout_ms", "connections", "cluster"};
+constexpr std::array<std::string_view, 16> kRedisKeys = {"servers",
+                                                         "shared",
+                                                         "user",
+                                                         "password",
+                                                         "db",
+                                                         "key_prefix",
+                                                         "ttl_s",
+                                                         "connect_timeout_ms",
+                                                         "op_timeout_ms",
+                                                         "connections",
+                                                         "cluster",
+                                                         "tls",
+                                                         "tls_ca_file",
+                                                         "tls_cert_file",
+                                                         "tls_key_file",
+                                                         "tls_server_name"};
 
 Status ReadTimeouts(const ConfigNode& node, const std::string& path, RedisTierOptions* r) {
   if (const ConfigNode* p = node.Find("ttl_s")) {
@@ -53,6 +66,34 @@ Status ReadKeyPrefix(const ConfigNode& p, const std::string& path, RedisTierOpti
   return Status::Ok();
 }
 
+// tls, and the tls_* keys that only go with it (a certificate with its key).
+// An empty tls_* value is the same as none.
+Status ReadTls(const ConfigNode& node, const std::string& path, RedisTierOptions* r) {
+  const ConfigNode* tls = node.Find("tls");
+  if (tls != nullptr) KVTIER_RETURN_IF_ERROR(ReadBool(*tls, path + ".tls", &r->tls));
+  const std::pair<const char*, std::string*> files[] = {{"tls_ca_file", &r->tls_ca_file},
+                                                        {"tls_cert_file", &r->tls_cert_file},
+                                                        {"tls_key_file", &r->tls_key_file},
+                                                        {"tls_server_name", &r->tls_server_name}};
+  for (const auto& [name, out] : files) {
+    const ConfigNode* p = node.Find(name);
+    if (p == nullptr) continue;
+    KVTIER_RETURN_IF_ERROR(ReadOptionalString(*p, path + "." + name, out));
+    if (!r->tls && !out->empty()) {
+      return NodeError(p->where, path + "." + name + " is set but tls is off",
+                       "tls: true beside it, or no " + std::string(name));
+    }
+  }
+  if (r->tls_cert_file.empty() != r->tls_key_file.empty()) {
+    const bool cert = !r->tls_cert_file.empty();
+    return NodeError(
+        node.Find(cert ? "tls_cert_file" : "tls_key_file")->where,
+        path + (cert ? ".tls_cert_file has no tls_key_file" : ".tls_key_file has no tls_cert_file"),
+        "both tls_cert_file and tls_key_file, or neither");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::span<const std::string_view> RedisKeys() { return kRedisKeys; }
@@ -80,6 +121,7 @@ Status ReadRedisKeys(const ConfigNode& node, const std::string& path, TierOption
     return NodeError(at.where, path + ": redis db is " + std::to_string(r.db) + " with cluster",
                      "db 0 (a cluster has one database)");
   }
+  KVTIER_RETURN_IF_ERROR(ReadTls(node, path, &r));
   KVTIER_RETURN_IF_ERROR(ReadServers(node, path, t));
   // A last net under the checks above.
   Status s = r.Validate();

@@ -28,6 +28,15 @@ struct RedisTierOptions {
   uint32_t connections = 2;            // data connections (each with its own I/O thread) per
                                        // server; one more carries EXISTS and DEL
   bool cluster = false;                // servers are seeds of a Redis Cluster
+  // TLS (Redis 6+ built with TLS; managed services): the server's
+  // certificate is always verified, against tls_ca_file and the name of
+  // each server entry (or tls_server_name).
+  bool tls = false;             // talk TLS 1.2+ to every server
+  std::string tls_ca_file;      // PEM CAs to trust; empty = the system's trust store
+  std::string tls_cert_file;    // PEM client certificate, for servers that require one
+  std::string tls_key_file;     // its PEM private key (no passphrase)
+  std::string tls_server_name;  // name the certificates must carry (sent as SNI);
+                                // empty = each server's host (name or IP address)
 
   // Checks the fields above; called by TierOptions::Validate for type redis.
   Status Validate() const {
@@ -58,8 +67,28 @@ struct RedisTierOptions {
       return Status::InvalidArgument("redis db is " + std::to_string(db) +
                                      " with cluster; expected db 0 (a cluster has one database)");
     }
+    KVTIER_RETURN_IF_ERROR(ValidateTls());
     if (!password.empty() || user.empty()) return Status::Ok();
     return Status::InvalidArgument("redis user '" + user + "' has no password; expected both");
+  }
+
+  // The tls_* fields: only with tls, and a certificate with its key.
+  Status ValidateTls() const {
+    if (!tls) {
+      for (const std::string* f : {&tls_ca_file, &tls_cert_file, &tls_key_file, &tls_server_name}) {
+        if (!f->empty()) {
+          return Status::InvalidArgument(
+              "redis tls_* options are set but tls is off; expected "
+              "tls: true, or none of them");
+        }
+      }
+      return Status::Ok();
+    }
+    if (tls_cert_file.empty() != tls_key_file.empty()) {
+      return Status::InvalidArgument(
+          "redis tls_cert_file and tls_key_file go together; expected both or neither");
+    }
+    return Status::Ok();
   }
 };
 

@@ -38,6 +38,53 @@ tiers:
   EXPECT_TRUE(t.redis.cluster);
 }
 
+TEST(RedisConfig, ReadsTlsKeys) {
+  auto c = ParseConfig(R"(
+tiers:
+  - {name: host, type: host, capacity: 1MiB}
+  - name: r
+    type: redis
+    capacity: 1GiB
+    servers: ["redis.example:6380"]
+    tls: true
+    tls_ca_file: /etc/kvtier/ca.pem
+    tls_cert_file: /etc/kvtier/client.pem
+    tls_key_file: /etc/kvtier/client.key
+    tls_server_name: cache.example
+)",
+                       "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const RedisTierOptions& r = c->runtime.tiers[1].redis;
+  EXPECT_TRUE(r.tls);
+  EXPECT_EQ(r.tls_ca_file, "/etc/kvtier/ca.pem");
+  EXPECT_EQ(r.tls_cert_file, "/etc/kvtier/client.pem");
+  EXPECT_EQ(r.tls_key_file, "/etc/kvtier/client.key");
+  EXPECT_EQ(r.tls_server_name, "cache.example");
+  // Off by default, and then no tls_* field is set.
+  auto plain = ParseConfig(
+      "tiers:\n  - {name: host, type: host, capacity: 1MiB}\n"
+      "  - {name: r, type: redis, capacity: 1GiB, servers: [\"a:1\"]}\n",
+      "t.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(plain->runtime.tiers[1].redis.tls);
+  EXPECT_TRUE(plain->runtime.tiers[1].redis.tls_ca_file.empty());
+}
+
+TEST(RedisConfig, TlsOptionsAreValidated) {
+  RedisTierOptions r;
+  r.tls_server_name = "cache.example";
+  EXPECT_EQ(r.Validate().code(), StatusCode::kInvalidArgument);  // tls is off
+  r.tls = true;
+  EXPECT_TRUE(r.Validate().ok());
+  r.tls_key_file = "client.key";
+  Status no_cert = r.Validate();
+  EXPECT_EQ(no_cert.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_cert.message().find("tls_cert_file and tls_key_file"), std::string_view::npos)
+      << no_cert.ToString();
+  r.tls_cert_file = "client.pem";
+  EXPECT_TRUE(r.Validate().ok());
+}
+
 TEST(RedisConfig, ErrorsPointAtTheValue) {
   auto bad = ParseConfig(
       "tiers:\n  - {name: host, type: host, capacity: 1MiB}\n"

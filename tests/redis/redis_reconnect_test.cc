@@ -70,13 +70,13 @@ TEST(RedisReconnect, IdleConnectionSeesTheServerClose) {
   const internal::RedisEndpoint ep{"127.0.0.1", server->port()};
   RedisTierOptions o;
   o.connect_timeout_ms = 500;
-  auto open = internal::RedisConnection::Open(ep, o);
+  auto open = internal::RedisConnection::Open(ep, o, nullptr);
   ASSERT_TRUE(open.ok()) << open.status().ToString();
   EXPECT_TRUE((*open)->Reusable());
   EXPECT_TRUE((*open)->Reusable()) << "looking does not consume anything";
 
   closing->store(true);  // this one is closed right after its PING is answered
-  auto closed = internal::RedisConnection::Open(ep, o);
+  auto closed = internal::RedisConnection::Open(ep, o, nullptr);
   ASSERT_TRUE(closed.ok()) << closed.status().ToString();
   const auto deadline = std::chrono::steady_clock::now() + 2s;
   while ((*closed)->Reusable() && std::chrono::steady_clock::now() < deadline) {

@@ -217,6 +217,13 @@ Status RedisServer::Launch() {
                 {"--cluster-enabled", "yes", "--cluster-config-file", dir_ + "/nodes.conf",
                  "--cluster-node-timeout", "60000", "--cluster-require-full-coverage", "no"});
   }
+  if (options_.tls) {
+    const RedisServerTls& t = *options_.tls;
+    args.insert(args.end(),
+                {"--tls-port", std::to_string(tls_port()), "--tls-cert-file", t.cert_file,
+                 "--tls-key-file", t.key_file, "--tls-ca-cert-file", t.ca_file,
+                 "--tls-auth-clients", t.require_client_cert ? "yes" : "no"});
+  }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   auto child = SpawnChild(std::move(args));
   if (!child.ok()) return child.status();

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,18 @@ namespace kvtier::testing {
 // Empty when redis-server and redis-cli are on PATH, else why not (for GTEST_SKIP).
 std::string RedisUnavailableReason();
 
+// A TLS port beside the plain one (which Start, Command and Io keep using).
+struct RedisServerTls {
+  std::string cert_file;  // the server's certificate and key (PEM)
+  std::string key_file;
+  std::string ca_file;               // CAs client certificates must chain to
+  bool require_client_cert = false;  // --tls-auth-clients yes
+};
+
 struct RedisServerOptions {
   std::string password;                 // requirepass; empty = none
   bool cluster = false;                 // cluster-enabled yes
+  std::optional<RedisServerTls> tls;    // also listen for TLS on tls_port()
   std::vector<std::string> extra_args;  // more "--name value" arguments
   // 0: a free port picked by Start. Else the port tried first, without
   // checking it is free, as if another process took it after the check
@@ -50,6 +60,10 @@ class RedisServer {
 
   uint16_t port() const { return port_; }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  // With options.tls: the TLS port (port() + 10000, checked free with it,
+  // like a cluster's bus port) and its endpoint.
+  uint16_t tls_port() const { return static_cast<uint16_t>(port_ + 10000); }
+  std::string tls_endpoint() const { return "127.0.0.1:" + std::to_string(tls_port()); }
 
   // SIGKILL and reap; the port closes at once.
   void Kill();

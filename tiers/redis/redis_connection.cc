@@ -88,10 +88,14 @@ Status FromRedisReply(const redisReply* reply, std::string_view op) {
 RedisConnection::RedisConnection(RedisEndpoint endpoint, redisContext* ctx, uint32_t timeout_ms)
     : endpoint_(std::move(endpoint)), ctx_(ctx), timeout_ms_(timeout_ms), in_(kInBufferBytes) {}
 
-RedisConnection::~RedisConnection() { redisFree(ctx_); }
+RedisConnection::~RedisConnection() {
+  tls_.reset();  // its close_notify goes out on the socket redisFree closes
+  redisFree(ctx_);
+}
 
 Result<std::unique_ptr<RedisConnection>> RedisConnection::Open(const RedisEndpoint& endpoint,
-                                                               const RedisTierOptions& options) {
+                                                               const RedisTierOptions& options,
+                                                               const TlsClientContext* tls) {
   const std::string where = endpoint.ToString();
   redisContext* ctx = redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port,
                                               ToTimeval(options.connect_timeout_ms));
@@ -102,13 +106,34 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Open(const RedisEndpoi
   }
   std::unique_ptr<RedisConnection> conn(
       new RedisConnection(endpoint, ctx, options.connect_timeout_ms));
+  if (tls != nullptr) {
+    const std::string& name =
+        options.tls_server_name.empty() ? endpoint.host : options.tls_server_name;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms);
+    auto stream = TlsStream::Connect(*tls, ctx->fd, name, deadline, "redis " + where);
+    if (!stream.ok()) return stream.status();
+    conn->tls_ = std::move(stream).value();
+  }
   // Setup commands run under the connect timeout, then every call of the
   // data path gets the operation timeout.
   KVTIER_RETURN_IF_ERROR(conn->SetTimeout(options.connect_timeout_ms));
   // The hiredis reader is never used: a setup reply is read with the
   // connection's own, which bounds what a server can make it allocate.
-  auto setup = [&conn](std::span<const std::string_view> argv, const std::string& op) {
+  auto setup = [&conn, &options](std::span<const std::string_view> argv, const std::string& op) {
     auto reply = conn->Call(argv, RespLimits{});
+    if (!reply.ok() && conn->closed_by_peer_ && conn->received_bytes_ == 0) {
+      // Dropped before a first reply: a TLS port drops a client whose first
+      // bytes are not a handshake, and a server that requires a client
+      // certificate drops one without (its alert may be lost to the reset).
+      const char* hint = conn->tls_ == nullptr ? " (if the server takes TLS only, set tls: true)"
+                         : options.tls_cert_file.empty()
+                             ? " (if the server requires a client certificate, set "
+                               "tls_cert_file and tls_key_file)"
+                             : "";
+      const Status st = reply.status().WithContext(op);
+      if (*hint != '\0') return Status(st.code(), std::string(st.message()) + hint);
+    }
     if (!reply.ok()) return reply.status().WithContext(op);
     if (reply->kind == RespHead::Kind::kError) return FromRedisError(reply->text, op);
     return Status::Ok();
@@ -220,26 +245,30 @@ Status RedisConnection::Flush() {
     pieces_.clear();
     return Status::Unavailable("redis " + endpoint_.ToString() + ": connection broken");
   }
+  uint64_t total = 0;
+  for (const Piece& p : pieces_) total += p.len;
+  const uint64_t budget_ms = timeout_ms_ + ByteBudgetMs(total);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
+  Status st = tls_ != nullptr ? FlushTls(deadline, budget_ms) : FlushPlain(deadline, budget_ms);
+  scratch_.clear();
+  pieces_.clear();
+  return st.ok() ? st : Fail(std::move(st));
+}
+
+Status RedisConnection::FlushPlain(std::chrono::steady_clock::time_point deadline,
+                                   uint64_t budget_ms) {
   std::vector<iovec> iov;
   iov.reserve(pieces_.size());
-  uint64_t total = 0;
   for (const Piece& p : pieces_) {
     const void* base = p.borrowed != nullptr ? static_cast<const void*>(p.borrowed)
                                              : static_cast<const void*>(scratch_.data() + p.offset);
     iov.push_back({const_cast<void*>(base), p.len});
-    total += p.len;
   }
-  const uint64_t budget_ms = timeout_ms_ + ByteBudgetMs(total);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
   const std::string where = "send to redis " + endpoint_.ToString();
-  Status st;
   size_t first = 0;
   while (first < iov.size()) {
     const uint32_t wait_ms = WaitLeftMs(deadline);
-    if (wait_ms == 0) {
-      st = TimedOut(where, budget_ms);
-      break;
-    }
+    if (wait_ms == 0) return TimedOut(where, budget_ms);
     // Waits for room with poll, then sends what fits without blocking. A
     // blocking send under SO_SNDTIMEO would not do: one that moved a few
     // bytes before its timer ran out returns them, and the next waits a whole
@@ -253,13 +282,9 @@ Status RedisConnection::Flush() {
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
       // A wait cut short by the deadline reports the send's whole budget.
-      st = TimedOut(where, wait_ms < timeout_ms_ ? budget_ms : timeout_ms_);
-      break;
+      return TimedOut(where, wait_ms < timeout_ms_ ? budget_ms : timeout_ms_);
     }
-    if (ready < 0) {
-      st = Status::Unavailable(FromErrno(errno, where).message());
-      break;
-    }
+    if (ready < 0) return Status::Unavailable(FromErrno(errno, where).message());
     msghdr msg{};
     msg.msg_iov = iov.data() + first;
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
@@ -268,9 +293,8 @@ Status RedisConnection::Flush() {
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0) {
       closed_by_peer_ = errno == EPIPE || errno == ECONNRESET;
-      st = FromErrno(errno, where);
-      if (st.code() != StatusCode::kUnavailable) st = Status::Unavailable(st.message());
-      break;
+      Status st = FromErrno(errno, where);
+      return st.code() == StatusCode::kUnavailable ? st : Status::Unavailable(st.message());
     }
     auto left = static_cast<size_t>(n);
     while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
@@ -279,9 +303,7 @@ Status RedisConnection::Flush() {
       iov[first].iov_len -= left;
     }
   }
-  scratch_.clear();
-  pieces_.clear();
-  return st.ok() ? st : Fail(std::move(st));
+  return Status::Ok();
 }
 
 }  // namespace kvtier::internal

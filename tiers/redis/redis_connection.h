@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/tls_client.h"
 #include "kvtier/redis_options.h"
 #include "kvtier/status.h"
 
@@ -87,13 +88,16 @@ struct RespLimits {
 
 class RedisConnection {
  public:
-  // Connects, then runs AUTH (user + password, or password only) and SELECT
-  // when configured, and PING, each within options.connect_timeout_ms; then
-  // sets the per-call timeout to options.op_timeout_ms. Unavailable when the
-  // server cannot be reached; InvalidArgument for refused credentials;
-  // Corruption for a reply that is malformed or past the RespLimits.
+  // Connects, runs the TLS handshake when `tls` is given (options.tls),
+  // then AUTH (user + password, or password only) and SELECT when
+  // configured, and PING, each within options.connect_timeout_ms; then sets
+  // the per-call timeout to options.op_timeout_ms. Unavailable when the
+  // server cannot be reached; InvalidArgument for refused credentials or a
+  // certificate that fails verification; Corruption for a reply that is
+  // malformed or past the RespLimits.
   static Result<std::unique_ptr<RedisConnection>> Open(const RedisEndpoint& endpoint,
-                                                       const RedisTierOptions& options);
+                                                       const RedisTierOptions& options,
+                                                       const TlsClientContext* tls);
   ~RedisConnection();
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
@@ -111,8 +115,11 @@ class RedisConnection {
   // The connection broke because the server closed or reset it (EOF,
   // ECONNRESET, EPIPE), not on a timeout or a malformed reply.
   bool closed_by_peer() const { return closed_by_peer_; }
-  // Bytes received from the server since the connection opened.
+  // Bytes received from the server since the connection opened (after
+  // decryption, with TLS).
   uint64_t received_bytes() const { return received_bytes_; }
+  // The TLS protocol in use ("TLSv1.3"); empty without TLS.
+  std::string_view tls_version() const { return tls_ ? tls_->version() : std::string_view(); }
 
   // A synchronous command (setup and control only; REQUIRES: nothing queued
   // or unread): sends `argv` and reads its whole reply, which must arrive
@@ -170,12 +177,30 @@ class RedisConnection {
  private:
   struct ValueBudget;
   static constexpr size_t kInBufferBytes = 256 * 1024;
+  // Pieces smaller than this are gathered into one TLS record's worth of
+  // plaintext before they are encrypted: one record and one send, not one
+  // each for every command header.
+  static constexpr size_t kTlsGatherBytes = 16 * 1024;
 
   RedisConnection(RedisEndpoint endpoint, redisContext* ctx, uint32_t timeout_ms);
   Status SetTimeout(uint32_t timeout_ms);
   Status Fail(Status st);
   Status FillBuffer();
   Status Recv(void* out, size_t size, size_t* got);
+  // The wait allowed for the next read: timeout_ms_, or what is left before
+  // the reply's deadline; a timeout (connection broken) once none is.
+  Status NextReadWait(uint32_t* wait_ms);
+  // Flush's send of pieces_ on the plain socket, and (with the other TLS
+  // halves of Recv and Reusable, in redis_connection_tls.cc) over TLS.
+  Status FlushPlain(std::chrono::steady_clock::time_point deadline, uint64_t budget_ms);
+  Status RecvTls(void* out, size_t size, size_t* got);
+  Status FlushTls(std::chrono::steady_clock::time_point deadline, uint64_t budget_ms);
+  Status SendTls(const std::byte* data, size_t size, std::chrono::steady_clock::time_point deadline,
+                 uint64_t budget_ms);
+  // Waits up to wait_ms for the socket to be ready the way `io` asks:
+  // false on a timeout, with *error set on a poll failure.
+  bool WaitTls(TlsStream::Io io, uint32_t wait_ms, Status* error) const;
+  bool ReusableTls();
   // Sets the socket's SO_RCVTIMEO to `ms` unless it holds that already.
   Status SetReceiveTimeout(uint32_t ms);
   // The wait left before `deadline`, at most timeout_ms_; 0 once it passed.
@@ -188,6 +213,7 @@ class RedisConnection {
 
   RedisEndpoint endpoint_;
   redisContext* ctx_;
+  std::unique_ptr<TlsStream> tls_;  // null without TLS; ends before ctx_ closes the socket
   uint32_t timeout_ms_;  // the socket's send and receive timeout
   bool broken_ = false;
   bool closed_by_peer_ = false;

@@ -44,14 +44,10 @@ Status RedisConnection::FillBuffer() {
 // socket's receive timeout is first cut to what is left before it, so a
 // server that trickles bytes cannot stretch the wait.
 Status RedisConnection::Recv(void* out, size_t size, size_t* got) {
+  if (tls_ != nullptr) return RecvTls(out, size, got);
   for (;;) {
-    uint32_t wait_ms = timeout_ms_;
-    if (has_reply_deadline_) {
-      wait_ms = WaitLeftMs(reply_deadline_);
-      if (wait_ms == 0) {
-        return Fail(TimedOut("read from redis " + endpoint_.ToString(), reply_budget_ms_));
-      }
-    }
+    uint32_t wait_ms = 0;
+    KVTIER_RETURN_IF_ERROR(NextReadWait(&wait_ms));
     KVTIER_RETURN_IF_ERROR(SetReceiveTimeout(wait_ms));
     const ssize_t n = recv(ctx_->fd, out, size, 0);
     if (n > 0) {
@@ -64,6 +60,14 @@ Status RedisConnection::Recv(void* out, size_t size, size_t* got) {
     // A wait cut short by the deadline reports the reply's whole budget.
     return Fail(ReadError(n, wait_ms < timeout_ms_ ? reply_budget_ms_ : timeout_ms_));
   }
+}
+
+Status RedisConnection::NextReadWait(uint32_t* wait_ms) {
+  *wait_ms = timeout_ms_;
+  if (!has_reply_deadline_) return Status::Ok();
+  *wait_ms = WaitLeftMs(reply_deadline_);
+  if (*wait_ms > 0) return Status::Ok();
+  return Fail(TimedOut("read from redis " + endpoint_.ToString(), reply_budget_ms_));
 }
 
 void RedisConnection::BeginReply() {
@@ -84,6 +88,7 @@ bool RedisConnection::Reusable() {
     broken_ = true;  // unread bytes: the stream is out of step
     return false;
   }
+  if (tls_ != nullptr) return ReusableTls();
   for (;;) {
     char byte = 0;
     const ssize_t n = recv(ctx_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);

@@ -33,8 +33,12 @@ void FailRedisJob(RedisNode* node, RedisJob job, const Status& st, bool unreacha
 }
 
 RedisNode::RedisNode(RedisEndpoint endpoint, const RedisTierOptions& options,
+                     std::shared_ptr<const TlsClientContext> tls,
                      std::unique_ptr<RedisConnection> first, std::shared_ptr<LogSink> log)
-    : endpoint_(std::move(endpoint)), options_(options), log_(std::move(log)) {
+    : endpoint_(std::move(endpoint)),
+      options_(options),
+      tls_(std::move(tls)),
+      log_(std::move(log)) {
   // options.connections data workers, then the control worker (last),
   // which connects on its first job.
   for (uint32_t i = 0; i <= options_.connections; ++i) {
@@ -102,7 +106,7 @@ Status RedisNode::EnsureConnected(Worker* w, bool* reused) {
                                " is unreachable; next connect attempt in " +
                                std::to_string((w->retry_at_ns - now) / 1000000) + " ms");
   }
-  auto conn = RedisConnection::Open(endpoint_, options_);
+  auto conn = RedisConnection::Open(endpoint_, options_, tls_.get());
   if (!conn.ok()) {
     w->backoff_ms = std::clamp<uint64_t>(w->backoff_ms * 2, kFirstBackoffMs, kMaxBackoffMs);
     w->retry_at_ns = NowNs() + w->backoff_ms * 1000000;

@@ -53,10 +53,12 @@ struct RedisJob {
 
 class RedisNode {
  public:
-  // Starts options.connections I/O threads. `first`, when given, is an open
-  // connection to this server that the first thread adopts.
+  // Starts options.connections I/O threads. `tls` (with options.tls) makes
+  // their connections TLS. `first`, when given, is an open connection to
+  // this server that the first thread adopts.
   RedisNode(RedisEndpoint endpoint, const RedisTierOptions& options,
-            std::unique_ptr<RedisConnection> first, std::shared_ptr<LogSink> log);
+            std::shared_ptr<const TlsClientContext> tls, std::unique_ptr<RedisConnection> first,
+            std::shared_ptr<LogSink> log);
   // Stops the threads; jobs still queued are failed with Unavailable.
   ~RedisNode();
   RedisNode(const RedisNode&) = delete;
@@ -94,6 +96,7 @@ class RedisNode {
 
   const RedisEndpoint endpoint_;
   const RedisTierOptions options_;
+  const std::shared_ptr<const TlsClientContext> tls_;
   const std::shared_ptr<LogSink> log_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> next_{0};

@@ -38,6 +38,12 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const TierOptions& option
     endpoints.push_back(std::move(ep).value());
   }
   std::unique_ptr<RedisRouter> router(new RedisRouter(options, std::move(log)));
+  if (options.redis.tls) {
+    auto tls = TlsClientContext::Create(
+        {options.redis.tls_ca_file, options.redis.tls_cert_file, options.redis.tls_key_file});
+    if (!tls.ok()) return tls.status().WithContext("redis TLS");
+    router->tls_ = std::move(tls).value();
+  }
   Status st = router->cluster_ ? router->OpenCluster(std::move(endpoints))
                                : router->OpenServers(std::move(endpoints));
   if (!st.ok()) return st;
@@ -102,7 +108,7 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
   size_t reachable = 0;
   std::lock_guard lock(nodes_mu_);
   for (const RedisEndpoint& ep : endpoints) {
-    auto conn = RedisConnection::Open(ep, options_);
+    auto conn = RedisConnection::Open(ep, options_, tls_.get());
     if (conn.ok() && reachable == 0) {
       Status st = ReadMaxValueBytes(**conn);
       if (st.ok()) st = CheckTtlReads(**conn);
@@ -135,7 +141,7 @@ Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
   std::string names;
   for (const RedisEndpoint& seed : seeds) {
     names += (names.empty() ? "" : ", ") + seed.ToString();
-    auto conn = RedisConnection::Open(seed, options_);
+    auto conn = RedisConnection::Open(seed, options_, tls_.get());
     Status st = conn.status();
     if (st.ok()) st = ReadMaxValueBytes(**conn);
     if (st.ok()) st = CheckTtlReads(**conn);
@@ -188,7 +194,7 @@ Status RedisRouter::LoadSlots(RedisConnection& conn) {
 RedisNode* RedisRouter::NodeAtLocked(const RedisEndpoint& endpoint,
                                      std::unique_ptr<RedisConnection> conn) {
   auto& node = nodes_[endpoint.ToString()];
-  if (!node) node = std::make_unique<RedisNode>(endpoint, options_, std::move(conn), log_);
+  if (!node) node = std::make_unique<RedisNode>(endpoint, options_, tls_, std::move(conn), log_);
   return node.get();
 }
 
@@ -248,7 +254,7 @@ void RedisRouter::RefreshSlots(const RedisNode* avoid) {
   for (const RedisNode* node : known) add(node->endpoint());
   for (const RedisEndpoint& ep : seeds_) add(ep);
   for (const RedisEndpoint& ep : candidates) {
-    auto conn = RedisConnection::Open(ep, options_);
+    auto conn = RedisConnection::Open(ep, options_, tls_.get());
     if (conn.ok() && LoadSlots(**conn).ok()) return;
   }
   if (log_) log_->Log(LogLevel::kWarning, "redis cluster: no node answered CLUSTER SLOTS");

@@ -32,8 +32,9 @@ namespace kvtier::internal {
 class RedisRouter {
  public:
   // Connects to the servers of `options` (their `servers` and `redis`
-  // fields). InvalidArgument for bad entries, refused credentials, or a
-  // cluster/non-cluster mismatch; any other failure of a server (or seed) is
+  // fields). InvalidArgument for bad entries, refused credentials, TLS
+  // files that cannot be used or a certificate that fails verification, or
+  // a cluster/non-cluster mismatch; any other failure of a server (or seed) is
   // logged and the next one tried. When none can be used (with cluster: no
   // seed gives a slot map with a slot in it), the first failure, naming the
   // seeds with cluster.
@@ -86,6 +87,7 @@ class RedisRouter {
   const RedisTierOptions options_;
   const std::shared_ptr<LogSink> log_;
   const bool cluster_;
+  std::shared_ptr<const TlsClientContext> tls_;  // with options_.tls; set at open
   uint64_t max_value_bytes_ = 512ull << 20;
 
   std::mutex nodes_mu_;

@@ -25,6 +25,8 @@ struct Entry {
 
 std::string Bool(bool b) { return b ? "true" : "false"; }
 std::string U(uint64_t v) { return std::to_string(v); }
+// A string value; "" when empty, so the line reads back as the empty string.
+std::string Quoted(const std::string& v) { return v.empty() ? "\"\"" : v; }
 std::string List(const std::vector<std::string>& v) {
   std::string out = "[";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
@@ -102,7 +104,7 @@ void RedisEntries(const std::string& p, const TierOptions& t, std::vector<Entry>
   e->insert(e->end(), {
       {p + "servers", List(t.servers), "host:port of each server (or cluster seeds)"},
       {p + "shared", Bool(t.shared), "other processes store here: lookup misses ask it"},
-      {p + "user", r.user.empty() ? "\"\"" : r.user, "ACL user for AUTH; empty = default user"},
+      {p + "user", Quoted(r.user), "ACL user for AUTH; empty = default user"},
       {p + "password", r.password.empty() ? "\"\"" : "(set, not shown)", "AUTH password; empty = no AUTH"},
       {p + "db", U(r.db), "SELECT index (0 with cluster)"},
       {p + "key_prefix", r.key_prefix, "keys are <prefix>:<namespace hex>:<key hex>"},
@@ -111,6 +113,11 @@ void RedisEntries(const std::string& p, const TierOptions& t, std::vector<Entry>
       {p + "op_timeout_ms", U(r.op_timeout_ms), "bound on each socket read or write of a batch"},
       {p + "connections", U(r.connections), "data connections per server (one I/O thread each)"},
       {p + "cluster", Bool(r.cluster), "servers are seeds of a Redis Cluster"},
+      {p + "tls", Bool(r.tls), "TLS to every server; certificates always verified"},
+      {p + "tls_ca_file", Quoted(r.tls_ca_file), "PEM CAs to trust; empty = system store"},
+      {p + "tls_cert_file", Quoted(r.tls_cert_file), "client certificate; empty = none"},
+      {p + "tls_key_file", Quoted(r.tls_key_file), "its private key"},
+      {p + "tls_server_name", Quoted(r.tls_server_name), "name certificates must carry; empty = each server's host"},
   });
 }
 
