@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -64,15 +65,77 @@ bool Pings(uint16_t port) {
   return ok;
 }
 
-// A redis-server of our own on a free loopback port, without persistence;
-// killed when this object goes away.
+uint16_t FreePort(uint16_t from, uint16_t to) {
+  for (uint16_t p = from; p < to; ++p) {
+    if (PortFree(p)) return p;
+  }
+  return 0;
+}
+
+// A self-signed certificate for 127.0.0.1 and its key, in `dir`.
+Status MakeCertificate(const std::string& dir) {
+  const std::vector<std::string> argv = {"openssl",
+                                         "req",
+                                         "-x509",
+                                         "-newkey",
+                                         "ec",
+                                         "-pkeyopt",
+                                         "ec_paramgen_curve:prime256v1",
+                                         "-nodes",
+                                         "-keyout",
+                                         dir + "/key.pem",
+                                         "-out",
+                                         dir + "/cert.pem",
+                                         "-days",
+                                         "2",
+                                         "-subj",
+                                         "/CN=kvtier-bench",
+                                         "-addext",
+                                         "subjectAltName=IP:127.0.0.1"};
+  KVTIER_ASSIGN_OR_RETURN(CommandResult run, RunCommand(argv, std::chrono::seconds(30)));
+  if (run.exit_code == 127) {
+    return Status::Unavailable(
+        "--tls: cannot run openssl to make a certificate; is openssl "
+        "installed?");
+  }
+  if (run.exit_code != 0) {
+    return Status::Unavailable("--tls: openssl req failed (exit " + std::to_string(run.exit_code) +
+                               ")");
+  }
+  return Status::Ok();
+}
+
+// A redis-server of our own on a free loopback port, without persistence,
+// with a TLS port too when asked; killed when this object goes away.
 class ServerProcess {
  public:
-  static Result<std::unique_ptr<ServerProcess>> Start() {
-    uint16_t port = 0;
-    for (uint16_t p = 26390; p < 26490 && port == 0; ++p) port = PortFree(p) ? p : 0;
+  static Result<std::unique_ptr<ServerProcess>> Start(bool tls) {
+    const uint16_t port = FreePort(26390, 26490);
     if (port == 0) return Status::Unavailable("no free port in 26390..26489 for redis-server");
-    const std::string port_text = std::to_string(port);
+    std::vector<std::string> args = {
+        "redis-server", "--port", std::to_string(port), "--bind",  "127.0.0.1", "--save", "",
+        "--appendonly", "no",     "--loglevel",         "warning", "--logfile", ""};
+    std::string dir;
+    uint16_t tls_port = 0;
+    if (tls) {
+      tls_port = FreePort(port + 1, 26590);
+      if (tls_port == 0) return Status::Unavailable("no free TLS port for redis-server");
+      std::string tmpl = "/tmp/kvtier-bench-tls-XXXXXX";
+      if (mkdtemp(tmpl.data()) == nullptr) return FromErrno(errno, "mkdtemp " + tmpl);
+      dir = tmpl;
+      Status made = MakeCertificate(dir);
+      if (!made.ok()) {
+        std::filesystem::remove_all(dir);
+        return made;
+      }
+      args.insert(args.end(),
+                  {"--tls-port", std::to_string(tls_port), "--tls-cert-file", dir + "/cert.pem",
+                   "--tls-key-file", dir + "/key.pem", "--tls-ca-cert-file", dir + "/cert.pem",
+                   "--tls-auth-clients", "no"});
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) return FromErrno(errno, "fork redis-server");
@@ -84,12 +147,10 @@ class ServerProcess {
         dup2(null_fd, STDOUT_FILENO);
         dup2(null_fd, STDERR_FILENO);
       }
-      execlp("redis-server", "redis-server", "--port", port_text.c_str(), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--loglevel", "warning", "--logfile", "",
-             static_cast<char*>(nullptr));
+      execvp("redis-server", argv.data());
       _exit(127);
     }
-    auto server = std::unique_ptr<ServerProcess>(new ServerProcess(pid, port));
+    auto server = std::unique_ptr<ServerProcess>(new ServerProcess(pid, port, tls_port, dir));
     for (int i = 0; i < 250; ++i) {
       if (Pings(port)) return server;
       int status = 0;
@@ -102,17 +163,26 @@ class ServerProcess {
     return Status::Unavailable("redis-server did not answer PING within 5 s");
   }
   ~ServerProcess() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
   }
-  uint16_t port() const { return port_; }
+  // The port clients use: the TLS one when there is one.
+  uint16_t port() const { return tls_port_ != 0 ? tls_port_ : port_; }
+  // The certificate clients must trust; empty without TLS.
+  std::string ca_file() const { return dir_.empty() ? "" : dir_ + "/cert.pem"; }
 
  private:
-  ServerProcess(pid_t pid, uint16_t port) : pid_(pid), port_(port) {}
+  ServerProcess(pid_t pid, uint16_t port, uint16_t tls_port, std::string dir)
+      : pid_(pid), port_(port), tls_port_(tls_port), dir_(std::move(dir)) {}
   pid_t pid_;
   uint16_t port_;
+  uint16_t tls_port_;
+  std::string dir_;  // the certificate and its key, with TLS
 };
 
 // Client threads of the tier side, each with `pipeline` keys of its own.
@@ -172,6 +242,8 @@ Result<std::unique_ptr<Tier>> OpenTier(const std::string& server, const RedisBen
   t.redis.password = o.password;
   t.redis.connections = o.clients;
   t.redis.key_prefix = "kvtier-bench";
+  t.redis.tls = o.tls;
+  t.redis.tls_ca_file = o.tls_ca_file;
   TierContext ctx;
   ctx.block_bytes = value_bytes;
   return CreateTier(t, ctx);
@@ -189,6 +261,9 @@ Status RedisBenchOptions::Validate() const {
   }
   if (pipeline == 0 || clients == 0 || clients > 64 || rounds == 0) {
     return Status::InvalidArgument("pipeline, clients (at most 64) and rounds must be at least 1");
+  }
+  if (!tls && !tls_ca_file.empty()) {
+    return Status::InvalidArgument("--tls-ca-file is set without --tls");
   }
   if (!server.empty()) {
     std::string host;
@@ -236,6 +311,10 @@ Result<RedisBenchmarkRps> RunRedisBenchmark(const std::string& host, uint16_t po
                                    "-n",
                                    std::to_string(requests),
                                    "--csv"};
+  if (o.tls) {
+    argv.push_back("--tls");
+    if (!o.tls_ca_file.empty()) argv.insert(argv.end(), {"--cacert", o.tls_ca_file});
+  }
   if (!o.password.empty()) {
     // No shell parses this list, so any password travels unchanged.
     argv.insert(argv.end(), {"-a", o.password, "--no-auth-warning"});
@@ -265,16 +344,19 @@ Result<RedisBenchmarkRps> RunRedisBenchmark(const std::string& host, uint16_t po
   return r;
 }
 
-Result<RedisBenchReport> RunRedisBench(const RedisBenchOptions& o) {
-  KVTIER_RETURN_IF_ERROR(o.Validate());
+Result<RedisBenchReport> RunRedisBench(const RedisBenchOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  RedisBenchOptions o = options;
   std::unique_ptr<ServerProcess> own;
   RedisBenchReport report;
   report.server = o.server;
+  report.tls = o.tls;
   if (report.server.empty()) {
-    auto started = ServerProcess::Start();
+    auto started = ServerProcess::Start(o.tls);
     if (!started.ok()) return started.status();
     own = std::move(started).value();
     report.server = "127.0.0.1:" + std::to_string(own->port());
+    o.tls_ca_file = own->ca_file();
   }
   std::string host;
   uint16_t port = 0;
@@ -312,6 +394,7 @@ Result<RedisBenchReport> RunRedisBench(const RedisBenchOptions& o) {
 
 std::string FormatRedisBench(const RedisBenchReport& report) {
   std::string out = "redis tier vs redis-benchmark, same server " + report.server +
+                    (report.tls ? " over TLS (both sides)" : "") +
                     ", same run (best of rounds)\n"
                     "MB = 10^6 payload bytes; clients = redis-benchmark -c = tier client threads "
                     "and connections;\npipeline = redis-benchmark -P = blocks per tier batch; "
@@ -341,7 +424,8 @@ std::string RedisBenchJson(const RedisBenchReport& report) {
                     {"tier_mb_s", r.tier_mb_s},
                     {"ratio", r.ratio}});
   }
-  nlohmann::ordered_json j = {{"server", report.server}, {"rows", std::move(rows)}};
+  nlohmann::ordered_json j = {
+      {"server", report.server}, {"tls", report.tls}, {"rows", std::move(rows)}};
   return j.dump();
 }
 

@@ -7,7 +7,9 @@
 // blocks (Write for SET, Read for GET) over its own keys and waiting for each
 // batch, through a tier with one connection per client. Rounds of the two
 // alternate and the best of each is kept. MB/s counts payload bytes (the tier
-// also sends its 64-byte block header per value).
+// also sends its 64-byte block header per value). With `tls`, both sides talk
+// TLS (redis-benchmark --tls) to the server's TLS port; a server of our own
+// then gets a self-signed certificate made with the openssl command.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,8 @@ namespace kvtier::bench {
 struct RedisBenchOptions {
   std::string server;    // "host:port" of a running server; empty = start redis-server
   std::string password;  // AUTH for `server`
+  bool tls = false;      // both sides over TLS
+  std::string tls_ca_file;  // CA of `server`'s certificate; empty = the system's store
   std::vector<uint64_t> value_sizes = {64 << 10, 1 << 20};
   uint32_t pipeline = 16;               // redis-benchmark -P; blocks per tier batch
   uint32_t clients = 4;                 // redis-benchmark -c; tier client threads and connections
@@ -42,6 +46,7 @@ struct RedisBenchRow {
 
 struct RedisBenchReport {
   std::string server;
+  bool tls = false;  // both sides talked TLS
   std::vector<RedisBenchRow> rows;
 };
 

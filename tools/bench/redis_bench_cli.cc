@@ -12,6 +12,9 @@ void AddRedisBenchCommand(CLI::App& app, RedisBenchFlags& f) {
   cmd->add_option("--server", f.server,
                   "host:port of a running server (default: start redis-server on a free port)");
   cmd->add_option("--password", f.password, "AUTH password for --server");
+  cmd->add_flag("--tls", f.tls,
+                "both sides over TLS (own server: a self-signed certificate made with openssl)");
+  cmd->add_option("--tls-ca-file", f.tls_ca_file, "CA of --server's certificate (with --tls)");
   cmd->add_option("--value-sizes", f.value_sizes, "comma-separated value sizes")
       ->delimiter(',')
       ->capture_default_str();
@@ -30,6 +33,8 @@ int RunRedisBenchCommand(const RedisBenchFlags& f) {
   RedisBenchOptions o;
   o.server = f.server;
   o.password = f.password;
+  o.tls = f.tls;
+  o.tls_ca_file = f.tls_ca_file;
   o.value_sizes.clear();
   for (const std::string& text : f.value_sizes) {
     Result<uint64_t> size = ParseByteSize(text);

@@ -10,6 +10,8 @@ namespace kvtier::bench {
 struct RedisBenchFlags {
   std::string server;  // empty: start a redis-server on a free port
   std::string password;
+  bool tls = false;
+  std::string tls_ca_file;
   std::vector<std::string> value_sizes = {"64KiB", "1MiB"};
   uint32_t pipeline = 16;
   uint32_t clients = 4;
