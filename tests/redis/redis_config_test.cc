@@ -1,19 +1,25 @@
 // The YAML keys of a redis tier (config/redis_keys.cc).
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "kvtier/config.h"
 
 namespace kvtier {
 namespace {
 
+// A config of a host tier and a redis tier `r` of 1 GiB with `keys`, lines
+// indented by four spaces, added to r.
+Result<KvtierConfig> ParseRedisTier(const std::string& keys) {
+  return ParseConfig(
+      "tiers:\n  - {name: host, type: host, capacity: 1MiB}\n"
+      "  - name: r\n    type: redis\n    capacity: 1GiB\n" +
+          keys,
+      "t.yaml");
+}
+
 TEST(RedisConfig, ReadsEveryRedisKey) {
-  auto c = ParseConfig(R"(
-tiers:
-  - {name: host, type: host, capacity: 1MiB}
-  - name: r
-    type: redis
-    capacity: 1GiB
-    servers: ["a:1", "b:2"]
+  auto c = ParseRedisTier(R"(    servers: ["a:1", "b:2"]
     user: kv
     password: pw
     db: 0
@@ -23,8 +29,7 @@ tiers:
     op_timeout_ms: 20
     connections: 3
     cluster: true
-)",
-                       "t.yaml");
+)");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const TierOptions& t = c->runtime.tiers[1];
   EXPECT_EQ(t.servers, (std::vector<std::string>{"a:1", "b:2"}));
@@ -39,20 +44,13 @@ tiers:
 }
 
 TEST(RedisConfig, ReadsTlsKeys) {
-  auto c = ParseConfig(R"(
-tiers:
-  - {name: host, type: host, capacity: 1MiB}
-  - name: r
-    type: redis
-    capacity: 1GiB
-    servers: ["redis.example:6380"]
+  auto c = ParseRedisTier(R"(    servers: ["redis.example:6380"]
     tls: true
     tls_ca_file: /etc/kvtier/ca.pem
     tls_cert_file: /etc/kvtier/client.pem
     tls_key_file: /etc/kvtier/client.key
     tls_server_name: cache.example
-)",
-                       "t.yaml");
+)");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const RedisTierOptions& r = c->runtime.tiers[1].redis;
   EXPECT_TRUE(r.tls);
@@ -61,10 +59,7 @@ tiers:
   EXPECT_EQ(r.tls_key_file, "/etc/kvtier/client.key");
   EXPECT_EQ(r.tls_server_name, "cache.example");
   // Off by default, and then no tls_* field is set.
-  auto plain = ParseConfig(
-      "tiers:\n  - {name: host, type: host, capacity: 1MiB}\n"
-      "  - {name: r, type: redis, capacity: 1GiB, servers: [\"a:1\"]}\n",
-      "t.yaml");
+  auto plain = ParseRedisTier("    servers: [\"a:1\"]\n");
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   EXPECT_FALSE(plain->runtime.tiers[1].redis.tls);
   EXPECT_TRUE(plain->runtime.tiers[1].redis.tls_ca_file.empty());
