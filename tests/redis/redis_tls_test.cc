@@ -2,8 +2,8 @@
 // a TLS port beside their plain one, with certificates the test makes: the
 // conformance suite, large blocks byte for byte, certificate and name
 // verification, client certificates, a server that does not speak TLS (and
-// a client that does not), handshakes and replies that never come, and
-// connections the server closes while idle.
+// a client that does not), handshakes and replies that never come,
+// connections the server closes while idle, and a cluster over TLS.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "tests/redis/redis_test_util.h"
@@ -169,6 +170,30 @@ TEST_F(RedisTlsTest, CertificateFromAnotherCaIsRefused) {
   EXPECT_NE(st.message().find("certificate verify failed"), std::string_view::npos)
       << st.ToString();
   EXPECT_NE(st.message().find("check tls_ca_file"), std::string_view::npos) << st.ToString();
+}
+
+TEST_F(RedisTlsTest, ClusterIsReachedAtTheTlsPortsItsNodesAnnounce) {
+  auto cluster = RedisCluster::Start(
+      3, RedisServerTls{pki_->server.cert_file, pki_->server.key_file, pki_->ca_file});
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  // One seed: the other masters come from CLUSTER SLOTS asked over TLS,
+  // which names their TLS ports.
+  TierOptions o =
+      RedisTierOptionsFor({(*cluster)->node(0).tls_endpoint()}, 64 * kBlock, /*cluster=*/true);
+  o.redis.tls = true;
+  o.redis.tls_ca_file = pki_->ca_file;
+  auto tier = OpenRedisTier(o, kBlock);
+  ASSERT_NE(tier, nullptr);
+  RoundTrip(*tier, 0, 30);
+  int total = 0;
+  for (size_t i = 0; i < (*cluster)->size(); ++i) {
+    auto keys = (*cluster)->node(i).Command({"DBSIZE"});
+    ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+    EXPECT_GT(std::stoi(*keys), 0) << "node " << i << " holds none of the blocks";
+    total += std::stoi(*keys);
+  }
+  EXPECT_EQ(total, 30);
+  tier->Shutdown();
 }
 
 TEST_F(RedisTlsTest, ClientCertificateWhenTheServerRequiresOne) {

@@ -36,8 +36,11 @@ bool PortFree(uint16_t port) {
   return ok;
 }
 
-// A cluster node also listens on its port + 10000 (the cluster bus).
+// A cluster node also listens on its port + 10000 (the cluster bus); a
+// server with TLS takes that port for TLS, and a cluster node with TLS
+// then has its bus on port + 20000.
 constexpr int kBusPortOffset = 10000;
+constexpr int kTlsBusPortOffset = 20000;
 // Servers that exit at start (their port taken after the check) are
 // launched again on another port this many times in all.
 constexpr int kLaunchAttempts = 8;
@@ -71,14 +74,20 @@ const std::vector<uint16_t>& CandidatePorts() {
   return ports;
 }
 
-// A candidate port whose bus port is free too; 0 when none was found.
-uint16_t PickPort() {
+// A candidate port whose bus port is free too, and with `tls_bus` the port
+// of a TLS cluster bus; 0 when none was found. (The TLS bus port may fall in
+// the ephemeral range: Start's retry copes should it be taken.)
+uint16_t PickPort(bool tls_bus) {
   static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
   const std::vector<uint16_t>& ports = CandidatePorts();
   std::uniform_int_distribution<size_t> dist(0, ports.size() - 1);
   for (int attempt = 0; attempt < 200; ++attempt) {
     const uint16_t port = ports[dist(rng)];
-    if (PortFree(port) && PortFree(static_cast<uint16_t>(port + kBusPortOffset))) return port;
+    if (!PortFree(port) || !PortFree(static_cast<uint16_t>(port + kBusPortOffset))) continue;
+    if (!tls_bus) return port;
+    if (port + kTlsBusPortOffset <= 65535 &&
+        PortFree(static_cast<uint16_t>(port + kTlsBusPortOffset)))
+      return port;
   }
   return 0;
 }
@@ -179,7 +188,9 @@ RedisServer::~RedisServer() {
 Result<std::unique_ptr<RedisServer>> RedisServer::Start(const RedisServerOptions& options) {
   Status last;
   for (int attempt = 0; attempt < kLaunchAttempts; ++attempt) {
-    const uint16_t port = attempt == 0 && options.first_port != 0 ? options.first_port : PickPort();
+    const uint16_t port = attempt == 0 && options.first_port != 0
+                              ? options.first_port
+                              : PickPort(options.cluster && options.tls);
     if (port == 0) return Status::Unavailable("no free loopback port for redis-server");
     std::string dir = (std::filesystem::temp_directory_path() /
                        ("kvtier-redis-" + std::to_string(getpid()) + "-" + std::to_string(port)))
@@ -223,6 +234,7 @@ Status RedisServer::Launch() {
                 {"--tls-port", std::to_string(tls_port()), "--tls-cert-file", t.cert_file,
                  "--tls-key-file", t.key_file, "--tls-ca-cert-file", t.ca_file,
                  "--tls-auth-clients", t.require_client_cert ? "yes" : "no"});
+    if (options_.cluster) args.insert(args.end(), {"--tls-cluster", "yes"});
   }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   auto child = SpawnChild(std::move(args));
@@ -287,13 +299,16 @@ Result<std::string> RedisServer::Command(const std::vector<std::string>& argv) c
   return RunCommand(port_, options_.password, argv, timeval{5, 0});
 }
 
-Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(int masters) {
+Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(
+    int masters, const std::optional<RedisServerTls>& tls) {
   std::unique_ptr<RedisCluster> cluster(new RedisCluster());
-  std::string cmd = "exec redis-cli --cluster create";
+  std::string cmd = "exec redis-cli";
+  if (tls) cmd += " --tls --cacert '" + tls->ca_file + "'";
+  cmd += " --cluster create";
   for (int i = 0; i < masters; ++i) {
-    auto s = RedisServer::Start(RedisServerOptions{.cluster = true});
+    auto s = RedisServer::Start(RedisServerOptions{.cluster = true, .tls = tls});
     if (!s.ok()) return s.status();
-    cmd += " " + (*s)->endpoint();
+    cmd += " " + (tls ? (*s)->tls_endpoint() : (*s)->endpoint());
     cluster->nodes_.push_back(std::move(s).value());
   }
   // Joining takes a second or two. redis-cli waits without a bound (a node
@@ -325,6 +340,12 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(int masters) {
 std::vector<std::string> RedisCluster::endpoints() const {
   std::vector<std::string> out;
   for (const auto& n : nodes_) out.push_back(n->endpoint());
+  return out;
+}
+
+std::vector<std::string> RedisCluster::tls_endpoints() const {
+  std::vector<std::string> out;
+  for (const auto& n : nodes_) out.push_back(n->tls_endpoint());
   return out;
 }
 

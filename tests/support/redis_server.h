@@ -61,7 +61,9 @@ class RedisServer {
   uint16_t port() const { return port_; }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
   // With options.tls: the TLS port (port() + 10000, checked free with it,
-  // like a cluster's bus port) and its endpoint.
+  // like a cluster's bus port) and its endpoint. A cluster node with TLS
+  // runs its bus over TLS too (tls-cluster yes), on port() + 20000, and
+  // announces its TLS port to clients that connect over TLS.
   uint16_t tls_port() const { return static_cast<uint16_t>(port_ + 10000); }
   std::string tls_endpoint() const { return "127.0.0.1:" + std::to_string(tls_port()); }
 
@@ -108,9 +110,12 @@ class RedisCluster {
   // Starts `masters` cluster-enabled servers, joins them with
   // redis-cli --cluster create (no replicas; killed after 30 s, not scaled:
   // redis-cli is not a sanitized build) and waits for cluster_state:ok.
-  static Result<std::unique_ptr<RedisCluster>> Start(int masters = 3);
+  // With `tls` every node also listens for TLS and the nodes join over it.
+  static Result<std::unique_ptr<RedisCluster>> Start(
+      int masters = 3, const std::optional<RedisServerTls>& tls = std::nullopt);
 
   std::vector<std::string> endpoints() const;
+  std::vector<std::string> tls_endpoints() const;
   RedisServer& node(size_t i) { return *nodes_[i]; }
   size_t size() const { return nodes_.size(); }
 

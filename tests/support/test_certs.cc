@@ -115,7 +115,8 @@ Result<TestPki> MakeTestPki(const std::string& dir) {
   if (!other_ca.ok()) return other_ca.status();
   auto server = Issue("redis.test", 3, &*ca,
                       {{NID_basic_constraints, "critical,CA:FALSE"},
-                       {NID_ext_key_usage, "serverAuth"},
+                       // clientAuth too: cluster nodes present it on their TLS bus.
+                       {NID_ext_key_usage, "serverAuth,clientAuth"},
                        {NID_subject_alt_name, "DNS:redis.test,IP:127.0.0.1,IP:::1"},
                        {NID_authority_key_identifier, "keyid"}});
   if (!server.ok()) return server.status();

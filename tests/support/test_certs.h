@@ -17,7 +17,7 @@ struct TestCertFiles {
 struct TestPki {
   std::string ca_file;        // the CA that signed `server` and `client`
   std::string other_ca_file;  // a CA that signed nothing here
-  TestCertFiles server;       // names 127.0.0.1, ::1 and redis.test
+  TestCertFiles server;       // names 127.0.0.1, ::1 and redis.test; also a client cert
   TestCertFiles client;       // a client certificate, for mutual TLS
   // The server's key again, encrypted with a passphrase.
   std::string encrypted_key_file;
