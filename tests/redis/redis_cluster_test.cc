@@ -1,10 +1,14 @@
 // The Redis tier against a 3-master Redis Cluster built with
 // `redis-cli --cluster create`: conformance, slot routing checked against the
-// servers, redirects (ASK and MOVED) during a slot migration, and a dead
-// master failing only its own keys.
+// servers, redirects (ASK and MOVED) during a slot migration, to a master of
+// the map or one that joined without slots, and a dead master failing only
+// its own keys.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/redis/redis_test_util.h"
 #include "tests/support/block_data.h"
@@ -69,7 +73,7 @@ Blocks MakeBlocks(uint64_t first, size_t n) {
 
 // Each test that changes the cluster builds its own.
 class RedisClusterTest : public ::testing::Test {
- protected:
+ public:  // for the helpers below
   void SetUp() override {
     if (std::string why = RedisUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
     auto c = RedisCluster::Start(3);
@@ -152,50 +156,100 @@ TEST_F(RedisClusterTest, DeadMasterFailsOnlyItsKeysWithinTheDeadline) {
   tier->Shutdown();
 }
 
-TEST_F(RedisClusterTest, FollowsAskAndMovedDuringASlotMigration) {
-  // A hash tag puts every key of this tier in one slot.
-  options_.redis.key_prefix = "{kvmig}";
+// Migrates the slot of every key of a tier with key_prefix "{kvmig}" to
+// `b` while the tier writes and reads: ASK while the slot migrates, MOVED
+// once it has. Every node of the cluster (and `b`) is told the new owner.
+void MigrateUnderTheTier(RedisClusterTest& t, Tier& tier, RedisServer& b) {
   const uint16_t slot = internal::RedisHashSlot("kvmig");
-  auto tier = Open();
-  ASSERT_TRUE(tier);
   Blocks first = MakeBlocks(0, 3);
-  ASSERT_TRUE(tier->Write(kNs, first.ops).Wait().ok());
-  const size_t src = Owner(Name(0));
-  ASSERT_LT(src, cluster_->size());
-  const size_t dst = (src + 1) % cluster_->size();
-  RedisServer& a = cluster_->node(src);
-  RedisServer& b = cluster_->node(dst);
+  ASSERT_TRUE(tier.Write(kNs, first.ops).Wait().ok());
+  const size_t src = t.Owner(t.Name(0));
+  ASSERT_LT(src, t.cluster_->size());
+  RedisServer& a = t.cluster_->node(src);
+  ASSERT_NE(&a, &b);
   const std::string a_id = *a.Command({"CLUSTER", "MYID"});
   const std::string b_id = *b.Command({"CLUSTER", "MYID"});
   const std::string s = std::to_string(slot);
-  ASSERT_TRUE(b.Command({"CLUSTER", "SETSLOT", s, "IMPORTING", a_id}).ok());
-  ASSERT_TRUE(a.Command({"CLUSTER", "SETSLOT", s, "MIGRATING", b_id}).ok());
+  auto importing = b.Command({"CLUSTER", "SETSLOT", s, "IMPORTING", a_id});
+  ASSERT_TRUE(importing.ok()) << importing.status().ToString();
+  auto migrating = a.Command({"CLUSTER", "SETSLOT", s, "MIGRATING", b_id});
+  ASSERT_TRUE(migrating.ok()) << migrating.status().ToString();
 
   // New keys are not on the source: it answers ASK, the tier follows.
   Blocks second = MakeBlocks(10, 3);
-  Completion w = tier->Write(kNs, second.ops);
+  Completion w = tier.Write(kNs, second.ops);
   ASSERT_TRUE(w.Wait().ok()) << w.status().ToString();
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(w.result(i).ok()) << w.result(i).ToString();
   EXPECT_EQ(*b.Command({"DBSIZE"}), "3");
-  ASSERT_TRUE(tier->Read(kNs, first.reads).Wait().ok());
-  ASSERT_TRUE(tier->Read(kNs, second.reads).Wait().ok());
+  ASSERT_TRUE(tier.Read(kNs, first.reads).Wait().ok());
+  Completion r2 = tier.Read(kNs, second.reads);
+  ASSERT_TRUE(r2.Wait().ok());
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(r2.result(i).ok()) << r2.result(i).ToString();
   EXPECT_EQ(second.out, second.data);
 
   // Finish the migration: every key moves, the slot changes owner, and the
   // source answers MOVED for keys the tier still routes to it.
   std::vector<std::string> migrate = {"MIGRATE", "127.0.0.1", std::to_string(b.port()), "", "0",
                                       "5000",    "KEYS"};
-  for (uint64_t i = 0; i < 3; ++i) migrate.push_back(Name(i));
+  for (uint64_t i = 0; i < 3; ++i) migrate.push_back(t.Name(i));
   ASSERT_TRUE(a.Command(migrate).ok());
-  for (size_t i = 0; i < cluster_->size(); ++i) {
-    ASSERT_TRUE(cluster_->node(i).Command({"CLUSTER", "SETSLOT", s, "NODE", b_id}).ok());
+  ASSERT_TRUE(b.Command({"CLUSTER", "SETSLOT", s, "NODE", b_id}).ok());
+  for (size_t i = 0; i < t.cluster_->size(); ++i) {
+    RedisServer& n = t.cluster_->node(i);
+    if (&n != &b) ASSERT_TRUE(n.Command({"CLUSTER", "SETSLOT", s, "NODE", b_id}).ok());
   }
   first.out.assign(3, std::vector<std::byte>(kBlock));
   for (size_t i = 0; i < 3; ++i) first.reads[i].dst = first.out[i];
-  Completion r = tier->Read(kNs, first.reads);
+  Completion r = tier.Read(kNs, first.reads);
   ASSERT_TRUE(r.Wait().ok()) << r.status().ToString();
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(r.result(i).ok()) << r.result(i).ToString();
   EXPECT_EQ(first.out, first.data);
   EXPECT_EQ(*a.Command({"DBSIZE"}), "0");
   EXPECT_EQ(*b.Command({"DBSIZE"}), "6");
+}
+
+TEST_F(RedisClusterTest, FollowsAskAndMovedDuringASlotMigration) {
+  // A hash tag puts every key of this tier in one slot.
+  options_.redis.key_prefix = "{kvmig}";
+  auto tier = Open();
+  ASSERT_TRUE(tier);
+  const size_t src = Owner(Name(0));
+  ASSERT_LT(src, cluster_->size());
+  MigrateUnderTheTier(*this, *tier, cluster_->node((src + 1) % cluster_->size()));
+  tier->Shutdown();
+}
+
+TEST_F(RedisClusterTest, FollowsRedirectsToAMasterAddedWithoutSlots) {
+  options_.redis.key_prefix = "{kvmig}";
+  auto tier = Open();
+  ASSERT_TRUE(tier);
+  // A fourth master joins after the tier read the slot map; it serves no
+  // slot until the migration ends, so CLUSTER SLOTS does not name it while
+  // the source sends ASK to it.
+  auto added = RedisServer::Start(RedisServerOptions{.cluster = true});
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  RedisServer& d = **added;
+  ASSERT_TRUE(
+      cluster_->node(0).Command({"CLUSTER", "MEET", "127.0.0.1", std::to_string(d.port())}).ok());
+  // Joined once all four know each other past the handshake and the new one
+  // has learnt the slot map (it answers CLUSTERDOWN until then).
+  std::vector<RedisServer*> all = {&d};
+  for (size_t i = 0; i < cluster_->size(); ++i) all.push_back(&cluster_->node(i));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (RedisServer* n : all) {
+    for (;;) {
+      auto info = n->Command({"CLUSTER", "INFO"});
+      auto nodes = n->Command({"CLUSTER", "NODES"});
+      if (info.ok() && nodes.ok() && info->find("cluster_state:ok") != std::string::npos &&
+          info->find("cluster_known_nodes:4") != std::string::npos &&
+          nodes->find("handshake") == std::string::npos)
+        break;
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+          << "node " << n->endpoint() << " never joined the new master";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  MigrateUnderTheTier(*this, *tier, d);
   tier->Shutdown();
 }
 

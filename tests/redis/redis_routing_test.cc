@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include <string>
+#include <vector>
+
 #include "kvtier/options.h"
 #include "kvtier/tier.h"
 #include "tiers/redis/redis_connection.h"
@@ -97,6 +100,40 @@ TEST(RedisRouting, RedirectToAnIpv6HostKeepsTheHost) {
   EXPECT_TRUE(asking);
   EXPECT_EQ(target.host, "::1");
   EXPECT_EQ(target.port, 7002);
+}
+
+// Masters in good standing, with or without slots; replicas, failed,
+// handshaking and address-less nodes are left out.
+TEST(RedisRouting, ClusterNodesNamesItsUsableMasters) {
+  const std::string nodes =
+      "e7d1 127.0.0.1:30004@40004 master - 0 1 4 connected\n"
+      "07c3 10.0.0.2:30001@40001,cache-a myself,master - 0 0 1 connected 0-5460\n"
+      "67ed :30002@40002 master - 0 1 2 connected 5461-10922 [5461->-e7d1]\n"
+      "292f 10.0.0.3:30003@40003,,shard-id=9a master - 0 1 3 connected 10923-16383\n"
+      "6ec2 10.0.0.4:30005@40005 slave 07c3 0 1 1 connected\n"
+      "824f 10.0.0.5:30006@40006 master,fail - 1 1 5 disconnected\n"
+      "a1b2 10.0.0.6:30007@40007 handshake - 0 0 0 connected\n"
+      "c3d4 :0@0 master,noaddr - 1 1 6 disconnected\r\n";
+  auto masters = ParseClusterNodesMasters(nodes, "10.0.0.9");
+  ASSERT_TRUE(masters.ok()) << masters.status().ToString();
+  std::vector<std::string> names;
+  for (const RedisEndpoint& m : *masters) names.push_back(m.ToString());
+  EXPECT_EQ(names, (std::vector<std::string>{"127.0.0.1:30004", "10.0.0.2:30001", "cache-a:30001",
+                                             "10.0.0.9:30002", "10.0.0.3:30003"}));
+  auto ipv6 = ParseClusterNodesMasters("ab ::1:7002@17002 master - 0 0 1 connected 0-1\n", "h");
+  ASSERT_TRUE(ipv6.ok());
+  ASSERT_EQ(ipv6->size(), 1u);
+  EXPECT_EQ((*ipv6)[0].host, "::1");
+  EXPECT_EQ((*ipv6)[0].port, 7002);
+  EXPECT_TRUE(ParseClusterNodesMasters("", "h")->empty());
+  EXPECT_EQ(ParseClusterNodesMasters("ab 1.2.3.4:1@2 master\n", "h").status().code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(
+      ParseClusterNodesMasters("ab 1.2.3.4@2 master - 0 0 1 connected\n", "h").status().code(),
+      StatusCode::kCorruption);
+  EXPECT_EQ(
+      ParseClusterNodesMasters("ab 1.2.3.4:0@2 master - 0 0 1 connected\n", "h").status().code(),
+      StatusCode::kCorruption);
 }
 
 TEST(RedisRouting, ErrorRepliesMapToCodes) {

@@ -177,6 +177,7 @@ Status RedisRouter::LoadSlots(RedisConnection& conn) {
   if (ranges->empty()) {
     return Status::Unavailable(where + ": the slot map is empty (no slot is assigned)");
   }
+  std::set<std::string> listed = ListedMasters(conn);
   std::array<RedisNode*, kRedisClusterSlots> slots{};
   {
     std::lock_guard lock(nodes_mu_);
@@ -184,11 +185,35 @@ Status RedisRouter::LoadSlots(RedisConnection& conn) {
       RedisNode* node = NodeAtLocked(r.master);
       for (uint32_t s = r.first; s <= r.last; ++s) slots[s] = node;
     }
+    listed_masters_ = std::move(listed);
     last_refresh_ns_ = NowNs();
   }
   std::unique_lock lock(slots_mu_);
   slots_ = slots;
   return Status::Ok();
+}
+
+std::set<std::string> RedisRouter::ListedMasters(RedisConnection& conn) {
+  std::string_view argv[] = {"CLUSTER", "NODES"};
+  auto reply = conn.Call(argv, kClusterNodesReplyLimits);
+  Status st = reply.status();
+  if (st.ok() && reply->kind != RespHead::Kind::kBulk) {
+    st = reply->kind == RespHead::Kind::kError ? FromRedisError(reply->text, "refused")
+                                               : Status::Corruption("not a bulk string");
+  }
+  Result<std::vector<RedisEndpoint>> masters =
+      st.ok() ? ParseClusterNodesMasters(reply->text, conn.endpoint().host) : st;
+  std::set<std::string> out;
+  if (!masters.ok()) {
+    if (log_) {
+      log_->Log(LogLevel::kWarning, "CLUSTER NODES on redis " + conn.endpoint().ToString() + ": " +
+                                        std::string(masters.status().message()) +
+                                        "; redirects go only to masters that serve slots");
+    }
+    return out;
+  }
+  for (const RedisEndpoint& m : *masters) out.insert(m.ToString());
+  return out;
 }
 
 RedisNode* RedisRouter::NodeAtLocked(const RedisEndpoint& endpoint,
@@ -204,14 +229,17 @@ RedisNode* RedisRouter::KnownNode(const RedisEndpoint& endpoint) {
   return it == nodes_.end() ? nullptr : it->second.get();
 }
 
-// In cluster mode nodes_ holds exactly the masters of the slot maps read so
-// far, so looking a target up there (never adding it) bounds the nodes, and
-// their threads, by what CLUSTER SLOTS reports, whatever redirects say.
+// In cluster mode nodes_ holds only masters the cluster reported (slot map
+// or CLUSTER NODES), so the nodes, and their threads, are bounded by what the
+// cluster says, whatever redirects say.
 RedisNode* RedisRouter::RedirectTarget(const RedisEndpoint& endpoint) {
   if (!cluster_) return nullptr;
   if (RedisNode* node = KnownNode(endpoint)) return node;
   RefreshSlots();
-  return KnownNode(endpoint);
+  std::lock_guard lock(nodes_mu_);
+  const std::string name = endpoint.ToString();
+  if (auto it = nodes_.find(name); it != nodes_.end()) return it->second.get();
+  return listed_masters_.count(name) != 0 ? NodeAtLocked(endpoint) : nullptr;
 }
 
 RedisNode* RedisRouter::Route(std::string_view key) {

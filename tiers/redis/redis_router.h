@@ -4,8 +4,10 @@
 //  - Redis Cluster: the slot map read with CLUSTER SLOTS from a seed, a node
 //    per master, refreshed when a MOVED reply shows it is stale, when a
 //    master cannot be reached (a dead master sends no MOVED; a replica may
-//    have taken its slots), and when a slot has no master. Only the slot map
-//    creates nodes; a redirect goes to one of them or is refused.
+//    have taken its slots), and when a slot has no master. Only what the
+//    cluster reports creates nodes: the masters of its slot map and, for a
+//    redirect, a master CLUSTER NODES lists without slots (the target of a
+//    migration to a node just added); any other redirect is refused.
 // Nodes live until Shutdown(), so the pointers handed out stay valid while
 // any batch is in flight. Thread-safe.
 #pragma once
@@ -16,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -45,10 +48,11 @@ class RedisRouter {
   // The node serving `key`, or null when no node serves its cluster slot.
   RedisNode* Route(std::string_view key);
   // The node a cluster redirect to `endpoint` goes to, or null when it is not
-  // to be followed: always without cluster, and when `endpoint` is not a
-  // master of a slot map read from the cluster (re-read once, at most every
-  // 100 ms, when it is unknown). Redirects thus never create nodes, connect
-  // to other hosts, or send them the password.
+  // to be followed: always without cluster, and when `endpoint` is neither a
+  // master of a slot map read from the cluster nor a master its CLUSTER NODES
+  // lists (both re-read once, at most every 100 ms, when it is unknown).
+  // Redirects thus never make the tier connect to hosts the cluster does not
+  // name as its masters, or send them the password.
   RedisNode* RedirectTarget(const RedisEndpoint& endpoint);
   bool cluster() const { return cluster_; }
   // Re-reads the cluster slot map (at most every 100 ms) from the first node
@@ -70,6 +74,9 @@ class RedisRouter {
   Status OpenServers(std::vector<RedisEndpoint> endpoints);
   Status OpenCluster(std::vector<RedisEndpoint> seeds);
   Status LoadSlots(RedisConnection& conn);
+  // The masters `conn`'s server lists in CLUSTER NODES, as "host:port";
+  // empty when it refuses (an ACL) or its answer is malformed.
+  std::set<std::string> ListedMasters(RedisConnection& conn);
   RedisNode* NodeAtLocked(const RedisEndpoint& endpoint,
                           std::unique_ptr<RedisConnection> conn = nullptr);
   RedisNode* KnownNode(const RedisEndpoint& endpoint);
@@ -93,6 +100,7 @@ class RedisRouter {
   std::mutex nodes_mu_;
   std::map<std::string, std::unique_ptr<RedisNode>> nodes_;  // guarded by nodes_mu_
   uint64_t last_refresh_ns_ = 0;                             // guarded by nodes_mu_
+  std::set<std::string> listed_masters_;  // of the last CLUSTER NODES; guarded by nodes_mu_
   std::vector<RedisEndpoint> seeds_;  // cluster: the configured servers; fixed after open
 
   std::vector<RedisNode*> servers_;  // non-cluster, in `servers` order; fixed after open

@@ -3,6 +3,8 @@
 #include <xxhash.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 namespace kvtier::internal {
 
@@ -97,6 +99,59 @@ Result<std::vector<SlotRange>> ParseClusterSlots(const RespValue& reply,
     ranges.push_back(std::move(range));
   }
   return ranges;
+}
+
+namespace {
+
+// Splits `text` at every `sep`, empty fields included.
+std::vector<std::string_view> Split(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  for (;;) {
+    const size_t at = text.find(sep);
+    out.push_back(text.substr(0, at));
+    if (at == std::string_view::npos) return out;
+    text.remove_prefix(at + 1);
+  }
+}
+
+}  // namespace
+
+Result<std::vector<RedisEndpoint>> ParseClusterNodesMasters(std::string_view text,
+                                                            std::string_view fallback_host) {
+  std::vector<RedisEndpoint> masters;
+  size_t line_no = 0;
+  for (std::string_view line : Split(text, '\n')) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    auto bad = [&](const std::string& what) {
+      return Status::Corruption("CLUSTER NODES reply: line " + std::to_string(line_no) + " " +
+                                what);
+    };
+    const std::vector<std::string_view> fields = Split(line, ' ');
+    if (fields.size() < 8) return bad("has fewer than 8 fields");
+    bool master = false, usable = true;
+    for (std::string_view flag : Split(fields[2], ',')) {
+      if (flag == "master") master = true;
+      if (flag == "fail" || flag == "handshake" || flag == "noaddr") usable = false;
+    }
+    // Others may have no address yet (":0@0" with noaddr).
+    if (!master || !usable) continue;
+    // ip:port@cport, then ",hostname" (and, in newer servers, more
+    // ",name=value" fields).
+    const std::vector<std::string_view> addr = Split(fields[1], ',');
+    const std::string_view ip_port = addr[0].substr(0, addr[0].find('@'));
+    const size_t colon = ip_port.rfind(':');
+    if (colon == std::string_view::npos) return bad("has no ip:port");
+    auto port = ParseRedisEndpoint("-" + std::string(ip_port.substr(colon)));
+    if (!port.ok()) return bad("has a bad port");
+    std::string ip(ip_port.substr(0, colon));
+    masters.push_back({ip.empty() ? std::string(fallback_host) : ip, port->port});
+    if (addr.size() > 1 && !addr[1].empty() && addr[1].find('=') == std::string_view::npos) {
+      masters.push_back({std::string(addr[1]), port->port});
+    }
+  }
+  return masters;
 }
 
 bool ParseRedirect(std::string_view error, RedisEndpoint* target, bool* asking) {

@@ -62,6 +62,23 @@ inline constexpr RespLimits kClusterSlotsReplyLimits{.max_depth = 4,
 Result<std::vector<SlotRange>> ParseClusterSlots(const RespValue& reply,
                                                  std::string_view fallback_host);
 
+// Bounds on reading a CLUSTER NODES reply: one bulk string of a line per
+// node (~100 bytes, plus its slot ranges: at most ~16384 one-slot ranges in
+// all, ~6 bytes each).
+inline constexpr RespLimits kClusterNodesReplyLimits{
+    .max_depth = 1, .max_items = 1, .max_bulk_bytes = 4u << 20, .max_total_bytes = 4u << 20};
+
+// Parses a CLUSTER NODES reply (a line per node: id, ip:port@cport with an
+// optional ",hostname", flags, ...) into the endpoints of its masters that
+// are members in good standing: flags "master" and none of "fail",
+// "handshake", "noaddr". A master with a hostname gives a second endpoint,
+// the hostname with the same port; an empty ip takes `fallback_host`, the
+// host of the node that answered. Unlike CLUSTER SLOTS it names masters
+// that serve no slot yet, such as the target of a migration to a new node.
+// Corruption when a line has fewer than 8 fields or a malformed address.
+Result<std::vector<RedisEndpoint>> ParseClusterNodesMasters(std::string_view text,
+                                                            std::string_view fallback_host);
+
 // Parses the target of a "MOVED <slot> <host>:<port>" or "ASK ..." error; a
 // target of ":<port>" leaves the host empty (the answering node's host).
 // Returns false when `error` is neither; sets *asking for ASK.

@@ -187,9 +187,8 @@ void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<Redis
         redirected[target].push_back(std::move(ops[i]));
         continue;
       }
-      r.status = Status::Unavailable(std::string(r.status.message()) +
-                                     "; not followed: " + r.target.ToString() +
-                                     " is not a master in the cluster's slot map");
+      r.status = Status::Unavailable(std::string(r.status.message()) + "; not followed: " +
+                                     r.target.ToString() + " is not a master the cluster names");
     }
     tier_->Settle(*this, ops[i], std::move(r));
   }
