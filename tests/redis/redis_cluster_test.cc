@@ -6,14 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/redis/redis_test_util.h"
 #include "tests/support/block_data.h"
+#include "tests/support/recording_log.h"
 #include "tests/support/tier_conformance.h"
 #include "tests/support/time_scale.h"
+#include "tiers/redis/redis_router.h"
 #include "tiers/redis/redis_routing.h"
 
 namespace kvtier::testing {
@@ -250,6 +253,38 @@ TEST_F(RedisClusterTest, FollowsRedirectsToAMasterAddedWithoutSlots) {
     }
   }
   MigrateUnderTheTier(*this, *tier, d);
+  tier->Shutdown();
+}
+
+// A user the cluster does not let run CLUSTER NODES still routes by the
+// slot map; the refusal is logged once, not at every refresh.
+TEST_F(RedisClusterTest, UserDeniedClusterNodesRoutesBySlotsAndSaysSoOnce) {
+  for (size_t i = 0; i < cluster_->size(); ++i) {
+    ASSERT_TRUE(
+        cluster_->node(i)
+            .Command({"ACL", "SETUSER", "kvslots", "on", ">pw", "~*", "+@all", "-cluster|nodes"})
+            .ok());
+  }
+  options_.redis.user = "kvslots";
+  options_.redis.password = "pw";
+  auto log = std::make_shared<RecordingLog>(LogLevel::kWarning, "CLUSTER NODES");
+  auto router = internal::RedisRouter::Open(options_, log);
+  ASSERT_TRUE(router.ok()) << router.status().ToString();
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));  // past the refresh interval
+    (*router)->RefreshSlots();
+  }
+  ASSERT_EQ(log->lines().size(), 1u);
+  EXPECT_NE(log->lines()[0].find("NOPERM"), std::string::npos) << log->lines()[0];
+  EXPECT_NE((*router)->Route(Name(0)), nullptr);
+  EXPECT_EQ((*router)->RedirectTarget({"127.0.0.1", 1}), nullptr);
+  (*router)->Shutdown();
+  auto tier = Open();
+  ASSERT_TRUE(tier);
+  Blocks b = MakeBlocks(0, 20);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  ASSERT_TRUE(tier->Read(kNs, b.reads).Wait().ok());
+  EXPECT_EQ(b.out, b.data);
   tier->Shutdown();
 }
 

@@ -205,7 +205,7 @@ std::set<std::string> RedisRouter::ListedMasters(RedisConnection& conn) {
       st.ok() ? ParseClusterNodesMasters(reply->text, conn.endpoint().host) : st;
   std::set<std::string> out;
   if (!masters.ok()) {
-    if (log_) {
+    if (log_ && !warned_nodes_.exchange(true, std::memory_order_relaxed)) {
       log_->Log(LogLevel::kWarning, "CLUSTER NODES on redis " + conn.endpoint().ToString() + ": " +
                                         std::string(masters.status().message()) +
                                         "; redirects go only to masters that serve slots");

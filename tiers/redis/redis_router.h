@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -75,7 +76,8 @@ class RedisRouter {
   Status OpenCluster(std::vector<RedisEndpoint> seeds);
   Status LoadSlots(RedisConnection& conn);
   // The masters `conn`'s server lists in CLUSTER NODES, as "host:port";
-  // empty when it refuses (an ACL) or its answer is malformed.
+  // empty when it refuses (an ACL) or its answer is malformed, which is
+  // logged once per tier (refreshes repeat it at every failover).
   std::set<std::string> ListedMasters(RedisConnection& conn);
   RedisNode* NodeAtLocked(const RedisEndpoint& endpoint,
                           std::unique_ptr<RedisConnection> conn = nullptr);
@@ -101,6 +103,7 @@ class RedisRouter {
   std::map<std::string, std::unique_ptr<RedisNode>> nodes_;  // guarded by nodes_mu_
   uint64_t last_refresh_ns_ = 0;                             // guarded by nodes_mu_
   std::set<std::string> listed_masters_;  // of the last CLUSTER NODES; guarded by nodes_mu_
+  std::atomic<bool> warned_nodes_{false};  // ListedMasters logged a failure once
   std::vector<RedisEndpoint> seeds_;  // cluster: the configured servers; fixed after open
 
   std::vector<RedisNode*> servers_;  // non-cluster, in `servers` order; fixed after open
