@@ -76,7 +76,7 @@ Blocks MakeBlocks(uint64_t first, size_t n) {
 
 // Each test that changes the cluster builds its own.
 class RedisClusterTest : public ::testing::Test {
- public:  // for the helpers below
+ protected:
   void SetUp() override {
     if (std::string why = RedisUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
     auto c = RedisCluster::Start(3);
@@ -102,6 +102,11 @@ class RedisClusterTest : public ::testing::Test {
   std::string Name(uint64_t i) const {
     return internal::RedisBlockKeyName(options_.redis.key_prefix, kNs, TestKey(i));
   }
+
+  // Migrates the slot of every key of a tier with key_prefix "{kvmig}" to
+  // `b` while the tier writes and reads: ASK while the slot migrates, MOVED
+  // once it has. Every node of the cluster is told the new owner, `b` first.
+  void MigrateUnderTheTier(Tier& tier, RedisServer& b);
 
   std::unique_ptr<RedisCluster> cluster_;
   TierOptions options_;
@@ -159,16 +164,13 @@ TEST_F(RedisClusterTest, DeadMasterFailsOnlyItsKeysWithinTheDeadline) {
   tier->Shutdown();
 }
 
-// Migrates the slot of every key of a tier with key_prefix "{kvmig}" to
-// `b` while the tier writes and reads: ASK while the slot migrates, MOVED
-// once it has. Every node of the cluster (and `b`) is told the new owner.
-void MigrateUnderTheTier(RedisClusterTest& t, Tier& tier, RedisServer& b) {
+void RedisClusterTest::MigrateUnderTheTier(Tier& tier, RedisServer& b) {
   const uint16_t slot = internal::RedisHashSlot("kvmig");
   Blocks first = MakeBlocks(0, 3);
   ASSERT_TRUE(tier.Write(kNs, first.ops).Wait().ok());
-  const size_t src = t.Owner(t.Name(0));
-  ASSERT_LT(src, t.cluster_->size());
-  RedisServer& a = t.cluster_->node(src);
+  const size_t src = Owner(Name(0));
+  ASSERT_LT(src, cluster_->size());
+  RedisServer& a = cluster_->node(src);
   ASSERT_NE(&a, &b);
   const std::string a_id = *a.Command({"CLUSTER", "MYID"});
   const std::string b_id = *b.Command({"CLUSTER", "MYID"});
@@ -194,11 +196,11 @@ void MigrateUnderTheTier(RedisClusterTest& t, Tier& tier, RedisServer& b) {
   // source answers MOVED for keys the tier still routes to it.
   std::vector<std::string> migrate = {"MIGRATE", "127.0.0.1", std::to_string(b.port()), "", "0",
                                       "5000",    "KEYS"};
-  for (uint64_t i = 0; i < 3; ++i) migrate.push_back(t.Name(i));
+  for (uint64_t i = 0; i < 3; ++i) migrate.push_back(Name(i));
   ASSERT_TRUE(a.Command(migrate).ok());
   ASSERT_TRUE(b.Command({"CLUSTER", "SETSLOT", s, "NODE", b_id}).ok());
-  for (size_t i = 0; i < t.cluster_->size(); ++i) {
-    RedisServer& n = t.cluster_->node(i);
+  for (size_t i = 0; i < cluster_->size(); ++i) {
+    RedisServer& n = cluster_->node(i);
     if (&n != &b) ASSERT_TRUE(n.Command({"CLUSTER", "SETSLOT", s, "NODE", b_id}).ok());
   }
   first.out.assign(3, std::vector<std::byte>(kBlock));
@@ -218,7 +220,7 @@ TEST_F(RedisClusterTest, FollowsAskAndMovedDuringASlotMigration) {
   ASSERT_TRUE(tier);
   const size_t src = Owner(Name(0));
   ASSERT_LT(src, cluster_->size());
-  MigrateUnderTheTier(*this, *tier, cluster_->node((src + 1) % cluster_->size()));
+  MigrateUnderTheTier(*tier, cluster_->node((src + 1) % cluster_->size()));
   tier->Shutdown();
 }
 
@@ -229,30 +231,12 @@ TEST_F(RedisClusterTest, FollowsRedirectsToAMasterAddedWithoutSlots) {
   // A fourth master joins after the tier read the slot map; it serves no
   // slot until the migration ends, so CLUSTER SLOTS does not name it while
   // the source sends ASK to it.
-  auto added = RedisServer::Start(RedisServerOptions{.cluster = true});
+  // It answers CLUSTERDOWN until it has learnt the slot map: AddMaster
+  // waits for that.
+  auto added = cluster_->AddMaster();
   ASSERT_TRUE(added.ok()) << added.status().ToString();
   RedisServer& d = **added;
-  ASSERT_TRUE(
-      cluster_->node(0).Command({"CLUSTER", "MEET", "127.0.0.1", std::to_string(d.port())}).ok());
-  // Joined once all four know each other past the handshake and the new one
-  // has learnt the slot map (it answers CLUSTERDOWN until then).
-  std::vector<RedisServer*> all = {&d};
-  for (size_t i = 0; i < cluster_->size(); ++i) all.push_back(&cluster_->node(i));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (RedisServer* n : all) {
-    for (;;) {
-      auto info = n->Command({"CLUSTER", "INFO"});
-      auto nodes = n->Command({"CLUSTER", "NODES"});
-      if (info.ok() && nodes.ok() && info->find("cluster_state:ok") != std::string::npos &&
-          info->find("cluster_known_nodes:4") != std::string::npos &&
-          nodes->find("handshake") == std::string::npos)
-        break;
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-          << "node " << n->endpoint() << " never joined the new master";
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  MigrateUnderTheTier(*this, *tier, d);
+  MigrateUnderTheTier(*tier, d);
   tier->Shutdown();
 }
 

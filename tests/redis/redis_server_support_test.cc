@@ -3,15 +3,12 @@
 // range, a launch that loses its port to another process moving to another
 // port, never handing back a server that is not its own, and setup commands
 // that cannot hang a test.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
 
+#include "tests/support/idle_listener.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/time_scale.h"
 
@@ -32,30 +29,6 @@ class RedisServerSupportTest : public ::testing::Test {
   void SetUp() override {
     if (std::string why = RedisUnavailableReason(); !why.empty()) GTEST_SKIP() << why;
   }
-};
-
-// A socket listening on a loopback port the kernel picks; it never accepts.
-class Listener {
- public:
-  Listener() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
-        listen(fd_, 16) == 0 && getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port_ = ntohs(addr.sin_port);
-    }
-  }
-  ~Listener() {
-    if (fd_ >= 0) close(fd_);
-  }
-  uint16_t port() const { return port_; }  // 0 when the socket could not be set up
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
 };
 
 TEST_F(RedisServerSupportTest, PortsAvoidTheEphemeralRange) {
@@ -82,7 +55,7 @@ TEST_F(RedisServerSupportTest, PortsAvoidTheEphemeralRange) {
 // listens but never answers) makes the server exit at start; Start moves on
 // and returns a server on another port, which is the one it controls.
 TEST_F(RedisServerSupportTest, PortTakenByAListenerIsPassedOver) {
-  Listener taken;
+  IdleListener taken;
   ASSERT_NE(taken.port(), 0);
   const auto start = Clock::now();
   auto s = RedisServer::Start(RedisServerOptions{.first_port = taken.port()});

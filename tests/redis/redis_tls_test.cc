@@ -5,9 +5,6 @@
 // a client that does not), handshakes and replies that never come,
 // connections the server closes while idle, and a cluster over TLS.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -16,6 +13,7 @@
 
 #include "tests/redis/redis_test_util.h"
 #include "tests/support/block_data.h"
+#include "tests/support/idle_listener.h"
 #include "tests/support/returns_within.h"
 #include "tests/support/scratch_dir.h"
 #include "tests/support/test_certs.h"
@@ -43,11 +41,16 @@ const TestPki* SharedPki(std::string* why) {
   return &*pki;
 }
 
+// A server's TLS side with the test PKI's server certificate.
+RedisServerTls ServerTls(const TestPki& pki, bool require_client_cert = false) {
+  return RedisServerTls{pki.server.cert_file, pki.server.key_file, pki.ca_file,
+                        require_client_cert};
+}
+
 Result<std::unique_ptr<RedisServer>> StartTlsServer(const TestPki& pki,
                                                     bool require_client_cert = false) {
   RedisServerOptions so;
-  so.tls =
-      RedisServerTls{pki.server.cert_file, pki.server.key_file, pki.ca_file, require_client_cert};
+  so.tls = ServerTls(pki, require_client_cert);
   return RedisServer::Start(so);
 }
 
@@ -70,8 +73,11 @@ RedisServer* SharedTlsRedis(std::string* why) {
   return server.get();
 }
 
-TierOptions TlsOptions(const RedisServer& server, const TestPki& pki, uint64_t capacity_bytes) {
-  TierOptions o = RedisTierOptionsFor({server.tls_endpoint()}, capacity_bytes);
+// Tier options over TLS to `server` (a cluster seed with `cluster`),
+// trusting the test PKI's CA.
+TierOptions TlsOptions(const RedisServer& server, const TestPki& pki, uint64_t capacity_bytes,
+                       bool cluster = false) {
+  TierOptions o = RedisTierOptionsFor({server.tls_endpoint()}, capacity_bytes, cluster);
   o.redis.tls = true;
   o.redis.tls_ca_file = pki.ca_file;
   return o;
@@ -173,16 +179,12 @@ TEST_F(RedisTlsTest, CertificateFromAnotherCaIsRefused) {
 }
 
 TEST_F(RedisTlsTest, ClusterIsReachedAtTheTlsPortsItsNodesAnnounce) {
-  auto cluster = RedisCluster::Start(
-      3, RedisServerTls{pki_->server.cert_file, pki_->server.key_file, pki_->ca_file});
+  auto cluster = RedisCluster::Start(3, ServerTls(*pki_));
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   // One seed: the other masters come from CLUSTER SLOTS asked over TLS,
   // which names their TLS ports.
-  TierOptions o =
-      RedisTierOptionsFor({(*cluster)->node(0).tls_endpoint()}, 64 * kBlock, /*cluster=*/true);
-  o.redis.tls = true;
-  o.redis.tls_ca_file = pki_->ca_file;
-  auto tier = OpenRedisTier(o, kBlock);
+  auto tier =
+      OpenRedisTier(TlsOptions((*cluster)->node(0), *pki_, 64 * kBlock, /*cluster=*/true), kBlock);
   ASSERT_NE(tier, nullptr);
   RoundTrip(*tier, 0, 30);
   int total = 0;
@@ -256,21 +258,13 @@ TEST_F(RedisTlsTest, PortThatDoesNotSpeakTlsFailsSayingSo) {
 TEST_F(RedisTlsTest, HandshakeThatNeverCompletesEndsAtTheConnectTimeout) {
   // A listener nobody serves: the kernel completes the TCP connect, and the
   // server's half of the handshake never comes.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(listen(fd, 4), 0);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  options_.servers = {"127.0.0.1:" + std::to_string(ntohs(addr.sin_port))};
+  IdleListener listener;
+  ASSERT_NE(listener.port(), 0);
+  options_.servers = {listener.endpoint()};
   options_.redis.connect_timeout_ms = 300;
   const auto start = Clock::now();
   Status st = OpenFails();
   const auto took = Clock::now() - start;
-  close(fd);
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("TLS handshake"), std::string_view::npos) << st.ToString();
   EXPECT_NE(st.message().find("timed out"), std::string_view::npos) << st.ToString();

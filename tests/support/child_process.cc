@@ -6,10 +6,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
 namespace kvtier::testing {
+
+bool OnPath(const std::string& program) {
+  return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 Result<pid_t> SpawnChild(std::vector<std::string> args) {
   if (args.empty()) return Status::InvalidArgument("SpawnChild: no program");

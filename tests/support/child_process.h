@@ -14,6 +14,9 @@
 
 namespace kvtier::testing {
 
+// Whether `program` is found on PATH (as the shell's `command -v` finds it).
+bool OnPath(const std::string& program);
+
 // Runs args[0] (looked up on PATH when it has no '/') with args[1..] in a
 // child that gets SIGKILL when the test process dies. Returns the child's
 // pid; exec failures show as the child exiting with 127.

@@ -20,10 +20,6 @@
 namespace kvtier::testing {
 namespace {
 
-bool OnPath(const std::string& program) {
-  return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
-}
-
 bool PortFree(uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return false;
@@ -323,29 +319,46 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::Start(
     return Status::Unavailable("redis-cli --cluster create: " + std::string(created.message()) +
                                "; its output ends: " + LastLogLine(log));
   }
+  KVTIER_RETURN_IF_ERROR(cluster->WaitUntilJoined());
+  return cluster;
+}
+
+Result<RedisServer*> RedisCluster::AddMaster() {
+  if (nodes_.empty()) return Status::InvalidArgument("AddMaster: the cluster has no node");
+  auto s = RedisServer::Start(RedisServerOptions{.cluster = true});
+  if (!s.ok()) return s.status();
+  RedisServer* added = s->get();
+  auto met = nodes_[0]->Command({"CLUSTER", "MEET", "127.0.0.1", std::to_string(added->port())});
+  if (!met.ok()) return met.status();
+  nodes_.push_back(std::move(s).value());
+  KVTIER_RETURN_IF_ERROR(WaitUntilJoined());
+  return added;
+}
+
+Status RedisCluster::WaitUntilJoined() const {
+  const std::string known = "cluster_known_nodes:" + std::to_string(nodes_.size()) + "\r";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (auto& node : cluster->nodes_) {
+  for (const auto& node : nodes_) {
     for (;;) {
       auto info = node->Command({"CLUSTER", "INFO"});
-      if (info.ok() && info->find("cluster_state:ok") != std::string::npos) break;
+      auto nodes = node->Command({"CLUSTER", "NODES"});
+      if (info.ok() && nodes.ok() && info->find("cluster_state:ok") != std::string::npos &&
+          info->find(known) != std::string::npos && nodes->find("handshake") == std::string::npos)
+        break;
       if (std::chrono::steady_clock::now() > deadline) {
-        return Status::Unavailable("redis cluster did not reach cluster_state:ok in 20 s");
+        return Status::Unavailable("redis cluster: " + node->endpoint() +
+                                   " did not reach cluster_state:ok knowing all " +
+                                   std::to_string(nodes_.size()) + " nodes in 20 s");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  return cluster;
+  return Status::Ok();
 }
 
 std::vector<std::string> RedisCluster::endpoints() const {
   std::vector<std::string> out;
   for (const auto& n : nodes_) out.push_back(n->endpoint());
-  return out;
-}
-
-std::vector<std::string> RedisCluster::tls_endpoints() const {
-  std::vector<std::string> out;
-  for (const auto& n : nodes_) out.push_back(n->tls_endpoint());
   return out;
 }
 

@@ -114,12 +114,20 @@ class RedisCluster {
   static Result<std::unique_ptr<RedisCluster>> Start(
       int masters = 3, const std::optional<RedisServerTls>& tls = std::nullopt);
 
+  // Starts one more cluster-enabled server, has the cluster MEET it, and
+  // waits until every node knows every other: a master that serves no slot
+  // until some are migrated to it. The cluster owns it (node(size() - 1)).
+  Result<RedisServer*> AddMaster();
+
   std::vector<std::string> endpoints() const;
-  std::vector<std::string> tls_endpoints() const;
   RedisServer& node(size_t i) { return *nodes_[i]; }
   size_t size() const { return nodes_.size(); }
 
  private:
+  // Waits (up to 20 s) until every node reports cluster_state:ok, knows all
+  // size() nodes and has none in handshake.
+  Status WaitUntilJoined() const;
+
   std::vector<std::unique_ptr<RedisServer>> nodes_;
 };
 

@@ -7,8 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <string>
+
+#include "tests/support/child_process.h"
 
 namespace kvtier::bench {
 namespace {
@@ -65,9 +66,7 @@ TEST(RedisBenchOptions, TlsCaFileNeedsTls) {
 // move every byte (the tier checks what it reads back) and the table says TLS.
 TEST(RedisBenchTls, ShortRunComparesBothSidesOverTls) {
   for (const char* tool : {"redis-server", "redis-benchmark", "openssl"}) {
-    if (std::system((std::string("command -v ") + tool + " >/dev/null 2>&1").c_str()) != 0) {
-      GTEST_SKIP() << tool << " is not installed";
-    }
+    if (!kvtier::testing::OnPath(tool)) GTEST_SKIP() << tool << " is not installed";
   }
   RedisBenchOptions o;
   o.tls = true;

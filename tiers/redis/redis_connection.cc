@@ -255,6 +255,17 @@ Status RedisConnection::Flush() {
   return st.ok() ? st : Fail(std::move(st));
 }
 
+bool RedisConnection::WaitSocket(short events, uint32_t wait_ms, const std::string& where,
+                                 Status* error) const {
+  pollfd pfd{ctx_->fd, events, 0};
+  // Clamped: a wait past INT_MAX ms would be negative, which poll reads as
+  // "forever".
+  const int ready = poll(&pfd, 1, static_cast<int>(std::min<uint32_t>(wait_ms, INT_MAX)));
+  if (ready == 0) return false;
+  if (ready < 0 && errno != EINTR) *error = Status::Unavailable(FromErrno(errno, where).message());
+  return true;
+}
+
 Status RedisConnection::FlushPlain(std::chrono::steady_clock::time_point deadline,
                                    uint64_t budget_ms) {
   std::vector<iovec> iov;
@@ -275,16 +286,12 @@ Status RedisConnection::FlushPlain(std::chrono::steady_clock::time_point deadlin
     // timeout again, so a server that stopped reading mid-batch (frozen, its
     // buffers full) was caught only after two or three timeouts. Here each
     // wait starts when the last bytes moved.
-    pollfd pfd{ctx_->fd, POLLOUT, 0};
-    // Clamped: a wait past INT_MAX ms would be negative, which poll reads
-    // as "forever".
-    const int ready = poll(&pfd, 1, static_cast<int>(std::min<uint32_t>(wait_ms, INT_MAX)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
+    Status error;
+    if (!WaitSocket(POLLOUT, wait_ms, where, &error)) {
       // A wait cut short by the deadline reports the send's whole budget.
       return TimedOut(where, wait_ms < timeout_ms_ ? budget_ms : timeout_ms_);
     }
-    if (ready < 0) return Status::Unavailable(FromErrno(errno, where).message());
+    if (!error.ok()) return error;
     msghdr msg{};
     msg.msg_iov = iov.data() + first;
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);

@@ -197,9 +197,11 @@ class RedisConnection {
   Status FlushTls(std::chrono::steady_clock::time_point deadline, uint64_t budget_ms);
   Status SendTls(const std::byte* data, size_t size, std::chrono::steady_clock::time_point deadline,
                  uint64_t budget_ms);
-  // Waits up to wait_ms for the socket to be ready the way `io` asks:
-  // false on a timeout, with *error set on a poll failure.
-  bool WaitTls(TlsStream::Io io, uint32_t wait_ms, Status* error) const;
+  // Waits up to wait_ms for the socket to be ready for `events` (POLLIN,
+  // POLLOUT): false on a timeout; true when it is, when a signal cut the wait
+  // short (the caller tries again), or on a poll failure, which sets *error
+  // naming `where`.
+  bool WaitSocket(short events, uint32_t wait_ms, const std::string& where, Status* error) const;
   bool ReusableTls();
   // Sets the socket's SO_RCVTIMEO to `ms` unless it holds that already.
   Status SetReceiveTimeout(uint32_t ms);

@@ -1,28 +1,18 @@
 // The TLS half of RedisConnection's transport: the same deadlines as the
 // plain socket path, with OpenSSL's reads and writes (which never block)
 // waited on by poll.
-#include <hiredis/hiredis.h>
 #include <poll.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <climits>
 #include <string>
 
 #include "tiers/redis/redis_connection.h"
 
 namespace kvtier::internal {
+namespace {
 
-bool RedisConnection::WaitTls(TlsStream::Io io, uint32_t wait_ms, Status* error) const {
-  pollfd pfd{ctx_->fd, static_cast<short>(io == TlsStream::Io::kWantRead ? POLLIN : POLLOUT), 0};
-  const int ready = poll(&pfd, 1, static_cast<int>(std::min<uint32_t>(wait_ms, INT_MAX)));
-  if (ready == 0) return false;
-  // EINTR: the caller tries again, with what is left of its deadline.
-  if (ready < 0 && errno != EINTR) {
-    *error = Status::Unavailable(FromErrno(errno, "poll redis " + endpoint_.ToString()).message());
-  }
-  return true;
-}
+short PollEvents(TlsStream::Io io) { return io == TlsStream::Io::kWantRead ? POLLIN : POLLOUT; }
+
+}  // namespace
 
 Status RedisConnection::RecvTls(void* out, size_t size, size_t* got) {
   const std::string where = "read from redis " + endpoint_.ToString();
@@ -38,7 +28,7 @@ Status RedisConnection::RecvTls(void* out, size_t size, size_t* got) {
       case TlsStream::Io::kWantRead:
       case TlsStream::Io::kWantWrite: {
         Status error;
-        if (!WaitTls(r.io, wait_ms, &error)) {
+        if (!WaitSocket(PollEvents(r.io), wait_ms, where, &error)) {
           // A wait cut short by the deadline reports the reply's whole budget.
           return Fail(TimedOut(where, wait_ms < timeout_ms_ ? reply_budget_ms_ : timeout_ms_));
         }
@@ -70,7 +60,7 @@ Status RedisConnection::SendTls(const std::byte* data, size_t size,
       case TlsStream::Io::kWantRead:
       case TlsStream::Io::kWantWrite: {
         Status error;
-        if (!WaitTls(r.io, wait_ms, &error)) {
+        if (!WaitSocket(PollEvents(r.io), wait_ms, where, &error)) {
           return TimedOut(where, wait_ms < timeout_ms_ ? budget_ms : timeout_ms_);
         }
         if (!error.ok()) return error;
