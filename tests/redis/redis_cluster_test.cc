@@ -107,6 +107,15 @@ class RedisClusterTest : public ::testing::Test {
   // `b` while the tier writes and reads: ASK while the slot migrates, MOVED
   // once it has. Every node of the cluster is told the new owner, `b` first.
   void MigrateUnderTheTier(Tier& tier, RedisServer& b);
+  // Options for the migration tests: every key in one slot (a hash tag),
+  // and timeouts with room for a slot-map refresh and a connect to a node
+  // new to the tier on a loaded machine (these tests time nothing).
+  void UseMigrationOptions() {
+    options_.redis.key_prefix = "{kvmig}";
+    const auto ms = static_cast<uint32_t>(Scaled(std::chrono::milliseconds(2000)).count());
+    options_.redis.op_timeout_ms = ms;
+    options_.redis.connect_timeout_ms = ms;
+  }
 
   std::unique_ptr<RedisCluster> cluster_;
   TierOptions options_;
@@ -214,8 +223,7 @@ void RedisClusterTest::MigrateUnderTheTier(Tier& tier, RedisServer& b) {
 }
 
 TEST_F(RedisClusterTest, FollowsAskAndMovedDuringASlotMigration) {
-  // A hash tag puts every key of this tier in one slot.
-  options_.redis.key_prefix = "{kvmig}";
+  UseMigrationOptions();
   auto tier = Open();
   ASSERT_TRUE(tier);
   const size_t src = Owner(Name(0));
@@ -225,7 +233,7 @@ TEST_F(RedisClusterTest, FollowsAskAndMovedDuringASlotMigration) {
 }
 
 TEST_F(RedisClusterTest, FollowsRedirectsToAMasterAddedWithoutSlots) {
-  options_.redis.key_prefix = "{kvmig}";
+  UseMigrationOptions();
   auto tier = Open();
   ASSERT_TRUE(tier);
   // A fourth master joins after the tier read the slot map; it serves no
