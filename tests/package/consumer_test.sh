@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs a kvtier build into a temporary prefix and builds the consumer
 # project in ./consumer against it twice: once through find_package(kvtier)
-# and once through pkg-config. Both programs must run, print "OK" and print
-# the same thing.
+# and once through pkg-config. Its two programs, one in C++ and one in C on
+# the C API, must run and print "OK", and each must print the same thing both
+# ways.
 #
 # Usage: consumer_test.sh BUILD_DIR [CMAKE] [CXX] [GENERATOR] [EXTRA_FLAGS]
 #   BUILD_DIR    a configured and built kvtier build tree
@@ -65,7 +66,7 @@ config="$(find "$prefix" -name kvtierConfig.cmake -print -quit)"
 for f in kvtierConfigVersion.cmake kvtierTargets.cmake; do
   [[ -f "$(dirname "$config")/$f" ]] || fail "$f is missing next to $config"
 done
-for h in status.h block_key.h block_header.h export.h build_config.h; do
+for h in status.h block_key.h block_header.h export.h build_config.h c_api.h; do
   [[ -f "$prefix/include/kvtier/$h" ]] || fail "header kvtier/$h was not installed"
 done
 # 0.x: the soname names major.minor, so a minor release that changes the ABI
@@ -102,6 +103,8 @@ run_logged cmake-build "$cmake_bin" --build "$tmp/cmake-build"
 cmake_exe="$tmp/cmake-build/kvtier_consumer"
 run_logged cmake-run "$cmake_exe"
 tail -n 1 "$tmp/cmake-run.log" | grep -qx OK || fail "CMake consumer did not print OK"
+run_logged cmake-c-run "$tmp/cmake-build/kvtier_c_consumer"
+tail -n 1 "$tmp/cmake-c-run.log" | grep -qx OK || fail "CMake C consumer did not print OK"
 
 # 3. pkg-config from the prefix.
 PKG_CONFIG_PATH="$(dirname "$pcfile")"
@@ -120,10 +123,18 @@ LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   run_logged pkgconfig-run "$tmp/pc_consumer"
 tail -n 1 "$tmp/pkgconfig-run.log" | grep -qx OK || fail "pkg-config consumer did not print OK"
 
-if ! diff -u "$tmp/cmake-run.log" "$tmp/pkgconfig-run.log" >"$tmp/diff.log"; then
-  cat "$tmp/diff.log" >&2
-  fail "the CMake and pkg-config consumers printed different results"
-fi
+run_logged pkgconfig-c-build "${CC:-cc}" -std=c11 -Wall -Wextra -pedantic -Werror \
+  "${more_flags[@]}" "$consumer_src/c_consumer.c" "${pc_flags[@]}" -o "$tmp/pc_c_consumer"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  run_logged pkgconfig-c-run "$tmp/pc_c_consumer"
+tail -n 1 "$tmp/pkgconfig-c-run.log" | grep -qx OK || fail "pkg-config C consumer did not print OK"
 
-cat "$tmp/cmake-run.log"
+for run in run c-run; do
+  if ! diff -u "$tmp/cmake-$run.log" "$tmp/pkgconfig-$run.log" >"$tmp/diff.log"; then
+    cat "$tmp/diff.log" >&2
+    fail "the CMake and pkg-config consumers ($run) printed different results"
+  fi
+done
+
+cat "$tmp/cmake-run.log" "$tmp/cmake-c-run.log"
 echo "consumer_test: PASS (find_package and pkg-config consumers against $prefix)"

@@ -1,0 +1,49 @@
+// The C API's completion handles.
+#include <chrono>
+#include <string>
+
+#include "capi/c_api_internal.h"
+
+using kvtier::Status;
+using kvtier::capi::Guard;
+using kvtier::capi::Required;
+
+extern "C" {
+
+int kvtier_completion_wait(const kvtier_completion* c, int64_t timeout_ns) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(c, "completion"));
+    if (timeout_ns < 0) return c->completion.Wait();
+    return c->completion.WaitFor(std::chrono::nanoseconds(timeout_ns));
+  });
+}
+
+int kvtier_completion_done(const kvtier_completion* c) {
+  return c != nullptr && c->completion.Poll() ? 1 : 0;
+}
+
+size_t kvtier_completion_size(const kvtier_completion* c) {
+  return c != nullptr ? c->completion.size() : 0;
+}
+
+int kvtier_completion_result(const kvtier_completion* c, size_t i, uint64_t* bytes) {
+  if (bytes != nullptr) *bytes = 0;
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(c, "completion"));
+    if (!c->completion.Poll()) return Status::InvalidArgument("the completion is not done yet");
+    if (i >= c->completion.size()) {
+      return Status::InvalidArgument("result " + std::to_string(i) + " of a completion of " +
+                                     std::to_string(c->completion.size()));
+    }
+    if (bytes != nullptr) *bytes = c->completion.bytes(i);
+    return c->completion.result(i);
+  });
+}
+
+uint32_t kvtier_completion_layers_done(const kvtier_completion* c) {
+  return c != nullptr ? c->completion.layers_done() : 0;
+}
+
+void kvtier_completion_free(kvtier_completion* c) { delete c; }
+
+}  // extern "C"

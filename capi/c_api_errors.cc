@@ -1,0 +1,51 @@
+// The C API's error reporting (a per-thread last message) and key helpers.
+#include <string>
+
+#include "capi/c_api_internal.h"
+
+namespace kvtier::capi {
+namespace {
+
+thread_local std::string last_error;
+
+}  // namespace
+
+int Report(const Status& status) noexcept {
+  if (!status.ok()) {
+    try {
+      last_error = status.ToString();
+    } catch (...) {
+      // No memory for the message: the code still tells what happened.
+      last_error.clear();
+    }
+  }
+  return static_cast<int>(status.code());
+}
+
+Result<std::vector<BlockKey>> Keys(const kvtier_key* keys, size_t n) {
+  if (n > 0 && keys == nullptr) return Status::InvalidArgument("keys is NULL");
+  std::vector<BlockKey> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = BlockKey{keys[i].hi, keys[i].lo};
+  return out;
+}
+
+std::optional<BlockKey> Parent(const kvtier_key* parent) {
+  if (parent == nullptr) return std::nullopt;
+  return BlockKey{parent->hi, parent->lo};
+}
+
+kvtier_key ToC(const BlockKey& key) { return kvtier_key{key.hi, key.lo}; }
+
+}  // namespace kvtier::capi
+
+extern "C" {
+
+const char* kvtier_last_error(void) { return kvtier::capi::last_error.c_str(); }
+
+const char* kvtier_code_name(int code) {
+  if (code < 0 || code > static_cast<int>(kvtier::StatusCode::kInternal)) return "unknown";
+  // Names are string literals, so their data is NUL-terminated.
+  return kvtier::StatusCodeName(static_cast<kvtier::StatusCode>(code)).data();
+}
+
+}  // extern "C"

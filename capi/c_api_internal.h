@@ -1,0 +1,70 @@
+// What the C API's translation units share: the handle structs behind the
+// opaque C types, the guard that turns a Status or an exception into a
+// kvtier_code, and argument helpers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/block_key.h"
+#include "kvtier/c_api.h"
+#include "kvtier/completion.h"
+#include "kvtier/copy_engine.h"
+#include "kvtier/runtime.h"
+#include "kvtier/status.h"
+
+struct kvtier_runtime {
+  std::unique_ptr<kvtier::Runtime> runtime;
+  std::shared_ptr<kvtier::HostCopyEngine> host;  // null on the CUDA engine
+  kvtier::NamespaceId ns;
+  kvtier::KeyHasher hasher;
+  uint64_t block_bytes = 0;
+  uint32_t block_tokens = 0;
+};
+
+struct kvtier_completion {
+  kvtier::Completion completion;
+};
+
+namespace kvtier::capi {
+
+// Records `status` as this thread's last error when it is not OK; returns
+// its code as an int.
+int Report(const Status& status) noexcept;
+
+// Runs `body` (returning Status) and reports its outcome; an exception
+// becomes ResourceExhausted (std::bad_alloc) or Internal.
+template <typename Body>
+int Guard(Body&& body) noexcept {
+  try {
+    return Report(body());
+  } catch (const std::bad_alloc&) {
+    return Report(Status::ResourceExhausted("out of memory"));
+  } catch (const std::exception& e) {
+    return Report(Status::Internal(e.what()));
+  } catch (...) {
+    return Report(Status::Internal("unknown exception"));
+  }
+}
+
+// InvalidArgument("<what> is NULL") when `p` is null.
+inline Status Required(const void* p, std::string_view what) {
+  if (p != nullptr) return Status::Ok();
+  std::string message(what);
+  message += " is NULL";
+  return Status::InvalidArgument(message);
+}
+
+// The keys of a C array (NULL is accepted only when n is 0).
+Result<std::vector<BlockKey>> Keys(const kvtier_key* keys, size_t n);
+std::optional<BlockKey> Parent(const kvtier_key* parent);
+kvtier_key ToC(const BlockKey& key);
+
+}  // namespace kvtier::capi

@@ -1,0 +1,198 @@
+// The C API's engine calls: lookups, saves, loads, removes, and the GPU pool's
+// admission and preemption.
+#include <chrono>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "capi/c_api_internal.h"
+
+namespace kvtier::capi {
+namespace {
+
+LookupOptions ToLookupOptions(const kvtier_hints* hints) {
+  LookupOptions options;
+  if (hints == nullptr) return options;
+  options.session_id = hints->session_id;
+  options.request_id = hints->request_id;
+  if (hints->has_expected_reuse != 0) options.expected_reuse = hints->expected_reuse;
+  return options;
+}
+
+SaveOptions ToSaveOptions(const kvtier_hints* hints) {
+  SaveOptions options;
+  if (hints == nullptr) return options;
+  options.session_id = hints->session_id;
+  if (hints->has_expected_reuse != 0) options.expected_reuse = hints->expected_reuse;
+  options.bypass_admission = hints->bypass_admission != 0;
+  return options;
+}
+
+Status CheckHints(const kvtier_hints* hints) {
+  if (hints == nullptr || hints->has_expected_reuse == 0) return Status::Ok();
+  const float r = hints->expected_reuse;
+  if (!(r >= 0.0f && r <= 1.0f)) {
+    return Status::InvalidArgument("hints.expected_reuse must be in [0, 1], got " +
+                                   std::to_string(r));
+  }
+  return Status::Ok();
+}
+
+// The engine blocks of a save or a load (NULL only when n is 0).
+Result<std::span<const uint32_t>> Blocks(const uint32_t* blocks, size_t n) {
+  if (n > 0 && blocks == nullptr) return Status::InvalidArgument("engine_blocks is NULL");
+  return std::span<const uint32_t>(blocks, n);
+}
+
+}  // namespace
+}  // namespace kvtier::capi
+
+using kvtier::BlockKey;
+using kvtier::Status;
+using kvtier::capi::Guard;
+using kvtier::capi::Required;
+
+extern "C" {
+
+int kvtier_lookup(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
+                  const kvtier_hints* hints, size_t* hit_blocks, uint8_t* tiers) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(Required(hit_blocks, "hit_blocks"));
+    *hit_blocks = 0;
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    KVTIER_ASSIGN_OR_RETURN(kvtier::LookupResult result,
+                            rt->runtime->Lookup(rt->ns, k, kvtier::capi::ToLookupOptions(hints)));
+    *hit_blocks = result.hit_blocks;
+    if (tiers != nullptr) {
+      for (size_t i = 0; i < result.hit_blocks && i < result.tier.size(); ++i) {
+        tiers[i] = result.tier[i];
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+int kvtier_save(kvtier_runtime* rt, const kvtier_key* parent, const kvtier_key* keys,
+                const uint32_t* engine_blocks, size_t num_keys, const kvtier_hints* hints,
+                kvtier_completion** out) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    *out = nullptr;
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    KVTIER_ASSIGN_OR_RETURN(std::span<const uint32_t> b,
+                            kvtier::capi::Blocks(engine_blocks, num_keys));
+    *out = new kvtier_completion{rt->runtime->Save(rt->ns, kvtier::capi::Parent(parent), k, b,
+                                                   kvtier::capi::ToSaveOptions(hints))};
+    return Status::Ok();
+  });
+}
+
+int kvtier_load(kvtier_runtime* rt, const kvtier_key* keys, const uint32_t* engine_blocks,
+                size_t num_keys, int64_t timeout_ns, kvtier_layer_fn on_layer, void* user,
+                kvtier_completion** out) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    *out = nullptr;
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    KVTIER_ASSIGN_OR_RETURN(std::span<const uint32_t> b,
+                            kvtier::capi::Blocks(engine_blocks, num_keys));
+    const std::chrono::nanoseconds timeout =
+        timeout_ns < 0 ? std::chrono::nanoseconds::max() : std::chrono::nanoseconds(timeout_ns);
+    kvtier::LayerDone layer_done;
+    if (on_layer != nullptr) layer_done = [on_layer, user](uint32_t l) { on_layer(user, l); };
+    *out = new kvtier_completion{rt->runtime->Load(rt->ns, k, b, timeout, std::move(layer_done))};
+    return Status::Ok();
+  });
+}
+
+int kvtier_request_finished(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
+                            uint32_t output_tokens) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    rt->runtime->RequestFinished(rt->ns, k, output_tokens);
+    return Status::Ok();
+  });
+}
+
+int kvtier_remove(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    return rt->runtime->Remove(rt->ns, k);
+  });
+}
+
+int kvtier_is_saved(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys, int* saved) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(saved, "saved"));
+    *saved = 0;
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    *saved = rt->runtime->IsSaved(rt->ns, k) ? 1 : 0;
+    return Status::Ok();
+  });
+}
+
+int kvtier_report_engine_usage(kvtier_runtime* rt, uint32_t free_blocks, uint32_t total_blocks) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    return rt->runtime->ReportEngineUsage(free_blocks, total_blocks);
+  });
+}
+
+int kvtier_track_request(kvtier_runtime* rt, uint64_t request_id, const kvtier_key* keys,
+                         size_t num_keys, uint32_t engine_blocks) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    return rt->runtime->TrackRequest(request_id, rt->ns, k, engine_blocks);
+  });
+}
+
+void kvtier_untrack_request(kvtier_runtime* rt, uint64_t request_id) {
+  Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    rt->runtime->UntrackRequest(request_id);
+    return Status::Ok();
+  });
+}
+
+int kvtier_should_admit(kvtier_runtime* rt, uint32_t blocks_needed) {
+  int admit = 0;
+  Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    admit = rt->runtime->ShouldAdmitNewRequest(blocks_needed) ? 1 : 0;
+    return Status::Ok();
+  });
+  return admit;
+}
+
+int kvtier_propose_preemption(kvtier_runtime* rt, uint32_t blocks_to_free, uint64_t* request_ids,
+                              size_t capacity, size_t* count) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(count, "count"));
+    *count = 0;
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    if (capacity > 0) KVTIER_RETURN_IF_ERROR(Required(request_ids, "request_ids"));
+    const std::vector<kvtier::PreemptionVictim> victims =
+        rt->runtime->ProposePreemption(blocks_to_free);
+    for (size_t i = 0; i < victims.size() && i < capacity; ++i) {
+      request_ids[i] = victims[i].request_id;
+    }
+    *count = victims.size();
+    if (victims.size() > capacity) {
+      return Status::ResourceExhausted(std::to_string(victims.size()) +
+                                       " victims do not fit in capacity " +
+                                       std::to_string(capacity));
+    }
+    return Status::Ok();
+  });
+}
+
+}  // extern "C"

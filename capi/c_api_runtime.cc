@@ -1,0 +1,183 @@
+// The C API's runtime handle: opening it from a YAML config, keys, statistics
+// and the host stand-in's pages.
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "capi/c_api_internal.h"
+#include "kvtier/config.h"
+#include "kvtier/metrics.h"
+
+namespace kvtier::capi {
+namespace {
+
+Result<KvtierConfig> ReadConfig(const char* path, const char* text, const char* const* overrides,
+                                size_t num_overrides) {
+  if ((path == nullptr) == (text == nullptr)) {
+    return Status::InvalidArgument("exactly one of config_path and config_text must be set");
+  }
+  if (num_overrides > 0 && overrides == nullptr) {
+    return Status::InvalidArgument("overrides is NULL");
+  }
+  std::vector<std::string> sets;
+  for (size_t i = 0; i < num_overrides; ++i) {
+    if (overrides[i] == nullptr) {
+      return Status::InvalidArgument("overrides[" + std::to_string(i) + "] is NULL");
+    }
+    sets.emplace_back(overrides[i]);
+  }
+  return path != nullptr ? LoadConfigFile(path, sets) : ParseConfig(text, "config_text", sets);
+}
+
+Result<std::unique_ptr<CopyEngine>> CudaEngine(const KvtierConfig& config,
+                                               const kvtier_cuda_cache& cache) {
+  if (cache.num_tensors > 0 && cache.tensors == nullptr) {
+    return Status::InvalidArgument("cuda.tensors is NULL");
+  }
+  CudaCopyEngineOptions options;
+  options.layout = config.model.Layout(cache.num_blocks);
+  options.tensors.assign(cache.tensors, cache.tensors + cache.num_tensors);
+  options.device = cache.device;
+  options.compute_stream = cache.stream;
+  return CreateCudaCopyEngine(options);
+}
+
+Status Open(const KvtierConfig& config, const kvtier_cuda_cache* cuda, kvtier_runtime** out) {
+  std::shared_ptr<CopyEngine> engine;
+  std::shared_ptr<HostCopyEngine> host;
+  if (cuda == nullptr) {
+    if (config.gpu_pool_blocks == 0) return Status::InvalidArgument("gpu_pool_blocks must be > 0");
+    KVTIER_ASSIGN_OR_RETURN(host,
+                            HostCopyEngine::Create(config.model.Layout(config.gpu_pool_blocks)));
+    engine = host;
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(engine, CudaEngine(config, *cuda));
+  }
+  RuntimeOptions options = config.runtime;
+  if (options.block_bytes == 0) options.block_bytes = config.model.BlockBytes();
+  const uint64_t block_bytes = options.block_bytes;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime,
+                          Runtime::Open(std::move(options), std::move(engine)));
+  const NamespaceId ns = ComputeNamespaceId(config.model.Namespace());
+  *out = new kvtier_runtime{
+      std::move(runtime), std::move(host),          ns, KeyHasher(ns, config.runtime.hash),
+      block_bytes,        config.model.block_tokens};
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace kvtier::capi
+
+using kvtier::Status;
+using kvtier::capi::Guard;
+using kvtier::capi::Required;
+
+extern "C" {
+
+int kvtier_open(const char* config_path, const char* config_text, const char* const* overrides,
+                size_t num_overrides, const kvtier_cuda_cache* cuda, kvtier_runtime** out) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    *out = nullptr;
+    KVTIER_ASSIGN_OR_RETURN(
+        kvtier::KvtierConfig config,
+        kvtier::capi::ReadConfig(config_path, config_text, overrides, num_overrides));
+    return kvtier::capi::Open(config, cuda, out);
+  });
+}
+
+void kvtier_close(kvtier_runtime* rt) {
+  if (rt == nullptr) return;
+  Guard([&]() -> Status {
+    rt->runtime->Shutdown();
+    return Status::Ok();
+  });
+  delete rt;
+}
+
+uint64_t kvtier_namespace(const kvtier_runtime* rt) { return rt ? rt->ns.value : 0; }
+uint64_t kvtier_block_bytes(const kvtier_runtime* rt) { return rt ? rt->block_bytes : 0; }
+uint32_t kvtier_block_tokens(const kvtier_runtime* rt) { return rt ? rt->block_tokens : 0; }
+
+int kvtier_key_chain(const kvtier_runtime* rt, const kvtier_key* parent, const int32_t* tokens,
+                     size_t num_tokens, kvtier_key* out, size_t capacity, size_t* count) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(Required(count, "count"));
+    *count = 0;
+    if (num_tokens > 0) KVTIER_RETURN_IF_ERROR(Required(tokens, "tokens"));
+    if (capacity > 0) KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    const size_t block_tokens = rt->block_tokens;
+    const size_t blocks = num_tokens / block_tokens;
+    std::optional<kvtier::BlockKey> prev = kvtier::capi::Parent(parent);
+    for (size_t i = 0; i < blocks && i < capacity; ++i) {
+      prev = rt->hasher.Next(prev ? &*prev : nullptr,
+                             std::span<const int32_t>(tokens + i * block_tokens, block_tokens));
+      out[i] = kvtier::capi::ToC(*prev);
+    }
+    *count = blocks;
+    if (blocks > capacity) {
+      return Status::ResourceExhausted(std::to_string(blocks) + " keys do not fit in capacity " +
+                                       std::to_string(capacity));
+    }
+    return Status::Ok();
+  });
+}
+
+int kvtier_key_from_engine_hash(const kvtier_runtime* rt, const kvtier_key* parent,
+                                const void* hash, size_t hash_bytes, kvtier_key* out) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    if (hash_bytes > 0) KVTIER_RETURN_IF_ERROR(Required(hash, "hash"));
+    const std::optional<kvtier::BlockKey> p = kvtier::capi::Parent(parent);
+    *out = kvtier::capi::ToC(rt->hasher.NextFromEngineHash(
+        p ? &*p : nullptr,
+        std::span<const std::byte>(static_cast<const std::byte*>(hash), hash_bytes)));
+    return Status::Ok();
+  });
+}
+
+int kvtier_stats_json(const kvtier_runtime* rt, char* buffer, size_t capacity, size_t* length) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(Required(length, "length"));
+    if (capacity > 0) KVTIER_RETURN_IF_ERROR(Required(buffer, "buffer"));
+    const std::string json = kvtier::RenderStatsJson(rt->runtime->Stats());
+    *length = json.size();
+    if (capacity > 0) {
+      const size_t n = std::min(json.size(), capacity - 1);
+      std::memcpy(buffer, json.data(), n);
+      buffer[n] = '\0';
+    }
+    if (json.size() + 1 > capacity) {
+      return Status::ResourceExhausted(std::to_string(json.size() + 1) +
+                                       " bytes do not fit in capacity " + std::to_string(capacity));
+    }
+    return Status::Ok();
+  });
+}
+
+int kvtier_host_block_write(kvtier_runtime* rt, uint32_t engine_block, const void* data,
+                            size_t bytes) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(Required(data, "data"));
+    if (!rt->host) return Status::NotSupported("the runtime runs on the CUDA engine");
+    return rt->host->WriteBlock(
+        engine_block, std::span<const std::byte>(static_cast<const std::byte*>(data), bytes));
+  });
+}
+
+int kvtier_host_block_read(kvtier_runtime* rt, uint32_t engine_block, void* data, size_t bytes) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(Required(data, "data"));
+    if (!rt->host) return Status::NotSupported("the runtime runs on the CUDA engine");
+    return rt->host->ReadBlock(engine_block,
+                               std::span<std::byte>(static_cast<std::byte*>(data), bytes));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,216 @@
+// The C API's errors: config problems at open, NULL arguments, the
+// per-thread message, code names, and exceptions turned into codes.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "capi/c_api_internal.h"
+#include "kvtier/status.h"
+#include "tests/capi/c_api_test_util.h"
+
+namespace kvtier::testing {
+namespace {
+
+bool LastErrorHas(const std::string& part) {
+  return std::string(kvtier_last_error()).find(part) != std::string::npos;
+}
+
+TEST(CApiErrorsTest, CodesAndNamesAreTheStatusCodes) {
+  static_assert(KVTIER_NOT_FOUND == static_cast<int>(StatusCode::kNotFound));
+  static_assert(KVTIER_CORRUPTION == static_cast<int>(StatusCode::kCorruption));
+  static_assert(KVTIER_INTERNAL == static_cast<int>(StatusCode::kInternal));
+  for (int code = KVTIER_OK; code <= KVTIER_INTERNAL; ++code) {
+    EXPECT_EQ(kvtier_code_name(code), StatusCodeName(static_cast<StatusCode>(code)));
+  }
+  EXPECT_STREQ(kvtier_code_name(KVTIER_DEADLINE_EXCEEDED), "deadline_exceeded");
+  EXPECT_STREQ(kvtier_code_name(-1), "unknown");
+  EXPECT_STREQ(kvtier_code_name(KVTIER_INTERNAL + 1), "unknown");
+}
+
+TEST(CApiErrorsTest, OpenNeedsExactlyOneConfig) {
+  kvtier_runtime* rt = reinterpret_cast<kvtier_runtime*>(1);
+  const std::string yaml = CapiConfig();
+  EXPECT_EQ(kvtier_open(nullptr, nullptr, nullptr, 0, nullptr, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_STREQ(kvtier_last_error(),
+               "invalid_argument: exactly one of config_path and config_text must be set");
+  EXPECT_EQ(kvtier_open("x.yaml", yaml.c_str(), nullptr, 0, nullptr, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, nullptr, nullptr),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: out is NULL");
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 2, nullptr, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: overrides is NULL");
+  const char* overrides[] = {"mover.interval_ms=5", nullptr};
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), overrides, 2, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: overrides[1] is NULL");
+  EXPECT_EQ(rt, nullptr);
+}
+
+TEST(CApiErrorsTest, ConfigErrorsNameTheirPlace) {
+  kvtier_runtime* rt = nullptr;
+  const std::string bad = "tiers:\n  - name: host\n    type: hots\n    capacity: 1MiB\n";
+  EXPECT_EQ(kvtier_open(nullptr, bad.c_str(), nullptr, 0, nullptr, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_TRUE(LastErrorHas("config_text:3:11: ")) << kvtier_last_error();
+  EXPECT_EQ(rt, nullptr);
+
+  EXPECT_EQ(kvtier_open("/nonexistent/kvtier.yaml", nullptr, nullptr, 0, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_TRUE(LastErrorHas("/nonexistent/kvtier.yaml: cannot open")) << kvtier_last_error();
+
+  const std::string yaml = CapiConfig();
+  const char* overrides[] = {"tiers.host.capacity=lots"};
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), overrides, 1, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_TRUE(LastErrorHas("--set tiers.host.capacity=lots")) << kvtier_last_error();
+}
+
+TEST(CApiErrorsTest, OpensAFileWithOverrides) {
+  const std::string path = ::testing::TempDir() + "/c_api_config.yaml";
+  std::ofstream(path) << CapiConfig();
+  const char* overrides[] = {"tiers.host.capacity=2MiB", "model.layers=2"};
+  kvtier_runtime* raw = nullptr;
+  ASSERT_EQ(kvtier_open(path.c_str(), nullptr, overrides, 2, nullptr, &raw), KVTIER_OK)
+      << kvtier_last_error();
+  RuntimePtr rt(raw);
+  EXPECT_EQ(kvtier_block_bytes(rt.get()), 4096u);  // two layers instead of four
+  char json[8192];
+  size_t length = 0;
+  ASSERT_EQ(kvtier_stats_json(rt.get(), json, sizeof json, &length), KVTIER_OK);
+  EXPECT_NE(std::string(json).find("\"capacity_bytes\":2097152"), std::string::npos) << json;
+  std::remove(path.c_str());
+}
+
+TEST(CApiErrorsTest, CudaCacheErrorsComeBackAsCodes) {
+  const std::string yaml = CapiConfig();
+  kvtier_runtime* rt = nullptr;
+  kvtier_cuda_cache cache{};
+  cache.num_tensors = 4;
+  cache.num_blocks = 16;
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: cuda.tensors is NULL");
+  // Host pointers are no engine cache: refused with or without a GPU, and
+  // NotSupported in a build or on a machine without CUDA.
+  static char fake[4][64];
+  void* tensors[4] = {fake[0], fake[1], fake[2], fake[3]};
+  cache.tensors = tensors;
+  const int code = kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, &rt);
+  EXPECT_TRUE(code == KVTIER_NOT_SUPPORTED || code == KVTIER_INVALID_ARGUMENT)
+      << kvtier_code_name(code) << ": " << kvtier_last_error();
+  EXPECT_EQ(rt, nullptr);
+}
+
+TEST(CApiErrorsTest, NullArgumentsAreRefusedByName) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  kvtier_runtime* r = rt.get();
+  const kvtier_key key{1, 2};
+  const uint32_t block = 0;
+  size_t n = 0;
+  int flag = 0;
+  kvtier_completion* c = nullptr;
+  kvtier_key out{};
+  struct Case {
+    std::function<int()> call;
+    const char* message;
+  };
+  const Case cases[] = {
+      {[&] { return kvtier_lookup(nullptr, &key, 1, nullptr, &n, nullptr); }, "runtime is NULL"},
+      {[&] { return kvtier_lookup(r, nullptr, 1, nullptr, &n, nullptr); }, "keys is NULL"},
+      {[&] { return kvtier_lookup(r, &key, 1, nullptr, nullptr, nullptr); }, "hit_blocks is NULL"},
+      {[&] { return kvtier_save(r, nullptr, &key, nullptr, 1, nullptr, &c); },
+       "engine_blocks is NULL"},
+      {[&] { return kvtier_save(r, nullptr, &key, &block, 1, nullptr, nullptr); }, "out is NULL"},
+      {[&] { return kvtier_load(r, &key, nullptr, 1, -1, nullptr, nullptr, &c); },
+       "engine_blocks is NULL"},
+      {[&] { return kvtier_load(nullptr, &key, &block, 1, -1, nullptr, nullptr, &c); },
+       "runtime is NULL"},
+      {[&] { return kvtier_remove(r, nullptr, 1); }, "keys is NULL"},
+      {[&] { return kvtier_is_saved(r, &key, 1, nullptr); }, "saved is NULL"},
+      {[&] { return kvtier_request_finished(r, nullptr, 3, 10); }, "keys is NULL"},
+      {[&] { return kvtier_track_request(r, 1, nullptr, 2, 4); }, "keys is NULL"},
+      {[&] { return kvtier_report_engine_usage(nullptr, 1, 2); }, "runtime is NULL"},
+      {[&] { return kvtier_propose_preemption(r, 1, nullptr, 4, &n); }, "request_ids is NULL"},
+      {[&] { return kvtier_propose_preemption(r, 1, nullptr, 0, nullptr); }, "count is NULL"},
+      {[&] { return kvtier_key_chain(r, nullptr, nullptr, 16, nullptr, 0, &n); }, "tokens is NULL"},
+      {[&] { return kvtier_key_from_engine_hash(r, nullptr, nullptr, 8, &out); }, "hash is NULL"},
+      {[&] { return kvtier_key_from_engine_hash(r, nullptr, &flag, 4, nullptr); }, "out is NULL"},
+      {[&] { return kvtier_stats_json(r, nullptr, 10, &n); }, "buffer is NULL"},
+      {[&] { return kvtier_host_block_write(r, 0, nullptr, 8192); }, "data is NULL"},
+      {[&] { return kvtier_host_block_read(nullptr, 0, &flag, 4); }, "runtime is NULL"},
+      {[&] { return kvtier_completion_wait(nullptr, -1); }, "completion is NULL"},
+      {[&] { return kvtier_completion_result(nullptr, 0, nullptr); }, "completion is NULL"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    EXPECT_EQ(cases[i].call(), KVTIER_INVALID_ARGUMENT) << "case " << i;
+    EXPECT_EQ(kvtier_last_error(), std::string("invalid_argument: ") + cases[i].message)
+        << "case " << i;
+  }
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(kvtier_should_admit(nullptr, 1), 0);
+  EXPECT_EQ(kvtier_completion_done(nullptr), 0);
+  EXPECT_EQ(kvtier_completion_size(nullptr), 0u);
+  EXPECT_EQ(kvtier_completion_layers_done(nullptr), 0u);
+  EXPECT_EQ(kvtier_namespace(nullptr), 0u);
+  EXPECT_EQ(kvtier_block_bytes(nullptr), 0u);
+  kvtier_completion_free(nullptr);
+  kvtier_close(nullptr);
+  kvtier_untrack_request(nullptr, 1);
+}
+
+TEST(CApiErrorsTest, LastErrorIsPerThreadAndSurvivesSuccess) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  size_t n = 0;
+  ASSERT_EQ(kvtier_lookup(rt.get(), nullptr, 1, nullptr, &n, nullptr), KVTIER_INVALID_ARGUMENT);
+  const kvtier_key key{3, 4};
+  ASSERT_EQ(kvtier_lookup(rt.get(), &key, 1, nullptr, &n, nullptr), KVTIER_OK);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: keys is NULL");
+  std::string other = "unset";
+  std::thread([&] { other = kvtier_last_error(); }).join();
+  EXPECT_EQ(other, "");
+}
+
+TEST(CApiErrorsTest, HostBlocksAreCheckedAndResultsBounded) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  std::vector<unsigned char> block(8192);
+  EXPECT_EQ(kvtier_host_block_write(rt.get(), 0, block.data(), 100), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(kvtier_host_block_read(rt.get(), 16, block.data(), block.size()),
+            KVTIER_INVALID_ARGUMENT);  // the pool has 16 pages
+  const std::vector<kvtier_key> keys = ChainOf(rt.get(), 1, 3);
+  const uint32_t page = 0;
+  kvtier_completion* c = nullptr;
+  ASSERT_EQ(kvtier_save(rt.get(), nullptr, keys.data(), &page, 1, nullptr, &c), KVTIER_OK);
+  CompletionPtr save(c);
+  ASSERT_EQ(kvtier_completion_wait(c, -1), KVTIER_OK);
+  uint64_t bytes = 5;
+  EXPECT_EQ(kvtier_completion_result(c, 1, &bytes), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: result 1 of a completion of 1");
+  // An engine block out of range fails that block, not the call.
+  const uint32_t far = 99;
+  ASSERT_EQ(kvtier_load(rt.get(), keys.data(), &far, 1, -1, nullptr, nullptr, &c), KVTIER_OK);
+  CompletionPtr load(c);
+  EXPECT_EQ(kvtier_completion_wait(c, -1), KVTIER_INVALID_ARGUMENT);
+}
+
+TEST(CApiErrorsTest, ExceptionsBecomeCodes) {
+  EXPECT_EQ(capi::Guard([]() -> Status { throw std::runtime_error("boom"); }), KVTIER_INTERNAL);
+  EXPECT_STREQ(kvtier_last_error(), "internal: boom");
+  EXPECT_EQ(capi::Guard([]() -> Status { throw std::bad_alloc(); }), KVTIER_RESOURCE_EXHAUSTED);
+  EXPECT_STREQ(kvtier_last_error(), "resource_exhausted: out of memory");
+  EXPECT_EQ(capi::Guard([]() -> Status { throw 7; }), KVTIER_INTERNAL);
+  EXPECT_STREQ(kvtier_last_error(), "internal: unknown exception");
+  EXPECT_EQ(capi::Guard([] { return Status::Busy("queue full"); }), KVTIER_BUSY);
+  EXPECT_STREQ(kvtier_last_error(), "busy: queue full");
+}
+
+}  // namespace
+}  // namespace kvtier::testing
