@@ -1,0 +1,377 @@
+"""kvtier from Python: a thin ctypes binding of the C API (include/kvtier/c_api.h).
+
+A serving engine written in Python (vLLM, SGLang) loads libkvtier.so through
+this module; nothing needs compiling. The library is found through the
+`library` argument, else the KVTIER_LIBRARY environment variable, else the
+system's library path.
+
+    import kvtier
+    with kvtier.Runtime(config_path="kvtier.yaml") as rt:
+        keys = rt.key_chain(token_ids)
+        hits, tiers = rt.lookup(keys)
+        rt.save(keys, engine_blocks).wait()
+
+Keys are (hi, lo) tuples of two 64-bit integers. A failing call raises
+KvtierError with the code and message of the C API; per-block outcomes of a
+save or load are codes in Completion.results(), where KVTIER_OK is 0 and a
+miss is NOT_FOUND.
+"""
+
+import ctypes
+import ctypes.util
+import json
+import os
+
+OK = 0
+NOT_FOUND = 1
+INVALID_ARGUMENT = 2
+RESOURCE_EXHAUSTED = 3
+UNAVAILABLE = 4
+BUSY = 5
+IO_ERROR = 6
+CORRUPTION = 7
+NOT_SUPPORTED = 8
+CANCELLED = 9
+DEADLINE_EXCEEDED = 10
+INTERNAL = 11
+
+
+class _Key(ctypes.Structure):
+    _fields_ = [("hi", ctypes.c_uint64), ("lo", ctypes.c_uint64)]
+
+
+class _Hints(ctypes.Structure):
+    _fields_ = [
+        ("session_id", ctypes.c_uint64),
+        ("request_id", ctypes.c_uint64),
+        ("expected_reuse", ctypes.c_float),
+        ("has_expected_reuse", ctypes.c_int),
+        ("bypass_admission", ctypes.c_int),
+    ]
+
+
+class _CudaCache(ctypes.Structure):
+    _fields_ = [
+        ("tensors", ctypes.POINTER(ctypes.c_void_p)),
+        ("num_tensors", ctypes.c_uint32),
+        ("num_blocks", ctypes.c_uint32),
+        ("device", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+_LayerFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32)
+_P = ctypes.c_void_p
+_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
+_KEYS = ctypes.POINTER(_Key)
+_U32S = ctypes.POINTER(ctypes.c_uint32)
+
+# name: (result type, argument types)
+_SIGNATURES = {
+    "kvtier_last_error": (ctypes.c_char_p, []),
+    "kvtier_code_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kvtier_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
+                                   ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                   ctypes.POINTER(_CudaCache), ctypes.POINTER(_P)]),
+    "kvtier_close": (None, [_P]),
+    "kvtier_namespace": (ctypes.c_uint64, [_P]),
+    "kvtier_block_bytes": (ctypes.c_uint64, [_P]),
+    "kvtier_block_tokens": (ctypes.c_uint32, [_P]),
+    "kvtier_key_chain": (ctypes.c_int, [_P, _KEYS, ctypes.POINTER(ctypes.c_int32),
+                                        ctypes.c_size_t, _KEYS, ctypes.c_size_t, _SIZE_P]),
+    "kvtier_key_from_engine_hash": (ctypes.c_int, [_P, _KEYS, ctypes.c_char_p, ctypes.c_size_t,
+                                                   _KEYS]),
+    "kvtier_lookup": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(_Hints), _SIZE_P,
+                                     ctypes.POINTER(ctypes.c_uint8)]),
+    "kvtier_save": (ctypes.c_int, [_P, _KEYS, _KEYS, _U32S, ctypes.c_size_t,
+                                   ctypes.POINTER(_Hints), ctypes.POINTER(_P)]),
+    "kvtier_load": (ctypes.c_int, [_P, _KEYS, _U32S, ctypes.c_size_t, ctypes.c_int64, _LayerFn,
+                                   _P, ctypes.POINTER(_P)]),
+    "kvtier_request_finished": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.c_uint32]),
+    "kvtier_remove": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t]),
+    "kvtier_is_saved": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)]),
+    "kvtier_completion_wait": (ctypes.c_int, [_P, ctypes.c_int64]),
+    "kvtier_completion_done": (ctypes.c_int, [_P]),
+    "kvtier_completion_size": (ctypes.c_size_t, [_P]),
+    "kvtier_completion_result": (ctypes.c_int, [_P, ctypes.c_size_t,
+                                                ctypes.POINTER(ctypes.c_uint64)]),
+    "kvtier_completion_layers_done": (ctypes.c_uint32, [_P]),
+    "kvtier_completion_free": (None, [_P]),
+    "kvtier_report_engine_usage": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32]),
+    "kvtier_track_request": (ctypes.c_int, [_P, ctypes.c_uint64, _KEYS, ctypes.c_size_t,
+                                            ctypes.c_uint32]),
+    "kvtier_untrack_request": (None, [_P, ctypes.c_uint64]),
+    "kvtier_should_admit": (ctypes.c_int, [_P, ctypes.c_uint32]),
+    "kvtier_propose_preemption": (ctypes.c_int, [_P, ctypes.c_uint32,
+                                                 ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                                                 _SIZE_P]),
+    "kvtier_stats_json": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t, _SIZE_P]),
+    "kvtier_host_block_write": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p,
+                                               ctypes.c_size_t]),
+    "kvtier_host_block_read": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p,
+                                              ctypes.c_size_t]),
+}
+
+_lib = None
+
+
+def load_library(path=None):
+    """Loads libkvtier once: `path`, else $KVTIER_LIBRARY, else the system's."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = path or os.environ.get("KVTIER_LIBRARY") or ctypes.util.find_library("kvtier")
+    if not path:
+        raise OSError("libkvtier not found: pass library= or set KVTIER_LIBRARY")
+    lib = ctypes.CDLL(path)
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    _lib = lib
+    return lib
+
+
+class KvtierError(Exception):
+    """A failing C API call: `code` (an int, e.g. INVALID_ARGUMENT) and its message."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def code_name(code):
+    return load_library().kvtier_code_name(code).decode()
+
+
+def _check(code):
+    if code != OK:
+        raise KvtierError(code, _lib.kvtier_last_error().decode())
+
+
+def _keys(keys):
+    array = (_Key * len(keys))()
+    for i, (hi, lo) in enumerate(keys):
+        array[i].hi = hi
+        array[i].lo = lo
+    return array
+
+
+def _key_ptr(key):
+    return None if key is None else ctypes.pointer(_Key(key[0], key[1]))
+
+
+def _u32s(values):
+    return (ctypes.c_uint32 * len(values))(*values)
+
+
+def _hints(session_id, request_id, expected_reuse, bypass_admission):
+    h = _Hints(session_id, request_id, 0.0, 0, int(bool(bypass_admission)))
+    if expected_reuse is not None:
+        h.expected_reuse = expected_reuse
+        h.has_expected_reuse = 1
+    return ctypes.byref(h)
+
+
+def _ns(timeout_s):
+    return -1 if timeout_s is None else int(timeout_s * 1e9)
+
+
+class Completion:
+    """The outcome of one save or load, one result per block."""
+
+    def __init__(self, handle, keepalive=None):
+        self._handle = handle
+        self._keepalive = keepalive  # the layer callback, alive while the copy runs
+
+    def wait(self, timeout_s=None):
+        """Waits (at most timeout_s; None: no limit) and returns the call's code:
+        OK, the first block's failure, or DEADLINE_EXCEEDED while still running."""
+        return _lib.kvtier_completion_wait(self._handle, _ns(timeout_s))
+
+    @property
+    def done(self):
+        return bool(_lib.kvtier_completion_done(self._handle))
+
+    @property
+    def layers_done(self):
+        return _lib.kvtier_completion_layers_done(self._handle)
+
+    def results(self):
+        """[(code, bytes)] per block; waits for the completion first."""
+        self.wait()
+        out = []
+        for i in range(_lib.kvtier_completion_size(self._handle)):
+            nbytes = ctypes.c_uint64(0)
+            code = _lib.kvtier_completion_result(self._handle, i, ctypes.byref(nbytes))
+            out.append((code, nbytes.value))
+        return out
+
+    def free(self):
+        if self._handle:
+            if self._keepalive is not None:
+                self.wait()  # the callback must outlive every call of it
+            _lib.kvtier_completion_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        if _lib is not None:
+            self.free()
+
+
+class Runtime:
+    """A kvtier runtime for one model, opened from one YAML configuration."""
+
+    def __init__(self, config_path=None, config_text=None, overrides=(), cuda_tensors=None,
+                 cuda_num_blocks=0, cuda_device=0, cuda_stream=None, library=None):
+        self._rt = None  # closed, until kvtier_open succeeds
+        lib = load_library(library)
+        sets = [s.encode() for s in overrides]
+        c_sets = (ctypes.c_char_p * len(sets))(*sets) if sets else None
+        cuda = None
+        if cuda_tensors is not None:
+            ptrs = (ctypes.c_void_p * len(cuda_tensors))(*cuda_tensors)
+            cuda = ctypes.pointer(_CudaCache(ptrs, len(cuda_tensors), cuda_num_blocks,
+                                             cuda_device, cuda_stream))
+        handle = _P()
+        _check(lib.kvtier_open(config_path.encode() if config_path is not None else None,
+                               config_text.encode() if config_text is not None else None,
+                               c_sets, len(sets), cuda, ctypes.byref(handle)))
+        self._rt = handle
+
+    def close(self):
+        if self._rt:
+            _lib.kvtier_close(self._rt)
+            self._rt = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if _lib is not None:
+            self.close()
+
+    @property
+    def namespace(self):
+        return _lib.kvtier_namespace(self._rt)
+
+    @property
+    def block_bytes(self):
+        return _lib.kvtier_block_bytes(self._rt)
+
+    @property
+    def block_tokens(self):
+        return _lib.kvtier_block_tokens(self._rt)
+
+    def key_chain(self, tokens, parent=None):
+        """Keys of the full blocks of `tokens`, continuing `parent` (None: first block)."""
+        c_tokens = (ctypes.c_int32 * len(tokens))(*tokens)
+        n = len(tokens) // self.block_tokens
+        out = (_Key * max(n, 1))()
+        count = ctypes.c_size_t(0)
+        _check(_lib.kvtier_key_chain(self._rt, _key_ptr(parent), c_tokens, len(tokens), out, n,
+                                     ctypes.byref(count)))
+        return [(out[i].hi, out[i].lo) for i in range(count.value)]
+
+    def key_from_engine_hash(self, engine_hash, parent=None):
+        out = _Key()
+        _check(_lib.kvtier_key_from_engine_hash(self._rt, _key_ptr(parent), bytes(engine_hash),
+                                                len(engine_hash), ctypes.byref(out)))
+        return (out.hi, out.lo)
+
+    def lookup(self, keys, session_id=0, request_id=0, expected_reuse=None):
+        """(leading keys stored, [tier index of each hit, 0 = host hub])."""
+        hits = ctypes.c_size_t(0)
+        tiers = (ctypes.c_uint8 * max(len(keys), 1))()
+        _check(_lib.kvtier_lookup(self._rt, _keys(keys), len(keys),
+                                  _hints(session_id, request_id, expected_reuse, False),
+                                  ctypes.byref(hits), tiers))
+        return hits.value, list(tiers[:hits.value])
+
+    def save(self, keys, engine_blocks, parent=None, session_id=0, expected_reuse=None,
+             bypass_admission=False):
+        """Starts copying engine_blocks[i] in as keys[i]; returns a Completion."""
+        if len(engine_blocks) != len(keys):
+            raise KvtierError(INVALID_ARGUMENT, "save: one engine block per key")
+        handle = _P()
+        _check(_lib.kvtier_save(self._rt, _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
+                                len(keys), _hints(session_id, 0, expected_reuse,
+                                                  bypass_admission),
+                                ctypes.byref(handle)))
+        return Completion(handle)
+
+    def load(self, keys, engine_blocks, timeout_s=None, on_layer=None):
+        """Starts copying keys[i] into engine_blocks[i]; on_layer(layer) runs, on
+        a kvtier thread, as each layer lands. Returns a Completion."""
+        if len(engine_blocks) != len(keys):
+            raise KvtierError(INVALID_ARGUMENT, "load: one engine block per key")
+        callback = _LayerFn(lambda _user, layer: on_layer(layer)) if on_layer else _LayerFn()
+        handle = _P()
+        _check(_lib.kvtier_load(self._rt, _keys(keys), _u32s(engine_blocks), len(keys),
+                                _ns(timeout_s), callback, None, ctypes.byref(handle)))
+        return Completion(handle, callback if on_layer else None)
+
+    def request_finished(self, keys, output_tokens):
+        _check(_lib.kvtier_request_finished(self._rt, _keys(keys), len(keys), output_tokens))
+
+    def remove(self, keys):
+        _check(_lib.kvtier_remove(self._rt, _keys(keys), len(keys)))
+
+    def is_saved(self, keys):
+        saved = ctypes.c_int(0)
+        _check(_lib.kvtier_is_saved(self._rt, _keys(keys), len(keys), ctypes.byref(saved)))
+        return bool(saved.value)
+
+    def report_engine_usage(self, free_blocks, total_blocks):
+        _check(_lib.kvtier_report_engine_usage(self._rt, free_blocks, total_blocks))
+
+    def track_request(self, request_id, keys, engine_blocks):
+        _check(_lib.kvtier_track_request(self._rt, request_id, _keys(keys), len(keys),
+                                         engine_blocks))
+
+    def untrack_request(self, request_id):
+        _lib.kvtier_untrack_request(self._rt, request_id)
+
+    def should_admit(self, blocks_needed):
+        return bool(_lib.kvtier_should_admit(self._rt, blocks_needed))
+
+    def propose_preemption(self, blocks_to_free):
+        """Request ids to preempt, cheapest to restore first."""
+        count = ctypes.c_size_t(0)
+        capacity = 1024
+        while True:
+            ids = (ctypes.c_uint64 * capacity)()
+            code = _lib.kvtier_propose_preemption(self._rt, blocks_to_free, ids, capacity,
+                                                  ctypes.byref(count))
+            if code != RESOURCE_EXHAUSTED:
+                _check(code)
+                return list(ids[:count.value])
+            capacity = count.value  # counted as proposed already; ask again with room
+
+    def stats(self):
+        """The runtime's statistics (the admin endpoint's GET /stats) as a dict."""
+        length = ctypes.c_size_t(0)
+        code = _lib.kvtier_stats_json(self._rt, None, 0, ctypes.byref(length))
+        if code != RESOURCE_EXHAUSTED:
+            _check(code)
+        while True:
+            buffer = ctypes.create_string_buffer(length.value + 1)
+            code = _lib.kvtier_stats_json(self._rt, buffer, len(buffer), ctypes.byref(length))
+            if code == OK:
+                return json.loads(buffer.value.decode())
+            if code != RESOURCE_EXHAUSTED:
+                _check(code)
+
+    def host_block_write(self, engine_block, data):
+        """Host stand-in engine only: writes one block's bytes."""
+        _check(_lib.kvtier_host_block_write(self._rt, engine_block, bytes(data), len(data)))
+
+    def host_block_read(self, engine_block):
+        """Host stand-in engine only: one block's bytes."""
+        buffer = ctypes.create_string_buffer(self.block_bytes)
+        _check(_lib.kvtier_host_block_read(self._rt, engine_block, buffer, len(buffer)))
+        return buffer.raw

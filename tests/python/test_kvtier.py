@@ -1,0 +1,116 @@
+"""The Python binding (python/kvtier.py) against the built libkvtier.so:
+the path a Python serving engine takes. Run by ctest with KVTIER_LIBRARY and
+PYTHONPATH set; `python3 tests/python/test_kvtier.py` does the same by hand."""
+
+import threading
+import unittest
+
+import kvtier
+
+CONFIG = """
+model:
+  preset: tiny
+  block_tokens: 16
+engine:
+  pool_blocks: 16
+runtime:
+  gpu_watermark: 0.1
+tiers:
+  - name: host
+    type: host
+    capacity: 1MiB
+    hugepages: false
+    mlock: false
+"""
+
+
+def pattern(size, seed):
+    return bytes(((i * 131 + seed * 7919) >> 3) & 0xFF for i in range(size))
+
+
+class KvtierBindingTest(unittest.TestCase):
+    def setUp(self):
+        self.rt = kvtier.Runtime(config_text=CONFIG)
+
+    def tearDown(self):
+        self.rt.close()
+
+    def test_geometry_and_keys(self):
+        self.assertEqual(self.rt.block_bytes, 8192)
+        self.assertEqual(self.rt.block_tokens, 16)
+        self.assertNotEqual(self.rt.namespace, 0)
+        tokens = list(range(3 * 16 + 5))
+        keys = self.rt.key_chain(tokens)
+        self.assertEqual(len(keys), 3)  # the partial block has no key
+        self.assertEqual(len(set(keys)), 3)
+        self.assertEqual(self.rt.key_chain(tokens[16:48], parent=keys[0]), keys[1:])
+        self.assertEqual(self.rt.key_chain(tokens[:15]), [])
+        self.assertNotEqual(self.rt.key_from_engine_hash(b"abc", parent=keys[0]),
+                            self.rt.key_from_engine_hash(b"abd", parent=keys[0]))
+
+    def test_save_lookup_load_round_trip(self):
+        keys = self.rt.key_chain(list(range(100, 100 + 3 * 16)))
+        for b in range(3):
+            self.rt.host_block_write(b, pattern(8192, b + 1))
+        done = self.rt.save(keys, [0, 1, 2])
+        self.assertEqual(done.wait(), kvtier.OK)
+        self.assertEqual(done.results(), [(kvtier.OK, 8192)] * 3)
+        self.assertEqual(self.rt.lookup(keys, request_id=7), (3, [0, 0, 0]))
+        self.assertTrue(self.rt.is_saved(keys))
+
+        layers = []
+        lock = threading.Lock()
+
+        def on_layer(layer):
+            with lock:
+                layers.append(layer)
+
+        load = self.rt.load(keys, [10, 11, 12], timeout_s=10, on_layer=on_layer)
+        self.assertEqual(load.wait(), kvtier.OK)
+        self.assertEqual(load.layers_done, 4)
+        with lock:
+            self.assertEqual(layers, [0, 1, 2, 3])
+        for b in range(3):
+            self.assertEqual(self.rt.host_block_read(10 + b), pattern(8192, b + 1))
+        self.assertEqual(self.rt.stats()["saved_blocks"], 3)
+
+        self.rt.request_finished(keys, 42)
+        self.rt.remove(keys)
+        self.assertFalse(self.rt.is_saved(keys))
+        miss = self.rt.load(keys[:1], [13])
+        self.assertEqual(miss.wait(), kvtier.NOT_FOUND)
+        self.assertEqual(miss.results(), [(kvtier.NOT_FOUND, 0)])
+
+    def test_errors_raise_with_code_and_message(self):
+        with self.assertRaises(kvtier.KvtierError) as e:
+            kvtier.Runtime(config_text="tiers:\n  - name: host\n    type: hots\n")
+        self.assertEqual(e.exception.code, kvtier.INVALID_ARGUMENT)
+        self.assertIn("config_text:3:", e.exception.message)
+        with self.assertRaises(kvtier.KvtierError) as e:
+            self.rt.lookup([(1, 2)], expected_reuse=2.0)
+        self.assertIn("expected_reuse must be in [0, 1]", e.exception.message)
+        with self.assertRaises(kvtier.KvtierError) as e:
+            self.rt.host_block_write(0, b"short")
+        self.assertEqual(e.exception.code, kvtier.INVALID_ARGUMENT)
+        self.assertEqual(kvtier.code_name(kvtier.CORRUPTION), "corruption")
+
+    def test_gpu_pool_admission_and_preemption(self):
+        self.assertTrue(self.rt.should_admit(1000))  # nothing reported yet
+        self.rt.report_engine_usage(30, 100)
+        self.assertTrue(self.rt.should_admit(20))
+        self.assertFalse(self.rt.should_admit(21))
+        stored = self.rt.key_chain(list(range(1000, 1032)))
+        fresh = self.rt.key_chain(list(range(2000, 2032)))
+        for b in range(2):
+            self.rt.host_block_write(b, pattern(8192, b))
+        self.assertEqual(self.rt.save(stored, [0, 1]).wait(), kvtier.OK)
+        self.rt.track_request(1, stored, 4)
+        self.rt.track_request(2, fresh, 4)
+        self.assertEqual(self.rt.propose_preemption(4), [1])
+        self.assertEqual(self.rt.propose_preemption(8), [1, 2])
+        self.rt.untrack_request(1)
+        self.assertEqual(self.rt.propose_preemption(4), [2])
+
+
+if __name__ == "__main__":
+    unittest.main()
