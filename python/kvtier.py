@@ -306,7 +306,9 @@ class Runtime:
 
     def load(self, keys, engine_blocks, timeout_s=None, on_layer=None):
         """Starts copying keys[i] into engine_blocks[i]; on_layer(layer) runs, on
-        a kvtier thread, as each layer lands. Returns a Completion."""
+        a kvtier thread, as each layer lands. It takes the GIL, and the copy
+        engine's thread waits for it meanwhile: keep it short (set an event).
+        Returns a Completion."""
         if len(engine_blocks) != len(keys):
             raise KvtierError(INVALID_ARGUMENT, "load: one engine block per key")
         callback = _LayerFn(lambda _user, layer: on_layer(layer)) if on_layer else _LayerFn()
