@@ -44,6 +44,15 @@ uint32_t kvtier_completion_layers_done(const kvtier_completion* c) {
   return c != nullptr ? c->completion.layers_done() : 0;
 }
 
+int kvtier_completion_on_done(const kvtier_completion* c, kvtier_done_fn fn, void* user) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(c, "completion"));
+    KVTIER_RETURN_IF_ERROR(Required(reinterpret_cast<const void*>(fn), "fn"));
+    c->completion.OnDone([fn, user] { fn(user); });
+    return Status::Ok();
+  });
+}
+
 void kvtier_completion_free(kvtier_completion* c) { delete c; }
 
 }  // extern "C"

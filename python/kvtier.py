@@ -17,6 +17,7 @@ save or load are codes in Completion.results(), where KVTIER_OK is 0 and a
 miss is NOT_FOUND.
 """
 
+import asyncio
 import ctypes
 import ctypes.util
 import json
@@ -61,6 +62,7 @@ class _CudaCache(ctypes.Structure):
 
 
 _LayerFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32)
+_DoneFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _P = ctypes.c_void_p
 _SIZE_P = ctypes.POINTER(ctypes.c_size_t)
 _KEYS = ctypes.POINTER(_Key)
@@ -96,6 +98,7 @@ _SIGNATURES = {
     "kvtier_completion_result": (ctypes.c_int, [_P, ctypes.c_size_t,
                                                 ctypes.POINTER(ctypes.c_uint64)]),
     "kvtier_completion_layers_done": (ctypes.c_uint32, [_P]),
+    "kvtier_completion_on_done": (ctypes.c_int, [_P, _DoneFn, _P]),
     "kvtier_completion_free": (None, [_P]),
     "kvtier_report_engine_usage": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32]),
     "kvtier_track_request": (ctypes.c_int, [_P, ctypes.c_uint64, _KEYS, ctypes.c_size_t,
@@ -183,7 +186,8 @@ class Completion:
 
     def __init__(self, handle, keepalive=None):
         self._handle = handle
-        self._keepalive = keepalive  # the layer callback, alive while the copy runs
+        # Callbacks kvtier may still call: kept alive until the work is done.
+        self._keepalive = [keepalive] if keepalive is not None else []
 
     def wait(self, timeout_s=None):
         """Waits (at most timeout_s; None: no limit) and returns the call's code:
@@ -208,10 +212,29 @@ class Completion:
             out.append((code, nbytes.value))
         return out
 
+    def add_done_callback(self, fn):
+        """Calls fn() once the results are final, on a kvtier thread (or here, if
+        they are already). It takes the GIL: keep it short, e.g. wake a loop."""
+        callback = _DoneFn(lambda _user: fn())
+        self._keepalive.append(callback)
+        _check(_lib.kvtier_completion_on_done(self._handle, callback, None))
+
+    async def wait_async(self):
+        """Awaits the completion without blocking the event loop; returns wait()'s code."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def wake():
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        self.add_done_callback(wake)
+        await done
+        return self.wait()
+
     def free(self):
         if self._handle:
-            if self._keepalive is not None:
-                self.wait()  # the callback must outlive every call of it
+            if self._keepalive:
+                self.wait()  # the callbacks must outlive every call of them
             _lib.kvtier_completion_free(self._handle)
             self._handle = None
 

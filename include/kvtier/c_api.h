@@ -186,6 +186,16 @@ KVTIER_C_EXPORT size_t kvtier_completion_size(const kvtier_completion* c);
 KVTIER_C_EXPORT int kvtier_completion_result(const kvtier_completion* c, size_t i, uint64_t* bytes);
 /* Loads: layers landed for every block being copied. */
 KVTIER_C_EXPORT uint32_t kvtier_completion_layers_done(const kvtier_completion* c);
+/* Runs fn(user) once, when the results are final: on the thread that
+ * finishes the work, before any kvtier_completion_wait returns, or before
+ * this returns if they are final already. Like on_layer it must not block or
+ * call back into kvtier: it is for waking an event loop, which then reads the
+ * results after kvtier_completion_wait (that returns at once by then;
+ * kvtier_completion_done may still say 0 while fn runs). It runs even if the
+ * handle is freed first. */
+typedef void (*kvtier_done_fn)(void* user);
+KVTIER_C_EXPORT int kvtier_completion_on_done(const kvtier_completion* c, kvtier_done_fn fn,
+                                              void* user);
 /* Frees the handle, not the work: a save or load still running finishes.
  * NULL is ignored. */
 KVTIER_C_EXPORT void kvtier_completion_free(kvtier_completion* c);

@@ -4,6 +4,7 @@
 // stay correct.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -198,6 +199,33 @@ TEST(CApiTest, CompletionsOutliveTheirRuntime) {
   EXPECT_EQ(kvtier_completion_done(c), 1);
   EXPECT_EQ(kvtier_completion_wait(c, 0), KVTIER_OK);
   EXPECT_EQ(kvtier_completion_result(c, 1, nullptr), KVTIER_OK);
+}
+
+TEST(CApiTest, DoneCallbacksRunOnceEvenAfterTheHandleIsFreed) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  std::atomic<int> calls{0};
+  auto count = [](void* user) { static_cast<std::atomic<int>*>(user)->fetch_add(1); };
+  const std::vector<kvtier_key> keys = ChainOf(rt.get(), 2, 300);
+  const uint32_t blocks[] = {0, 1};
+  kvtier_completion* c = nullptr;
+  ASSERT_EQ(kvtier_save(rt.get(), nullptr, keys.data(), blocks, 2, nullptr, &c), KVTIER_OK);
+  CompletionPtr save(c);
+  ASSERT_EQ(kvtier_completion_on_done(c, count, &calls), KVTIER_OK);
+  ASSERT_EQ(kvtier_completion_on_done(c, count, &calls), KVTIER_OK);
+  ASSERT_EQ(kvtier_completion_wait(c, -1), KVTIER_OK);
+  EXPECT_EQ(calls.load(), 2);  // both ran before the wait returned
+  ASSERT_EQ(kvtier_completion_on_done(c, count, &calls), KVTIER_OK);
+  EXPECT_EQ(calls.load(), 3);  // done already: ran before the call returned
+  EXPECT_EQ(kvtier_completion_on_done(c, nullptr, &calls), KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: fn is NULL");
+
+  const std::vector<kvtier_key> more = ChainOf(rt.get(), 2, 400);
+  ASSERT_EQ(kvtier_save(rt.get(), nullptr, more.data(), blocks, 2, nullptr, &c), KVTIER_OK);
+  ASSERT_EQ(kvtier_completion_on_done(c, count, &calls), KVTIER_OK);
+  kvtier_completion_free(c);
+  rt.reset();  // closing finishes the save, whose handle is gone
+  EXPECT_EQ(calls.load(), 4);
 }
 
 // Four threads each save and load their own chains through one runtime.

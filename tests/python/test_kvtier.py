@@ -2,6 +2,7 @@
 the path a Python serving engine takes. Run by ctest with KVTIER_LIBRARY and
 PYTHONPATH set; `python3 tests/python/test_kvtier.py` does the same by hand."""
 
+import asyncio
 import threading
 import unittest
 
@@ -80,6 +81,25 @@ class KvtierBindingTest(unittest.TestCase):
         miss = self.rt.load(keys[:1], [13])
         self.assertEqual(miss.wait(), kvtier.NOT_FOUND)
         self.assertEqual(miss.results(), [(kvtier.NOT_FOUND, 0)])
+
+    def test_done_callbacks_and_asyncio(self):
+        keys = self.rt.key_chain(list(range(500, 500 + 2 * 16)))
+        for b in range(2):
+            self.rt.host_block_write(b, pattern(8192, b + 7))
+        save = self.rt.save(keys, [0, 1])
+        calls = []
+        save.add_done_callback(lambda: calls.append("first"))
+        self.assertEqual(save.wait(), kvtier.OK)
+        self.assertEqual(calls, ["first"])  # ran before wait() returned
+        save.add_done_callback(lambda: calls.append("late"))
+        self.assertEqual(calls, ["first", "late"])  # done already: ran at once
+
+        async def load_both():
+            loads = [self.rt.load(keys[:1], [5]), self.rt.load(keys, [6, 7])]
+            return await asyncio.gather(*(c.wait_async() for c in loads))
+
+        self.assertEqual(asyncio.run(load_both()), [kvtier.OK, kvtier.OK])
+        self.assertEqual(self.rt.host_block_read(7), pattern(8192, 8))
 
     def test_errors_raise_with_code_and_message(self):
         with self.assertRaises(kvtier.KvtierError) as e:
