@@ -1,7 +1,9 @@
-// The C API's error reporting (a per-thread last message) and key helpers.
+// The C API's versions, error reporting (a per-thread last message) and key
+// helpers.
 #include <string>
 
 #include "capi/c_api_internal.h"
+#include "kvtier/build_config.h"
 
 namespace kvtier::capi {
 namespace {
@@ -39,6 +41,9 @@ kvtier_key ToC(const BlockKey& key) { return kvtier_key{key.hi, key.lo}; }
 }  // namespace kvtier::capi
 
 extern "C" {
+
+int kvtier_c_api_version(void) { return KVTIER_C_API_VERSION; }
+const char* kvtier_version_string(void) { return KVTIER_VERSION_STRING; }
 
 const char* kvtier_last_error(void) { return kvtier::capi::last_error.c_str(); }
 

@@ -23,6 +23,8 @@ import ctypes.util
 import json
 import os
 
+C_API_VERSION = 1  # the KVTIER_C_API_VERSION of include/kvtier/c_api.h this binding follows
+
 OK = 0
 NOT_FOUND = 1
 INVALID_ARGUMENT = 2
@@ -70,6 +72,7 @@ _U32S = ctypes.POINTER(ctypes.c_uint32)
 
 # name: (result type, argument types)
 _SIGNATURES = {
+    "kvtier_version_string": (ctypes.c_char_p, []),
     "kvtier_last_error": (ctypes.c_char_p, []),
     "kvtier_code_name": (ctypes.c_char_p, [ctypes.c_int]),
     "kvtier_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
@@ -127,6 +130,11 @@ def load_library(path=None):
     if not path:
         raise OSError("libkvtier not found: pass library= or set KVTIER_LIBRARY")
     lib = ctypes.CDLL(path)
+    lib.kvtier_c_api_version.restype = ctypes.c_int
+    version = lib.kvtier_c_api_version()
+    if version != C_API_VERSION:
+        raise OSError(f"{path} has C API version {version}; this binding is for "
+                      f"{C_API_VERSION}")
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype = restype
@@ -142,6 +150,11 @@ class KvtierError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def version():
+    """The loaded library's version, "major.minor.patch"."""
+    return load_library().kvtier_version_string().decode()
 
 
 def code_name(code):

@@ -87,6 +87,14 @@ typedef struct kvtier_cuda_cache {
   void* stream;        /* the engine's compute stream (cudaStream_t); NULL = legacy default */
 } kvtier_cuda_cache;
 
+/* ---- Versions -------------------------------------------------------------- */
+
+/* KVTIER_C_API_VERSION of the loaded library: a binding that loads it at
+ * run time (ctypes) compares this with the version it was written for. */
+KVTIER_C_EXPORT int kvtier_c_api_version(void);
+/* The library's version, "major.minor.patch". */
+KVTIER_C_EXPORT const char* kvtier_version_string(void);
+
 /* ---- Errors ---------------------------------------------------------------- */
 
 /* The message of this thread's last failing call ("" if none), such as

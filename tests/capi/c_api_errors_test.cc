@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "capi/c_api_internal.h"
+#include "kvtier/build_config.h"
 #include "kvtier/status.h"
 #include "tests/capi/c_api_test_util.h"
 
@@ -31,6 +32,11 @@ TEST(CApiErrorsTest, CodesAndNamesAreTheStatusCodes) {
   EXPECT_STREQ(kvtier_code_name(KVTIER_DEADLINE_EXCEEDED), "deadline_exceeded");
   EXPECT_STREQ(kvtier_code_name(-1), "unknown");
   EXPECT_STREQ(kvtier_code_name(KVTIER_INTERNAL + 1), "unknown");
+}
+
+TEST(CApiErrorsTest, VersionsAreTheHeadersAndTheBuilds) {
+  EXPECT_EQ(kvtier_c_api_version(), KVTIER_C_API_VERSION);
+  EXPECT_STREQ(kvtier_version_string(), KVTIER_VERSION_STRING);
 }
 
 TEST(CApiErrorsTest, OpenNeedsExactlyOneConfig) {

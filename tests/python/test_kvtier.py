@@ -113,6 +113,7 @@ class KvtierBindingTest(unittest.TestCase):
             self.rt.host_block_write(0, b"short")
         self.assertEqual(e.exception.code, kvtier.INVALID_ARGUMENT)
         self.assertEqual(kvtier.code_name(kvtier.CORRUPTION), "corruption")
+        self.assertRegex(kvtier.version(), r"^\d+\.\d+\.\d+$")
 
     def test_gpu_pool_admission_and_preemption(self):
         self.assertTrue(self.rt.should_admit(1000))  # nothing reported yet
