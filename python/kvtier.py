@@ -17,6 +17,7 @@ save or load are codes in Completion.results(), where KVTIER_OK is 0 and a
 miss is NOT_FOUND.
 """
 
+import array
 import asyncio
 import ctypes
 import ctypes.util
@@ -87,7 +88,7 @@ _SIGNATURES = {
     "kvtier_key_from_engine_hash": (ctypes.c_int, [_P, _KEYS, ctypes.c_char_p, ctypes.c_size_t,
                                                    _KEYS]),
     "kvtier_lookup": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(_Hints), _SIZE_P,
-                                     ctypes.POINTER(ctypes.c_uint8)]),
+                                     ctypes.c_char_p]),
     "kvtier_save": (ctypes.c_int, [_P, _KEYS, _KEYS, _U32S, ctypes.c_size_t,
                                    ctypes.POINTER(_Hints), ctypes.POINTER(_P)]),
     "kvtier_load": (ctypes.c_int, [_P, _KEYS, _U32S, ctypes.c_size_t, ctypes.c_int64, _LayerFn,
@@ -166,7 +167,55 @@ def _check(code):
         raise KvtierError(code, _lib.kvtier_last_error().decode())
 
 
+class Keys:
+    """Block keys in one C array, as key_chain returns them: a sequence of
+    (hi, lo) tuples that calls take without converting, and whose slices
+    (step 1) share the array."""
+
+    __slots__ = ("_array", "_start", "_len")
+
+    def __init__(self, array, start=0, length=None):
+        self._array = array
+        self._start = start
+        self._len = len(array) - start if length is None else length
+
+    def __len__(self):
+        return self._len
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._len)
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return Keys(self._array, self._start + start, max(stop - start, 0))
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("key index out of range")
+        k = self._array[self._start + index]
+        return (k.hi, k.lo)
+
+    def __iter__(self):
+        for i in range(self._len):
+            k = self._array[self._start + i]
+            yield (k.hi, k.lo)
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+    def __repr__(self):
+        return f"Keys({list(self)!r})"
+
+    def _pointer(self):
+        if self._len == 0:
+            return None
+        offset = self._start * ctypes.sizeof(_Key)
+        return ctypes.cast(ctypes.byref(self._array, offset), _KEYS)
+
+
 def _keys(keys):
+    if isinstance(keys, Keys):
+        return keys._pointer()
     array = (_Key * len(keys))()
     for i, (hi, lo) in enumerate(keys):
         array[i].hi = hi
@@ -174,15 +223,31 @@ def _keys(keys):
     return array
 
 
+def _ints(values, ctype, typecodes):
+    """A C array of `values`: a straight copy of an array.array or NumPy array
+    of the matching 4-byte integer type, else through an array.array of
+    typecodes[0] (which also range-checks each value)."""
+    try:
+        view = memoryview(values)
+    except TypeError:
+        view = None
+    if view is None or view.itemsize != 4 or view.format not in typecodes or view.ndim != 1:
+        view = memoryview(array.array(typecodes[0], values))
+    return (ctype * len(view)).from_buffer_copy(view.cast("B") if view.c_contiguous
+                                                else view.tobytes())
+
+
 def _key_ptr(key):
     return None if key is None else ctypes.pointer(_Key(key[0], key[1]))
 
 
 def _u32s(values):
-    return (ctypes.c_uint32 * len(values))(*values)
+    return _ints(values, ctypes.c_uint32, ("I", "L", "=I", "<I"))
 
 
 def _hints(session_id, request_id, expected_reuse, bypass_admission):
+    if not (session_id or request_id or bypass_admission) and expected_reuse is None:
+        return None
     h = _Hints(session_id, request_id, 0.0, 0, int(bool(bypass_admission)))
     if expected_reuse is not None:
         h.expected_reuse = expected_reuse
@@ -304,14 +369,15 @@ class Runtime:
         return _lib.kvtier_block_tokens(self._rt)
 
     def key_chain(self, tokens, parent=None):
-        """Keys of the full blocks of `tokens`, continuing `parent` (None: first block)."""
-        c_tokens = (ctypes.c_int32 * len(tokens))(*tokens)
-        n = len(tokens) // self.block_tokens
-        out = (_Key * max(n, 1))()
+        """Keys of the full blocks of `tokens` (a list, or faster an array.array('i')
+        or an int32 NumPy array), continuing `parent` (None: first block), as Keys."""
+        c_tokens = _ints(tokens, ctypes.c_int32, ("i", "l", "=i", "<i"))
+        n = len(c_tokens) // self.block_tokens
+        out = (_Key * n)()
         count = ctypes.c_size_t(0)
-        _check(_lib.kvtier_key_chain(self._rt, _key_ptr(parent), c_tokens, len(tokens), out, n,
-                                     ctypes.byref(count)))
-        return [(out[i].hi, out[i].lo) for i in range(count.value)]
+        _check(_lib.kvtier_key_chain(self._rt, _key_ptr(parent), c_tokens, len(c_tokens),
+                                     out if n else None, n, ctypes.byref(count)))
+        return Keys(out, 0, count.value)
 
     def key_from_engine_hash(self, engine_hash, parent=None):
         out = _Key()
@@ -322,11 +388,11 @@ class Runtime:
     def lookup(self, keys, session_id=0, request_id=0, expected_reuse=None):
         """(leading keys stored, [tier index of each hit, 0 = host hub])."""
         hits = ctypes.c_size_t(0)
-        tiers = (ctypes.c_uint8 * max(len(keys), 1))()
+        tiers = ctypes.create_string_buffer(len(keys))
         _check(_lib.kvtier_lookup(self._rt, _keys(keys), len(keys),
                                   _hints(session_id, request_id, expected_reuse, False),
                                   ctypes.byref(hits), tiers))
-        return hits.value, list(tiers[:hits.value])
+        return hits.value, list(tiers.raw[:hits.value])
 
     def save(self, keys, engine_blocks, parent=None, session_id=0, expected_reuse=None,
              bypass_admission=False):

@@ -2,6 +2,7 @@
 the path a Python serving engine takes. Run by ctest with KVTIER_LIBRARY and
 PYTHONPATH set; `python3 tests/python/test_kvtier.py` does the same by hand."""
 
+import array
 import asyncio
 import threading
 import unittest
@@ -48,6 +49,29 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(self.rt.key_chain(tokens[:15]), [])
         self.assertNotEqual(self.rt.key_from_engine_hash(b"abc", parent=keys[0]),
                             self.rt.key_from_engine_hash(b"abd", parent=keys[0]))
+
+    def test_keys_from_arrays_and_slices(self):
+        tokens = list(range(7, 7 + 4 * 16 + 3))
+        keys = self.rt.key_chain(tokens)
+        self.assertIsInstance(keys, kvtier.Keys)
+        self.assertEqual(self.rt.key_chain(array.array("i", tokens)), keys)
+        self.assertEqual(list(keys[1:3]), [keys[1], keys[2]])
+        self.assertEqual(keys[-1], keys[3])
+        self.assertEqual(keys[::2], [keys[0], keys[2]])
+        self.assertEqual(len(keys[3:1]), 0)
+        with self.assertRaises(IndexError):
+            keys[4]
+        for b in range(4):
+            self.rt.host_block_write(b, pattern(8192, b + 20))
+        # A slice is passed as a pointer into the same array; blocks as array('I').
+        self.assertEqual(self.rt.save(keys[:2], array.array("I", [0, 1])).wait(), kvtier.OK)
+        self.assertEqual(self.rt.lookup(keys[2:]), (0, []))  # the slice starts at keys[2]
+        self.assertEqual(self.rt.save(keys[2:], [2, 3], parent=keys[1]).wait(), kvtier.OK)
+        self.assertEqual(self.rt.lookup(keys[1:]), (3, [0, 0, 0]))
+        self.assertEqual(self.rt.lookup(keys), (4, [0, 0, 0, 0]))
+        self.assertEqual(self.rt.load(keys[2:], array.array("I", [8, 9])).wait(), kvtier.OK)
+        self.assertEqual(self.rt.host_block_read(9), pattern(8192, 23))
+        self.assertEqual(self.rt.lookup(keys[:0]), (0, []))
 
     def test_save_lookup_load_round_trip(self):
         keys = self.rt.key_chain(list(range(100, 100 + 3 * 16)))
@@ -112,6 +136,8 @@ class KvtierBindingTest(unittest.TestCase):
         with self.assertRaises(kvtier.KvtierError) as e:
             self.rt.host_block_write(0, b"short")
         self.assertEqual(e.exception.code, kvtier.INVALID_ARGUMENT)
+        with self.assertRaises(OverflowError):  # an engine block id below 0
+            self.rt.load(self.rt.key_chain(list(range(16))), [-1])
         self.assertEqual(kvtier.code_name(kvtier.CORRUPTION), "corruption")
         self.assertRegex(kvtier.version(), r"^\d+\.\d+\.\d+$")
 
