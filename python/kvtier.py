@@ -2,8 +2,9 @@
 
 A serving engine written in Python (vLLM, SGLang) loads libkvtier.so through
 this module; nothing needs compiling. The library is found through the
-`library` argument, else the KVTIER_LIBRARY environment variable, else the
-system's library path.
+`library` argument, else the KVTIER_LIBRARY environment variable, else beside
+the installed module (`cmake --install` puts it in <libdir>/kvtier/python),
+else the system's library path.
 
     import kvtier
     with kvtier.Runtime(config_path="kvtier.yaml") as rt:
@@ -122,12 +123,29 @@ _SIGNATURES = {
 _lib = None
 
 
+def _installed_library():
+    """The library beside an installed copy of this module, which `cmake
+    --install` puts in <libdir>/kvtier/python, two levels below it."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    parent = os.path.dirname(here)
+    if os.path.basename(here) != "python" or os.path.basename(parent) != "kvtier":
+        return None
+    libdir = os.path.dirname(parent)
+    try:
+        names = sorted(n for n in os.listdir(libdir) if n.startswith("libkvtier.so"))
+    except OSError:
+        return None
+    return os.path.join(libdir, names[0]) if names else None
+
+
 def load_library(path=None):
-    """Loads libkvtier once: `path`, else $KVTIER_LIBRARY, else the system's."""
+    """Loads libkvtier once: `path`, else $KVTIER_LIBRARY, else the one installed
+    beside this module, else the system's."""
     global _lib
     if _lib is not None:
         return _lib
-    path = path or os.environ.get("KVTIER_LIBRARY") or ctypes.util.find_library("kvtier")
+    path = (path or os.environ.get("KVTIER_LIBRARY") or _installed_library()
+            or ctypes.util.find_library("kvtier"))
     if not path:
         raise OSError("libkvtier not found: pass library= or set KVTIER_LIBRARY")
     lib = ctypes.CDLL(path)

@@ -136,5 +136,24 @@ for run in run c-run; do
   fi
 done
 
+# 4. The Python binding as installed, finding the installed library by itself.
+binding="$(find "$prefix" -path '*/kvtier/python/kvtier.py' -print -quit)"
+[[ -n "$binding" ]] || fail "python/kvtier.py was not installed under $prefix"
+if command -v python3 >/dev/null; then
+  (
+    unset KVTIER_LIBRARY
+    export PYTHONPATH="$(dirname "$binding")"
+    run_logged python-run python3 "$consumer_src/../../python/test_kvtier.py"
+    loaded="$(python3 -c 'import kvtier; print(kvtier.load_library()._name)')"
+    [[ "$loaded" == "$libdir/"* ]] ||
+      fail "the installed Python binding loads '$loaded', not the library in $libdir"
+    echo "Python binding: $binding loads $loaded" >"$tmp/python-lib.log"
+  )
+  tail -n 1 "$tmp/python-run.log" | grep -qx OK || fail "the installed Python binding's test failed"
+else
+  echo "consumer_test: python3 not found: the installed Python binding is not run"
+fi
+
 cat "$tmp/cmake-run.log" "$tmp/cmake-c-run.log"
+[[ -f "$tmp/python-lib.log" ]] && cat "$tmp/python-lib.log"
 echo "consumer_test: PASS (find_package and pkg-config consumers against $prefix)"
