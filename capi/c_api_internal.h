@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "kvtier/block_key.h"
@@ -20,6 +22,24 @@
 #include "kvtier/runtime.h"
 #include "kvtier/status.h"
 
+namespace kvtier::capi {
+
+// The pins of one runtime, shared with each pin so that a pin may outlive
+// the runtime: closing releases every pin still held and sets `closed`,
+// under `mu`, before the runtime goes.
+struct PinRegistry {
+  std::mutex mu;
+  std::unordered_set<kvtier_pin*> live;  // guarded by mu
+  bool closed = false;                   // guarded by mu
+};
+
+}  // namespace kvtier::capi
+
+struct kvtier_pin {
+  std::shared_ptr<kvtier::capi::PinRegistry> registry;
+  kvtier::PinnedPrefix prefix;  // guarded by registry->mu once registered
+};
+
 struct kvtier_runtime {
   std::unique_ptr<kvtier::Runtime> runtime;
   std::shared_ptr<kvtier::HostCopyEngine> host;  // null on the CUDA engine
@@ -27,6 +47,7 @@ struct kvtier_runtime {
   kvtier::KeyHasher hasher;
   uint64_t block_bytes = 0;
   uint32_t block_tokens = 0;
+  std::shared_ptr<kvtier::capi::PinRegistry> pins = std::make_shared<kvtier::capi::PinRegistry>();
 };
 
 struct kvtier_completion {

@@ -1,5 +1,5 @@
-// The C API's engine calls: lookups, saves, loads, removes, and the GPU pool's
-// admission and preemption.
+// The C API's engine calls: lookups (and pins), saves, loads, removes, and the
+// GPU pool's admission and preemption.
 #include <chrono>
 #include <span>
 #include <string>
@@ -38,6 +38,14 @@ Status CheckHints(const kvtier_hints* hints) {
   return Status::Ok();
 }
 
+// Writes a lookup's hit count, and the tier of each hit when `tiers` is set.
+void ReportHits(const LookupResult& result, size_t* hit_blocks, uint8_t* tiers) {
+  *hit_blocks = result.hit_blocks;
+  if (tiers == nullptr) return;
+  for (size_t i = 0; i < result.hit_blocks && i < result.tier.size(); ++i)
+    tiers[i] = result.tier[i];
+}
+
 // The engine blocks of a save or a load (NULL only when n is 0).
 Result<std::span<const uint32_t>> Blocks(const uint32_t* blocks, size_t n) {
   if (n > 0 && blocks == nullptr) return Status::InvalidArgument("engine_blocks is NULL");
@@ -64,14 +72,44 @@ int kvtier_lookup(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
     KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
     KVTIER_ASSIGN_OR_RETURN(kvtier::LookupResult result,
                             rt->runtime->Lookup(rt->ns, k, kvtier::capi::ToLookupOptions(hints)));
-    *hit_blocks = result.hit_blocks;
-    if (tiers != nullptr) {
-      for (size_t i = 0; i < result.hit_blocks && i < result.tier.size(); ++i) {
-        tiers[i] = result.tier[i];
-      }
-    }
+    kvtier::capi::ReportHits(result, hit_blocks, tiers);
     return Status::Ok();
   });
+}
+
+int kvtier_lookup_and_pin(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
+                          const kvtier_hints* hints, size_t* hit_blocks, uint8_t* tiers,
+                          kvtier_pin** pin) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(pin, "pin"));
+    *pin = nullptr;
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(Required(hit_blocks, "hit_blocks"));
+    *hit_blocks = 0;
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    auto owned = std::make_unique<kvtier_pin>();
+    owned->registry = rt->pins;
+    KVTIER_ASSIGN_OR_RETURN(
+        owned->prefix, rt->runtime->LookupAndPin(rt->ns, k, kvtier::capi::ToLookupOptions(hints)));
+    kvtier::capi::ReportHits(owned->prefix.result(), hit_blocks, tiers);
+    {
+      std::lock_guard lock(rt->pins->mu);
+      rt->pins->live.insert(owned.get());
+    }
+    *pin = owned.release();
+    return Status::Ok();
+  });
+}
+
+void kvtier_unpin(kvtier_pin* pin) {
+  if (pin == nullptr) return;
+  Guard([&]() -> Status {
+    std::lock_guard lock(pin->registry->mu);
+    if (pin->registry->live.erase(pin) != 0) pin->prefix = kvtier::PinnedPrefix();
+    return Status::Ok();
+  });
+  delete pin;
 }
 
 int kvtier_save(kvtier_runtime* rt, const kvtier_key* parent, const kvtier_key* keys,

@@ -90,6 +90,14 @@ int kvtier_open(const char* config_path, const char* config_text, const char* co
 void kvtier_close(kvtier_runtime* rt) {
   if (rt == nullptr) return;
   Guard([&]() -> Status {
+    {
+      // Pins the engine still holds unpin through the runtime: release them
+      // while it lives; kvtier_unpin then only frees them.
+      std::lock_guard lock(rt->pins->mu);
+      for (kvtier_pin* pin : rt->pins->live) pin->prefix = kvtier::PinnedPrefix();
+      rt->pins->live.clear();
+      rt->pins->closed = true;
+    }
     rt->runtime->Shutdown();
     return Status::Ok();
   });

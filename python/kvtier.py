@@ -90,6 +90,9 @@ _SIGNATURES = {
                                                    _KEYS]),
     "kvtier_lookup": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(_Hints), _SIZE_P,
                                      ctypes.c_char_p]),
+    "kvtier_lookup_and_pin": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(_Hints),
+                                             _SIZE_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "kvtier_unpin": (None, [_P]),
     "kvtier_save": (ctypes.c_int, [_P, _KEYS, _KEYS, _U32S, ctypes.c_size_t,
                                    ctypes.POINTER(_Hints), ctypes.POINTER(_P)]),
     "kvtier_load": (ctypes.c_int, [_P, _KEYS, _U32S, ctypes.c_size_t, ctypes.c_int64, _LayerFn,
@@ -339,6 +342,30 @@ class Completion:
             self.free()
 
 
+class Pin:
+    """Hits a lookup keeps in the hub until release() (or the end of a `with`)."""
+
+    def __init__(self, handle, hit_blocks, tiers):
+        self._handle = handle
+        self.hit_blocks = hit_blocks
+        self.tiers = tiers
+
+    def release(self):
+        if self._handle:
+            _lib.kvtier_unpin(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        if _lib is not None:
+            self.release()
+
+
 class Runtime:
     """A kvtier runtime for one model, opened from one YAML configuration."""
 
@@ -411,6 +438,17 @@ class Runtime:
                                   _hints(session_id, request_id, expected_reuse, False),
                                   ctypes.byref(hits), tiers))
         return hits.value, list(tiers.raw[:hits.value])
+
+    def lookup_and_pin(self, keys, session_id=0, request_id=0, expected_reuse=None):
+        """As lookup, and keeps the hits from being evicted until the returned
+        Pin is released: look a request up when it is scheduled, load it later."""
+        hits = ctypes.c_size_t(0)
+        tiers = ctypes.create_string_buffer(len(keys))
+        handle = _P()
+        _check(_lib.kvtier_lookup_and_pin(self._rt, _keys(keys), len(keys),
+                                          _hints(session_id, request_id, expected_reuse, False),
+                                          ctypes.byref(hits), tiers, ctypes.byref(handle)))
+        return Pin(handle, hits.value, list(tiers.raw[:hits.value]))
 
     def save(self, keys, engine_blocks, parent=None, session_id=0, expected_reuse=None,
              bypass_admission=False):

@@ -64,6 +64,7 @@ typedef struct kvtier_key {
 
 typedef struct kvtier_runtime kvtier_runtime;
 typedef struct kvtier_completion kvtier_completion;
+typedef struct kvtier_pin kvtier_pin;
 
 /* Optional hints with a lookup or a save; NULL = none. Zero-initialise, then
  * set what is known. */
@@ -149,6 +150,16 @@ KVTIER_C_EXPORT int kvtier_key_from_engine_hash(const kvtier_runtime* rt, const 
  * each hit, 0 being the host hub. */
 KVTIER_C_EXPORT int kvtier_lookup(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
                                   const kvtier_hints* hints, size_t* hit_blocks, uint8_t* tiers);
+/* As kvtier_lookup, and keeps the hits from being evicted until
+ * kvtier_unpin(*pin): for an engine that looks a request up when it is
+ * scheduled and loads it later. `*pin` is set even with no hits. */
+KVTIER_C_EXPORT int kvtier_lookup_and_pin(kvtier_runtime* rt, const kvtier_key* keys,
+                                          size_t num_keys, const kvtier_hints* hints,
+                                          size_t* hit_blocks, uint8_t* tiers, kvtier_pin** pin);
+/* Releases the blocks and frees the pin. NULL is ignored. A pin may outlive
+ * its runtime: kvtier_close releases every pin still held, and kvtier_unpin
+ * then only frees it. */
+KVTIER_C_EXPORT void kvtier_unpin(kvtier_pin* pin);
 /* Copies engine_blocks[i] into the hub as keys[i] (keys[0] extending `parent`,
  * NULL for a chain's first block). The copy runs after this returns: keep the
  * pages unwritten until the completion is done. `*out` is a completion with

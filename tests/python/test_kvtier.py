@@ -106,6 +106,21 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(miss.wait(), kvtier.NOT_FOUND)
         self.assertEqual(miss.results(), [(kvtier.NOT_FOUND, 0)])
 
+    def test_pinned_hits_survive_until_released(self):
+        # A hub of five blocks: four pinned ones leave no room for another chain.
+        with kvtier.Runtime(config_text=CONFIG.replace("capacity: 1MiB", "capacity: 40KiB")) as rt:
+            a = rt.key_chain(list(range(1, 1 + 4 * 16)))
+            b = rt.key_chain(list(range(90000, 90000 + 4 * 16)))
+            self.assertEqual(rt.save(a, [0, 1, 2, 3]).wait(), kvtier.OK)
+            with rt.lookup_and_pin(a) as pin:
+                self.assertEqual((pin.hit_blocks, pin.tiers), (4, [0, 0, 0, 0]))
+                self.assertNotEqual(rt.save(b, [4, 5, 6, 7]).wait(), kvtier.OK)
+                self.assertEqual(rt.lookup(a)[0], 4)
+            self.assertEqual(rt.save(b, [4, 5, 6, 7]).wait(), kvtier.OK)
+            self.assertEqual(rt.lookup(b)[0], 4)
+            kept = rt.lookup_and_pin(a[:1])  # released by close, then freed
+        kept.release()
+
     def test_done_callbacks_and_asyncio(self):
         keys = self.rt.key_chain(list(range(500, 500 + 2 * 16)))
         for b in range(2):
