@@ -47,6 +47,7 @@ struct kvtier_runtime {
   kvtier::KeyHasher hasher;
   uint64_t block_bytes = 0;
   uint32_t block_tokens = 0;
+  uint32_t engine_blocks = 0;  // pages of the engine's pool
   std::shared_ptr<kvtier::capi::PinRegistry> pins = std::make_shared<kvtier::capi::PinRegistry>();
 };
 

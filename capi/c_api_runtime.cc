@@ -54,6 +54,7 @@ Status Open(const KvtierConfig& config, const kvtier_cuda_cache* cuda, kvtier_ru
   } else {
     KVTIER_ASSIGN_OR_RETURN(engine, CudaEngine(config, *cuda));
   }
+  const uint32_t engine_blocks = engine->layout().num_blocks;
   RuntimeOptions options = config.runtime;
   if (options.block_bytes == 0) options.block_bytes = config.model.BlockBytes();
   const uint64_t block_bytes = options.block_bytes;
@@ -63,6 +64,7 @@ Status Open(const KvtierConfig& config, const kvtier_cuda_cache* cuda, kvtier_ru
   *out = new kvtier_runtime{
       std::move(runtime), std::move(host),          ns, KeyHasher(ns, config.runtime.hash),
       block_bytes,        config.model.block_tokens};
+  (*out)->engine_blocks = engine_blocks;
   return Status::Ok();
 }
 
@@ -107,6 +109,7 @@ void kvtier_close(kvtier_runtime* rt) {
 uint64_t kvtier_namespace(const kvtier_runtime* rt) { return rt ? rt->ns.value : 0; }
 uint64_t kvtier_block_bytes(const kvtier_runtime* rt) { return rt ? rt->block_bytes : 0; }
 uint32_t kvtier_block_tokens(const kvtier_runtime* rt) { return rt ? rt->block_tokens : 0; }
+uint32_t kvtier_engine_blocks(const kvtier_runtime* rt) { return rt ? rt->engine_blocks : 0; }
 
 int kvtier_key_chain(const kvtier_runtime* rt, const kvtier_key* parent, const int32_t* tokens,
                      size_t num_tokens, kvtier_key* out, size_t capacity, size_t* count) {

@@ -84,6 +84,7 @@ _SIGNATURES = {
     "kvtier_namespace": (ctypes.c_uint64, [_P]),
     "kvtier_block_bytes": (ctypes.c_uint64, [_P]),
     "kvtier_block_tokens": (ctypes.c_uint32, [_P]),
+    "kvtier_engine_blocks": (ctypes.c_uint32, [_P]),
     "kvtier_key_chain": (ctypes.c_int, [_P, _KEYS, ctypes.POINTER(ctypes.c_int32),
                                         ctypes.c_size_t, _KEYS, ctypes.c_size_t, _SIZE_P]),
     "kvtier_key_from_engine_hash": (ctypes.c_int, [_P, _KEYS, ctypes.c_char_p, ctypes.c_size_t,
@@ -412,6 +413,11 @@ class Runtime:
     @property
     def block_tokens(self):
         return _lib.kvtier_block_tokens(self._rt)
+
+    @property
+    def engine_blocks(self):
+        """Pages of the engine's pool: engine block ids are below this."""
+        return _lib.kvtier_engine_blocks(self._rt)
 
     def key_chain(self, tokens, parent=None):
         """Keys of the full blocks of `tokens` (a list, or faster an array.array('i')

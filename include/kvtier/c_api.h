@@ -122,10 +122,12 @@ KVTIER_C_EXPORT int kvtier_open(const char* config_path, const char* config_text
  * runtime. NULL is ignored. Completions still held stay valid (free them). */
 KVTIER_C_EXPORT void kvtier_close(kvtier_runtime* rt);
 
-/* The model's namespace id, bytes per block and tokens per block. */
+/* The model's namespace id, bytes per block and tokens per block, and the
+ * pages of the engine's pool (engine blocks are numbered below it). */
 KVTIER_C_EXPORT uint64_t kvtier_namespace(const kvtier_runtime* rt);
 KVTIER_C_EXPORT uint64_t kvtier_block_bytes(const kvtier_runtime* rt);
 KVTIER_C_EXPORT uint32_t kvtier_block_tokens(const kvtier_runtime* rt);
+KVTIER_C_EXPORT uint32_t kvtier_engine_blocks(const kvtier_runtime* rt);
 
 /* ---- Keys ------------------------------------------------------------------ */
 

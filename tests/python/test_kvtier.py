@@ -40,6 +40,7 @@ class KvtierBindingTest(unittest.TestCase):
     def test_geometry_and_keys(self):
         self.assertEqual(self.rt.block_bytes, 8192)
         self.assertEqual(self.rt.block_tokens, 16)
+        self.assertEqual(self.rt.engine_blocks, 16)
         self.assertNotEqual(self.rt.namespace, 0)
         tokens = list(range(3 * 16 + 5))
         keys = self.rt.key_chain(tokens)
