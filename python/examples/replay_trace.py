@@ -1,0 +1,119 @@
+"""An engine's loop in Python over the kvtier binding, driven by a Mooncake trace.
+
+Each request's blocks are named by the trace's hash ids (as an engine names
+blocks by its own block hashes), looked up and pinned, loaded into the host
+stand-in engine and checked byte for byte, the rest "prefilled" with bytes
+derived from their keys and saved, and the request reported finished with its
+output length: the calls a Python serving engine makes, in the order it makes
+them. One request at a time, so every request's blocks fit the engine pool.
+
+    KVTIER_LIBRARY=build/libkvtier.so PYTHONPATH=python \\
+        python3 python/examples/replay_trace.py [--config FILE] [--trace FILE] \\
+        [--limit N] [--set path=value ...] [--check-infinite]
+
+Prints the block hits next to an infinite cache's (leading blocks seen in any
+earlier request). Exits 1 if a loaded block had wrong bytes or a call failed,
+and with --check-infinite (for a config whose tiers hold every block) also if
+the hits differ from the infinite cache's.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import kvtier
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+def content(key, block_bytes):
+    """The bytes the engine "computes" for a block: its key, repeated."""
+    unit = key[0].to_bytes(8, "little") + key[1].to_bytes(8, "little")
+    return (unit * (block_bytes // 16 + 1))[:block_bytes]
+
+
+def read_trace(path, limit):
+    with open(path) as f:
+        for i, line in enumerate(f):
+            if limit and i >= limit:
+                return
+            if line.strip():
+                yield json.loads(line)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=os.path.join(ROOT, "config/examples/default.yaml"))
+    parser.add_argument("--trace",
+                        default=os.path.join(ROOT, "traces/mooncake_arxiv_trace_first1000.jsonl"))
+    parser.add_argument("--limit", type=int, default=0, help="requests to replay; 0 = all")
+    parser.add_argument("--set", action="append", default=[], dest="overrides",
+                        metavar="PATH=VALUE", help="config override, as kvtier-bench --set")
+    parser.add_argument("--check-infinite", action="store_true")
+    args = parser.parse_args()
+
+    seen = set()  # hash ids of earlier requests: the infinite cache
+    totals = {"requests": 0, "blocks": 0, "hits": 0, "infinite": 0, "skipped": 0,
+              "verify_failures": 0, "failed_calls": 0}
+    start = time.perf_counter()
+    with kvtier.Runtime(config_path=args.config, overrides=args.overrides) as rt:
+        pool_blocks = rt.engine_blocks
+        block_bytes = rt.block_bytes
+        for request_id, req in enumerate(read_trace(args.trace, args.limit), start=1):
+            ids = req["hash_ids"]
+            if len(ids) > pool_blocks:
+                totals["skipped"] += 1
+                continue
+            keys = []
+            for block_id in ids:
+                keys.append(rt.key_from_engine_hash(block_id.to_bytes(8, "little"),
+                                                    parent=keys[-1] if keys else None))
+            infinite = 0
+            while infinite < len(ids) and ids[infinite] in seen:
+                infinite += 1
+            seen.update(ids)
+            blocks = list(range(len(keys)))  # one request at a time: the pool is ours
+
+            with rt.lookup_and_pin(keys, request_id=request_id) as pin:
+                hits = 0
+                if pin.hit_blocks:
+                    load = rt.load(keys[:pin.hit_blocks], blocks[:pin.hit_blocks], timeout_s=5)
+                    for i, (code, _) in enumerate(load.results()):
+                        if code != kvtier.OK:
+                            break  # a failed block and those after it are recomputed
+                        if rt.host_block_read(blocks[i]) != content(keys[i], block_bytes):
+                            totals["verify_failures"] += 1
+                            break
+                        hits += 1
+                for i in range(hits, len(keys)):  # prefill what was not loaded
+                    rt.host_block_write(blocks[i], content(keys[i], block_bytes))
+                if hits < len(keys):
+                    save = rt.save(keys[hits:], blocks[hits:],
+                                   parent=keys[hits - 1] if hits else None)
+                    if save.wait() != kvtier.OK:
+                        totals["failed_calls"] += 1
+            rt.request_finished(keys, req.get("output_length", 0))
+            totals["requests"] += 1
+            totals["blocks"] += len(keys)
+            totals["hits"] += hits
+            totals["infinite"] += infinite
+        stats = rt.stats()
+    elapsed = time.perf_counter() - start
+
+    print(f"replayed {totals['requests']} requests ({totals['skipped']} larger than the pool "
+          f"skipped) of {args.trace} on {args.config} in {elapsed:.2f} s")
+    print(f"block hits {totals['hits']} of {totals['blocks']} "
+          f"(infinite cache: {totals['infinite']}); verify failures "
+          f"{totals['verify_failures']}; failed saves {totals['failed_calls']}; "
+          f"runtime saved_blocks {stats['saved_blocks']}")
+    bad = totals["verify_failures"] or totals["failed_calls"]
+    if args.check_infinite and totals["hits"] != totals["infinite"]:
+        print("check failed: the hits differ from the infinite cache's", file=sys.stderr)
+        bad = True
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
