@@ -150,6 +150,27 @@ int kvtier_key_from_engine_hash(const kvtier_runtime* rt, const kvtier_key* pare
   });
 }
 
+int kvtier_keys_from_engine_hashes(const kvtier_runtime* rt, const kvtier_key* parent,
+                                   const void* hashes, size_t hash_bytes, size_t count,
+                                   kvtier_key* out) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    if (count == 0) return Status::Ok();
+    KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    if (hash_bytes > 0) KVTIER_RETURN_IF_ERROR(Required(hashes, "hashes"));
+    const auto* bytes = static_cast<const std::byte*>(hashes);
+    std::optional<kvtier::BlockKey> prev = kvtier::capi::Parent(parent);
+    for (size_t i = 0; i < count; ++i) {
+      prev = rt->hasher.NextFromEngineHash(
+          prev ? &*prev : nullptr,
+          std::span<const std::byte>(bytes == nullptr ? nullptr : bytes + i * hash_bytes,
+                                     hash_bytes));
+      out[i] = kvtier::capi::ToC(*prev);
+    }
+    return Status::Ok();
+  });
+}
+
 int kvtier_stats_json(const kvtier_runtime* rt, char* buffer, size_t capacity, size_t* length) {
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));

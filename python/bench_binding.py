@@ -5,9 +5,10 @@ For lookups of N stored keys it times, per call:
           (the floor for any ctypes binding: the C work plus one foreign call);
   Keys    Runtime.lookup(keys) with the Keys that key_chain returned;
   tuples  Runtime.lookup(list of (hi, lo) tuples), converted at each call;
-and key_chain over N blocks of tokens from a list and from array('i').
-Prints microseconds per call and each one's ratio to c_call (or, for
-key_chain, to the array('i') form).
+key_chain over N blocks of tokens from a list and from array('i'), and keys
+from N engine hashes in one keys_from_engine_hashes call and one
+key_from_engine_hash call each. Prints microseconds per call and each one's
+ratio to c_call (or to the array('i') form, or to the one batched call).
 
     KVTIER_LIBRARY=build/libkvtier.so python3 python/bench_binding.py [--calls 2000]
 """
@@ -92,6 +93,18 @@ def main():
             a = per_call_us(lambda: rt.key_chain(as_array), max(args.calls // 10, 10))
             b = per_call_us(lambda: rt.key_chain(as_list), max(args.calls // 10, 10))
             print(f"{'key_chain':<10}{n:>6}{a:>11.2f}{b:>10.2f}{b / a:>12.2f}")
+        print(f"{'op':<16}{'blocks':>6}{'batch us':>10}{'one by one us':>15}{'one/batch':>11}")
+        for n in (16, 256, 2048):
+            hashes = [i.to_bytes(8, "little") for i in range(n)]
+
+            def one_by_one():
+                keys = []
+                for h in hashes:
+                    keys.append(rt.key_from_engine_hash(h, parent=keys[-1] if keys else None))
+
+            a = per_call_us(lambda: rt.keys_from_engine_hashes(hashes), max(args.calls // 10, 10))
+            b = per_call_us(one_by_one, max(args.calls // 100, 5))
+            print(f"{'engine hashes':<16}{n:>6}{a:>10.2f}{b:>15.2f}{b / a:>11.2f}")
 
 
 if __name__ == "__main__":

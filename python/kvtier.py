@@ -89,6 +89,8 @@ _SIGNATURES = {
                                         ctypes.c_size_t, _KEYS, ctypes.c_size_t, _SIZE_P]),
     "kvtier_key_from_engine_hash": (ctypes.c_int, [_P, _KEYS, ctypes.c_char_p, ctypes.c_size_t,
                                                    _KEYS]),
+    "kvtier_keys_from_engine_hashes": (ctypes.c_int, [_P, _KEYS, ctypes.c_char_p, ctypes.c_size_t,
+                                                      ctypes.c_size_t, _KEYS]),
     "kvtier_lookup": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(_Hints), _SIZE_P,
                                      ctypes.c_char_p]),
     "kvtier_lookup_and_pin": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(_Hints),
@@ -435,6 +437,18 @@ class Runtime:
         _check(_lib.kvtier_key_from_engine_hash(self._rt, _key_ptr(parent), bytes(engine_hash),
                                                 len(engine_hash), ctypes.byref(out)))
         return (out.hi, out.lo)
+
+    def keys_from_engine_hashes(self, hashes, parent=None):
+        """Keys of consecutive blocks named by the engine's block hashes (bytes
+        objects of one length), continuing `parent`, in one call, as Keys."""
+        hashes = [bytes(h) for h in hashes]
+        size = len(hashes[0]) if hashes else 0
+        if any(len(h) != size for h in hashes):
+            raise KvtierError(INVALID_ARGUMENT, "engine hashes must all have one length")
+        out = (_Key * len(hashes))()
+        _check(_lib.kvtier_keys_from_engine_hashes(self._rt, _key_ptr(parent), b"".join(hashes),
+                                                   size, len(hashes), out if hashes else None))
+        return Keys(out)
 
     def lookup(self, keys, session_id=0, request_id=0, expected_reuse=None):
         """(leading keys stored, [tier index of each hit, 0 = host hub])."""

@@ -145,6 +145,15 @@ KVTIER_C_EXPORT int kvtier_key_from_engine_hash(const kvtier_runtime* rt, const 
                                                 const void* hash, size_t hash_bytes,
                                                 kvtier_key* out);
 
+/* Keys of `count` consecutive blocks named by engine hashes of `hash_bytes`
+ * bytes each, laid end to end in `hashes`: out[0] continues `parent` (NULL:
+ * first block) and out[i] continues out[i - 1]. The same keys as `count`
+ * calls of kvtier_key_from_engine_hash, in one call. */
+KVTIER_C_EXPORT int kvtier_keys_from_engine_hashes(const kvtier_runtime* rt,
+                                                   const kvtier_key* parent, const void* hashes,
+                                                   size_t hash_bytes, size_t count,
+                                                   kvtier_key* out);
+
 /* ---- Lookups, saves and loads ---------------------------------------------- */
 
 /* How many leading keys are stored (`*hit_blocks`) and, when `tiers` is not

@@ -66,10 +66,7 @@ def main():
             if len(ids) > pool_blocks:
                 totals["skipped"] += 1
                 continue
-            keys = []
-            for block_id in ids:
-                keys.append(rt.key_from_engine_hash(block_id.to_bytes(8, "little"),
-                                                    parent=keys[-1] if keys else None))
+            keys = rt.keys_from_engine_hashes([i.to_bytes(8, "little") for i in ids])
             infinite = 0
             while infinite < len(ids) and ids[infinite] in seen:
                 infinite += 1

@@ -79,6 +79,36 @@ TEST(CApiTest, KeysAreTheCppHashersKeys) {
                       hasher.NextFromEngineHash(&parent, std::as_bytes(std::span(engine_hash)))));
 }
 
+TEST(CApiTest, EngineHashesMakeTheSameKeysInOneCall) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  // Three 8-byte engine hashes end to end, chained from a parent.
+  const uint64_t ids[3] = {11, 22, 33};
+  const kvtier_key parent{7, 8};
+  std::vector<kvtier_key> one_by_one;
+  const kvtier_key* prev = &parent;
+  for (uint64_t id : ids) {
+    kvtier_key k{};
+    ASSERT_EQ(kvtier_key_from_engine_hash(rt.get(), prev, &id, sizeof id, &k), KVTIER_OK);
+    one_by_one.push_back(k);
+    prev = &one_by_one.back();
+  }
+  std::vector<kvtier_key> batch(3);
+  ASSERT_EQ(kvtier_keys_from_engine_hashes(rt.get(), &parent, ids, sizeof ids[0], 3, batch.data()),
+            KVTIER_OK);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(batch[i].hi, one_by_one[i].hi) << i;
+    EXPECT_EQ(batch[i].lo, one_by_one[i].lo) << i;
+  }
+  EXPECT_EQ(kvtier_keys_from_engine_hashes(rt.get(), nullptr, nullptr, 8, 0, nullptr), KVTIER_OK);
+  EXPECT_EQ(kvtier_keys_from_engine_hashes(rt.get(), nullptr, ids, 8, 3, nullptr),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: out is NULL");
+  EXPECT_EQ(kvtier_keys_from_engine_hashes(rt.get(), nullptr, nullptr, 8, 3, batch.data()),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: hashes is NULL");
+}
+
 TEST(CApiTest, SaveLookupLoadRoundTripsEveryByte) {
   RuntimePtr rt = OpenText(CapiConfig());
   ASSERT_TRUE(rt);

@@ -50,6 +50,13 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(self.rt.key_chain(tokens[:15]), [])
         self.assertNotEqual(self.rt.key_from_engine_hash(b"abc", parent=keys[0]),
                             self.rt.key_from_engine_hash(b"abd", parent=keys[0]))
+        first = self.rt.key_from_engine_hash(b"h1", parent=keys[0])
+        second = self.rt.key_from_engine_hash(b"h2", parent=first)
+        self.assertEqual(self.rt.keys_from_engine_hashes([b"h1", b"h2"], parent=keys[0]),
+                         [first, second])
+        self.assertEqual(len(self.rt.keys_from_engine_hashes([])), 0)
+        with self.assertRaises(kvtier.KvtierError):
+            self.rt.keys_from_engine_hashes([b"a", b"bc"])
 
     def test_keys_from_arrays_and_slices(self):
         tokens = list(range(7, 7 + 4 * 16 + 3))
