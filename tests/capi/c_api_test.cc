@@ -188,6 +188,32 @@ TEST(CApiTest, UnsavedKeysAreMissesOfTheirOwnBlocks) {
   EXPECT_EQ(back, Pattern(8192, 1));
 }
 
+TEST(CApiTest, ACopyFaultFailsItsBlockAlone) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  const std::vector<kvtier_key> keys = ChainOf(rt.get(), 3, 60);
+  ASSERT_EQ(SaveBlocks(rt.get(), keys, {0, 1, 2}), KVTIER_OK);
+  rt->host->TEST_SetFaultHook([](uint32_t engine_block, uint32_t layer) {
+    return CopyFault{engine_block == 9 && layer == 1 ? Status::IOError("injected") : Status()};
+  });
+  const uint32_t dst[] = {8, 9, 10};
+  kvtier_completion* c = nullptr;
+  ASSERT_EQ(kvtier_load(rt.get(), keys.data(), dst, 3, -1, nullptr, nullptr, &c), KVTIER_OK);
+  CompletionPtr load(c);
+  EXPECT_EQ(kvtier_completion_wait(c, -1), KVTIER_IO_ERROR);
+  EXPECT_EQ(kvtier_completion_result(c, 0, nullptr), KVTIER_OK);
+  EXPECT_EQ(kvtier_completion_result(c, 1, nullptr), KVTIER_IO_ERROR);
+  EXPECT_NE(std::string(kvtier_last_error()).find("injected"), std::string::npos)
+      << kvtier_last_error();
+  EXPECT_EQ(kvtier_completion_result(c, 2, nullptr), KVTIER_OK);
+  rt->host->TEST_SetFaultHook(nullptr);
+  std::vector<unsigned char> back(8192);
+  for (uint32_t i : {0u, 2u}) {
+    ASSERT_EQ(kvtier_host_block_read(rt.get(), dst[i], back.data(), back.size()), KVTIER_OK);
+    EXPECT_EQ(back, Pattern(8192, i + 1)) << "block " << i;
+  }
+}
+
 TEST(CApiTest, HintsAreCheckedAndPassedOn) {
   RuntimePtr rt = OpenText(CapiConfig());
   ASSERT_TRUE(rt);
