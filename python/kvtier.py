@@ -370,7 +370,18 @@ class Pin:
 
 
 class Runtime:
-    """A kvtier runtime for one model, opened from one YAML configuration."""
+    """A kvtier runtime for one model, opened from one YAML configuration.
+
+    config_path or config_text (exactly one) and `overrides` ("path=value"
+    strings) give the config. Without cuda_tensors the runtime copies to and
+    from the host stand-in engine (host_block_write / host_block_read reach
+    its pages). With them it copies to the engine's cache on a GPU:
+    cuda_tensors are the device addresses of its tensors (one per layer, or
+    the one cross-layer tensor; with PyTorch, `t.data_ptr()`),
+    cuda_num_blocks the pages in the pool, cuda_device the device ordinal and
+    cuda_stream the engine's compute stream as an integer
+    (`torch.cuda.current_stream().cuda_stream`), or None for the default one.
+    """
 
     def __init__(self, config_path=None, config_text=None, overrides=(), cuda_tensors=None,
                  cuda_num_blocks=0, cuda_device=0, cuda_stream=None, library=None):
