@@ -8,11 +8,24 @@ using kvtier::Status;
 using kvtier::capi::Guard;
 using kvtier::capi::Required;
 
+namespace {
+
+// Unavailable for a completion still running in the process this one was
+// forked from: no thread here will ever finish it.
+Status Inherited(const kvtier_completion& c) {
+  if (!kvtier::capi::Forked(c.pid) || c.completion.Poll()) return Status::Ok();
+  return Status::Unavailable("completion of process " + std::to_string(c.pid) +
+                             " still running there, waited on in a forked process");
+}
+
+}  // namespace
+
 extern "C" {
 
 int kvtier_completion_wait(const kvtier_completion* c, int64_t timeout_ns) {
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(c, "completion"));
+    KVTIER_RETURN_IF_ERROR(Inherited(*c));
     if (timeout_ns < 0) return c->completion.Wait();
     return c->completion.WaitFor(std::chrono::nanoseconds(timeout_ns));
   });
@@ -48,6 +61,7 @@ int kvtier_completion_on_done(const kvtier_completion* c, kvtier_done_fn fn, voi
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(c, "completion"));
     KVTIER_RETURN_IF_ERROR(Required(reinterpret_cast<const void*>(fn), "fn"));
+    KVTIER_RETURN_IF_ERROR(Inherited(*c));
     c->completion.OnDone([fn, user] { fn(user); });
     return Status::Ok();
   });

@@ -24,6 +24,14 @@ int Report(const Status& status) noexcept {
   return static_cast<int>(status.code());
 }
 
+Status Live(const kvtier_runtime* rt) {
+  KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+  if (!Forked(rt->pid)) return Status::Ok();
+  return Status::Unavailable("runtime opened by process " + std::to_string(rt->pid) +
+                             " used in process " + std::to_string(getpid()) +
+                             " (a fork): open a runtime in each process");
+}
+
 Result<std::vector<BlockKey>> Keys(const kvtier_key* keys, size_t n) {
   if (n > 0 && keys == nullptr) return Status::InvalidArgument("keys is NULL");
   std::vector<BlockKey> out(n);

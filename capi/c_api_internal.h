@@ -3,6 +3,9 @@
 // kvtier_code, and argument helpers.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -38,6 +41,7 @@ struct PinRegistry {
 struct kvtier_pin {
   std::shared_ptr<kvtier::capi::PinRegistry> registry;
   kvtier::PinnedPrefix prefix;  // guarded by registry->mu once registered
+  pid_t pid = getpid();
 };
 
 struct kvtier_runtime {
@@ -48,11 +52,13 @@ struct kvtier_runtime {
   uint64_t block_bytes = 0;
   uint32_t block_tokens = 0;
   uint32_t engine_blocks = 0;  // pages of the engine's pool
+  pid_t pid = getpid();        // the process that opened it: its threads live only there
   std::shared_ptr<kvtier::capi::PinRegistry> pins = std::make_shared<kvtier::capi::PinRegistry>();
 };
 
 struct kvtier_completion {
   kvtier::Completion completion;
+  pid_t pid = getpid();  // the process whose runtime does the work
 };
 
 namespace kvtier::capi {
@@ -83,6 +89,13 @@ inline Status Required(const void* p, std::string_view what) {
   message += " is NULL";
   return Status::InvalidArgument(message);
 }
+
+// A runtime this process can use: not NULL, and not inherited through fork(),
+// which copies the runtime's memory but none of its threads (a call would
+// wait on workers that do not exist); Unavailable otherwise.
+Status Live(const kvtier_runtime* rt);
+// True in a process forked from the one that made `pid`'s object.
+inline bool Forked(pid_t pid) { return getpid() != pid; }
 
 // The keys of a C array (NULL is accepted only when n is 0).
 Result<std::vector<BlockKey>> Keys(const kvtier_key* keys, size_t n);

@@ -65,7 +65,7 @@ extern "C" {
 int kvtier_lookup(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
                   const kvtier_hints* hints, size_t* hit_blocks, uint8_t* tiers) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_RETURN_IF_ERROR(Required(hit_blocks, "hit_blocks"));
     *hit_blocks = 0;
     KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
@@ -83,7 +83,7 @@ int kvtier_lookup_and_pin(kvtier_runtime* rt, const kvtier_key* keys, size_t num
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(pin, "pin"));
     *pin = nullptr;
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_RETURN_IF_ERROR(Required(hit_blocks, "hit_blocks"));
     *hit_blocks = 0;
     KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
@@ -104,6 +104,9 @@ int kvtier_lookup_and_pin(kvtier_runtime* rt, const kvtier_key* keys, size_t num
 
 void kvtier_unpin(kvtier_pin* pin) {
   if (pin == nullptr) return;
+  // In a forked child the runtime's lock may be held by a thread that does
+  // not exist here: the pin's memory is left as the parent's copy.
+  if (kvtier::capi::Forked(pin->pid)) return;
   Guard([&]() -> Status {
     std::lock_guard lock(pin->registry->mu);
     if (pin->registry->live.erase(pin) != 0) pin->prefix = kvtier::PinnedPrefix();
@@ -118,7 +121,7 @@ int kvtier_save(kvtier_runtime* rt, const kvtier_key* parent, const kvtier_key* 
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(out, "out"));
     *out = nullptr;
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
     KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
     KVTIER_ASSIGN_OR_RETURN(std::span<const uint32_t> b,
@@ -135,7 +138,7 @@ int kvtier_load(kvtier_runtime* rt, const kvtier_key* keys, const uint32_t* engi
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(out, "out"));
     *out = nullptr;
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
     KVTIER_ASSIGN_OR_RETURN(std::span<const uint32_t> b,
                             kvtier::capi::Blocks(engine_blocks, num_keys));
@@ -151,7 +154,7 @@ int kvtier_load(kvtier_runtime* rt, const kvtier_key* keys, const uint32_t* engi
 int kvtier_request_finished(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
                             uint32_t output_tokens) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
     rt->runtime->RequestFinished(rt->ns, k, output_tokens);
     return Status::Ok();
@@ -160,7 +163,7 @@ int kvtier_request_finished(kvtier_runtime* rt, const kvtier_key* keys, size_t n
 
 int kvtier_remove(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
     return rt->runtime->Remove(rt->ns, k);
   });
@@ -170,7 +173,7 @@ int kvtier_is_saved(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(saved, "saved"));
     *saved = 0;
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
     *saved = rt->runtime->IsSaved(rt->ns, k) ? 1 : 0;
     return Status::Ok();
@@ -179,7 +182,7 @@ int kvtier_is_saved(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
 
 int kvtier_report_engine_usage(kvtier_runtime* rt, uint32_t free_blocks, uint32_t total_blocks) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     return rt->runtime->ReportEngineUsage(free_blocks, total_blocks);
   });
 }
@@ -187,7 +190,7 @@ int kvtier_report_engine_usage(kvtier_runtime* rt, uint32_t free_blocks, uint32_
 int kvtier_track_request(kvtier_runtime* rt, uint64_t request_id, const kvtier_key* keys,
                          size_t num_keys, uint32_t engine_blocks) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
     return rt->runtime->TrackRequest(request_id, rt->ns, k, engine_blocks);
   });
@@ -195,7 +198,7 @@ int kvtier_track_request(kvtier_runtime* rt, uint64_t request_id, const kvtier_k
 
 void kvtier_untrack_request(kvtier_runtime* rt, uint64_t request_id) {
   Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     rt->runtime->UntrackRequest(request_id);
     return Status::Ok();
   });
@@ -204,7 +207,7 @@ void kvtier_untrack_request(kvtier_runtime* rt, uint64_t request_id) {
 int kvtier_should_admit(kvtier_runtime* rt, uint32_t blocks_needed) {
   int admit = 0;
   Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     admit = rt->runtime->ShouldAdmitNewRequest(blocks_needed) ? 1 : 0;
     return Status::Ok();
   });
@@ -216,7 +219,7 @@ int kvtier_propose_preemption(kvtier_runtime* rt, uint32_t blocks_to_free, uint6
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(count, "count"));
     *count = 0;
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     if (capacity > 0) KVTIER_RETURN_IF_ERROR(Required(request_ids, "request_ids"));
     const std::vector<kvtier::PreemptionVictim> victims =
         rt->runtime->ProposePreemption(blocks_to_free);

@@ -91,6 +91,10 @@ int kvtier_open(const char* config_path, const char* config_text, const char* co
 
 void kvtier_close(kvtier_runtime* rt) {
   if (rt == nullptr) return;
+  // A forked child has none of the runtime's threads to stop and may hold
+  // its locks as a vanished thread left them: it leaves the parent's copy
+  // alone rather than hang.
+  if (kvtier::capi::Forked(rt->pid)) return;
   Guard([&]() -> Status {
     {
       // Pins the engine still holds unpin through the runtime: release them
@@ -173,7 +177,7 @@ int kvtier_keys_from_engine_hashes(const kvtier_runtime* rt, const kvtier_key* p
 
 int kvtier_stats_json(const kvtier_runtime* rt, char* buffer, size_t capacity, size_t* length) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_RETURN_IF_ERROR(Required(length, "length"));
     if (capacity > 0) KVTIER_RETURN_IF_ERROR(Required(buffer, "buffer"));
     const std::string json = kvtier::RenderStatsJson(rt->runtime->Stats());
@@ -194,7 +198,7 @@ int kvtier_stats_json(const kvtier_runtime* rt, char* buffer, size_t capacity, s
 int kvtier_host_block_write(kvtier_runtime* rt, uint32_t engine_block, const void* data,
                             size_t bytes) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_RETURN_IF_ERROR(Required(data, "data"));
     if (!rt->host) return Status::NotSupported("the runtime runs on the CUDA engine");
     return rt->host->WriteBlock(
@@ -204,7 +208,7 @@ int kvtier_host_block_write(kvtier_runtime* rt, uint32_t engine_block, const voi
 
 int kvtier_host_block_read(kvtier_runtime* rt, uint32_t engine_block, void* data, size_t bytes) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
     KVTIER_RETURN_IF_ERROR(Required(data, "data"));
     if (!rt->host) return Status::NotSupported("the runtime runs on the CUDA engine");
     return rt->host->ReadBlock(engine_block,

@@ -18,6 +18,12 @@
  * in detail); a completion handle may be waited on from any thread. Close a
  * runtime once, after its other calls have returned.
  *
+ * Processes: a runtime serves the process that opened it. A child made by
+ * fork() inherits its memory but none of its threads; there, calls on it
+ * answer KVTIER_UNAVAILABLE, waits on its unfinished completions too, and
+ * kvtier_close and kvtier_unpin return at once, leaving the parent's copy
+ * alone. Open a runtime in each process that needs one.
+ *
  * Keys: a kvtier_key is the 128-bit chained prefix key of one block; keys
  * passed to one call form a chain, keys[i] extending keys[i - 1]. Make them
  * with kvtier_key_chain (from token ids) or kvtier_key_from_engine_hash.

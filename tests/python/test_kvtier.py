@@ -4,7 +4,10 @@ PYTHONPATH set; `python3 tests/python/test_kvtier.py` does the same by hand."""
 
 import array
 import asyncio
+import os
+import signal
 import threading
+import time
 import unittest
 
 import kvtier
@@ -147,6 +150,36 @@ class KvtierBindingTest(unittest.TestCase):
 
         self.assertEqual(asyncio.run(load_both()), [kvtier.OK, kvtier.OK])
         self.assertEqual(self.rt.host_block_read(7), pattern(8192, 8))
+
+    def test_a_forked_child_gets_errors_and_closes_at_once(self):
+        # A Python engine that forks workers after opening kvtier: the child
+        # has none of the runtime's threads, so calls must fail, not hang.
+        keys = self.rt.key_chain(list(range(700, 700 + 2 * 16)))
+        self.assertEqual(self.rt.save(keys, [0, 1]).wait(), kvtier.OK)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                try:
+                    self.rt.lookup(keys)
+                    code = 2
+                except kvtier.KvtierError as e:
+                    code = 0 if e.code == kvtier.UNAVAILABLE else 3
+                self.rt.close()
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                self.fail("the forked child hung")
+            time.sleep(0.005)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(self.rt.lookup(keys)[0], 2)  # the parent's runtime is untouched
 
     def test_errors_raise_with_code_and_message(self):
         with self.assertRaises(kvtier.KvtierError) as e:
