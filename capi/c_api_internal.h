@@ -97,6 +97,11 @@ Status Live(const kvtier_runtime* rt);
 // True in a process forked from the one that made `pid`'s object.
 inline bool Forked(pid_t pid) { return getpid() != pid; }
 
+// Renders the runtime's statistics with `render` into a caller's buffer, NUL
+// terminated, as kvtier_stats_json describes.
+int StatsText(const kvtier_runtime* rt, std::string (*render)(const RuntimeStats&), char* buffer,
+              size_t capacity, size_t* length);
+
 // The keys of a C array (NULL is accepted only when n is 0).
 Result<std::vector<BlockKey>> Keys(const kvtier_key* keys, size_t n);
 std::optional<BlockKey> Parent(const kvtier_key* parent);

@@ -1,5 +1,6 @@
 // The C API's runtime handle: opening it from a YAML config, keys, statistics
 // and the host stand-in's pages.
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <string>
@@ -69,6 +70,29 @@ Status Open(const KvtierConfig& config, const kvtier_cuda_cache* cuda, kvtier_ru
 }
 
 }  // namespace
+
+int StatsText(const kvtier_runtime* rt, std::string (*render)(const RuntimeStats&), char* buffer,
+              size_t capacity, size_t* length) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Live(rt));
+    KVTIER_RETURN_IF_ERROR(Required(length, "length"));
+    *length = 0;
+    if (capacity > 0) KVTIER_RETURN_IF_ERROR(Required(buffer, "buffer"));
+    const std::string text = render(rt->runtime->Stats());
+    *length = text.size();
+    if (capacity > 0) {
+      const size_t n = std::min(text.size(), capacity - 1);
+      std::memcpy(buffer, text.data(), n);
+      buffer[n] = '\0';
+    }
+    if (text.size() + 1 > capacity) {
+      return Status::ResourceExhausted(std::to_string(text.size() + 1) +
+                                       " bytes do not fit in capacity " + std::to_string(capacity));
+    }
+    return Status::Ok();
+  });
+}
+
 }  // namespace kvtier::capi
 
 using kvtier::Status;
@@ -176,23 +200,11 @@ int kvtier_keys_from_engine_hashes(const kvtier_runtime* rt, const kvtier_key* p
 }
 
 int kvtier_stats_json(const kvtier_runtime* rt, char* buffer, size_t capacity, size_t* length) {
-  return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
-    KVTIER_RETURN_IF_ERROR(Required(length, "length"));
-    if (capacity > 0) KVTIER_RETURN_IF_ERROR(Required(buffer, "buffer"));
-    const std::string json = kvtier::RenderStatsJson(rt->runtime->Stats());
-    *length = json.size();
-    if (capacity > 0) {
-      const size_t n = std::min(json.size(), capacity - 1);
-      std::memcpy(buffer, json.data(), n);
-      buffer[n] = '\0';
-    }
-    if (json.size() + 1 > capacity) {
-      return Status::ResourceExhausted(std::to_string(json.size() + 1) +
-                                       " bytes do not fit in capacity " + std::to_string(capacity));
-    }
-    return Status::Ok();
-  });
+  return kvtier::capi::StatsText(rt, kvtier::RenderStatsJson, buffer, capacity, length);
+}
+
+int kvtier_metrics_text(const kvtier_runtime* rt, char* buffer, size_t capacity, size_t* length) {
+  return kvtier::capi::StatsText(rt, kvtier::RenderPrometheusText, buffer, capacity, length);
 }
 
 int kvtier_host_block_write(kvtier_runtime* rt, uint32_t engine_block, const void* data,

@@ -120,6 +120,7 @@ _SIGNATURES = {
                                                  ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
                                                  _SIZE_P]),
     "kvtier_stats_json": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t, _SIZE_P]),
+    "kvtier_metrics_text": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t, _SIZE_P]),
     "kvtier_host_block_write": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p,
                                                ctypes.c_size_t]),
     "kvtier_host_block_read": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p,
@@ -545,15 +546,22 @@ class Runtime:
 
     def stats(self):
         """The runtime's statistics (the admin endpoint's GET /stats) as a dict."""
+        return json.loads(self._text(_lib.kvtier_stats_json))
+
+    def metrics_text(self):
+        """The statistics in the Prometheus text format (GET /metrics)."""
+        return self._text(_lib.kvtier_metrics_text)
+
+    def _text(self, fn):
         length = ctypes.c_size_t(0)
-        code = _lib.kvtier_stats_json(self._rt, None, 0, ctypes.byref(length))
+        code = fn(self._rt, None, 0, ctypes.byref(length))
         if code != RESOURCE_EXHAUSTED:
             _check(code)
         while True:
             buffer = ctypes.create_string_buffer(length.value + 1)
-            code = _lib.kvtier_stats_json(self._rt, buffer, len(buffer), ctypes.byref(length))
+            code = fn(self._rt, buffer, len(buffer), ctypes.byref(length))
             if code == OK:
-                return json.loads(buffer.value.decode())
+                return buffer.value.decode()
             if code != RESOURCE_EXHAUSTED:
                 _check(code)
 

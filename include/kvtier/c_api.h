@@ -263,6 +263,11 @@ KVTIER_C_EXPORT int kvtier_propose_preemption(kvtier_runtime* rt, uint32_t block
  * the NUL to `*length`; KVTIER_RESOURCE_EXHAUSTED when it does not fit. */
 KVTIER_C_EXPORT int kvtier_stats_json(const kvtier_runtime* rt, char* buffer, size_t capacity,
                                       size_t* length);
+/* The same statistics in the Prometheus text format (the admin endpoint's
+ * GET /metrics), for an engine that serves them with its own; sized and
+ * terminated as kvtier_stats_json. */
+KVTIER_C_EXPORT int kvtier_metrics_text(const kvtier_runtime* rt, char* buffer, size_t capacity,
+                                        size_t* length);
 /* Writes or reads engine block `engine_block` of the host stand-in, in the
  * canonical host format (`bytes` must be kvtier_block_bytes long).
  * KVTIER_NOT_SUPPORTED for a runtime on the CUDA engine. */

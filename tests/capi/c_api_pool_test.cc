@@ -34,6 +34,23 @@ TEST(CApiPoolTest, StatsJsonCountsSavesAndIsSizedByTheCaller) {
   EXPECT_EQ(std::string(small), json.substr(0, 9));  // truncated, NUL-terminated
 }
 
+TEST(CApiPoolTest, MetricsTextIsThePrometheusExposition) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  const std::vector<kvtier_key> keys = ChainOf(rt.get(), 2, 1);
+  ASSERT_EQ(SaveBlocks(rt.get(), keys, {0, 1}), KVTIER_OK);
+  size_t length = 0;
+  ASSERT_EQ(kvtier_metrics_text(rt.get(), nullptr, 0, &length), KVTIER_RESOURCE_EXHAUSTED);
+  std::string text(length + 1, 'x');
+  ASSERT_EQ(kvtier_metrics_text(rt.get(), text.data(), text.size(), &length), KVTIER_OK);
+  text.resize(length);
+  EXPECT_NE(text.find("# TYPE kvtier_saved_blocks_total counter\nkvtier_saved_blocks_total 2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(kvtier_metrics_text(rt.get(), text.data(), 4, nullptr), KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: length is NULL");
+}
+
 TEST(CApiPoolTest, RemoveKeepsChainsWhole) {
   RuntimePtr rt = OpenText(CapiConfig());
   ASSERT_TRUE(rt);

@@ -109,6 +109,7 @@ class KvtierBindingTest(unittest.TestCase):
         for b in range(3):
             self.assertEqual(self.rt.host_block_read(10 + b), pattern(8192, b + 1))
         self.assertEqual(self.rt.stats()["saved_blocks"], 3)
+        self.assertIn("\nkvtier_saved_blocks_total 3\n", self.rt.metrics_text())
 
         self.rt.request_finished(keys, 42)
         self.rt.remove(keys)
