@@ -22,6 +22,7 @@
 #include "kvtier/c_api.h"
 #include "kvtier/completion.h"
 #include "kvtier/copy_engine.h"
+#include "kvtier/env.h"
 #include "kvtier/runtime.h"
 #include "kvtier/status.h"
 
@@ -96,6 +97,21 @@ inline Status Required(const void* p, std::string_view what) {
 Status Live(const kvtier_runtime* rt);
 // True in a process forked from the one that made `pid`'s object.
 inline bool Forked(pid_t pid) { return getpid() != pid; }
+
+// Hands log lines at info and above to a C callback.
+class CallbackLogSink final : public LogSink {
+ public:
+  CallbackLogSink(kvtier_log_fn fn, void* user) : fn_(fn), user_(user) {}
+  void Log(LogLevel level, std::string_view message) override {
+    if (level < LogLevel::kInfo) return;
+    const std::string line(message);  // NUL-terminated for C
+    fn_(user_, static_cast<int>(level), line.c_str());
+  }
+
+ private:
+  kvtier_log_fn fn_;
+  void* user_;
+};
 
 // Renders the runtime's statistics with `render` into a caller's buffer, NUL
 // terminated, as kvtier_stats_json describes.

@@ -44,7 +44,9 @@ Result<std::unique_ptr<CopyEngine>> CudaEngine(const KvtierConfig& config,
   return CreateCudaCopyEngine(options);
 }
 
-Status Open(const KvtierConfig& config, const kvtier_cuda_cache* cuda, kvtier_runtime** out) {
+Status Open(KvtierConfig config, const kvtier_cuda_cache* cuda, kvtier_log_fn log, void* log_user,
+            kvtier_runtime** out) {
+  if (log != nullptr) config.runtime.log = std::make_shared<CallbackLogSink>(log, log_user);
   std::shared_ptr<CopyEngine> engine;
   std::shared_ptr<HostCopyEngine> host;
   if (cuda == nullptr) {
@@ -102,14 +104,15 @@ using kvtier::capi::Required;
 extern "C" {
 
 int kvtier_open(const char* config_path, const char* config_text, const char* const* overrides,
-                size_t num_overrides, const kvtier_cuda_cache* cuda, kvtier_runtime** out) {
+                size_t num_overrides, const kvtier_cuda_cache* cuda, kvtier_log_fn log,
+                void* log_user, kvtier_runtime** out) {
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(out, "out"));
     *out = nullptr;
     KVTIER_ASSIGN_OR_RETURN(
         kvtier::KvtierConfig config,
         kvtier::capi::ReadConfig(config_path, config_text, overrides, num_overrides));
-    return kvtier::capi::Open(config, cuda, out);
+    return kvtier::capi::Open(std::move(config), cuda, log, log_user, out);
   });
 }
 

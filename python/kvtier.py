@@ -40,6 +40,11 @@ CANCELLED = 9
 DEADLINE_EXCEEDED = 10
 INTERNAL = 11
 
+LOG_DEBUG = 0
+LOG_INFO = 1
+LOG_WARNING = 2
+LOG_ERROR = 3
+
 
 class _Key(ctypes.Structure):
     _fields_ = [("hi", ctypes.c_uint64), ("lo", ctypes.c_uint64)]
@@ -67,6 +72,7 @@ class _CudaCache(ctypes.Structure):
 
 _LayerFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32)
 _DoneFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
 _P = ctypes.c_void_p
 _SIZE_P = ctypes.POINTER(ctypes.c_size_t)
 _KEYS = ctypes.POINTER(_Key)
@@ -79,7 +85,7 @@ _SIGNATURES = {
     "kvtier_code_name": (ctypes.c_char_p, [ctypes.c_int]),
     "kvtier_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
                                    ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
-                                   ctypes.POINTER(_CudaCache), ctypes.POINTER(_P)]),
+                                   ctypes.POINTER(_CudaCache), _LogFn, _P, ctypes.POINTER(_P)]),
     "kvtier_close": (None, [_P]),
     "kvtier_namespace": (ctypes.c_uint64, [_P]),
     "kvtier_block_bytes": (ctypes.c_uint64, [_P]),
@@ -181,6 +187,12 @@ class KvtierError(Exception):
 def version():
     """The loaded library's version, "major.minor.patch"."""
     return load_library().kvtier_version_string().decode()
+
+
+def logging_sink(logger):
+    """A `log` for Runtime that writes to a logging.Logger at the matching level."""
+    levels = {LOG_DEBUG: 10, LOG_INFO: 20, LOG_WARNING: 30, LOG_ERROR: 40}
+    return lambda level, message: logger.log(levels.get(level, 40), "%s", message)
 
 
 def code_name(code):
@@ -385,8 +397,13 @@ class Runtime:
     """
 
     def __init__(self, config_path=None, config_text=None, overrides=(), cuda_tensors=None,
-                 cuda_num_blocks=0, cuda_device=0, cuda_stream=None, library=None):
+                 cuda_num_blocks=0, cuda_device=0, cuda_stream=None, log=None, library=None):
         self._rt = None  # closed, until kvtier_open succeeds
+        # log(level, message) gets the runtime's lines at LOG_INFO and up, on its
+        # threads (logging_sink(logger) routes them to logging); None: stderr.
+        self._log = (_LogFn(lambda _user, level, message:
+                            log(level, message.decode(errors="replace")))
+                     if log is not None else _LogFn())
         lib = load_library(library)
         sets = [s.encode() for s in overrides]
         c_sets = (ctypes.c_char_p * len(sets))(*sets) if sets else None
@@ -398,7 +415,8 @@ class Runtime:
         handle = _P()
         _check(lib.kvtier_open(config_path.encode() if config_path is not None else None,
                                config_text.encode() if config_text is not None else None,
-                               c_sets, len(sets), cuda, ctypes.byref(handle)))
+                               c_sets, len(sets), cuda, self._log, None,
+                               ctypes.byref(handle)))
         self._rt = handle
 
     def close(self):

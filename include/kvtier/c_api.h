@@ -113,6 +113,18 @@ KVTIER_C_EXPORT const char* kvtier_code_name(int code);
 
 /* ---- Runtime --------------------------------------------------------------- */
 
+/* Log levels, as kvtier::LogLevel. */
+typedef enum kvtier_log_level {
+  KVTIER_LOG_DEBUG = 0,
+  KVTIER_LOG_INFO = 1,
+  KVTIER_LOG_WARNING = 2,
+  KVTIER_LOG_ERROR = 3
+} kvtier_log_level;
+/* Receives a runtime's log lines at KVTIER_LOG_INFO and above (`message` is
+ * valid during the call only), from any of its threads, from kvtier_open
+ * until kvtier_close returns. Must not block long or call into kvtier. */
+typedef void (*kvtier_log_fn)(void* user, int level, const char* message);
+
 /* Opens a runtime from exactly one of `config_path` (a YAML file) and
  * `config_text` (YAML in memory), after applying `overrides` ("dotted.path=
  * value" strings, as kvtier-bench --set; NULL when num_overrides is 0).
@@ -120,10 +132,12 @@ KVTIER_C_EXPORT const char* kvtier_code_name(int code);
  * gpu_pool_blocks pages shaped like the engine's cache (reached with
  * kvtier_host_block_write / _read), for tests and simulations. Otherwise the
  * CUDA engine over the given cache (KVTIER_NOT_SUPPORTED in a build without
- * CUDA). Config errors are KVTIER_INVALID_ARGUMENT naming line and column. */
+ * CUDA). `log` NULL: log lines go to stderr. Config errors are
+ * KVTIER_INVALID_ARGUMENT naming line and column. */
 KVTIER_C_EXPORT int kvtier_open(const char* config_path, const char* config_text,
                                 const char* const* overrides, size_t num_overrides,
-                                const kvtier_cuda_cache* cuda, kvtier_runtime** out);
+                                const kvtier_cuda_cache* cuda, kvtier_log_fn log, void* log_user,
+                                kvtier_runtime** out);
 /* Finishes queued and in-flight work, stops the threads and frees the
  * runtime. NULL is ignored. Completions still held stay valid (free them). */
 KVTIER_C_EXPORT void kvtier_close(kvtier_runtime* rt);

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "capi/c_api_internal.h"
 #include "kvtier/build_config.h"
@@ -42,18 +44,21 @@ TEST(CApiErrorsTest, VersionsAreTheHeadersAndTheBuilds) {
 TEST(CApiErrorsTest, OpenNeedsExactlyOneConfig) {
   kvtier_runtime* rt = reinterpret_cast<kvtier_runtime*>(1);
   const std::string yaml = CapiConfig();
-  EXPECT_EQ(kvtier_open(nullptr, nullptr, nullptr, 0, nullptr, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(kvtier_open(nullptr, nullptr, nullptr, 0, nullptr, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
   EXPECT_EQ(rt, nullptr);
   EXPECT_STREQ(kvtier_last_error(),
                "invalid_argument: exactly one of config_path and config_text must be set");
-  EXPECT_EQ(kvtier_open("x.yaml", yaml.c_str(), nullptr, 0, nullptr, &rt), KVTIER_INVALID_ARGUMENT);
-  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, nullptr, nullptr),
+  EXPECT_EQ(kvtier_open("x.yaml", yaml.c_str(), nullptr, 0, nullptr, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, nullptr, nullptr, nullptr, nullptr),
             KVTIER_INVALID_ARGUMENT);
   EXPECT_STREQ(kvtier_last_error(), "invalid_argument: out is NULL");
-  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 2, nullptr, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 2, nullptr, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
   EXPECT_STREQ(kvtier_last_error(), "invalid_argument: overrides is NULL");
   const char* overrides[] = {"mover.interval_ms=5", nullptr};
-  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), overrides, 2, nullptr, &rt),
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), overrides, 2, nullptr, nullptr, nullptr, &rt),
             KVTIER_INVALID_ARGUMENT);
   EXPECT_STREQ(kvtier_last_error(), "invalid_argument: overrides[1] is NULL");
   EXPECT_EQ(rt, nullptr);
@@ -62,17 +67,19 @@ TEST(CApiErrorsTest, OpenNeedsExactlyOneConfig) {
 TEST(CApiErrorsTest, ConfigErrorsNameTheirPlace) {
   kvtier_runtime* rt = nullptr;
   const std::string bad = "tiers:\n  - name: host\n    type: hots\n    capacity: 1MiB\n";
-  EXPECT_EQ(kvtier_open(nullptr, bad.c_str(), nullptr, 0, nullptr, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(kvtier_open(nullptr, bad.c_str(), nullptr, 0, nullptr, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
   EXPECT_TRUE(LastErrorHas("config_text:3:11: ")) << kvtier_last_error();
   EXPECT_EQ(rt, nullptr);
 
-  EXPECT_EQ(kvtier_open("/nonexistent/kvtier.yaml", nullptr, nullptr, 0, nullptr, &rt),
-            KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvtier_open("/nonexistent/kvtier.yaml", nullptr, nullptr, 0, nullptr, nullptr, nullptr, &rt),
+      KVTIER_INVALID_ARGUMENT);
   EXPECT_TRUE(LastErrorHas("/nonexistent/kvtier.yaml: cannot open")) << kvtier_last_error();
 
   const std::string yaml = CapiConfig();
   const char* overrides[] = {"tiers.host.capacity=lots"};
-  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), overrides, 1, nullptr, &rt),
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), overrides, 1, nullptr, nullptr, nullptr, &rt),
             KVTIER_INVALID_ARGUMENT);
   EXPECT_TRUE(LastErrorHas("--set tiers.host.capacity=lots")) << kvtier_last_error();
 }
@@ -82,7 +89,8 @@ TEST(CApiErrorsTest, OpensAFileWithOverrides) {
   std::ofstream(path) << CapiConfig();
   const char* overrides[] = {"tiers.host.capacity=2MiB", "model.layers=2"};
   kvtier_runtime* raw = nullptr;
-  ASSERT_EQ(kvtier_open(path.c_str(), nullptr, overrides, 2, nullptr, &raw), KVTIER_OK)
+  ASSERT_EQ(kvtier_open(path.c_str(), nullptr, overrides, 2, nullptr, nullptr, nullptr, &raw),
+            KVTIER_OK)
       << kvtier_last_error();
   RuntimePtr rt(raw);
   EXPECT_EQ(kvtier_block_bytes(rt.get()), 4096u);  // two layers instead of four
@@ -99,14 +107,15 @@ TEST(CApiErrorsTest, CudaCacheErrorsComeBackAsCodes) {
   kvtier_cuda_cache cache{};
   cache.num_tensors = 4;
   cache.num_blocks = 16;
-  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, &rt), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
   EXPECT_STREQ(kvtier_last_error(), "invalid_argument: cuda.tensors is NULL");
   // Host pointers are no engine cache: refused with or without a GPU, and
   // NotSupported in a build or on a machine without CUDA.
   static char fake[4][64];
   void* tensors[4] = {fake[0], fake[1], fake[2], fake[3]};
   cache.tensors = tensors;
-  const int code = kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, &rt);
+  const int code = kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &rt);
   EXPECT_TRUE(code == KVTIER_NOT_SUPPORTED || code == KVTIER_INVALID_ARGUMENT)
       << kvtier_code_name(code) << ": " << kvtier_last_error();
   EXPECT_EQ(rt, nullptr);
@@ -206,6 +215,22 @@ TEST(CApiErrorsTest, HostBlocksAreCheckedAndResultsBounded) {
   ASSERT_EQ(kvtier_load(rt.get(), keys.data(), &far, 1, -1, nullptr, nullptr, &c), KVTIER_OK);
   CompletionPtr load(c);
   EXPECT_EQ(kvtier_completion_wait(c, -1), KVTIER_INVALID_ARGUMENT);
+}
+
+TEST(CApiErrorsTest, LogLinesFromInfoUpReachTheCallbackTerminated) {
+  std::vector<std::pair<int, std::string>> lines;
+  auto collect = [](void* user, int level, const char* message) {
+    static_cast<std::vector<std::pair<int, std::string>>*>(user)->emplace_back(level, message);
+  };
+  capi::CallbackLogSink sink(collect, &lines);
+  sink.Log(LogLevel::kDebug, "chatty");
+  sink.Log(LogLevel::kInfo, "hello");
+  const std::string long_line(300, 'x');
+  sink.Log(LogLevel::kWarning, std::string_view(long_line).substr(0, 5));  // not terminated
+  sink.Log(LogLevel::kError, "bad");
+  const std::vector<std::pair<int, std::string>> expected = {
+      {KVTIER_LOG_INFO, "hello"}, {KVTIER_LOG_WARNING, "xxxxx"}, {KVTIER_LOG_ERROR, "bad"}};
+  EXPECT_EQ(lines, expected);
 }
 
 TEST(CApiErrorsTest, ExceptionsBecomeCodes) {

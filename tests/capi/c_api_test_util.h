@@ -37,7 +37,7 @@ using CompletionPtr = std::unique_ptr<kvtier_completion, CompletionFreer>;
 // Opens a runtime from `yaml`; null (with a test failure) when it fails.
 inline RuntimePtr OpenText(const std::string& yaml) {
   kvtier_runtime* rt = nullptr;
-  const int code = kvtier_open(nullptr, yaml.c_str(), nullptr, 0, nullptr, &rt);
+  const int code = kvtier_open(nullptr, yaml.c_str(), nullptr, 0, nullptr, nullptr, nullptr, &rt);
   EXPECT_EQ(code, KVTIER_OK) << kvtier_last_error();
   return RuntimePtr(rt);
 }

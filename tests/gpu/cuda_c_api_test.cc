@@ -29,7 +29,8 @@ TEST(CudaCApiTest, SavesAndLoadsDevicePagesByteForByte) {
   cache.num_tensors = static_cast<uint32_t>(device.ptrs().size());
   cache.num_blocks = config->gpu_pool_blocks;
   kvtier_runtime* raw = nullptr;
-  ASSERT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, &raw), KVTIER_OK)
+  ASSERT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &raw),
+            KVTIER_OK)
       << kvtier_last_error();
   RuntimePtr rt(raw);
   unsigned char byte = 0;

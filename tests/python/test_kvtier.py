@@ -4,6 +4,7 @@ PYTHONPATH set; `python3 tests/python/test_kvtier.py` does the same by hand."""
 
 import array
 import asyncio
+import logging
 import os
 import signal
 import threading
@@ -181,6 +182,26 @@ class KvtierBindingTest(unittest.TestCase):
             time.sleep(0.005)
         self.assertEqual(os.waitstatus_to_exitcode(status), 0)
         self.assertEqual(self.rt.lookup(keys)[0], 2)  # the parent's runtime is untouched
+
+    def test_log_lines_go_to_the_callback_or_logging(self):
+        seen = []
+        with kvtier.Runtime(config_text=CONFIG, log=lambda level, msg: seen.append((level, msg))):
+            pass
+        self.assertEqual(seen, [])  # a clean open logs nothing; the C API tests provoke warnings
+        records = []
+
+        class Collect(logging.Handler):
+            def emit(self, record):
+                records.append((record.levelno, record.getMessage()))
+
+        logger = logging.getLogger("kvtier-test")
+        logger.addHandler(Collect())
+        logger.setLevel(logging.DEBUG)
+        sink = kvtier.logging_sink(logger)
+        sink(kvtier.LOG_WARNING, "disk 50% full")
+        sink(kvtier.LOG_INFO, "reconnected")
+        self.assertEqual(records, [(logging.WARNING, "disk 50% full"),
+                                   (logging.INFO, "reconnected")])
 
     def test_errors_raise_with_code_and_message(self):
         with self.assertRaises(kvtier.KvtierError) as e:

@@ -50,7 +50,7 @@ static void Fill(unsigned char* block, uint64_t bytes, uint32_t seed) {
 
 int main(void) {
   kvtier_runtime* rt = NULL;
-  if (kvtier_open(NULL, kConfig, NULL, 0, NULL, &rt) != KVTIER_OK) {
+  if (kvtier_open(NULL, kConfig, NULL, 0, NULL, NULL, NULL, &rt) != KVTIER_OK) {
     fprintf(stderr, "kvtier_open: %s\n", kvtier_last_error());
     return 1;
   }
