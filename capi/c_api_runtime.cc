@@ -31,13 +31,35 @@ Result<KvtierConfig> ReadConfig(const char* path, const char* text, const char* 
   return path != nullptr ? LoadConfigFile(path, sets) : ParseConfig(text, "config_text", sets);
 }
 
+// The layout of the engine's tensors: the config's model over the pool,
+// checked against the tensors' shape when the caller gave it.
+Result<KvLayout> CudaLayout(const KvtierConfig& config, const kvtier_cuda_cache& cache) {
+  if (cache.shape == nullptr) return config.model.Layout(cache.num_blocks);
+  KVTIER_ASSIGN_OR_RETURN(
+      KvLayout given,
+      KvLayoutFromShape(config.model.layout, std::span(cache.shape, cache.shape_rank),
+                        cache.num_tensors, config.model.ElementBytes()));
+  const KvLayout want = config.model.Layout(cache.num_blocks ? cache.num_blocks : given.num_blocks);
+  if (given.Signature() != want.Signature() || given.num_blocks != want.num_blocks) {
+    return Status::InvalidArgument("cuda tensors hold " + given.Signature() + " with " +
+                                   std::to_string(given.num_blocks) +
+                                   " blocks, but the config's model is " + want.Signature() +
+                                   " with " + std::to_string(want.num_blocks) +
+                                   " blocks; make the model section describe the engine's cache");
+  }
+  return want;
+}
+
 Result<std::unique_ptr<CopyEngine>> CudaEngine(const KvtierConfig& config,
                                                const kvtier_cuda_cache& cache) {
   if (cache.num_tensors > 0 && cache.tensors == nullptr) {
     return Status::InvalidArgument("cuda.tensors is NULL");
   }
+  if (cache.shape_rank > 0 && cache.shape == nullptr) {
+    return Status::InvalidArgument("cuda.shape is NULL");
+  }
   CudaCopyEngineOptions options;
-  options.layout = config.model.Layout(cache.num_blocks);
+  KVTIER_ASSIGN_OR_RETURN(options.layout, CudaLayout(config, cache));
   options.tensors.assign(cache.tensors, cache.tensors + cache.num_tensors);
   options.device = cache.device;
   options.compute_stream = cache.stream;

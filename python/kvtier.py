@@ -67,6 +67,8 @@ class _CudaCache(ctypes.Structure):
         ("num_blocks", ctypes.c_uint32),
         ("device", ctypes.c_int),
         ("stream", ctypes.c_void_p),
+        ("shape", ctypes.POINTER(ctypes.c_uint64)),
+        ("shape_rank", ctypes.c_uint32),
     ]
 
 
@@ -391,13 +393,16 @@ class Runtime:
     its pages). With them it copies to the engine's cache on a GPU:
     cuda_tensors are the device addresses of its tensors (one per layer, or
     the one cross-layer tensor; with PyTorch, `t.data_ptr()`),
-    cuda_num_blocks the pages in the pool, cuda_device the device ordinal and
+    cuda_num_blocks the pages in the pool, cuda_device the device ordinal,
     cuda_stream the engine's compute stream as an integer
-    (`torch.cuda.current_stream().cuda_stream`), or None for the default one.
+    (`torch.cuda.current_stream().cuda_stream`), or None for the default one,
+    and cuda_shape the tensors' shape (`tuple(t.shape)`): given, it is checked
+    against the config's model (and sets cuda_num_blocks when that is 0).
     """
 
     def __init__(self, config_path=None, config_text=None, overrides=(), cuda_tensors=None,
-                 cuda_num_blocks=0, cuda_device=0, cuda_stream=None, log=None, library=None):
+                 cuda_num_blocks=0, cuda_device=0, cuda_stream=None, cuda_shape=None,
+                 log=None, library=None):
         self._rt = None  # closed, until kvtier_open succeeds
         # log(level, message) gets the runtime's lines at LOG_INFO and up, on its
         # threads (logging_sink(logger) routes them to logging); None: stderr.
@@ -410,8 +415,10 @@ class Runtime:
         cuda = None
         if cuda_tensors is not None:
             ptrs = (ctypes.c_void_p * len(cuda_tensors))(*cuda_tensors)
+            shape = (ctypes.c_uint64 * len(cuda_shape))(*cuda_shape) if cuda_shape else None
             cuda = ctypes.pointer(_CudaCache(ptrs, len(cuda_tensors), cuda_num_blocks,
-                                             cuda_device, cuda_stream))
+                                             cuda_device, cuda_stream, shape,
+                                             len(cuda_shape) if cuda_shape else 0))
         handle = _P()
         _check(lib.kvtier_open(config_path.encode() if config_path is not None else None,
                                config_text.encode() if config_text is not None else None,

@@ -89,9 +89,16 @@ typedef struct kvtier_hints {
 typedef struct kvtier_cuda_cache {
   void* const* tensors; /* device pointers, not owned */
   uint32_t num_tensors;
-  uint32_t num_blocks; /* pages in the engine's pool */
+  uint32_t num_blocks; /* pages in the engine's pool; 0: taken from `shape` */
   int device;          /* CUDA device ordinal */
   void* stream;        /* the engine's compute stream (cudaStream_t); NULL = legacy default */
+  /* Optional: the physical shape of each tensor, outermost dimension first
+   * (kv_layout.h lists it per layout), as the engine allocated it. Checked
+   * against the config's model before anything is copied: a model section
+   * that does not describe these tensors would copy the wrong bytes.
+   * NULL: not checked. */
+  const uint64_t* shape;
+  uint32_t shape_rank;
 } kvtier_cuda_cache;
 
 /* ---- Versions -------------------------------------------------------------- */

@@ -121,6 +121,61 @@ TEST(CApiErrorsTest, CudaCacheErrorsComeBackAsCodes) {
   EXPECT_EQ(rt, nullptr);
 }
 
+TEST(CApiErrorsTest, CudaTensorShapesAreCheckedAgainstTheModel) {
+  // The tiny model in the nhd layout: per layer (2, N, T=16, H=2, D=16).
+  const std::string yaml = CapiConfig();
+  static char fake[4][64];
+  void* tensors[4] = {fake[0], fake[1], fake[2], fake[3]};
+  kvtier_cuda_cache cache{};
+  cache.tensors = tensors;
+  cache.num_tensors = 4;
+  kvtier_runtime* rt = nullptr;
+  const uint64_t right_shape[] = {2, 16, 16, 2, 16};
+  const uint64_t other_heads[] = {2, 16, 16, 8, 16};  // 8 heads where the model has 2
+  cache.shape = other_heads;
+  cache.shape_rank = 5;
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(),
+               "invalid_argument: cuda tensors hold nhd:L4:H8:D16:T16:E2 with 16 blocks, but the "
+               "config's model is nhd:L4:H2:D16:T16:E2 with 16 blocks; make the model section "
+               "describe the engine's cache");
+  const uint64_t hnd_order[] = {2, 16, 2, 16, 16};  // an hnd cache (2, N, H, T, D)
+  cache.shape = hnd_order;
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvtier_last_error()).find("cuda tensors hold nhd:L4:H16:D16:T2:E2"),
+            std::string::npos)
+      << kvtier_last_error();
+  cache.num_blocks = 8;  // the shape says 16
+  cache.shape = right_shape;
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvtier_last_error())
+                .find("with 16 blocks, but the config's model is "
+                      "nhd:L4:H2:D16:T16:E2 with 8 blocks"),
+            std::string::npos)
+      << kvtier_last_error();
+  const uint64_t wrong_rank[] = {16, 16, 2, 16};
+  cache.shape = wrong_rank;
+  cache.shape_rank = 4;
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  cache.shape = nullptr;
+  EXPECT_EQ(kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &rt),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(), "invalid_argument: cuda.shape is NULL");
+  // The right shape passes the check (num_blocks from it), then meets CUDA.
+  cache.shape = right_shape;
+  cache.shape_rank = 5;
+  cache.num_blocks = 0;
+  const int code = kvtier_open(nullptr, yaml.c_str(), nullptr, 0, &cache, nullptr, nullptr, &rt);
+  EXPECT_EQ(std::string(kvtier_last_error()).find("cuda tensors hold"), std::string::npos)
+      << kvtier_last_error();
+  EXPECT_NE(code, KVTIER_OK);  // host memory is no device cache
+  EXPECT_EQ(rt, nullptr);
+}
+
 TEST(CApiErrorsTest, NullArgumentsAreRefusedByName) {
   RuntimePtr rt = OpenText(CapiConfig());
   ASSERT_TRUE(rt);

@@ -217,6 +217,10 @@ class KvtierBindingTest(unittest.TestCase):
         with self.assertRaises(OverflowError):  # an engine block id below 0
             self.rt.load(self.rt.key_chain(list(range(16))), [-1])
         self.assertEqual(kvtier.code_name(kvtier.CORRUPTION), "corruption")
+        fake = [0x1000] * 4  # not device memory: refused after the shape check
+        with self.assertRaises(kvtier.KvtierError) as e:
+            kvtier.Runtime(config_text=CONFIG, cuda_tensors=fake, cuda_shape=(2, 16, 16, 8, 16))
+        self.assertIn("cuda tensors hold nhd:L4:H8:D16:T16:E2", e.exception.message)
         self.assertRegex(kvtier.version(), r"^\d+\.\d+\.\d+$")
 
     def test_gpu_pool_admission_and_preemption(self):
