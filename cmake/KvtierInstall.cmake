@@ -5,7 +5,7 @@
 # kvtier::kvtier) and a pkg-config file (kvtier.pc). Rules are split into two
 # components so a partial build can still install the library alone:
 #   runtime      libkvtier.so*, and the Python binding in <libdir>/kvtier/python
-#                (python/kvtier.py finds the library two levels up from itself)
+#                (the package python/kvtier finds the library three levels up)
 #   development  headers, CMake package files, kvtier.pc
 # The static kvtier_internal library is for tests and tools and is not installed.
 include(CMakePackageConfigHelpers)
@@ -18,8 +18,9 @@ install(TARGETS kvtier EXPORT kvtierTargets
           NAMELINK_COMPONENT development
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT runtime)
 
-install(FILES "${PROJECT_SOURCE_DIR}/python/kvtier.py"
-  DESTINATION "${CMAKE_INSTALL_LIBDIR}/kvtier/python" COMPONENT runtime)
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/python/kvtier"
+  DESTINATION "${CMAKE_INSTALL_LIBDIR}/kvtier/python" COMPONENT runtime
+  FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/kvtier"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT development

@@ -17,7 +17,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libboost-dev libibverbs-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev fio redis-server redis-tools iperf3
-  python3     # the Python binding's test (python/kvtier.py)
+  python3     # the Python binding's test (python/kvtier)
   openssl     # kvtier-bench redis --tls: a certificate for its own server
   prometheus  # promtool: checks the metrics exposition (tests/inspect)
 )

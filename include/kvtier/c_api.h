@@ -1,6 +1,6 @@
 /* The C API of kvtier: the runtime behind a stable C ABI, for engines that
  * are not written in C++ (a Python engine loads libkvtier.so with ctypes or
- * cffi; see python/kvtier.py).
+ * cffi; see python/kvtier).
  *
  * One kvtier_runtime serves one model: the YAML configuration it is opened
  * with (config/examples/default.yaml lists every key) names the model, hence

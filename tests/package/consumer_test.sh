@@ -137,8 +137,9 @@ for run in run c-run; do
 done
 
 # 4. The Python binding as installed, finding the installed library by itself.
-binding="$(find "$prefix" -path '*/kvtier/python/kvtier.py' -print -quit)"
-[[ -n "$binding" ]] || fail "python/kvtier.py was not installed under $prefix"
+binding="$(find "$prefix" -path '*/kvtier/python/kvtier/__init__.py' -print -quit)"
+[[ -n "$binding" ]] || fail "the python/kvtier package was not installed under $prefix"
+binding="$(dirname "$binding")"
 if command -v python3 >/dev/null; then
   (
     unset KVTIER_LIBRARY

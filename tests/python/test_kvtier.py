@@ -1,4 +1,4 @@
-"""The Python binding (python/kvtier.py) against the built libkvtier.so:
+"""The Python binding (python/kvtier) against the built libkvtier.so:
 the path a Python serving engine takes. Run by ctest with KVTIER_LIBRARY and
 PYTHONPATH set; `python3 tests/python/test_kvtier.py` does the same by hand."""
 

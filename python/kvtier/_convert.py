@@ -1,0 +1,97 @@
+"""Python values to the C arrays and structs the calls take."""
+
+import array
+import ctypes
+
+from ._lib import _KEYS, _Hints, _Key
+
+class Keys:
+    """Block keys in one C array, as key_chain returns them: a sequence of
+    (hi, lo) tuples that calls take without converting, and whose slices
+    (step 1) share the array."""
+
+    __slots__ = ("_array", "_start", "_len")
+
+    def __init__(self, array, start=0, length=None):
+        self._array = array
+        self._start = start
+        self._len = len(array) - start if length is None else length
+
+    def __len__(self):
+        return self._len
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._len)
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return Keys(self._array, self._start + start, max(stop - start, 0))
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("key index out of range")
+        k = self._array[self._start + index]
+        return (k.hi, k.lo)
+
+    def __iter__(self):
+        for i in range(self._len):
+            k = self._array[self._start + i]
+            yield (k.hi, k.lo)
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+    def __repr__(self):
+        return f"Keys({list(self)!r})"
+
+    def _pointer(self):
+        if self._len == 0:
+            return None
+        offset = self._start * ctypes.sizeof(_Key)
+        return ctypes.cast(ctypes.byref(self._array, offset), _KEYS)
+
+
+def _keys(keys):
+    if isinstance(keys, Keys):
+        return keys._pointer()
+    array = (_Key * len(keys))()
+    for i, (hi, lo) in enumerate(keys):
+        array[i].hi = hi
+        array[i].lo = lo
+    return array
+
+
+def _ints(values, ctype, typecodes):
+    """A C array of `values`: a straight copy of an array.array or NumPy array
+    of the matching 4-byte integer type, else through an array.array of
+    typecodes[0] (which also range-checks each value)."""
+    try:
+        view = memoryview(values)
+    except TypeError:
+        view = None
+    if view is None or view.itemsize != 4 or view.format not in typecodes or view.ndim != 1:
+        view = memoryview(array.array(typecodes[0], values))
+    return (ctype * len(view)).from_buffer_copy(view.cast("B") if view.c_contiguous
+                                                else view.tobytes())
+
+
+def _key_ptr(key):
+    return None if key is None else ctypes.pointer(_Key(key[0], key[1]))
+
+
+def _u32s(values):
+    return _ints(values, ctypes.c_uint32, ("I", "L", "=I", "<I"))
+
+
+def _hints(session_id, request_id, expected_reuse, bypass_admission):
+    if not (session_id or request_id or bypass_admission) and expected_reuse is None:
+        return None
+    h = _Hints(session_id, request_id, 0.0, 0, int(bool(bypass_admission)))
+    if expected_reuse is not None:
+        h.expected_reuse = expected_reuse
+        h.has_expected_reuse = 1
+    return ctypes.byref(h)
+
+
+def _ns(timeout_s):
+    return -1 if timeout_s is None else int(timeout_s * 1e9)

@@ -1,0 +1,191 @@
+"""The C library behind the binding: its types, the signatures of its calls,
+loading it, and turning its codes into exceptions."""
+
+import ctypes
+import ctypes.util
+import os
+
+C_API_VERSION = 1  # the KVTIER_C_API_VERSION of include/kvtier/c_api.h this binding follows
+
+OK = 0
+NOT_FOUND = 1
+INVALID_ARGUMENT = 2
+RESOURCE_EXHAUSTED = 3
+UNAVAILABLE = 4
+BUSY = 5
+IO_ERROR = 6
+CORRUPTION = 7
+NOT_SUPPORTED = 8
+CANCELLED = 9
+DEADLINE_EXCEEDED = 10
+INTERNAL = 11
+
+LOG_DEBUG = 0
+LOG_INFO = 1
+LOG_WARNING = 2
+LOG_ERROR = 3
+
+
+class _Key(ctypes.Structure):
+    _fields_ = [("hi", ctypes.c_uint64), ("lo", ctypes.c_uint64)]
+
+
+class _Hints(ctypes.Structure):
+    _fields_ = [
+        ("session_id", ctypes.c_uint64),
+        ("request_id", ctypes.c_uint64),
+        ("expected_reuse", ctypes.c_float),
+        ("has_expected_reuse", ctypes.c_int),
+        ("bypass_admission", ctypes.c_int),
+    ]
+
+
+class _CudaCache(ctypes.Structure):
+    _fields_ = [
+        ("tensors", ctypes.POINTER(ctypes.c_void_p)),
+        ("num_tensors", ctypes.c_uint32),
+        ("num_blocks", ctypes.c_uint32),
+        ("device", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+        ("shape", ctypes.POINTER(ctypes.c_uint64)),
+        ("shape_rank", ctypes.c_uint32),
+    ]
+
+
+_LayerFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32)
+_DoneFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+_P = ctypes.c_void_p
+_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
+_KEYS = ctypes.POINTER(_Key)
+_U32S = ctypes.POINTER(ctypes.c_uint32)
+
+# name: (result type, argument types)
+_SIGNATURES = {
+    "kvtier_version_string": (ctypes.c_char_p, []),
+    "kvtier_last_error": (ctypes.c_char_p, []),
+    "kvtier_code_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kvtier_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
+                                   ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                   ctypes.POINTER(_CudaCache), _LogFn, _P, ctypes.POINTER(_P)]),
+    "kvtier_close": (None, [_P]),
+    "kvtier_namespace": (ctypes.c_uint64, [_P]),
+    "kvtier_block_bytes": (ctypes.c_uint64, [_P]),
+    "kvtier_block_tokens": (ctypes.c_uint32, [_P]),
+    "kvtier_engine_blocks": (ctypes.c_uint32, [_P]),
+    "kvtier_key_chain": (ctypes.c_int, [_P, _KEYS, ctypes.POINTER(ctypes.c_int32),
+                                        ctypes.c_size_t, _KEYS, ctypes.c_size_t, _SIZE_P]),
+    "kvtier_key_from_engine_hash": (ctypes.c_int, [_P, _KEYS, ctypes.c_char_p, ctypes.c_size_t,
+                                                   _KEYS]),
+    "kvtier_keys_from_engine_hashes": (ctypes.c_int, [_P, _KEYS, ctypes.c_char_p, ctypes.c_size_t,
+                                                      ctypes.c_size_t, _KEYS]),
+    "kvtier_lookup": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(_Hints), _SIZE_P,
+                                     ctypes.c_char_p]),
+    "kvtier_lookup_and_pin": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(_Hints),
+                                             _SIZE_P, ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "kvtier_unpin": (None, [_P]),
+    "kvtier_save": (ctypes.c_int, [_P, _KEYS, _KEYS, _U32S, ctypes.c_size_t,
+                                   ctypes.POINTER(_Hints), ctypes.POINTER(_P)]),
+    "kvtier_load": (ctypes.c_int, [_P, _KEYS, _U32S, ctypes.c_size_t, ctypes.c_int64, _LayerFn,
+                                   _P, ctypes.POINTER(_P)]),
+    "kvtier_request_finished": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.c_uint32]),
+    "kvtier_remove": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t]),
+    "kvtier_is_saved": (ctypes.c_int, [_P, _KEYS, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)]),
+    "kvtier_completion_wait": (ctypes.c_int, [_P, ctypes.c_int64]),
+    "kvtier_completion_done": (ctypes.c_int, [_P]),
+    "kvtier_completion_size": (ctypes.c_size_t, [_P]),
+    "kvtier_completion_result": (ctypes.c_int, [_P, ctypes.c_size_t,
+                                                ctypes.POINTER(ctypes.c_uint64)]),
+    "kvtier_completion_layers_done": (ctypes.c_uint32, [_P]),
+    "kvtier_completion_on_done": (ctypes.c_int, [_P, _DoneFn, _P]),
+    "kvtier_completion_free": (None, [_P]),
+    "kvtier_report_engine_usage": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32]),
+    "kvtier_track_request": (ctypes.c_int, [_P, ctypes.c_uint64, _KEYS, ctypes.c_size_t,
+                                            ctypes.c_uint32]),
+    "kvtier_untrack_request": (None, [_P, ctypes.c_uint64]),
+    "kvtier_should_admit": (ctypes.c_int, [_P, ctypes.c_uint32]),
+    "kvtier_propose_preemption": (ctypes.c_int, [_P, ctypes.c_uint32,
+                                                 ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                                                 _SIZE_P]),
+    "kvtier_stats_json": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t, _SIZE_P]),
+    "kvtier_metrics_text": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t, _SIZE_P]),
+    "kvtier_host_block_write": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p,
+                                               ctypes.c_size_t]),
+    "kvtier_host_block_read": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p,
+                                              ctypes.c_size_t]),
+}
+
+_lib = None
+
+
+def lib():
+    """The loaded library (loading it from the default places if needed)."""
+    return _lib if _lib is not None else load_library()
+
+
+def loaded():
+    """Whether a library is loaded: finalizers at interpreter exit check it."""
+    return _lib is not None
+
+
+def _installed_library():
+    """The library beside an installed copy of this package, which `cmake
+    --install` puts in <libdir>/kvtier/python/kvtier, three levels below it."""
+    here = os.path.dirname(os.path.abspath(__file__))  # .../kvtier/python/kvtier
+    python_dir = os.path.dirname(here)
+    if (os.path.basename(here) != "kvtier" or os.path.basename(python_dir) != "python"
+            or os.path.basename(os.path.dirname(python_dir)) != "kvtier"):
+        return None
+    libdir = os.path.dirname(os.path.dirname(python_dir))
+    try:
+        names = sorted(n for n in os.listdir(libdir) if n.startswith("libkvtier.so"))
+    except OSError:
+        return None
+    return os.path.join(libdir, names[0]) if names else None
+
+
+def load_library(path=None):
+    """Loads libkvtier once: `path`, else $KVTIER_LIBRARY, else the one installed
+    beside this module, else the system's."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = (path or os.environ.get("KVTIER_LIBRARY") or _installed_library()
+            or ctypes.util.find_library("kvtier"))
+    if not path:
+        raise OSError("libkvtier not found: pass library= or set KVTIER_LIBRARY")
+    lib = ctypes.CDLL(path)
+    lib.kvtier_c_api_version.restype = ctypes.c_int
+    version = lib.kvtier_c_api_version()
+    if version != C_API_VERSION:
+        raise OSError(f"{path} has C API version {version}; this binding is for "
+                      f"{C_API_VERSION}")
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    _lib = lib
+    return lib
+
+
+class KvtierError(Exception):
+    """A failing C API call: `code` (an int, e.g. INVALID_ARGUMENT) and its message."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def version():
+    """The loaded library's version, "major.minor.patch"."""
+    return load_library().kvtier_version_string().decode()
+
+
+def code_name(code):
+    return load_library().kvtier_code_name(code).decode()
+
+
+def _check(code):
+    if code != OK:
+        raise KvtierError(code, lib().kvtier_last_error().decode())

@@ -1,0 +1,92 @@
+"""Handles the runtime returns: the outcome of a save or load, and a pin."""
+
+import asyncio
+import ctypes
+
+from ._convert import _ns
+from ._lib import _DoneFn, _check, lib, loaded
+
+class Completion:
+    """The outcome of one save or load, one result per block."""
+
+    def __init__(self, handle, keepalive=None):
+        self._handle = handle
+        # Callbacks kvtier may still call: kept alive until the work is done.
+        self._keepalive = [keepalive] if keepalive is not None else []
+
+    def wait(self, timeout_s=None):
+        """Waits (at most timeout_s; None: no limit) and returns the call's code:
+        OK, the first block's failure, or DEADLINE_EXCEEDED while still running."""
+        return lib().kvtier_completion_wait(self._handle, _ns(timeout_s))
+
+    @property
+    def done(self):
+        return bool(lib().kvtier_completion_done(self._handle))
+
+    @property
+    def layers_done(self):
+        return lib().kvtier_completion_layers_done(self._handle)
+
+    def results(self):
+        """[(code, bytes)] per block; waits for the completion first."""
+        self.wait()
+        out = []
+        for i in range(lib().kvtier_completion_size(self._handle)):
+            nbytes = ctypes.c_uint64(0)
+            code = lib().kvtier_completion_result(self._handle, i, ctypes.byref(nbytes))
+            out.append((code, nbytes.value))
+        return out
+
+    def add_done_callback(self, fn):
+        """Calls fn() once the results are final, on a kvtier thread (or here, if
+        they are already). It takes the GIL: keep it short, e.g. wake a loop."""
+        callback = _DoneFn(lambda _user: fn())
+        self._keepalive.append(callback)
+        _check(lib().kvtier_completion_on_done(self._handle, callback, None))
+
+    async def wait_async(self):
+        """Awaits the completion without blocking the event loop; returns wait()'s code."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def wake():
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        self.add_done_callback(wake)
+        await done
+        return self.wait()
+
+    def free(self):
+        if self._handle:
+            if self._keepalive:
+                self.wait()  # the callbacks must outlive every call of them
+            lib().kvtier_completion_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        if loaded():
+            self.free()
+
+
+class Pin:
+    """Hits a lookup keeps in the hub until release() (or the end of a `with`)."""
+
+    def __init__(self, handle, hit_blocks, tiers):
+        self._handle = handle
+        self.hit_blocks = hit_blocks
+        self.tiers = tiers
+
+    def release(self):
+        if self._handle:
+            lib().kvtier_unpin(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        if loaded():
+            self.release()

@@ -1,0 +1,232 @@
+"""The runtime: one model's kvtier, opened from its YAML configuration."""
+
+import ctypes
+import json
+
+from ._convert import Keys, _hints, _ints, _key_ptr, _keys, _ns, _u32s
+from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING, OK,
+                   RESOURCE_EXHAUSTED, KvtierError, _CudaCache, _Key, _LayerFn, _LogFn, _P,
+                   _check, lib, load_library, loaded)
+from .completion import Completion, Pin
+
+def logging_sink(logger):
+    """A `log` for Runtime that writes to a logging.Logger at the matching level."""
+    levels = {LOG_DEBUG: 10, LOG_INFO: 20, LOG_WARNING: 30, LOG_ERROR: 40}
+    return lambda level, message: logger.log(levels.get(level, 40), "%s", message)
+
+
+class Runtime:
+    """A kvtier runtime for one model, opened from one YAML configuration.
+
+    config_path or config_text (exactly one) and `overrides` ("path=value"
+    strings) give the config. Without cuda_tensors the runtime copies to and
+    from the host stand-in engine (host_block_write / host_block_read reach
+    its pages). With them it copies to the engine's cache on a GPU:
+    cuda_tensors are the device addresses of its tensors (one per layer, or
+    the one cross-layer tensor; with PyTorch, `t.data_ptr()`),
+    cuda_num_blocks the pages in the pool, cuda_device the device ordinal,
+    cuda_stream the engine's compute stream as an integer
+    (`torch.cuda.current_stream().cuda_stream`), or None for the default one,
+    and cuda_shape the tensors' shape (`tuple(t.shape)`): given, it is checked
+    against the config's model (and sets cuda_num_blocks when that is 0).
+    """
+
+    def __init__(self, config_path=None, config_text=None, overrides=(), cuda_tensors=None,
+                 cuda_num_blocks=0, cuda_device=0, cuda_stream=None, cuda_shape=None,
+                 log=None, library=None):
+        self._rt = None  # closed, until kvtier_open succeeds
+        # log(level, message) gets the runtime's lines at LOG_INFO and up, on its
+        # threads (logging_sink(logger) routes them to logging); None: stderr.
+        self._log = (_LogFn(lambda _user, level, message:
+                            log(level, message.decode(errors="replace")))
+                     if log is not None else _LogFn())
+        lib = load_library(library)
+        sets = [s.encode() for s in overrides]
+        c_sets = (ctypes.c_char_p * len(sets))(*sets) if sets else None
+        cuda = None
+        if cuda_tensors is not None:
+            ptrs = (ctypes.c_void_p * len(cuda_tensors))(*cuda_tensors)
+            shape = (ctypes.c_uint64 * len(cuda_shape))(*cuda_shape) if cuda_shape else None
+            cuda = ctypes.pointer(_CudaCache(ptrs, len(cuda_tensors), cuda_num_blocks,
+                                             cuda_device, cuda_stream, shape,
+                                             len(cuda_shape) if cuda_shape else 0))
+        handle = _P()
+        _check(lib.kvtier_open(config_path.encode() if config_path is not None else None,
+                               config_text.encode() if config_text is not None else None,
+                               c_sets, len(sets), cuda, self._log, None,
+                               ctypes.byref(handle)))
+        self._rt = handle
+
+    def close(self):
+        if self._rt:
+            lib().kvtier_close(self._rt)
+            self._rt = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if loaded():
+            self.close()
+
+    @property
+    def namespace(self):
+        return lib().kvtier_namespace(self._rt)
+
+    @property
+    def block_bytes(self):
+        return lib().kvtier_block_bytes(self._rt)
+
+    @property
+    def block_tokens(self):
+        return lib().kvtier_block_tokens(self._rt)
+
+    @property
+    def engine_blocks(self):
+        """Pages of the engine's pool: engine block ids are below this."""
+        return lib().kvtier_engine_blocks(self._rt)
+
+    def key_chain(self, tokens, parent=None):
+        """Keys of the full blocks of `tokens` (a list, or faster an array.array('i')
+        or an int32 NumPy array), continuing `parent` (None: first block), as Keys."""
+        c_tokens = _ints(tokens, ctypes.c_int32, ("i", "l", "=i", "<i"))
+        n = len(c_tokens) // self.block_tokens
+        out = (_Key * n)()
+        count = ctypes.c_size_t(0)
+        _check(lib().kvtier_key_chain(self._rt, _key_ptr(parent), c_tokens, len(c_tokens),
+                                     out if n else None, n, ctypes.byref(count)))
+        return Keys(out, 0, count.value)
+
+    def key_from_engine_hash(self, engine_hash, parent=None):
+        out = _Key()
+        _check(lib().kvtier_key_from_engine_hash(self._rt, _key_ptr(parent), bytes(engine_hash),
+                                                len(engine_hash), ctypes.byref(out)))
+        return (out.hi, out.lo)
+
+    def keys_from_engine_hashes(self, hashes, parent=None):
+        """Keys of consecutive blocks named by the engine's block hashes (bytes
+        objects of one length), continuing `parent`, in one call, as Keys."""
+        hashes = [bytes(h) for h in hashes]
+        size = len(hashes[0]) if hashes else 0
+        if any(len(h) != size for h in hashes):
+            raise KvtierError(INVALID_ARGUMENT, "engine hashes must all have one length")
+        out = (_Key * len(hashes))()
+        _check(lib().kvtier_keys_from_engine_hashes(self._rt, _key_ptr(parent), b"".join(hashes),
+                                                   size, len(hashes), out if hashes else None))
+        return Keys(out)
+
+    def lookup(self, keys, session_id=0, request_id=0, expected_reuse=None):
+        """(leading keys stored, [tier index of each hit, 0 = host hub])."""
+        hits = ctypes.c_size_t(0)
+        tiers = ctypes.create_string_buffer(len(keys))
+        _check(lib().kvtier_lookup(self._rt, _keys(keys), len(keys),
+                                  _hints(session_id, request_id, expected_reuse, False),
+                                  ctypes.byref(hits), tiers))
+        return hits.value, list(tiers.raw[:hits.value])
+
+    def lookup_and_pin(self, keys, session_id=0, request_id=0, expected_reuse=None):
+        """As lookup, and keeps the hits from being evicted until the returned
+        Pin is released: look a request up when it is scheduled, load it later."""
+        hits = ctypes.c_size_t(0)
+        tiers = ctypes.create_string_buffer(len(keys))
+        handle = _P()
+        _check(lib().kvtier_lookup_and_pin(self._rt, _keys(keys), len(keys),
+                                          _hints(session_id, request_id, expected_reuse, False),
+                                          ctypes.byref(hits), tiers, ctypes.byref(handle)))
+        return Pin(handle, hits.value, list(tiers.raw[:hits.value]))
+
+    def save(self, keys, engine_blocks, parent=None, session_id=0, expected_reuse=None,
+             bypass_admission=False):
+        """Starts copying engine_blocks[i] in as keys[i]; returns a Completion."""
+        if len(engine_blocks) != len(keys):
+            raise KvtierError(INVALID_ARGUMENT, "save: one engine block per key")
+        handle = _P()
+        _check(lib().kvtier_save(self._rt, _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
+                                len(keys), _hints(session_id, 0, expected_reuse,
+                                                  bypass_admission),
+                                ctypes.byref(handle)))
+        return Completion(handle)
+
+    def load(self, keys, engine_blocks, timeout_s=None, on_layer=None):
+        """Starts copying keys[i] into engine_blocks[i]; on_layer(layer) runs, on
+        a kvtier thread, as each layer lands. It takes the GIL, and the copy
+        engine's thread waits for it meanwhile: keep it short (set an event).
+        Returns a Completion."""
+        if len(engine_blocks) != len(keys):
+            raise KvtierError(INVALID_ARGUMENT, "load: one engine block per key")
+        callback = _LayerFn(lambda _user, layer: on_layer(layer)) if on_layer else _LayerFn()
+        handle = _P()
+        _check(lib().kvtier_load(self._rt, _keys(keys), _u32s(engine_blocks), len(keys),
+                                _ns(timeout_s), callback, None, ctypes.byref(handle)))
+        return Completion(handle, callback if on_layer else None)
+
+    def request_finished(self, keys, output_tokens):
+        _check(lib().kvtier_request_finished(self._rt, _keys(keys), len(keys), output_tokens))
+
+    def remove(self, keys):
+        _check(lib().kvtier_remove(self._rt, _keys(keys), len(keys)))
+
+    def is_saved(self, keys):
+        saved = ctypes.c_int(0)
+        _check(lib().kvtier_is_saved(self._rt, _keys(keys), len(keys), ctypes.byref(saved)))
+        return bool(saved.value)
+
+    def report_engine_usage(self, free_blocks, total_blocks):
+        _check(lib().kvtier_report_engine_usage(self._rt, free_blocks, total_blocks))
+
+    def track_request(self, request_id, keys, engine_blocks):
+        _check(lib().kvtier_track_request(self._rt, request_id, _keys(keys), len(keys),
+                                         engine_blocks))
+
+    def untrack_request(self, request_id):
+        lib().kvtier_untrack_request(self._rt, request_id)
+
+    def should_admit(self, blocks_needed):
+        return bool(lib().kvtier_should_admit(self._rt, blocks_needed))
+
+    def propose_preemption(self, blocks_to_free):
+        """Request ids to preempt, cheapest to restore first."""
+        count = ctypes.c_size_t(0)
+        capacity = 1024
+        while True:
+            ids = (ctypes.c_uint64 * capacity)()
+            code = lib().kvtier_propose_preemption(self._rt, blocks_to_free, ids, capacity,
+                                                  ctypes.byref(count))
+            if code != RESOURCE_EXHAUSTED:
+                _check(code)
+                return list(ids[:count.value])
+            capacity = count.value  # counted as proposed already; ask again with room
+
+    def stats(self):
+        """The runtime's statistics (the admin endpoint's GET /stats) as a dict."""
+        return json.loads(self._text(lib().kvtier_stats_json))
+
+    def metrics_text(self):
+        """The statistics in the Prometheus text format (GET /metrics)."""
+        return self._text(lib().kvtier_metrics_text)
+
+    def _text(self, fn):
+        length = ctypes.c_size_t(0)
+        code = fn(self._rt, None, 0, ctypes.byref(length))
+        if code != RESOURCE_EXHAUSTED:
+            _check(code)
+        while True:
+            buffer = ctypes.create_string_buffer(length.value + 1)
+            code = fn(self._rt, buffer, len(buffer), ctypes.byref(length))
+            if code == OK:
+                return buffer.value.decode()
+            if code != RESOURCE_EXHAUSTED:
+                _check(code)
+
+    def host_block_write(self, engine_block, data):
+        """Host stand-in engine only: writes one block's bytes."""
+        _check(lib().kvtier_host_block_write(self._rt, engine_block, bytes(data), len(data)))
+
+    def host_block_read(self, engine_block):
+        """Host stand-in engine only: one block's bytes."""
+        buffer = ctypes.create_string_buffer(self.block_bytes)
+        _check(lib().kvtier_host_block_read(self._rt, engine_block, buffer, len(buffer)))
+        return buffer.raw
