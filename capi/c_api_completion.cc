@@ -13,9 +13,9 @@ namespace {
 // Unavailable for a completion still running in the process this one was
 // forked from: no thread here will ever finish it.
 Status Inherited(const kvtier_completion& c) {
-  if (!kvtier::capi::Forked(c.pid) || c.completion.Poll()) return Status::Ok();
-  return Status::Unavailable("completion of process " + std::to_string(c.pid) +
-                             " still running there, waited on in a forked process");
+  if (!kvtier::capi::Forked(c.process) || c.completion.Poll()) return Status::Ok();
+  return Status::Unavailable(
+      "completion still running in the process this one was forked from, waited on here");
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // The C API's versions, error reporting (a per-thread last message) and key
 // helpers.
+#include <pthread.h>
+
+#include <atomic>
 #include <string>
 
 #include "capi/c_api_internal.h"
@@ -10,7 +13,14 @@ namespace {
 
 thread_local std::string last_error;
 
+std::atomic<uint64_t> process_generation{0};
+void OnForkChild() { process_generation.fetch_add(1, std::memory_order_relaxed); }
+// Registered when the library loads, before any runtime can exist.
+[[maybe_unused]] const int fork_handler = pthread_atfork(nullptr, nullptr, OnForkChild);
+
 }  // namespace
+
+uint64_t ProcessGeneration() { return process_generation.load(std::memory_order_relaxed); }
 
 int Report(const Status& status) noexcept {
   if (!status.ok()) {
@@ -26,7 +36,7 @@ int Report(const Status& status) noexcept {
 
 Status Live(const kvtier_runtime* rt) {
   KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
-  if (!Forked(rt->pid)) return Status::Ok();
+  if (!Forked(rt->process)) return Status::Ok();
   return Status::Unavailable("runtime opened by process " + std::to_string(rt->pid) +
                              " used in process " + std::to_string(getpid()) +
                              " (a fork): open a runtime in each process");

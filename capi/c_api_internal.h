@@ -28,6 +28,11 @@
 
 namespace kvtier::capi {
 
+// Counts the fork()s this process descends from (a pthread_atfork child
+// handler adds one): an object made under another count was inherited. Read
+// on every call, so it is an atomic load, not a getpid() system call.
+uint64_t ProcessGeneration();
+
 // The pins of one runtime, shared with each pin so that a pin may outlive
 // the runtime: closing releases every pin still held and sets `closed`,
 // under `mu`, before the runtime goes.
@@ -42,7 +47,7 @@ struct PinRegistry {
 struct kvtier_pin {
   std::shared_ptr<kvtier::capi::PinRegistry> registry;
   kvtier::PinnedPrefix prefix;  // guarded by registry->mu once registered
-  pid_t pid = getpid();
+  uint64_t process = kvtier::capi::ProcessGeneration();
 };
 
 struct kvtier_runtime {
@@ -53,13 +58,16 @@ struct kvtier_runtime {
   uint64_t block_bytes = 0;
   uint32_t block_tokens = 0;
   uint32_t engine_blocks = 0;  // pages of the engine's pool
-  pid_t pid = getpid();        // the process that opened it: its threads live only there
+  // The process that opened it (its threads live only there): its pid for
+  // messages, its generation for the check.
+  pid_t pid = getpid();
+  uint64_t process = kvtier::capi::ProcessGeneration();
   std::shared_ptr<kvtier::capi::PinRegistry> pins = std::make_shared<kvtier::capi::PinRegistry>();
 };
 
 struct kvtier_completion {
   kvtier::Completion completion;
-  pid_t pid = getpid();  // the process whose runtime does the work
+  uint64_t process = kvtier::capi::ProcessGeneration();  // whose runtime does the work
 };
 
 namespace kvtier::capi {
@@ -95,8 +103,8 @@ inline Status Required(const void* p, std::string_view what) {
 // which copies the runtime's memory but none of its threads (a call would
 // wait on workers that do not exist); Unavailable otherwise.
 Status Live(const kvtier_runtime* rt);
-// True in a process forked from the one that made `pid`'s object.
-inline bool Forked(pid_t pid) { return getpid() != pid; }
+// True in a process forked from the one that made an object of `process`.
+inline bool Forked(uint64_t process) { return ProcessGeneration() != process; }
 
 // Hands log lines at info and above to a C callback.
 class CallbackLogSink final : public LogSink {

@@ -106,7 +106,7 @@ void kvtier_unpin(kvtier_pin* pin) {
   if (pin == nullptr) return;
   // In a forked child the runtime's lock may be held by a thread that does
   // not exist here: the pin's memory is left as the parent's copy.
-  if (kvtier::capi::Forked(pin->pid)) return;
+  if (kvtier::capi::Forked(pin->process)) return;
   Guard([&]() -> Status {
     std::lock_guard lock(pin->registry->mu);
     if (pin->registry->live.erase(pin) != 0) pin->prefix = kvtier::PinnedPrefix();

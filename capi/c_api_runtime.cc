@@ -143,7 +143,7 @@ void kvtier_close(kvtier_runtime* rt) {
   // A forked child has none of the runtime's threads to stop and may hold
   // its locks as a vanished thread left them: it leaves the parent's copy
   // alone rather than hang.
-  if (kvtier::capi::Forked(rt->pid)) return;
+  if (kvtier::capi::Forked(rt->process)) return;
   Guard([&]() -> Status {
     {
       // Pins the engine still holds unpin through the runtime: release them
