@@ -51,6 +51,28 @@ TEST(CApiPoolTest, MetricsTextIsThePrometheusExposition) {
   EXPECT_STREQ(kvtier_last_error(), "invalid_argument: length is NULL");
 }
 
+TEST(CApiPoolTest, BypassAdmissionStoresWhatTheHubWouldRefuse) {
+  // The hub admits a block on its second sighting only; nothing was looked up.
+  RuntimePtr rt = OpenText(CapiConfig("1MiB") + "    admission: [frequency]\n");
+  ASSERT_TRUE(rt);
+  const std::vector<kvtier_key> refused = ChainOf(rt.get(), 2, 10);
+  const std::vector<kvtier_key> forced = ChainOf(rt.get(), 2, 20);
+  ASSERT_EQ(SaveBlocks(rt.get(), refused, {0, 1}), KVTIER_OK);  // not admitted is not an error
+  int saved = 1;
+  ASSERT_EQ(kvtier_is_saved(rt.get(), refused.data(), 2, &saved), KVTIER_OK);
+  EXPECT_EQ(saved, 0);
+
+  kvtier_hints hints{};
+  hints.bypass_admission = 1;
+  const uint32_t blocks[] = {2, 3};
+  kvtier_completion* c = nullptr;
+  ASSERT_EQ(kvtier_save(rt.get(), nullptr, forced.data(), blocks, 2, &hints, &c), KVTIER_OK);
+  CompletionPtr save(c);
+  ASSERT_EQ(kvtier_completion_wait(c, -1), KVTIER_OK);
+  ASSERT_EQ(kvtier_is_saved(rt.get(), forced.data(), 2, &saved), KVTIER_OK);
+  EXPECT_EQ(saved, 1);
+}
+
 TEST(CApiPoolTest, RemoveKeepsChainsWhole) {
   RuntimePtr rt = OpenText(CapiConfig());
   ASSERT_TRUE(rt);
