@@ -3,8 +3,28 @@
 import asyncio
 import ctypes
 
+import itertools
+import threading
+
 from ._convert import _ns
 from ._lib import _DoneFn, _check, lib, loaded
+
+# Callbacks of completions freed before their work ended, by a key passed to
+# kvtier as the done callback's `user`: kept until that callback drops them.
+_orphans = {}
+_orphans_lock = threading.Lock()
+_orphan_keys = itertools.count(1)
+
+
+def _drop_orphan(user):
+    with _orphans_lock:
+        _orphans.pop(user, None)
+
+
+# Lives as long as the module: it is the one callback never freed while it
+# runs (the callbacks it drops have all returned by then).
+_DROP_ORPHAN = _DoneFn(_drop_orphan)
+
 
 class Completion:
     """The outcome of one save or load, one result per block."""
@@ -57,9 +77,19 @@ class Completion:
         return self.wait()
 
     def free(self):
+        """Frees the handle, not the work, and never waits: callbacks still to
+        run are kept alive until the work ends."""
         if self._handle:
             if self._keepalive:
-                self.wait()  # the callbacks must outlive every call of them
+                key = next(_orphan_keys)
+                with _orphans_lock:
+                    _orphans[key] = self._keepalive
+                # Runs after every callback registered before it, or at once
+                # if the work has ended.
+                code = lib().kvtier_completion_on_done(self._handle, _DROP_ORPHAN, key)
+                if code != 0:  # a runtime left behind by fork(): nothing here calls them
+                    _drop_orphan(key)
+                self._keepalive = []
             lib().kvtier_completion_free(self._handle)
             self._handle = None
 

@@ -203,6 +203,31 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(records, [(logging.WARNING, "disk 50% full"),
                                    (logging.INFO, "reconnected")])
 
+    def test_freeing_a_running_load_does_not_wait_and_keeps_its_callback(self):
+        keys = self.rt.key_chain(list(range(900, 900 + 16)))
+        self.rt.host_block_write(0, pattern(8192, 31))
+        self.assertEqual(self.rt.save(keys, [0]).wait(), kvtier.OK)
+        release = threading.Event()
+        layers = []
+
+        def on_layer(layer):
+            release.wait(10)  # holds the copy until the test lets it go
+            layers.append(layer)
+
+        load = self.rt.load(keys, [1], on_layer=on_layer)
+        freeing = threading.Thread(target=load.free)
+        freeing.start()
+        freeing.join(5)
+        self.assertFalse(freeing.is_alive(), "free() waited for the running load")
+        del load
+        release.set()
+        deadline = time.monotonic() + 10
+        while kvtier.completion._orphans and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.assertEqual(kvtier.completion._orphans, {})
+        self.assertEqual(layers, [0, 1, 2, 3])  # the callback lived through every call
+        self.assertEqual(self.rt.host_block_read(1), pattern(8192, 31))
+
     def test_errors_raise_with_code_and_message(self):
         with self.assertRaises(kvtier.KvtierError) as e:
             kvtier.Runtime(config_text="tiers:\n  - name: host\n    type: hots\n")
