@@ -5,6 +5,7 @@ import ctypes
 
 from ._lib import _KEYS, _Hints, _Key
 
+
 class Keys:
     """Block keys in one C array, as key_chain returns them: a sequence of
     (hi, lo) tuples that calls take without converting, and whose slices

@@ -9,6 +9,7 @@ from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING
                    _check, lib, load_library, loaded)
 from .completion import Completion, Pin
 
+
 def logging_sink(logger):
     """A `log` for Runtime that writes to a logging.Logger at the matching level."""
     levels = {LOG_DEBUG: 10, LOG_INFO: 20, LOG_WARNING: 30, LOG_ERROR: 40}
@@ -40,7 +41,7 @@ class Runtime:
         self._log = (_LogFn(lambda _user, level, message:
                             log(level, message.decode(errors="replace")))
                      if log is not None else _LogFn())
-        lib = load_library(library)
+        clib = load_library(library)
         sets = [s.encode() for s in overrides]
         c_sets = (ctypes.c_char_p * len(sets))(*sets) if sets else None
         cuda = None
@@ -51,7 +52,7 @@ class Runtime:
                                              cuda_device, cuda_stream, shape,
                                              len(cuda_shape) if cuda_shape else 0))
         handle = _P()
-        _check(lib.kvtier_open(config_path.encode() if config_path is not None else None,
+        _check(clib.kvtier_open(config_path.encode() if config_path is not None else None,
                                config_text.encode() if config_text is not None else None,
                                c_sets, len(sets), cuda, self._log, None,
                                ctypes.byref(handle)))
