@@ -121,6 +121,14 @@ class CallbackLogSink final : public LogSink {
   void* user_;
 };
 
+// ResourceExhausted("<needed> <what> do not fit in capacity <capacity>"): the
+// answer of every call that fills a caller's array and reports the size it
+// needed.
+inline Status DoNotFit(size_t needed, std::string_view what, size_t capacity) {
+  return Status::ResourceExhausted(std::to_string(needed) + " " + std::string(what) +
+                                   " do not fit in capacity " + std::to_string(capacity));
+}
+
 // Renders the runtime's statistics with `render` into a caller's buffer, NUL
 // terminated, as kvtier_stats_json describes.
 int StatsText(const kvtier_runtime* rt, std::string (*render)(const RuntimeStats&), char* buffer,

@@ -227,12 +227,8 @@ int kvtier_propose_preemption(kvtier_runtime* rt, uint32_t blocks_to_free, uint6
       request_ids[i] = victims[i].request_id;
     }
     *count = victims.size();
-    if (victims.size() > capacity) {
-      return Status::ResourceExhausted(std::to_string(victims.size()) +
-                                       " victims do not fit in capacity " +
-                                       std::to_string(capacity));
-    }
-    return Status::Ok();
+    return victims.size() > capacity ? kvtier::capi::DoNotFit(victims.size(), "victims", capacity)
+                                     : Status::Ok();
   });
 }
 

@@ -86,10 +86,13 @@ Status Open(KvtierConfig config, const kvtier_cuda_cache* cuda, kvtier_log_fn lo
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime,
                           Runtime::Open(std::move(options), std::move(engine)));
   const NamespaceId ns = ComputeNamespaceId(config.model.Namespace());
-  *out = new kvtier_runtime{
-      std::move(runtime), std::move(host),          ns, KeyHasher(ns, config.runtime.hash),
-      block_bytes,        config.model.block_tokens};
-  (*out)->engine_blocks = engine_blocks;
+  *out = new kvtier_runtime{std::move(runtime),
+                            std::move(host),
+                            ns,
+                            KeyHasher(ns, config.runtime.hash),
+                            block_bytes,
+                            config.model.block_tokens,
+                            engine_blocks};
   return Status::Ok();
 }
 
@@ -109,11 +112,7 @@ int StatsText(const kvtier_runtime* rt, std::string (*render)(const RuntimeStats
       std::memcpy(buffer, text.data(), n);
       buffer[n] = '\0';
     }
-    if (text.size() + 1 > capacity) {
-      return Status::ResourceExhausted(std::to_string(text.size() + 1) +
-                                       " bytes do not fit in capacity " + std::to_string(capacity));
-    }
-    return Status::Ok();
+    return text.size() + 1 > capacity ? DoNotFit(text.size() + 1, "bytes", capacity) : Status::Ok();
   });
 }
 
@@ -181,11 +180,7 @@ int kvtier_key_chain(const kvtier_runtime* rt, const kvtier_key* parent, const i
       out[i] = kvtier::capi::ToC(*prev);
     }
     *count = blocks;
-    if (blocks > capacity) {
-      return Status::ResourceExhausted(std::to_string(blocks) + " keys do not fit in capacity " +
-                                       std::to_string(capacity));
-    }
-    return Status::Ok();
+    return blocks > capacity ? kvtier::capi::DoNotFit(blocks, "keys", capacity) : Status::Ok();
   });
 }
 

@@ -128,6 +128,20 @@ def loaded():
     return _lib is not None
 
 
+class _Scoped:
+    """A handle that ends (self._end()) at the end of a `with` or when collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._end()
+
+    def __del__(self):
+        if loaded():
+            self._end()
+
+
 def _installed_library():
     """The library beside an installed copy of this package, which `cmake
     --install` puts in <libdir>/kvtier/python/kvtier, three levels below it."""

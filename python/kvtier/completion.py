@@ -7,7 +7,7 @@ import itertools
 import threading
 
 from ._convert import _ns
-from ._lib import _DoneFn, _check, lib, loaded
+from ._lib import _DoneFn, _Scoped, _check, lib, loaded
 
 # Callbacks of completions freed before their work ended, by a key passed to
 # kvtier as the done callback's `user`: kept until that callback drops them.
@@ -98,7 +98,7 @@ class Completion:
             self.free()
 
 
-class Pin:
+class Pin(_Scoped):
     """Hits a lookup keeps in the hub until release() (or the end of a `with`)."""
 
     def __init__(self, handle, hit_blocks, tiers):
@@ -111,12 +111,4 @@ class Pin:
             lib().kvtier_unpin(self._handle)
             self._handle = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
-    def __del__(self):
-        if loaded():
-            self.release()
+    _end = release

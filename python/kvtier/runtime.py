@@ -6,7 +6,7 @@ import json
 from ._convert import Keys, _hints, _ints, _key_ptr, _keys, _ns, _u32s
 from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING, OK,
                    RESOURCE_EXHAUSTED, KvtierError, _CudaCache, _Key, _LayerFn, _LogFn, _P,
-                   _check, lib, load_library, loaded)
+                   _check, _Scoped, lib, load_library)
 from .completion import Completion, Pin
 
 
@@ -16,7 +16,7 @@ def logging_sink(logger):
     return lambda level, message: logger.log(levels.get(level, 40), "%s", message)
 
 
-class Runtime:
+class Runtime(_Scoped):
     """A kvtier runtime for one model, opened from one YAML configuration.
 
     config_path or config_text (exactly one) and `overrides` ("path=value"
@@ -63,15 +63,7 @@ class Runtime:
             lib().kvtier_close(self._rt)
             self._rt = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if loaded():
-            self.close()
+    _end = close
 
     @property
     def namespace(self):
@@ -210,10 +202,9 @@ class Runtime:
         return self._text(lib().kvtier_metrics_text)
 
     def _text(self, fn):
-        length = ctypes.c_size_t(0)
-        code = fn(self._rt, None, 0, ctypes.byref(length))
-        if code != RESOURCE_EXHAUSTED:
-            _check(code)
+        # Each call renders the statistics anew: a buffer that usually fits
+        # saves asking for the size first; a larger text is asked for again.
+        length = ctypes.c_size_t(64 << 10)
         while True:
             buffer = ctypes.create_string_buffer(length.value + 1)
             code = fn(self._rt, buffer, len(buffer), ctypes.byref(length))
