@@ -110,10 +110,8 @@ class RedisClusterTest : public ::testing::Test {
   // Writes `ops` and waits; again, up to 10 times 100 ms apart, while a
   // block fails CLUSTERDOWN. A master that joined moments ago was seen to
   // answer "CLUSTERDOWN Hash slot not served" for an importing slot once in
-  // some thirty runs while gossip settled. The tier resends such an op for
-  // 300 ms (tests/redis/redis_retry_test.cc) and then reports it
-  // Unavailable, the retryable code; this covers a longer settling on a
-  // loaded machine, as a caller would.
+  // some thirty runs while gossip settled; the tier reports it Unavailable,
+  // the retryable code, and callers retry.
   Completion WriteRetryingClusterDown(Tier& tier, const std::vector<WriteOp>& ops);
   // Options for the migration tests: every key in one slot (a hash tag),
   // and timeouts with room for a slot-map refresh and a connect to a node

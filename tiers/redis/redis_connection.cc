@@ -57,10 +57,6 @@ Status FromRedisError(std::string_view e, std::string_view op) {
   return Status::IOError(msg);
 }
 
-bool IsTransientRedisError(std::string_view e) {
-  return StartsWith(e, "TRYAGAIN") || StartsWith(e, "CLUSTERDOWN");
-}
-
 Status FromRedisContext(const redisContext* ctx, std::string_view op) {
   if (ctx == nullptr) return Status::Unavailable(std::string(op) + ": cannot allocate a context");
   const std::string msg = std::string(op) + ": " + ctx->errstr;

@@ -59,9 +59,6 @@ using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
 Status FromRedisContext(const redisContext* ctx, std::string_view op);
 Status FromRedisReply(const redisReply* reply, std::string_view op);
 Status FromRedisError(std::string_view error_text, std::string_view op);
-// True for the errors a cluster answers while it settles (TRYAGAIN,
-// CLUSTERDOWN), which the same command may not get moments later.
-bool IsTransientRedisError(std::string_view error_text);
 
 // The head of one RESP reply read by the data path.
 struct RespHead {
@@ -219,7 +216,7 @@ class RedisConnection {
   RedisEndpoint endpoint_;
   redisContext* ctx_;
   std::unique_ptr<TlsStream> tls_;  // null without TLS; ends before ctx_ closes the socket
-  uint32_t timeout_ms_;             // the socket's send and receive timeout
+  uint32_t timeout_ms_;  // the socket's send and receive timeout
   bool broken_ = false;
   bool closed_by_peer_ = false;
   uint64_t received_bytes_ = 0;

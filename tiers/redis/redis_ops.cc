@@ -110,11 +110,7 @@ RedisOpResult ReadReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns
       r.status = Status::Unavailable(Describe(conn, op) + ": redirected: " + head->text);
       return r;
     }
-    r.status = FromRedisError(head->text, Describe(conn, op));
-    r.target = {};
-    r.asking = false;
-    r.transient = IsTransientRedisError(head->text);
-    return r;
+    return Failed(FromRedisError(head->text, Describe(conn, op)));
   }
   switch (op.kind) {
     case RedisOp::Kind::kSet:

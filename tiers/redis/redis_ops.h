@@ -22,7 +22,6 @@ struct RedisOp {
   Kind kind = Kind::kGet;
   bool asking = false;    // send ASKING first (after a cluster ASK redirect)
   uint8_t redirects = 0;  // redirects followed so far
-  uint8_t retries = 0;    // resent after a transient answer (RedisOpResult::transient)
   uint32_t index = 0;     // item of the batch this op answers
   BlockKey block;
   std::string key;                                    // the Redis key
@@ -43,10 +42,6 @@ struct RedisOpResult {
   // The server could not be reached (connect failed, or the connection
   // broke or timed out): in a cluster another node may own the key now.
   bool unreachable = false;
-  // The server refused the op for now (TRYAGAIN: a multi-key or migrating
-  // slot mid-move; CLUSTERDOWN: its view of the slot is empty while a
-  // failover or a slot move settles): the same op may succeed moments later.
-  bool transient = false;
 };
 
 // Appends `op` to `conn`'s pipeline. `ttl_s` > 0 adds an expiry to SETs and

@@ -79,8 +79,8 @@ Status RedisRouter::CheckTtlReads(RedisConnection& conn) {
   const unsigned long minor = *end == '.' ? std::strtoul(end + 1, nullptr, 10) : 0;
   if (major > 6 || (major == 6 && minor >= 2)) return CheckGetexAllowed(conn);
   return Status::InvalidArgument(
-      "redis " + conn.endpoint().ToString() + " is version " + std::to_string(major) + "." +
-      std::to_string(minor) +
+      "redis " + conn.endpoint().ToString() + " is version " +
+      std::to_string(major) + "." + std::to_string(minor) +
       ": with ttl_s set, reads refresh the expiry with GETEX, which needs Redis 6.2 or "
       "newer; upgrade the server or set ttl_s: 0");
 }
@@ -288,65 +288,31 @@ void RedisRouter::RefreshSlots(const RedisNode* avoid) {
   if (log_) log_->Log(LogLevel::kWarning, "redis cluster: no node answered CLUSTER SLOTS");
 }
 
-bool RedisRouter::StartThreadLocked() {
-  if (refresher_.joinable()) return true;
-  try {
-    refresher_ = std::thread([this] { RefreshLoop(); });
-  } catch (const std::system_error&) {
-    return false;
-  }
-  return true;
-}
-
 void RedisRouter::RequestRefresh() {
   if (!cluster_) return;
   std::lock_guard lock(refresh_mu_);
   if (refresh_stop_) return;
-  // Without a thread now, the next request tries again.
-  if (!StartThreadLocked()) return;
   refresh_wanted_ = true;
-  refresh_cv_.notify_one();
-}
-
-void RedisRouter::After(std::chrono::milliseconds delay, std::function<void()> fn) {
-  {
-    std::lock_guard lock(refresh_mu_);
-    if (!refresh_stop_ && StartThreadLocked()) {
-      timers_.emplace(std::chrono::steady_clock::now() + delay, std::move(fn));
-      refresh_cv_.notify_one();
+  if (!refresher_.joinable()) {
+    try {
+      refresher_ = std::thread([this] { RefreshLoop(); });
+    } catch (const std::system_error&) {
+      refresh_wanted_ = false;  // no thread now: the next request tries again
       return;
     }
   }
-  fn();
+  refresh_cv_.notify_one();
 }
 
 void RedisRouter::RefreshLoop() {
   std::unique_lock lock(refresh_mu_);
   for (;;) {
-    // Timers run even once stopping: each one holds a batch the tier's
-    // Shutdown waits for, so none is dropped.
-    if (!timers_.empty() &&
-        (refresh_stop_ || timers_.begin()->first <= std::chrono::steady_clock::now())) {
-      std::function<void()> fn = std::move(timers_.begin()->second);
-      timers_.erase(timers_.begin());
-      lock.unlock();
-      fn();
-      lock.lock();
-      continue;
-    }
+    refresh_cv_.wait(lock, [this] { return refresh_stop_ || refresh_wanted_; });
     if (refresh_stop_) return;
-    if (refresh_wanted_) {
-      refresh_wanted_ = false;
-      lock.unlock();
-      RefreshSlots();
-      lock.lock();
-      continue;
-    }
-    if (timers_.empty()) {
-      refresh_cv_.wait(lock);
-    } else {
-      refresh_cv_.wait_until(lock, timers_.begin()->first);
-    }
+    refresh_wanted_ = false;
+    lock.unlock();
+    RefreshSlots();
+    lock.lock();
   }
 }
 

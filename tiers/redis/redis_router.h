@@ -14,10 +14,8 @@
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,10 +65,6 @@ class RedisRouter {
   // RefreshSlots on the router's own thread (started on first use), for a
   // caller that must not block: requests made while one runs coalesce.
   void RequestRefresh();
-  // Runs `fn` on the router's thread once `delay` has passed (an op resent
-  // after a transient answer). Without a thread to run it (none can be
-  // started, or Shutdown has begun), runs it now, on the caller's thread.
-  void After(std::chrono::milliseconds delay, std::function<void()> fn);
   // Largest value the servers accept (proto-max-bulk-len; 512 MiB default).
   uint64_t max_value_bytes() const { return max_value_bytes_; }
   // Stops every node's threads. REQUIRES: no batch in flight.
@@ -98,9 +92,6 @@ class RedisRouter {
   // Part of CheckTtlReads: the user may run GETEX (an ACL may allow GET only).
   Status CheckGetexAllowed(RedisConnection& conn);
   void RefreshLoop();
-  // Starts the router's thread unless it runs. False when it cannot start.
-  // REQUIRES: refresh_mu_ held.
-  bool StartThreadLocked();
 
   const RedisTierOptions options_;
   const std::shared_ptr<LogSink> log_;
@@ -111,9 +102,9 @@ class RedisRouter {
   std::mutex nodes_mu_;
   std::map<std::string, std::unique_ptr<RedisNode>> nodes_;  // guarded by nodes_mu_
   uint64_t last_refresh_ns_ = 0;                             // guarded by nodes_mu_
-  std::set<std::string> listed_masters_;   // of the last CLUSTER NODES; guarded by nodes_mu_
+  std::set<std::string> listed_masters_;  // of the last CLUSTER NODES; guarded by nodes_mu_
   std::atomic<bool> warned_nodes_{false};  // ListedMasters logged a failure once
-  std::vector<RedisEndpoint> seeds_;       // cluster: the configured servers; fixed after open
+  std::vector<RedisEndpoint> seeds_;  // cluster: the configured servers; fixed after open
 
   std::vector<RedisNode*> servers_;  // non-cluster, in `servers` order; fixed after open
   std::vector<uint64_t> server_ids_;
@@ -124,9 +115,7 @@ class RedisRouter {
   std::condition_variable refresh_cv_;
   bool refresh_wanted_ = false;  // guarded by refresh_mu_
   bool refresh_stop_ = false;    // guarded by refresh_mu_
-  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>>
-      timers_;             // guarded by refresh_mu_
-  std::thread refresher_;  // guarded by refresh_mu_
+  std::thread refresher_;        // guarded by refresh_mu_
 };
 
 }  // namespace kvtier::internal

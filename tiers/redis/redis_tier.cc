@@ -1,8 +1,6 @@
 #include "tiers/redis/redis_tier.h"
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -18,12 +16,6 @@ namespace {
 // Redirects one op may follow before it fails; a healthy cluster needs two
 // at most (MOVED to the new owner, ASK during a migration).
 constexpr uint8_t kMaxRedirects = 5;
-// An op the server answered with a transient refusal (TRYAGAIN,
-// CLUSTERDOWN) is sent again this many times at most, after 20, 40, 80 and
-// 160 ms: 300 ms in all covers a slot move or the gossip that follows one,
-// not a failover (seconds), whose ops fail Unavailable as before.
-constexpr uint8_t kMaxRetries = 4;
-constexpr std::chrono::milliseconds kFirstRetryDelay(20);
 // A node's share of a batch is split over its connections, but never into
 // jobs smaller than this.
 constexpr size_t kMinOpsPerJob = 4;
@@ -180,18 +172,9 @@ void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<Redis
   RedisRouter& router = tier_->router();
   std::map<RedisNode*, std::vector<RedisOp>> redirected;
   std::vector<size_t> lost;  // ops whose node could not be reached
-  std::vector<RedisOp> retry;
-  uint8_t retried = 0;  // the most retries among `retry`
   bool moved = false;
   for (size_t i = 0; i < ops.size(); ++i) {
     RedisOpResult& r = results[i];
-    if (r.transient && ops[i].retries < kMaxRetries) {
-      retried = std::max(retried, ops[i].retries);
-      ++ops[i].retries;
-      ops[i].asking = false;  // routed anew: an ASK answers again if it still holds
-      retry.push_back(std::move(ops[i]));
-      continue;
-    }
     if (r.unreachable && router.cluster() && ops[i].redirects < kMaxRedirects) {
       lost.push_back(i);
       continue;
@@ -229,17 +212,6 @@ void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<Redis
     router.RefreshSlots();
   }
   for (auto& [target, group] : redirected) SubmitGroup(target, std::move(group));
-  if (!retry.empty()) {
-    // The slot map may be what changed (CLUSTERDOWN after a move); the
-    // resend routes each op by the map of that moment.
-    router.RequestRefresh();
-    pending_.fetch_add(1, std::memory_order_acq_rel);
-    router.After(kFirstRetryDelay * (1 << retried),
-                 [self = shared_from_this(), retry = std::move(retry)]() mutable {
-                   self->Dispatch(std::move(retry));
-                   self->Release();
-                 });
-  }
   Release();
 }
 
