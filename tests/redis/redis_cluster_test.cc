@@ -107,12 +107,6 @@ class RedisClusterTest : public ::testing::Test {
   // `b` while the tier writes and reads: ASK while the slot migrates, MOVED
   // once it has. Every node of the cluster is told the new owner, `b` first.
   void MigrateUnderTheTier(Tier& tier, RedisServer& b);
-  // Writes `ops` and waits; again, up to 10 times 100 ms apart, while a
-  // block fails CLUSTERDOWN. A master that joined moments ago was seen to
-  // answer "CLUSTERDOWN Hash slot not served" for an importing slot once in
-  // some thirty runs while gossip settled; the tier reports it Unavailable,
-  // the retryable code, and callers retry.
-  Completion WriteRetryingClusterDown(Tier& tier, const std::vector<WriteOp>& ops);
   // Options for the migration tests: every key in one slot (a hash tag),
   // and timeouts with room for a slot-map refresh and a connect to a node
   // new to the tier on a loaded machine (these tests time nothing).
@@ -179,19 +173,6 @@ TEST_F(RedisClusterTest, DeadMasterFailsOnlyItsKeysWithinTheDeadline) {
   tier->Shutdown();
 }
 
-Completion RedisClusterTest::WriteRetryingClusterDown(Tier& tier, const std::vector<WriteOp>& ops) {
-  for (int attempt = 1;; ++attempt) {
-    Completion w = tier.Write(kNs, ops);
-    const Status st = w.Wait();
-    if (st.ok() || attempt == 10 || st.code() != StatusCode::kUnavailable ||
-        st.message().find("CLUSTERDOWN") == std::string_view::npos) {
-      return w;
-    }
-    RecordProperty("clusterdown_retries", attempt);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
-
 void RedisClusterTest::MigrateUnderTheTier(Tier& tier, RedisServer& b) {
   const uint16_t slot = internal::RedisHashSlot("kvmig");
   Blocks first = MakeBlocks(0, 3);
@@ -210,8 +191,8 @@ void RedisClusterTest::MigrateUnderTheTier(Tier& tier, RedisServer& b) {
 
   // New keys are not on the source: it answers ASK, the tier follows.
   Blocks second = MakeBlocks(10, 3);
-  Completion w = WriteRetryingClusterDown(tier, second.ops);
-  ASSERT_TRUE(w.status().ok()) << w.status().ToString();
+  Completion w = tier.Write(kNs, second.ops);
+  ASSERT_TRUE(w.Wait().ok()) << w.status().ToString();
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(w.result(i).ok()) << w.result(i).ToString();
   EXPECT_EQ(*b.Command({"DBSIZE"}), "3");
   ASSERT_TRUE(tier.Read(kNs, first.reads).Wait().ok());
@@ -258,8 +239,8 @@ TEST_F(RedisClusterTest, FollowsRedirectsToAMasterAddedWithoutSlots) {
   // A fourth master joins after the tier read the slot map; it serves no
   // slot until the migration ends, so CLUSTER SLOTS does not name it while
   // the source sends ASK to it.
-  // It answers CLUSTERDOWN until it has learnt the slot map: AddMaster
-  // waits for that.
+  // It answers CLUSTERDOWN for the slot until it knows the slot's owner:
+  // AddMaster waits for that (RedisCluster::WaitUntilJoined).
   auto added = cluster_->AddMaster();
   ASSERT_TRUE(added.ok()) << added.status().ToString();
   RedisServer& d = **added;

@@ -343,12 +343,14 @@ Status RedisCluster::WaitUntilJoined() const {
       auto info = node->Command({"CLUSTER", "INFO"});
       auto nodes = node->Command({"CLUSTER", "NODES"});
       if (info.ok() && nodes.ok() && info->find("cluster_state:ok") != std::string::npos &&
-          info->find(known) != std::string::npos && nodes->find("handshake") == std::string::npos)
+          info->find(known) != std::string::npos &&
+          info->find("cluster_slots_assigned:16384\r") != std::string::npos &&
+          nodes->find("handshake") == std::string::npos)
         break;
       if (std::chrono::steady_clock::now() > deadline) {
-        return Status::Unavailable("redis cluster: " + node->endpoint() +
-                                   " did not reach cluster_state:ok knowing all " +
-                                   std::to_string(nodes_.size()) + " nodes in 20 s");
+        return Status::Unavailable(
+            "redis cluster: " + node->endpoint() + " did not reach cluster_state:ok knowing all " +
+            std::to_string(nodes_.size()) + " nodes and every slot's owner in 20 s");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }

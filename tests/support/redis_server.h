@@ -125,7 +125,12 @@ class RedisCluster {
 
  private:
   // Waits (up to 20 s) until every node reports cluster_state:ok, knows all
-  // size() nodes and has none in handshake.
+  // size() nodes, has none in handshake and knows the owner of every slot.
+  // The last is not implied by the state: these clusters run with
+  // cluster-require-full-coverage no, so a node just added reports ok
+  // before it has learnt the slot map, and a slot it is then told to import
+  // stays without an owner in its view (Redis ignores claims to a slot a
+  // node imports), so it answers "CLUSTERDOWN Hash slot not served".
   Status WaitUntilJoined() const;
 
   std::vector<std::unique_ptr<RedisServer>> nodes_;
