@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "tools/bench/aligned_buffer.h"
 #include "tools/bench/growth_bench.h"
@@ -161,6 +162,48 @@ TEST(FioOutputTest, RunNvmeBenchReportsAFioResultWithoutBandwidth) {
   EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
   EXPECT_NE(r.status().message().find("jobs[0].write.bw_bytes"), std::string_view::npos)
       << r.status().ToString();
+}
+
+// --fio-fdatasync N reaches fio's write jobs as --fdatasync=N, never its
+// reads, and the report says which peer it compared against.
+TEST(FioOutputTest, FdatasyncGoesToFioWritesOnly) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("kvtier-fio-sync-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path fio = dir / "fio";
+  const std::filesystem::path calls = dir / "calls";
+  {
+    std::ofstream f(fio);
+    f << "#!/bin/sh\n"
+         "if [ \"$1\" = --version ]; then echo fio-fake-1; exit 0; fi\n"
+         "echo \"$*\" >> '"
+      << calls.string()
+      << "'\n"
+         "echo '{\"jobs\":[{\"write\":{\"bw_bytes\":1e9},\"read\":{\"bw_bytes\":1e9}}]}'\n";
+  }
+  ASSERT_EQ(chmod(fio.c_str(), 0755), 0);
+  NvmeBenchOptions o;
+  o.dir = dir.string();
+  o.fio = fio.string();
+  o.block_sizes = {4096};
+  o.queue_depths = {1};
+  o.total_bytes = 4 * 4096;
+  o.rounds = 1;
+  o.fio_fdatasync = 64;
+  Result<NvmeBenchReport> r = RunNvmeBench(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::ifstream in(calls);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("--rw=write"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("--fdatasync=64"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("--rw=read"), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[1].find("fdatasync"), std::string::npos) << lines[1];
+  EXPECT_NE(FormatNvmeBench(*r).find("--fdatasync=64 on writes"), std::string::npos)
+      << FormatNvmeBench(*r);
+  EXPECT_NE(NvmeBenchJson(*r).find("\"fio_fdatasync\":64"), std::string::npos);
 }
 
 }  // namespace

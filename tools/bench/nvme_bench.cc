@@ -73,6 +73,9 @@ Result<double> RunFio(const NvmeBenchOptions& o, const std::string& file, uint64
                                    "--numjobs=1",
                                    "--output-format=json"};
   if (o.fio_fixedbufs) argv.insert(argv.end(), {"--fixedbufs=1", "--registerfiles=1"});
+  if (op == "write" && o.fio_fdatasync > 0) {
+    argv.push_back("--fdatasync=" + std::to_string(o.fio_fdatasync));
+  }
   const std::string what = o.fio + " --rw=" + op + " --bs=" + std::to_string(bs) +
                            " --iodepth=" + std::to_string(qd) + " on " + file;
   KVTIER_ASSIGN_OR_RETURN(CommandResult run, RunCommand(argv, kFioTimeout));
@@ -224,6 +227,7 @@ Result<NvmeBenchReport> RunNvmeBench(const NvmeBenchOptions& o) {
   rep.fs = FsName(rep.dir);
   rep.rounds = o.rounds;
   rep.fio_fixedbufs = o.fio_fixedbufs;
+  rep.fio_fdatasync = o.fio_fdatasync;
   if (auto v = RunCommand({o.fio, "--version"}, std::chrono::seconds(30));
       v.ok() && v->exit_code == 0) {
     rep.fio_found = true;
@@ -258,6 +262,9 @@ std::string FormatNvmeBench(const NvmeBenchReport& rep) {
     out << "peer: " << rep.fio_version << " --ioengine=io_uring --direct=1 --rw=write|read"
         << (rep.fio_fixedbufs ? " --fixedbufs=1 --registerfiles=1"
                               : " (fixedbufs=0, fio's default)")
+        << (rep.fio_fdatasync > 0
+                ? " --fdatasync=" + std::to_string(rep.fio_fdatasync) + " on writes"
+                : std::string(" (no fdatasync; the tier's commits sync)"))
         << ", same bs and iodepth, same file system\n";
   } else {
     out << "fio is not installed: the fio column is empty. Install it with "
@@ -290,6 +297,7 @@ std::string NvmeBenchJson(const NvmeBenchReport& rep) {
   j["rounds"] = rep.rounds;
   j["all_registered"] = rep.all_registered;
   j["fio_fixedbufs"] = rep.fio_fixedbufs;
+  j["fio_fdatasync"] = rep.fio_fdatasync;
   j["fio"] = rep.fio_found ? nlohmann::json(rep.fio_version) : nlohmann::json(nullptr);
   j["rows"] = nlohmann::json::array();
   for (const NvmeBenchRow& r : rep.rows) {

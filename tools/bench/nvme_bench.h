@@ -5,7 +5,8 @@
 // its data file in `dir`, keeping `queue depth` single-block requests in
 // flight from 4 KiB-aligned buffers (as the host hub's slots are). MB/s
 // counts payload bytes (10^6); the tier also writes a 4 KiB header page per
-// block and group-commits its index, which fio does not.
+// block and group-commits its index (an fdatasync each time), which fio
+// does only with NvmeBenchOptions::fio_fdatasync.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,11 @@ struct NvmeBenchOptions {
   std::string fio = "fio";              // the fio binary
   uint32_t rounds = 3;                  // alternating rounds; the best of each side is kept
   bool fio_fixedbufs = false;           // also give fio registered buffers and files
+  // > 0: fio's writes fdatasync after every this many blocks, for a peer as
+  // durable as the tier, which group-commits every nvme.commit_every_blocks
+  // blocks (64 by default) and at every region it fills, each with an
+  // fdatasync before its index learns the blocks; 0 = fio never syncs.
+  uint32_t fio_fdatasync = 0;
   Status Validate() const;
 };
 
@@ -45,6 +51,7 @@ struct NvmeBenchReport {
   std::string fio_version;
   uint32_t rounds = 0;
   bool fio_fixedbufs = false;
+  uint32_t fio_fdatasync = 0;
   bool all_registered = true;  // every run's buffers became fixed buffers
   std::vector<NvmeBenchRow> rows;
 };

@@ -23,6 +23,10 @@ void AddNvmeBenchCommand(CLI::App& app, NvmeBenchFlags& f) {
       ->capture_default_str();
   cmd->add_flag("--fio-fixedbufs", f.fio_fixedbufs,
                 "run fio with --fixedbufs=1 --registerfiles=1 too (registered buffers)");
+  cmd->add_option("--fio-fdatasync", f.fio_fdatasync,
+                  "fio's writes fdatasync every N blocks (the tier commits, with an fdatasync, "
+                  "every 64 blocks and every region); 0 = never")
+      ->capture_default_str();
   cmd->add_flag("--json", f.json, "print one JSON object");
 }
 
@@ -32,6 +36,7 @@ int RunNvmeBenchCommand(const NvmeBenchFlags& f) {
   o.fio = f.fio;
   o.rounds = f.rounds;
   o.fio_fixedbufs = f.fio_fixedbufs;
+  o.fio_fdatasync = f.fio_fdatasync;
   o.queue_depths = f.queue_depths;
   o.block_sizes.clear();
   for (const std::string& text : f.block_sizes) {

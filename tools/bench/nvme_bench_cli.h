@@ -15,6 +15,7 @@ struct NvmeBenchFlags {
   std::string fio = "fio";
   uint32_t rounds = 3;
   bool fio_fixedbufs = false;
+  uint32_t fio_fdatasync = 0;
   bool json = false;
 };
 
