@@ -134,6 +134,32 @@ TEST(FioOutputTest, MissingOrMistypedFieldsAreClearErrors) {
   }
 }
 
+// Writes an executable stand-in for fio at `fio`: it answers --version as
+// fio-fake-1 and runs `body` (sh) for every job. False when it cannot.
+bool WriteFakeFio(const std::filesystem::path& fio, const std::string& body) {
+  {
+    std::ofstream f(fio);
+    f << "#!/bin/sh\n"
+         "if [ \"$1\" = --version ]; then echo fio-fake-1; exit 0; fi\n"
+      << body;
+    if (!f) return false;
+  }
+  return chmod(fio.c_str(), 0755) == 0;
+}
+
+// The smallest benchmark run: one 4 KiB block size at queue depth 1, four
+// blocks, one round, in `dir` with the fio at `fio`.
+NvmeBenchOptions TinyNvmeBench(const std::filesystem::path& dir, const std::filesystem::path& fio) {
+  NvmeBenchOptions o;
+  o.dir = dir.string();
+  o.fio = fio.string();
+  o.block_sizes = {4096};
+  o.queue_depths = {1};
+  o.total_bytes = 4 * 4096;
+  o.rounds = 1;
+  return o;
+}
+
 // A stand-in fio in a directory whose name holds a space and a quote (a
 // shell command line built from it broke), printing JSON without the
 // bandwidth: RunNvmeBench fails with a message, not an exception.
@@ -142,21 +168,8 @@ TEST(FioOutputTest, RunNvmeBenchReportsAFioResultWithoutBandwidth) {
                                     ("kvtier fio 'test' " + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::filesystem::path fio = dir / "fake fio";
-  {
-    std::ofstream f(fio);
-    f << "#!/bin/sh\n"
-         "if [ \"$1\" = --version ]; then echo fio-fake-1; exit 0; fi\n"
-         "echo '{\"jobs\":[{\"write\":{}}]}'\n";
-  }
-  ASSERT_EQ(chmod(fio.c_str(), 0755), 0);
-  NvmeBenchOptions o;
-  o.dir = dir.string();
-  o.fio = fio.string();
-  o.block_sizes = {4096};
-  o.queue_depths = {1};
-  o.total_bytes = 4 * 4096;
-  o.rounds = 1;
-  Result<NvmeBenchReport> r = RunNvmeBench(o);
+  ASSERT_TRUE(WriteFakeFio(fio, "echo '{\"jobs\":[{\"write\":{}}]}'\n"));
+  Result<NvmeBenchReport> r = RunNvmeBench(TinyNvmeBench(dir, fio));
   std::filesystem::remove_all(dir);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
@@ -172,23 +185,11 @@ TEST(FioOutputTest, FdatasyncGoesToFioWritesOnly) {
   std::filesystem::create_directories(dir);
   const std::filesystem::path fio = dir / "fio";
   const std::filesystem::path calls = dir / "calls";
-  {
-    std::ofstream f(fio);
-    f << "#!/bin/sh\n"
-         "if [ \"$1\" = --version ]; then echo fio-fake-1; exit 0; fi\n"
-         "echo \"$*\" >> '"
-      << calls.string()
-      << "'\n"
-         "echo '{\"jobs\":[{\"write\":{\"bw_bytes\":1e9},\"read\":{\"bw_bytes\":1e9}}]}'\n";
-  }
-  ASSERT_EQ(chmod(fio.c_str(), 0755), 0);
-  NvmeBenchOptions o;
-  o.dir = dir.string();
-  o.fio = fio.string();
-  o.block_sizes = {4096};
-  o.queue_depths = {1};
-  o.total_bytes = 4 * 4096;
-  o.rounds = 1;
+  ASSERT_TRUE(WriteFakeFio(
+      fio, "echo \"$*\" >> '" + calls.string() +
+               "'\n"
+               "echo '{\"jobs\":[{\"write\":{\"bw_bytes\":1e9},\"read\":{\"bw_bytes\":1e9}}]}'\n"));
+  NvmeBenchOptions o = TinyNvmeBench(dir, fio);
   o.fio_fdatasync = 64;
   Result<NvmeBenchReport> r = RunNvmeBench(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
