@@ -34,12 +34,11 @@ namespace kvtier::capi {
 uint64_t ProcessGeneration();
 
 // The pins of one runtime, shared with each pin so that a pin may outlive
-// the runtime: closing releases every pin still held and sets `closed`,
-// under `mu`, before the runtime goes.
+// the runtime: closing releases every pin still held, under `mu`, before
+// the runtime goes.
 struct PinRegistry {
   std::mutex mu;
   std::unordered_set<kvtier_pin*> live;  // guarded by mu
-  bool closed = false;                   // guarded by mu
 };
 
 }  // namespace kvtier::capi

@@ -46,6 +46,18 @@ void ReportHits(const LookupResult& result, size_t* hit_blocks, uint8_t* tiers) 
     tiers[i] = result.tier[i];
 }
 
+// The checks both lookups make, in order; the keys when they pass, with
+// *hit_blocks 0 until the lookup answers.
+Result<std::vector<BlockKey>> LookupKeys(const kvtier_runtime* rt, const kvtier_key* keys,
+                                         size_t num_keys, const kvtier_hints* hints,
+                                         size_t* hit_blocks) {
+  KVTIER_RETURN_IF_ERROR(Live(rt));
+  KVTIER_RETURN_IF_ERROR(Required(hit_blocks, "hit_blocks"));
+  *hit_blocks = 0;
+  KVTIER_RETURN_IF_ERROR(CheckHints(hints));
+  return Keys(keys, num_keys);
+}
+
 // The engine blocks of a save or a load (NULL only when n is 0).
 Result<std::span<const uint32_t>> Blocks(const uint32_t* blocks, size_t n) {
   if (n > 0 && blocks == nullptr) return Status::InvalidArgument("engine_blocks is NULL");
@@ -65,11 +77,8 @@ extern "C" {
 int kvtier_lookup(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
                   const kvtier_hints* hints, size_t* hit_blocks, uint8_t* tiers) {
   return Guard([&]() -> Status {
-    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
-    KVTIER_RETURN_IF_ERROR(Required(hit_blocks, "hit_blocks"));
-    *hit_blocks = 0;
-    KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
-    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k,
+                            kvtier::capi::LookupKeys(rt, keys, num_keys, hints, hit_blocks));
     KVTIER_ASSIGN_OR_RETURN(kvtier::LookupResult result,
                             rt->runtime->Lookup(rt->ns, k, kvtier::capi::ToLookupOptions(hints)));
     kvtier::capi::ReportHits(result, hit_blocks, tiers);
@@ -83,11 +92,8 @@ int kvtier_lookup_and_pin(kvtier_runtime* rt, const kvtier_key* keys, size_t num
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(pin, "pin"));
     *pin = nullptr;
-    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
-    KVTIER_RETURN_IF_ERROR(Required(hit_blocks, "hit_blocks"));
-    *hit_blocks = 0;
-    KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
-    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k, kvtier::capi::Keys(keys, num_keys));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> k,
+                            kvtier::capi::LookupKeys(rt, keys, num_keys, hints, hit_blocks));
     auto owned = std::make_unique<kvtier_pin>();
     owned->registry = rt->pins;
     KVTIER_ASSIGN_OR_RETURN(

@@ -150,7 +150,6 @@ void kvtier_close(kvtier_runtime* rt) {
       std::lock_guard lock(rt->pins->mu);
       for (kvtier_pin* pin : rt->pins->live) pin->prefix = kvtier::PinnedPrefix();
       rt->pins->live.clear();
-      rt->pins->closed = true;
     }
     rt->runtime->Shutdown();
     return Status::Ok();

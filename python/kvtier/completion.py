@@ -7,7 +7,7 @@ import itertools
 import threading
 
 from ._convert import _ns
-from ._lib import _DoneFn, _Scoped, _check, lib, loaded
+from ._lib import _DoneFn, _Scoped, _check, lib
 
 # Callbacks of completions freed before their work ended, by a key passed to
 # kvtier as the done callback's `user`: kept until that callback drops them.
@@ -26,8 +26,9 @@ def _drop_orphan(user):
 _DROP_ORPHAN = _DoneFn(_drop_orphan)
 
 
-class Completion:
-    """The outcome of one save or load, one result per block."""
+class Completion(_Scoped):
+    """The outcome of one save or load, one result per block (freed at the end
+    of a `with`, or when collected)."""
 
     def __init__(self, handle, keepalive=None):
         self._handle = handle
@@ -93,9 +94,7 @@ class Completion:
             lib().kvtier_completion_free(self._handle)
             self._handle = None
 
-    def __del__(self):
-        if loaded():
-            self.free()
+    _end = free
 
 
 class Pin(_Scoped):
