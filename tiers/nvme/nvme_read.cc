@@ -57,7 +57,7 @@ void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSour
   {
     std::lock_guard lock(s.mu);
     Region& r = s.regions[c.loc.region];
-    if (--r.readers == 0) s.cv.notify_all();
+    if (--r.readers == 0) s.pin_cv.notify_all();
     // Hits matter only for reinsertion; a good read claims a recovered block.
     if (st.ok() && (s.options.nvme.reinsert_hits > 0 || s.unclaimed_blocks > 0)) {
       Entry* e = s.map.Find(c.id);
@@ -193,7 +193,8 @@ void NvmeTier::DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSou
     {
       std::lock_guard lock(s_->mu);
       for (size_t j = i; j < ops.size(); ++j) {
-        if (hits[j].pinned && --s_->regions[hits[j].loc.region].readers == 0) s_->cv.notify_all();
+        if (hits[j].pinned && --s_->regions[hits[j].loc.region].readers == 0)
+          s_->pin_cv.notify_all();
       }
     }
     for (size_t j = i; j < ops.size(); ++j) batch->done.Set(j, oom);

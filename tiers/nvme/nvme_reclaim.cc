@@ -72,7 +72,7 @@ Status NvmeTier::State::Reclaim(uint64_t disk) {
     if (victim < 0 || spare < 0) return Status::ResourceExhausted("no region to reclaim");
     Region& v = regions[victim];
     v.state = RegionState::kReclaiming;
-    cv.wait(lock, [&] { return v.writers == 0; });
+    pin_cv.wait(lock, [&] { return v.writers == 0; });
   }
   // The index is scanned one shard at a time, taking mu for each: scanning
   // millions of entries at once would hold every read, write and lookup of
@@ -233,7 +233,7 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
     return st;
   }
   *reinserted = InstallRelocatedLocked(victim, target, gen, live);
-  cv.wait(lock, [&] { return v.readers == 0; });
+  pin_cv.wait(lock, [&] { return v.readers == 0; });
   stats.bytes_reclaimed += v.write_ptr - std::min(v.write_ptr, packed);
   ++stats.reclaims;
   v = Region{};

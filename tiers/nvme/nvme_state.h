@@ -94,18 +94,22 @@ struct NvmeTier::State {
   std::function<void()> during_reclaim_scan;
 
   mutable std::mutex mu;
-  std::condition_variable cv;                              // region pins dropped, commit progress
-  std::vector<Region> regions;                             // guarded
+  // Two condition variables, so that the committer, which waits on
+  // commit_cv, is not woken each time a read or write drops its region pin.
+  std::condition_variable pin_cv;     // a region's readers or writers fell to 0
+  std::condition_variable commit_cv;  // a commit requested, done, or the committer stopped
+  uint64_t committer_wakeups = 0;     // guarded; times the committer checked for work
+  std::vector<Region> regions;        // guarded
   // Sharded: writes and lookups take `mu` while it grows (policy/sharded_map.h).
-  ShardedMap<NsKey, Entry, NsKeyHash> map;                 // guarded
-  std::unordered_map<NsKey, uint32_t, NsKeyHash> writing;  // guarded
+  ShardedMap<NsKey, Entry, NsKeyHash> map;                                     // guarded
+  std::unordered_map<NsKey, uint32_t, NsKeyHash> writing;                      // guarded
   std::unordered_map<NsKey, uint64_t, NsKeyHash> tombstones;                   // guarded
   std::unordered_map<NsKey, std::optional<BlockLocation>, NsKeyHash> pending;  // guarded
   uint64_t seq = 0;                                                            // guarded
   uint64_t next_generation = 1;                                                // guarded
   uint64_t next_order = 1;                                                     // guarded
   int active = -1;                                                             // guarded
-  int spare = -1;              // guarded: reclaim's target
+  int spare = -1;  // guarded: reclaim's target
   // The spare is a victim whose moved blocks' new entries no commit has
   // written yet: the index still points into it, so it may not be written
   // over (nor get a new generation) until a commit succeeds. Read and

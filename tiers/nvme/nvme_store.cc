@@ -298,7 +298,7 @@ bool NvmeTier::State::DropOldestUnclaimedLocked() {
 
 void NvmeTier::State::RequestCommitLocked() {
   commit_requested = true;
-  cv.notify_all();
+  commit_cv.notify_all();
 }
 
 Status NvmeTier::State::CommitNow() {
@@ -306,7 +306,7 @@ Status NvmeTier::State::CommitNow() {
   if (stop_committer) return Status::Unavailable("tier '" + name + "' is closed");
   const uint64_t target = commits_started + 1;
   RequestCommitLocked();
-  cv.wait(lock, [&] { return commits_done >= target; });
+  commit_cv.wait(lock, [&] { return commits_done >= target; });
   return last_commit;
 }
 
@@ -319,7 +319,10 @@ Status NvmeTier::State::CommitNow() {
 void NvmeTier::State::CommitLoop() {
   std::unique_lock lock(mu);
   for (;;) {
-    cv.wait(lock, [&] { return commit_requested || stop_committer; });
+    commit_cv.wait(lock, [&] {
+      ++committer_wakeups;
+      return commit_requested || stop_committer;
+    });
     if (!commit_requested) break;
     commit_requested = false;
     const uint64_t epoch = ++commits_started;
@@ -348,7 +351,7 @@ void NvmeTier::State::CommitLoop() {
     }
     last_commit = st;
     commits_done = epoch;
-    cv.notify_all();
+    commit_cv.notify_all();
   }
 }
 
@@ -358,7 +361,7 @@ void NvmeTier::State::Close() {
     {
       std::lock_guard lock(mu);
       stop_committer = true;
-      cv.notify_all();
+      commit_cv.notify_all();
     }
     committer.join();
   }

@@ -65,6 +65,11 @@ std::optional<uint64_t> NvmeTier::TEST_FileOffset(NamespaceId ns, const BlockKey
   return s_->FileOffset(e->loc);
 }
 
+uint64_t NvmeTier::TEST_CommitterWakeups() const {
+  std::lock_guard lock(s_->mu);
+  return s_->committer_wakeups;
+}
+
 void NvmeTier::TEST_SetAfterReadLookup(std::function<void()> hook) {
   s_->after_read_lookup = std::move(hook);
 }
@@ -102,7 +107,7 @@ void FinishWrite(NvmeTier::State& s, WriteCtx& c, const Status& io, CompletionSo
   {
     std::lock_guard lock(s.mu);
     Region& r = s.regions[loc.region];
-    if (--r.writers == 0) s.cv.notify_all();
+    if (--r.writers == 0) s.pin_cv.notify_all();
     auto w = s.writing.find(c.id);
     const bool last_writer = --w->second == 0;
     if (last_writer) s.writing.erase(w);

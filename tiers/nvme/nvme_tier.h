@@ -88,6 +88,8 @@ class NvmeTier final : public Tier {
   NvmeStats Stats() const;
   // Makes every completed write durable and indexed now.
   Status Flush();
+  // How many times the group committer has woken to look for work.
+  uint64_t TEST_CommitterWakeups() const;
   // Byte offset in the data file where the block's header page starts.
   std::optional<uint64_t> TEST_FileOffset(NamespaceId ns, const BlockKey& key) const;
   // Runs `hook` in every read after its index lookup, before its I/O is
