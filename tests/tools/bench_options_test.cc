@@ -1,4 +1,4 @@
-// kvtier-bench host, nvme, remote and growth: options refused with a clear message,
+// kvtier-bench host, nvme, nvme-path, remote and growth: options refused with a clear message,
 // sizes the tiers must hold, and buffers that cannot be had.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -14,6 +14,7 @@
 #include "tools/bench/growth_bench.h"
 #include "tools/bench/host_bench.h"
 #include "tools/bench/nvme_bench.h"
+#include "tools/bench/nvme_path_bench.h"
 #include "tools/bench/remote_bench.h"
 
 namespace kvtier::bench {
@@ -205,6 +206,49 @@ TEST(FioOutputTest, FdatasyncGoesToFioWritesOnly) {
   EXPECT_NE(FormatNvmeBench(*r).find("--fdatasync=64 on writes"), std::string::npos)
       << FormatNvmeBench(*r);
   EXPECT_NE(NvmeBenchJson(*r).find("\"fio_fdatasync\":64"), std::string::npos);
+}
+
+// nvme-path reads the same blocks four ways and reports them in order, each
+// against the first; sizes it cannot use are refused before any file is made.
+TEST(NvmePathBenchTest, ReportsEachWayAgainstTheRingAndRefusesBadSizes) {
+  const std::filesystem::path dir =
+      std::filesystem::path(KVTIER_BINARY_DIR) / ("kvtier-path-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  NvmePathOptions o;
+  o.dir = dir.string();
+  o.block_bytes = 64 << 10;
+  o.total_bytes = 8 * o.block_bytes;
+  o.rounds = 2;
+  Result<NvmePathReport> r = RunNvmePathBench(o);
+  if (r.status().code() == StatusCode::kNotSupported) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << r.status().ToString();
+  }
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->reads, 8u);
+  ASSERT_EQ(r->rows.size(), 4u);
+  const char* ways[] = {"ring", "ring+hash", "engine", "tier"};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(r->rows[i].step, ways[i]);
+    EXPECT_GT(r->rows[i].us_per_read, 0);
+    EXPECT_DOUBLE_EQ(r->rows[i].vs_ring, r->rows[i].us_per_read / r->rows[0].us_per_read);
+  }
+  EXPECT_NE(FormatNvmePath(*r).find("64 KiB blocks"), std::string::npos) << FormatNvmePath(*r);
+  // Nothing is left behind in the directory it was given.
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+
+  for (auto [bs, total] :
+       {std::pair<uint64_t, uint64_t>{0, 1 << 20}, {1000, 1 << 20}, {64 << 10, 3 * (64 << 10)}}) {
+    o.block_bytes = bs;
+    o.total_bytes = total;
+    Status st = RunNvmePathBench(o).status();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bs << " " << total;
+  }
+  o.block_bytes = 64 << 10;
+  o.total_bytes = 8 * o.block_bytes;
+  o.rounds = 0;
+  EXPECT_NE(RunNvmePathBench(o).status().message().find("--rounds"), std::string_view::npos);
 }
 
 }  // namespace

@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
   kvtier::bench::AddRemoteBenchCommand(app, remote);
   kvtier::bench::NvmeBenchFlags nvme;
   kvtier::bench::AddNvmeBenchCommand(app, nvme);
+  kvtier::bench::NvmePathFlags nvme_path;
+  kvtier::bench::AddNvmePathCommand(app, nvme_path);
   kvtier::bench::GrowthBenchOptions growth;
   kvtier::bench::AddGrowthBenchCommand(app, growth);
   try {
@@ -185,6 +187,7 @@ int main(int argc, char** argv) {
   }
   if (app.got_subcommand("replay")) return RunReplayCommand(replay);
   if (app.got_subcommand("nvme")) return kvtier::bench::RunNvmeBenchCommand(nvme);
+  if (app.got_subcommand("nvme-path")) return kvtier::bench::RunNvmePathCommand(nvme_path);
   if (app.got_subcommand("sweep")) return kvtier::bench::RunSweepCommand(sweep);
   if (app.got_subcommand("redis")) return kvtier::bench::RunRedisBenchCommand(redis);
   if (app.got_subcommand("remote")) return kvtier::bench::RunRemoteBenchCommand(remote);

@@ -16,6 +16,7 @@
 #include "kvtier/tier.h"
 #include "tools/bench/aligned_buffer.h"
 #include "tools/bench/inflight.h"
+#include "tools/bench/nvme_path_bench.h"
 #include "tools/bench/run_command.h"
 
 namespace kvtier::bench {
@@ -217,6 +218,19 @@ Status NvmeBenchOptions::Validate() const {
   for (uint32_t q : queue_depths) {
     if (q == 0 || q > 1024) return Status::InvalidArgument("queue depths must be in [1, 1024]");
   }
+  return Status::Ok();
+}
+
+// Here, not in nvme_path_bench.cc, so that a build without io_uring checks
+// `nvme-path` options the same way.
+Status NvmePathOptions::Validate() const {
+  if (block_bytes == 0 || block_bytes % 4096 != 0 || block_bytes > (64u << 20)) {
+    return Status::InvalidArgument("--block-size must be a multiple of 4KiB, at most 64MiB");
+  }
+  if (total_bytes < 4 * block_bytes) {
+    return Status::InvalidArgument("--total must hold at least 4 blocks");
+  }
+  if (rounds == 0 || rounds > 100) return Status::InvalidArgument("--rounds must be in [1, 100]");
   return Status::Ok();
 }
 

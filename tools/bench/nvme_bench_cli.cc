@@ -4,6 +4,7 @@
 
 #include "kvtier/config.h"
 #include "tools/bench/nvme_bench.h"
+#include "tools/bench/nvme_path_bench.h"
 
 namespace kvtier::bench {
 
@@ -59,6 +60,40 @@ int RunNvmeBenchCommand(const NvmeBenchFlags& f) {
     return 2;
   }
   std::cout << (f.json ? NvmeBenchJson(*rep) + "\n" : FormatNvmeBench(*rep));
+  return 0;
+}
+
+void AddNvmePathCommand(CLI::App& app, NvmePathFlags& f) {
+  CLI::App* cmd =
+      app.add_subcommand("nvme-path",
+                         "where a queue-depth-1 NVMe tier read spends its time: io_uring in one "
+                         "thread, plus the payload hash, the I/O engine, the tier");
+  cmd->add_option("--dir", f.dir, "directory for the scratch files")->capture_default_str();
+  cmd->add_option("--block-size", f.block_size, "bytes per read")->capture_default_str();
+  cmd->add_option("--total", f.total, "bytes each way reads per round")->capture_default_str();
+  cmd->add_option("--rounds", f.rounds, "interleaved rounds; the best of each way is kept")
+      ->capture_default_str();
+}
+
+int RunNvmePathCommand(const NvmePathFlags& f) {
+  NvmePathOptions o;
+  o.dir = f.dir;
+  o.rounds = f.rounds;
+  Result<uint64_t> bs = ParseByteSize(f.block_size);
+  Result<uint64_t> total = ParseByteSize(f.total);
+  if (!bs.ok() || !total.ok()) {
+    std::cerr << "kvtier-bench nvme-path: " << (bs.ok() ? "--total: " : "--block-size: ")
+              << (bs.ok() ? total : bs).status().message() << "\n";
+    return 2;
+  }
+  o.block_bytes = *bs;
+  o.total_bytes = *total;
+  Result<NvmePathReport> rep = RunNvmePathBench(o);
+  if (!rep.ok()) {
+    std::cerr << "kvtier-bench nvme-path: " << rep.status().ToString() << "\n";
+    return 2;
+  }
+  std::cout << FormatNvmePath(*rep);
   return 0;
 }
 

@@ -19,9 +19,20 @@ struct NvmeBenchFlags {
   bool json = false;
 };
 
+struct NvmePathFlags {
+  std::string dir = ".";
+  std::string block_size = "256KiB";
+  std::string total = "256MiB";
+  uint32_t rounds = 3;
+};
+
 void AddNvmeBenchCommand(CLI::App& app, NvmeBenchFlags& flags);
+void AddNvmePathCommand(CLI::App& app, NvmePathFlags& flags);
 // Runs the comparison and prints the table; returns the process exit code
 // (0 ok, 2 bad usage or a failed run).
 int RunNvmeBenchCommand(const NvmeBenchFlags& flags);
+// `kvtier-bench nvme-path`: the queue-depth-1 read taken apart; same exit
+// codes.
+int RunNvmePathCommand(const NvmePathFlags& flags);
 
 }  // namespace kvtier::bench
