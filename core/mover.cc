@@ -242,7 +242,9 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     if (next < tier_count()) policies_->OnWritten(next, written_bytes, now);
     for (const NsKey& k : removals) (void)QueueRemoveLocked(tier, k, /*running=*/true);
     // Under the lock, so a waiter cannot miss it between its check and wait.
+    // Saves wait (fills_done_) for a victim whose copy was found lost.
     moves_done_.notify_all();
+    fills_done_.notify_all();
   }
   if (!removals.empty()) (void)RunRemoves(tier, removals);  // failures are retried
   return dropped;

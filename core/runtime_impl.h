@@ -247,19 +247,20 @@ class RuntimeImpl final : public Runtime {
   std::vector<std::unique_ptr<Tier>> lower_;  // tiers 1..n
 
   mutable std::mutex mu_;
-  BlockIndex index_;                         // guarded by mu_
-  std::unique_ptr<TierPolicies> policies_;   // guarded by mu_; observes index_
-  RecentRequests looked_up_{65536};          // guarded by mu_: LookupOptions::request_id
-  std::vector<TierCount> tier_counts_;       // guarded by mu_
-  RuntimeStats stats_;                       // guarded by mu_ (tiers left empty)
+  BlockIndex index_;                        // guarded by mu_
+  std::unique_ptr<TierPolicies> policies_;  // guarded by mu_; observes index_
+  RecentRequests looked_up_{65536};         // guarded by mu_: LookupOptions::request_id
+  std::vector<TierCount> tier_counts_;      // guarded by mu_
+  RuntimeStats stats_;                      // guarded by mu_ (tiers left empty)
   // Guarded by mu_: tier calls whose completion callback still uses this
   // runtime (reads past their deadline, removes of corrupt copies a load found).
   uint64_t late_reads_ = 0;
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
-  // Signalled (with mu_) when a save's reserved entries are settled, for
-  // saves waiting on another's fill of their keys (RunSave).
+  // Signalled (with mu_) when a save's reserved entries are settled, and
+  // when the mover settles its victims, for saves waiting on another's fill
+  // of their keys or on a move of a key that lost its copy (RunSave).
   std::condition_variable fills_done_;
 
   // Per lower tier (index 0 unused), keys the index no longer names there

@@ -26,18 +26,31 @@ bool NeedsCopy(const IndexEntry* e) {
   return e == nullptr || (e->locations == 0 && e->state == EntryState::kReady && !e->moving);
 }
 
-// Whether another save is filling `parent` or one of `keys` now: a save
-// waits for that fill to end rather than take the block for stored (the
-// fill may fail). A save fills nothing of its own while it asks. REQUIRES:
-// the runtime's mu_ held.
-bool AnyFilling(BlockIndex& index, NamespaceId ns, std::optional<BlockKey> parent,
-                const std::vector<BlockKey>& keys) {
-  auto filling = [&](const BlockKey& key) {
-    const IndexEntry* e = index.Find({ns, key});
-    return e != nullptr && e->state == EntryState::kFilling;
-  };
-  if (parent && filling(*parent)) return true;
-  return std::any_of(keys.begin(), keys.end(), filling);
+// Whether another thread is settling whether the block has a copy: a save
+// filling it (its copy may fail), or the mover moving it after its last
+// copy was found lost (the mover then drops it, or keeps it as a link).
+// Until then it is neither stored nor a link a save can give a copy to.
+bool Unsettled(const IndexEntry* e) {
+  return e != nullptr && (e->state == EntryState::kFilling || (e->moving && e->locations == 0));
+}
+
+// Whether `parent` or one of `keys` is unsettled now: a save waits for that
+// to end rather than take the block for stored. A save fills nothing of its
+// own while it asks. REQUIRES: the runtime's mu_ held.
+bool AnyUnsettled(BlockIndex& index, NamespaceId ns, std::optional<BlockKey> parent,
+                  const std::vector<BlockKey>& keys) {
+  auto unsettled = [&](const BlockKey& key) { return Unsettled(index.Find({ns, key})); };
+  if (parent && unsettled(*parent)) return true;
+  return std::any_of(keys.begin(), keys.end(), unsettled);
+}
+
+// The error of a key (or parent) still unsettled after RunSave's wait.
+Status StillUnsettled(const IndexEntry& e, const char* what) {
+  const std::string why = e.state == EntryState::kFilling
+                              ? " is still being copied by another save after "
+                              : " lost its copy and is still being moved after ";
+  return Status::DeadlineExceeded("save: " + std::string(what) + " " + ToHex(e.id.key) + why +
+                                  std::to_string(kSaveRoomWait.count()) + " s");
 }
 
 }  // namespace
@@ -121,19 +134,21 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   fresh_item.reserve(keys.size());
   copies.reserve(keys.size());
   // A key (or the parent) another save is filling is not stored yet: that
-  // copy may still fail. This save waits for such fills to end, then copies
-  // what they did not store from its own engine blocks, which its caller
-  // keeps until it completes. It waits only before reserving anything, and a
-  // save that has reserved waits for nothing but its copy, so two saves
-  // never wait on each other. Past the deadline the reservation fails the
-  // keys from one still being filled on (ReserveSaveLocked).
+  // copy may still fail. Nor is one the mover is moving after its last copy
+  // was found lost. This save waits for those to settle (Unsettled), then
+  // copies what they did not store from its own engine blocks, which its
+  // caller keeps until it completes. It waits only before reserving
+  // anything, and a save that has reserved waits for nothing but its copy,
+  // so two saves never wait on each other; the mover waits for no save.
+  // Past the deadline the reservation fails the keys from one still
+  // unsettled on (ReserveSaveLocked).
   const SteadyTime fill_deadline = std::chrono::steady_clock::now() + kSaveRoomWait;
   for (;;) {
     try {
       {
         std::unique_lock lock(mu_);
         fills_done_.wait_until(lock, fill_deadline,
-                               [&] { return !AnyFilling(index_, ns, parent, keys); });
+                               [&] { return !AnyUnsettled(index_, ns, parent, keys); });
         admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held, &decided);
       }
       // A save has no deadline of its own; this bounds how long it waits for
@@ -151,9 +166,11 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
     // between, and the reservation sees each entry as it is (one whose last
     // copy was found lost meanwhile needs its copy again).
     release_held();
-    // Another save began filling one of the keys while the room was made:
-    // wait for it too (what was admitted is looked at again).
-    if (AnyFilling(index_, ns, parent, keys) && std::chrono::steady_clock::now() < fill_deadline) {
+    // Another save began filling one of the keys while the room was made (or
+    // a copy was found lost under the mover): wait for it too (what was
+    // admitted is looked at again).
+    if (AnyUnsettled(index_, ns, parent, keys) &&
+        std::chrono::steady_clock::now() < fill_deadline) {
       continue;
     }
     ReserveSaveLocked(ns, parent, keys, admitted, hints, done, fresh, fresh_item);
@@ -251,7 +268,12 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
   Status broken;
   if (parent) {
     prev = index_.Find({ns, *parent});
-    if (prev == nullptr) {
+    if (Unsettled(prev)) {
+      // Its copy may yet fail: nothing can be answered as stored under it.
+      broken = StillUnsettled(*prev, "parent block");
+    } else if (NeedsCopy(prev)) {
+      // Absent, or a link whose copy was lost: keys chained under it would
+      // be stored where no lookup reaches them.
       broken = Status::InvalidArgument("save: parent block " + ToHex(*parent) +
                                        " is not stored; save the prefix first");
     }
@@ -265,14 +287,11 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       continue;
     }
     IndexEntry* e = refused ? nullptr : index_.Find({ns, keys[i]});
-    if (e != nullptr && e->state == EntryState::kFilling &&
-        std::find(fresh.begin(), fresh.end(), e) == fresh.end()) {
-      // Still being filled by another save past RunSave's wait: its copy
-      // may yet fail, so neither this key nor the rest of the chain under
-      // it can be answered as stored.
-      broken = Status::DeadlineExceeded("save: block " + ToHex(keys[i]) +
-                                        " is still being copied by another save after " +
-                                        std::to_string(kSaveRoomWait.count()) + " s");
+    if (Unsettled(e) && std::find(fresh.begin(), fresh.end(), e) == fresh.end()) {
+      // Still being filled by another save, or moved with no copy, past
+      // RunSave's wait: neither this key nor the rest of the chain under it
+      // can be answered as stored.
+      broken = StillUnsettled(*e, "block");
       done.Set(i, broken);
       ++stats_.save_failures;
       continue;

@@ -210,10 +210,13 @@ class KVTIER_EXPORT Runtime {
   virtual ~Runtime() = default;
 
   // Copies engine_blocks[i] into the hub as keys[i]. Keys already stored are
-  // skipped (OK). A key (or `parent`) another Save is still copying is
-  // waited for, for up to a second: a key that copy did not store is copied
-  // from engine_blocks[i]; one still being copied after the wait fails
-  // DeadlineExceeded, with the rest of the chain. Per-block results;
+  // skipped (OK). A key (or `parent`) another Save is still copying, or one
+  // whose last copy was found lost while the mover is moving it, is waited
+  // for, for up to a second: a key that did not end up stored is copied
+  // from engine_blocks[i]; one still unsettled after the wait fails
+  // DeadlineExceeded, with the rest of the chain. A `parent` that is not
+  // stored (never saved, removed, or its copy lost) fails every key
+  // InvalidArgument. Per-block results;
   // ResourceExhausted when the hub has no room even after eviction; Busy
   // when the request queue is full.
   //

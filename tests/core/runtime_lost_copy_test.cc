@@ -87,6 +87,28 @@ TEST_F(RuntimeLostCopyTest, ASaveGivesBlocksLostUnderAPinTheirCopiesBack) {
   EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 4u) << "the pin's release dropped them";
 }
 
+// K2's only copy is lost while K3 hangs off it, so K2 stays as a link. A
+// save under K2 as its parent must fail, as for a parent not stored at all:
+// it answered OK, and stored X where no lookup reaches it.
+TEST_F(RuntimeLostCopyTest, ASaveUnderAParentWhoseCopyWasLostFails) {
+  gate_->reads_miss = true;
+  Completion lost = sim_->Load(std::vector<BlockKey>{keys_[1]}, 40);
+  ASSERT_EQ(lost.result(0).code(), StatusCode::kNotFound) << lost.result(0).ToString();
+  gate_->reads_miss = false;
+  const BlockKey x = ChainKeys({1, 2, 99})[2];
+  sim_->Prefill(std::vector<BlockKey>{x}, 20);
+  const std::vector<uint32_t> block{20};
+  Completion saved = rt_->Save(kTestNs, keys_[1], std::span(&x, 1), block);
+  (void)saved.Wait();
+  EXPECT_EQ(saved.result(0).code(), StatusCode::kInvalidArgument) << saved.result(0).ToString();
+  EXPECT_NE(saved.result(0).message().find("is not stored"), std::string::npos);
+  // Saving the whole chain again gives K2 its copy, and X a parent.
+  const std::vector<BlockKey> chain = {keys_[0], keys_[1], x};
+  sim_->Prefill(chain, 20);
+  ASSERT_TRUE(sim_->SaveFrom(chain, 0, 20).status().ok());
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, chain));
+}
+
 // Save A hangs N off K4 (below the hub) and, with the hub full, waits at the
 // gate for room, holding K4. Meanwhile a load finds K4's last copy lost, and
 // save B stores the chain K1..K4, M. A's hold must not hide from B that K4

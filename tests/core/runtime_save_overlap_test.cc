@@ -106,6 +106,18 @@ class SaveOverlapTest : public ::testing::Test {
     a_ = rt_->Save(kTestNs, std::nullopt, keys_, a_blocks, {.bypass_admission = true});
   }
 
+  // Saves keys[0] alone with its Gather held (request B), then keys[1]
+  // under it as its parent (request A).
+  void StartSaveUnderAParentBeingCopied() {
+    sim_->Prefill(keys_, 0);
+    engine_->HoldNextGather();
+    const std::vector<uint32_t> b_block{0};
+    b_ = rt_->Save(kTestNs, std::nullopt, std::span(keys_).first(1), b_block);
+    ASSERT_TRUE(engine_->WaitHeld());
+    const std::vector<uint32_t> a_block{1};
+    a_ = rt_->Save(kTestNs, keys_[0], std::span(keys_).subspan(1), a_block);
+  }
+
   const std::vector<BlockKey> keys_ = ChainKeys({1, 2});
   EngineSetup setup_;
   std::shared_ptr<GatedCopyEngine> engine_;
@@ -159,6 +171,47 @@ TEST_F(SaveOverlapTest, ASaveFailsKeysAnotherSaveIsStillCopyingAfterItsWait) {
   engine_->Release(/*fail=*/false);
   ASSERT_TRUE(b_.WaitFor(std::chrono::seconds(5)).ok()) << b_.status().ToString();
   EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 1u);
+}
+
+// A parent another save is copying is waited for like a key: once its copy
+// is made the child is stored under it.
+TEST_F(SaveOverlapTest, ASaveUnderAParentBeingCopiedWaitsAndStoresTheChild) {
+  StartSaveUnderAParentBeingCopied();
+  (void)a_.WaitFor(std::chrono::milliseconds(300));
+  EXPECT_FALSE(a_.Poll()) << "A answered before its parent's copy had ended";
+  engine_->Release(/*fail=*/false);
+  ASSERT_TRUE(b_.WaitFor(std::chrono::seconds(5)).ok()) << b_.status().ToString();
+  ASSERT_TRUE(a_.WaitFor(std::chrono::seconds(5)).ok()) << a_.status().ToString();
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, keys_));
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 2u);
+}
+
+// The parent's copy fails within the wait: the child has nothing to hang
+// off, and says so, instead of OK for a block no lookup reaches.
+TEST_F(SaveOverlapTest, ASaveUnderAParentWhoseCopyFailsFailsToo) {
+  StartSaveUnderAParentBeingCopied();
+  engine_->Release(/*fail=*/true);
+  (void)b_.WaitFor(std::chrono::seconds(5));
+  (void)a_.WaitFor(std::chrono::seconds(5));
+  ASSERT_TRUE(a_.Poll());
+  EXPECT_EQ(a_.result(0).code(), StatusCode::kInvalidArgument) << a_.result(0).ToString();
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+}
+
+// The parent's copy outlasts the wait: the child fails DeadlineExceeded. It
+// used to be stored under the parent and answered OK; the parent's copy then
+// failed, leaving it where no lookup reaches it.
+TEST_F(SaveOverlapTest, ASaveUnderAParentStillBeingCopiedAfterItsWaitFails) {
+  StartSaveUnderAParentBeingCopied();
+  (void)a_.WaitFor(std::chrono::seconds(5));
+  ASSERT_TRUE(a_.Poll()) << "A did not give up waiting";
+  EXPECT_EQ(a_.result(0).code(), StatusCode::kDeadlineExceeded) << a_.result(0).ToString();
+  EXPECT_NE(a_.result(0).message().find("parent block"), std::string::npos)
+      << a_.result(0).ToString();
+  engine_->Release(/*fail=*/true);
+  (void)b_.WaitFor(std::chrono::seconds(5));
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 0u);
+  EXPECT_FALSE(rt_->IsSaved(kTestNs, std::span(keys_).first(1)));
 }
 
 // A save that waits for another's fill after making room asks the hub's
