@@ -299,5 +299,57 @@ TEST(RedisHostileSetup, AServerTooOldForGetexIsRefusedWhenATtlIsSet) {
   (*tier)->Shutdown();
 }
 
+// Keys hash to every server, so each is asked at open, not only the first
+// that answers: a second server too old for GETEX is refused (its reads
+// all failed), and the smallest value limit of the servers holds.
+TEST(RedisHostileSetup, EveryServerIsCheckedAtOpen) {
+  const std::string body = "# Server\r\nredis_version:7.0.15\r\n";
+  const std::string old_body = "# Server\r\nredis_version:6.0.16\r\n";
+  auto bulk = [](const std::string& b) {
+    return Answer{"$" + std::to_string(b.size()) + "\r\n" + b + "\r\n"};
+  };
+  auto fresh = ScriptedRedis::Start(AnswerTo("INFO", bulk(body)));
+  auto old = ScriptedRedis::Start(AnswerTo("INFO", bulk(old_body)));
+  ASSERT_TRUE(fresh && old);
+  TierOptions o = Options(*fresh, /*cluster=*/false);
+  o.servers.push_back(old->endpoint());
+  o.redis.ttl_s = 60;
+  Status st = ExpectOpenFails(o, StatusCode::kInvalidArgument, "needs Redis 6.2 or newer");
+  EXPECT_TRUE(Has(st, old->endpoint())) << st.ToString();
+
+  auto large = ScriptedRedis::Start(
+      AnswerTo("CONFIG", Answer{"*2\r\n$18\r\nproto-max-bulk-len\r\n$10\r\n1073741824\r\n"}));
+  auto small = ScriptedRedis::Start(
+      AnswerTo("CONFIG", Answer{"*2\r\n$18\r\nproto-max-bulk-len\r\n$4\r\n1000\r\n"}));
+  ASSERT_TRUE(large && small);
+  for (bool small_first : {false, true}) {
+    SCOPED_TRACE(small_first ? "small first" : "large first");
+    TierOptions two = Options(small_first ? *small : *large, /*cluster=*/false);
+    two.servers.push_back((small_first ? large : small)->endpoint());
+    (void)ExpectOpenFails(two, StatusCode::kInvalidArgument,
+                          "exceeds the server's proto-max-bulk-len of 1000");
+  }
+}
+
+// A server that was not asked at open (it does not say its version) and
+// does not know GETEX: a read with ttl_s set fails InvalidArgument naming
+// the fix, not as an I/O error.
+TEST(RedisHostileSetup, AReadFromAServerWithoutGetexSaysWhy) {
+  auto server = ScriptedRedis::Start(AnswerTo(
+      "GETEX", Answer{"-ERR unknown command `GETEX`, with args beginning with: `k`, \r\n"}));
+  ASSERT_TRUE(server);
+  TierOptions o = Options(*server, /*cluster=*/false);
+  o.redis.ttl_s = 60;
+  auto tier = MakeRedisTier(o, kBlock);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  std::vector<std::byte> out(kBlock);
+  ReadOp rd{TestKey(1), out};
+  Completion c = (*tier)->Read(NamespaceId{1}, std::span(&rd, 1));
+  (void)c.Wait();
+  EXPECT_EQ(c.result(0).code(), StatusCode::kInvalidArgument) << c.result(0).ToString();
+  EXPECT_TRUE(Has(c.result(0), "needs Redis 6.2 or newer")) << c.result(0).ToString();
+  (*tier)->Shutdown();
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -50,6 +50,14 @@ Status FromRedisError(std::string_view e, std::string_view op) {
     return Status::Unavailable(msg);
   }
   if (StartsWith(e, "WRONGTYPE")) return Status::Corruption(msg + " (not a kvtier block)");
+  // A server older than 6.2 (one not reachable when the tier opened, so not
+  // refused then) asked for a read with ttl_s set.
+  if (StartsWith(e, "ERR unknown command") &&
+      (e.find("GETEX") != std::string_view::npos || e.find("getex") != std::string_view::npos)) {
+    return Status::InvalidArgument(msg +
+                                   " (with ttl_s set, reads refresh the expiry with GETEX, which "
+                                   "needs Redis 6.2 or newer; upgrade the server or set ttl_s: 0)");
+  }
   if (e.find("invalid bulk length") != std::string_view::npos ||
       e.find("proto-max-bulk-len") != std::string_view::npos) {
     return Status::InvalidArgument(msg + " (value larger than the server's proto-max-bulk-len)");

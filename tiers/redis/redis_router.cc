@@ -60,7 +60,10 @@ Status RedisRouter::ReadMaxValueBytes(RedisConnection& conn) {
   if (reply->kind == RespHead::Kind::kArray && reply->items.size() == 2 &&
       reply->items[1].kind == RespHead::Kind::kBulk) {
     const uint64_t v = std::strtoull(reply->items[1].text.c_str(), nullptr, 10);
-    if (v > 0) max_value_bytes_ = v;
+    // The smallest of every server's: a block goes to whichever the key
+    // hashes to.
+    if (v > 0) max_value_bytes_ = value_limit_read_ ? std::min(max_value_bytes_, v) : v;
+    value_limit_read_ = v > 0 || value_limit_read_;
   }
   return Status::Ok();
 }
@@ -69,7 +72,8 @@ Status RedisRouter::CheckTtlReads(RedisConnection& conn) {
   if (options_.ttl_s == 0) return Status::Ok();
   std::string_view argv[] = {"INFO", "server"};
   auto reply = conn.Call(argv, RespLimits{});
-  if (!reply.ok() || reply->kind != RespHead::Kind::kBulk) return Status::Ok();
+  if (!reply.ok()) return reply.status().WithContext("INFO on redis " + conn.endpoint().ToString());
+  if (reply->kind != RespHead::Kind::kBulk) return Status::Ok();  // a server that does not say
   constexpr std::string_view kField = "redis_version:";
   const size_t at = reply->text.find(kField);
   if (at == std::string::npos) return Status::Ok();
@@ -79,8 +83,8 @@ Status RedisRouter::CheckTtlReads(RedisConnection& conn) {
   const unsigned long minor = *end == '.' ? std::strtoul(end + 1, nullptr, 10) : 0;
   if (major > 6 || (major == 6 && minor >= 2)) return CheckGetexAllowed(conn);
   return Status::InvalidArgument(
-      "redis " + conn.endpoint().ToString() + " is version " +
-      std::to_string(major) + "." + std::to_string(minor) +
+      "redis " + conn.endpoint().ToString() + " is version " + std::to_string(major) + "." +
+      std::to_string(minor) +
       ": with ttl_s set, reads refresh the expiry with GETEX, which needs Redis 6.2 or "
       "newer; upgrade the server or set ttl_s: 0");
 }
@@ -92,7 +96,9 @@ Status RedisRouter::CheckGetexAllowed(RedisConnection& conn) {
   const std::string probe = options_.key_prefix + ":getex-probe";
   std::string_view argv[] = {"GETEX", probe};
   auto reply = conn.Call(argv, RespLimits{});
-  if (!reply.ok() || reply->kind != RespHead::Kind::kError || reply->text.rfind("NOPERM", 0) != 0) {
+  if (!reply.ok())
+    return reply.status().WithContext("GETEX on redis " + conn.endpoint().ToString());
+  if (reply->kind != RespHead::Kind::kError || reply->text.rfind("NOPERM", 0) != 0) {
     return Status::Ok();
   }
   const std::string user = options_.user.empty() ? "default" : options_.user;
@@ -109,7 +115,9 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
   std::lock_guard lock(nodes_mu_);
   for (const RedisEndpoint& ep : endpoints) {
     auto conn = RedisConnection::Open(ep, options_, tls_.get());
-    if (conn.ok() && reachable == 0) {
+    // Every server is asked: keys hash to all of them. (One first reached
+    // after open is not; a read it cannot serve says why, FromRedisError.)
+    if (conn.ok()) {
       Status st = ReadMaxValueBytes(**conn);
       if (st.ok()) st = CheckTtlReads(**conn);
       if (!st.ok()) conn = st;

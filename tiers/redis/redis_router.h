@@ -82,12 +82,14 @@ class RedisRouter {
   RedisNode* NodeAtLocked(const RedisEndpoint& endpoint,
                           std::unique_ptr<RedisConnection> conn = nullptr);
   RedisNode* KnownNode(const RedisEndpoint& endpoint);
-  // Reads the server's proto-max-bulk-len into max_value_bytes_, keeping the
-  // default when the server refuses CONFIG; fails only with the connection.
+  // Reads the server's proto-max-bulk-len into max_value_bytes_, the
+  // smallest of the servers' (the default when none answers CONFIG); fails
+  // only with the connection.
   Status ReadMaxValueBytes(RedisConnection& conn);
   // With ttl_s set, reads are GETEX, which Redis has since 6.2: an older
   // server (by INFO's redis_version) is InvalidArgument, saying so, rather
-  // than a tier whose every read fails. A server that does not tell passes.
+  // than a tier whose every read fails. A server that does not tell passes;
+  // a connection that fails fails it.
   Status CheckTtlReads(RedisConnection& conn);
   // Part of CheckTtlReads: the user may run GETEX (an ACL may allow GET only).
   Status CheckGetexAllowed(RedisConnection& conn);
@@ -98,13 +100,14 @@ class RedisRouter {
   const bool cluster_;
   std::shared_ptr<const TlsClientContext> tls_;  // with options_.tls; set at open
   uint64_t max_value_bytes_ = 512ull << 20;
+  bool value_limit_read_ = false;  // a server reported its proto-max-bulk-len
 
   std::mutex nodes_mu_;
   std::map<std::string, std::unique_ptr<RedisNode>> nodes_;  // guarded by nodes_mu_
   uint64_t last_refresh_ns_ = 0;                             // guarded by nodes_mu_
-  std::set<std::string> listed_masters_;  // of the last CLUSTER NODES; guarded by nodes_mu_
+  std::set<std::string> listed_masters_;   // of the last CLUSTER NODES; guarded by nodes_mu_
   std::atomic<bool> warned_nodes_{false};  // ListedMasters logged a failure once
-  std::vector<RedisEndpoint> seeds_;  // cluster: the configured servers; fixed after open
+  std::vector<RedisEndpoint> seeds_;       // cluster: the configured servers; fixed after open
 
   std::vector<RedisNode*> servers_;  // non-cluster, in `servers` order; fixed after open
   std::vector<uint64_t> server_ids_;
