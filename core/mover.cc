@@ -2,6 +2,7 @@
 // in the order of the tier's eviction policy, to the next tier when its
 // admission accepts them, or dropping them.
 #include <cmath>
+#include <exception>
 #include <map>
 #include <new>
 #include <string>
@@ -28,12 +29,26 @@ void RuntimeImpl::MoverLoop() {
     if (mover_stop_) break;
     mover_kick_ = false;
     lock.unlock();
-    MoverPass();
+    // A throw here (a lower tier's Usage() or a policy with a bug, or memory
+    // running out) would end the process; the pass has settled its victims
+    // (WritebackAndDrop), so the next one starts clean.
+    Result<size_t> pass = TryMoverPass();
+    if (!pass.ok() && log_) log_->Log(LogLevel::kError, pass.status().ToString());
     lock.lock();
   }
 }
 
-Result<size_t> RuntimeImpl::TEST_RunMoverOnce() { return MoverPass(); }
+Result<size_t> RuntimeImpl::TEST_RunMoverOnce() { return TryMoverPass(); }
+
+Result<size_t> RuntimeImpl::TryMoverPass() {
+  try {
+    return MoverPass();
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("mover pass failed with an exception: ") + e.what());
+  } catch (...) {
+    return Status::Internal("mover pass failed with an exception");
+  }
+}
 
 bool RuntimeImpl::HubAboveHigh() const {
   return arena_->used_slots() >
@@ -197,7 +212,25 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
   std::vector<bool> written(victims.size(), false), reclaimed(victims.size(), false);
   std::vector<Status> read_status(victims.size());
   if (next < tier_count()) {
-    WriteToNext(tier, victims, DecideAdmission(tier, victims, reclaimed), written, read_status);
+    try {
+      WriteToNext(tier, victims, DecideAdmission(tier, victims, reclaimed), written, read_status);
+    } catch (...) {
+      // A lower tier's Usage() or a policy threw, or memory ran out: the
+      // victims stay where they are, their copies below indexed as far as
+      // written, or they would stay pinned and moving for good.
+      std::lock_guard lock(mu_);
+      const uint64_t now = NowNs();
+      for (size_t i = 0; i < victims.size(); ++i) {
+        IndexEntry* v = victims[i];
+        --v->pins;
+        v->moving = false;
+        --moving_blocks_;
+        if (written[i]) index_.AddLocation(v, next, now);
+      }
+      moves_done_.notify_all();
+      fills_done_.notify_all();
+      throw;
+    }
   }
 
   size_t dropped = 0;

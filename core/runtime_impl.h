@@ -139,16 +139,18 @@ class RuntimeImpl final : public Runtime {
   void RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                const std::vector<uint32_t>& blocks, std::chrono::steady_clock::time_point deadline,
                const LayerDone& on_layer, CompletionSource& done);
-  // Reads blocks held only below the hub into fresh hub slots.
+  // Reads blocks held only below the hub into fresh hub slots. issued[i]
+  // is set once a read into staged_slot[i] may have gone out.
   void StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& entries,
-                           std::vector<uint32_t>& staged_slot,
+                           std::vector<uint32_t>& staged_slot, std::vector<char>& issued,
                            std::chrono::steady_clock::time_point deadline,
                            std::vector<Status>& results);
   // One tier read of `items` (at most the tier's batch limit) into their
   // staged slots; installs what arrives in time.
   void ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntry*>& entries,
                  const std::vector<size_t>& items, std::vector<uint32_t>& staged,
-                 std::chrono::steady_clock::time_point deadline, std::vector<Status>& results);
+                 std::vector<char>& issued, std::chrono::steady_clock::time_point deadline,
+                 std::vector<Status>& results);
   // Checks what one tier's read returned and moves good blocks into the hub;
   // corrupt keys are appended to `corrupt`. REQUIRES: mu_ held.
   void InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,
@@ -164,6 +166,9 @@ class RuntimeImpl final : public Runtime {
   // mover.cc
   void MoverLoop();
   size_t MoverPass();
+  // MoverPass, with what it throws (a lower tier's Usage() or a policy with
+  // a bug, or memory running out) as Internal.
+  Result<size_t> TryMoverPass();
   // Runs the α tunings that are due (TierPolicies::TakeDueTunings): the
   // window is copied under mu_, replayed without it, and the chosen α set
   // under it again. Mover thread (or TEST_RunMoverOnce) only.

@@ -20,8 +20,8 @@ std::chrono::nanoseconds Remaining(std::chrono::steady_clock::time_point deadlin
 
 void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                           const std::vector<uint32_t>& blocks,
-                          std::chrono::steady_clock::time_point deadline,
-                          const LayerDone& on_layer, CompletionSource& done) {
+                          std::chrono::steady_clock::time_point deadline, const LayerDone& on_layer,
+                          CompletionSource& done) {
   const size_t n = keys.size();
   std::vector<IndexEntry*> entries(n, nullptr);
   std::vector<uint32_t> source_tier(n, 0);
@@ -46,7 +46,27 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
   }
 
   std::vector<uint32_t> staged(n, kNoSlot);
-  if (below_hub > 0) StageFromLowerTiers(ns, entries, staged, deadline, results);
+  std::vector<char> issued(n, 0);
+  if (below_hub > 0) {
+    try {
+      StageFromLowerTiers(ns, entries, staged, issued, deadline, results);
+    } catch (...) {
+      // The eviction that made room threw (a lower tier's Usage() or a
+      // policy with a bug), or memory ran out: the job ends Internal
+      // (Submit), and the load lets go of its pins, which would otherwise
+      // keep the blocks for good, and of the slots no read went into. A
+      // slot a read may still land in stays taken: reused, it would be
+      // overwritten under its new block.
+      std::lock_guard lock(mu_);
+      for (size_t i = 0; i < n; ++i) {
+        if (staged[i] != kNoSlot && issued[i] == 0) arena_->Free(staged[i]);
+        if (entries[i] == nullptr) continue;
+        --entries[i]->pins;
+        EraseIfUnheldLocked(entries[i]);
+      }
+      throw;
+    }
+  }
 
   std::vector<BlockCopy> copies;
   std::vector<size_t> copy_item;
@@ -112,7 +132,7 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
 }
 
 void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& entries,
-                                      std::vector<uint32_t>& staged,
+                                      std::vector<uint32_t>& staged, std::vector<char>& issued,
                                       std::chrono::steady_clock::time_point deadline,
                                       std::vector<Status>& results) {
   size_t need = 0;
@@ -152,18 +172,20 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
     for (size_t from = 0; from < all.size(); from += batch) {
       const std::vector<size_t> items(all.begin() + from,
                                       all.begin() + std::min(all.size(), from + batch));
-      ReadBatch(ns, tier, entries, items, staged, deadline, results);
+      ReadBatch(ns, tier, entries, items, staged, issued, deadline, results);
     }
   }
 }
 
 void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntry*>& entries,
                             const std::vector<size_t>& items, std::vector<uint32_t>& staged,
+                            std::vector<char>& issued,
                             std::chrono::steady_clock::time_point deadline,
                             std::vector<Status>& results) {
   Tier& t = *lower_[tier - 1];
   std::vector<ReadOp> ops;
   for (size_t i : items) ops.push_back({entries[i]->id.key, arena_->Slot(staged[i])});
+  for (size_t i : items) issued[i] = 1;
   Completion c = t.Read(ns, ops);
   if (!c.WaitFor(Remaining(deadline)).ok() && !c.Poll()) {
     // Still running: the slots belong to the read until it ends.

@@ -88,6 +88,46 @@ TEST_F(RuntimeBatchLimitTest, ATierThatThrowsFailsItsBlocksAndHoldsNothing) {
   EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);
 }
 
+// A lower tier whose Usage() throws while a load makes room in the hub (by
+// writing hub blocks down to it), and while the mover runs: the load ends
+// Internal and the pass reports Internal (the mover thread would have ended
+// the process), and neither keeps a pin or a block marked as moving, so
+// every block can still be loaded, demoted and removed afterwards.
+TEST_F(RuntimeBatchLimitTest, ATierWhoseUsageThrowsLeavesNothingHeld) {
+  std::atomic<bool> broken{false};
+  std::unique_ptr<Runtime> rt = Open(TierViewHooks{.before_usage = [&broken] {
+    if (broken) throw std::runtime_error("usage bug");
+  }});
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  const auto keys = ChainKeys({1, 2, 3, 4, 5, 6});
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());  // K1 in the hub, K2..K6 below
+  const auto fill = ChainKeys({7, 8, 9, 10, 11, 12, 13});
+  sim.Prefill(fill, 20);
+  ASSERT_TRUE(sim.SaveFrom(fill, 0, 20).status().ok());  // the hub is full
+  broken = true;
+  Completion c = sim.Load(keys, 40, std::chrono::seconds(5));
+  ASSERT_TRUE(c.Poll());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kInternal) << i << ": " << c.result(i).ToString();
+  }
+  Result<size_t> pass = rt->TEST_RunMoverOnce();
+  EXPECT_EQ(pass.status().code(), StatusCode::kInternal) << pass.status().ToString();
+  EXPECT_NE(pass.status().message().find("usage bug"), std::string_view::npos);
+
+  broken = false;
+  sim.Scrub(0, 64);
+  ASSERT_TRUE(sim.Load(keys, 40, std::chrono::seconds(5)).status().ok());
+  for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim.Holds(40 + i, keys[i])) << i;
+  ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+  EXPECT_TRUE(rt->Remove(kTestNs, keys).ok()) << "the failed load left blocks pinned";
+  EXPECT_TRUE(rt->Remove(kTestNs, fill).ok()) << "the failed pass left blocks moving";
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);
+  EXPECT_EQ(rt->Lookup(kTestNs, fill)->hit_blocks, 0u);
+}
+
 // A copy engine over the host one whose next Gather or Scatter throws
 // before copying anything, as an engine with a bug might.
 class ThrowingCopyEngine final : public CopyEngine {

@@ -11,7 +11,10 @@ class TierView final : public Tier {
         hooks_(std::move(hooks)) {}
   ~TierView() override { Shutdown(); }
 
-  TierUsage Usage() const override { return inner_->Usage(); }
+  TierUsage Usage() const override {
+    if (hooks_.before_usage) hooks_.before_usage();
+    return inner_->Usage();
+  }
 
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override {

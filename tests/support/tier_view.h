@@ -16,6 +16,8 @@ struct TierViewHooks {
   std::function<void()> after_contains;
   // Before a Read is passed to `inner` (it may throw, as a broken tier would).
   std::function<void()> before_read;
+  // Before Usage() asks `inner` (it may throw, as a broken tier would).
+  std::function<void()> before_usage;
   // Before a Contains of `keys` keys is passed to `inner`: returning true,
   // it has taken `done` instead (answered it, or kept it to answer later,
   // before the view is shut down) and `inner` is not asked.
