@@ -89,7 +89,10 @@ uint32_t Completion::layers_done() const {
 void Completion::OnDone(std::function<void()> fn) const {
   if (state_) {
     std::lock_guard lock(state_->mu);
-    if (!state_->finishing) {
+    // While Finish() runs the callbacks, a new one joins their queue: run
+    // here at once it could overtake those still queued (a binding frees
+    // what they use from a callback it registers last).
+    if (!state_->done.load(std::memory_order_relaxed)) {
       state_->callbacks.push_back(std::move(fn));
       return;
     }
@@ -148,23 +151,32 @@ void CompletionSource::Finish() {
     for (size_t i = 0; i < state_->results.size(); ++i) {
       if (!state_->set[i]) state_->results[i] = Status::Internal("no result was set");
     }
-    callbacks.swap(state_->callbacks);
     state_->finishing = true;
   }
   // Callbacks run before waiters wake, so whatever they record (counters,
-  // freed slots) is visible to a caller as soon as its Wait() returns. A
-  // callback registered from now on runs at once on its own thread.
-  for (auto& fn : callbacks) {
-    // A callback that throws must not leave the waiters asleep forever, nor
-    // take down the thread that finished the work: its exception is dropped.
-    try {
-      fn();
-    } catch (...) {
+  // freed slots) is visible to a caller as soon as its Wait() returns. They
+  // run in the order registered, one registered while they run (from any
+  // thread) after them, here; only once the queue is empty is the
+  // completion done, and a callback registered after that runs at once.
+  for (;;) {
+    {
+      std::lock_guard lock(state_->mu);
+      callbacks.swap(state_->callbacks);
+      if (callbacks.empty()) {
+        state_->done.store(true, std::memory_order_release);
+        break;
+      }
     }
-  }
-  {
-    std::lock_guard lock(state_->mu);
-    state_->done.store(true, std::memory_order_release);
+    for (auto& fn : callbacks) {
+      // A callback that throws must not leave the waiters asleep forever,
+      // nor take down the thread that finished the work: its exception is
+      // dropped.
+      try {
+        fn();
+      } catch (...) {
+      }
+    }
+    callbacks.clear();
   }
   state_->cv.notify_all();
 }

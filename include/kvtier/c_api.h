@@ -244,8 +244,9 @@ KVTIER_C_EXPORT int kvtier_completion_result(const kvtier_completion* c, size_t 
 /* Loads: layers landed for every block being copied. */
 KVTIER_C_EXPORT uint32_t kvtier_completion_layers_done(const kvtier_completion* c);
 /* Runs fn(user) once, when the results are final: on the thread that
- * finishes the work, before any kvtier_completion_wait returns, or before
- * this returns if they are final already. Like on_layer it must not block or
+ * finishes the work, before any kvtier_completion_wait returns and after
+ * every fn registered before it, or before this returns if the completion
+ * is done already. Like on_layer it must not block or
  * call back into kvtier: it is for waking an event loop, which then reads the
  * results after kvtier_completion_wait (that returns at once by then;
  * kvtier_completion_done may still say 0 while fn runs). It runs even if the

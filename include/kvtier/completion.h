@@ -50,7 +50,8 @@ class KVTIER_EXPORT Completion {
   uint32_t layers_done() const;
 
   // Runs `fn` once the results are final: on the finishing thread before any
-  // Wait() returns, or right here if they are final already. `fn` must not
+  // Wait() returns, after every callback registered before it, or right here
+  // if the completion is done already. `fn` must not
   // block and must not wait on this completion. An exception thrown by `fn`
   // on the finishing thread is dropped (the results stand, waiters wake).
   void OnDone(std::function<void()> fn) const;

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace kvtier {
 namespace {
@@ -102,6 +106,52 @@ TEST(Completion, ACallbackThatThrowsDoesNotStrandTheWaiters) {
   EXPECT_TRUE(c.Wait().ok());
   t.join();
   EXPECT_EQ(ran, 1);
+}
+
+// A callback registered from another thread while the finishing thread
+// runs the earlier ones waits its turn: it used to run at once, overtaking
+// them (the Python binding frees what earlier callbacks use from the one it
+// registers last). Both run before Wait() returns.
+TEST(Completion, ACallbackRegisteredWhileCallbacksRunRunsAfterThem) {
+  CompletionSource src(1);
+  Completion c = src.completion();
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::promise<void> first_running, second_registered;
+  std::shared_future<void> registered = second_registered.get_future().share();
+  c.OnDone([&, registered] {
+    first_running.set_value();
+    registered.wait();
+    std::lock_guard lock(mu);
+    order.push_back("first");
+  });
+  std::thread finisher([&] {
+    src.Set(0, Status::Ok());
+    src.Finish();
+  });
+  first_running.get_future().wait();
+  std::thread::id ran_on;
+  c.OnDone([&] {
+    std::lock_guard lock(mu);
+    order.push_back("second");
+    ran_on = std::this_thread::get_id();
+  });
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(order.empty()) << "the second callback overtook the first";
+  }
+  second_registered.set_value();
+  EXPECT_TRUE(c.Wait().ok());
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(order, (std::vector<std::string>{"first", "second"}));
+    EXPECT_EQ(ran_on, finisher.get_id());
+  }
+  finisher.join();
+  // Once done, a callback runs at once, here.
+  bool now = false;
+  c.OnDone([&] { now = true; });
+  EXPECT_TRUE(now);
 }
 
 TEST(Completion, EmptyHandleIsDone) {
