@@ -95,4 +95,9 @@ def _hints(session_id, request_id, expected_reuse, bypass_admission):
 
 
 def _ns(timeout_s):
-    return -1 if timeout_s is None else int(timeout_s * 1e9)
+    """Nanoseconds for the C API, where a negative value means no limit: a
+    deadline already past is 0 (at once), and one too far to count is the
+    largest there is, never a wrapped or negative number."""
+    if timeout_s is None:
+        return -1
+    return min(max(int(timeout_s * 1e9), 0), 2**63 - 1)

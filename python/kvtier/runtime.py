@@ -2,11 +2,12 @@
 
 import ctypes
 import json
+import threading
 
 from ._convert import Keys, _hints, _ints, _key_ptr, _keys, _ns, _u32s
 from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING, OK,
                    RESOURCE_EXHAUSTED, KvtierError, _CudaCache, _Key, _LayerFn, _LogFn, _P,
-                   _check, _Scoped, lib, load_library)
+                   _check, _Scoped, lib, load_library, loaded)
 from .completion import Completion, Pin
 
 
@@ -65,6 +66,28 @@ class Runtime(_Scoped):
 
     _end = close
 
+    def __del__(self):
+        # A runtime in a reference cycle (an engine object holding it and its
+        # own bound method as `log`) is ended by the cyclic collector, on
+        # whichever thread collects: inside an on_layer, done or log callback
+        # that is one of the runtime's own, and kvtier_close there would join
+        # the thread it runs on. From a thread Python did not start, it closes
+        # from a new thread, keeping the log callback alive until then.
+        if not self._rt or not loaded():
+            return
+        if not isinstance(threading.current_thread(), threading._DummyThread):
+            self.close()
+            return
+        handle, log = self._rt, self._log
+        self._rt = None
+
+        def close_elsewhere():
+            lib().kvtier_close(handle)
+            del log_keeper[:]
+
+        log_keeper = [log]
+        threading.Thread(target=close_elsewhere, name="kvtier-close").start()
+
     @property
     def namespace(self):
         return lib().kvtier_namespace(self._rt)
@@ -94,9 +117,11 @@ class Runtime(_Scoped):
         return Keys(out, 0, count.value)
 
     def key_from_engine_hash(self, engine_hash, parent=None):
+        # Its bytes: len() of an array of wider items counts items.
+        data = bytes(engine_hash)
         out = _Key()
-        _check(lib().kvtier_key_from_engine_hash(self._rt, _key_ptr(parent), bytes(engine_hash),
-                                                len(engine_hash), ctypes.byref(out)))
+        _check(lib().kvtier_key_from_engine_hash(self._rt, _key_ptr(parent), data, len(data),
+                                                ctypes.byref(out)))
         return (out.hi, out.lo)
 
     def keys_from_engine_hashes(self, hashes, parent=None):
@@ -215,7 +240,8 @@ class Runtime(_Scoped):
 
     def host_block_write(self, engine_block, data):
         """Host stand-in engine only: writes one block's bytes."""
-        _check(lib().kvtier_host_block_write(self._rt, engine_block, bytes(data), len(data)))
+        data = bytes(data)  # its bytes, whatever the width of its items
+        _check(lib().kvtier_host_block_write(self._rt, engine_block, data, len(data)))
 
     def host_block_read(self, engine_block):
         """Host stand-in engine only: one block's bytes."""

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -264,6 +266,59 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(self.rt.propose_preemption(8), [1, 2])
         self.rt.untrack_request(1)
         self.assertEqual(self.rt.propose_preemption(4), [2])
+
+    def test_engine_hashes_and_blocks_count_bytes_not_items(self):
+        # An array of 8-byte items: all 16 bytes name the block, so two hashes
+        # that differ only past the first two bytes give different keys.
+        a = array.array("Q", [1, 2])
+        b = array.array("Q", [1, 3])
+        self.assertNotEqual(self.rt.key_from_engine_hash(a), self.rt.key_from_engine_hash(b))
+        self.assertEqual(self.rt.key_from_engine_hash(a), self.rt.key_from_engine_hash(bytes(a)))
+        self.assertEqual(self.rt.keys_from_engine_hashes([a])[0], self.rt.key_from_engine_hash(a))
+        # A block given as 2-byte items (fp16 data) of block_bytes bytes.
+        data = array.array("H", range(4096))
+        self.rt.host_block_write(3, data)
+        self.assertEqual(self.rt.host_block_read(3), bytes(data))
+
+    def test_timeouts_past_or_too_far_are_clamped(self):
+        from kvtier._convert import _ns
+        self.assertEqual(_ns(None), -1)  # no limit
+        self.assertEqual(_ns(-0.001), 0)  # already past: at once, never "no limit"
+        self.assertEqual(_ns(2**64 / 1e9), 2**63 - 1)  # never wrapped to 0
+        self.assertEqual(_ns(1.5), 1_500_000_000)
+
+    def test_a_runtime_collected_on_its_own_thread_closes(self):
+        # A runtime in a reference cycle (its owner's bound method as `log`)
+        # collected inside an on_layer callback, on a worker of the runtime:
+        # closing there would join the thread it runs on (the process
+        # aborted). A separate process, as a failure ends it.
+        script = (
+            "import gc, threading, kvtier\n"
+            f"CONFIG = {CONFIG!r}\n"
+            "class Owner:\n"
+            "    def __init__(self):\n"
+            "        self.rt = kvtier.Runtime(config_text=CONFIG, log=self.on_log)\n"
+            "    def on_log(self, level, message):\n"
+            "        pass\n"
+            "owner = Owner()\n"
+            "rt = owner.rt\n"
+            "keys = rt.key_chain(list(range(16)))\n"
+            "rt.host_block_write(0, bytes(8192))\n"
+            "assert rt.save(keys, [0]).wait() == kvtier.OK\n"
+            "gc.disable()\n"
+            "go = threading.Event()\n"
+            "def on_layer(layer):\n"
+            "    go.wait(5)\n"
+            "    if layer == 0:\n"
+            "        gc.collect()\n"
+            "load = rt.load(keys, [1], on_layer=on_layer)\n"
+            "del rt, owner\n"
+            "go.set()\n"
+            "assert load.wait(timeout_s=10) == kvtier.OK\n"
+        )
+        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
 
 
 if __name__ == "__main__":
