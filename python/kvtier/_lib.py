@@ -4,6 +4,7 @@ loading it, and turning its codes into exceptions."""
 import ctypes
 import ctypes.util
 import os
+import threading
 
 C_API_VERSION = 1  # the KVTIER_C_API_VERSION of include/kvtier/c_api.h this binding follows
 
@@ -128,8 +129,21 @@ def loaded():
     return _lib is not None
 
 
+# Reentrant: the collector may end an object on a thread that holds it.
+_take_lock = threading.RLock()
+
+
 class _Scoped:
     """A handle that ends (self._end()) at the end of a `with` or when collected."""
+
+    def _take(self, name):
+        """The handle in attribute `name`, which is None from now on: of two
+        threads ending one object at once only one gets it (ctypes lets go of
+        the GIL between a check and a clear)."""
+        with _take_lock:
+            handle = getattr(self, name, None)
+            setattr(self, name, None)
+        return handle
 
     def __enter__(self):
         return self

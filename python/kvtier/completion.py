@@ -80,19 +80,20 @@ class Completion(_Scoped):
     def free(self):
         """Frees the handle, not the work, and never waits: callbacks still to
         run are kept alive until the work ends."""
-        if self._handle:
-            if self._keepalive:
-                key = next(_orphan_keys)
-                with _orphans_lock:
-                    _orphans[key] = self._keepalive
-                # Runs after every callback registered before it, or at once
-                # if the work has ended.
-                code = lib().kvtier_completion_on_done(self._handle, _DROP_ORPHAN, key)
-                if code != 0:  # a runtime left behind by fork(): nothing here calls them
-                    _drop_orphan(key)
-                self._keepalive = []
-            lib().kvtier_completion_free(self._handle)
-            self._handle = None
+        handle = self._take("_handle")
+        if not handle:
+            return
+        if self._keepalive:
+            key = next(_orphan_keys)
+            with _orphans_lock:
+                _orphans[key] = self._keepalive
+            # Runs after every callback registered before it, or at once if
+            # the work has ended.
+            code = lib().kvtier_completion_on_done(handle, _DROP_ORPHAN, key)
+            if code != 0:  # a runtime left behind by fork(): nothing here calls them
+                _drop_orphan(key)
+            self._keepalive = []
+        lib().kvtier_completion_free(handle)
 
     _end = free
 
@@ -106,8 +107,8 @@ class Pin(_Scoped):
         self.tiers = tiers
 
     def release(self):
-        if self._handle:
-            lib().kvtier_unpin(self._handle)
-            self._handle = None
+        handle = self._take("_handle")
+        if handle:
+            lib().kvtier_unpin(handle)
 
     _end = release

@@ -60,9 +60,9 @@ class Runtime(_Scoped):
         self._rt = handle
 
     def close(self):
-        if self._rt:
-            lib().kvtier_close(self._rt)
-            self._rt = None
+        handle = self._take("_rt")
+        if handle:
+            lib().kvtier_close(handle)
 
     _end = close
 
@@ -78,8 +78,9 @@ class Runtime(_Scoped):
         if not isinstance(threading.current_thread(), threading._DummyThread):
             self.close()
             return
-        handle, log = self._rt, self._log
-        self._rt = None
+        handle, log = self._take("_rt"), self._log
+        if not handle:
+            return
 
         def close_elsewhere():
             lib().kvtier_close(handle)
@@ -109,7 +110,8 @@ class Runtime(_Scoped):
         """Keys of the full blocks of `tokens` (a list, or faster an array.array('i')
         or an int32 NumPy array), continuing `parent` (None: first block), as Keys."""
         c_tokens = _ints(tokens, ctypes.c_int32, ("i", "l", "=i", "<i"))
-        n = len(c_tokens) // self.block_tokens
+        # A closed runtime has no block size: the C call then says so.
+        n = len(c_tokens) // self.block_tokens if self._rt else 0
         out = (_Key * n)()
         count = ctypes.c_size_t(0)
         _check(lib().kvtier_key_chain(self._rt, _key_ptr(parent), c_tokens, len(c_tokens),

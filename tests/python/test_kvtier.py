@@ -280,6 +280,45 @@ class KvtierBindingTest(unittest.TestCase):
         self.rt.host_block_write(3, data)
         self.assertEqual(self.rt.host_block_read(3), bytes(data))
 
+    def test_two_threads_ending_one_pin_end_it_once(self):
+        # The C call lets go of the GIL: both threads used to pass the check
+        # before either cleared the handle, and unpin it twice.
+        import kvtier.completion as completion_module
+        keys = self.rt.key_chain(list(range(900, 932)))
+        self.rt.host_block_write(0, pattern(8192, 9))
+        self.rt.host_block_write(1, pattern(8192, 10))
+        self.assertEqual(self.rt.save(keys, [0, 1]).wait(), kvtier.OK)
+        pin = self.rt.lookup_and_pin(keys)
+        real = completion_module.lib()
+        calls = []
+
+        class SlowUnpin:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def kvtier_unpin(self, handle):
+                calls.append(handle)
+                time.sleep(0.05)
+                return real.kvtier_unpin(handle)
+
+        original = completion_module.lib
+        completion_module.lib = lambda: SlowUnpin()
+        try:
+            threads = [threading.Thread(target=pin.release) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            completion_module.lib = original
+        self.assertEqual(len(calls), 1)
+
+    def test_a_closed_runtime_raises_its_own_error(self):
+        rt = kvtier.Runtime(config_text=CONFIG)
+        rt.close()
+        with self.assertRaises(kvtier.KvtierError):
+            rt.key_chain(list(range(32)))
+
     def test_timeouts_past_or_too_far_are_clamped(self):
         from kvtier._convert import _ns
         self.assertEqual(_ns(None), -1)  # no limit
