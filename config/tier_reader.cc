@@ -199,7 +199,8 @@ Status ReadTier(const ConfigNode& node, size_t index, TierOptions* t) {
   const BackendKeys* backend = nullptr;
   if (node.kind == ConfigNode::Kind::kMap) {
     type = node.Find("type");
-    if (type != nullptr && type->kind == ConfigNode::Kind::kScalar) backend = FindBackend(type->text);
+    if (type != nullptr && type->kind == ConfigNode::Kind::kScalar)
+      backend = FindBackend(type->text);
   }
   std::vector<std::string_view> allowed(kTierKeys.begin(), kTierKeys.end());
   for (const BackendKeys& b : BackendKeyTable()) {
@@ -246,9 +247,11 @@ Status ReadTiers(const ConfigNode& root, std::vector<TierOptions>* tiers) {
     const ConfigNode& item = list->items[i];
     TierOptions t;
     KVTIER_RETURN_IF_ERROR(ReadTier(item, i, &t));
-    for (const TierOptions& earlier : *tiers) {
-      if (earlier.name == t.name) {
-        return NodeError(item.Find("name")->where, "duplicate tier name '" + t.name + "'",
+    for (size_t j = 0; j < tiers->size(); ++j) {
+      if ((*tiers)[j].name == t.name) {
+        // The override that made the clash, when one did, not the file's line.
+        const ConfigNode& at = Blame(item.Find("name"), list->items[j].Find("name"), item);
+        return NodeError(at.where, "duplicate tier name '" + t.name + "'",
                          "a unique name for every tier");
       }
     }

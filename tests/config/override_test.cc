@@ -181,6 +181,19 @@ TEST(ConfigOverrideTest, FileErrorsKeepFileLocationsWhenOverridesAreFine) {
             "f.yaml:1:41: tiers.h.capacity is 0; expected a capacity of at least 1 byte");
 }
 
+// A tier renamed by an override onto a later tier's name: the override is
+// named, not the later tier's line in the file, which the clash was found at.
+TEST(ConfigOverrideTest, ADuplicateTierNameNamesTheOverride) {
+  Result<KvtierConfig> r = ParseConfig(
+      "tiers:\n  - {name: host, type: host, capacity: 1GiB}\n"
+      "  - {name: host2, type: host, capacity: 1GiB}\n",
+      "f.yaml", std::vector<std::string>{"tiers.host.name=host2"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(
+      r.status().message().rfind("--set tiers.host.name=host2: duplicate tier name 'host2'", 0), 0u)
+      << r.status().message();
+}
+
 // Errors across fields of the model, or between the model and a tier, name
 // the override of the model's size rather than the file.
 TEST(ConfigOverrideTest, ModelSizeOverridesAreBlamedForWhatTheyBreak) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -240,6 +241,45 @@ TEST(NvmeNamespace, MetaRecordsTheNamespaceAndReadsOldRecordsAsUnbound) {
   EXPECT_FALSE(internal::DecodeMeta(enc.substr(0, enc.size() - 1)).has_value());
   EXPECT_EQ(internal::DescribeMismatch(*old, m),
             "namespace 0x0000000000000000 != 0x0000000000001234");
+}
+
+// A meta record read back is checked before anything is sized from it: a
+// damaged one asked kvtier-inspect for terabytes. And a location whose
+// payload size is near 2^64 does not fit (DiskBytes of it wraps).
+TEST(NvmeFormat, MetaOutOfRangeIsCorruptionAndHugePayloadsDoNotFit) {
+  using internal::StoreMeta;
+  const uint32_t v = internal::kNvmeFormatVersion;
+  EXPECT_TRUE(internal::CheckStoreMeta(StoreMeta{v, 8192, 1 << 20, 7, 0}).ok());
+  for (const StoreMeta& bad :
+       {StoreMeta{v, 0, 1 << 20, 7, 0}, StoreMeta{v, 8192, 1000, 7, 0},
+        StoreMeta{v, 8192, 4ULL << 30, 7, 0}, StoreMeta{v, 1ULL << 40, 1 << 20, 7, 0},
+        StoreMeta{v, ~0ULL, 1 << 20, 7, 0}, StoreMeta{v, 8192, 1 << 20, 0, 0},
+        StoreMeta{v, 8192, 1 << 20, 0xFFFFFFFF, 0}}) {
+    Status st = internal::CheckStoreMeta(bad);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption)
+        << bad.block_bytes << " " << bad.region_bytes << " " << bad.regions;
+  }
+  internal::BlockLocation loc;
+  loc.payload_bytes = ~0ULL;
+  EXPECT_FALSE(internal::LocationFits(loc, ~0ULL, 1 << 20, 7));
+  loc.payload_bytes = 8192;
+  EXPECT_TRUE(internal::LocationFits(loc, 8192, 1 << 20, 7));
+}
+
+// A capacity that would need more regions than a store may have is refused
+// at open, before any file is made: the count wrapped at 32 bits and the
+// tier opened with 3 regions in place of 4 billion.
+TEST(NvmeFormat, ACapacityNeedingTooManyRegionsIsRefused) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 1, 65536, 69632);
+  o.capacity_bytes = 264917625208832;  // about 241 TiB
+  auto t = OpenNvmeTier(o, TierContext{65536});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << t.status().ToString();
+  EXPECT_NE(t.status().message().find("raise region_size"), std::string_view::npos)
+      << t.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(o.path));
 }
 
 }  // namespace

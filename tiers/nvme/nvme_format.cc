@@ -32,9 +32,28 @@ AlignedBuffer::AlignedBuffer(uint64_t bytes) : size_(bytes) {
 
 bool LocationFits(const BlockLocation& loc, uint64_t block_bytes, uint64_t region_bytes,
                   uint64_t regions) {
+  // Payload first: DiskBytes of a payload near 2^64 wraps.
   return loc.region < regions && loc.offset % kNvmeAlign == 0 && loc.payload_bytes > 0 &&
-         loc.payload_bytes <= block_bytes &&
+         loc.payload_bytes <= block_bytes && loc.payload_bytes <= region_bytes &&
          loc.offset + DiskBytes(loc.payload_bytes) <= region_bytes;
+}
+
+Status CheckStoreMeta(const StoreMeta& m) {
+  auto bad = [](const std::string& what) { return Status::Corruption("nvme store meta: " + what); };
+  if (m.region_bytes == 0 || m.region_bytes % kNvmeAlign != 0 || m.region_bytes > (1ULL << 31)) {
+    return bad("region size " + std::to_string(m.region_bytes) +
+               " is not a multiple of 4 KiB of at most 2 GiB");
+  }
+  if (m.block_bytes == 0 || m.block_bytes > m.region_bytes ||
+      DiskBytes(m.block_bytes) > m.region_bytes) {
+    return bad("block size " + std::to_string(m.block_bytes) + " does not fit a region of " +
+               std::to_string(m.region_bytes) + " bytes");
+  }
+  if (m.regions == 0 || m.regions > kMaxNvmeRegions) {
+    return bad(std::to_string(m.regions) + " regions (at most " + std::to_string(kMaxNvmeRegions) +
+               ")");
+  }
+  return Status::Ok();
 }
 
 std::string EncodeMeta(const StoreMeta& m) {

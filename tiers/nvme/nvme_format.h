@@ -71,6 +71,24 @@ struct StoreMeta {
   friend bool operator==(const StoreMeta&, const StoreMeta&) = default;
 };
 
+// The most regions a store may have: the tier keeps a record of each in
+// memory (2^25 of 64 MiB hold 2 PiB), and the format counts them in 32 bits.
+inline constexpr uint64_t kMaxNvmeRegions = uint64_t{1} << 25;
+// Regions of a store for `capacity` bytes of blocks of `block_bytes` in
+// regions of `region_bytes` (which hold at least one block each): the data's,
+// plus spare ones so that reclaim always finds dead space to gain (about
+// 1/16 extra) and a target to write into.
+inline uint64_t NvmeRegionCount(uint64_t capacity, uint64_t block_bytes, uint64_t region_bytes) {
+  const uint64_t blocks = capacity / block_bytes + (capacity % block_bytes != 0 ? 1 : 0);
+  const uint64_t per_region = region_bytes / DiskBytes(block_bytes);
+  const uint64_t data = blocks / per_region + (blocks % per_region != 0 ? 1 : 0);
+  return data + 2 + data / 16;
+}
+// OK when a meta record read back describes a store this build could have
+// written (block and region sizes, region count); Corruption naming the
+// first value out of range otherwise, so that nothing is sized from it.
+Status CheckStoreMeta(const StoreMeta& m);
+
 // Whether `loc` lies inside a store of `regions` regions of `region_bytes`
 // holding blocks of at most `block_bytes`: aligned, non-empty, within its
 // region. The tier drops an index entry that does not fit.

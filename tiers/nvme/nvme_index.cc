@@ -135,6 +135,9 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& di
         "nvme index at " + dir + " has format version " + std::to_string(stored->format_version) +
         "; this build reads format version " + std::to_string(kNvmeFormatVersion) + " only");
   }
+  // Readers size their tables from it: a damaged record must not ask for
+  // terabytes.
+  KVTIER_RETURN_IF_ERROR(CheckStoreMeta(*stored).WithContext("nvme index at " + dir));
   *meta = *stored;
   return std::unique_ptr<NvmeIndex>(new NvmeIndex(db.release()));
 }

@@ -27,12 +27,17 @@ Result<Geometry> ComputeGeometry(const TierOptions& o, uint64_t block_bytes) {
                                    std::to_string(o.region_bytes) + " cannot hold one block (" +
                                    std::to_string(block_disk) + " bytes on disk)");
   }
+  const uint64_t regions = NvmeRegionCount(o.capacity_bytes, block_bytes, o.region_bytes);
+  if (regions > kMaxNvmeRegions) {
+    return Status::InvalidArgument(
+        "tier '" + o.name + "': capacity " + std::to_string(o.capacity_bytes) + " in regions of " +
+        std::to_string(o.region_bytes) + " bytes makes " + std::to_string(regions) +
+        " regions, more than " + std::to_string(kMaxNvmeRegions) + "; raise region_size");
+  }
   const uint64_t blocks = (o.capacity_bytes + block_bytes - 1) / block_bytes;
-  const uint64_t per_region = o.region_bytes / block_disk;
-  const uint64_t data = (blocks + per_region - 1) / per_region;
   Geometry g;
   g.disk_budget = blocks * block_disk;
-  g.regions = static_cast<uint32_t>(data + 2 + data / 16);
+  g.regions = static_cast<uint32_t>(regions);
   return g;
 }
 
