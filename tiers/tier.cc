@@ -36,8 +36,17 @@ std::optional<Completion> Tier::Refuse(size_t items, OpKind kind) {
                                        std::to_string(caps_.max_batch_blocks)));
   }
   if (items == 0) return Completion();
-  ++in_flight_;
+  // Two counts: the batch's, which ends when it finishes (Track), and the
+  // call's, which ends when the backend's Do* returns (EndCall). A backend
+  // may finish the batch while it still holds its own locks: Shutdown must
+  // not return, and the tier be destroyed, before it has let go of them.
+  in_flight_ += 2;
   return std::nullopt;
+}
+
+void Tier::EndCall() {
+  std::lock_guard lock(mu_);
+  if (--in_flight_ == 0) drained_.notify_all();
 }
 
 Completion Tier::Track(OpKind kind, Completion c) {
@@ -83,6 +92,7 @@ Completion Tier::Read(NamespaceId ns, std::span<const ReadOp> ops) {
   CompletionSource src(ops.size());
   Completion c = Track(OpKind::kRead, src.completion());
   CallBackend([&] { DoRead(ns, ops, std::move(src)); });
+  EndCall();
   return c;
 }
 
@@ -93,17 +103,18 @@ Completion Tier::Write(NamespaceId ns, std::span<const WriteOp> ops) {
           ops.size(), Status::InvalidArgument("tier '" + name_ + "': empty payload in batch"));
     }
     if (caps_.max_block_bytes != 0 && op.src.size() > caps_.max_block_bytes) {
-      return CompletionSource::Done(
-          ops.size(), Status::InvalidArgument("tier '" + name_ + "': payload of " +
-                                              std::to_string(op.src.size()) +
-                                              " bytes exceeds the block limit of " +
-                                              std::to_string(caps_.max_block_bytes)));
+      return CompletionSource::Done(ops.size(),
+                                    Status::InvalidArgument("tier '" + name_ + "': payload of " +
+                                                            std::to_string(op.src.size()) +
+                                                            " bytes exceeds the block limit of " +
+                                                            std::to_string(caps_.max_block_bytes)));
     }
   }
   if (auto refused = Refuse(ops.size(), OpKind::kWrite)) return *refused;
   CompletionSource src(ops.size());
   Completion c = Track(OpKind::kWrite, src.completion());
   CallBackend([&] { DoWrite(ns, ops, std::move(src)); });
+  EndCall();
   return c;
 }
 
@@ -112,6 +123,7 @@ Completion Tier::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   CompletionSource src(keys.size());
   Completion c = Track(OpKind::kRemove, src.completion());
   CallBackend([&] { DoRemove(ns, keys, std::move(src)); });
+  EndCall();
   return c;
 }
 
@@ -120,6 +132,7 @@ Completion Tier::Contains(NamespaceId ns, std::span<const BlockKey> keys) {
   CompletionSource src(keys.size());
   Completion c = Track(OpKind::kContains, src.completion());
   CallBackend([&] { DoContains(ns, keys, std::move(src)); });
+  EndCall();
   return c;
 }
 

@@ -123,8 +123,9 @@ class KVTIER_EXPORT Tier {
     return DoRegisterHostMemory(memory);
   }
 
-  // Refuses new work (Unavailable), waits for in-flight batches, then calls
-  // DoShutdown(). Idempotent.
+  // Refuses new work (Unavailable), waits for in-flight batches and for
+  // every Do* call to return (a backend may finish a batch before it lets go
+  // of its own locks), then calls DoShutdown(). Idempotent.
   void Shutdown();
 
  protected:
@@ -147,6 +148,8 @@ class KVTIER_EXPORT Tier {
   // Checks the batch; returns a finished completion when it must not run.
   std::optional<Completion> Refuse(size_t items, OpKind kind);
   Completion Track(OpKind kind, Completion c);
+  // Ends the count a call holds while its Do* runs (Refuse takes it).
+  void EndCall();
   void Count(OpKind kind, const Completion& c);
 
   const std::string name_;

@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
 #include "kvtier/build_config.h"
 #include "kvtier/tier.h"
 
@@ -52,6 +58,50 @@ TEST(TierRegistry, ZeroBlockSizeIsRefused) {
   auto t = CreateTier(Opts("host"), TierContext{0});
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+}
+
+// A backend that finishes a batch and only then returns (the host tier
+// finishes under its own lock): Shutdown waits for the return too, or the
+// tier could be destroyed under the backend's unlock.
+class FinishesEarlyTier final : public Tier {
+ public:
+  FinishesEarlyTier() : Tier("early", "test", TierCapabilities{}) {}
+  ~FinishesEarlyTier() override { Shutdown(); }
+  std::promise<void> finished;
+  std::promise<void> let_return;
+  std::atomic<bool> returned{false};
+  TierUsage Usage() const override { return {}; }
+
+ protected:
+  void DoRead(NamespaceId, std::span<const ReadOp> ops, CompletionSource done) override {
+    for (size_t i = 0; i < ops.size(); ++i) done.Set(i, Status::NotFound("none"));
+    done.Finish();
+    finished.set_value();
+    let_return.get_future().wait();
+    returned = true;
+  }
+  void DoWrite(NamespaceId, std::span<const WriteOp>, CompletionSource) override {}
+  void DoRemove(NamespaceId, std::span<const BlockKey>, CompletionSource) override {}
+  void DoContains(NamespaceId, std::span<const BlockKey>, CompletionSource) override {}
+};
+
+TEST(TierBase, ShutdownWaitsForTheBackendCallToReturn) {
+  FinishesEarlyTier tier;
+  std::vector<std::byte> buf(16);
+  ReadOp op{BlockKey{1, 2}, buf};
+  std::thread reader([&] { (void)tier.Read(NamespaceId{1}, std::span(&op, 1)); });
+  tier.finished.get_future().wait();
+  std::atomic<bool> shut{false};
+  std::thread closer([&] {
+    tier.Shutdown();
+    shut = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(shut.load()) << "Shutdown returned while the backend's call was still running";
+  tier.let_return.set_value();
+  closer.join();
+  EXPECT_TRUE(tier.returned.load());
+  reader.join();
 }
 
 }  // namespace
