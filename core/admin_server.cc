@@ -212,9 +212,11 @@ void AdminServer::EnterStopping() {
 }
 
 void AdminServer::DrainQueued() {
-  // Non-blocking accepts: the queue holds at most the backlog, and a client
-  // that connects from now on is refused once the listener closes.
-  for (;;) {
+  // Non-blocking accepts, within the stop's grace: the listener stays open
+  // until the thread ends, so a client that kept connecting would otherwise
+  // hold the stop (and Runtime::Shutdown, which waits for it) for as long as
+  // it liked. Clients still queued at the end are closed with the listener.
+  while (std::chrono::steady_clock::now() < stop_deadline_) {
     UniqueFd conn(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!conn.valid()) {
       if (errno == EINTR || errno == ECONNABORTED) continue;

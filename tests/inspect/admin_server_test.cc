@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -281,6 +282,48 @@ TEST(AdminEndpoint, RequestsAlreadySentAreAnsweredAtShutdown) {
   EXPECT_EQ(out, "/queued done\n");
   server->reset();
   EXPECT_EQ(FetchAdmin(path, "/health", kTimeout).status().code(), StatusCode::kUnavailable);
+}
+
+// Clients that keep connecting while the server stops: the stop ends within
+// its grace. It served them for as long as they kept the listener's queue
+// from emptying, and the runtime's Shutdown waited with it.
+TEST(AdminEndpoint, ClientsThatKeepConnectingDoNotHoldTheStop) {
+  TempDir dir;
+  const std::string path = dir.File("busy.sock");
+  // Each reply takes a while, so the clients keep the queue from emptying.
+  auto server = internal::AdminServer::Start(
+      path,
+      [](std::string_view) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return internal::AdminResponse{.body = "ok\n"};
+      },
+      nullptr);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&] {
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, path.data(), path.size());
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!stop.load() && std::chrono::steady_clock::now() < give_up) {
+        UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+          (void)send(fd.get(), "GET /health\n", 12, MSG_NOSIGNAL);
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  server->reset();  // RequestStop, then join: what the runtime's Shutdown does first
+  const auto took = std::chrono::steady_clock::now() - start;
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  // The grace is 200 ms, plus one client's reply; far less than the clients'
+  // 20 s on a loaded machine.
+  EXPECT_LT(took, std::chrono::seconds(3));
 }
 
 // A server that closes without a byte of reply is going away: Unavailable,
