@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
@@ -205,7 +206,10 @@ Status ReadTier(const ConfigNode& node, size_t index, TierOptions* t) {
   std::vector<std::string_view> allowed(kTierKeys.begin(), kTierKeys.end());
   for (const BackendKeys& b : BackendKeyTable()) {
     if (backend != nullptr && &b != backend) continue;
-    for (std::string_view k : b.keys()) allowed.push_back(k);
+    for (std::string_view k : b.keys()) {
+      // Backends share some keys (servers, connections, ...): listed once.
+      if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) allowed.push_back(k);
+    }
   }
   if (backend != nullptr) {
     KVTIER_RETURN_IF_ERROR(CheckOtherTypesKeys(node, index_path, *backend, *type, allowed));

@@ -181,6 +181,22 @@ TEST(ConfigOverrideTest, FileErrorsKeepFileLocationsWhenOverridesAreFine) {
             "f.yaml:1:41: tiers.h.capacity is 0; expected a capacity of at least 1 byte");
 }
 
+// A tier without a type accepts every backend's keys: an unknown one lists
+// them once each, though backends share some (servers, connections, ...).
+TEST(ConfigOverrideTest, UnknownKeyOfATierWithoutTypeListsEachKeyOnce) {
+  Result<KvtierConfig> r = ParseConfig(
+      "tiers:\n  - {name: host, type: host, capacity: 1GiB}\n"
+      "  - {name: x, capacity: 1GiB, bogus: 1}\n",
+      "f.yaml", {});
+  ASSERT_FALSE(r.ok());
+  const std::string msg(r.status().message());
+  for (const char* key : {" servers,", " connections,", " op_timeout_ms,", " shared,"}) {
+    const size_t first = msg.find(key);
+    ASSERT_NE(first, std::string::npos) << key << " in " << msg;
+    EXPECT_EQ(msg.find(key, first + 1), std::string::npos) << key << " twice in " << msg;
+  }
+}
+
 // A tier renamed by an override onto a later tier's name: the override is
 // named, not the later tier's line in the file, which the clash was found at.
 TEST(ConfigOverrideTest, ADuplicateTierNameNamesTheOverride) {

@@ -114,6 +114,18 @@ TEST_F(InspectLive, StatsShowsEveryCounter) {
   EXPECT_EQ(Row(r.out, "save failures"), "1") << r.out;
 }
 
+// Numbers out of a counter's range are clamped: a negative or too large
+// double cast to uint64 is undefined (-5 printed as 18446744073709551611).
+TEST_F(InspectLive, CountsOutOfRangeAreClamped) {
+  FakeRuntime rt(Socket());
+  rt.Answer(R"({"tiers":[],"lookups":-5,"save_blocks":1e300,
+                "moves":[{"from":"a","to":"b","blocks":1,"bytes":1e300}]})");
+  CliRun r = Inspect("stats --socket " + Socket());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(Row(r.out, "lookups"), "0") << r.out;
+  EXPECT_EQ(Row(r.out, "save blocks"), "18446744073709551615") << r.out;
+}
+
 TEST_F(InspectLive, ZeroValuedFlagsAreUsageErrors) {
   FakeRuntime rt(Socket());
   rt.Answer(R"({"tiers":[]})");

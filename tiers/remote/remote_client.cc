@@ -23,8 +23,11 @@ void ClientImpl::OnReady(ServerState& s, Channel& ch, Link* l, uint64_t instance
 void ClientImpl::OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, const Status& why) {
   if (ch.link.get() != l) return;
   ch.link.reset();
-  ch.backoff_ms = ch.backoff_ms == 0 ? o_.reconnect_backoff_ms
-                                     : std::min(ch.backoff_ms * 2, o_.reconnect_backoff_max_ms);
+  // Doubled in 64 bits: a backoff above 2^31 ms would wrap in 32.
+  ch.backoff_ms = ch.backoff_ms == 0
+                      ? o_.reconnect_backoff_ms
+                      : static_cast<uint32_t>(std::min<uint64_t>(uint64_t{ch.backoff_ms} * 2,
+                                                                 o_.reconnect_backoff_max_ms));
   ch.next_attempt = SteadyClock::now() + std::chrono::milliseconds(ch.backoff_ms);
   if (was_ready && !stopped_.load(std::memory_order_relaxed)) {
     log_->Log(LogLevel::kWarning,

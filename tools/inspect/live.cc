@@ -79,7 +79,13 @@ double Num(const json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
-std::string Int(double v) { return std::to_string(static_cast<uint64_t>(v)); }
+// A count as the document gives it, clamped to what a counter can be: a
+// negative or out-of-range double cast to uint64 is undefined.
+std::string Int(double v) {
+  if (!(v > 0)) return "0";
+  if (v >= 18446744073709551615.0) return "18446744073709551615";
+  return std::to_string(static_cast<uint64_t>(v));
+}
 
 // The mean and the bucket bound holding quantile q of a latency histogram.
 std::string LatencySummary(const json& h) {

@@ -1,6 +1,7 @@
 #include "tools/inspect/table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace kvtier::inspect {
@@ -38,7 +39,9 @@ std::string Bytes(double bytes) {
     ++unit;
   }
   char buf[32];
-  if (unit == 0 || bytes == static_cast<double>(static_cast<uint64_t>(bytes))) {
+  // floor, not a cast to uint64: a value past 2^64 (a document gone wrong)
+  // must not make the cast undefined.
+  if (unit == 0 || std::floor(bytes) == bytes) {
     std::snprintf(buf, sizeof(buf), "%.0f %s", bytes, kUnits[unit]);
   } else {
     std::snprintf(buf, sizeof(buf), "%.1f %s", bytes, kUnits[unit]);
