@@ -14,58 +14,22 @@
 #include <vector>
 
 #include "tests/core/runtime_test_util.h"
+#include "tests/support/tier_view.h"
 
 namespace kvtier::testing {
 namespace {
 
-// A host tier whose Usage() can be held once, until Open().
-class HeldUsageTier final : public Tier {
- public:
-  explicit HeldUsageTier(std::unique_ptr<Tier> inner)
-      : Tier(inner->name(), inner->type(), inner->capabilities()), inner_(std::move(inner)) {}
-  ~HeldUsageTier() override { Shutdown(); }
-
-  TierUsage Usage() const override {
-    if (hold_.exchange(false)) {
-      held_.set_value();
-      open_.get_future().wait();
-    }
-    return inner_->Usage();
+// Holds the next Usage() of t2 (the mover's, as it makes room there) until
+// Open().
+struct UsageGate {
+  std::atomic<bool> armed{false};
+  std::promise<void> held;
+  std::promise<void> open;
+  void Wait() {
+    if (!armed.exchange(false)) return;
+    held.set_value();
+    open.get_future().wait();
   }
-  std::future<void> HoldNextUsage() {
-    hold_ = true;
-    return held_.get_future();
-  }
-  void Open() { open_.set_value(); }
-  // The tier loses the block (a TTL expiry, say), and nothing else changes.
-  void Lose(NamespaceId ns, const BlockKey& key) {
-    (void)inner_->Remove(ns, std::span(&key, 1)).Wait();
-  }
-
- protected:
-  void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override {
-    Forward(inner_->Read(ns, ops), std::move(done));
-  }
-  void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override {
-    Forward(inner_->Write(ns, ops), std::move(done));
-  }
-  void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
-    Forward(inner_->Remove(ns, keys), std::move(done));
-  }
-  void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
-    Forward(inner_->Contains(ns, keys), std::move(done));
-  }
-
- private:
-  static void Forward(const Completion& c, CompletionSource done) {
-    (void)c.Wait();
-    for (size_t i = 0; i < c.size(); ++i) done.Set(i, c.result(i), c.bytes(i));
-    done.Finish();
-  }
-  std::unique_ptr<Tier> inner_;
-  mutable std::atomic<bool> hold_{false};
-  mutable std::promise<void> held_;
-  mutable std::promise<void> open_;
 };
 
 class MovingSaveTest : public ::testing::Test {
@@ -87,9 +51,14 @@ class MovingSaveTest : public ::testing::Test {
                             const TierContext& c) -> Result<std::unique_ptr<Tier>> {
       auto inner = CreateTier(t, c);
       if (!inner.ok()) return inner;
-      auto tier = std::make_unique<HeldUsageTier>(std::move(inner).value());
-      (t.name == "t1" ? t1_ : t2_) = tier.get();
-      return std::unique_ptr<Tier>(std::move(tier));
+      std::shared_ptr<Tier> shared(std::move(inner).value());
+      TierViewHooks hooks;
+      if (t.name == "t1") {
+        t1_ = shared;
+      } else {
+        hooks.before_usage = [gate = &gate_] { gate->Wait(); };
+      }
+      return NewTierView(shared, shared->capabilities(), hooks);
     };
     auto rt = Runtime::Open(o, setup_.engine);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
@@ -102,10 +71,12 @@ class MovingSaveTest : public ::testing::Test {
     sim_->Prefill(y, 10);
     ASSERT_TRUE(sim_->SaveFrom(y, 0, 10).status().ok());
 
-    std::future<void> held = t2_->HoldNextUsage();
+    std::future<void> held = gate_.held.get_future();
+    gate_.armed = true;
     mover_ = std::thread([this] { (void)rt_->TEST_RunMoverOnce(); });
     ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-    t1_->Lose(kTestNs, k_[1]);
+    // t1 loses K2 (a TTL expiry, say), and nothing else changes.
+    ASSERT_TRUE(t1_->Remove(kTestNs, std::span(&k_[1], 1)).Wait().ok());
     Completion lost = sim_->Load(std::vector<BlockKey>{k_[1]}, 40);
     ASSERT_EQ(lost.result(0).code(), StatusCode::kNotFound) << lost.result(0).ToString();
     // The engine computes K1, K2 again and saves them.
@@ -113,10 +84,11 @@ class MovingSaveTest : public ::testing::Test {
   }
   void TearDown() override {
     if (mover_.joinable()) {
-      if (!opened_) t2_->Open();
+      if (!opened_) gate_.open.set_value();
       mover_.join();
     }
     rt_.reset();
+    if (t1_) t1_->Shutdown();
   }
   Completion SaveK12() {
     const std::vector<uint32_t> blocks = {20, 21};
@@ -124,20 +96,19 @@ class MovingSaveTest : public ::testing::Test {
   }
   void OpenMover() {
     opened_ = true;
-    t2_->Open();
+    gate_.open.set_value();
   }
 
   const std::vector<BlockKey> k_ = ChainKeys({1, 2, 3, 4});
   const std::vector<BlockKey> k12_ = {k_[0], k_[1]};
   EngineSetup setup_;
-  HeldUsageTier* t1_ = nullptr;
-  HeldUsageTier* t2_ = nullptr;
+  UsageGate gate_;
+  std::shared_ptr<Tier> t1_;
   std::unique_ptr<Runtime> rt_;
   std::unique_ptr<SimEngine> sim_;
   std::thread mover_;
   bool opened_ = false;
 };
-
 // The save waits for the move to settle, then gives K2 its copy again.
 TEST_F(MovingSaveTest, ASaveWaitsForTheMoveAndStoresTheBlockAgain) {
   Completion saved = SaveK12();
