@@ -299,16 +299,16 @@ Status CheckTierSizes(const ConfigNode& root, const RuntimeOptions& rt) {
                            std::to_string(block_disk) + " on disk with its header page)",
                        "a region_size of at least " + std::to_string(block_disk) + " bytes");
     }
-    if (t.type == "nvme" &&
-        NvmeRegionCount(t.capacity_bytes, rt.block_bytes, t.region_bytes) > kMaxNvmeRegions) {
+    const uint64_t regions =
+        t.type == "nvme" ? NvmeRegionCount(t.capacity_bytes, rt.block_bytes, t.region_bytes) : 0;
+    if (regions > kMaxNvmeRegions) {
       const ConfigNode* region = item.Find("region_size");
-      return NodeError(
-          Blame(region, item.Find("capacity"), item).where,
-          "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
-              " bytes in regions of " + std::to_string(t.region_bytes) + " bytes makes " +
-              std::to_string(NvmeRegionCount(t.capacity_bytes, rt.block_bytes, t.region_bytes)) +
-              " regions, more than " + std::to_string(kMaxNvmeRegions),
-          "a larger region_size (the default is 64MiB)");
+      return NodeError(Blame(region, item.Find("capacity"), item).where,
+                       "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
+                           " bytes in regions of " + std::to_string(t.region_bytes) +
+                           " bytes makes " + std::to_string(regions) + " regions, more than " +
+                           std::to_string(kMaxNvmeRegions),
+                       "a larger region_size (the default is 64MiB)");
     }
   }
   return Status::Ok();

@@ -221,14 +221,10 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       std::lock_guard lock(mu_);
       const uint64_t now = NowNs();
       for (size_t i = 0; i < victims.size(); ++i) {
-        IndexEntry* v = victims[i];
-        --v->pins;
-        v->moving = false;
-        --moving_blocks_;
-        if (written[i]) index_.AddLocation(v, next, now);
+        EndMoveLocked(victims[i]);
+        if (written[i]) index_.AddLocation(victims[i], next, now);
       }
-      moves_done_.notify_all();
-      fills_done_.notify_all();
+      NotifyMovesSettledLocked();
       throw;
     }
   }
@@ -241,9 +237,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     uint64_t written_bytes = 0;
     for (size_t i = 0; i < victims.size(); ++i) {
       IndexEntry* v = victims[i];
-      --v->pins;
-      v->moving = false;
-      --moving_blocks_;
+      EndMoveLocked(v);
       if (written[i]) {
         index_.AddLocation(v, next, now);
         ++tier_counts_[tier].demoted;
@@ -274,10 +268,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     }
     if (next < tier_count()) policies_->OnWritten(next, written_bytes, now);
     for (const NsKey& k : removals) (void)QueueRemoveLocked(tier, k, /*running=*/true);
-    // Under the lock, so a waiter cannot miss it between its check and wait.
-    // Saves wait (fills_done_) for a victim whose copy was found lost.
-    moves_done_.notify_all();
-    fills_done_.notify_all();
+    NotifyMovesSettledLocked();
   }
   if (!removals.empty()) (void)RunRemoves(tier, removals);  // failures are retried
   return dropped;

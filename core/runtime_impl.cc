@@ -348,9 +348,7 @@ void RuntimeImpl::Unpin(NamespaceId ns, std::span<const BlockKey> keys) {
   // Deepest first, so a parent left with no copy follows its child out.
   for (size_t i = keys.size(); i-- > 0;) {
     IndexEntry* e = index_.Find({ns, keys[i]});
-    if (e == nullptr || e->pins == 0) continue;
-    --e->pins;
-    EraseIfUnheldLocked(e);
+    if (e != nullptr && e->pins != 0) DropPinLocked(e);
   }
 }
 

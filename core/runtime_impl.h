@@ -231,6 +231,27 @@ class RuntimeImpl final : public Runtime {
   // (a load that found its last copy lost kept it for its pin's sake).
   // REQUIRES: mu_ held.
   void EraseIfUnheldLocked(IndexEntry* e);
+  // Lets go of one pin on `e` (a load's, a lookup's), erasing it if that
+  // was its last hold. REQUIRES: mu_ held.
+  void DropPinLocked(IndexEntry* e) {
+    --e->pins;
+    EraseIfUnheldLocked(e);
+  }
+  // A victim an eviction pass is done with: unpinned, no longer moving.
+  // REQUIRES: mu_ held.
+  void EndMoveLocked(IndexEntry* v) {
+    --v->pins;
+    v->moving = false;
+    --moving_blocks_;
+  }
+  // Wakes what waits for a pass's victims to settle: evictions waiting for
+  // slots (moves_done_) and saves of a victim whose copy was found lost
+  // (fills_done_). Under mu_, so a waiter cannot miss it between its check
+  // and its wait.
+  void NotifyMovesSettledLocked() {
+    moves_done_.notify_all();
+    fills_done_.notify_all();
+  }
   // The most blocks one call to lower tier `t` may carry; calls are split to it.
   static size_t BatchLimit(const Tier& t) {
     return std::max<size_t>(1, t.capabilities().max_batch_blocks);

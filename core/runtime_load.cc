@@ -60,9 +60,7 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
       std::lock_guard lock(mu_);
       for (size_t i = 0; i < n; ++i) {
         if (staged[i] != kNoSlot && issued[i] == 0) arena_->Free(staged[i]);
-        if (entries[i] == nullptr) continue;
-        --entries[i]->pins;
-        EraseIfUnheldLocked(entries[i]);
+        if (entries[i] != nullptr) DropPinLocked(entries[i]);
       }
       throw;
     }
@@ -124,10 +122,7 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
       ++stats_.load_failures;
       done.Set(i, results[i]);
     }
-    IndexEntry* e = entries[i];
-    if (e == nullptr) continue;
-    --e->pins;
-    EraseIfUnheldLocked(e);
+    if (entries[i] != nullptr) DropPinLocked(entries[i]);
   }
 }
 

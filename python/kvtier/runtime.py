@@ -73,21 +73,16 @@ class Runtime(_Scoped):
         # that is one of the runtime's own, and kvtier_close there would join
         # the thread it runs on. From a thread Python did not start, it closes
         # from a new thread, keeping the log callback alive until then.
-        if not self._rt or not loaded():
+        if not loaded():
             return
         if not isinstance(threading.current_thread(), threading._DummyThread):
             self.close()
             return
         handle, log = self._take("_rt"), self._log
-        if not handle:
-            return
-
-        def close_elsewhere():
-            lib().kvtier_close(handle)
-            del log_keeper[:]
-
-        log_keeper = [log]
-        threading.Thread(target=close_elsewhere, name="kvtier-close").start()
+        if handle:
+            # The thread's target holds `log` until kvtier_close has returned.
+            threading.Thread(target=lambda: (lib().kvtier_close(handle), log),
+                             name="kvtier-close").start()
 
     @property
     def namespace(self):

@@ -62,8 +62,10 @@ Status RedisRouter::ReadMaxValueBytes(RedisConnection& conn) {
     const uint64_t v = std::strtoull(reply->items[1].text.c_str(), nullptr, 10);
     // The smallest of every server's: a block goes to whichever the key
     // hashes to.
-    if (v > 0) max_value_bytes_ = value_limit_read_ ? std::min(max_value_bytes_, v) : v;
-    value_limit_read_ = v > 0 || value_limit_read_;
+    if (v > 0) {
+      max_value_bytes_ = value_limit_read_ ? std::min(max_value_bytes_, v) : v;
+      value_limit_read_ = true;
+    }
   }
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 
+#include "core/admin_server.h"  // UniqueFd
 #include "core/payload_hash.h"
 #include "io/io_engine.h"
 #include "io/ring.h"
@@ -26,26 +27,12 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr NamespaceId kPathNs{0xBE4D};
 const char* const kSteps[] = {"ring", "ring+hash", "engine", "tier"};
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Writes `blocks` blocks of a byte pattern to `path` and opens it for
 // reading, O_DIRECT where the file system allows.
 Result<int> MakeRingFile(const std::string& path, std::span<std::byte> buf, uint64_t blocks,
                          bool* direct) {
   {
-    Fd w(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    internal::UniqueFd w(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
     if (w.get() < 0) return FromErrno(errno, "create " + path);
     for (uint64_t i = 0; i < blocks; ++i) {
       for (size_t k = 0; k < buf.size(); k += 4096) buf[k] = static_cast<std::byte>(i + k);
@@ -139,7 +126,7 @@ Result<NvmePathReport> RunNvmePathBench(const NvmePathOptions& o) {
   KVTIER_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(o.block_bytes));
   KVTIER_ASSIGN_OR_RETURN(int raw_fd,
                           MakeRingFile(work + "/ring.dat", buf.span(), rep.reads, &rep.direct_io));
-  Fd fd(raw_fd);
+  internal::UniqueFd fd(raw_fd);
 
   TierOptions t;
   t.name = "nvme-path";
