@@ -217,8 +217,9 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
   uint32_t depth = 0;
   if (parent) {
     IndexEntry* p = index_.Find({ns, *parent});
-    // The save fails as a whole (ReserveSaveLocked): no room to make for it.
-    if (p == nullptr) return keys.size();
+    // The save fails as a whole (ReserveSaveLocked), absent or a link with
+    // no copy (one unsettled past the wait fails too): no room to make.
+    if (NeedsCopy(p) || Unsettled(p)) return keys.size();
     depth = p->depth + 1;
     hold(p);
   }

@@ -109,6 +109,28 @@ TEST_F(RuntimeLostCopyTest, ASaveUnderAParentWhoseCopyWasLostFails) {
   EXPECT_TRUE(rt_->IsSaved(kTestNs, chain));
 }
 
+// As above, with the hub full: the save fails as a whole, so it must not
+// make room first (it wrote a hub block down to the gate tier for nothing).
+TEST_F(RuntimeLostCopyTest, ASaveUnderALostParentMakesNoRoom) {
+  gate_->reads_miss = true;
+  Completion lost = sim_->Load(std::vector<BlockKey>{keys_[1]}, 40);
+  ASSERT_EQ(lost.result(0).code(), StatusCode::kNotFound) << lost.result(0).ToString();
+  gate_->reads_miss = false;
+  const auto x = ChainKeys({30, 31, 32});
+  sim_->Prefill(x, 10);
+  ASSERT_TRUE(sim_->SaveFrom(x, 0, 10).status().ok());  // the hub: K1, X1..X3, full
+  ASSERT_EQ(rt_->Lookup(kTestNs, x)->tier, (std::vector<uint8_t>{0, 0, 0}));
+  const uint64_t written = gate_->Counters().write_blocks;
+  const BlockKey y = ChainKeys({1, 2, 99})[2];
+  sim_->Prefill(std::vector<BlockKey>{y}, 20);
+  const std::vector<uint32_t> block{20};
+  Completion saved = rt_->Save(kTestNs, keys_[1], std::span(&y, 1), block);
+  (void)saved.Wait();
+  EXPECT_EQ(saved.result(0).code(), StatusCode::kInvalidArgument) << saved.result(0).ToString();
+  EXPECT_EQ(gate_->Counters().write_blocks, written) << "room was made for a save that failed";
+  EXPECT_EQ(rt_->Lookup(kTestNs, x)->tier, (std::vector<uint8_t>{0, 0, 0}));
+}
+
 // Save A hangs N off K4 (below the hub) and, with the hub full, waits at the
 // gate for room, holding K4. Meanwhile a load finds K4's last copy lost, and
 // save B stores the chain K1..K4, M. A's hold must not hide from B that K4
