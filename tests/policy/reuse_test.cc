@@ -92,6 +92,22 @@ TEST(HybridSweepTest, MarconiCheckpointsBeatEveryBlockAtTheSameCapacity) {
   EXPECT_EQ(roomy->checkpoints_written, 4u);
 }
 
+// A chain naming an id twice stops at the repeat, as the runtime's index
+// would: the block got a second parent (itself, for [1, 1]), its bytes were
+// counted twice, and the next eviction walked to an erased parent and threw.
+TEST(HybridSweepTest, AChainNamingAnIdTwiceStopsThere) {
+  Trace trace;
+  trace.requests.push_back({0, 1536, 1, {1, 2, 1}});
+  for (uint64_t id = 10; id < 20; ++id) trace.requests.push_back({id, 512, 1, {id}});
+  HybridModel m;
+  m.kv_bytes_per_block = 1;
+  m.state_bytes = 1;
+  auto r = RunHybridSweep(trace, m, CheckpointPlacement::kEveryBlock, 4, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kv_bytes_written, 12u);  // 1 and 2, then 10..19: the repeat is not stored
+  EXPECT_EQ(r->hit_tokens, 0u);
+}
+
 TEST(SweepPolicyTest, CustomSetsParse) {
   auto p = CustomSweepPolicy("slru:reuse+cost:lru");
   ASSERT_TRUE(p.ok());

@@ -139,6 +139,10 @@ int RunSweepCommand(const SweepFlags& f) {
     return 2;
   }
   if (f.limit != 0 && trace->requests.size() > f.limit) trace->requests.resize(f.limit);
+  if (trace->requests.empty()) {
+    std::cerr << "kvtier-bench sweep: trace " << f.trace << " has no requests\n";
+    return 2;
+  }
   SweepEngine engine;  // llama3-8b-like geometry, 512-token blocks
   engine.gpu_pool_blocks = f.gpu_pool_blocks;
   engine.gpu_flops_per_s = f.gpu_tflops * 1e12;

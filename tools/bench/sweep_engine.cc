@@ -47,7 +47,7 @@ class Engine {
 
  private:
   void BuildChains();
-  std::vector<SimBlock> ResumeChain(size_t r) const;
+  std::vector<SimBlock> ResumeChain(size_t r, bool saving) const;
   double Prefill(size_t r);
   void DecodeStep();
   void Preempt();
@@ -95,16 +95,24 @@ void Engine::BuildChains() {
   }
 }
 
-// The prompt chain, extended by the full blocks of generated tokens when a
-// preempted request's KV was saved before it was freed.
-std::vector<SimBlock> Engine::ResumeChain(size_t r) const {
-  std::vector<SimBlock> chain = req_[r].chain;
-  if (!e_.save_on_preempt || chain.size() != req_[r].full_blocks) return chain;
-  uint64_t begin = uint64_t(chain.size()) * e_.block_tokens;
-  for (uint32_t g = 0; g < req_[r].generated / e_.block_tokens; ++g) {
+// The chain a preempted request resumes with. Without save_on_preempt, its
+// prompt chain. With it, every full block of its context was saved before
+// the engine freed it (Preempt): the prompt's full blocks, then the blocks of
+// the rest of the prompt and the generated tokens (the prompt's partial last
+// block, once generation fills it, holds other tokens: a new block).
+// `saving`: the chain Preempt stores, whose new blocks are next used at the
+// resume; after the resume nothing names them again.
+std::vector<SimBlock> Engine::ResumeChain(size_t r, bool saving) const {
+  const ReqState& s = req_[r];
+  std::vector<SimBlock> chain = s.chain;
+  const uint64_t bt = e_.block_tokens;
+  uint64_t begin = uint64_t{s.full_blocks} * bt;
+  const uint64_t end = Context(r) / bt * bt;
+  if (!e_.save_on_preempt || end <= begin) return chain;
+  chain.resize(s.full_blocks);
+  for (uint64_t g = 0; begin < end; ++g, begin += bt) {
     chain.push_back({kGeneratedBit | (uint64_t(r) << 24) | g, e_.block_tokens,
-                     e_.model.SpanFlops(begin, begin + e_.block_tokens), r});
-    begin += e_.block_tokens;
+                     e_.model.SpanFlops(begin, begin + bt), saving ? uint64_t(r) : UINT64_MAX});
   }
   return chain;
 }
@@ -115,7 +123,7 @@ double Engine::Prefill(size_t r) {
   s.started = true;
   const TraceRequest& tr = trace_.requests[r];
   const uint64_t now_ns = static_cast<uint64_t>(now_s_ * 1e9);
-  std::vector<SimBlock> chain = first ? s.chain : ResumeChain(r);
+  std::vector<SimBlock> chain = first ? s.chain : ResumeChain(r, /*saving=*/false);
   if (first) {
     cache_.ObserveRequest(tr.hash_ids, s.full_blocks, RequestHints{}, now_ns);
   }
@@ -170,7 +178,10 @@ void Engine::Preempt() {
     rr.blocks_held = run.blocks;
     rr.tokens = Context(run.idx);
     rr.saved_tokens = trace_.requests[run.idx].input_length;
-    if (e_.save_on_preempt) rr.saved_tokens = rr.tokens;
+    if (e_.save_on_preempt) {
+      rr.saved_tokens = 0;
+      for (const SimBlock& b : ResumeChain(run.idx, /*saving=*/true)) rr.saved_tokens += b.tokens;
+    }
     rr.restore_load_s =
         double(rr.saved_tokens) * double(e_.model.kv_bytes_per_token) / e_.host_read_bytes_per_s;
     rr.recompute_flops = e_.model.SpanFlops(rr.saved_tokens, rr.tokens);
@@ -183,7 +194,7 @@ void Engine::Preempt() {
                            [&](const Running& x) { return x.idx == v.request_id; });
     const size_t r = it->idx;
     if (e_.save_on_preempt) {  // saved before the engine frees the blocks
-      std::vector<SimBlock> chain = ResumeChain(r);
+      std::vector<SimBlock> chain = ResumeChain(r, /*saving=*/true);
       std::vector<uint8_t> tier_of;
       cache_.Use(chain, cache_.Lookup(chain, &tier_of), uint64_t(now_s_ * 1e9), p_.deepest_only);
     }

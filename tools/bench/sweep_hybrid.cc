@@ -33,6 +33,9 @@ class HybridCache {
   // Stores the blocks of `r` from `from` on, until the tier is full.
   void SaveBlocks(const TraceRequest& r, size_t from, uint64_t now, HybridResult* out) {
     for (size_t j = from; j < r.hash_ids.size(); ++j) {
+      // A block stored already past the first miss (a chain naming an id
+      // twice) would get a second parent, or itself as one: the chain stops.
+      if (map_.count(r.hash_ids[j]) != 0) return;
       if (!MakeRoom(m_.kv_bytes_per_block, now)) return;
       Entry& e = map_[r.hash_ids[j]];
       e.last_use = now;

@@ -53,9 +53,11 @@ std::string ParseLine(std::string_view line, uint32_t block_tokens, TraceRequest
   if (obj.is_discarded()) return "malformed JSON";
   if (!obj.is_object()) return "expected a JSON object";
   constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
-  constexpr uint64_t kU64 = std::numeric_limits<uint64_t>::max();
+  // Simulators take the time in nanoseconds as a double and back: 10^13 ms
+  // (317 years) keeps that in range of a uint64_t.
+  constexpr uint64_t kMaxTimestampMs = 10'000'000'000'000;
   uint64_t ts = 0, in = 0, out = 0;
-  std::string err = ReadUnsigned(obj, "timestamp", kU64, &ts);
+  std::string err = ReadUnsigned(obj, "timestamp", kMaxTimestampMs, &ts);
   if (err.empty()) err = ReadUnsigned(obj, "input_length", kU32, &in);
   if (err.empty()) err = ReadUnsigned(obj, "output_length", kU32, &out);
   if (err.empty()) err = ReadHashIds(obj, &req->hash_ids);
@@ -111,8 +113,7 @@ Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
 Result<Trace> ReadMooncakeTrace(const std::string& path, uint32_t block_tokens) {
   std::string text;
   bool opened = false;
-  const int err =
-      internal::ReadFileText(path, std::numeric_limits<size_t>::max(), &text, &opened);
+  const int err = internal::ReadFileText(path, std::numeric_limits<size_t>::max(), &text, &opened);
   if (!opened) return FromErrno(err, "open trace " + path);
   // A directory opens; it must not pass for an empty trace.
   if (err == EISDIR) {
