@@ -2,6 +2,7 @@
 
 import array
 import ctypes
+import numbers
 
 from ._lib import _KEYS, _Hints, _Key
 
@@ -56,9 +57,11 @@ def _keys(keys):
     if isinstance(keys, Keys):
         return keys._pointer()
     array = (_Key * len(keys))()
-    for i, (hi, lo) in enumerate(keys):
-        array[i].hi = hi
-        array[i].lo = lo
+    for i, key in enumerate(keys):
+        if isinstance(key, numbers.Integral):
+            raise TypeError("keys are a sequence of (hi, lo) keys, not one key: "
+                            "pass [key] or keys[i:i+1]")
+        array[i].hi, array[i].lo = key
     return array
 
 
@@ -77,7 +80,31 @@ def _ints(values, ctype, typecodes):
 
 
 def _key_ptr(key):
-    return None if key is None else ctypes.pointer(_Key(key[0], key[1]))
+    """A pointer to the parent key: None, a (hi, lo) pair, or a sequence of
+    exactly one such pair (keys[i:i+1] as well as keys[i])."""
+    if key is None:
+        return None
+    if isinstance(key, Keys) or (len(key) and not isinstance(key[0], numbers.Integral)):
+        if len(key) != 1:
+            raise ValueError(f"a parent is one key, not {len(key)}: pass keys[i] or keys[i:i+1]")
+        key = key[0]
+    if len(key) != 2:
+        raise ValueError(f"a parent is one key, a (hi, lo) pair, not {len(key)} values")
+    return ctypes.pointer(_Key(key[0], key[1]))
+
+
+def _bytes(data, what):
+    """The bytes of bytes-like `data`, whatever the width of its items. An int
+    or str is refused: bytes(n) is n zero bytes, and a str has no one encoding."""
+    if isinstance(data, (numbers.Integral, str)):
+        raise TypeError(f"{what} must be bytes-like (bytes, bytearray, an array), "
+                        f"not {type(data).__name__}")
+    return bytes(data)
+
+
+def _c_string(value, what):
+    """A str (as UTF-8) or bytes-like `value` as the bytes of a C string."""
+    return value.encode() if isinstance(value, str) else _bytes(value, what)
 
 
 def _u32s(values):

@@ -134,7 +134,20 @@ _take_lock = threading.RLock()
 
 
 class _Scoped:
-    """A handle that ends (self._end()) at the end of a `with` or when collected."""
+    """A handle that ends (self._end()) at the end of a `with` or when collected.
+    A subclass names the attribute holding it (_HANDLE) and what a call says
+    once it has ended (_ENDED)."""
+
+    _HANDLE = "_handle"
+    _ENDED = "handle is freed"
+
+    def _live(self):
+        """The handle, for a call: once ended, raises KvtierError(INVALID_ARGUMENT),
+        rather than passing NULL on (whose calls answer 0, False or "is NULL")."""
+        handle = getattr(self, self._HANDLE, None)
+        if not handle:
+            raise KvtierError(INVALID_ARGUMENT, self._ENDED)
+        return handle
 
     def _take(self, name):
         """The handle in attribute `name`, which is None from now on: of two

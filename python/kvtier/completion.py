@@ -28,7 +28,9 @@ _DROP_ORPHAN = _DoneFn(_drop_orphan)
 
 class Completion(_Scoped):
     """The outcome of one save or load, one result per block (freed at the end
-    of a `with`, or when collected)."""
+    of a `with`, or when collected). Once freed, its calls raise KvtierError."""
+
+    _ENDED = "completion is freed"
 
     def __init__(self, handle, keepalive=None):
         self._handle = handle
@@ -38,32 +40,34 @@ class Completion(_Scoped):
     def wait(self, timeout_s=None):
         """Waits (at most timeout_s; None: no limit) and returns the call's code:
         OK, the first block's failure, or DEADLINE_EXCEEDED while still running."""
-        return lib().kvtier_completion_wait(self._handle, _ns(timeout_s))
+        return lib().kvtier_completion_wait(self._live(), _ns(timeout_s))
 
     @property
     def done(self):
-        return bool(lib().kvtier_completion_done(self._handle))
+        return bool(lib().kvtier_completion_done(self._live()))
 
     @property
     def layers_done(self):
-        return lib().kvtier_completion_layers_done(self._handle)
+        return lib().kvtier_completion_layers_done(self._live())
 
     def results(self):
         """[(code, bytes)] per block; waits for the completion first."""
         self.wait()
+        handle = self._live()
         out = []
-        for i in range(lib().kvtier_completion_size(self._handle)):
+        for i in range(lib().kvtier_completion_size(handle)):
             nbytes = ctypes.c_uint64(0)
-            code = lib().kvtier_completion_result(self._handle, i, ctypes.byref(nbytes))
+            code = lib().kvtier_completion_result(handle, i, ctypes.byref(nbytes))
             out.append((code, nbytes.value))
         return out
 
     def add_done_callback(self, fn):
         """Calls fn() once the results are final, on a kvtier thread (or here, if
         they are already). It takes the GIL: keep it short, e.g. wake a loop."""
+        handle = self._live()
         callback = _DoneFn(lambda _user: fn())
         self._keepalive.append(callback)
-        _check(lib().kvtier_completion_on_done(self._handle, callback, None))
+        _check(lib().kvtier_completion_on_done(handle, callback, None))
 
     async def wait_async(self):
         """Awaits the completion without blocking the event loop; returns wait()'s code."""

@@ -2,9 +2,10 @@
 
 import ctypes
 import json
+import os
 import threading
 
-from ._convert import Keys, _hints, _ints, _key_ptr, _keys, _ns, _u32s
+from ._convert import Keys, _bytes, _c_string, _hints, _ints, _key_ptr, _keys, _ns, _u32s
 from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING, OK,
                    RESOURCE_EXHAUSTED, KvtierError, _CudaCache, _Key, _LayerFn, _LogFn, _P,
                    _check, _Scoped, lib, load_library, loaded)
@@ -20,8 +21,9 @@ def logging_sink(logger):
 class Runtime(_Scoped):
     """A kvtier runtime for one model, opened from one YAML configuration.
 
-    config_path or config_text (exactly one) and `overrides` ("path=value"
-    strings) give the config. Without cuda_tensors the runtime copies to and
+    config_path (a str, bytes or os.PathLike) or config_text (a str or bytes),
+    exactly one, and `overrides` ("path=value" strings, or one such str or
+    bytes) give the config. Without cuda_tensors the runtime copies to and
     from the host stand-in engine (host_block_write / host_block_read reach
     its pages). With them it copies to the engine's cache on a GPU:
     cuda_tensors are the device addresses of its tensors (one per layer, or
@@ -33,6 +35,9 @@ class Runtime(_Scoped):
     against the config's model (and sets cuda_num_blocks when that is 0).
     """
 
+    _HANDLE = "_rt"
+    _ENDED = "runtime is closed"
+
     def __init__(self, config_path=None, config_text=None, overrides=(), cuda_tensors=None,
                  cuda_num_blocks=0, cuda_device=0, cuda_stream=None, cuda_shape=None,
                  log=None, library=None):
@@ -43,7 +48,9 @@ class Runtime(_Scoped):
                             log(level, message.decode(errors="replace")))
                      if log is not None else _LogFn())
         clib = load_library(library)
-        sets = [s.encode() for s in overrides]
+        if isinstance(overrides, (str, bytes)):
+            overrides = [overrides]  # one override, not one per character
+        sets = [_c_string(s, "an override") for s in overrides]
         c_sets = (ctypes.c_char_p * len(sets))(*sets) if sets else None
         cuda = None
         if cuda_tensors is not None:
@@ -53,13 +60,16 @@ class Runtime(_Scoped):
                                              cuda_device, cuda_stream, shape,
                                              len(cuda_shape) if cuda_shape else 0))
         handle = _P()
-        _check(clib.kvtier_open(config_path.encode() if config_path is not None else None,
-                               config_text.encode() if config_text is not None else None,
+        _check(clib.kvtier_open(os.fsencode(config_path) if config_path is not None else None,
+                               _c_string(config_text, "config_text")
+                               if config_text is not None else None,
                                c_sets, len(sets), cuda, self._log, None,
                                ctypes.byref(handle)))
         self._rt = handle
 
     def close(self):
+        """Closes the runtime (again: nothing); every other call then raises
+        KvtierError "runtime is closed"."""
         handle = self._take("_rt")
         if handle:
             lib().kvtier_close(handle)
@@ -86,58 +96,59 @@ class Runtime(_Scoped):
 
     @property
     def namespace(self):
-        return lib().kvtier_namespace(self._rt)
+        return lib().kvtier_namespace(self._live())
 
     @property
     def block_bytes(self):
-        return lib().kvtier_block_bytes(self._rt)
+        return lib().kvtier_block_bytes(self._live())
 
     @property
     def block_tokens(self):
-        return lib().kvtier_block_tokens(self._rt)
+        return lib().kvtier_block_tokens(self._live())
 
     @property
     def engine_blocks(self):
         """Pages of the engine's pool: engine block ids are below this."""
-        return lib().kvtier_engine_blocks(self._rt)
+        return lib().kvtier_engine_blocks(self._live())
 
     def key_chain(self, tokens, parent=None):
         """Keys of the full blocks of `tokens` (a list, or faster an array.array('i')
         or an int32 NumPy array), continuing `parent` (None: first block), as Keys."""
         c_tokens = _ints(tokens, ctypes.c_int32, ("i", "l", "=i", "<i"))
-        # A closed runtime has no block size: the C call then says so.
-        n = len(c_tokens) // self.block_tokens if self._rt else 0
+        rt = self._live()
+        n = len(c_tokens) // lib().kvtier_block_tokens(rt)
         out = (_Key * n)()
         count = ctypes.c_size_t(0)
-        _check(lib().kvtier_key_chain(self._rt, _key_ptr(parent), c_tokens, len(c_tokens),
+        _check(lib().kvtier_key_chain(rt, _key_ptr(parent), c_tokens, len(c_tokens),
                                      out if n else None, n, ctypes.byref(count)))
         return Keys(out, 0, count.value)
 
     def key_from_engine_hash(self, engine_hash, parent=None):
         # Its bytes: len() of an array of wider items counts items.
-        data = bytes(engine_hash)
+        data = _bytes(engine_hash, "an engine hash")
         out = _Key()
-        _check(lib().kvtier_key_from_engine_hash(self._rt, _key_ptr(parent), data, len(data),
+        _check(lib().kvtier_key_from_engine_hash(self._live(), _key_ptr(parent), data, len(data),
                                                 ctypes.byref(out)))
         return (out.hi, out.lo)
 
     def keys_from_engine_hashes(self, hashes, parent=None):
         """Keys of consecutive blocks named by the engine's block hashes (bytes
         objects of one length), continuing `parent`, in one call, as Keys."""
-        hashes = [bytes(h) for h in hashes]
+        hashes = [_bytes(h, "each engine hash") for h in hashes]
         size = len(hashes[0]) if hashes else 0
         if any(len(h) != size for h in hashes):
             raise KvtierError(INVALID_ARGUMENT, "engine hashes must all have one length")
         out = (_Key * len(hashes))()
-        _check(lib().kvtier_keys_from_engine_hashes(self._rt, _key_ptr(parent), b"".join(hashes),
-                                                   size, len(hashes), out if hashes else None))
+        _check(lib().kvtier_keys_from_engine_hashes(self._live(), _key_ptr(parent),
+                                                   b"".join(hashes), size, len(hashes),
+                                                   out if hashes else None))
         return Keys(out)
 
     def lookup(self, keys, session_id=0, request_id=0, expected_reuse=None):
         """(leading keys stored, [tier index of each hit, 0 = host hub])."""
         hits = ctypes.c_size_t(0)
         tiers = ctypes.create_string_buffer(len(keys))
-        _check(lib().kvtier_lookup(self._rt, _keys(keys), len(keys),
+        _check(lib().kvtier_lookup(self._live(), _keys(keys), len(keys),
                                   _hints(session_id, request_id, expected_reuse, False),
                                   ctypes.byref(hits), tiers))
         return hits.value, list(tiers.raw[:hits.value])
@@ -148,7 +159,7 @@ class Runtime(_Scoped):
         hits = ctypes.c_size_t(0)
         tiers = ctypes.create_string_buffer(len(keys))
         handle = _P()
-        _check(lib().kvtier_lookup_and_pin(self._rt, _keys(keys), len(keys),
+        _check(lib().kvtier_lookup_and_pin(self._live(), _keys(keys), len(keys),
                                           _hints(session_id, request_id, expected_reuse, False),
                                           ctypes.byref(hits), tiers, ctypes.byref(handle)))
         return Pin(handle, hits.value, list(tiers.raw[:hits.value]))
@@ -159,7 +170,7 @@ class Runtime(_Scoped):
         if len(engine_blocks) != len(keys):
             raise KvtierError(INVALID_ARGUMENT, "save: one engine block per key")
         handle = _P()
-        _check(lib().kvtier_save(self._rt, _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
+        _check(lib().kvtier_save(self._live(), _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
                                 len(keys), _hints(session_id, 0, expected_reuse,
                                                   bypass_admission),
                                 ctypes.byref(handle)))
@@ -174,33 +185,33 @@ class Runtime(_Scoped):
             raise KvtierError(INVALID_ARGUMENT, "load: one engine block per key")
         callback = _LayerFn(lambda _user, layer: on_layer(layer)) if on_layer else _LayerFn()
         handle = _P()
-        _check(lib().kvtier_load(self._rt, _keys(keys), _u32s(engine_blocks), len(keys),
+        _check(lib().kvtier_load(self._live(), _keys(keys), _u32s(engine_blocks), len(keys),
                                 _ns(timeout_s), callback, None, ctypes.byref(handle)))
         return Completion(handle, callback if on_layer else None)
 
     def request_finished(self, keys, output_tokens):
-        _check(lib().kvtier_request_finished(self._rt, _keys(keys), len(keys), output_tokens))
+        _check(lib().kvtier_request_finished(self._live(), _keys(keys), len(keys), output_tokens))
 
     def remove(self, keys):
-        _check(lib().kvtier_remove(self._rt, _keys(keys), len(keys)))
+        _check(lib().kvtier_remove(self._live(), _keys(keys), len(keys)))
 
     def is_saved(self, keys):
         saved = ctypes.c_int(0)
-        _check(lib().kvtier_is_saved(self._rt, _keys(keys), len(keys), ctypes.byref(saved)))
+        _check(lib().kvtier_is_saved(self._live(), _keys(keys), len(keys), ctypes.byref(saved)))
         return bool(saved.value)
 
     def report_engine_usage(self, free_blocks, total_blocks):
-        _check(lib().kvtier_report_engine_usage(self._rt, free_blocks, total_blocks))
+        _check(lib().kvtier_report_engine_usage(self._live(), free_blocks, total_blocks))
 
     def track_request(self, request_id, keys, engine_blocks):
-        _check(lib().kvtier_track_request(self._rt, request_id, _keys(keys), len(keys),
+        _check(lib().kvtier_track_request(self._live(), request_id, _keys(keys), len(keys),
                                          engine_blocks))
 
     def untrack_request(self, request_id):
-        lib().kvtier_untrack_request(self._rt, request_id)
+        lib().kvtier_untrack_request(self._live(), request_id)
 
     def should_admit(self, blocks_needed):
-        return bool(lib().kvtier_should_admit(self._rt, blocks_needed))
+        return bool(lib().kvtier_should_admit(self._live(), blocks_needed))
 
     def propose_preemption(self, blocks_to_free):
         """Request ids to preempt, cheapest to restore first."""
@@ -208,7 +219,7 @@ class Runtime(_Scoped):
         capacity = 1024
         while True:
             ids = (ctypes.c_uint64 * capacity)()
-            code = lib().kvtier_propose_preemption(self._rt, blocks_to_free, ids, capacity,
+            code = lib().kvtier_propose_preemption(self._live(), blocks_to_free, ids, capacity,
                                                   ctypes.byref(count))
             if code != RESOURCE_EXHAUSTED:
                 _check(code)
@@ -229,7 +240,7 @@ class Runtime(_Scoped):
         length = ctypes.c_size_t(64 << 10)
         while True:
             buffer = ctypes.create_string_buffer(length.value + 1)
-            code = fn(self._rt, buffer, len(buffer), ctypes.byref(length))
+            code = fn(self._live(), buffer, len(buffer), ctypes.byref(length))
             if code == OK:
                 return buffer.value.decode()
             if code != RESOURCE_EXHAUSTED:
@@ -237,11 +248,11 @@ class Runtime(_Scoped):
 
     def host_block_write(self, engine_block, data):
         """Host stand-in engine only: writes one block's bytes."""
-        data = bytes(data)  # its bytes, whatever the width of its items
-        _check(lib().kvtier_host_block_write(self._rt, engine_block, data, len(data)))
+        data = _bytes(data, "a block's data")
+        _check(lib().kvtier_host_block_write(self._live(), engine_block, data, len(data)))
 
     def host_block_read(self, engine_block):
         """Host stand-in engine only: one block's bytes."""
         buffer = ctypes.create_string_buffer(self.block_bytes)
-        _check(lib().kvtier_host_block_read(self._rt, engine_block, buffer, len(buffer)))
+        _check(lib().kvtier_host_block_read(self._live(), engine_block, buffer, len(buffer)))
         return buffer.raw

@@ -6,9 +6,11 @@ import array
 import asyncio
 import logging
 import os
+import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -318,6 +320,113 @@ class KvtierBindingTest(unittest.TestCase):
         rt.close()
         with self.assertRaises(kvtier.KvtierError):
             rt.key_chain(list(range(32)))
+
+    def test_every_call_on_a_closed_runtime_says_it_is_closed(self):
+        # Properties and void or bool calls used to answer 0, None or False,
+        # and the others "runtime is NULL".
+        rt = kvtier.Runtime(config_text=CONFIG)
+        keys = rt.key_chain(list(range(32)))
+        rt.close()
+        calls = {
+            "namespace": lambda: rt.namespace,
+            "block_bytes": lambda: rt.block_bytes,
+            "block_tokens": lambda: rt.block_tokens,
+            "engine_blocks": lambda: rt.engine_blocks,
+            "should_admit": lambda: rt.should_admit(1),
+            "untrack_request": lambda: rt.untrack_request(1),
+            "key_chain": lambda: rt.key_chain(list(range(32))),
+            "lookup": lambda: rt.lookup(keys),
+            "save": lambda: rt.save(keys, [0, 1]),
+            "stats": rt.stats,
+            "host_block_read": lambda: rt.host_block_read(0),
+        }
+        for name, call in calls.items():
+            with self.subTest(name):
+                with self.assertRaises(kvtier.KvtierError) as e:
+                    call()
+                self.assertEqual(e.exception.code, kvtier.INVALID_ARGUMENT)
+                self.assertIn("runtime is closed", e.exception.message)
+        rt.close()  # closing again is no error
+
+    def test_every_call_on_a_freed_completion_says_it_is_freed(self):
+        keys = self.rt.key_chain(list(range(16)))
+        done = self.rt.save(keys, [0])
+        self.assertEqual(done.wait(), kvtier.OK)
+        done.free()
+        calls = {
+            "wait": done.wait,  # used to return INVALID_ARGUMENT as if the save failed
+            "done": lambda: done.done,
+            "layers_done": lambda: done.layers_done,
+            "results": done.results,  # used to return []
+            "add_done_callback": lambda: done.add_done_callback(lambda: None),
+        }
+        for name, call in calls.items():
+            with self.subTest(name):
+                with self.assertRaises(kvtier.KvtierError) as e:
+                    call()
+                self.assertIn("completion is freed", e.exception.message)
+        done.free()
+
+    def test_overrides_may_be_one_string_or_bytes(self):
+        # A str used to be taken as a list of one-character overrides.
+        small = "tiers.host.capacity=40KiB"
+        for overrides in (small, small.encode(), [small.encode()], (small,)):
+            with self.subTest(overrides=overrides):
+                with kvtier.Runtime(config_text=CONFIG, overrides=overrides) as rt:
+                    self.assertEqual(rt.stats()["tiers"][0]["capacity_bytes"], 40 << 10)
+
+    def test_paths_and_texts_may_be_path_like_or_bytes(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "kvtier.yaml"
+            path.write_text(CONFIG)
+            for config_path in (path, bytes(path), str(path)):
+                with self.subTest(config_path=config_path):
+                    with kvtier.Runtime(config_path=config_path) as rt:
+                        self.assertEqual(rt.block_bytes, 8192)
+        with kvtier.Runtime(config_text=CONFIG.encode()) as rt:
+            self.assertEqual(rt.block_bytes, 8192)
+
+    def test_a_parent_is_one_key_or_a_one_key_slice(self):
+        tokens = list(range(300, 300 + 3 * 16))
+        keys = self.rt.key_chain(tokens)
+        for parent in (keys[0], keys[0:1], [keys[0]], list(keys[0])):
+            with self.subTest(parent=parent):
+                self.assertEqual(self.rt.key_chain(tokens[16:], parent=parent), keys[1:])
+                self.assertEqual(self.rt.key_from_engine_hash(b"h", parent=parent),
+                                 self.rt.key_from_engine_hash(b"h", parent=keys[0]))
+                self.assertEqual(self.rt.keys_from_engine_hashes([b"h"], parent=parent),
+                                 [self.rt.key_from_engine_hash(b"h", parent=keys[0])])
+        self.assertEqual(self.rt.save(keys[:1], [0]).wait(), kvtier.OK)
+        self.assertEqual(self.rt.save(keys[1:2], [1], parent=keys[0:1]).wait(), kvtier.OK)
+        self.assertEqual(self.rt.lookup(keys)[0], 2)
+        for parent in (keys[0:2], keys[:0], [keys[0], keys[1]], (1, 2, 3)):
+            with self.subTest(parent=parent):
+                with self.assertRaises(ValueError) as e:
+                    self.rt.key_chain(tokens[16:], parent=parent)
+                self.assertIn("parent is one key", str(e.exception))
+
+    def test_one_key_where_keys_go_is_a_clear_type_error(self):
+        keys = self.rt.key_chain(list(range(16)))
+        with self.assertRaises(TypeError) as e:
+            self.rt.lookup(keys[0])  # used to say "cannot unpack non-iterable int object"
+        self.assertIn("keys[i:i+1]", str(e.exception))
+        self.assertEqual(self.rt.lookup([keys[0]]), (0, []))
+
+    def test_an_engine_hash_is_bytes_never_an_int_or_a_str(self):
+        # bytes(5) is five zero bytes: an int hash used to give a key silently,
+        # and one bytes object given as the list of hashes one key per byte.
+        for bad in (5, "abc"):
+            with self.subTest(hash=bad):
+                with self.assertRaises(TypeError) as e:
+                    self.rt.key_from_engine_hash(bad)
+                self.assertIn("bytes-like", str(e.exception))
+        for bad in (b"abc", [5]):
+            with self.subTest(hashes=bad):
+                with self.assertRaises(TypeError) as e:
+                    self.rt.keys_from_engine_hashes(bad)
+                self.assertIn("bytes-like", str(e.exception))
+        with self.assertRaises(TypeError):
+            self.rt.host_block_write(0, 8192)  # used to write a block of zeros
 
     def test_timeouts_past_or_too_far_are_clamped(self):
         from kvtier._convert import _ns
