@@ -74,7 +74,9 @@ Status ClearStaleSocket(const std::string& path, const sockaddr_un& addr) {
   if (!probe.valid()) return FromErrno(errno, "admin socket");
   if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 ||
       errno == EAGAIN) {
-    return Status::Unavailable("admin socket " + path + " is in use by another process");
+    return Status::Unavailable("admin socket " + path +
+                               " is in use (another runtime, in this process or another, "
+                               "listens there)");
   }
   if (errno != ECONNREFUSED) return FromErrno(errno, "admin socket probe " + path);
   if (unlink(path.c_str()) != 0) return FromErrno(errno, "admin socket unlink " + path);
@@ -195,9 +197,9 @@ void AdminServer::Loop() {
     const int err = errno;
     if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED) continue;
     if (!accept_failing_ && log_) {
-      log_->Log(LogLevel::kWarning,
-                FromErrno(err, "admin socket accept").ToString() + "; retrying every " +
-                    std::to_string(kAcceptBackoffMs) + " ms");
+      log_->Log(LogLevel::kWarning, FromErrno(err, "admin socket accept").ToString() +
+                                        "; retrying every " + std::to_string(kAcceptBackoffMs) +
+                                        " ms");
     }
     accept_failing_ = true;  // logged once per run of failures
     pollfd wake = {wake_.get(), POLLIN, 0};

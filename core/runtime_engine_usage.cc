@@ -120,6 +120,9 @@ std::vector<PreemptionVictim> RuntimeImpl::ProposePreemption(uint32_t blocks_to_
 }
 
 bool RuntimeImpl::IsSaved(NamespaceId ns, std::span<const BlockKey> keys) {
+  // A shut-down runtime loads nothing: blocks an engine frees on its word
+  // could never come back.
+  if (shut_down_) return false;
   std::lock_guard lock(mu_);
   return SavedPrefix(index_, ns, keys) == keys.size();
 }

@@ -276,7 +276,8 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       // Absent, or a link whose copy was lost: keys chained under it would
       // be stored where no lookup reaches them.
       broken = Status::InvalidArgument("save: parent block " + ToHex(*parent) +
-                                       " is not stored; save the prefix first");
+                                       " is not stored (never saved, or evicted since); save "
+                                       "the chain from its first block, with no parent");
     }
   }
   // The parent is looked up again too: RunSave dropped mu_ since admission.
@@ -313,8 +314,10 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
     std::optional<uint32_t> slot = arena_->Allocate();
     if (!slot) {
       // The rest of the chain would hang off a missing block: fail it too.
-      broken = Status::ResourceExhausted("save: tier '" + options_.tiers[0].name +
-                                         "' is full and nothing can be evicted");
+      broken = Status::ResourceExhausted(
+          "save: tier '" + options_.tiers[0].name +
+          "' is full and nothing can be evicted: its blocks are pinned (loads, lookups, "
+          "saves in progress) or prefixes of stored blocks with no lower tier to take them");
       done.Set(i, broken);
       ++stats_.save_failures;
       continue;

@@ -210,10 +210,13 @@ KVTIER_C_EXPORT int kvtier_save(kvtier_runtime* rt, const kvtier_key* parent,
  * every block being loaded has landed; on an internal thread, must not block
  * or call back into kvtier. */
 typedef void (*kvtier_layer_fn)(void* user, uint32_t layer);
-/* Copies keys[i] into engine_blocks[i], reading lower tiers first. A block
- * not done within `timeout_ns` (< 0: no deadline) ends
- * KVTIER_DEADLINE_EXCEEDED; the engine recomputes every block whose result is
- * not KVTIER_OK. `on_layer` may be NULL. */
+/* Copies keys[i] into engine_blocks[i], reading lower tiers first.
+ * `timeout_ns` (< 0: no deadline) bounds the waits for hub room and for reads
+ * from lower tiers: a block still waiting for those at the deadline ends
+ * KVTIER_DEADLINE_EXCEEDED. A block already in the host tier, and any copy
+ * into engine pages once issued, is not cut short (Runtime::Load in
+ * runtime.h). The engine recomputes every block whose result is not
+ * KVTIER_OK. `on_layer` may be NULL. */
 KVTIER_C_EXPORT int kvtier_load(kvtier_runtime* rt, const kvtier_key* keys,
                                 const uint32_t* engine_blocks, size_t num_keys, int64_t timeout_ns,
                                 kvtier_layer_fn on_layer, void* user, kvtier_completion** out);

@@ -326,7 +326,8 @@ class KVTIER_EXPORT Runtime {
   // chain (PreemptionVictim) and wait before freeing its blocks; IsSaved
   // checks it.
   virtual std::vector<PreemptionVictim> ProposePreemption(uint32_t blocks_to_free) = 0;
-  // True when every key is stored in some tier (empty: true). Reads the index
+  // True when every key is stored in some tier (empty: true); false once the
+  // runtime is shut down (it loads nothing then). Reads the index
   // only: no I/O, no lookup statistics.
   virtual bool IsSaved(NamespaceId ns, std::span<const BlockKey> keys) = 0;
 

@@ -225,6 +225,8 @@ TEST_F(RuntimeTest, ShutdownFinishesQueuedWorkThenRefuses) {
     EXPECT_TRUE(c.status().ok()) << c.status().ToString();
   }
   EXPECT_EQ(rt_->Lookup(kTestNs, ChainKeys({500})).status().code(), StatusCode::kUnavailable);
+  // Nothing can be loaded now: an engine must not free pages on its word.
+  EXPECT_FALSE(rt_->IsSaved(kTestNs, ChainKeys({500})));
   std::vector<uint32_t> b = {0};
   EXPECT_EQ(rt_->Save(kTestNs, std::nullopt, ChainKeys({1}), b).status().code(),
             StatusCode::kUnavailable);

@@ -131,7 +131,7 @@ TEST(AdminEndpoint, SocketPathRules) {
     auto second = OpenScenario(path);
     ASSERT_FALSE(second.ok());
     EXPECT_EQ(second.status().ToString(),
-              "unavailable: admin socket " + path + " is in use by another process");
+              "unavailable: admin socket " + path + " is in use (another runtime, in this process or another, listens there)");
     EXPECT_TRUE(FetchAdmin(path, "/health", kTimeout).ok());  // the first still serves
   }
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "Shutdown removes the socket file";
@@ -194,7 +194,7 @@ TEST(AdminEndpoint, AFullBacklogNeitherHangsOpenNorFetch) {
                             std::chrono::seconds(5), "Runtime::Open on the stuck socket"));
   ASSERT_FALSE(second->ok());
   EXPECT_EQ(second->status().ToString(),
-            "unavailable: admin socket " + path + " is in use by another process");
+            "unavailable: admin socket " + path + " is in use (another runtime, in this process or another, listens there)");
   auto stuck = std::make_shared<Result<std::string>>(Status::Ok());
   ASSERT_TRUE(ReturnsWithin(
       [stuck, path] { *stuck = FetchAdmin(path, "/health", std::chrono::milliseconds(200)); },

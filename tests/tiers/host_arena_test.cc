@@ -10,9 +10,9 @@ namespace kvtier::internal {
 namespace {
 
 TEST(HostArena, SlotsAreAlignedDistinctAndReusable) {
-  auto arena = HostArena::Create({.capacity_bytes = 10 * 8192, .slot_bytes = 5000,
-                                  .hugepages = false, .mlock = false},
-                                 nullptr);
+  auto arena = HostArena::Create(
+      {.capacity_bytes = 10 * 8192, .slot_bytes = 5000, .hugepages = false, .mlock = false},
+      nullptr);
   ASSERT_TRUE(arena.ok()) << arena.status().ToString();
   HostArena& a = **arena;
   EXPECT_EQ(a.slot_count(), 10u);  // 5000 rounds up to an 8192-byte stride
@@ -37,6 +37,18 @@ TEST(HostArena, CapacityBelowOneBlockIsRefused) {
   EXPECT_NE(arena.status().message().find("holds no block"), std::string_view::npos);
 }
 
+// More blocks than a slot index holds: the message gives the count and the
+// limit (it said "too many slots").
+TEST(HostArena, MoreBlocksThanSlotIndicesAreRefusedWithTheLimit) {
+  auto arena =
+      HostArena::Create({.capacity_bytes = uint64_t{1} << 50, .slot_bytes = 4096}, nullptr);
+  ASSERT_FALSE(arena.ok());
+  EXPECT_EQ(arena.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(arena.status().message(),
+            "host arena: capacity of 1125899906842624 bytes is 274877906944 blocks of 4096 "
+            "bytes; at most 4294967294 fit one tier");
+}
+
 // Free 2 MiB huge pages, or -1 when the kernel has no such pool.
 long FreeHugePages2MiB() {
   std::ifstream in("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
@@ -50,9 +62,9 @@ TEST(HostArena, HugePagesAreGivenBack) {
   const long before = FreeHugePages2MiB();
   if (before < 2) GTEST_SKIP() << "fewer than two free 2 MiB huge pages are reserved";
   {
-    auto arena = HostArena::Create({.capacity_bytes = 4 << 20, .slot_bytes = 1 << 20,
-                                    .hugepages = true, .mlock = false},
-                                   nullptr);
+    auto arena = HostArena::Create(
+        {.capacity_bytes = 4 << 20, .slot_bytes = 1 << 20, .hugepages = true, .mlock = false},
+        nullptr);
     ASSERT_TRUE(arena.ok()) << arena.status().ToString();
     if (!(*arena)->huge_pages()) GTEST_SKIP() << "the huge page mapping was refused";
     std::byte* slot = (*arena)->Slot(0).data();

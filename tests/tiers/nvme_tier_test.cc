@@ -133,6 +133,8 @@ TEST(NvmeTier, ARefusedCapacityChangeLeavesTheDataFileAsItWas) {
   EXPECT_NE(refused.status().message().find("was written with another layout (region count "),
             std::string::npos)
       << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find(", capacity "), std::string::npos)
+      << "the count follows from the capacity, which is what changed";
   struct stat after {};
   ASSERT_EQ(::stat(o.path.c_str(), &after), 0);
   EXPECT_EQ(after.st_size, before.st_size);

@@ -30,7 +30,12 @@ Result<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& opt
                                    std::to_string(options.capacity_bytes) +
                                    " bytes holds no block of " + std::to_string(stride) + " bytes");
   }
-  if (slots > UINT32_MAX - 1) return Status::InvalidArgument("host arena: too many slots");
+  if (slots > UINT32_MAX - 1) {
+    return Status::InvalidArgument(
+        "host arena: capacity of " + std::to_string(options.capacity_bytes) + " bytes is " +
+        std::to_string(slots) + " blocks of " + std::to_string(stride) + " bytes; at most " +
+        std::to_string(UINT32_MAX - 1) + " fit one tier");
+  }
 
   std::unique_ptr<HostArena> arena(new HostArena());
   arena->slot_bytes_ = options.slot_bytes;
@@ -42,8 +47,8 @@ Result<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& opt
   if (options.hugepages) {
     // Explicit huge pages exist only when the administrator reserved them;
     // without a reservation this fails at once and we fall back.
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | kHugeTlb2MiB,
-             -1, 0);
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | kHugeTlb2MiB, -1,
+             0);
     arena->huge_pages_ = p != MAP_FAILED;
   }
   if (p == MAP_FAILED) {
@@ -60,8 +65,8 @@ Result<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& opt
       arena->locked_ = true;
     } else if (log != nullptr) {
       log->Log(LogLevel::kWarning,
-               "host arena: mlock of " + std::to_string(bytes >> 20) +
-                   " MiB refused (" + FromErrno(errno, "mlock").ToString() +
+               "host arena: mlock of " + std::to_string(bytes >> 20) + " MiB refused (" +
+                   FromErrno(errno, "mlock").ToString() +
                    "); pages may be swapped and are faulted on first use. Raise "
                    "RLIMIT_MEMLOCK (ulimit -l) to pin the arena.");
     }

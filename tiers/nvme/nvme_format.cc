@@ -95,7 +95,12 @@ std::string DescribeMismatch(const StoreMeta& stored, const StoreMeta& wanted) {
   if (stored.region_bytes != wanted.region_bytes) {
     return diff("region size", stored.region_bytes, wanted.region_bytes);
   }
-  if (stored.regions != wanted.regions) return diff("region count", stored.regions, wanted.regions);
+  if (stored.regions != wanted.regions) {
+    // The count is the capacity over the region size: the capacity changed.
+    return diff("region count", stored.regions, wanted.regions) + ", capacity " +
+           std::to_string(stored.regions * stored.region_bytes) +
+           " != " + std::to_string(wanted.regions * wanted.region_bytes) + " bytes";
+  }
   char hex[64];
   std::snprintf(hex, sizeof(hex), "namespace 0x%016llx != 0x%016llx",
                 static_cast<unsigned long long>(stored.namespace_id),

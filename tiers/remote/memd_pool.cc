@@ -22,7 +22,11 @@ Status MemdPoolOptions::Validate() const {
     return Status::InvalidArgument("pool of " + std::to_string(pool_bytes) +
                                    " bytes holds no slot of " + std::to_string(stride) + " bytes");
   }
-  if (pool_bytes / stride > (1ull << 31)) return Status::InvalidArgument("too many slots");
+  if (pool_bytes / stride > (1ull << 31)) {
+    return Status::InvalidArgument("pool of " + std::to_string(pool_bytes) + " bytes is " +
+                                   std::to_string(pool_bytes / stride) + " slots of " +
+                                   std::to_string(stride) + " bytes; at most 2147483648 fit");
+  }
   if (!(low_watermark > 0 && low_watermark < high_watermark && high_watermark <= 1)) {
     return Status::InvalidArgument("watermarks must satisfy 0 < low < high <= 1");
   }
