@@ -4,7 +4,9 @@
 // at post time, and reports its completion on the fabric's own thread, like
 // a completion-queue poller. Queue pairs must be connected to each other
 // before posting. Faults: fail the next N operations with IOError, or hold
-// completions until released, or refuse the next N posts as Busy.
+// completions until released, or refuse the next N posts as Busy, or tear
+// the next N reads (their last byte lands flipped, as when the remote slot
+// is rewritten during the read).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -52,6 +54,10 @@ class FakeRdmaFabric {
     std::lock_guard<std::mutex> lock(mu_);
     busy_next_ = n;
   }
+  void TearNext(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tear_next_ = n;
+  }
   void Hold(bool held) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -61,6 +67,8 @@ class FakeRdmaFabric {
   }
   int writes() const { return writes_.load(); }
   int reads() const { return reads_.load(); }
+  // Posts refused as Busy so far.
+  int busy_refused() const { return busy_refused_.load(); }
   // Queue pairs made so far, by every device on the fabric.
   int queue_pairs() const { return static_cast<int>(next_qp_.load() - kFirstQpNum); }
   // Local pieces that were inside the range with this key.
@@ -133,9 +141,10 @@ class FakeRdmaFabric {
   std::atomic<uint32_t> next_qp_{kFirstQpNum};
   int fail_next_ = 0;
   int busy_next_ = 0;
+  int tear_next_ = 0;
   bool held_ = false;
   bool stop_ = false;
-  std::atomic<int> writes_{0}, reads_{0}, registrations_{0};
+  std::atomic<int> writes_{0}, reads_{0}, registrations_{0}, busy_refused_{0};
   std::deque<std::pair<RdmaDone, Status>> queue_;
   std::thread thread_;
 };
@@ -145,6 +154,7 @@ inline Status FakeRdmaFabric::Transfer(bool write, std::span<const LocalPiece> p
   std::lock_guard<std::mutex> lock(mu_);
   if (busy_next_ > 0) {
     --busy_next_;
+    busy_refused_.fetch_add(1);
     return Status::Busy("RDMA completion queue is full");
   }
   Status st;
@@ -170,6 +180,10 @@ inline Status FakeRdmaFabric::Transfer(bool write, std::span<const LocalPiece> p
       std::memcpy(p.addr, remote, p.bytes);
     }
     remote += p.bytes;
+  }
+  if (st.ok() && !write && tear_next_ > 0 && pieces.back().bytes > 0) {
+    --tear_next_;
+    pieces.back().addr[pieces.back().bytes - 1] ^= std::byte{0xFF};
   }
   if (st.ok()) (write ? writes_ : reads_).fetch_add(1);
   queue_.emplace_back(std::move(done), st);

@@ -1,9 +1,34 @@
 #include "tiers/remote/rdma_link.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 
 namespace kvtier::internal::memd {
+namespace {
+
+constexpr uint64_t kNanosPerMs = 1'000'000;
+
+// How much sooner than the server this side takes a lease to end. The
+// server's lease started when it built the LEASE_REPLY (RdmaGrants::Lease),
+// before the reply waited in its send queue, crossed the network and was
+// read here, and its millisecond clock may end it up to 1 ms early. An
+// eighth of the lease plus 1 ms (251 ms of the default 2 s) covers a reply
+// held up that long while leaving most of the lease to read in; a reply
+// slower still can see a reused slot, which the header and checksum checks
+// catch (Corruption, never wrong bytes). A lease too short for the margin
+// ends at once: its items fail without a READ.
+uint64_t LeaseMarginNs(uint32_t lease_ms) { return lease_ms * kNanosPerMs / 8 + kNanosPerMs; }
+
+// The server may have given the slot to another block: a miss for now. Not
+// NotFound, which would make the tier forget a block that is likely still
+// stored; a later GET takes a new lease on it.
+Status LeaseEndedBefore(const char* what) {
+  return Status::Unavailable(std::string("the lease ended before the RDMA READ ") + what);
+}
+
+}  // namespace
 
 // One batch's operations and the memory they use. Shared by the completion
 // closures; the staging lease and the arena are let go once every operation
@@ -27,6 +52,8 @@ struct RdmaLinkPath::Batch {
   size_t remaining = 0;
   ItemsDone done;
   std::weak_ptr<const void> outputs;  // read: headers and dsts may be written
+  // read: when its lease ends, in the path's clock's nanoseconds.
+  uint64_t lease_end_ns = std::numeric_limits<uint64_t>::max();
   RdmaStagingPool::Lease staging;
   std::shared_ptr<RdmaMemory> arena;  // the arena its in-place pieces use
 };
@@ -34,11 +61,13 @@ struct RdmaLinkPath::Batch {
 Result<std::unique_ptr<RdmaLinkPath>> RdmaLinkPath::Create(RdmaDevice& device,
                                                            std::shared_ptr<RdmaMemory> arena,
                                                            LoopPost post,
+                                                           std::shared_ptr<Clock> clock,
                                                            const RdmaStagingOptions& staging) {
   KVTIER_RETURN_IF_ERROR(staging.Validate());
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RdmaQp> qp, device.CreateQp());
+  if (!clock) clock = SystemClock();
   return std::unique_ptr<RdmaLinkPath>(
-      new RdmaLinkPath(std::move(qp), std::move(arena), std::move(post),
+      new RdmaLinkPath(std::move(qp), std::move(arena), std::move(post), std::move(clock),
                        std::make_unique<RdmaStagingPool>(device, staging)));
 }
 
@@ -57,6 +86,7 @@ Status RdmaLinkPath::Connect(const RdmaReady& ready) {
   }
   KVTIER_RETURN_IF_ERROR(qp_->Connect(ready.qp));
   region_ = ready.pool;
+  lease_ms_ = ready.lease_ms;
   return Status::Ok();
 }
 
@@ -149,6 +179,8 @@ Status RdmaLinkPath::ReadLeased(const LeaseReply& lease, std::span<const std::sp
     return Status::InvalidArgument("LEASE_REPLY item count does not match the request");
   }
   auto b = std::make_shared<Batch>();
+  const uint64_t lease_ns = lease_ms_ * kNanosPerMs;
+  b->lease_end_ns = clock_->NowNanos() + lease_ns - std::min(lease_ns, LeaseMarginNs(lease_ms_));
   b->outputs = std::move(outputs);
   b->arena = arena_;
   b->items.assign(n, Status::Ok());
@@ -198,6 +230,10 @@ Status RdmaLinkPath::ReadLeased(const LeaseReply& lease, std::span<const std::sp
   return Status::Ok();
 }
 
+bool RdmaLinkPath::LeaseEnded(const Batch& b) const {
+  return !b.write && clock_->NowNanos() >= b.lease_end_ns;
+}
+
 void RdmaLinkPath::Launch(const std::shared_ptr<Batch>& b) {
   b->remaining = b->ops.size();
   if (b->remaining == 0) return Finish(*b);
@@ -223,8 +259,11 @@ Status RdmaLinkPath::PostOne(const std::shared_ptr<Batch>& b, size_t op) {
                   : qp_->PostRead(local, o.addr, o.rkey, std::move(cb));
 }
 
-void RdmaLinkPath::OpDone(const std::shared_ptr<Batch>& b, size_t op, const Status& s) {
+void RdmaLinkPath::OpDone(const std::shared_ptr<Batch>& b, size_t op, const Status& completion) {
   Batch::Op& o = b->ops[op];
+  // A READ that ran into the end of its lease may have raced a rewrite of
+  // its slot: what it brought is not used, even if it would verify.
+  const Status s = completion.ok() && LeaseEnded(*b) ? LeaseEndedBefore("completed") : completion;
   if (!s.ok()) {
     b->items[o.item] = s;
     b->bytes[o.item] = 0;
@@ -239,7 +278,8 @@ void RdmaLinkPath::Drain() {
   const std::weak_ptr<bool> alive = alive_;
   while (!backlog_.empty()) {
     auto [b, op] = backlog_.front();
-    Status s = PostOne(b, op);
+    // A READ whose lease has ended is not posted: its slot may be reused.
+    Status s = LeaseEnded(*b) ? LeaseEndedBefore("was posted") : PostOne(b, op);
     // A full completion queue: wait for a completion of this path to retry
     // (the request's deadline bounds the wait).
     if (s.code() == StatusCode::kBusy) return;

@@ -6,7 +6,10 @@
 //        each granted item into its slot; the link then sends PUT_COMMIT.
 //   GET: after LEASE_REPLY, ReadLeased RDMA READs each leased block into
 //        the caller's destination; the link verifies header and checksum
-//        and sends LEASE_RELEASE.
+//        and sends LEASE_RELEASE. Past the lease's end the server may reuse
+//        the slot, so no READ is posted after it and one completing after it
+//        fails: the end is the reply's arrival plus RDMA_READY's lease_ms,
+//        less a margin, on the path's clock.
 // Local memory must be registered: buffers inside the registered host
 // arena (Tier::RegisterHostMemory) are used in place; block headers and
 // buffers outside it go through staging memory lent by a pool of registered
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "kvtier/block_header.h"
+#include "kvtier/env.h"
 #include "tiers/remote/rdma_protocol.h"
 #include "tiers/remote/rdma_staging.h"
 #include "tiers/remote/rdma_transport.h"
@@ -70,19 +74,21 @@ class LoopGate {
 class RdmaLinkPath {
  public:
   // A queue pair on `device`, not yet connected. `arena` may be null;
-  // `staging` sizes the pool of staging buffers (InvalidArgument when it
-  // does not validate). REQUIRES: `device` outlives this and every
-  // completion it delivers.
+  // `clock` times leases (null: SystemClock()); `staging` sizes the pool of
+  // staging buffers (InvalidArgument when it does not validate).
+  // REQUIRES: `device` outlives this and every completion it delivers.
   static Result<std::unique_ptr<RdmaLinkPath>> Create(RdmaDevice& device,
                                                       std::shared_ptr<RdmaMemory> arena,
                                                       LoopPost post,
+                                                      std::shared_ptr<Clock> clock = nullptr,
                                                       const RdmaStagingOptions& staging = {});
   ~RdmaLinkPath();
   RdmaLinkPath(const RdmaLinkPath&) = delete;
   RdmaLinkPath& operator=(const RdmaLinkPath&) = delete;
 
   RdmaHello Hello() const { return RdmaHello{qp_->local()}; }
-  // Connects to the server's queue pair and keeps its pool region.
+  // Connects to the server's queue pair and keeps its pool region and lease
+  // duration.
   Status Connect(const RdmaReady& ready);
   // Buffers inside `arena` are used in place from the next batch on; a
   // batch in flight keeps the arena it started with until it finishes.
@@ -104,7 +110,10 @@ class RdmaLinkPath {
   // into headers and dsts only while `outputs` is alive: once its owner
   // lets go (the request finished), a late completion touches neither.
   // Reads into the registered arena land in place, so only closing the
-  // queue pair (destroying this) stops them.
+  // queue pair (destroying this) stops them. The lease is counted from
+  // this call (the reply has just arrived), less a margin: an item whose
+  // READ is not posted before it ends, or completes after it, is
+  // Unavailable and its bytes are not used, even if they would verify.
   Status ReadLeased(const LeaseReply& lease, std::span<const std::span<std::byte>> dsts,
                     std::span<HeaderBytes> headers, std::weak_ptr<const void> outputs,
                     ItemsDone done);
@@ -117,10 +126,11 @@ class RdmaLinkPath {
  private:
   struct Batch;
   RdmaLinkPath(std::unique_ptr<RdmaQp> qp, std::shared_ptr<RdmaMemory> arena, LoopPost post,
-               std::unique_ptr<RdmaStagingPool> staging)
+               std::shared_ptr<Clock> clock, std::unique_ptr<RdmaStagingPool> staging)
       : qp_(std::move(qp)),
         arena_(std::move(arena)),
         post_(std::move(post)),
+        clock_(std::move(clock)),
         staging_(std::move(staging)) {}
   // The lkey of [p, p + n) when it lies in the registered arena, else 0.
   uint32_t ArenaKey(const std::byte* p, size_t n) const;
@@ -129,13 +139,17 @@ class RdmaLinkPath {
   bool Stage(Batch& b, size_t bytes);
   // Ends a batch: its staging memory goes back to the pool, then `done` runs.
   static void Finish(Batch& b);
+  // Whether `b` reads under a lease that has ended by now.
+  bool LeaseEnded(const Batch& b) const;
   void Launch(const std::shared_ptr<Batch>& b);
   Status PostOne(const std::shared_ptr<Batch>& b, size_t op);
-  void OpDone(const std::shared_ptr<Batch>& b, size_t op, const Status& s);
+  void OpDone(const std::shared_ptr<Batch>& b, size_t op, const Status& completion);
 
   std::unique_ptr<RdmaQp> qp_;
   std::shared_ptr<RdmaMemory> arena_;
   LoopPost post_;
+  std::shared_ptr<Clock> clock_;
+  uint32_t lease_ms_ = 0;  // RDMA_READY's, from Connect on
   // Batches in flight hold leases on it, which outlive the pool if need be.
   std::unique_ptr<RdmaStagingPool> staging_;
   RdmaRegion region_;

@@ -16,8 +16,10 @@
 //   GET_LEASE(ns, keys) -> LEASE_REPLY(lease id, [code, addr, rkey, len])
 //     the server pins the found slots until LEASE_RELEASE(lease id) or the
 //     lease duration passes; the client RDMA READs them and verifies header
-//     and checksum (a read after expiry may see a reused slot: Corruption,
-//     never wrong bytes)
+//     and checksum. The client posts no READ after the lease's end as it
+//     counts it (from the reply's arrival, less a margin) and fails one
+//     completing later, as Unavailable; a reply so late that a READ still
+//     sees a reused slot fails the checks: Corruption, never wrong bytes
 #pragma once
 
 #include <array>

@@ -45,6 +45,10 @@ struct RemoteClientOptions {
   // rdma: the device, asked for once by Create and shared by every
   // connection and reconnect; null opens the first one.
   RdmaDeviceFactory rdma_device;
+  // rdma: times how long a LEASE_REPLY lets a connection read its blocks
+  // (rdma_link.h); null: SystemClock(). Deadlines and backoff keep to the
+  // steady clock.
+  std::shared_ptr<Clock> clock;
   // A server entry whose host is a name (not an IP literal) is looked up
   // again on every connect, so a server that comes back at a new address (a
   // rescheduled pod) is found. The connect itself goes to the last address
@@ -85,7 +89,8 @@ class RemoteClient {
   // size, or the server's refusal (ResourceExhausted, InvalidArgument, ...).
   virtual void Put(size_t server, NamespaceId ns, std::vector<PutOp> ops, ItemDone done) = 0;
   // OK with the payload size (header and checksum verified), NotFound,
-  // Corruption, InvalidArgument (dst too small).
+  // Corruption, InvalidArgument (dst too small); transport rdma also
+  // Unavailable for a block whose lease ended before its READ did.
   virtual void Get(size_t server, NamespaceId ns, std::vector<std::span<std::byte>> dsts,
                    std::vector<BlockKey> keys, ItemDone done) = 0;
   virtual void Exists(size_t server, NamespaceId ns, std::vector<BlockKey> keys, ItemDone done) = 0;

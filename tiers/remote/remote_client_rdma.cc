@@ -10,7 +10,7 @@ namespace kvtier::internal::memd {
 // RDMA_HELLO with this connection's queue pair; RDMA_READY brings the
 // server's, which the queue pair connects to before any request is sent.
 void Link::StartRdma(uint64_t instance) {
-  auto path = RdmaLinkPath::Create(*c_.rdma_, c_.arena_, c_.gate_.post());
+  auto path = RdmaLinkPath::Create(*c_.rdma_, c_.arena_, c_.gate_.post(), c_.o_.clock);
   if (!path.ok()) return Abort(path.status().WithContext(Prefix() + "RDMA queue pair"));
   rdma_ = std::move(path).value();
   hs_out_ = Frame(Opcode::kRdmaHello, 0, EncodeBody(rdma_->Hello()));

@@ -305,6 +305,7 @@ Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
   co.op_timeout_ms = options.remote.op_timeout_ms;
   co.reconnect_backoff_ms = options.remote.reconnect_backoff_ms;
   co.reconnect_backoff_max_ms = options.remote.reconnect_backoff_max_ms;
+  co.clock = context.clock;
   auto tier = std::make_unique<RemoteTier>(options, context.block_bytes);
   RemoteTier* raw = tier.get();
   KVTIER_ASSIGN_OR_RETURN(
