@@ -52,7 +52,7 @@ void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
   }
   ++blocks_in_[tier];
   bytes_in_[tier] += e->bytes;
-  e->last_access_ns = now_ns;
+  e->last_access_ns = e->deepest_use_ns = now_ns;
   e->stamp[tier] = ++clock_;
   if (IsLeaf(*e, tier)) leaves_[tier].emplace_hint(leaves_[tier].end(), e->stamp[tier], e);
   if (observer_ != nullptr) observer_->OnAdd(*e, tier);
@@ -73,10 +73,11 @@ void BlockIndex::DropLocation(IndexEntry* e, size_t tier) {
   if (observer_ != nullptr) observer_->OnDrop(*e, tier);
 }
 
-void BlockIndex::Touch(IndexEntry* e, uint64_t now_ns) {
+void BlockIndex::Touch(IndexEntry* e, uint64_t now_ns, bool deepest) {
   e->last_access_ns = now_ns;
+  if (deepest) e->deepest_use_ns = now_ns;
   for (size_t t = 0; t < tier_count_; ++t) {
-    if (!e->In(t)) continue;
+    if (!e->In(t) || (!deepest && ((deepest_only_ >> t) & 1U) != 0)) continue;
     if (observer_ != nullptr) observer_->OnTouch(*e, t);
     const uint64_t stamp = ++clock_;
     if (IsLeaf(*e, t)) {

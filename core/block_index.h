@@ -45,10 +45,14 @@ struct IndexEntry {
   // (RunSave, from admission to reservation). Eviction may move such an
   // entry to another tier, but never drop its last copy.
   uint32_t save_holds = 0;
-  bool moving = false;           // selected by an eviction pass
-  uint32_t children = 0;         // stored entries whose parent is this one
+  bool moving = false;                            // selected by an eviction pass
+  uint32_t children = 0;                          // stored entries whose parent is this one
   std::array<uint32_t, kMaxTiers> children_in{};  // of those, how many are in tier t
   uint64_t last_access_ns = 0;
+  // The last use that ended at this block: a load whose deepest hit it was
+  // (or its entering a tier). Tiers that refresh only the deepest hit
+  // (BlockIndex::set_deepest_only) know this as the block's last use.
+  uint64_t deepest_use_ns = 0;
   // What the policies know of the block (BlockMeta): its position in its
   // chain, how often lookups named and found it, and the Save hints.
   uint64_t inserted_ns = 0;
@@ -87,6 +91,10 @@ class BlockIndex {
   // `observer` (may be null, not owned) hears of every AddLocation,
   // DropLocation and Touch from now on.
   void set_observer(IndexObserver* observer) { observer_ = observer; }
+  // Bit t: tier t refreshes a block's recency only when it is the deepest
+  // hit of a use (flop_aware, after Marconi): a prefix used on the way to
+  // its children ages as if unused, so it leaves soon after them.
+  void set_deepest_only(uint32_t tiers) { deepest_only_ = tiers; }
 
   IndexEntry* Find(const NsKey& id);
   // Adds a kFilling entry under `parent` (may be null) at depth
@@ -98,8 +106,10 @@ class BlockIndex {
 
   void AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns);
   void DropLocation(IndexEntry* e, size_t tier);
-  // Marks a use: the entry becomes most recent in every tier holding it.
-  void Touch(IndexEntry* e, uint64_t now_ns);
+  // Marks a use: the entry becomes most recent in every tier holding it,
+  // except, unless it is the `deepest` hit of the use, in the tiers that
+  // refresh only that one.
+  void Touch(IndexEntry* e, uint64_t now_ns, bool deepest);
 
   // Up to `max` ready, not-moving entries of `tier` pinned by no more than
   // saves holding them (IndexEntry::save_holds), least recent
@@ -127,6 +137,7 @@ class BlockIndex {
 
   size_t tier_count_;
   IndexObserver* observer_ = nullptr;
+  uint32_t deepest_only_ = 0;
   // Sharded: the index grows under the runtime's lock (policy/sharded_map.h).
   ShardedMap<NsKey, std::unique_ptr<IndexEntry>, NsKeyHash> map_;
   uint64_t clock_ = 0;  // last stamp handed out

@@ -110,6 +110,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
       tier_counts_(1 + lower_.size()),
       pending_removes_(1 + lower_.size()) {
   index_.set_observer(policies_.get());
+  index_.set_deepest_only(policies_->deepest_only_tiers());
   adopt_shared_.assign(1 + lower_.size(), false);
   for (size_t t = 1; t < tier_count(); ++t) {
     const TierCapabilities& c = lower_[t - 1]->capabilities();

@@ -41,7 +41,14 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
       entries[i] = e;
       source_tier[i] = e->FastestTier();
       below_hub += e->In(0) ? 0 : 1;
-      index_.Touch(e, now);
+    }
+    // The hit the use ended at: the last of the leading run found (a tier
+    // that refreshes only the deepest hit leaves the prefix above it as it
+    // was). Touched deepest first, as found.
+    size_t lead = 0;
+    while (lead < n && entries[lead] != nullptr) ++lead;
+    for (size_t i = n; i-- > 0;) {
+      if (entries[i] != nullptr) index_.Touch(entries[i], now, i + 1 == lead);
     }
   }
 

@@ -246,11 +246,11 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     would.id = {ns, keys[i]};
     would.bytes = options_.block_bytes;
     would.depth = depth;
-    would.last_access_ns = would.inserted_ns = now;
+    would.last_access_ns = would.deepest_use_ns = would.inserted_ns = now;
     would.session_id = hints.session_id;
     would.expected_reuse = hints.expected_reuse;
     would.is_tail = i + 1 == keys.size();
-    const bool admit = policies_->Admit(0, policies_->MetaOf(would), hub);
+    const bool admit = policies_->Admit(0, policies_->MetaOf(would, 0), hub);
     metrics_.AddAdmission(0, admit);
     (*decided)[i] = admit ? Decision::kAdmitted : Decision::kRefused;
     if (!admit) return i;

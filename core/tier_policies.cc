@@ -148,7 +148,13 @@ double TierPolicies::alpha(size_t tier) const {
   return tiers_[tier].flop_aware ? tiers_[tier].eviction->alpha() : -1.0;
 }
 
-BlockMeta TierPolicies::MetaOf(const IndexEntry& e) const {
+uint32_t TierPolicies::deepest_only_tiers() const {
+  uint32_t bits = 0;
+  for (size_t t = 0; t < tiers_.size(); ++t) bits |= tiers_[t].flop_aware ? 1U << t : 0U;
+  return bits;
+}
+
+BlockMeta TierPolicies::MetaOf(const IndexEntry& e, size_t tier) const {
   BlockMeta m;
   m.id = PolicyId(e.id);
   m.depth = e.depth;
@@ -156,7 +162,7 @@ BlockMeta TierPolicies::MetaOf(const IndexEntry& e) const {
   m.bytes = e.bytes;
   m.sightings = e.sightings;
   m.hits = e.hits;
-  m.last_use_ns = e.last_access_ns;
+  m.last_use_ns = tiers_[tier].flop_aware ? e.deepest_use_ns : e.last_access_ns;
   m.inserted_ns = e.inserted_ns;
   m.flops = FlopsAt(e.depth);
   m.session_id = e.session_id;
@@ -192,7 +198,7 @@ std::vector<IndexEntry*> TierPolicies::Choose(size_t tier, std::span<IndexEntry*
   metas.reserve(candidates.size());
   std::unordered_map<uint64_t, size_t> index_of;  // policy id -> candidate
   for (size_t i = 0; i < candidates.size(); ++i) {
-    metas.push_back(MetaOf(*candidates[i]));
+    metas.push_back(MetaOf(*candidates[i], tier));
     metas.back().backed = (candidates[i]->locations >> (tier + 1)) != 0;
     index_of.emplace(metas.back().id, i);
   }
@@ -228,7 +234,7 @@ std::vector<IndexEntry*> TierPolicies::Choose(size_t tier, std::span<IndexEntry*
 }
 
 void TierPolicies::OnAdd(const IndexEntry& e, size_t tier) {
-  if (!tiers_[tier].lru) tiers_[tier].eviction->OnInsert(MetaOf(e));
+  if (!tiers_[tier].lru) tiers_[tier].eviction->OnInsert(MetaOf(e, tier));
 }
 
 void TierPolicies::OnDrop(const IndexEntry& e, size_t tier) {
@@ -236,7 +242,7 @@ void TierPolicies::OnDrop(const IndexEntry& e, size_t tier) {
 }
 
 void TierPolicies::OnTouch(const IndexEntry& e, size_t tier) {
-  if (!tiers_[tier].lru) tiers_[tier].eviction->OnAccess(MetaOf(e));
+  if (!tiers_[tier].lru) tiers_[tier].eviction->OnAccess(MetaOf(e, tier));
 }
 
 }  // namespace kvtier::internal

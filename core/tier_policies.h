@@ -62,8 +62,12 @@ class TierPolicies final : public IndexObserver {
   // (Runtime::RequestFinished).
   void ObserveFinish(NamespaceId ns, std::span<const BlockKey> keys, uint32_t output_tokens,
                      uint64_t now_ns);
-  // What the policies know of `e`.
-  BlockMeta MetaOf(const IndexEntry& e) const;
+  // What tier `tier`'s policies know of `e` (its last use is the deepest
+  // one for a tier that refreshes only the deepest hit).
+  BlockMeta MetaOf(const IndexEntry& e, size_t tier) const;
+  // Bit t: tier t refreshes recency on the deepest hit only (flop_aware),
+  // for BlockIndex::set_deepest_only.
+  uint32_t deepest_only_tiers() const;
   // The tier as its admission sees it, from the tier's usage.
   TierState StateOf(size_t tier, uint64_t capacity_bytes, uint64_t used_bytes,
                     uint64_t now_ns) const;

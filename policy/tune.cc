@@ -1,5 +1,6 @@
 // α tuning for flop_aware: replay a recent window against a one-tier,
-// leaf-first cache at each α of a grid and keep the best.
+// leaf-first cache at each α of a grid and keep the best. As in the runtime,
+// a hit refreshes the recency of the deepest block it matched only.
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -23,12 +24,15 @@ class LeafCache {
   double Run(const TuneRequest& r, uint64_t t) {
     double saved = 0;
     size_t i = 0;
+    Entry* deepest = nullptr;
     for (; i < r.blocks.size(); ++i) {
       auto it = map_.find(r.blocks[i].id);
       if (it == map_.end()) break;
       saved += r.blocks[i].flops;
-      it->second.meta.last_use_ns = t;
+      deepest = &it->second;
     }
+    // flop_aware refreshes the deepest hit only (BlockIndex::set_deepest_only).
+    if (deepest != nullptr) deepest->meta.last_use_ns = t;
     busy_.clear();
     for (const BlockMeta& b : r.blocks) busy_.insert(b.id);
     for (size_t j = i; j < r.blocks.size() && capacity_ != 0; ++j) {

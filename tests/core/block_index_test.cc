@@ -42,17 +42,17 @@ TEST(BlockIndex, VictimsAreLeastRecentLeavesOnly) {
   EXPECT_EQ(v[3], d);
   // Touched deepest first (as the runtime does), a chain leaves in one
   // batch, children before parents.
-  idx.Touch(d, 5);
-  idx.Touch(c, 6);
-  idx.Touch(b, 7);
-  idx.Touch(a, 8);
+  idx.Touch(d, 5, true);
+  idx.Touch(c, 6, true);
+  idx.Touch(b, 7, true);
+  idx.Touch(a, 8, true);
   v = idx.Victims(0, 10, 100, AlwaysDroppable);
   ASSERT_EQ(v.size(), 4u);
   EXPECT_EQ(v[0], d);
   EXPECT_EQ(v[1], c);
   EXPECT_EQ(v[2], b);
   EXPECT_EQ(v[3], a);
-  idx.Touch(c, 9);  // now c is the most recent: its ancestors follow it out
+  idx.Touch(c, 9, true);  // now c is the most recent: its ancestors follow it out
   v = idx.Victims(0, 3, 100, AlwaysDroppable);
   ASSERT_EQ(v.size(), 3u);
   EXPECT_EQ(v[0], d);
@@ -61,6 +61,45 @@ TEST(BlockIndex, VictimsAreLeastRecentLeavesOnly) {
   c->pins = 1;
   d->pins = 1;
   EXPECT_TRUE(idx.Victims(0, 10, 100, AlwaysDroppable).empty()) << "pinned blocks stay";
+}
+
+// Chain 1 -> 2 and block 4 in tier 0, 5 in tier 1; 4 is used, then a use of
+// 1, 2 ends at 2, which then moves down: of the leaves 1 and 4, which is
+// older?
+std::vector<IndexEntry*> LeavesAfterAUseThrough(BlockIndex& idx, IndexEntry** a, IndexEntry** e) {
+  *a = AddReady(idx, 1, nullptr, 0, 1);
+  IndexEntry* b = AddReady(idx, 2, *a, 0, 2);
+  IndexEntry* d = AddReady(idx, 4, nullptr, 0, 3);
+  *e = AddReady(idx, 5, nullptr, 1, 4);
+  idx.Touch(d, 5, true);
+  idx.Touch(b, 6, true);  // deepest first, as the runtime touches
+  idx.Touch(*a, 6, false);
+  idx.Touch(*e, 6, false);
+  idx.AddLocation(b, 1, 7);
+  idx.DropLocation(b, 0);
+  return idx.Victims(0, 2, 100, AlwaysDroppable);
+}
+
+// Tier 0 refreshes only the deepest hit (flop_aware): a block a use passed
+// through on the way to its child keeps its recency there, so once the
+// child has gone it leaves before blocks used since it was last the end of
+// a use.
+TEST(BlockIndex, ADeepestOnlyTierRefreshesOnlyTheDeepestHit) {
+  BlockIndex idx(2);
+  idx.set_deepest_only(1U << 0);
+  IndexEntry* a = nullptr;
+  IndexEntry* e = nullptr;
+  auto v = LeavesAfterAUseThrough(idx, &a, &e);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], a);
+  EXPECT_EQ(a->last_access_ns, 6u);
+  EXPECT_EQ(a->deepest_use_ns, 1u);
+  EXPECT_EQ(e->deepest_use_ns, 4u);
+  // With every hit refreshed, 1 was used after 4.
+  BlockIndex all(2);
+  v = LeavesAfterAUseThrough(all, &a, &e);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[1], a);
 }
 
 TEST(BlockIndex, MovingALeafDownMakesItsParentALeafOfTheUpperTier) {

@@ -165,5 +165,33 @@ TEST_F(ChainEvictionTest, MoverEvictsAChainAdoptedAfterARestart) {
   disk->Shutdown();
 }
 
+// A load of P, C ends at C. A flop_aware hub refreshes only C, the deepest
+// hit: once C is gone P is as old as its save, and leaves before D, loaded
+// between that save and the load. An LRU hub refreshes P too, and keeps it.
+TEST_F(ChainEvictionTest, AFlopAwareHubRefreshesOnlyTheDeepestHitOfALoad) {
+  for (const char* policy : {"lru", "flop_aware"}) {
+    RuntimeOptions o = MakeOptions(bb_, 4);
+    o.tiers[0].eviction = policy;
+    o.tiers[0].watermarks = {.high = 1.0, .low = 0.75};  // room for one block at a time
+    o.tiers[0].policy.flop_alpha = 0;                    // recency alone
+    o.tiers[0].policy.alpha_tune_every = 0;
+    Open(o);
+    const auto pc = ChainKeys({1, 2});
+    const auto d = ChainKeys({3});
+    ASSERT_TRUE(SaveFrom(pc).status().ok());
+    ASSERT_TRUE(SaveFrom(d).status().ok());
+    ASSERT_TRUE(sim_->Load(d, 10).result(0).ok());
+    Completion both = sim_->Load(pc, 11);
+    ASSERT_TRUE(both.result(0).ok() && both.result(1).ok());
+    ASSERT_TRUE(rt_->Remove(kTestNs, std::span(pc).subspan(1)).ok());
+    ASSERT_TRUE(SaveFrom(ChainKeys({4, 5})).status().ok());  // the hub: P, D, E, F
+    ASSERT_TRUE(SaveFrom(ChainKeys({6})).status().ok());     // one of P and D leaves
+    const bool deepest_only = std::string(policy) == "flop_aware";
+    EXPECT_EQ(Hits(std::vector<BlockKey>{pc[0]}), deepest_only ? 0u : 1u) << policy;
+    EXPECT_EQ(Hits(d), deepest_only ? 1u : 0u) << policy;
+    EXPECT_EQ(HubBlocks(), 4u) << policy;
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::testing

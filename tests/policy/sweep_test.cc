@@ -32,8 +32,8 @@ std::vector<SimBlock> Chain(std::vector<uint64_t> ids) {
 TEST(SweepCacheTest, EvictsLeavesBeforeOlderParents) {
   TieredCache cache(Tiers(4, 0), 100, 1e15, 1);
   std::vector<uint8_t> tiers;
-  cache.Use(Chain({1, 2, 3}), 0, 1, false);
-  cache.Use(Chain({4, 5}), 0, 2, false);
+  cache.Use(Chain({1, 2, 3}), 0, 1);
+  cache.Use(Chain({4, 5}), 0, 2);
   // 1 is the least recent block, but 3 is the only leaf that may go.
   EXPECT_EQ(cache.Lookup(Chain({1, 2, 3}), &tiers), 2u);
   EXPECT_EQ(cache.Lookup(Chain({4, 5}), &tiers), 2u);
@@ -43,8 +43,8 @@ TEST(SweepCacheTest, EvictsLeavesBeforeOlderParents) {
 TEST(SweepCacheTest, DemotesChildrenFirstAndReadsThroughTheHub) {
   TieredCache cache(Tiers(3, 3), 100, 1e15, 1);
   std::vector<uint8_t> tiers;
-  cache.Use(Chain({1, 2, 3}), 0, 1, false);
-  cache.Use(Chain({4, 5}), 0, 2, false);
+  cache.Use(Chain({1, 2, 3}), 0, 1);
+  cache.Use(Chain({4, 5}), 0, 2);
   ASSERT_EQ(cache.Lookup(Chain({1, 2, 3}), &tiers), 3u);
   EXPECT_EQ(tiers, (std::vector<uint8_t>{0, 1, 1}));
   EXPECT_EQ(cache.counters(1).blocks_written, 2u);
@@ -62,12 +62,12 @@ TEST(SweepCacheTest, FinishesReachTheReuseEviction) {
     TieredCache cache(std::move(tiers), 100, 1e15, 1);
     const std::vector<uint64_t> a = {1, 2}, b = {3}, c = {4};
     cache.ObserveRequest(a, 2, {}, 1);
-    cache.Use(Chain(a), 0, 1, false);
+    cache.Use(Chain(a), 0, 1);
     cache.ObserveRequest(b, 1, {}, 2);
-    cache.Use(Chain(b), 0, 2, false);
+    cache.Use(Chain(b), 0, 2);
     cache.ObserveFinish(b, 5, 3);  // b has finished decoding, a has not
     cache.ObserveRequest(c, 1, {}, 4);
-    cache.Use(Chain(c), 0, 4, false);
+    cache.Use(Chain(c), 0, 4);
     std::vector<uint8_t> found;
     const bool reuse = std::string(eviction) == "reuse";
     EXPECT_EQ(cache.Lookup(Chain(a), &found), reuse ? 2u : 1u) << eviction;
@@ -86,13 +86,13 @@ TEST(SweepCacheTest, ReuseHubDropsCopiesTheLowerTierHolds) {
     tiers[0].eviction = std::move(CreateEvictionPolicy(eviction, {})).value();
     TieredCache cache(std::move(tiers), 100, 1e15, 1);
     std::vector<uint8_t> found;
-    cache.Use(Chain({1}), 0, 1, false);
-    cache.Use(Chain({2}), 0, 2, false);
-    cache.Use(Chain({3}), 0, 3, false);  // 1 goes down to NVMe
+    cache.Use(Chain({1}), 0, 1);
+    cache.Use(Chain({2}), 0, 2);
+    cache.Use(Chain({3}), 0, 3);  // 1 goes down to NVMe
     ASSERT_EQ(cache.Lookup(Chain({1}), &found), 1u);
     ASSERT_EQ(found, (std::vector<uint8_t>{1}));
-    cache.Use(Chain({1}), 1, 4, false);  // read through the hub: 2 leaves (NVMe is full)
-    cache.Use(Chain({4}), 0, 5, false);  // the hub holds 3 and 1, which NVMe backs
+    cache.Use(Chain({1}), 1, 4);  // read through the hub: 2 leaves (NVMe is full)
+    cache.Use(Chain({4}), 0, 5);  // the hub holds 3 and 1, which NVMe backs
     const bool reuse = std::string(eviction) == "reuse";
     const uint8_t hub = 0, nvme = 1;
     ASSERT_EQ(cache.Lookup(Chain({3}), &found), 1u) << eviction;

@@ -35,7 +35,6 @@ Result<SweepPolicy> NamedSweepPolicy(const std::string& name) {
     p.label = "marconi+flop_aware";
     p.nvme_admission = {"marconi"};
     p.host_eviction = p.nvme_eviction = "flop_aware";
-    p.deepest_only = true;
     p.tune_alpha = true;
   } else if (name == "slru") {
     p.label = "admit-all+SLRU";

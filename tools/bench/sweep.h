@@ -38,8 +38,7 @@ struct SweepPolicy {
   std::vector<std::string> nvme_admission = {"always"};
   std::string nvme_eviction = "lru";
   bool oracle = false;
-  bool deepest_only = false;  // refresh only the deepest hit (Marconi)
-  bool tune_alpha = false;    // periodic α tuning of flop_aware tiers
+  bool tune_alpha = false;  // periodic α tuning of flop_aware tiers
 };
 
 struct SweepCapacity {

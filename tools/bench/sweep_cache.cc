@@ -28,8 +28,13 @@ size_t TieredCache::Lookup(std::span<const SimBlock> chain, std::vector<uint8_t>
   return tier_of->size();
 }
 
-void TieredCache::Use(std::span<const SimBlock> chain, size_t hits, uint64_t now_ns,
-                      bool deepest_only) {
+BlockMeta TieredCache::MetaFor(const Entry& e, size_t t) const {
+  BlockMeta m = e.meta;
+  if (tiers_[t].deepest_only) m.last_use_ns = e.deepest_use_ns;
+  return m;
+}
+
+void TieredCache::Use(std::span<const SimBlock> chain, size_t hits, uint64_t now_ns) {
   busy_.clear();
   for (const SimBlock& b : chain) busy_.insert(b.id);
   for (size_t j = hits; j-- > 0;) {
@@ -37,9 +42,12 @@ void TieredCache::Use(std::span<const SimBlock> chain, size_t hits, uint64_t now
     e.meta.next_use = chain[j].next_use;
     ++e.meta.hits;
     ++e.meta.sightings;
-    if (!deepest_only || j + 1 == hits) e.meta.last_use_ns = now_ns;
+    const bool deepest = j + 1 == hits;
+    e.meta.last_use_ns = now_ns;
+    if (deepest) e.deepest_use_ns = now_ns;
     for (size_t t = 0; t < kSimTiers; ++t) {
-      if (e.In(t) && tiers_[t].eviction) tiers_[t].eviction->OnAccess(e.meta);
+      if (!e.In(t) || !tiers_[t].eviction || (tiers_[t].deepest_only && !deepest)) continue;
+      tiers_[t].eviction->OnAccess(MetaFor(e, t));
     }
   }
   // Lower-tier hits are read through the hub, which keeps a copy.
@@ -48,7 +56,7 @@ void TieredCache::Use(std::span<const SimBlock> chain, size_t hits, uint64_t now
     if (e.In(0)) continue;
     MakeRoom(0, now_ns);
     AddLocation(e, 0, now_ns);
-    tiers_[0].eviction->OnInsert(e.meta);
+    tiers_[0].eviction->OnInsert(MetaFor(e, 0));
     counters_[0].bytes_written += block_bytes_;
     ++counters_[0].blocks_written;
   }
@@ -63,7 +71,7 @@ void TieredCache::Use(std::span<const SimBlock> chain, size_t hits, uint64_t now
     e.meta.bytes = block_bytes_;
     e.meta.flops = chain[j].flops;
     e.meta.sightings = 1;
-    e.meta.last_use_ns = e.meta.inserted_ns = now_ns;
+    e.meta.last_use_ns = e.meta.inserted_ns = e.deepest_use_ns = now_ns;
     e.meta.next_use = chain[j].next_use;
     e.meta.is_tail = j + 1 == chain.size();
     if (j > 0) {
@@ -72,7 +80,7 @@ void TieredCache::Use(std::span<const SimBlock> chain, size_t hits, uint64_t now
       ++map_.at(e.parent).children;
     }
     AddLocation(e, 0, now_ns);
-    tiers_[0].eviction->OnInsert(e.meta);
+    tiers_[0].eviction->OnInsert(MetaFor(e, 0));
     counters_[0].bytes_written += block_bytes_;
     ++counters_[0].blocks_written;
   }
@@ -132,7 +140,7 @@ std::vector<BlockMeta> TieredCache::Candidates(size_t t) const {
     if (busy_.count(id) != 0) continue;
     const Entry& e = map_.at(id);
     if (t > 0 && !e.In(0) && e.children != 0) continue;  // would strand a child
-    out.push_back(e.meta);
+    out.push_back(MetaFor(e, t));
     out.back().backed = (e.locations >> (t + 1)) != 0;
   }
   // Hash-set order is arbitrary; sort by id so runs are reproducible.
@@ -185,7 +193,7 @@ bool TieredCache::Admit(size_t t, Entry& e, uint64_t now_ns) {
   st.read_latency_s = tiers_[t].read_latency_s;
   st.gpu_flops_per_s = gpu_flops_per_s_;
   st.now_ns = now_ns;
-  return tiers_[t].admission.Admit(e.meta, st);
+  return tiers_[t].admission.Admit(MetaFor(e, t), st);
 }
 
 void TieredCache::Demote(Entry& e, uint64_t now_ns) {
@@ -209,7 +217,7 @@ void TieredCache::Demote(Entry& e, uint64_t now_ns) {
   counters_[1].bytes_written += block_bytes_;
   ++counters_[1].blocks_written;
   tiers_[1].admission.OnWritten(block_bytes_, now_ns);
-  tiers_[1].eviction->OnInsert(e.meta);
+  tiers_[1].eviction->OnInsert(MetaFor(e, 1));
 }
 
 }  // namespace kvtier::bench

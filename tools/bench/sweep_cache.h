@@ -23,6 +23,9 @@ struct SimTierConfig {
   AdmissionChain admission;  // ignored for tier 0 (the hub admits all)
   std::unique_ptr<EvictionPolicy> eviction;
   bool oracle = false;  // Belady eviction and admission
+  // Recency refreshed on the deepest hit of a use only, as the runtime does
+  // for flop_aware tiers (BlockIndex::set_deepest_only).
+  bool deepest_only = false;
   double read_bytes_per_s = 0;
   double read_latency_s = 0;
 };
@@ -53,10 +56,9 @@ class TieredCache {
 
   // Leading blocks of `chain` stored in some tier; tier_of[i] = fastest tier.
   size_t Lookup(std::span<const SimBlock> chain, std::vector<uint8_t>* tier_of) const;
-  // Records a use of the first `hits` blocks (promoting lower-tier hits into
-  // the hub) and saves the rest into the hub. `deepest_only`: refresh only
-  // the deepest hit for recency (Marconi); otherwise all, deepest first.
-  void Use(std::span<const SimBlock> chain, size_t hits, uint64_t now_ns, bool deepest_only);
+  // Records a use of the first `hits` blocks, deepest first (promoting
+  // lower-tier hits into the hub), and saves the rest into the hub.
+  void Use(std::span<const SimBlock> chain, size_t hits, uint64_t now_ns);
   const SimTierCounters& counters(size_t t) const { return counters_[t]; }
   uint64_t blocks_in(size_t t) const { return blocks_in_[t]; }
   EvictionPolicy* eviction(size_t t) { return tiers_[t].eviction.get(); }
@@ -71,6 +73,7 @@ class TieredCache {
  private:
   struct Entry {
     BlockMeta meta;
+    uint64_t deepest_use_ns = 0;  // the last use that ended here
     uint64_t parent = 0;
     bool has_parent = false;
     uint8_t locations = 0;
@@ -86,6 +89,8 @@ class TieredCache {
   bool Admit(size_t t, Entry& e, uint64_t now_ns);
   void EraseIfHomeless(uint64_t id);
   std::vector<BlockMeta> Candidates(size_t t) const;
+  // What tier `t`'s policies know of `e`.
+  BlockMeta MetaFor(const Entry& e, size_t t) const;
 
   std::unique_ptr<internal::SharedReuseModels> reuse_models_;
   std::array<SimTierConfig, kSimTiers> tiers_;

@@ -166,7 +166,7 @@ double Engine::Prefill(size_t r) {
   } else {
     out_.recomputed_tokens += ctx - hit_tokens;
   }
-  cache_.Use(chain, hits, now_ns, p_.deepest_only);
+  cache_.Use(chain, hits, now_ns);
   return time_s;
 }
 
@@ -196,7 +196,7 @@ void Engine::Preempt() {
     if (e_.save_on_preempt) {  // saved before the engine frees the blocks
       std::vector<SimBlock> chain = ResumeChain(r, /*saving=*/true);
       std::vector<uint8_t> tier_of;
-      cache_.Use(chain, cache_.Lookup(chain, &tier_of), uint64_t(now_s_ * 1e9), p_.deepest_only);
+      cache_.Use(chain, cache_.Lookup(chain, &tier_of), uint64_t(now_s_ * 1e9));
     }
     free_ += it->blocks;
     running_.erase(it);
@@ -321,6 +321,7 @@ Result<SweepResult> RunSweepOne(const Trace& trace, const SweepEngine& engine,
   auto models = std::make_unique<internal::SharedReuseModels>();
   for (size_t t = 0; t < kSimTiers; ++t) {
     tiers[t].oracle = policy.oracle;
+    tiers[t].deepest_only = !policy.oracle && evictions[t] == "flop_aware";
     auto ev = internal::BuildEviction(policy.oracle ? "lru" : evictions[t], knobs, models.get());
     if (!ev.ok()) return ev.status();
     tiers[t].eviction = std::move(*ev);
