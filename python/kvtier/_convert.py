@@ -41,7 +41,11 @@ class Keys:
             yield (k.hi, k.lo)
 
     def __eq__(self, other):
-        return list(self) == list(other)
+        try:
+            others = iter(other)
+        except TypeError:  # not a sequence (None, an int): Python answers False
+            return NotImplemented
+        return list(self) == list(others)
 
     def __repr__(self):
         return f"Keys({list(self)!r})"

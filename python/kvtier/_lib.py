@@ -5,6 +5,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+import weakref
 
 C_API_VERSION = 1  # the KVTIER_C_API_VERSION of include/kvtier/c_api.h this binding follows
 
@@ -129,34 +130,117 @@ def loaded():
     return _lib is not None
 
 
-# Reentrant: the collector may end an object on a thread that holds it.
-_take_lock = threading.RLock()
+def _foreign_thread():
+    """Whether this thread is one Python did not start: a kvtier thread
+    running a callback (on_layer, done, log), which must not block."""
+    return isinstance(threading.current_thread(), threading._DummyThread)
+
+
+class _Calls:
+    """The C calls in flight on one handle. ctypes lets go of the GIL during a
+    call, so another thread may end the handle meanwhile: ending waits for
+    them, as the C API asks, rather than freeing the handle under them."""
+
+    __slots__ = ("lock", "idle", "threads", "deferred", "__weakref__")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.idle = None  # a Condition on lock, made by the first end that waits
+        self.threads = []  # the thread of each call in flight, once per call
+        self.deferred = None  # a handle the last call in flight is to end
+        _every_calls.add(self)
+
+
+# A child made by fork() has none of the threads whose calls were in flight
+# (nor any that held a lock): it starts with none, or ending would wait forever.
+_every_calls = weakref.WeakSet()
+
+
+def _forget_calls_in_child():
+    for calls in list(_every_calls):
+        calls.__init__()
+
+
+os.register_at_fork(after_in_child=_forget_calls_in_child)
 
 
 class _Scoped:
     """A handle that ends (self._end()) at the end of a `with` or when collected.
-    A subclass names the attribute holding it (_HANDLE) and what a call says
-    once it has ended (_ENDED)."""
+    A subclass names the attribute holding it (_HANDLE), what a call says once
+    it has ended (_ENDED), and how to end it (_end_handle(handle)).
+
+    Thread safety: any thread may call, and end, at any time. Each C call on
+    the handle goes through _call and counts as in flight until it returns;
+    ending refuses new calls at once, then waits for those in flight on other
+    threads before ending the handle. Where it cannot wait (a finalizer, a
+    callback on a kvtier thread, or a thread with a call of its own in flight
+    on this handle, such as a callback run inside it) it returns at once, and
+    the last call in flight to return ends the handle."""
 
     _HANDLE = "_handle"
     _ENDED = "handle is freed"
 
-    def _live(self):
-        """The handle, for a call: once ended, raises KvtierError(INVALID_ARGUMENT),
-        rather than passing NULL on (whose calls answer 0, False or "is NULL")."""
-        handle = getattr(self, self._HANDLE, None)
-        if not handle:
-            raise KvtierError(INVALID_ARGUMENT, self._ENDED)
-        return handle
+    def __init__(self, handle=None):
+        self._calls = _Calls()
+        setattr(self, self._HANDLE, handle)
 
-    def _take(self, name):
-        """The handle in attribute `name`, which is None from now on: of two
-        threads ending one object at once only one gets it (ctypes lets go of
-        the GIL between a check and a clear)."""
-        with _take_lock:
-            handle = getattr(self, name, None)
-            setattr(self, name, None)
-        return handle
+    def _call(self, fn, *args):
+        """fn(handle, *args), counted in flight; once ended, raises
+        KvtierError(INVALID_ARGUMENT, _ENDED) rather than passing NULL on
+        (whose calls answer 0, False or "is NULL")."""
+        calls = self._calls
+        me = threading.get_ident()
+        with calls.lock:
+            handle = getattr(self, self._HANDLE)
+            if not handle:
+                raise KvtierError(INVALID_ARGUMENT, self._ENDED)
+            calls.threads.append(me)
+        try:
+            return fn(handle, *args)
+        finally:
+            with calls.lock:
+                calls.threads.remove(me)
+                deferred = None
+                if not calls.threads:
+                    deferred, calls.deferred = calls.deferred, None
+                    if calls.idle is not None:
+                        calls.idle.notify_all()
+            if deferred:
+                self._end_handle(deferred)
+
+    def _end(self, wait=True):
+        """Ends the handle once (again, or from a second thread: returns at
+        once); see the class comment for when it waits."""
+        calls = self._calls
+        handle = None
+        try:
+            with calls.lock:
+                handle = getattr(self, self._HANDLE, None)
+                setattr(self, self._HANDLE, None)
+                if not handle or not calls.threads:
+                    return  # a handle no call is in on ends below
+                # Waiting for its own call would never end; on a kvtier thread
+                # a call may be waiting for it (wait() returns after the done
+                # callbacks).
+                if (not wait or threading.get_ident() in calls.threads
+                        or _foreign_thread()):
+                    calls.deferred, handle = handle, None
+                    return
+                if calls.idle is None:
+                    calls.idle = threading.Condition(calls.lock)
+                try:
+                    while calls.threads:
+                        calls.idle.wait()
+                except BaseException:  # interrupted (Ctrl-C): left to the last call
+                    if calls.threads:
+                        calls.deferred, handle = handle, None
+                    raise
+        finally:
+            if handle:  # outside the lock: ending may call back into Python
+                self._end_handle(handle)
+
+    def _end_handle(self, handle):
+        raise NotImplementedError
 
     def __enter__(self):
         return self
@@ -165,8 +249,9 @@ class _Scoped:
         self._end()
 
     def __del__(self):
-        if loaded():
-            self._end()
+        # Never waits: no call is in flight while nothing holds the object.
+        if loaded() and hasattr(self, "_calls"):
+            self._end(wait=False)
 
 
 def _installed_library():

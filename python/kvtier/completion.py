@@ -33,41 +33,39 @@ class Completion(_Scoped):
     _ENDED = "completion is freed"
 
     def __init__(self, handle, keepalive=None):
-        self._handle = handle
+        super().__init__(handle)
         # Callbacks kvtier may still call: kept alive until the work is done.
         self._keepalive = [keepalive] if keepalive is not None else []
 
     def wait(self, timeout_s=None):
         """Waits (at most timeout_s; None: no limit) and returns the call's code:
         OK, the first block's failure, or DEADLINE_EXCEEDED while still running."""
-        return lib().kvtier_completion_wait(self._live(), _ns(timeout_s))
+        return self._call(lib().kvtier_completion_wait, _ns(timeout_s))
 
     @property
     def done(self):
-        return bool(lib().kvtier_completion_done(self._live()))
+        return bool(self._call(lib().kvtier_completion_done))
 
     @property
     def layers_done(self):
-        return lib().kvtier_completion_layers_done(self._live())
+        return self._call(lib().kvtier_completion_layers_done)
 
     def results(self):
         """[(code, bytes)] per block; waits for the completion first."""
         self.wait()
-        handle = self._live()
         out = []
-        for i in range(lib().kvtier_completion_size(handle)):
+        for i in range(self._call(lib().kvtier_completion_size)):
             nbytes = ctypes.c_uint64(0)
-            code = lib().kvtier_completion_result(handle, i, ctypes.byref(nbytes))
+            code = self._call(lib().kvtier_completion_result, i, ctypes.byref(nbytes))
             out.append((code, nbytes.value))
         return out
 
     def add_done_callback(self, fn):
         """Calls fn() once the results are final, on a kvtier thread (or here, if
         they are already). It takes the GIL: keep it short, e.g. wake a loop."""
-        handle = self._live()
         callback = _DoneFn(lambda _user: fn())
         self._keepalive.append(callback)
-        _check(lib().kvtier_completion_on_done(handle, callback, None))
+        _check(self._call(lib().kvtier_completion_on_done, callback, None))
 
     async def wait_async(self):
         """Awaits the completion without blocking the event loop; returns wait()'s code."""
@@ -82,11 +80,16 @@ class Completion(_Scoped):
         return self.wait()
 
     def free(self):
-        """Frees the handle, not the work, and never waits: callbacks still to
-        run are kept alive until the work ends."""
-        handle = self._take("_handle")
-        if not handle:
-            return
+        """Frees the handle, not the work, which it never waits for: callbacks
+        still to run are kept alive until the work ends. Calls on the handle
+        in flight on other threads return first: free waits for them, a
+        wait() with no limit included. Called inside a call of this thread's
+        own on it (from a done callback add_done_callback runs at once) or on
+        a kvtier thread (from a callback), it returns at once, and the handle
+        is freed once its calls in flight have returned."""
+        self._end()
+
+    def _end_handle(self, handle):
         if self._keepalive:
             key = next(_orphan_keys)
             with _orphans_lock:
@@ -99,20 +102,17 @@ class Completion(_Scoped):
             self._keepalive = []
         lib().kvtier_completion_free(handle)
 
-    _end = free
-
 
 class Pin(_Scoped):
     """Hits a lookup keeps in the hub until release() (or the end of a `with`)."""
 
     def __init__(self, handle, hit_blocks, tiers):
-        self._handle = handle
+        super().__init__(handle)
         self.hit_blocks = hit_blocks
         self.tiers = tiers
 
     def release(self):
-        handle = self._take("_handle")
-        if handle:
-            lib().kvtier_unpin(handle)
+        self._end()
 
-    _end = release
+    def _end_handle(self, handle):
+        lib().kvtier_unpin(handle)

@@ -8,7 +8,7 @@ import threading
 from ._convert import Keys, _bytes, _c_string, _hints, _ints, _key_ptr, _keys, _ns, _u32s
 from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING, OK,
                    RESOURCE_EXHAUSTED, KvtierError, _CudaCache, _Key, _LayerFn, _LogFn, _P,
-                   _check, _Scoped, lib, load_library, loaded)
+                   _check, _foreign_thread, _Scoped, lib, load_library)
 from .completion import Completion, Pin
 
 
@@ -41,7 +41,7 @@ class Runtime(_Scoped):
     def __init__(self, config_path=None, config_text=None, overrides=(), cuda_tensors=None,
                  cuda_num_blocks=0, cuda_device=0, cuda_stream=None, cuda_shape=None,
                  log=None, library=None):
-        self._rt = None  # closed, until kvtier_open succeeds
+        super().__init__()  # closed, until kvtier_open succeeds
         # log(level, message) gets the runtime's lines at LOG_INFO and up, on its
         # threads (logging_sink(logger) routes them to logging); None: stderr.
         self._log = (_LogFn(lambda _user, level, message:
@@ -69,66 +69,63 @@ class Runtime(_Scoped):
 
     def close(self):
         """Closes the runtime (again: nothing); every other call then raises
-        KvtierError "runtime is closed"."""
-        handle = self._take("_rt")
-        if handle:
+        KvtierError "runtime is closed". Calls in flight on other threads
+        return first: close waits for them. Called inside a call of this
+        thread's own on the runtime (from a log callback) or on a kvtier
+        thread (from a callback), it returns at once, and the runtime closes
+        once its calls in flight have returned."""
+        self._end()
+
+    def _end_handle(self, handle):
+        # A runtime may end on one of its own threads: close() in an on_layer,
+        # done or log callback, or the cyclic collector ending a runtime in a
+        # reference cycle (an engine object holding it and its own bound
+        # method as `log`) on whichever thread collects. kvtier_close there
+        # would join the thread it runs on. From a thread Python did not
+        # start, it closes from a new thread, keeping the log callback alive
+        # until then.
+        if not _foreign_thread():
             lib().kvtier_close(handle)
-
-    _end = close
-
-    def __del__(self):
-        # A runtime in a reference cycle (an engine object holding it and its
-        # own bound method as `log`) is ended by the cyclic collector, on
-        # whichever thread collects: inside an on_layer, done or log callback
-        # that is one of the runtime's own, and kvtier_close there would join
-        # the thread it runs on. From a thread Python did not start, it closes
-        # from a new thread, keeping the log callback alive until then.
-        if not loaded():
             return
-        if not isinstance(threading.current_thread(), threading._DummyThread):
-            self.close()
-            return
-        handle, log = self._take("_rt"), self._log
-        if handle:
-            # The thread's target holds `log` until kvtier_close has returned.
-            threading.Thread(target=lambda: (lib().kvtier_close(handle), log),
-                             name="kvtier-close").start()
+        log = self._log
+        # The thread's target holds `log` until kvtier_close has returned.
+        threading.Thread(target=lambda: (lib().kvtier_close(handle), log),
+                         name="kvtier-close").start()
 
     @property
     def namespace(self):
-        return lib().kvtier_namespace(self._live())
+        return self._call(lib().kvtier_namespace)
 
     @property
     def block_bytes(self):
-        return lib().kvtier_block_bytes(self._live())
+        return self._call(lib().kvtier_block_bytes)
 
     @property
     def block_tokens(self):
-        return lib().kvtier_block_tokens(self._live())
+        return self._call(lib().kvtier_block_tokens)
 
     @property
     def engine_blocks(self):
         """Pages of the engine's pool: engine block ids are below this."""
-        return lib().kvtier_engine_blocks(self._live())
+        return self._call(lib().kvtier_engine_blocks)
 
     def key_chain(self, tokens, parent=None):
         """Keys of the full blocks of `tokens` (a list, or faster an array.array('i')
         or an int32 NumPy array), continuing `parent` (None: first block), as Keys."""
         c_tokens = _ints(tokens, ctypes.c_int32, ("i", "l", "=i", "<i"))
-        rt = self._live()
-        n = len(c_tokens) // lib().kvtier_block_tokens(rt)
+        n = len(c_tokens) // self.block_tokens
         out = (_Key * n)()
         count = ctypes.c_size_t(0)
-        _check(lib().kvtier_key_chain(rt, _key_ptr(parent), c_tokens, len(c_tokens),
-                                     out if n else None, n, ctypes.byref(count)))
+        _check(self._call(lib().kvtier_key_chain, _key_ptr(parent), c_tokens, len(c_tokens),
+                          out if n else None, n, ctypes.byref(count)))
         return Keys(out, 0, count.value)
 
     def key_from_engine_hash(self, engine_hash, parent=None):
         # Its bytes: len() of an array of wider items counts items.
         data = _bytes(engine_hash, "an engine hash")
         out = _Key()
-        _check(lib().kvtier_key_from_engine_hash(self._live(), _key_ptr(parent), data, len(data),
-                                                ctypes.byref(out)))
+        _check(self._call(lib().kvtier_key_from_engine_hash, _key_ptr(parent), data, len(data),
+                          ctypes.byref(out)))
         return (out.hi, out.lo)
 
     def keys_from_engine_hashes(self, hashes, parent=None):
@@ -139,18 +136,17 @@ class Runtime(_Scoped):
         if any(len(h) != size for h in hashes):
             raise KvtierError(INVALID_ARGUMENT, "engine hashes must all have one length")
         out = (_Key * len(hashes))()
-        _check(lib().kvtier_keys_from_engine_hashes(self._live(), _key_ptr(parent),
-                                                   b"".join(hashes), size, len(hashes),
-                                                   out if hashes else None))
+        _check(self._call(lib().kvtier_keys_from_engine_hashes, _key_ptr(parent),
+                          b"".join(hashes), size, len(hashes), out if hashes else None))
         return Keys(out)
 
     def lookup(self, keys, session_id=0, request_id=0, expected_reuse=None):
         """(leading keys stored, [tier index of each hit, 0 = host hub])."""
         hits = ctypes.c_size_t(0)
         tiers = ctypes.create_string_buffer(len(keys))
-        _check(lib().kvtier_lookup(self._live(), _keys(keys), len(keys),
-                                  _hints(session_id, request_id, expected_reuse, False),
-                                  ctypes.byref(hits), tiers))
+        _check(self._call(lib().kvtier_lookup, _keys(keys), len(keys),
+                          _hints(session_id, request_id, expected_reuse, False),
+                          ctypes.byref(hits), tiers))
         return hits.value, list(tiers.raw[:hits.value])
 
     def lookup_and_pin(self, keys, session_id=0, request_id=0, expected_reuse=None):
@@ -159,9 +155,9 @@ class Runtime(_Scoped):
         hits = ctypes.c_size_t(0)
         tiers = ctypes.create_string_buffer(len(keys))
         handle = _P()
-        _check(lib().kvtier_lookup_and_pin(self._live(), _keys(keys), len(keys),
-                                          _hints(session_id, request_id, expected_reuse, False),
-                                          ctypes.byref(hits), tiers, ctypes.byref(handle)))
+        _check(self._call(lib().kvtier_lookup_and_pin, _keys(keys), len(keys),
+                          _hints(session_id, request_id, expected_reuse, False),
+                          ctypes.byref(hits), tiers, ctypes.byref(handle)))
         return Pin(handle, hits.value, list(tiers.raw[:hits.value]))
 
     def save(self, keys, engine_blocks, parent=None, session_id=0, expected_reuse=None,
@@ -170,10 +166,9 @@ class Runtime(_Scoped):
         if len(engine_blocks) != len(keys):
             raise KvtierError(INVALID_ARGUMENT, "save: one engine block per key")
         handle = _P()
-        _check(lib().kvtier_save(self._live(), _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
-                                len(keys), _hints(session_id, 0, expected_reuse,
-                                                  bypass_admission),
-                                ctypes.byref(handle)))
+        _check(self._call(lib().kvtier_save, _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
+                          len(keys), _hints(session_id, 0, expected_reuse, bypass_admission),
+                          ctypes.byref(handle)))
         return Completion(handle)
 
     def load(self, keys, engine_blocks, timeout_s=None, on_layer=None):
@@ -185,33 +180,33 @@ class Runtime(_Scoped):
             raise KvtierError(INVALID_ARGUMENT, "load: one engine block per key")
         callback = _LayerFn(lambda _user, layer: on_layer(layer)) if on_layer else _LayerFn()
         handle = _P()
-        _check(lib().kvtier_load(self._live(), _keys(keys), _u32s(engine_blocks), len(keys),
-                                _ns(timeout_s), callback, None, ctypes.byref(handle)))
+        _check(self._call(lib().kvtier_load, _keys(keys), _u32s(engine_blocks), len(keys),
+                          _ns(timeout_s), callback, None, ctypes.byref(handle)))
         return Completion(handle, callback if on_layer else None)
 
     def request_finished(self, keys, output_tokens):
-        _check(lib().kvtier_request_finished(self._live(), _keys(keys), len(keys), output_tokens))
+        _check(self._call(lib().kvtier_request_finished, _keys(keys), len(keys), output_tokens))
 
     def remove(self, keys):
-        _check(lib().kvtier_remove(self._live(), _keys(keys), len(keys)))
+        _check(self._call(lib().kvtier_remove, _keys(keys), len(keys)))
 
     def is_saved(self, keys):
         saved = ctypes.c_int(0)
-        _check(lib().kvtier_is_saved(self._live(), _keys(keys), len(keys), ctypes.byref(saved)))
+        _check(self._call(lib().kvtier_is_saved, _keys(keys), len(keys), ctypes.byref(saved)))
         return bool(saved.value)
 
     def report_engine_usage(self, free_blocks, total_blocks):
-        _check(lib().kvtier_report_engine_usage(self._live(), free_blocks, total_blocks))
+        _check(self._call(lib().kvtier_report_engine_usage, free_blocks, total_blocks))
 
     def track_request(self, request_id, keys, engine_blocks):
-        _check(lib().kvtier_track_request(self._live(), request_id, _keys(keys), len(keys),
-                                         engine_blocks))
+        _check(self._call(lib().kvtier_track_request, request_id, _keys(keys), len(keys),
+                          engine_blocks))
 
     def untrack_request(self, request_id):
-        lib().kvtier_untrack_request(self._live(), request_id)
+        self._call(lib().kvtier_untrack_request, request_id)
 
     def should_admit(self, blocks_needed):
-        return bool(lib().kvtier_should_admit(self._live(), blocks_needed))
+        return bool(self._call(lib().kvtier_should_admit, blocks_needed))
 
     def propose_preemption(self, blocks_to_free):
         """Request ids to preempt, cheapest to restore first."""
@@ -219,8 +214,8 @@ class Runtime(_Scoped):
         capacity = 1024
         while True:
             ids = (ctypes.c_uint64 * capacity)()
-            code = lib().kvtier_propose_preemption(self._live(), blocks_to_free, ids, capacity,
-                                                  ctypes.byref(count))
+            code = self._call(lib().kvtier_propose_preemption, blocks_to_free, ids, capacity,
+                              ctypes.byref(count))
             if code != RESOURCE_EXHAUSTED:
                 _check(code)
                 return list(ids[:count.value])
@@ -240,7 +235,7 @@ class Runtime(_Scoped):
         length = ctypes.c_size_t(64 << 10)
         while True:
             buffer = ctypes.create_string_buffer(length.value + 1)
-            code = fn(self._live(), buffer, len(buffer), ctypes.byref(length))
+            code = self._call(fn, buffer, len(buffer), ctypes.byref(length))
             if code == OK:
                 return buffer.value.decode()
             if code != RESOURCE_EXHAUSTED:
@@ -249,10 +244,10 @@ class Runtime(_Scoped):
     def host_block_write(self, engine_block, data):
         """Host stand-in engine only: writes one block's bytes."""
         data = _bytes(data, "a block's data")
-        _check(lib().kvtier_host_block_write(self._live(), engine_block, data, len(data)))
+        _check(self._call(lib().kvtier_host_block_write, engine_block, data, len(data)))
 
     def host_block_read(self, engine_block):
         """Host stand-in engine only: one block's bytes."""
         buffer = ctypes.create_string_buffer(self.block_bytes)
-        _check(lib().kvtier_host_block_read(self._live(), engine_block, buffer, len(buffer)))
+        _check(self._call(lib().kvtier_host_block_read, engine_block, buffer, len(buffer)))
         return buffer.raw

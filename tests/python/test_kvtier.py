@@ -160,8 +160,17 @@ class KvtierBindingTest(unittest.TestCase):
     def test_a_forked_child_gets_errors_and_closes_at_once(self):
         # A Python engine that forks workers after opening kvtier: the child
         # has none of the runtime's threads, so calls must fail, not hang.
+        # A thread of the parent's, waiting on a load at the fork, is not in
+        # the child: freeing the load there must not wait for it.
         keys = self.rt.key_chain(list(range(700, 700 + 2 * 16)))
         self.assertEqual(self.rt.save(keys, [0, 1]).wait(), kvtier.OK)
+        release = threading.Event()
+        load = self.rt.load(keys[:1], [2], on_layer=lambda layer: release.wait(10))
+        waiter = threading.Thread(target=load.wait)
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while not load._calls.threads and time.monotonic() < deadline:
+            time.sleep(0.001)
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -171,9 +180,12 @@ class KvtierBindingTest(unittest.TestCase):
                     code = 2
                 except kvtier.KvtierError as e:
                     code = 0 if e.code == kvtier.UNAVAILABLE else 3
+                load.free()
                 self.rt.close()
             finally:
                 os._exit(code)
+        release.set()
+        waiter.join(10)
         deadline = time.monotonic() + 10
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -367,6 +379,147 @@ class KvtierBindingTest(unittest.TestCase):
                 self.assertIn("completion is freed", e.exception.message)
         done.free()
 
+    def test_freeing_a_completion_waits_for_a_wait_on_another_thread(self):
+        # ctypes lets go of the GIL in a call: free() used to free the handle
+        # under a thread blocked in kvtier_completion_wait on it.
+        import kvtier.completion as completion_module
+        keys = self.rt.key_chain(list(range(1100, 1100 + 16)))
+        self.rt.host_block_write(0, pattern(8192, 41))
+        self.assertEqual(self.rt.save(keys, [0]).wait(), kvtier.OK)
+        release = threading.Event()
+        load = self.rt.load(keys, [1], on_layer=lambda layer: release.wait(10))
+        real = completion_module.lib()
+        entered = threading.Event()
+        order, codes = [], []
+
+        class Waiting:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def kvtier_completion_wait(self, handle, timeout_ns):
+                entered.set()
+                code = real.kvtier_completion_wait(handle, timeout_ns)
+                order.append("wait returned")  # back from C
+                return code
+
+        original = completion_module.lib
+        completion_module.lib = lambda: Waiting()
+        try:
+            waiter = threading.Thread(target=lambda: codes.append(load.wait()))
+            waiter.start()
+            self.assertTrue(entered.wait(5))
+            # The load ends while free() waits; a free() that does not wait
+            # returns first.
+            threading.Timer(0.05, release.set).start()
+            load.free()
+            order.append("freed")
+            waiter.join(10)
+        finally:
+            release.set()
+            completion_module.lib = original
+        self.assertEqual(order, ["wait returned", "freed"])
+        self.assertEqual(codes, [kvtier.OK])
+        with self.assertRaises(kvtier.KvtierError):
+            load.wait()
+
+    def test_closing_a_runtime_waits_for_calls_on_other_threads(self):
+        # Threads looking up and reading stats while another closes: each call
+        # succeeds or says the runtime is closed, and kvtier_close never runs
+        # while a call is still inside C (it used to: a use after free).
+        import kvtier.runtime as runtime_module
+        rt = kvtier.Runtime(config_text=CONFIG)
+        keys = rt.key_chain(list(range(4 * 16)))
+        real = runtime_module.lib()
+        lock = threading.Lock()
+        state = {"calls": 0, "inside": 0, "closed_under_calls": None}
+        held, closing = threading.Event(), threading.Event()
+
+        class Counting:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def _count(self, fn, *args):
+                with lock:
+                    state["calls"] += 1
+                    state["inside"] += 1
+                    hold = state["calls"] == 20  # one call stays in until close starts
+                try:
+                    if hold:
+                        held.set()
+                        closing.wait(5)
+                    return fn(*args)
+                finally:
+                    with lock:
+                        state["inside"] -= 1
+
+            def kvtier_lookup(self, *args):
+                return self._count(real.kvtier_lookup, *args)
+
+            def kvtier_stats_json(self, *args):
+                return self._count(real.kvtier_stats_json, *args)
+
+            def kvtier_close(self, handle):
+                with lock:
+                    state["closed_under_calls"] = state["inside"]
+                real.kvtier_close(handle)
+
+        outcomes, unexpected = [], []
+
+        def work():
+            try:
+                for i in range(200):
+                    if i % 2:
+                        rt.stats()
+                    else:
+                        rt.lookup(keys)
+                outcomes.append("done")
+            except kvtier.KvtierError as e:
+                if e.code == kvtier.INVALID_ARGUMENT and "runtime is closed" in e.message:
+                    outcomes.append("closed")
+                else:
+                    unexpected.append(e)
+            except Exception as e:  # noqa: BLE001: reported below
+                unexpected.append(e)
+
+        original = runtime_module.lib
+        runtime_module.lib = lambda: Counting()
+        try:
+            workers = [threading.Thread(target=work) for _ in range(4)]
+            for t in workers:
+                t.start()
+            self.assertTrue(held.wait(5))
+            closing.set()
+            rt.close()
+            for t in workers:
+                t.join(10)
+        finally:
+            closing.set()
+            runtime_module.lib = original
+            rt.close()
+        self.assertEqual(unexpected, [])
+        self.assertEqual(len(outcomes), 4)
+        self.assertIn("closed", outcomes)
+        self.assertEqual(state["closed_under_calls"], 0)
+
+    def test_a_done_callback_may_free_its_own_completion(self):
+        # A callback run at once, inside add_done_callback's own call: the
+        # handle is freed once that call returns, not under it, and free()
+        # does not wait for the call it is inside.
+        keys = self.rt.key_chain(list(range(1200, 1200 + 16)))
+        save = self.rt.save(keys, [0])
+        self.assertEqual(save.wait(), kvtier.OK)
+        save.add_done_callback(save.free)
+        with self.assertRaises(kvtier.KvtierError) as e:
+            save.done
+        self.assertIn("completion is freed", e.exception.message)
+
+    def test_keys_compare_unequal_to_what_is_not_a_sequence(self):
+        keys = self.rt.key_chain(list(range(32)))
+        self.assertFalse(keys == None)  # noqa: E711: the operator is what is tested
+        self.assertTrue(keys != None)  # noqa: E711
+        self.assertNotEqual(keys, 5)
+        self.assertEqual(keys, list(keys))
+
     def test_overrides_may_be_one_string_or_bytes(self):
         # A str used to be taken as a list of one-character overrides.
         small = "tiers.host.capacity=40KiB"
@@ -468,6 +621,29 @@ class KvtierBindingTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
 
+
+    def test_a_runtime_closed_from_its_own_callback_closes(self):
+        # close() in an on_layer callback, on a worker of the runtime: it
+        # used to run kvtier_close there, which joined the thread it ran on
+        # (the process aborted). A separate process, as a failure ends it.
+        script = (
+            "import threading, kvtier\n"
+            f"CONFIG = {CONFIG!r}\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "keys = rt.key_chain(list(range(16)))\n"
+            "rt.host_block_write(0, bytes(8192))\n"
+            "assert rt.save(keys, [0]).wait() == kvtier.OK\n"
+            "load = rt.load(keys, [1], on_layer=lambda layer: layer == 0 and rt.close())\n"
+            "assert load.wait(timeout_s=10) == kvtier.OK\n"
+            "try:\n"
+            "    rt.stats()\n"
+            "    raise SystemExit('still open')\n"
+            "except kvtier.KvtierError as e:\n"
+            "    assert 'runtime is closed' in e.message, e.message\n"
+        )
+        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
 
 if __name__ == "__main__":
     unittest.main()
