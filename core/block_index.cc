@@ -45,6 +45,9 @@ void BlockIndex::Erase(IndexEntry* e) {
 
 void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
   if (e->In(tier)) return;
+  // Stored anew: a use. A copy made from another tier (a move, or staging
+  // for a load) is not: what it was used for is the Touch that follows.
+  if (e->locations == 0) e->deepest_use_ns = now_ns;
   e->locations |= 1U << tier;
   if (IndexEntry* p = e->parent; p != nullptr) {
     if (IsLeaf(*p, tier)) leaves_[tier].erase(p->stamp[tier]);
@@ -52,7 +55,7 @@ void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
   }
   ++blocks_in_[tier];
   bytes_in_[tier] += e->bytes;
-  e->last_access_ns = e->deepest_use_ns = now_ns;
+  e->last_access_ns = now_ns;
   e->stamp[tier] = ++clock_;
   if (IsLeaf(*e, tier)) leaves_[tier].emplace_hint(leaves_[tier].end(), e->stamp[tier], e);
   if (observer_ != nullptr) observer_->OnAdd(*e, tier);

@@ -49,9 +49,9 @@ struct IndexEntry {
   uint32_t children = 0;                          // stored entries whose parent is this one
   std::array<uint32_t, kMaxTiers> children_in{};  // of those, how many are in tier t
   uint64_t last_access_ns = 0;
-  // The last use that ended at this block: a load whose deepest hit it was
-  // (or its entering a tier). Tiers that refresh only the deepest hit
-  // (BlockIndex::set_deepest_only) know this as the block's last use.
+  // The last use that ended at this block: a load whose deepest hit it was,
+  // or its being stored when it had no copy. Tiers that refresh only the
+  // deepest hit (BlockIndex::set_deepest_only) know this as its last use.
   uint64_t deepest_use_ns = 0;
   // What the policies know of the block (BlockMeta): its position in its
   // chain, how often lookups named and found it, and the Save hints.

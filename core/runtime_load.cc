@@ -158,8 +158,13 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
       }
       std::optional<uint32_t> slot = arena_->Allocate();
       if (!slot) {
-        results[i] = Status::ResourceExhausted("load: no free slot in tier '" +
-                                               options_.tiers[0].name + "' to stage the block");
+        // Room was sought until the deadline (EnsureHubRoom), or until
+        // nothing more could leave.
+        const std::string why =
+            "load: no free slot in tier '" + options_.tiers[0].name + "' to stage the block";
+        results[i] = std::chrono::steady_clock::now() >= deadline
+                         ? Status::DeadlineExceeded(why + " by the deadline")
+                         : Status::ResourceExhausted(why);
         continue;
       }
       staged[i] = *slot;

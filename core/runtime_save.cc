@@ -143,6 +143,7 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   // Past the deadline the reservation fails the keys from one still
   // unsettled on (ReserveSaveLocked).
   const SteadyTime fill_deadline = std::chrono::steady_clock::now() + kSaveRoomWait;
+  bool parent_missing = false;
   for (;;) {
     try {
       {
@@ -150,6 +151,8 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         fills_done_.wait_until(lock, fill_deadline,
                                [&] { return !AnyUnsettled(index_, ns, parent, keys); });
         admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held, &decided);
+        // Admission skipped a save under a parent with no copy (it fails).
+        parent_missing = parent && NeedsCopy(index_.Find({ns, *parent}));
       }
       // A save has no deadline of its own; this bounds how long it waits for
       // slots that other threads are freeing.
@@ -169,9 +172,10 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
     // Another save began filling one of the keys while the room was made (or
     // a copy was found lost under the mover): wait for it too (what was
     // admitted is looked at again).
-    if (AnyUnsettled(index_, ns, parent, keys) &&
+    if ((AnyUnsettled(index_, ns, parent, keys) ||
+         (parent_missing && !NeedsCopy(index_.Find({ns, *parent})))) &&
         std::chrono::steady_clock::now() < fill_deadline) {
-      continue;
+      continue;  // (or another save stored the parent meanwhile: admit again)
     }
     ReserveSaveLocked(ns, parent, keys, admitted, hints, done, fresh, fresh_item);
     break;
@@ -218,8 +222,9 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
   if (parent) {
     IndexEntry* p = index_.Find({ns, *parent});
     // The save fails as a whole (ReserveSaveLocked), absent or a link with
-    // no copy (one unsettled past the wait fails too): no room to make.
-    if (NeedsCopy(p) || Unsettled(p)) return keys.size();
+    // no copy (one unsettled past the wait fails too): no room to make, and
+    // nothing admitted should the parent be stored by the reservation.
+    if (NeedsCopy(p) || Unsettled(p)) return 0;
     depth = p->depth + 1;
     hold(p);
   }

@@ -102,6 +102,26 @@ TEST(BlockIndex, ADeepestOnlyTierRefreshesOnlyTheDeepestHit) {
   EXPECT_EQ(v[1], a);
 }
 
+// A copy made from another tier (staged into the hub for a load, or moved
+// down) is no use of the block: only the load's deepest hit is. Staging
+// used to stamp every staged block as just used for the deepest-only tier.
+TEST(BlockIndex, ACopyFromAnotherTierIsNoUse) {
+  BlockIndex idx(2);
+  idx.set_deepest_only(1U << 1);
+  IndexEntry* a = AddReady(idx, 1, nullptr, 1, 1);
+  IndexEntry* b = AddReady(idx, 2, a, 1, 2);
+  idx.AddLocation(a, 0, 5);  // both staged into tier 0 for a load
+  idx.AddLocation(b, 0, 5);
+  idx.Touch(b, 5, true);
+  idx.Touch(a, 5, false);
+  EXPECT_EQ(a->deepest_use_ns, 1u);
+  EXPECT_EQ(b->deepest_use_ns, 5u);
+  IndexEntry* c = AddReady(idx, 3, nullptr, 0, 6);  // stored anew: a use
+  EXPECT_EQ(c->deepest_use_ns, 6u);
+  idx.AddLocation(c, 1, 7);
+  EXPECT_EQ(c->deepest_use_ns, 6u);
+}
+
 TEST(BlockIndex, MovingALeafDownMakesItsParentALeafOfTheUpperTier) {
   BlockIndex idx(2);
   IndexEntry* a = AddReady(idx, 1, nullptr, 0, 1);

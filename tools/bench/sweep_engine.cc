@@ -100,19 +100,25 @@ void Engine::BuildChains() {
 // the engine freed it (Preempt): the prompt's full blocks, then the blocks of
 // the rest of the prompt and the generated tokens (the prompt's partial last
 // block, once generation fills it, holds other tokens: a new block).
-// `saving`: the chain Preempt stores, whose new blocks are next used at the
-// resume; after the resume nothing names them again.
+// `saving`: the chain Preempt stores, all of it next used at the resume;
+// after the resume nothing names the new blocks again.
 std::vector<SimBlock> Engine::ResumeChain(size_t r, bool saving) const {
   const ReqState& s = req_[r];
   std::vector<SimBlock> chain = s.chain;
   const uint64_t bt = e_.block_tokens;
   uint64_t begin = uint64_t{s.full_blocks} * bt;
   const uint64_t end = Context(r) / bt * bt;
-  if (!e_.save_on_preempt || end <= begin) return chain;
-  chain.resize(s.full_blocks);
-  for (uint64_t g = 0; begin < end; ++g, begin += bt) {
-    chain.push_back({kGeneratedBit | (uint64_t(r) << 24) | g, e_.block_tokens,
-                     e_.model.SpanFlops(begin, begin + bt), saving ? uint64_t(r) : UINT64_MAX});
+  if (e_.save_on_preempt && end > begin) {
+    chain.resize(s.full_blocks);
+    for (uint64_t g = 0; begin < end; ++g, begin += bt) {
+      chain.push_back({kGeneratedBit | (uint64_t(r) << 24) | g, e_.block_tokens,
+                       e_.model.SpanFlops(begin, begin + bt), UINT64_MAX});
+    }
+  }
+  // Saved, the whole chain is next used at the resume (the oracle must
+  // know); the resume's own use puts the prompt's next uses back.
+  if (saving) {
+    for (SimBlock& b : chain) b.next_use = r;
   }
   return chain;
 }
