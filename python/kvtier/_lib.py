@@ -157,8 +157,15 @@ _every_calls = weakref.WeakSet()
 
 
 def _forget_calls_in_child():
+    # The forking thread lives on in the child, inside its calls (a fork in a
+    # callback): those stay counted, or their return would find no entry.
+    me = threading.get_ident()
     for calls in list(_every_calls):
-        calls.__init__()
+        calls.lock = threading.Lock()
+        calls.idle = None
+        calls.threads = [t for t in calls.threads if t == me]
+        if not calls.threads:
+            calls.deferred = None  # a parent's handle: the child leaves it be
 
 
 os.register_at_fork(after_in_child=_forget_calls_in_child)
@@ -190,23 +197,34 @@ class _Scoped:
         (whose calls answer 0, False or "is NULL")."""
         calls = self._calls
         me = threading.get_ident()
-        with calls.lock:
-            handle = getattr(self, self._HANDLE)
-            if not handle:
-                raise KvtierError(INVALID_ARGUMENT, self._ENDED)
-            calls.threads.append(me)
+        # Registered inside the try, so that an exception raised by a signal
+        # handler (Ctrl-C) at any point after it cannot leave the call counted
+        # in flight for good: ending would then wait, or be deferred, forever.
+        entered = False
         try:
+            with calls.lock:
+                handle = getattr(self, self._HANDLE)
+                if not handle:
+                    raise KvtierError(INVALID_ARGUMENT, self._ENDED)
+                entered = True
+                calls.threads.append(me)
             return fn(handle, *args)
         finally:
-            with calls.lock:
+            if entered:
+                self._leave(me)
+
+    def _leave(self, me):
+        calls = self._calls
+        deferred = None
+        with calls.lock:
+            if me in calls.threads:  # absent if interrupted before the append
                 calls.threads.remove(me)
-                deferred = None
-                if not calls.threads:
-                    deferred, calls.deferred = calls.deferred, None
-                    if calls.idle is not None:
-                        calls.idle.notify_all()
-            if deferred:
-                self._end_handle(deferred)
+            if not calls.threads:
+                deferred, calls.deferred = calls.deferred, None
+                if calls.idle is not None:
+                    calls.idle.notify_all()
+        if deferred:
+            self._end_handle(deferred)
 
     def _end(self, wait=True):
         """Ends the handle once (again, or from a second thread: returns at

@@ -18,7 +18,10 @@ _orphan_keys = itertools.count(1)
 
 def _drop_orphan(user):
     with _orphans_lock:
-        _orphans.pop(user, None)
+        dropped = _orphans.pop(user, None)
+    # Released outside the lock: a callback may hold the last reference to a
+    # completion whose end takes the lock too.
+    del dropped
 
 
 # Lives as long as the module: it is the one callback never freed while it

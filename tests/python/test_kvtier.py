@@ -621,7 +621,6 @@ class KvtierBindingTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
 
-
     def test_a_runtime_closed_from_its_own_callback_closes(self):
         # close() in an on_layer callback, on a worker of the runtime: it
         # used to run kvtier_close there, which joined the thread it ran on
@@ -644,6 +643,64 @@ class KvtierBindingTest(unittest.TestCase):
         run = subprocess.run([sys.executable, "-c", script], env=os.environ,
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+
+    def test_a_fork_inside_a_callback_returns_from_the_call_in_the_child(self):
+        # fork() in a done callback run at once, inside add_done_callback's
+        # call: the child's copy of that call returns through its bookkeeping,
+        # which the fork used to wipe (ValueError in the child).
+        script = (
+            "import os, kvtier\n"
+            f"CONFIG = {CONFIG!r}\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "keys = rt.key_chain(list(range(16)))\n"
+            "c = rt.save(keys, [0])\n"
+            "assert c.wait() == kvtier.OK\n"
+            "pids = []\n"
+            "c.add_done_callback(lambda: pids.append(os.fork()))\n"
+            "if pids[0] == 0:\n"
+            "    os._exit(0)\n"
+            "_, status = os.waitpid(pids[0], 0)\n"
+            "assert os.waitstatus_to_exitcode(status) == 0, status\n"
+        )
+        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertNotIn("Error", run.stderr)
+
+    def test_an_orphaned_callback_may_hold_the_last_reference_to_a_completion(self):
+        # c1 is freed while its load runs, so its callbacks wait for it to
+        # end; the one callback holds the only reference to c2, which has
+        # callbacks of its own. Dropping them used to end c2 under the lock
+        # that ending c2 takes: the worker hung, and so did every later free.
+        script = (
+            "import threading, kvtier\n"
+            f"CONFIG = {CONFIG!r}\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "k1 = rt.key_chain(list(range(16)))\n"
+            "k2 = rt.key_chain(list(range(100, 116)))\n"
+            "k3 = rt.key_chain(list(range(200, 216)))\n"
+            "assert rt.save(k1, [0]).wait() == kvtier.OK\n"
+            "release = threading.Event()\n"
+            "def make():\n"
+            "    c1 = rt.load(k1, [2], on_layer=lambda layer: release.wait(5))\n"
+            "    c2 = rt.save(k2, [1])\n"
+            "    assert c2.wait() == kvtier.OK\n"
+            "    c2.add_done_callback(lambda: None)\n"
+            "    c1.add_done_callback(lambda: c2)\n"
+            "    return c1\n"
+            "c1 = make()\n"
+            "c1.free()\n"
+            "release.set()\n"
+            "c3 = rt.save(k3, [3])\n"
+            "assert c3.wait() == kvtier.OK\n"
+            "c3.add_done_callback(lambda: None)\n"
+            "c3.free()\n"
+            "rt.close()\n"
+        )
+        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+
 
 if __name__ == "__main__":
     unittest.main()
