@@ -152,7 +152,8 @@ class _Calls:
 
 
 # A child made by fork() has none of the threads whose calls were in flight
-# (nor any that held a lock): it starts with none, or ending would wait forever.
+# (nor any that held a lock) but the forking one: it starts with that one's
+# calls alone, or ending would wait forever.
 _every_calls = weakref.WeakSet()
 
 
