@@ -138,14 +138,19 @@ TEST(SweepEngineTest, OracleIsTheCeilingOfAdmitAllLru) {
 }
 
 // Two long requests of `prompt` tokens (2 blocks) preempt each other in a
-// GPU pool of 8 blocks; then 200 one-block requests cycle over 20 ids.
-Trace PreemptingTrace(uint32_t prompt) {
+// GPU pool of 8 blocks; then 200 one-block requests cycle over 20 ids. The
+// run under `policy` with a hub of `hub_blocks`.
+Result<SweepResult> RunPreempting(uint32_t prompt, const char* policy, uint64_t hub_blocks,
+                                  bool save_on_preempt = true) {
   Trace trace;
   trace.requests.push_back({0, prompt, 1100, {1, 2}});
   trace.requests.push_back({0, prompt, 1100, {3, 4}});
   for (uint64_t i = 0; i < 200; ++i)
     trace.requests.push_back({1000000 + i * 1000, 512, 1, {100 + i % 20}});
-  return trace;
+  SweepEngine engine;
+  engine.gpu_pool_blocks = 8;
+  engine.save_on_preempt = save_on_preempt;
+  return RunSweepOne(trace, engine, *NamedSweepPolicy(policy), {hub_blocks, 0}, {});
 }
 
 // Blocks a preempted request saved are used once more, at its resume: the
@@ -153,12 +158,8 @@ Trace PreemptingTrace(uint32_t prompt) {
 // past), crowding live blocks out of the hub: 4.9 % of tokens against LRU's
 // 59.8 %.
 TEST(SweepEngineTest, OracleStaysTheCeilingWhenPreemptedRequestsSave) {
-  SweepEngine engine;
-  engine.gpu_pool_blocks = 8;
-  const Trace trace = PreemptingTrace(1024);
-  const SweepCapacity cap{20, 0};
-  auto lru = RunSweepOne(trace, engine, *NamedSweepPolicy("lru"), cap, {});
-  auto oracle = RunSweepOne(trace, engine, *NamedSweepPolicy("oracle"), cap, {});
+  auto lru = RunPreempting(1024, "lru", 20);
+  auto oracle = RunPreempting(1024, "oracle", 20);
   ASSERT_TRUE(lru.ok() && oracle.ok());
   ASSERT_GT(lru->preemptions, 0u);
   EXPECT_GE(oracle->HitRate(), lru->HitRate());
@@ -170,13 +171,8 @@ TEST(SweepEngineTest, OracleStaysTheCeilingWhenPreemptedRequestsSave) {
 // resume loads it. Before, only block-aligned prompts saved anything, and
 // the run recomputed as much with saving on as with it off.
 TEST(SweepEngineTest, PreemptedRequestsWithUnalignedPromptsResumeByLoading) {
-  SweepEngine engine;
-  engine.gpu_pool_blocks = 8;
-  const Trace trace = PreemptingTrace(1000);
-  const SweepCapacity cap{40, 0};
-  auto saved = RunSweepOne(trace, engine, *NamedSweepPolicy("lru"), cap, {});
-  engine.save_on_preempt = false;
-  auto recomputed = RunSweepOne(trace, engine, *NamedSweepPolicy("lru"), cap, {});
+  auto saved = RunPreempting(1000, "lru", 40);
+  auto recomputed = RunPreempting(1000, "lru", 40, /*save_on_preempt=*/false);
   ASSERT_TRUE(saved.ok() && recomputed.ok());
   ASSERT_GT(saved->preemptions, 0u);
   EXPECT_EQ(saved->preemptions, recomputed->preemptions);

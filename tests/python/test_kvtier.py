@@ -45,6 +45,14 @@ class KvtierBindingTest(unittest.TestCase):
     def tearDown(self):
         self.rt.close()
 
+    def run_script(self, script, timeout=60):
+        """Runs `script` in a separate Python (a failure there may end the
+        process) and checks that it exits 0; returns the finished run."""
+        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
+                             capture_output=True, text=True, timeout=timeout)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        return run
+
     def test_geometry_and_keys(self):
         self.assertEqual(self.rt.block_bytes, 8192)
         self.assertEqual(self.rt.block_tokens, 16)
@@ -617,9 +625,7 @@ class KvtierBindingTest(unittest.TestCase):
             "go.set()\n"
             "assert load.wait(timeout_s=10) == kvtier.OK\n"
         )
-        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
-                             capture_output=True, text=True, timeout=60)
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.run_script(script)
 
     def test_a_runtime_closed_from_its_own_callback_closes(self):
         # close() in an on_layer callback, on a worker of the runtime: it
@@ -640,9 +646,7 @@ class KvtierBindingTest(unittest.TestCase):
             "except kvtier.KvtierError as e:\n"
             "    assert 'runtime is closed' in e.message, e.message\n"
         )
-        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
-                             capture_output=True, text=True, timeout=60)
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.run_script(script)
 
     def test_a_fork_inside_a_callback_returns_from_the_call_in_the_child(self):
         # fork() in a done callback run at once, inside add_done_callback's
@@ -662,9 +666,7 @@ class KvtierBindingTest(unittest.TestCase):
             "_, status = os.waitpid(pids[0], 0)\n"
             "assert os.waitstatus_to_exitcode(status) == 0, status\n"
         )
-        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
-                             capture_output=True, text=True, timeout=60)
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        run = self.run_script(script)
         self.assertNotIn("Error", run.stderr)
 
     def test_an_orphaned_callback_may_hold_the_last_reference_to_a_completion(self):
@@ -697,9 +699,7 @@ class KvtierBindingTest(unittest.TestCase):
             "c3.free()\n"
             "rt.close()\n"
         )
-        run = subprocess.run([sys.executable, "-c", script], env=os.environ,
-                             capture_output=True, text=True, timeout=30)
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.run_script(script, timeout=30)
 
 
 if __name__ == "__main__":
