@@ -34,7 +34,13 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   arg="${args[i]}"
   value=""
   case "$arg" in
-    --config=* | --trace=*) value="${arg#*=}" ;;
+    --config=* | --trace=*)
+      value="${arg#*=}"
+      if [[ -z "$value" ]]; then
+        echo "run.sh: ${arg%%=*} needs a file" >&2
+        exit "$EXIT_USAGE"
+      fi
+      ;;
     --config | --trace)
       if ((i + 1 >= ${#args[@]})); then
         echo "run.sh: $arg needs a file" >&2

@@ -57,4 +57,22 @@ for bad in -1 86400001 18446744073709551615; do
   check "exit code for --timeout-ms $bad" "$rc" -eq 2
   grep -q -- "--timeout-ms" <<<"$err" || { echo "FAIL: error does not name --timeout-ms: $err" >&2; exit 1; }
 done
+
+# --limit takes a whole number: -1 (which wrapped) and past 2^64 (which
+# saturated) replayed every request with exit 0.
+for bad in -1 18446744073709551616 12x; do
+  set +e
+  err=$("$bench" replay --config "$src/config/examples/default.yaml" --generate \
+        --limit "$bad" 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  check "exit code for --limit $bad" "$rc" -eq 2
+  grep -q -- "--limit" <<<"$err" || { echo "FAIL: error does not name --limit: $err" >&2; exit 1; }
+done
+
+# Keys the hub's admission refuses end OK with 0 bytes: "saved" counts the
+# bytes written, not every OK key times the block size.
+refusing=$(run --set "tiers.host.admission=[frequency]")
+check "bytes_saved (refusing hub) = host bytes written" "$(field bytes_saved "$refusing")" -eq \
+  "$(grep -o '"bytes_written":[0-9]*' <<<"$refusing" | head -n 1 | cut -d: -f2)"
 echo "replay_cli_test: all checks passed"

@@ -37,6 +37,9 @@ expect() {
 expect "missing --config" 2 "/nonexistent.yaml is missing" --config /nonexistent.yaml
 expect "missing --trace=" 2 "/nonexistent.jsonl is missing" --trace=/nonexistent.jsonl
 expect "--config without a file" 2 "--config needs a file" --config
+# The empty `=` form went on to the build and failed there.
+expect "--config= without a file" 2 "--config needs a file" --config=
+expect "--trace= without a file" 2 "--trace needs a file" --trace=
 expect "build failure" 4 "configuring build-run/ failed"
 
 [[ $failures -eq 0 ]] || exit 1

@@ -164,5 +164,17 @@ TEST(SyntheticTest, TracesTooLargeToHoldAreRefused) {
   EXPECT_TRUE(o.Validate().ok());
 }
 
+// Prompts no session uses cost nothing: 4e9 of them allocated 96 GB, and
+// the generator threw bad_alloc.
+TEST(SyntheticTest, ManyMorePromptsThanSessionsHoldOnlyTheUsedOnes) {
+  SyntheticOptions o;
+  o.sessions = 4;
+  o.steps = 2;
+  o.system_prompts = 4'000'000'000u;
+  auto t = GenerateSyntheticTrace(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->requests.size(), 8u);
+}
+
 }  // namespace
 }  // namespace kvtier::bench

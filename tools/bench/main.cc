@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -27,6 +28,19 @@ using kvtier::bench::ReplayOptions;
 
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;
+
+// CLI11 reads an unsigned option with strtoull, which takes "-1" as 2^64 - 1
+// and saturates past the range: both passed for "replay everything".
+const CLI::Validator kUnsigned64(
+    [](std::string& text) -> std::string {
+      uint64_t v = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+        return "'" + text + "' is not a whole number from 0 to 18446744073709551615";
+      }
+      return "";
+    },
+    "UINT64");
 
 struct ReplayFlags {
   ReplayOptions options;
@@ -137,8 +151,10 @@ void AddReplay(CLI::App& app, ReplayFlags& f) {
                   "block_tokens); implies --generate");
   cmd->add_option("--set", f.options.overrides, "config override dotted.path=value (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--limit", f.options.limit, "replay at most N requests (0 = all)");
+  cmd->add_option("--limit", f.options.limit, "replay at most N requests (0 = all)")
+      ->check(kUnsigned64);
   cmd->add_option("--timeout-ms", f.options.timeout_ms, "deadline of each load (at most one day)")
+      ->check(kUnsigned64)
       ->capture_default_str();
   cmd->add_option("--admin-socket", f.admin_socket,
                   "serve /stats and /metrics on this Unix socket during the replay "

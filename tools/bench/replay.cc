@@ -105,9 +105,11 @@ void Replayer::PrefillAndSave(std::span<const BlockKey> keys, std::span<const ui
   Completion c = runtime_->Save(ns_, parent, keys.subspan(hits), blocks.subspan(hits));
   (void)c.Wait();  // per-block results are counted below
   report_->save_s += SecondsSince(start);
-  const size_t ok = c.ok_count();
-  report_->save_failures += c.size() - ok;
-  report_->bytes_saved += ok * block_bytes_;
+  report_->save_failures += c.size() - c.ok_count();
+  // A key admission refused ends OK with 0 bytes: it was not saved.
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c.result(i).ok()) report_->bytes_saved += c.bytes(i);
+  }
 }
 
 void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {

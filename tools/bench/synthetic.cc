@@ -4,6 +4,7 @@
 #include <charconv>
 #include <limits>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace kvtier::bench {
@@ -203,7 +204,9 @@ Result<Trace> GenerateSyntheticTrace(const SyntheticOptions& o) {
   trace.source = "synthetic:" + o.ToString();
   trace.block_tokens = o.block_tokens;
   uint64_t next_id = 0;
-  std::vector<std::vector<uint64_t>> prompt_ids(o.system_prompts);
+  // Only the prompts sessions use are held: system_prompts may be far more
+  // than sessions (4e9 asked for 96 GB up front).
+  std::unordered_map<uint32_t, std::vector<uint64_t>> prompt_ids;
   std::vector<std::vector<uint64_t>> context(o.sessions);
   for (const Step& st : Schedule(o)) {
     std::vector<uint64_t>& ctx = context[st.session];
