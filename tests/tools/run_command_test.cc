@@ -29,6 +29,15 @@ TEST(RunCommandTest, ExitCodesAndMissingCommands) {
   EXPECT_EQ(RunCommand({}, milliseconds(5000)).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A command that exits while a process it started keeps its stdout open has
+// finished: it was reported as past its timeout, waiting for end of file.
+TEST(RunCommandTest, ACommandThatLeavesAProcessHoldingItsOutputHasFinished) {
+  auto r = RunCommand({"sh", "-c", "echo hi; sleep 3 & exit 0"}, milliseconds(2000));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_EQ(r->output, "hi\n");
+}
+
 TEST(RunCommandTest, ACommandPastItsTimeoutIsKilled) {
   const auto start = std::chrono::steady_clock::now();
   Result<CommandResult> r = RunCommand({"sleep", "10"}, milliseconds(100));

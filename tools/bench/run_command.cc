@@ -58,6 +58,8 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   CommandResult result;
   const auto deadline = SteadyClock::now() + timeout;
   bool timed_out = false;
+  int status = 0;
+  bool exited = false;
   char buf[4096];
   for (;;) {
     const auto left =
@@ -67,9 +69,16 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
       break;
     }
     pollfd p{fds[0], POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    const int ready = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 20)));
     if (ready < 0 && errno != EINTR) break;
-    if (ready <= 0) continue;
+    if (ready <= 0) {
+      // Quiet: the command may have exited while a process it left running
+      // holds its stdout open, so no end of file comes. Its output is what
+      // it wrote (read above); it has finished.
+      exited = waitpid(pid, &status, WNOHANG) == pid;
+      if (exited) break;
+      continue;
+    }
     const ssize_t n = read(fds[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // end of output: the command closed its stdout
@@ -78,8 +87,7 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   close(fds[0]);
   // A command may close its stdout before it exits: the wait keeps to the
   // same deadline.
-  int status = 0;
-  while (!timed_out) {
+  while (!timed_out && !exited) {
     const pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid || (done < 0 && errno != EINTR)) break;
     if (SteadyClock::now() >= deadline) {
