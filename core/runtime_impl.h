@@ -111,12 +111,13 @@ class RuntimeImpl final : public Runtime {
   // IndexEntry::save_holds), appending them to *held (the caller releases
   // both). `decided` (one per key, kUndecided at first) keeps each answer:
   // a save that asks again after waiting for another's fill reuses it, so
-  // that the policies and the admission counts see each key once.
+  // that the policies and the admission counts see each key once. Sets
+  // *parent_missing when `parent` has no copy: nothing is admitted then.
   // REQUIRES: mu_ held.
   size_t AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                               const std::vector<BlockKey>& keys, const SaveOptions& hints,
                               size_t* missing, std::vector<IndexEntry*>* held,
-                              std::vector<Decision>* decided);
+                              std::vector<Decision>* decided, bool* parent_missing);
   // Indexes keys[0, admitted) that are new as kFilling entries with hub slots
   // (fresh / fresh_item), and settles every other item. REQUIRES: mu_ held.
   void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,

@@ -150,9 +150,8 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         std::unique_lock lock(mu_);
         fills_done_.wait_until(lock, fill_deadline,
                                [&] { return !AnyUnsettled(index_, ns, parent, keys); });
-        admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held, &decided);
-        // Admission skipped a save under a parent with no copy (it fails).
-        parent_missing = parent && NeedsCopy(index_.Find({ns, *parent}));
+        admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held, &decided,
+                                        &parent_missing);
       }
       // A save has no deadline of its own; this bounds how long it waits for
       // slots that other threads are freeing.
@@ -195,8 +194,9 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
                                          const std::vector<BlockKey>& keys,
                                          const SaveOptions& hints, size_t* missing,
                                          std::vector<IndexEntry*>* held,
-                                         std::vector<Decision>* decided) {
+                                         std::vector<Decision>* decided, bool* parent_missing) {
   *missing = 0;
+  *parent_missing = false;
   // Holds an entry with a copy in some tier: a link or an entry being filled
   // has none for eviction to take. Recorded first, so that a throw later
   // in admission leaves no hold unreleased.
@@ -224,7 +224,8 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     // The save fails as a whole (ReserveSaveLocked), absent or a link with
     // no copy (one unsettled past the wait fails too): no room to make, and
     // nothing admitted should the parent be stored by the reservation.
-    if (NeedsCopy(p) || Unsettled(p)) return 0;
+    *parent_missing = NeedsCopy(p);
+    if (*parent_missing || Unsettled(p)) return 0;
     depth = p->depth + 1;
     hold(p);
   }

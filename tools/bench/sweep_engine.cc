@@ -55,6 +55,12 @@ class Engine {
     return static_cast<uint32_t>((tokens + e_.block_tokens) / e_.block_tokens);
   }
   uint64_t Context(size_t r) const { return trace_.requests[r].input_length + req_[r].generated; }
+  // Tokens ResumeChain covers with save_on_preempt: every full block of the
+  // context, or the prompt while generation has filled no block past it.
+  uint64_t SavedTokens(size_t r) const {
+    return std::max<uint64_t>(Context(r) / e_.block_tokens * e_.block_tokens,
+                              trace_.requests[r].input_length);
+  }
   void MaybeTune(const PolicyKnobs& knobs);
 
   const Trace& trace_;
@@ -111,7 +117,7 @@ std::vector<SimBlock> Engine::ResumeChain(size_t r, bool saving) const {
   if (e_.save_on_preempt && end > begin) {
     chain.resize(s.full_blocks);
     for (uint64_t g = 0; begin < end; ++g, begin += bt) {
-      chain.push_back({kGeneratedBit | (uint64_t(r) << 24) | g, e_.block_tokens,
+      chain.push_back({kGeneratedBit | (uint64_t(r) << 24) | g, static_cast<uint32_t>(bt),
                        e_.model.SpanFlops(begin, begin + bt), UINT64_MAX});
     }
   }
@@ -183,11 +189,8 @@ void Engine::Preempt() {
     rr.request_id = run.idx;
     rr.blocks_held = run.blocks;
     rr.tokens = Context(run.idx);
-    rr.saved_tokens = trace_.requests[run.idx].input_length;
-    if (e_.save_on_preempt) {
-      rr.saved_tokens = 0;
-      for (const SimBlock& b : ResumeChain(run.idx, /*saving=*/true)) rr.saved_tokens += b.tokens;
-    }
+    rr.saved_tokens =
+        e_.save_on_preempt ? SavedTokens(run.idx) : trace_.requests[run.idx].input_length;
     rr.restore_load_s =
         double(rr.saved_tokens) * double(e_.model.kv_bytes_per_token) / e_.host_read_bytes_per_s;
     rr.recompute_flops = e_.model.SpanFlops(rr.saved_tokens, rr.tokens);
