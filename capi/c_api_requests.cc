@@ -157,6 +157,39 @@ int kvtier_load(kvtier_runtime* rt, const kvtier_key* keys, const uint32_t* engi
   });
 }
 
+int kvtier_save_state(kvtier_runtime* rt, const kvtier_key* boundary, const uint32_t* engine_blocks,
+                      size_t num_blocks, const kvtier_hints* hints, kvtier_completion** out) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    *out = nullptr;
+    KVTIER_RETURN_IF_ERROR(Required(boundary, "boundary"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::CheckHints(hints));
+    KVTIER_ASSIGN_OR_RETURN(std::span<const uint32_t> b,
+                            kvtier::capi::Blocks(engine_blocks, num_blocks));
+    *out = new kvtier_completion{rt->runtime->SaveState(rt->ns, *kvtier::capi::Parent(boundary), b,
+                                                        kvtier::capi::ToSaveOptions(hints))};
+    return Status::Ok();
+  });
+}
+
+int kvtier_load_state(kvtier_runtime* rt, const kvtier_key* boundary, const uint32_t* engine_blocks,
+                      size_t num_blocks, int64_t timeout_ns, kvtier_completion** out) {
+  return Guard([&]() -> Status {
+    KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    *out = nullptr;
+    KVTIER_RETURN_IF_ERROR(Required(boundary, "boundary"));
+    KVTIER_RETURN_IF_ERROR(kvtier::capi::Live(rt));
+    KVTIER_ASSIGN_OR_RETURN(std::span<const uint32_t> b,
+                            kvtier::capi::Blocks(engine_blocks, num_blocks));
+    const std::chrono::nanoseconds timeout =
+        timeout_ns < 0 ? std::chrono::nanoseconds::max() : std::chrono::nanoseconds(timeout_ns);
+    *out = new kvtier_completion{
+        rt->runtime->LoadState(rt->ns, *kvtier::capi::Parent(boundary), b, timeout)};
+    return Status::Ok();
+  });
+}
+
 int kvtier_request_finished(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,
                             uint32_t output_tokens) {
   return Guard([&]() -> Status {

@@ -26,14 +26,16 @@ constexpr std::array<std::string_view, 12> kModelKeys = {
     "head_size", "block_tokens", "tp_rank",  "tp_size", "layout", "hidden_size"};
 constexpr std::array<std::string_view, 1> kHashingKeys = {"algorithm"};
 constexpr std::array<std::string_view, 1> kEngineKeys = {"pool_blocks"};
-constexpr std::array<std::string_view, 5> kRuntimeKeys = {
-    "worker_threads", "max_queued_requests", "admin_socket", "gpu_watermark", "gpu_flops"};
+constexpr std::array<std::string_view, 6> kRuntimeKeys = {"worker_threads", "max_queued_requests",
+                                                          "admin_socket",   "gpu_watermark",
+                                                          "gpu_flops",      "state_blocks"};
 constexpr std::array<std::string_view, 2> kMoverKeys = {"interval_ms", "batch_blocks"};
 
 // The limits RuntimeOptions::Validate enforces, checked here too so that an
 // error points at the value.
 constexpr uint64_t kMaxIntervalMs = 3600 * 1000;  // an idle mover still looks once an hour
 constexpr uint64_t kMaxWorkerThreads = 256;
+constexpr uint64_t kMaxStateBlocks = 4096;
 constexpr uint64_t kMaxBatchBlocks = TierCapabilities{}.max_batch_blocks;  // every tier's limit
 
 struct U32Field {
@@ -251,6 +253,11 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
                          "the engine's prefill rate in FLOP/s, e.g. 4e14; 0 = unknown");
       }
     }
+    if (const ConfigNode* p = runtime->Find("state_blocks")) {
+      uint64_t blocks = 0;
+      KVTIER_RETURN_IF_ERROR(ReadUint(*p, "runtime.state_blocks", 0, kMaxStateBlocks, &blocks));
+      rt.state_blocks = static_cast<uint32_t>(blocks);
+    }
   }
   if (const ConfigNode* mover = Section(root, "mover")) {
     KVTIER_RETURN_IF_ERROR(CheckMap(*mover, "mover", kMoverKeys));
@@ -340,6 +347,8 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
   }
   out->runtime.block_tokens = out->model.block_tokens;
   out->runtime.model_cost = ModelCostOf(out->model);
+  out->runtime.model_cost.state_bytes =
+      uint64_t{out->runtime.state_blocks} * out->runtime.block_bytes;
   // A last net under the field checks: the options' own validation.
   Status s = out->runtime.Validate();
   if (!s.ok()) return Prefixed(root, "runtime", s);

@@ -62,6 +62,9 @@ struct IndexEntry {
   uint32_t sightings = 0;        // lookups that named it while indexed
   uint32_t hits = 0;             // lookups that found it
   bool is_tail = false;          // last block of the Save that stored it
+  // A part of a state checkpoint (Runtime::SaveState): its first part hangs
+  // off the boundary block, each further part off the one before.
+  bool is_checkpoint = false;
   // Recency per tier: the index's use counter when the entry entered the
   // tier or was last touched; larger = more recent.
   std::array<uint64_t, kMaxTiers> stamp{};

@@ -11,10 +11,11 @@
 namespace kvtier {
 namespace {
 
-// Domain tags keep token-derived and engine-hash-derived keys apart.
+// Domain tags keep token-derived, engine-hash-derived and state-part keys apart.
 constexpr uint8_t kTagTokens = 'T';
 constexpr uint8_t kTagEngineHash = 'E';
 constexpr uint8_t kTagNamespace = 'N';
+constexpr uint8_t kTagStatePart = 'S';
 
 void PutParent(internal::ByteWriter& w, NamespaceId ns, const BlockKey* parent) {
   w.U64(ns.value);
@@ -115,6 +116,14 @@ BlockKey KeyHasher::NextFromEngineHash(const BlockKey* parent,
   w.U8(kTagEngineHash);
   PutParent(w, ns_, parent);
   w.Bytes(engine_hash);
+  return Digest(w.data());
+}
+
+BlockKey KeyHasher::StatePart(const BlockKey& boundary, uint32_t part) const {
+  internal::ByteWriter w;
+  w.U8(kTagStatePart);
+  PutParent(w, ns_, &boundary);
+  w.U32(part);
   return Digest(w.data());
 }
 

@@ -223,6 +223,7 @@ std::string RenderStatsJson(const RuntimeStats& s) {
       {"lookups", s.lookups},
       {"lookup_blocks", s.lookup_blocks},
       {"lookup_hit_blocks", s.lookup_hit_blocks},
+      {"lookup_state_cut_blocks", s.lookup_state_cut_blocks},
       {"save_blocks", s.save_blocks},
       {"saved_blocks", s.saved_blocks},
       {"save_duplicates", s.save_duplicates},

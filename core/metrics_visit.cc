@@ -56,6 +56,9 @@ void VisitRequests(const RuntimeStats& s, Emitter& e) {
   const uint64_t misses = s.lookup_blocks - std::min(s.lookup_blocks, s.lookup_hit_blocks);
   e.Counter("kvtier_misses_blocks_total", "blocks lookups did not find (from the first miss on)",
             misses);
+  e.Counter("kvtier_state_cut_blocks_total",
+            "blocks lookups found stored but did not answer: no state checkpoint at or past them",
+            s.lookup_state_cut_blocks);
   if (s.block_tokens != 0) {
     e.Counter("kvtier_hits_tokens_total", "tokens of the blocks lookups found",
               s.lookup_hit_blocks * s.block_tokens);

@@ -188,7 +188,8 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
     if ((v->locations >> next) != 0) continue;  // a deeper tier holds it: no write
     const auto listed = removing.find(v->id);
     if (listed != removing.end() && listed->second.running != 0) continue;  // a Remove runs there
-    const bool admit = admits_all || policies_->Admit(next, policies_->MetaOf(*v, next), state);
+    const bool admit =
+        admits_all || policies_->Admit(next, policies_->AdmissionMetaOf(*v, next), state);
     ++(admit ? admitted : refused);
     const bool other_copy = (v->locations & ~(1U << tier)) != 0;
     const auto gone = vanishing.find(v);

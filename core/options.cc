@@ -18,6 +18,7 @@ constexpr uint64_t kMaxBlockBytes = kGiB;
 // Each worker is a thread with its own stack; more than this cannot help a
 // runtime whose work is copies and tier I/O, and a huge count is a typo.
 constexpr uint32_t kMaxWorkerThreads = 256;
+constexpr uint32_t kMaxStateBlocks = 4096;
 // An idle mover still looks at the watermarks once an hour; 0 would spin.
 constexpr uint64_t kMaxMoverIntervalMs = 3600 * 1000;
 // Every tier refuses a batch larger than this (TierCapabilities).
@@ -300,6 +301,20 @@ Status RuntimeOptions::Validate() const {
   if (!(gpu_watermark >= 0 && gpu_watermark < 1)) {
     return Status::InvalidArgument("gpu_watermark is " + std::to_string(gpu_watermark) +
                                    "; expected a fraction in [0, 1)");
+  }
+  if (state_blocks > kMaxStateBlocks) {
+    return Status::InvalidArgument("state_blocks " + std::to_string(state_blocks) +
+                                   " is too many; expected 0 (no state checkpoints) to " +
+                                   std::to_string(kMaxStateBlocks));
+  }
+  // A checkpoint is saved into the hub whole, beside its boundary block.
+  if (state_blocks > 0 && tiers[0].capacity_bytes / block_bytes <= state_blocks) {
+    return TierError(tiers[0].name,
+                     "holds " + std::to_string(tiers[0].capacity_bytes / block_bytes) +
+                         " blocks, too few for a state checkpoint of " +
+                         std::to_string(state_blocks) +
+                         " blocks and its boundary block; expected a capacity of at least " +
+                         std::to_string(state_blocks + 1) + " blocks");
   }
   return Status::Ok();
 }

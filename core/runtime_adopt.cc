@@ -43,7 +43,8 @@ bool MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const B
 
 }  // namespace
 
-void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys) {
+void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
+                                    size_t parts_from) {
   if (!has_adoptable_tier_) return;
   size_t first = 0;
   uint64_t removes_before = 0;
@@ -140,6 +141,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
         e = index_.Insert({ns, rest[j]}, parent, options_.block_bytes);
         e->state = EntryState::kReady;
         e->inserted_ns = now;
+        e->is_checkpoint = first + j >= parts_from;
         for (size_t t = 1; t < tier_count(); ++t) {
           if ((present[j] >> t) & 1U) {
             index_.AddLocation(e, t, now);

@@ -200,7 +200,7 @@ Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
   const size_t n = k.size();  // read before k is moved into the job
   return Submit(n, [this, ns, parent, k = std::move(k), b = std::move(b), options,
                     start = NowNs()](CompletionSource& done) {
-    RunSave(ns, parent, k, b, options, done);
+    RunSave(ns, parent, k, b, options, /*checkpoint=*/false, done);
     metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
   });
 }
@@ -248,6 +248,7 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
   bool tune = false;
   try {
     AdoptStoredBlocks(ns, keys);
+    AdoptState(ns, keys);
     std::lock_guard lock(mu_);
     tune = LookupLocked(ns, keys, options, r, nullptr);
   } catch (...) {
@@ -266,13 +267,19 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
   bool tune = false;
   try {
     AdoptStoredBlocks(ns, keys);
+    AdoptState(ns, keys);
     std::lock_guard lock(mu_);
     // All that may throw (allocations, the policies' observation) runs
     // before the first pin, and the handle gets runtime_ (its destructor
     // unpins under mu_) only once it holds them all.
-    std::vector<IndexEntry*> hits;
+    std::vector<IndexEntry*> hits;  // the hits, then their checkpoint's parts
     tune = LookupLocked(ns, keys, options, pin.result_, &hits);
-    pin.keys_.assign(keys.begin(), keys.begin() + hits.size());
+    const size_t hit = pin.result_.hit_blocks;
+    pin.keys_.assign(keys.begin(), keys.begin() + hit);
+    if (hits.size() > hit) {
+      const std::vector<BlockKey> parts = StateParts(ns, keys[hit - 1]);
+      pin.keys_.insert(pin.keys_.end(), parts.begin(), parts.end());
+    }
     for (IndexEntry* e : hits) ++e->pins;
     pin.runtime_ = this;
     pin.ns_ = ns;
@@ -311,16 +318,29 @@ bool RuntimeImpl::LookupLocked(NamespaceId ns, std::span<const BlockKey> keys,
                                const LookupOptions& hints, LookupResult& r,
                                std::vector<IndexEntry*>* found) {
   const bool observe = looked_up_.FirstSighting(hints.request_id);
+  std::vector<IndexEntry*> own;
+  std::vector<IndexEntry*>& hit = found != nullptr ? *found : own;
   for (const BlockKey& key : keys) {
     IndexEntry* e = index_.Find({ns, key});
     if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
+    hit.push_back(e);
+  }
+  size_t hits = hit.size();
+  std::vector<IndexEntry*> parts;
+  if (options_.state_blocks > 0) {
+    // A hybrid model resumes only where its state was kept: the deepest hit
+    // with a stored checkpoint.
+    while (hits > 0 && !StateStoredLocked(ns, keys[hits - 1], &parts)) --hits;
+    stats_.lookup_state_cut_blocks += hit.size() - hits;
+    hit.resize(hits);
+  }
+  for (IndexEntry* e : hit) {
     e->sightings += observe;
     e->hits += observe;
     r.tier.push_back(static_cast<uint8_t>(e->FastestTier()));
-    if (found != nullptr) found->push_back(e);
   }
-  r.hit_blocks = r.tier.size();
-  const size_t hits = r.hit_blocks;
+  r.hit_blocks = hits;
+  if (found != nullptr) found->insert(found->end(), parts.begin(), parts.end());
   ++stats_.lookups;
   stats_.lookup_blocks += keys.size();
   stats_.lookup_hit_blocks += hits;
@@ -361,6 +381,17 @@ void RuntimeImpl::EraseIfUnheldLocked(IndexEntry* e) {
 Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
+  }
+  // A key's state checkpoint goes with it: its parts are its children.
+  std::vector<BlockKey> with_parts;
+  if (options_.state_blocks > 0) {
+    with_parts.reserve(keys.size() * (1 + size_t{options_.state_blocks}));
+    with_parts.assign(keys.begin(), keys.end());
+    for (const BlockKey& key : keys) {
+      const std::vector<BlockKey> parts = StateParts(ns, key);
+      with_parts.insert(with_parts.end(), parts.begin(), parts.end());
+    }
+    keys = with_parts;
   }
   std::vector<NsKey> lower_keys;
   lower_keys.reserve(keys.size());

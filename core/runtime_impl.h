@@ -56,6 +56,13 @@ class RuntimeImpl final : public Runtime {
                   std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
                   LayerDone on_layer) override;
   Status Remove(NamespaceId ns, std::span<const BlockKey> keys) override;
+  // runtime_state.cc
+  Completion SaveState(NamespaceId ns, const BlockKey& boundary,
+                       std::span<const uint32_t> engine_blocks,
+                       const SaveOptions& options) override;
+  Completion LoadState(NamespaceId ns, const BlockKey& boundary,
+                       std::span<const uint32_t> engine_blocks,
+                       std::chrono::nanoseconds timeout) override;
   // runtime_engine_usage.cc
   Status ReportEngineUsage(uint32_t free_blocks, uint32_t total_blocks) override;
   Status TrackRequest(uint64_t request_id, NamespaceId ns, std::span<const BlockKey> keys,
@@ -96,8 +103,10 @@ class RuntimeImpl final : public Runtime {
   size_t tier_count() const { return 1 + lower_.size(); }
 
   // runtime_save.cc / runtime_load.cc: the jobs, on worker threads.
+  // `checkpoint`: the keys are the parts of the state checkpoint of
+  // `parent` (SaveState), not KV blocks.
   void RunSave(NamespaceId ns, std::optional<BlockKey> parent, const std::vector<BlockKey>& keys,
-               const std::vector<uint32_t>& blocks, const SaveOptions& hints,
+               const std::vector<uint32_t>& blocks, const SaveOptions& hints, bool checkpoint,
                CompletionSource& done);
   // Inside a catch handler: the exception being handled as a Status,
   // prefixed by `what` (ResourceExhausted for bad_alloc, else Internal).
@@ -116,13 +125,13 @@ class RuntimeImpl final : public Runtime {
   // REQUIRES: mu_ held.
   size_t AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                               const std::vector<BlockKey>& keys, const SaveOptions& hints,
-                              size_t* missing, std::vector<IndexEntry*>* held,
+                              bool checkpoint, size_t* missing, std::vector<IndexEntry*>* held,
                               std::vector<Decision>* decided, bool* parent_missing);
   // Indexes keys[0, admitted) that are new as kFilling entries with hub slots
   // (fresh / fresh_item), and settles every other item. REQUIRES: mu_ held.
   void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,
                          const std::vector<BlockKey>& keys, size_t admitted,
-                         const SaveOptions& hints, CompletionSource& done,
+                         const SaveOptions& hints, bool checkpoint, CompletionSource& done,
                          std::vector<IndexEntry*>& fresh, std::vector<size_t>& fresh_item);
   // Publishes the reserved entries whose bytes were copied (copied[j] for
   // fresh[j]) and undoes the others. REQUIRES: mu_ held.
@@ -161,8 +170,23 @@ class RuntimeImpl final : public Runtime {
   std::vector<Status> RunCopy(bool gather, std::span<const BlockCopy> copies,
                               const LayerDone& on_layer);
 
-  // runtime_adopt.cc: indexes the leading keys that persistent tiers hold.
-  void AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys);
+  // runtime_adopt.cc: indexes the leading keys that persistent tiers hold;
+  // keys[parts_from..] are the parts of a state checkpoint.
+  void AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
+                         size_t parts_from = SIZE_MAX);
+
+  // runtime_state.cc: hybrid state checkpoints (options_.state_blocks > 0).
+  // The keys of the parts of the checkpoint of `boundary`, in order.
+  std::vector<BlockKey> StateParts(NamespaceId ns, const BlockKey& boundary) const;
+  // Whether every part of the checkpoint of `boundary` is stored; if so,
+  // appends their entries to *parts when given. REQUIRES: mu_ held.
+  bool StateStoredLocked(NamespaceId ns, const BlockKey& boundary, std::vector<IndexEntry*>* parts);
+  // Before a lookup: adopts the checkpoint of the deepest leading key the
+  // index knows from the lower tiers, if the index lacks it.
+  void AdoptState(NamespaceId ns, std::span<const BlockKey> keys);
+  // The state-checkpoint check of Submit's callers: InvalidArgument unless
+  // checkpoints are on and `blocks` has one engine block per part.
+  Status CheckStateBlocks(std::span<const uint32_t> blocks, const char* op) const;
 
   // mover.cc
   void MoverLoop();

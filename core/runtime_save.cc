@@ -97,7 +97,7 @@ std::vector<Status> RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy>
 
 void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
                           const std::vector<BlockKey>& keys, const std::vector<uint32_t>& blocks,
-                          const SaveOptions& hints, CompletionSource& done) {
+                          const SaveOptions& hints, bool checkpoint, CompletionSource& done) {
   // Three phases hold mu_, with the lock dropped between them (EnsureHubRoom
   // may evict, the gather runs unlocked); within a phase each key is looked
   // up once. An entry found in one phase may be inserted, evicted or erased
@@ -150,8 +150,8 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         std::unique_lock lock(mu_);
         fills_done_.wait_until(lock, fill_deadline,
                                [&] { return !AnyUnsettled(index_, ns, parent, keys); });
-        admitted = AdmittedPrefixLocked(ns, parent, keys, hints, &missing, &held, &decided,
-                                        &parent_missing);
+        admitted = AdmittedPrefixLocked(ns, parent, keys, hints, checkpoint, &missing, &held,
+                                        &decided, &parent_missing);
       }
       // A save has no deadline of its own; this bounds how long it waits for
       // slots that other threads are freeing.
@@ -176,7 +176,7 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         std::chrono::steady_clock::now() < fill_deadline) {
       continue;  // (or another save stored the parent meanwhile: admit again)
     }
-    ReserveSaveLocked(ns, parent, keys, admitted, hints, done, fresh, fresh_item);
+    ReserveSaveLocked(ns, parent, keys, admitted, hints, checkpoint, done, fresh, fresh_item);
     break;
   }
   for (size_t j = 0; j < fresh.size(); ++j) {
@@ -192,7 +192,7 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
 
 size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                                          const std::vector<BlockKey>& keys,
-                                         const SaveOptions& hints, size_t* missing,
+                                         const SaveOptions& hints, bool checkpoint, size_t* missing,
                                          std::vector<IndexEntry*>* held,
                                          std::vector<Decision>* decided, bool* parent_missing) {
   *missing = 0;
@@ -219,8 +219,9 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     return keys.size();
   };
   uint32_t depth = 0;
+  IndexEntry* p = nullptr;
   if (parent) {
-    IndexEntry* p = index_.Find({ns, *parent});
+    p = index_.Find({ns, *parent});
     // The save fails as a whole (ReserveSaveLocked), absent or a link with
     // no copy (one unsettled past the wait fails too): no room to make, and
     // nothing admitted should the parent be stored by the reservation.
@@ -256,7 +257,9 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     would.session_id = hints.session_id;
     would.expected_reuse = hints.expected_reuse;
     would.is_tail = i + 1 == keys.size();
-    const bool admit = policies_->Admit(0, policies_->MetaOf(would, 0), hub);
+    would.is_checkpoint = checkpoint;
+    if (checkpoint) would.parent = p;  // asked about as the boundary's checkpoint
+    const bool admit = policies_->Admit(0, policies_->AdmissionMetaOf(would, 0), hub);
     metrics_.AddAdmission(0, admit);
     (*decided)[i] = admit ? Decision::kAdmitted : Decision::kRefused;
     if (!admit) return i;
@@ -267,8 +270,8 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
 
 void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,
                                     const std::vector<BlockKey>& keys, size_t admitted,
-                                    const SaveOptions& hints, CompletionSource& done,
-                                    std::vector<IndexEntry*>& fresh,
+                                    const SaveOptions& hints, bool checkpoint,
+                                    CompletionSource& done, std::vector<IndexEntry*>& fresh,
                                     std::vector<size_t>& fresh_item) {
   stats_.save_blocks += keys.size();
   IndexEntry* prev = nullptr;
@@ -281,9 +284,13 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
     } else if (NeedsCopy(prev)) {
       // Absent, or a link whose copy was lost: keys chained under it would
       // be stored where no lookup reaches them.
-      broken = Status::InvalidArgument("save: parent block " + ToHex(*parent) +
-                                       " is not stored (never saved, or evicted since); save "
-                                       "the chain from its first block, with no parent");
+      broken = Status::InvalidArgument(
+          checkpoint ? "save state: boundary block " + ToHex(*parent) +
+                           " is not stored (never saved, or evicted since); save its chain "
+                           "first, then its state"
+                     : "save: parent block " + ToHex(*parent) +
+                           " is not stored (never saved, or evicted since); save the chain "
+                           "from its first block, with no parent");
     }
   }
   // The parent is looked up again too: RunSave dropped mu_ since admission.
@@ -341,6 +348,7 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
     e->session_id = hints.session_id;
     e->expected_reuse = hints.expected_reuse;
     e->is_tail = i + 1 == keys.size();
+    e->is_checkpoint = checkpoint;
     fresh.push_back(e);
     fresh_item.push_back(i);
     prev = e;

@@ -168,6 +168,21 @@ BlockMeta TierPolicies::MetaOf(const IndexEntry& e, size_t tier) const {
   m.session_id = e.session_id;
   m.expected_reuse = e.expected_reuse;
   m.is_tail = e.is_tail;
+  m.is_checkpoint = e.is_checkpoint;
+  return m;
+}
+
+BlockMeta TierPolicies::AdmissionMetaOf(const IndexEntry& e, size_t tier) const {
+  BlockMeta m = MetaOf(e, tier);
+  if (!e.is_checkpoint) return m;
+  const IndexEntry* boundary = e.parent;
+  while (boundary != nullptr && boundary->is_checkpoint) boundary = boundary->parent;
+  if (boundary == nullptr) return m;
+  m.id = PolicyId(boundary->id);
+  m.depth = boundary->depth;
+  m.sightings = boundary->sightings;
+  m.hits = boundary->hits;
+  m.flops = FlopsAt(boundary->depth);
   return m;
 }
 

@@ -65,6 +65,12 @@ class TierPolicies final : public IndexObserver {
   // What tier `tier`'s policies know of `e` (its last use is the deepest
   // one for a tier that refreshes only the deepest hit).
   BlockMeta MetaOf(const IndexEntry& e, size_t tier) const;
+  // MetaOf for an admission decision. A part of a state checkpoint is asked
+  // about as the checkpoint of its boundary block: with the boundary's id,
+  // depth, sightings and hits, as the policies know that block's requests.
+  // REQUIRES: a part's chain of parents reaches its boundary (a linked part
+  // such as `would` in RunSave's admission may hang off the boundary itself).
+  BlockMeta AdmissionMetaOf(const IndexEntry& e, size_t tier) const;
   // Bit t: tier t refreshes recency on the deepest hit only (flop_aware),
   // for BlockIndex::set_deepest_only.
   uint32_t deepest_only_tiers() const;

@@ -86,6 +86,11 @@ class KVTIER_EXPORT KeyHasher {
   // Keys of every full block of `tokens` (a trailing partial block gets none).
   std::vector<BlockKey> Chain(std::span<const int32_t> tokens, uint32_t block_tokens) const;
 
+  // Hybrid models: the key under which part `part` of the state checkpoint
+  // at the end of block `boundary` is stored (Runtime::SaveState). Distinct
+  // from every Next() and NextFromEngineHash() key, and from other parts.
+  BlockKey StatePart(const BlockKey& boundary, uint32_t part) const;
+
   NamespaceId ns() const { return ns_; }
   HashAlgorithm algorithm() const { return algo_; }
 

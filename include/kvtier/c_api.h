@@ -220,6 +220,19 @@ typedef void (*kvtier_layer_fn)(void* user, uint32_t layer);
 KVTIER_C_EXPORT int kvtier_load(kvtier_runtime* rt, const kvtier_key* keys,
                                 const uint32_t* engine_blocks, size_t num_keys, int64_t timeout_ns,
                                 kvtier_layer_fn on_layer, void* user, kvtier_completion** out);
+/* Hybrid models (runtime.state_blocks > 0 in the config): copies the
+ * `num_blocks` engine blocks (state_blocks of them) holding the recurrent
+ * state at the end of the stored block `boundary` into kvtier as its state
+ * checkpoint. Lookups then answer only prefixes whose last block has one
+ * (Runtime::SaveState in runtime.h). One result per block, as kvtier_save. */
+KVTIER_C_EXPORT int kvtier_save_state(kvtier_runtime* rt, const kvtier_key* boundary,
+                                      const uint32_t* engine_blocks, size_t num_blocks,
+                                      const kvtier_hints* hints, kvtier_completion** out);
+/* Copies the state checkpoint of `boundary` into engine_blocks (state_blocks
+ * of them), as kvtier_load: KVTIER_NOT_FOUND per block when none is stored. */
+KVTIER_C_EXPORT int kvtier_load_state(kvtier_runtime* rt, const kvtier_key* boundary,
+                                      const uint32_t* engine_blocks, size_t num_blocks,
+                                      int64_t timeout_ns, kvtier_completion** out);
 /* The request whose lookup named `keys` has finished with `output_tokens`
  * generated tokens (the `reuse` policies learn from it). */
 KVTIER_C_EXPORT int kvtier_request_finished(kvtier_runtime* rt, const kvtier_key* keys,

@@ -147,6 +147,12 @@ struct KVTIER_EXPORT RuntimeOptions {
   // The engine's prefill rate in FLOP/s, for cost admission; 0 = unknown
   // (cost admission then admits).
   double gpu_flops_per_s = 0;
+  // Hybrid models (SSM or linear-attention layers beside attention): the
+  // engine blocks one recurrent-state checkpoint takes (Runtime::SaveState),
+  // 0 to 4096. With 0 there are no checkpoints and lookups answer KV blocks
+  // alone; otherwise a lookup answers only prefixes whose last block has its
+  // checkpoint stored.
+  uint32_t state_blocks = 0;
 
   Status Validate() const;
 };

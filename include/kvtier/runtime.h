@@ -91,6 +91,9 @@ struct RuntimeStats {
   uint64_t lookups = 0;
   uint64_t lookup_blocks = 0;      // keys asked for
   uint64_t lookup_hit_blocks = 0;  // leading keys found
+  // Hybrid models: leading keys stored but not answered, because no deeper
+  // one than the answer has its state checkpoint (Runtime::SaveState).
+  uint64_t lookup_state_cut_blocks = 0;
   uint64_t save_blocks = 0;        // keys asked to save
   uint64_t saved_blocks = 0;       // newly stored
   uint64_t save_duplicates = 0;    // already stored: skipped
@@ -300,6 +303,39 @@ class KVTIER_EXPORT Runtime {
   // the index at once; an error names a lower tier that could not drop a
   // copy yet: the mover retries it, and no lookup finds the key meanwhile.
   virtual Status Remove(NamespaceId ns, std::span<const BlockKey> keys) = 0;
+
+  // ---- Hybrid models: state checkpoints -------------------------------------
+  // A hybrid model (SSM or linear-attention layers beside attention) resumes
+  // a prefix only from the recurrent state at its end. With
+  // RuntimeOptions::state_blocks > 0 the engine saves that state as a
+  // checkpoint of state_blocks engine blocks on a stored block (its
+  // boundary), and a lookup answers only keys up to the deepest one whose
+  // checkpoint is stored: a KV hit without its state is a miss at that depth
+  // (counted in RuntimeStats::lookup_state_cut_blocks). A request found with
+  // hit_blocks = d > 0 resumes by Load of keys[0, d) and LoadState of
+  // keys[d - 1]. LookupAndPin pins that checkpoint too. A checkpoint leaves
+  // a tier before its boundary block does, and Remove of a key removes its
+  // checkpoint with it. After a restart (or from a tier shared with other
+  // processes) a checkpoint the index does not know is found at the deepest
+  // KV hit only.
+
+  // Copies engine_blocks (state_blocks of them, laid out as any block of the
+  // copy engine's layout) into the hub as the checkpoint of `boundary`,
+  // which must be stored (else every part fails InvalidArgument). One result
+  // per part, as Save's: parts stored already are skipped; a checkpoint the
+  // hub's admission refuses (the policies see BlockMeta::is_checkpoint with
+  // the boundary's id) ends OK with 0 bytes and is not stored.
+  // InvalidArgument when state_blocks is 0 or engine_blocks has another size.
+  virtual Completion SaveState(NamespaceId ns, const BlockKey& boundary,
+                               std::span<const uint32_t> engine_blocks,
+                               const SaveOptions& options) = 0;
+  // Copies the checkpoint of `boundary` into engine_blocks (state_blocks of
+  // them), as Load copies blocks: one result per part (NotFound when not
+  // stored, DeadlineExceeded past `timeout`). The engine recomputes the
+  // prefix when any part fails.
+  virtual Completion LoadState(NamespaceId ns, const BlockKey& boundary,
+                               std::span<const uint32_t> engine_blocks,
+                               std::chrono::nanoseconds timeout) = 0;
 
   // ---- GPU pool usage, admission and preemption -----------------------------
   // The engine reports its KV pool: `free_blocks` of `total_blocks` are free.

@@ -184,6 +184,27 @@ class Runtime(_Scoped):
                           _ns(timeout_s), callback, None, ctypes.byref(handle)))
         return Completion(handle, callback if on_layer else None)
 
+    def save_state(self, boundary, engine_blocks, session_id=0, expected_reuse=None,
+                   bypass_admission=False):
+        """Hybrid models (runtime.state_blocks > 0): starts copying the engine
+        blocks holding the recurrent state at the end of the stored block
+        `boundary` in as its state checkpoint; lookups then answer only
+        prefixes whose last block has one. Returns a Completion."""
+        handle = _P()
+        _check(self._call(lib().kvtier_save_state, _key_ptr(boundary), _u32s(engine_blocks),
+                          len(engine_blocks),
+                          _hints(session_id, 0, expected_reuse, bypass_admission),
+                          ctypes.byref(handle)))
+        return Completion(handle)
+
+    def load_state(self, boundary, engine_blocks, timeout_s=None):
+        """Starts copying the state checkpoint of `boundary` into engine_blocks;
+        returns a Completion (NOT_FOUND per block when none is stored)."""
+        handle = _P()
+        _check(self._call(lib().kvtier_load_state, _key_ptr(boundary), _u32s(engine_blocks),
+                          len(engine_blocks), _ns(timeout_s), ctypes.byref(handle)))
+        return Completion(handle)
+
     def request_finished(self, keys, output_tokens):
         _check(self._call(lib().kvtier_request_finished, _keys(keys), len(keys), output_tokens))
 

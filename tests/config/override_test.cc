@@ -127,6 +127,21 @@ TEST(ConfigOverrideTest, OutOfRangeGpuWatermarkNamesTheOverride) {
   EXPECT_EQ(r->runtime.gpu_watermark, 0.0);
 }
 
+TEST(ConfigOverrideTest, StateBlocksAreReadAndBounded) {
+  Result<KvtierConfig> r = Load(DefaultYaml(), {"runtime.state_blocks=3"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.state_blocks, 3u);
+  EXPECT_EQ(r->runtime.model_cost.state_bytes, 3 * r->runtime.block_bytes);
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"runtime.state_blocks=4097"})
+                .rfind("--set runtime.state_blocks=4097: runtime.state_blocks", 0),
+            0u)
+      << ErrorOf(DefaultYaml(), {"runtime.state_blocks=4097"});
+  // The hub must hold a checkpoint and its boundary block.
+  const std::string small =
+      ErrorOf(DefaultYaml(), {"runtime.state_blocks=4", "tiers.host.capacity=64KiB"});
+  EXPECT_NE(small.find("expected a capacity of at least 5 blocks"), std::string::npos) << small;
+}
+
 TEST(ConfigOverrideTest, TypeOverrideIsBlamedForKeysOfTheOldType) {
   // default.yaml's host tier sets hugepages, which an nvme tier has no use for.
   const std::string msg =

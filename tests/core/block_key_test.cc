@@ -81,6 +81,29 @@ TEST(BlockKey, NamespaceAlgorithmAndSourceAllSeparateKeys) {
   EXPECT_NE(a.Next(nullptr, block), a.Next(nullptr, block, extra));
 }
 
+// A state checkpoint's parts get keys of their own: apart from the block's
+// key, from each other, from any block chained under the boundary, and
+// from another namespace's or algorithm's; the same inputs give the same key.
+TEST(BlockKey, StatePartKeysAreSeparateAndStable) {
+  auto t = Tokens();
+  KeyHasher a(ComputeNamespaceId(Spec()), HashAlgorithm::kXxh3_128);
+  NamespaceSpec other = Spec();
+  other.model_id = "other";
+  KeyHasher b(ComputeNamespaceId(other), HashAlgorithm::kXxh3_128);
+  KeyHasher s(ComputeNamespaceId(Spec()), HashAlgorithm::kSha256);
+  const BlockKey boundary = a.Next(nullptr, std::span(t).first(4));
+  const BlockKey p0 = a.StatePart(boundary, 0);
+  EXPECT_EQ(p0, a.StatePart(boundary, 0));
+  EXPECT_NE(p0, a.StatePart(boundary, 1));
+  EXPECT_NE(p0, boundary);
+  EXPECT_NE(p0, a.Next(&boundary, std::span(t).subspan(4, 4)));
+  std::byte zero[4] = {};
+  EXPECT_NE(p0, a.NextFromEngineHash(&boundary, zero));
+  EXPECT_NE(p0, a.StatePart(a.Next(nullptr, std::span(t).subspan(4, 4)), 0));
+  EXPECT_NE(p0, b.StatePart(boundary, 0));
+  EXPECT_NE(p0, s.StatePart(boundary, 0));
+}
+
 TEST(BlockKey, HexRoundTripAndErrors) {
   BlockKey k{0x0123456789abcdefULL, 0xfedcba9876543210ULL};
   EXPECT_EQ(ToHex(k), "0123456789abcdeffedcba9876543210");

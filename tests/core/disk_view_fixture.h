@@ -30,6 +30,7 @@ class DiskViewTest : public ::testing::Test {
                                     TierCapabilities caps, TierViewHooks hooks = {}) {
     RuntimeOptions o = MakeOptions(bb_, hub_blocks);
     o.tiers[0].watermarks = watermarks;
+    o.state_blocks = state_blocks_;
     o.tiers.push_back(LowerHostTier("disk", bb_, 32));
     std::shared_ptr<Tier> disk = disk_;
     o.tier_factory = [disk, caps, hooks](const TierOptions&,
@@ -44,6 +45,7 @@ class DiskViewTest : public ::testing::Test {
   EngineSetup setup_;
   uint64_t bb_ = 0;
   std::shared_ptr<Tier> disk_;
+  uint32_t state_blocks_ = 0;  // RuntimeOptions::state_blocks of the runtimes OpenOver builds
 };
 
 }  // namespace kvtier::testing

@@ -131,6 +131,32 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(miss.wait(), kvtier.NOT_FOUND)
         self.assertEqual(miss.results(), [(kvtier.NOT_FOUND, 0)])
 
+    def test_hybrid_state_checkpoints_gate_lookups_and_round_trip(self):
+        rt = kvtier.Runtime(config_text=CONFIG, overrides=["runtime.state_blocks=2"])
+        try:
+            keys = rt.key_chain(list(range(100, 100 + 3 * 16)))
+            for b in range(5):
+                rt.host_block_write(b, pattern(8192, b + 1))
+            self.assertEqual(rt.save(keys, [0, 1, 2]).wait(), kvtier.OK)
+            self.assertEqual(rt.lookup(keys), (0, []))  # no state anywhere yet
+            done = rt.save_state(keys[1], [3, 4])
+            self.assertEqual(done.wait(), kvtier.OK)
+            self.assertEqual(done.results(), [(kvtier.OK, 8192)] * 2)
+            self.assertEqual(rt.lookup(keys), (2, [0, 0]))
+            self.assertEqual(rt.stats()["lookup_state_cut_blocks"], 4)
+            load = rt.load_state(keys[1], [10, 11], timeout_s=10)
+            self.assertEqual(load.wait(), kvtier.OK)
+            self.assertEqual(rt.host_block_read(10), pattern(8192, 4))
+            self.assertEqual(rt.host_block_read(11), pattern(8192, 5))
+            miss = rt.load_state(keys[0], [12, 13])
+            self.assertEqual(miss.wait(), kvtier.NOT_FOUND)
+            self.assertEqual(miss.results(), [(kvtier.NOT_FOUND, 0)] * 2)
+            self.assertEqual(rt.save_state(keys[2], [3]).wait(), kvtier.INVALID_ARGUMENT)
+        finally:
+            rt.close()
+        off = self.rt.save_state(self.rt.key_chain(list(range(16)))[0], [0, 1])
+        self.assertEqual(off.wait(), kvtier.INVALID_ARGUMENT)
+
     def test_pinned_hits_survive_until_released(self):
         # A hub of five blocks: four pinned ones leave no room for another chain.
         with kvtier.Runtime(config_text=CONFIG.replace("capacity: 1MiB", "capacity: 40KiB")) as rt:

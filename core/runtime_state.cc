@@ -1,0 +1,99 @@
+// State checkpoints of hybrid models. A checkpoint of a block (its boundary)
+// is stored as options_.state_blocks parts under keys derived from the
+// boundary's (KeyHasher::StatePart), chained under it: the first part's
+// parent is the boundary, each further part's the one before. So the
+// index, the tiers and the mover treat parts as blocks, and the prefix rule
+// does the rest: a part leaves a tier before the boundary (its parent) can,
+// and a boundary with a checkpoint is never dropped from under it.
+#include <algorithm>
+#include <string>
+
+#include "core/runtime_impl.h"
+
+namespace kvtier::internal {
+
+std::vector<BlockKey> RuntimeImpl::StateParts(NamespaceId ns, const BlockKey& boundary) const {
+  const KeyHasher hasher(ns, options_.hash);
+  std::vector<BlockKey> parts;
+  parts.reserve(options_.state_blocks);
+  for (uint32_t i = 0; i < options_.state_blocks; ++i) {
+    parts.push_back(hasher.StatePart(boundary, i));
+  }
+  return parts;
+}
+
+bool RuntimeImpl::StateStoredLocked(NamespaceId ns, const BlockKey& boundary,
+                                    std::vector<IndexEntry*>* parts) {
+  const KeyHasher hasher(ns, options_.hash);
+  const size_t before = parts != nullptr ? parts->size() : 0;
+  for (uint32_t i = 0; i < options_.state_blocks; ++i) {
+    IndexEntry* e = index_.Find({ns, hasher.StatePart(boundary, i)});
+    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) {
+      if (parts != nullptr) parts->resize(before);
+      return false;
+    }
+    if (parts != nullptr) parts->push_back(e);
+  }
+  return true;
+}
+
+void RuntimeImpl::AdoptState(NamespaceId ns, std::span<const BlockKey> keys) {
+  if (!has_adoptable_tier_ || options_.state_blocks == 0 || keys.empty()) return;
+  size_t known = 0;
+  {
+    std::lock_guard lock(mu_);
+    while (known < keys.size() && index_.Find({ns, keys[known]}) != nullptr) ++known;
+    if (known == 0 || StateStoredLocked(ns, keys[known - 1], nullptr)) return;
+  }
+  std::vector<BlockKey> chain(keys.begin(), keys.begin() + known);
+  const std::vector<BlockKey> parts = StateParts(ns, keys[known - 1]);
+  chain.insert(chain.end(), parts.begin(), parts.end());
+  AdoptStoredBlocks(ns, chain, known);
+}
+
+Status RuntimeImpl::CheckStateBlocks(std::span<const uint32_t> blocks, const char* op) const {
+  if (options_.state_blocks == 0) {
+    return Status::InvalidArgument(
+        std::string(op) +
+        ": state checkpoints are off (state_blocks is 0); set "
+        "runtime.state_blocks to the engine blocks one checkpoint takes");
+  }
+  if (blocks.size() != options_.state_blocks) {
+    return Status::InvalidArgument(std::string(op) + ": got " + std::to_string(blocks.size()) +
+                                   " engine blocks; a state checkpoint takes " +
+                                   std::to_string(options_.state_blocks) + " (state_blocks)");
+  }
+  return Status::Ok();
+}
+
+Completion RuntimeImpl::SaveState(NamespaceId ns, const BlockKey& boundary,
+                                  std::span<const uint32_t> engine_blocks,
+                                  const SaveOptions& options) {
+  // An error covers at least one item, so that an empty call reports it too.
+  const size_t items = std::max<size_t>(1, engine_blocks.size());
+  if (Status st = CheckStateBlocks(engine_blocks, "save state"); !st.ok()) {
+    return CompletionSource::Done(items, st);
+  }
+  std::vector<BlockKey> k = StateParts(ns, boundary);
+  if (Status st = CheckBlocks(k, engine_blocks); !st.ok()) {
+    return CompletionSource::Done(items, st.WithContext("save state"));
+  }
+  std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
+  const size_t n = k.size();  // read before k is moved into the job
+  return Submit(n, [this, ns, boundary, k = std::move(k), b = std::move(b), options,
+                    start = NowNs()](CompletionSource& done) {
+    RunSave(ns, boundary, k, b, options, /*checkpoint=*/true, done);
+    metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
+  });
+}
+
+Completion RuntimeImpl::LoadState(NamespaceId ns, const BlockKey& boundary,
+                                  std::span<const uint32_t> engine_blocks,
+                                  std::chrono::nanoseconds timeout) {
+  if (Status st = CheckStateBlocks(engine_blocks, "load state"); !st.ok()) {
+    return CompletionSource::Done(std::max<size_t>(1, engine_blocks.size()), st);
+  }
+  return Load(ns, StateParts(ns, boundary), engine_blocks, timeout, {});
+}
+
+}  // namespace kvtier::internal

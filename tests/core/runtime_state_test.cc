@@ -1,0 +1,299 @@
+// Hybrid models' state checkpoints (Runtime::SaveState / LoadState): a
+// lookup answers only up to the deepest block whose checkpoint is stored,
+// checkpoints round-trip byte for byte through the hub and a lower tier,
+// leave before their boundary, are pinned with it, removed with it, asked
+// about by admission as the boundary's checkpoint, and adopted after a
+// restart.
+#include <gtest/gtest.h>
+
+#include "tests/core/disk_view_fixture.h"
+#include "tests/core/runtime_test_util.h"
+
+namespace kvtier::testing {
+namespace {
+
+constexpr uint32_t kStateBlocks = 2;
+
+// The keys whose content stands for the checkpoint of `boundary` (what
+// SimEngine::Prefill writes and Holds checks).
+std::vector<BlockKey> PartKeys(const BlockKey& boundary) {
+  const KeyHasher h(kTestNs, HashAlgorithm::kXxh3_128);
+  std::vector<BlockKey> parts;
+  for (uint32_t i = 0; i < kStateBlocks; ++i) parts.push_back(h.StatePart(boundary, i));
+  return parts;
+}
+
+// Writes the checkpoint of `boundary` into engine blocks first.. and saves it.
+Completion SaveStateOf(Runtime& rt, SimEngine& sim, const BlockKey& boundary, uint32_t first,
+                       const SaveOptions& opts = {}) {
+  sim.Prefill(PartKeys(boundary), first);
+  const std::vector<uint32_t> blocks = {first, first + 1};
+  Completion c = rt.SaveState(kTestNs, boundary, blocks, opts);
+  (void)c.Wait();
+  return c;
+}
+
+// Loads the checkpoint of `boundary` into engine blocks first.. and reports
+// whether they hold it byte for byte.
+::testing::AssertionResult LoadsState(Runtime& rt, SimEngine& sim, const BlockKey& boundary,
+                                      uint32_t first) {
+  sim.Scrub(first, kStateBlocks);
+  const std::vector<uint32_t> blocks = {first, first + 1};
+  Completion c = rt.LoadState(kTestNs, boundary, blocks, std::chrono::seconds(10));
+  if (Status st = c.Wait(); !st.ok()) return ::testing::AssertionFailure() << st.ToString();
+  const std::vector<BlockKey> parts = PartKeys(boundary);
+  for (uint32_t i = 0; i < kStateBlocks; ++i) {
+    if (!sim.Holds(first + i, parts[i])) {
+      return ::testing::AssertionFailure() << "part " << i << " differs";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class RuntimeStateTest : public ::testing::Test {
+ protected:
+  RuntimeStateTest() : setup_(MakeEngine(64)), bb_(setup_.layout.BlockBytes()) {}
+
+  RuntimeOptions Options(uint64_t hub_blocks) {
+    RuntimeOptions o = MakeOptions(bb_, hub_blocks);
+    o.state_blocks = kStateBlocks;
+    return o;
+  }
+  void Open(const RuntimeOptions& o) {
+    auto rt = Runtime::Open(o, setup_.engine);
+    ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+    rt_ = std::move(rt).value();
+    sim_ = std::make_unique<SimEngine>(rt_.get(), setup_.engine.get());
+  }
+  // Saves `keys` whole (blocks 0..), bypassing admission.
+  void SaveChain(const std::vector<BlockKey>& keys) {
+    sim_->Prefill(keys, 0);
+    std::vector<uint32_t> blocks;
+    for (uint32_t i = 0; i < keys.size(); ++i) blocks.push_back(i);
+    Completion c = rt_->Save(kTestNs, std::nullopt, keys, blocks, {.bypass_admission = true});
+    ASSERT_TRUE(c.Wait().ok()) << c.status().ToString();
+  }
+  size_t Hits(const std::vector<BlockKey>& keys) {
+    auto r = rt_->Lookup(kTestNs, keys);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->hit_blocks : 0;
+  }
+
+  EngineSetup setup_;
+  uint64_t bb_;
+  std::unique_ptr<Runtime> rt_;
+  std::unique_ptr<SimEngine> sim_;
+};
+
+TEST_F(RuntimeStateTest, ALookupAnswersTheDeepestHitWithItsState) {
+  Open(Options(16));
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  SaveChain(keys);
+  EXPECT_EQ(Hits(keys), 0u) << "KV without any state is no hit for a hybrid model";
+  EXPECT_EQ(rt_->Stats().lookup_state_cut_blocks, 4u);
+
+  Completion s = SaveStateOf(*rt_, *sim_, keys[1], 20);
+  ASSERT_TRUE(s.status().ok()) << s.status().ToString();
+  EXPECT_EQ(s.bytes(0) + s.bytes(1), 2 * bb_);
+  auto r = rt_->Lookup(kTestNs, keys);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hit_blocks, 2u);
+  EXPECT_EQ(r->tier, (std::vector<uint8_t>{0, 0}));
+  RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.lookup_state_cut_blocks, 6u);
+  EXPECT_EQ(st.lookup_hit_blocks, 2u);
+  EXPECT_EQ(st.saved_blocks, 6u);  // 4 KV blocks and 2 parts
+
+  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[3], 22).status().ok());
+  EXPECT_EQ(Hits(keys), 4u);
+  EXPECT_TRUE(LoadsState(*rt_, *sim_, keys[1], 40));
+  EXPECT_TRUE(LoadsState(*rt_, *sim_, keys[3], 42));
+  // A shorter request resumes from the deepest checkpoint within it.
+  EXPECT_EQ(Hits({keys.begin(), keys.begin() + 3}), 2u);
+
+  // No checkpoint at keys[0]: each part is a miss.
+  const std::vector<uint32_t> blocks = {44, 45};
+  Completion l = rt_->LoadState(kTestNs, keys[0], blocks, std::chrono::seconds(10));
+  (void)l.Wait();
+  EXPECT_EQ(l.result(0).code(), StatusCode::kNotFound);
+  EXPECT_EQ(l.result(1).code(), StatusCode::kNotFound);
+
+  // Saving a stored checkpoint again copies nothing.
+  Completion again = SaveStateOf(*rt_, *sim_, keys[1], 20);
+  ASSERT_TRUE(again.status().ok());
+  EXPECT_EQ(rt_->Stats().save_duplicates, 2u);
+}
+
+TEST_F(RuntimeStateTest, BadStateCallsAreRefusedWithTheReason) {
+  RuntimeOptions off = Options(16);
+  off.state_blocks = 0;
+  Open(off);
+  const auto keys = ChainKeys({1});
+  SaveChain(keys);
+  const std::vector<uint32_t> two = {0, 1};
+  Completion c = rt_->SaveState(kTestNs, keys[0], two, {});
+  EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("state_blocks is 0"), std::string::npos)
+      << c.status().ToString();
+  c = rt_->LoadState(kTestNs, keys[0], {}, std::chrono::seconds(1));
+  EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Hits(keys), 1u) << "without state_blocks, lookups answer KV alone";
+
+  Open(Options(16));
+  SaveChain(keys);
+  const std::vector<uint32_t> one = {0};
+  c = rt_->SaveState(kTestNs, keys[0], one, {});
+  EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("takes 2"), std::string::npos) << c.status().ToString();
+  const std::vector<uint32_t> out_of_range = {0, 64};
+  c = rt_->SaveState(kTestNs, keys[0], out_of_range, {});
+  EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument);
+  // A boundary that is not stored fails every part.
+  const auto absent = ChainKeys({9});
+  c = rt_->SaveState(kTestNs, absent[0], two, {});
+  (void)c.Wait();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.result(i).message().find("boundary block"), std::string::npos);
+  }
+
+  RuntimeOptions too_many = Options(16);
+  too_many.state_blocks = 4097;
+  EXPECT_EQ(too_many.Validate().code(), StatusCode::kInvalidArgument);
+  RuntimeOptions small_hub = Options(2);  // 2 parts and their boundary need 3 blocks
+  Status st = small_hub.Validate();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("at least 3 blocks"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(Options(3).Validate().ok());
+}
+
+TEST_F(RuntimeStateTest, RemoveTakesTheCheckpointWithItsKey) {
+  Open(Options(16));
+  const auto keys = ChainKeys({1, 2});
+  SaveChain(keys);
+  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[1], 20).status().ok());
+  ASSERT_EQ(Hits(keys), 2u);
+  // The parts hang off keys[1]: without them in the call it would be refused
+  // as a block with stored children.
+  ASSERT_TRUE(rt_->Remove(kTestNs, {keys.begin() + 1, keys.end()}).ok());
+  EXPECT_EQ(rt_->Stats().tiers[0].blocks, 1u);
+  SaveChain(keys);
+  EXPECT_EQ(Hits(keys), 0u) << "the checkpoint came back with its key";
+}
+
+// Hub of 4 blocks at watermarks 0.5 / 0.25, no lower tier: the mover drops
+// 3 of the 4 blocks of a chain of 2 with a checkpoint of 2 parts.
+class RuntimeStateEvictionTest : public RuntimeStateTest {
+ protected:
+  void SetUp() override {
+    RuntimeOptions o = Options(4);
+    o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
+    Open(o);
+    keys_ = ChainKeys({1, 2});
+    SaveChain(keys_);
+    ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys_[1], 20).status().ok());
+  }
+  std::vector<BlockKey> keys_;
+};
+
+TEST_F(RuntimeStateEvictionTest, PartsLeaveBeforeTheirBoundary) {
+  ASSERT_EQ(Hits(keys_), 2u);
+  auto moved = rt_->TEST_RunMoverOnce();
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(*moved, 3u);
+  // The last part is the only leaf; then the first part; then keys[1].
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, {keys_.begin(), keys_.begin() + 1}));
+  EXPECT_FALSE(rt_->IsSaved(kTestNs, keys_));
+  EXPECT_EQ(Hits(keys_), 0u);
+}
+
+TEST_F(RuntimeStateEvictionTest, LookupAndPinHoldsTheCheckpoint) {
+  {
+    auto pin = rt_->LookupAndPin(kTestNs, keys_);
+    ASSERT_TRUE(pin.ok());
+    ASSERT_EQ(pin->hit_blocks(), 2u);
+    auto moved = rt_->TEST_RunMoverOnce();
+    ASSERT_TRUE(moved.ok());
+    EXPECT_EQ(*moved, 0u) << "a pinned prefix's checkpoint was evicted";
+    EXPECT_TRUE(LoadsState(*rt_, *sim_, keys_[1], 30));
+  }
+  auto moved = rt_->TEST_RunMoverOnce();
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(*moved, 3u) << "the pin was not released";
+}
+
+TEST_F(RuntimeStateTest, ACheckpointDemotesAndLoadsFromALowerTier) {
+  RuntimeOptions o = Options(4);
+  o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
+  o.tiers.push_back(LowerHostTier("ssd", bb_, 16));
+  Open(o);
+  const auto keys = ChainKeys({1, 2});
+  SaveChain(keys);
+  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[1], 20).status().ok());
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  auto r = rt_->Lookup(kTestNs, keys);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hit_blocks, 2u);
+  EXPECT_EQ(r->tier, (std::vector<uint8_t>{0, 1}));
+  EXPECT_EQ(rt_->Stats().tiers[1].blocks, 3u);  // keys[1] and both parts
+  EXPECT_TRUE(LoadsState(*rt_, *sim_, keys[1], 30));
+}
+
+// The hub admits on a block's second sighting (frequency, threshold 2). A
+// checkpoint is asked about as the checkpoint of its boundary, whose
+// sightings lookups count; its parts' own keys are never looked up.
+TEST_F(RuntimeStateTest, AdmissionSeesTheCheckpointAsItsBoundarys) {
+  RuntimeOptions o = Options(16);
+  o.tiers[0].admission = {"frequency"};
+  Open(o);
+  const auto keys = ChainKeys({1, 2});
+  SaveChain(keys);
+  EXPECT_EQ(Hits(keys), 0u);  // one sighting
+  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[1], 20).status().ok());
+  RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.save_not_admitted, 2u);
+  EXPECT_EQ(st.tiers[0].admission_rejected_blocks, 1u);
+  EXPECT_EQ(Hits(keys), 0u);  // the second sighting
+  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[1], 20).status().ok());
+  EXPECT_EQ(rt_->Stats().tiers[0].admitted_blocks, 2u);
+  EXPECT_EQ(Hits(keys), 2u);
+}
+
+class RuntimeStateRestartTest : public DiskViewTest {};
+
+// A run saves a chain of 2 with a checkpoint on its last block, and its
+// mover demotes all but the root to the disk. After a restart the root is
+// saved again; a lookup finds the rest of the chain and its checkpoint on
+// the disk.
+TEST_F(RuntimeStateRestartTest, ACheckpointIsAdoptedAfterARestart) {
+  state_blocks_ = kStateBlocks;
+  const auto keys = ChainKeys({1, 2});
+  {
+    std::unique_ptr<Runtime> rt =
+        OpenOver(4, {.high = 0.5, .low = 0.25}, {.persistent = true, .local_index = true});
+    ASSERT_NE(rt, nullptr);
+    SimEngine sim(rt.get(), setup_.engine.get());
+    sim.Prefill(keys, 0);
+    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+    ASSERT_TRUE(SaveStateOf(*rt, sim, keys[1], 20).status().ok());
+    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(disk_->Usage().blocks, 3u);
+  }
+  std::unique_ptr<Runtime> rt =
+      OpenOver(4, {.high = 0.5, .low = 0.25}, {.persistent = true, .local_index = true});
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Prefill({keys[0]}, 0);
+  ASSERT_TRUE(sim.SaveFrom({keys[0]}, 0, 0).status().ok());
+  auto r = rt->Lookup(kTestNs, keys);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->hit_blocks, 2u);
+  EXPECT_EQ(rt->Stats().adopted_blocks, 3u);
+  EXPECT_TRUE(LoadsState(*rt, sim, keys[1], 30));
+  // Removing the boundary takes its adopted checkpoint off the disk too.
+  ASSERT_TRUE(rt->Remove(kTestNs, std::span(keys).subspan(1)).ok());
+  EXPECT_EQ(disk_->Usage().blocks, 0u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
