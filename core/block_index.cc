@@ -11,13 +11,24 @@ IndexEntry* BlockIndex::Find(const NsKey& id) {
   return e == nullptr ? nullptr : e->get();
 }
 
-IndexEntry* BlockIndex::Insert(const NsKey& id, IndexEntry* parent, uint64_t bytes) {
+namespace {
+
+// Whether `e` is the first part of its parent's state checkpoint.
+bool FirstPart(const IndexEntry& e) {
+  return e.is_checkpoint && e.parent != nullptr && !e.parent->is_checkpoint;
+}
+
+}  // namespace
+
+IndexEntry* BlockIndex::Insert(const NsKey& id, IndexEntry* parent, uint64_t bytes, bool part) {
   auto entry = std::make_unique<IndexEntry>();
   entry->id = id;
   entry->parent = parent;
   entry->bytes = bytes;
   entry->depth = parent != nullptr ? parent->depth + 1 : 0;
+  entry->is_checkpoint = part;
   if (parent != nullptr) ++parent->children;
+  if (FirstPart(*entry)) parent->first_part_indexed = true;
   IndexEntry* raw = entry.get();
   map_.TryEmplace(id, std::move(entry));
   return raw;
@@ -28,11 +39,14 @@ void BlockIndex::Erase(IndexEntry* e) {
   // it would leak a slot or a copy in flight. All are runtime bugs.
   if (e->children != 0 || e->locations != 0 || e->pins != 0) std::abort();
   IndexEntry* parent = e->parent;
+  bool first_part = FirstPart(*e);
   map_.Erase(e->id);
   // A parent that lost every copy stays only to keep its children reachable
   // in the chain; with its last child gone it is erased too.
   while (parent != nullptr) {
     --parent->children;
+    if (first_part) parent->first_part_indexed = false;
+    first_part = FirstPart(*parent);
     IndexEntry* up = parent->parent;
     if (parent->children != 0 || parent->locations != 0 || parent->pins != 0 ||
         parent->state != EntryState::kReady) {

@@ -65,6 +65,9 @@ struct IndexEntry {
   // A part of a state checkpoint (Runtime::SaveState): its first part hangs
   // off the boundary block, each further part off the one before.
   bool is_checkpoint = false;
+  // A block (not a part) whose checkpoint's first part is indexed: only then
+  // may a lookup find its checkpoint stored (and hash the parts' keys).
+  bool first_part_indexed = false;
   // Recency per tier: the index's use counter when the entry entered the
   // tier or was last touched; larger = more recent.
   std::array<uint64_t, kMaxTiers> stamp{};
@@ -101,8 +104,9 @@ class BlockIndex {
 
   IndexEntry* Find(const NsKey& id);
   // Adds a kFilling entry under `parent` (may be null) at depth
-  // parent->depth + 1 (0 without a parent). REQUIRES: absent.
-  IndexEntry* Insert(const NsKey& id, IndexEntry* parent, uint64_t bytes);
+  // parent->depth + 1 (0 without a parent); `part`: a part of a state
+  // checkpoint (IndexEntry::is_checkpoint). REQUIRES: absent.
+  IndexEntry* Insert(const NsKey& id, IndexEntry* parent, uint64_t bytes, bool part = false);
   // Removes the entry, and then any ancestor left with no copy, child or
   // pin. REQUIRES: no children, no locations, no pins.
   void Erase(IndexEntry* e);

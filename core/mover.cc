@@ -188,12 +188,18 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
     if ((v->locations >> next) != 0) continue;  // a deeper tier holds it: no write
     const auto listed = removing.find(v->id);
     if (listed != removing.end() && listed->second.running != 0) continue;  // a Remove runs there
-    const bool admit =
-        admits_all || policies_->Admit(next, policies_->AdmissionMetaOf(*v, next), state);
-    ++(admit ? admitted : refused);
     const bool other_copy = (v->locations & ~(1U << tier)) != 0;
     const auto gone = vanishing.find(v);
     const uint32_t staying = v->children - (gone == vanishing.end() ? 0 : gone->second);
+    // A part of a state checkpoint whose later parts are gone (refused
+    // here, or lost) is of no use, as a lookup needs every part: dropped.
+    if (v->is_checkpoint && staying == 0 && v->save_holds == 0 && !LastPart(*v)) {
+      if (!other_copy && v->parent != nullptr) ++vanishing[v->parent];
+      continue;
+    }
+    const bool admit =
+        admits_all || policies_->Admit(next, policies_->AdmissionMetaOf(*v, next), state);
+    ++(admit ? admitted : refused);
     // A save holding it is about to chain a child under it.
     write[i] = admit || (!other_copy && (staying > 0 || v->save_holds != 0));
     if (!admit && write[i]) ++tier_counts_[next].forced;

@@ -11,22 +11,6 @@
 
 namespace kvtier::internal {
 
-namespace {
-
-// Index of the first key of `keys` the index does not hold ready in some
-// tier: the saved prefix a request would resume from. REQUIRES: mu_ held.
-uint32_t SavedPrefix(BlockIndex& index, NamespaceId ns, std::span<const BlockKey> keys) {
-  uint32_t n = 0;
-  for (const BlockKey& key : keys) {
-    IndexEntry* e = index.Find({ns, key});
-    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
-    ++n;
-  }
-  return n;
-}
-
-}  // namespace
-
 Status RuntimeImpl::ReportEngineUsage(uint32_t free_blocks, uint32_t total_blocks) {
   if (total_blocks == 0) {
     return Status::InvalidArgument("engine usage: total_blocks is 0; expected the pool size");
@@ -89,7 +73,7 @@ std::vector<PreemptionVictim> RuntimeImpl::ProposePreemption(uint32_t blocks_to_
     uint32_t s = 0;
     {
       std::lock_guard lock(mu_);
-      s = SavedPrefix(index_, r.ns, r.keys);
+      s = SavedPrefixLocked(r.ns, r.keys);
     }
     if (after_saved_prefix_) after_saved_prefix_();
     saved.emplace(id, s);
@@ -124,7 +108,7 @@ bool RuntimeImpl::IsSaved(NamespaceId ns, std::span<const BlockKey> keys) {
   // could never come back.
   if (shut_down_) return false;
   std::lock_guard lock(mu_);
-  return SavedPrefix(index_, ns, keys) == keys.size();
+  return SavedPrefixLocked(ns, keys) == keys.size();
 }
 
 }  // namespace kvtier::internal

@@ -247,8 +247,7 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
   LookupResult r;
   bool tune = false;
   try {
-    AdoptStoredBlocks(ns, keys);
-    AdoptState(ns, keys);
+    if (AdoptStoredBlocks(ns, keys)) AdoptState(ns, keys);
     std::lock_guard lock(mu_);
     tune = LookupLocked(ns, keys, options, r, nullptr);
   } catch (...) {
@@ -266,8 +265,7 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
   PinnedPrefix pin;
   bool tune = false;
   try {
-    AdoptStoredBlocks(ns, keys);
-    AdoptState(ns, keys);
+    if (AdoptStoredBlocks(ns, keys)) AdoptState(ns, keys);
     std::lock_guard lock(mu_);
     // All that may throw (allocations, the policies' observation) runs
     // before the first pin, and the handle gets runtime_ (its destructor
@@ -330,7 +328,7 @@ bool RuntimeImpl::LookupLocked(NamespaceId ns, std::span<const BlockKey> keys,
   if (options_.state_blocks > 0) {
     // A hybrid model resumes only where its state was kept: the deepest hit
     // with a stored checkpoint.
-    while (hits > 0 && !StateStoredLocked(ns, keys[hits - 1], &parts)) --hits;
+    while (hits > 0 && !StateStoredLocked(*hit[hits - 1], &parts)) --hits;
     stats_.lookup_state_cut_blocks += hit.size() - hits;
     hit.resize(hits);
   }
@@ -382,22 +380,26 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
-  // A key's state checkpoint goes with it: its parts are its children.
   std::vector<BlockKey> with_parts;
-  if (options_.state_blocks > 0) {
-    with_parts.reserve(keys.size() * (1 + size_t{options_.state_blocks}));
-    with_parts.assign(keys.begin(), keys.end());
-    for (const BlockKey& key : keys) {
-      const std::vector<BlockKey> parts = StateParts(ns, key);
-      with_parts.insert(with_parts.end(), parts.begin(), parts.end());
-    }
-    keys = with_parts;
-  }
   std::vector<NsKey> lower_keys;
-  lower_keys.reserve(keys.size());
-  for (const BlockKey& key : keys) lower_keys.push_back({ns, key});
   {
     std::lock_guard lock(mu_);
+    // A key's state checkpoint goes with it (its parts are its children):
+    // the parts of a key whose checkpoint is indexed, and those of a key
+    // not indexed at all, which a persistent tier may hold from before a
+    // restart.
+    if (options_.state_blocks > 0) {
+      with_parts.assign(keys.begin(), keys.end());
+      for (const BlockKey& key : keys) {
+        const IndexEntry* e = index_.Find({ns, key});
+        if (e != nullptr && !e->first_part_indexed) continue;
+        const std::vector<BlockKey> parts = StateParts(ns, key);
+        with_parts.insert(with_parts.end(), parts.begin(), parts.end());
+      }
+      keys = with_parts;
+    }
+    lower_keys.reserve(keys.size());
+    for (const BlockKey& key : keys) lower_keys.push_back({ns, key});
     std::unordered_map<IndexEntry*, uint32_t> removing;  // entry -> children also removed
     for (const BlockKey& key : keys) {
       IndexEntry* e = index_.Find({ns, key});

@@ -171,8 +171,9 @@ class RuntimeImpl final : public Runtime {
                               const LayerDone& on_layer);
 
   // runtime_adopt.cc: indexes the leading keys that persistent tiers hold;
-  // keys[parts_from..] are the parts of a state checkpoint.
-  void AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
+  // keys[parts_from..] are the parts of a state checkpoint. True when it
+  // indexed some.
+  bool AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
                          size_t parts_from = SIZE_MAX);
 
   // runtime_state.cc: hybrid state checkpoints (options_.state_blocks > 0).
@@ -180,10 +181,17 @@ class RuntimeImpl final : public Runtime {
   std::vector<BlockKey> StateParts(NamespaceId ns, const BlockKey& boundary) const;
   // Whether every part of the checkpoint of `boundary` is stored; if so,
   // appends their entries to *parts when given. REQUIRES: mu_ held.
-  bool StateStoredLocked(NamespaceId ns, const BlockKey& boundary, std::vector<IndexEntry*>* parts);
-  // Before a lookup: adopts the checkpoint of the deepest leading key the
-  // index knows from the lower tiers, if the index lacks it.
+  bool StateStoredLocked(const IndexEntry& boundary, std::vector<IndexEntry*>* parts);
+  // How many leading keys are stored, cut (with state_blocks > 0) to the
+  // deepest whose checkpoint is stored: where a request would resume.
+  // REQUIRES: mu_ held.
+  uint32_t SavedPrefixLocked(NamespaceId ns, std::span<const BlockKey> keys);
+  // Before a lookup whose AdoptStoredBlocks indexed blocks: adopts the
+  // checkpoint of the deepest leading key the index knows from the lower
+  // tiers, if the index lacks it.
   void AdoptState(NamespaceId ns, std::span<const BlockKey> keys);
+  // Whether `e`, a part of a state checkpoint, is its last part.
+  bool LastPart(const IndexEntry& e) const;
   // The state-checkpoint check of Submit's callers: InvalidArgument unless
   // checkpoints are on and `blocks` has one engine block per part.
   Status CheckStateBlocks(std::span<const uint32_t> blocks, const char* op) const;

@@ -237,6 +237,10 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
   const TierState hub =
       policies_->StateOf(0, uint64_t{arena_->slot_count()} * arena_->slot_bytes(),
                          uint64_t{arena_->used_slots()} * arena_->slot_bytes(), now);
+  // A checkpoint is admitted whole or not at all: its parts take the answer
+  // the first one asked about got (a policy that draws at random, such as
+  // write_budget, would otherwise store part of it, which no lookup uses).
+  std::optional<bool> checkpoint_answer;
   for (size_t i = 0; i < keys.size(); ++i, ++depth) {
     if (IndexEntry* e = index_.Find({ns, keys[i]})) {
       depth = e->depth;  // stored already, or a link admitted before: nothing to decide
@@ -258,9 +262,15 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     would.expected_reuse = hints.expected_reuse;
     would.is_tail = i + 1 == keys.size();
     would.is_checkpoint = checkpoint;
-    if (checkpoint) would.parent = p;  // asked about as the boundary's checkpoint
-    const bool admit = policies_->Admit(0, policies_->AdmissionMetaOf(would, 0), hub);
+    if (checkpoint) {
+      would.parent = p;  // asked about as the boundary's checkpoint,
+      would.bytes = options_.block_bytes * keys.size();  // once for all its parts
+    }
+    const bool admit = checkpoint_answer.has_value()
+                           ? *checkpoint_answer
+                           : policies_->Admit(0, policies_->AdmissionMetaOf(would, 0), hub);
     metrics_.AddAdmission(0, admit);
+    if (checkpoint) checkpoint_answer = admit;
     (*decided)[i] = admit ? Decision::kAdmitted : Decision::kRefused;
     if (!admit) return i;
     ++*missing;
@@ -341,14 +351,13 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       // be written (and checked) with them.
       e->checksum.reset();
     } else {
-      e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes);
+      e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes, checkpoint);
     }
     e->host_slot = *slot;
     ++e->pins;
     e->session_id = hints.session_id;
     e->expected_reuse = hints.expected_reuse;
     e->is_tail = i + 1 == keys.size();
-    e->is_checkpoint = checkpoint;
     fresh.push_back(e);
     fresh_item.push_back(i);
     prev = e;

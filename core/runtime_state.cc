@@ -22,12 +22,13 @@ std::vector<BlockKey> RuntimeImpl::StateParts(NamespaceId ns, const BlockKey& bo
   return parts;
 }
 
-bool RuntimeImpl::StateStoredLocked(NamespaceId ns, const BlockKey& boundary,
-                                    std::vector<IndexEntry*>* parts) {
+bool RuntimeImpl::StateStoredLocked(const IndexEntry& boundary, std::vector<IndexEntry*>* parts) {
+  if (!boundary.first_part_indexed) return false;  // no part's key to hash
+  const NamespaceId ns = boundary.id.ns;
   const KeyHasher hasher(ns, options_.hash);
   const size_t before = parts != nullptr ? parts->size() : 0;
   for (uint32_t i = 0; i < options_.state_blocks; ++i) {
-    IndexEntry* e = index_.Find({ns, hasher.StatePart(boundary, i)});
+    IndexEntry* e = index_.Find({ns, hasher.StatePart(boundary.id.key, i)});
     if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) {
       if (parts != nullptr) parts->resize(before);
       return false;
@@ -42,13 +43,40 @@ void RuntimeImpl::AdoptState(NamespaceId ns, std::span<const BlockKey> keys) {
   size_t known = 0;
   {
     std::lock_guard lock(mu_);
-    while (known < keys.size() && index_.Find({ns, keys[known]}) != nullptr) ++known;
-    if (known == 0 || StateStoredLocked(ns, keys[known - 1], nullptr)) return;
+    const IndexEntry* deepest = nullptr;
+    while (known < keys.size()) {
+      const IndexEntry* e = index_.Find({ns, keys[known]});
+      if (e == nullptr) break;
+      deepest = e;
+      ++known;
+    }
+    if (deepest == nullptr || StateStoredLocked(*deepest, nullptr)) return;
   }
   std::vector<BlockKey> chain(keys.begin(), keys.begin() + known);
   const std::vector<BlockKey> parts = StateParts(ns, keys[known - 1]);
   chain.insert(chain.end(), parts.begin(), parts.end());
   AdoptStoredBlocks(ns, chain, known);
+}
+
+uint32_t RuntimeImpl::SavedPrefixLocked(NamespaceId ns, std::span<const BlockKey> keys) {
+  std::vector<const IndexEntry*> saved;  // with state_blocks > 0 only
+  size_t n = 0;
+  for (const BlockKey& key : keys) {
+    const IndexEntry* e = index_.Find({ns, key});
+    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
+    if (options_.state_blocks > 0) saved.push_back(e);
+    ++n;
+  }
+  if (options_.state_blocks > 0) {
+    while (n > 0 && !StateStoredLocked(*saved[n - 1], nullptr)) --n;
+  }
+  return static_cast<uint32_t>(n);
+}
+
+bool RuntimeImpl::LastPart(const IndexEntry& e) const {
+  const IndexEntry* boundary = e.parent;
+  while (boundary != nullptr && boundary->is_checkpoint) boundary = boundary->parent;
+  return boundary == nullptr || e.depth == boundary->depth + options_.state_blocks;
 }
 
 Status RuntimeImpl::CheckStateBlocks(std::span<const uint32_t> blocks, const char* op) const {

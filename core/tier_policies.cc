@@ -169,20 +169,27 @@ BlockMeta TierPolicies::MetaOf(const IndexEntry& e, size_t tier) const {
   m.expected_reuse = e.expected_reuse;
   m.is_tail = e.is_tail;
   m.is_checkpoint = e.is_checkpoint;
+  // A part of a state checkpoint is as useful as its boundary block: no
+  // lookup names the part, and it serves every one that resumes there.
+  if (const IndexEntry* b = BoundaryOf(e)) {
+    m.depth = b->depth;
+    m.sightings = b->sightings;
+    m.hits = b->hits;
+    m.flops = FlopsAt(b->depth);
+  }
   return m;
+}
+
+const IndexEntry* TierPolicies::BoundaryOf(const IndexEntry& e) {
+  if (!e.is_checkpoint) return nullptr;
+  const IndexEntry* boundary = e.parent;
+  while (boundary != nullptr && boundary->is_checkpoint) boundary = boundary->parent;
+  return boundary;
 }
 
 BlockMeta TierPolicies::AdmissionMetaOf(const IndexEntry& e, size_t tier) const {
   BlockMeta m = MetaOf(e, tier);
-  if (!e.is_checkpoint) return m;
-  const IndexEntry* boundary = e.parent;
-  while (boundary != nullptr && boundary->is_checkpoint) boundary = boundary->parent;
-  if (boundary == nullptr) return m;
-  m.id = PolicyId(boundary->id);
-  m.depth = boundary->depth;
-  m.sightings = boundary->sightings;
-  m.hits = boundary->hits;
-  m.flops = FlopsAt(boundary->depth);
+  if (const IndexEntry* b = BoundaryOf(e)) m.id = PolicyId(b->id);
   return m;
 }
 

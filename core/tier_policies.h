@@ -63,14 +63,19 @@ class TierPolicies final : public IndexObserver {
   void ObserveFinish(NamespaceId ns, std::span<const BlockKey> keys, uint32_t output_tokens,
                      uint64_t now_ns);
   // What tier `tier`'s policies know of `e` (its last use is the deepest
-  // one for a tier that refreshes only the deepest hit).
+  // one for a tier that refreshes only the deepest hit). A part of a state
+  // checkpoint has its own id, and its boundary block's depth, sightings
+  // and hits.
   BlockMeta MetaOf(const IndexEntry& e, size_t tier) const;
-  // MetaOf for an admission decision. A part of a state checkpoint is asked
-  // about as the checkpoint of its boundary block: with the boundary's id,
-  // depth, sightings and hits, as the policies know that block's requests.
-  // REQUIRES: a part's chain of parents reaches its boundary (a linked part
-  // such as `would` in RunSave's admission may hang off the boundary itself).
+  // MetaOf for an admission decision: a part of a state checkpoint is asked
+  // about as the checkpoint of its boundary block, with the boundary's id
+  // (marconi knows the block by it). Ids are not unique then: Choose uses
+  // MetaOf.
   BlockMeta AdmissionMetaOf(const IndexEntry& e, size_t tier) const;
+  // The boundary block of a part of a state checkpoint (its first ancestor
+  // that is not a part; a part being admitted, `would` in RunSave, may hang
+  // off it directly); null for a block that is not a part.
+  static const IndexEntry* BoundaryOf(const IndexEntry& e);
   // Bit t: tier t refreshes recency on the deepest hit only (flop_aware),
   // for BlockIndex::set_deepest_only.
   uint32_t deepest_only_tiers() const;

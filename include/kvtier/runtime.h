@@ -128,6 +128,8 @@ struct LookupResult {
 //   Save(v.ns, std::nullopt, v.keys, <engine blocks of v.keys>,
 //        {.bypass_admission = true});
 //
+// (A hybrid model then saves its state on v.keys.back() too: SaveState.)
+//
 // The whole chain, not only unsaved_keys: nothing keeps the saved prefix
 // stored after the proposal (the mover or another save's room may drop its
 // blocks, or a Remove), and the keys still stored are skipped without a
@@ -313,18 +315,24 @@ class KVTIER_EXPORT Runtime {
   // checkpoint is stored: a KV hit without its state is a miss at that depth
   // (counted in RuntimeStats::lookup_state_cut_blocks). A request found with
   // hit_blocks = d > 0 resumes by Load of keys[0, d) and LoadState of
-  // keys[d - 1]. LookupAndPin pins that checkpoint too. A checkpoint leaves
-  // a tier before its boundary block does, and Remove of a key removes its
-  // checkpoint with it. After a restart (or from a tier shared with other
-  // processes) a checkpoint the index does not know is found at the deepest
-  // KV hit only.
+  // keys[d - 1]. LookupAndPin pins that checkpoint too. Only a whole
+  // checkpoint counts: one missing a part is no hit, and the mover drops the
+  // rest of it. A checkpoint leaves a tier before its boundary block does,
+  // and Remove of a key removes its checkpoint with it. After a restart (or
+  // from a tier shared with other processes) the lower tiers are asked for
+  // a checkpoint only by a lookup that found KV blocks there the index did
+  // not know, and only for the deepest of them. A preempted request's
+  // checkpoint is needed too: once the victim's Save has completed,
+  // SaveState on its last key with bypass_admission, and wait for that.
 
   // Copies engine_blocks (state_blocks of them, laid out as any block of the
   // copy engine's layout) into the hub as the checkpoint of `boundary`,
   // which must be stored (else every part fails InvalidArgument). One result
   // per part, as Save's: parts stored already are skipped; a checkpoint the
-  // hub's admission refuses (the policies see BlockMeta::is_checkpoint with
-  // the boundary's id) ends OK with 0 bytes and is not stored.
+  // hub's admission refuses (asked once for the whole checkpoint; the
+  // policies see BlockMeta::is_checkpoint with the boundary's id) ends OK
+  // with 0 bytes and is not stored. Submit it once the Save that stores
+  // `boundary` has completed: one still queued has not stored it yet.
   // InvalidArgument when state_blocks is 0 or engine_blocks has another size.
   virtual Completion SaveState(NamespaceId ns, const BlockKey& boundary,
                                std::span<const uint32_t> engine_blocks,
@@ -362,8 +370,10 @@ class KVTIER_EXPORT Runtime {
   // chain (PreemptionVictim) and wait before freeing its blocks; IsSaved
   // checks it.
   virtual std::vector<PreemptionVictim> ProposePreemption(uint32_t blocks_to_free) = 0;
-  // True when every key is stored in some tier (empty: true); false once the
-  // runtime is shut down (it loads nothing then). Reads the index
+  // True when every key is stored in some tier (empty: true), and with
+  // state_blocks > 0 the last key's state checkpoint too (what a resume
+  // needs; ProposePreemption's saved_blocks counts the same way); false
+  // once the runtime is shut down (it loads nothing then). Reads the index
   // only: no I/O, no lookup statistics.
   virtual bool IsSaved(NamespaceId ns, std::span<const BlockKey> keys) = 0;
 

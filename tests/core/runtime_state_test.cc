@@ -202,8 +202,11 @@ TEST_F(RuntimeStateEvictionTest, PartsLeaveBeforeTheirBoundary) {
   ASSERT_TRUE(moved.ok());
   EXPECT_EQ(*moved, 3u);
   // The last part is the only leaf; then the first part; then keys[1].
-  EXPECT_TRUE(rt_->IsSaved(kTestNs, {keys_.begin(), keys_.begin() + 1}));
-  EXPECT_FALSE(rt_->IsSaved(kTestNs, keys_));
+  EXPECT_EQ(rt_->Stats().tiers[0].blocks, 1u);
+  Completion root = sim_->Load({keys_[0]}, 30);
+  EXPECT_TRUE(root.status().ok()) << root.status().ToString();
+  Completion rest = sim_->Load({keys_[1]}, 31);
+  EXPECT_EQ(rest.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(Hits(keys_), 0u);
 }
 
@@ -259,7 +262,116 @@ TEST_F(RuntimeStateTest, AdmissionSeesTheCheckpointAsItsBoundarys) {
   EXPECT_EQ(Hits(keys), 2u);
 }
 
+// A write budget whose interval allows one block: a policy that answered
+// each part would store the first and refuse the second, half a checkpoint
+// that no lookup could use. The hub asks once, for the whole checkpoint.
+TEST_F(RuntimeStateTest, AWriteBudgetAdmitsACheckpointWholeOrNotAtAll) {
+  RuntimeOptions o = Options(16);
+  o.clock = std::make_shared<ManualClock>(1000000000ULL);  // one interval throughout
+  o.tiers[0].admission = {"write_budget"};
+  o.tiers[0].policy.write_budget_bytes_per_day = bb_ * 86400;  // one block per 1 s interval
+  Open(o);
+  const auto keys = ChainKeys({1, 2});
+  SaveChain(keys);
+  Completion first = SaveStateOf(*rt_, *sim_, keys[0], 20);
+  ASSERT_TRUE(first.status().ok());
+  EXPECT_EQ(first.bytes(0) + first.bytes(1), 2 * bb_) << "half a checkpoint was stored";
+  Completion second = SaveStateOf(*rt_, *sim_, keys[1], 22);  // the budget is spent
+  ASSERT_TRUE(second.status().ok());
+  EXPECT_EQ(second.bytes(0) + second.bytes(1), 0u);
+  EXPECT_EQ(Hits(keys), 1u);
+}
+
+// marconi admission at the hub (Marconi's rule for hybrid models): a
+// checkpoint is kept at a request's tail and at a branch point of the
+// chains lookups have named, not at a block in the middle of one chain.
+TEST_F(RuntimeStateTest, MarconiKeepsCheckpointsAtTailsAndBranchPoints) {
+  RuntimeOptions o = Options(32);
+  o.tiers[0].admission = {"marconi"};
+  Open(o);
+  const auto a = ChainKeys({1, 2, 3});
+  SaveChain(a);
+  EXPECT_EQ(Hits(a), 0u);  // the radix tree learns the chain; a[2] is its tail
+  EXPECT_TRUE(SaveStateOf(*rt_, *sim_, a[1], 20).status().ok());
+  EXPECT_EQ(rt_->Stats().save_not_admitted, 2u) << "a mid-chain block got a checkpoint";
+  EXPECT_TRUE(SaveStateOf(*rt_, *sim_, a[2], 20).status().ok());
+  EXPECT_EQ(rt_->Stats().save_not_admitted, 2u) << "the tail's checkpoint was refused";
+  EXPECT_EQ(Hits(a), 3u);
+  // A second chain leaves a's at a[1]: a[1] becomes a branch point.
+  const auto b = ChainKeys({1, 2, 9});
+  EXPECT_EQ(Hits(b), 0u);
+  EXPECT_TRUE(SaveStateOf(*rt_, *sim_, a[1], 20).status().ok());
+  EXPECT_EQ(rt_->Stats().save_not_admitted, 2u) << "the branch point's checkpoint was refused";
+  EXPECT_EQ(Hits(b), 2u);
+}
+
+// Only a whole checkpoint counts: with its last part gone, a lookup cuts
+// the hit (and pins none of it), and the mover drops the first part rather
+// than write it to the tier below.
+TEST_F(RuntimeStateTest, APartialCheckpointIsNoHitAndItsPartsAreDropped) {
+  RuntimeOptions o = Options(4);
+  o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
+  o.tiers.push_back(LowerHostTier("ssd", bb_, 16));
+  Open(o);
+  const auto keys = ChainKeys({1, 2});
+  SaveChain(keys);
+  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[1], 20).status().ok());
+  const std::vector<BlockKey> parts = PartKeys(keys[1]);
+  ASSERT_TRUE(rt_->Remove(kTestNs, std::span(parts).subspan(1)).ok());
+  auto pin = rt_->LookupAndPin(kTestNs, keys);
+  ASSERT_TRUE(pin.ok());
+  EXPECT_EQ(pin->hit_blocks(), 0u);
+  auto moved = rt_->TEST_RunMoverOnce();  // 3 blocks in a hub of 4, down to 1
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(*moved, 2u) << "something of the cut prefix stayed pinned";
+  RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.tiers[1].blocks, 1u) << "a part without the rest of its checkpoint went down";
+  EXPECT_EQ(st.tiers[1].blocks_written, 1u);
+}
+
+// Where a request would resume is where its state is: IsSaved and the
+// preemption proposals count a saved chain only up to its checkpoint.
+TEST_F(RuntimeStateTest, IsSavedAndPreemptionNeedTheCheckpoint) {
+  Open(Options(16));
+  const auto keys = ChainKeys({1, 2, 3});
+  SaveChain(keys);
+  EXPECT_FALSE(rt_->IsSaved(kTestNs, keys)) << "a chain without its state cannot resume";
+  ASSERT_TRUE(rt_->TrackRequest(7, kTestNs, keys, 3).ok());
+  auto victims = rt_->ProposePreemption(1);
+  ASSERT_EQ(victims.size(), 1u);
+  EXPECT_EQ(victims[0].saved_blocks, 0u);
+  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[1], 20).status().ok());
+  EXPECT_FALSE(rt_->IsSaved(kTestNs, keys));
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, {keys.begin(), keys.begin() + 2}));
+  victims = rt_->ProposePreemption(1);
+  ASSERT_EQ(victims.size(), 1u);
+  EXPECT_EQ(victims[0].saved_blocks, 2u);
+  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[2], 20).status().ok());
+  EXPECT_TRUE(rt_->IsSaved(kTestNs, keys));
+}
+
 class RuntimeStateRestartTest : public DiskViewTest {};
+
+// A lookup whose keys the index knows asks no lower tier, checkpoint or
+// not: a scheduler looking up a waiting request every step must not cost a
+// round trip to a shared tier each time.
+TEST_F(RuntimeStateRestartTest, ALookupOfIndexedKeysAsksNoTier) {
+  state_blocks_ = kStateBlocks;
+  size_t contains = 0;
+  std::unique_ptr<Runtime> rt =
+      OpenOver(16, {.high = 0.95, .low = 0.85}, {.persistent = true, .local_index = true},
+               TierViewHooks{.after_contains = [&] { ++contains; }});
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  ASSERT_TRUE(SaveStateOf(*rt, sim, keys[3], 20).status().ok());
+  const std::vector<BlockKey> head(keys.begin(), keys.begin() + 2);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(rt->Lookup(kTestNs, head)->hit_blocks, 0u);
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 4u);
+  EXPECT_EQ(contains, 0u);
+}
 
 // A run saves a chain of 2 with a checkpoint on its last block, and its
 // mover demotes all but the root to the disk. After a restart the root is
