@@ -68,6 +68,9 @@ struct IndexEntry {
   // A block (not a part) whose checkpoint's first part is indexed: only then
   // may a lookup find its checkpoint stored (and hash the parts' keys).
   bool first_part_indexed = false;
+  // A block adopted from a lower tier (RuntimeImpl::AdoptStoredBlocks)
+  // whose checkpoint no lookup has asked the lower tiers for yet.
+  bool state_unasked = false;
   // Recency per tier: the index's use counter when the entry entered the
   // tier or was last touched; larger = more recent.
   std::array<uint64_t, kMaxTiers> stamp{};

@@ -43,9 +43,9 @@ bool MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const B
 
 }  // namespace
 
-bool RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
+void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
                                     size_t parts_from) {
-  if (!has_adoptable_tier_) return false;
+  if (!has_adoptable_tier_) return;
   size_t first = 0;
   uint64_t removes_before = 0;
   {
@@ -57,7 +57,7 @@ bool RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
       ++first;
     }
   }
-  if (first == keys.size()) return false;
+  if (first == keys.size()) return;
   std::span<const BlockKey> rest = keys.subspan(first);
 
   // The tiers to ask: those with a local index, and the shared ones whose
@@ -118,15 +118,14 @@ bool RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
 
   // claims[t]: the keys adopted as held in tier t.
   std::vector<std::vector<BlockKey>> claims(tier_count());
-  bool adopted = false;
   {
     std::lock_guard lock(mu_);
     // A Remove that overlapped the Contains may have dropped a key after the
     // tier reported it: adopting it would index a block that is gone. The
     // blocks are adopted by a later lookup instead.
-    if (removes_running_ != 0 || removes_ended_ != removes_before) return false;
+    if (removes_running_ != 0 || removes_ended_ != removes_before) return;
     IndexEntry* parent = first == 0 ? nullptr : index_.Find({ns, keys[first - 1]});
-    if (first > 0 && parent == nullptr) return false;  // removed meanwhile: the chain is cut
+    if (first > 0 && parent == nullptr) return;  // removed meanwhile: the chain is cut
     const uint64_t now = NowNs();
     for (size_t j = 0; j < rest.size(); ++j) {
       // A copy whose Remove is pending there is on its way out: the retry
@@ -142,7 +141,7 @@ bool RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
         e = index_.Insert({ns, rest[j]}, parent, options_.block_bytes, first + j >= parts_from);
         e->state = EntryState::kReady;
         e->inserted_ns = now;
-        adopted = true;
+        e->state_unasked = options_.state_blocks > 0 && first + j < parts_from;
         for (size_t t = 1; t < tier_count(); ++t) {
           if ((present[j] >> t) & 1U) {
             index_.AddLocation(e, t, now);
@@ -168,7 +167,7 @@ bool RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   // index's copy in it before the Claim (evicted, or found missing by a
   // load) would stay counted there for good: it is removed again, which
   // frees the count (a remove of an absent key is harmless).
-  if (!shared_claims) return adopted;
+  if (!shared_claims) return;
   std::vector<std::vector<BlockKey>> gone(tier_count());
   {
     std::lock_guard lock(mu_);
@@ -183,7 +182,6 @@ bool RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   for (size_t t = 1; t < tier_count(); ++t) {
     if (!gone[t].empty()) (void)lower_[t - 1]->Remove(ns, gone[t]);
   }
-  return adopted;
 }
 
 }  // namespace kvtier::internal

@@ -247,7 +247,8 @@ Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKe
   LookupResult r;
   bool tune = false;
   try {
-    if (AdoptStoredBlocks(ns, keys)) AdoptState(ns, keys);
+    AdoptStoredBlocks(ns, keys);
+    AdoptState(ns, keys);
     std::lock_guard lock(mu_);
     tune = LookupLocked(ns, keys, options, r, nullptr);
   } catch (...) {
@@ -265,7 +266,8 @@ Result<PinnedPrefix> RuntimeImpl::LookupAndPin(NamespaceId ns, std::span<const B
   PinnedPrefix pin;
   bool tune = false;
   try {
-    if (AdoptStoredBlocks(ns, keys)) AdoptState(ns, keys);
+    AdoptStoredBlocks(ns, keys);
+    AdoptState(ns, keys);
     std::lock_guard lock(mu_);
     // All that may throw (allocations, the policies' observation) runs
     // before the first pin, and the handle gets runtime_ (its destructor
@@ -380,19 +382,28 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
+  // A key's state checkpoint goes with it (its parts are its children).
+  // Where a lower tier may hold copies the index has not adopted (a
+  // persistent or shared one), every key's parts are removed there;
+  // otherwise only those of keys whose checkpoint is indexed.
+  const bool every_part = options_.state_blocks > 0 && has_adoptable_tier_;
   std::vector<BlockKey> with_parts;
+  if (every_part) {
+    with_parts.assign(keys.begin(), keys.end());
+    for (const BlockKey& key : keys) {
+      const std::vector<BlockKey> parts = StateParts(ns, key);
+      with_parts.insert(with_parts.end(), parts.begin(), parts.end());
+    }
+    keys = with_parts;
+  }
   std::vector<NsKey> lower_keys;
   {
     std::lock_guard lock(mu_);
-    // A key's state checkpoint goes with it (its parts are its children):
-    // the parts of a key whose checkpoint is indexed, and those of a key
-    // not indexed at all, which a persistent tier may hold from before a
-    // restart.
-    if (options_.state_blocks > 0) {
+    if (options_.state_blocks > 0 && !every_part) {
       with_parts.assign(keys.begin(), keys.end());
       for (const BlockKey& key : keys) {
         const IndexEntry* e = index_.Find({ns, key});
-        if (e != nullptr && !e->first_part_indexed) continue;
+        if (e == nullptr || !e->first_part_indexed) continue;
         const std::vector<BlockKey> parts = StateParts(ns, key);
         with_parts.insert(with_parts.end(), parts.begin(), parts.end());
       }

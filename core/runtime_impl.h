@@ -171,9 +171,8 @@ class RuntimeImpl final : public Runtime {
                               const LayerDone& on_layer);
 
   // runtime_adopt.cc: indexes the leading keys that persistent tiers hold;
-  // keys[parts_from..] are the parts of a state checkpoint. True when it
-  // indexed some.
-  bool AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
+  // keys[parts_from..] are the parts of a state checkpoint.
+  void AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
                          size_t parts_from = SIZE_MAX);
 
   // runtime_state.cc: hybrid state checkpoints (options_.state_blocks > 0).
@@ -186,9 +185,10 @@ class RuntimeImpl final : public Runtime {
   // deepest whose checkpoint is stored: where a request would resume.
   // REQUIRES: mu_ held.
   uint32_t SavedPrefixLocked(NamespaceId ns, std::span<const BlockKey> keys);
-  // Before a lookup whose AdoptStoredBlocks indexed blocks: adopts the
-  // checkpoint of the deepest leading key the index knows from the lower
-  // tiers, if the index lacks it.
+  // Before a lookup: asks the lower tiers for the checkpoints of the leading
+  // keys that were adopted from them (IndexEntry::state_unasked), deepest
+  // first, each once, and adopts the first found. No I/O for keys this
+  // process stored or asked about before.
   void AdoptState(NamespaceId ns, std::span<const BlockKey> keys);
   // Whether `e`, a part of a state checkpoint, is its last part.
   bool LastPart(const IndexEntry& e) const;

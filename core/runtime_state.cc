@@ -39,23 +39,36 @@ bool RuntimeImpl::StateStoredLocked(const IndexEntry& boundary, std::vector<Inde
 }
 
 void RuntimeImpl::AdoptState(NamespaceId ns, std::span<const BlockKey> keys) {
-  if (!has_adoptable_tier_ || options_.state_blocks == 0 || keys.empty()) return;
-  size_t known = 0;
+  if (!has_adoptable_tier_ || options_.state_blocks == 0) return;
+  // The leading keys adopted with their checkpoint not asked for, deeper
+  // than any whose checkpoint is stored (the lookup answers that one anyway).
+  std::vector<size_t> unasked;
   {
     std::lock_guard lock(mu_);
-    const IndexEntry* deepest = nullptr;
-    while (known < keys.size()) {
-      const IndexEntry* e = index_.Find({ns, keys[known]});
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const IndexEntry* e = index_.Find({ns, keys[i]});
       if (e == nullptr) break;
-      deepest = e;
-      ++known;
+      if (StateStoredLocked(*e, nullptr)) unasked.clear();
+      if (e->state_unasked) unasked.push_back(i);
     }
-    if (deepest == nullptr || StateStoredLocked(*deepest, nullptr)) return;
   }
-  std::vector<BlockKey> chain(keys.begin(), keys.begin() + known);
-  const std::vector<BlockKey> parts = StateParts(ns, keys[known - 1]);
-  chain.insert(chain.end(), parts.begin(), parts.end());
-  AdoptStoredBlocks(ns, chain, known);
+  // Deepest first, each asked once, until one is found.
+  for (auto it = unasked.rbegin(); it != unasked.rend(); ++it) {
+    const size_t j = *it;
+    {
+      std::lock_guard lock(mu_);
+      IndexEntry* e = index_.Find({ns, keys[j]});
+      if (e == nullptr || !e->state_unasked) continue;  // removed, or another lookup asks
+      e->state_unasked = false;
+    }
+    std::vector<BlockKey> chain(keys.begin(), keys.begin() + j + 1);
+    const std::vector<BlockKey> parts = StateParts(ns, keys[j]);
+    chain.insert(chain.end(), parts.begin(), parts.end());
+    AdoptStoredBlocks(ns, chain, j + 1);
+    std::lock_guard lock(mu_);
+    const IndexEntry* e = index_.Find({ns, keys[j]});
+    if (e != nullptr && StateStoredLocked(*e, nullptr)) return;
+  }
 }
 
 uint32_t RuntimeImpl::SavedPrefixLocked(NamespaceId ns, std::span<const BlockKey> keys) {

@@ -128,7 +128,8 @@ struct LookupResult {
 //   Save(v.ns, std::nullopt, v.keys, <engine blocks of v.keys>,
 //        {.bypass_admission = true});
 //
-// (A hybrid model then saves its state on v.keys.back() too: SaveState.)
+// (A hybrid model needs its state at the end of v.keys.back() saved too:
+// Runtime::SaveState.)
 //
 // The whole chain, not only unsaved_keys: nothing keeps the saved prefix
 // stored after the proposal (the mover or another save's room may drop its
@@ -316,17 +317,21 @@ class KVTIER_EXPORT Runtime {
   // (counted in RuntimeStats::lookup_state_cut_blocks). A request found with
   // hit_blocks = d > 0 resumes by Load of keys[0, d) and LoadState of
   // keys[d - 1]. LookupAndPin pins that checkpoint too. Only a whole
-  // checkpoint counts: one missing a part is no hit, and the mover drops the
-  // rest of it. A checkpoint leaves a tier before its boundary block does,
-  // and Remove of a key removes its checkpoint with it. After a restart (or
-  // from a tier shared with other processes) the lower tiers are asked for
-  // a checkpoint only by a lookup that found KV blocks there the index did
-  // not know, and only for the deepest of them. A preempted request's
-  // checkpoint is needed too: once the victim's Save has completed,
-  // SaveState on its last key with bypass_admission, and wait for that.
+  // checkpoint counts: one missing a part is no hit, and its other parts are
+  // dropped rather than written down when they leave their tier. A
+  // checkpoint leaves a tier before its boundary block does, and Remove of a
+  // key removes its checkpoint with it. Blocks adopted from a lower tier
+  // (after a restart, or saved by another process into a shared tier) have
+  // their checkpoint asked for there once, by the first lookup that needs
+  // it; blocks this process stored cost a lookup no I/O. A preempted
+  // request resumes by load only if its state at the end of its last key
+  // is saved too (SaveState with bypass_admission, once its Save has
+  // completed); an engine whose live state is past that point (mid-decode)
+  // must not save it there: the request then resumes by recompute.
 
   // Copies engine_blocks (state_blocks of them, laid out as any block of the
-  // copy engine's layout) into the hub as the checkpoint of `boundary`,
+  // copy engine's layout), the state right after the last token of
+  // `boundary`, into the hub as the checkpoint of `boundary`,
   // which must be stored (else every part fails InvalidArgument). One result
   // per part, as Save's: parts stored already are skipped; a checkpoint the
   // hub's admission refuses (asked once for the whole checkpoint; the

@@ -18,6 +18,15 @@ std::vector<int32_t> Tokens() {
   return t;
 }
 
+// Hashers that differ from `a` in one input each: `b` the model, `s` the
+// algorithm.
+struct Hashers {
+  KeyHasher a{ComputeNamespaceId(Spec()), HashAlgorithm::kXxh3_128};
+  KeyHasher b{ComputeNamespaceId(NamespaceSpec{"other", "r", "fp16", "nhd", 0, 1, 4}),
+              HashAlgorithm::kXxh3_128};
+  KeyHasher s{ComputeNamespaceId(Spec()), HashAlgorithm::kSha256};
+};
+
 TEST(Namespace, EveryFieldChangesTheId) {
   NamespaceId base = ComputeNamespaceId(Spec());
   std::vector<NamespaceSpec> variants(7, Spec());
@@ -66,11 +75,7 @@ TEST(BlockKey, ChainIsPrefixSensitive) {
 
 TEST(BlockKey, NamespaceAlgorithmAndSourceAllSeparateKeys) {
   auto t = Tokens();
-  KeyHasher a(ComputeNamespaceId(Spec()), HashAlgorithm::kXxh3_128);
-  NamespaceSpec other = Spec();
-  other.model_id = "other";
-  KeyHasher b(ComputeNamespaceId(other), HashAlgorithm::kXxh3_128);
-  KeyHasher s(ComputeNamespaceId(Spec()), HashAlgorithm::kSha256);
+  const auto [a, b, s] = Hashers();
   auto block = std::span(t).first(4);
   EXPECT_NE(a.Next(nullptr, block), b.Next(nullptr, block));
   EXPECT_NE(a.Next(nullptr, block), s.Next(nullptr, block));
@@ -86,11 +91,7 @@ TEST(BlockKey, NamespaceAlgorithmAndSourceAllSeparateKeys) {
 // from another namespace's or algorithm's; the same inputs give the same key.
 TEST(BlockKey, StatePartKeysAreSeparateAndStable) {
   auto t = Tokens();
-  KeyHasher a(ComputeNamespaceId(Spec()), HashAlgorithm::kXxh3_128);
-  NamespaceSpec other = Spec();
-  other.model_id = "other";
-  KeyHasher b(ComputeNamespaceId(other), HashAlgorithm::kXxh3_128);
-  KeyHasher s(ComputeNamespaceId(Spec()), HashAlgorithm::kSha256);
+  const auto [a, b, s] = Hashers();
   const BlockKey boundary = a.Next(nullptr, std::span(t).first(4));
   const BlockKey p0 = a.StatePart(boundary, 0);
   EXPECT_EQ(p0, a.StatePart(boundary, 0));

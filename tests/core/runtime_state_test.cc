@@ -73,6 +73,18 @@ class RuntimeStateTest : public ::testing::Test {
     Completion c = rt_->Save(kTestNs, std::nullopt, keys, blocks, {.bypass_admission = true});
     ASSERT_TRUE(c.Wait().ok()) << c.status().ToString();
   }
+  // A hub of 4 blocks at watermarks 0.5 / 0.25, over a 16-block tier "ssd"
+  // when `ssd`, holding the chain keys_ = {1, 2} with a checkpoint of 2
+  // parts on keys_[1]: a mover pass takes 3 of the 4 blocks out.
+  void OpenWithACheckpoint(bool ssd) {
+    RuntimeOptions o = Options(4);
+    o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
+    if (ssd) o.tiers.push_back(LowerHostTier("ssd", bb_, 16));
+    Open(o);
+    keys_ = ChainKeys({1, 2});
+    SaveChain(keys_);
+    ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys_[1], 20).status().ok());
+  }
   size_t Hits(const std::vector<BlockKey>& keys) {
     auto r = rt_->Lookup(kTestNs, keys);
     EXPECT_TRUE(r.ok());
@@ -83,6 +95,7 @@ class RuntimeStateTest : public ::testing::Test {
   uint64_t bb_;
   std::unique_ptr<Runtime> rt_;
   std::unique_ptr<SimEngine> sim_;
+  std::vector<BlockKey> keys_;  // OpenWithACheckpoint's chain
 };
 
 TEST_F(RuntimeStateTest, ALookupAnswersTheDeepestHitWithItsState) {
@@ -181,19 +194,10 @@ TEST_F(RuntimeStateTest, RemoveTakesTheCheckpointWithItsKey) {
   EXPECT_EQ(Hits(keys), 0u) << "the checkpoint came back with its key";
 }
 
-// Hub of 4 blocks at watermarks 0.5 / 0.25, no lower tier: the mover drops
-// 3 of the 4 blocks of a chain of 2 with a checkpoint of 2 parts.
+// No lower tier: the mover drops what it takes out.
 class RuntimeStateEvictionTest : public RuntimeStateTest {
  protected:
-  void SetUp() override {
-    RuntimeOptions o = Options(4);
-    o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
-    Open(o);
-    keys_ = ChainKeys({1, 2});
-    SaveChain(keys_);
-    ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys_[1], 20).status().ok());
-  }
-  std::vector<BlockKey> keys_;
+  void SetUp() override { OpenWithACheckpoint(/*ssd=*/false); }
 };
 
 TEST_F(RuntimeStateEvictionTest, PartsLeaveBeforeTheirBoundary) {
@@ -226,13 +230,8 @@ TEST_F(RuntimeStateEvictionTest, LookupAndPinHoldsTheCheckpoint) {
 }
 
 TEST_F(RuntimeStateTest, ACheckpointDemotesAndLoadsFromALowerTier) {
-  RuntimeOptions o = Options(4);
-  o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
-  o.tiers.push_back(LowerHostTier("ssd", bb_, 16));
-  Open(o);
-  const auto keys = ChainKeys({1, 2});
-  SaveChain(keys);
-  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[1], 20).status().ok());
+  OpenWithACheckpoint(/*ssd=*/true);
+  const auto& keys = keys_;
   ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
   auto r = rt_->Lookup(kTestNs, keys);
   ASSERT_TRUE(r.ok());
@@ -309,13 +308,8 @@ TEST_F(RuntimeStateTest, MarconiKeepsCheckpointsAtTailsAndBranchPoints) {
 // the hit (and pins none of it), and the mover drops the first part rather
 // than write it to the tier below.
 TEST_F(RuntimeStateTest, APartialCheckpointIsNoHitAndItsPartsAreDropped) {
-  RuntimeOptions o = Options(4);
-  o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
-  o.tiers.push_back(LowerHostTier("ssd", bb_, 16));
-  Open(o);
-  const auto keys = ChainKeys({1, 2});
-  SaveChain(keys);
-  ASSERT_TRUE(SaveStateOf(*rt_, *sim_, keys[1], 20).status().ok());
+  OpenWithACheckpoint(/*ssd=*/true);
+  const auto& keys = keys_;
   const std::vector<BlockKey> parts = PartKeys(keys[1]);
   ASSERT_TRUE(rt_->Remove(kTestNs, std::span(parts).subspan(1)).ok());
   auto pin = rt_->LookupAndPin(kTestNs, keys);
@@ -351,6 +345,42 @@ TEST_F(RuntimeStateTest, IsSavedAndPreemptionNeedTheCheckpoint) {
 }
 
 class RuntimeStateRestartTest : public DiskViewTest {};
+
+// After a restart every adopted block has its checkpoint asked for once,
+// by the first lookup that needs it: not only the deepest block of the
+// lookup that adopted them. Here the first lookup finds the checkpoint at
+// the end of the chain; a later one that branches off earlier needs the
+// one on keys[1], which that lookup did not ask for.
+TEST_F(RuntimeStateRestartTest, EachAdoptedBlocksCheckpointIsFoundWhenNeeded) {
+  state_blocks_ = kStateBlocks;
+  const auto keys = ChainKeys({1, 2, 3});
+  {
+    // 3 blocks and 2 checkpoints (7 blocks) in a hub of 8: a mover pass
+    // leaves the root alone in it, and the rest on the disk.
+    std::unique_ptr<Runtime> rt =
+        OpenOver(8, {.high = 0.5, .low = 0.125}, {.persistent = true, .local_index = true});
+    ASSERT_NE(rt, nullptr);
+    SimEngine sim(rt.get(), setup_.engine.get());
+    sim.Prefill(keys, 0);
+    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+    ASSERT_TRUE(SaveStateOf(*rt, sim, keys[1], 20).status().ok());
+    ASSERT_TRUE(SaveStateOf(*rt, sim, keys[2], 22).status().ok());
+    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(disk_->Usage().blocks, 6u);
+  }
+  std::unique_ptr<Runtime> rt =
+      OpenOver(8, {.high = 0.95, .low = 0.85}, {.persistent = true, .local_index = true});
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Prefill({keys[0]}, 0);
+  ASSERT_TRUE(sim.SaveFrom({keys[0]}, 0, 0).status().ok());
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 3u);
+  EXPECT_EQ(rt->Stats().adopted_blocks, 4u);  // keys[1], keys[2] and keys[2]'s parts
+  const std::vector<BlockKey> branch = {keys[0], keys[1], ChainKeys({1, 2, 9})[2]};
+  EXPECT_EQ(rt->Lookup(kTestNs, branch)->hit_blocks, 2u);
+  EXPECT_EQ(rt->Stats().adopted_blocks, 6u);
+  EXPECT_TRUE(LoadsState(*rt, sim, keys[1], 30));
+}
 
 // A lookup whose keys the index knows asks no lower tier, checkpoint or
 // not: a scheduler looking up a waiting request every step must not cost a
