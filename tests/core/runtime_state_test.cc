@@ -344,7 +344,36 @@ TEST_F(RuntimeStateTest, IsSavedAndPreemptionNeedTheCheckpoint) {
   EXPECT_TRUE(rt_->IsSaved(kTestNs, keys));
 }
 
-class RuntimeStateRestartTest : public DiskViewTest {};
+class RuntimeStateRestartTest : public DiskViewTest {
+ protected:
+  // A run saves keys_ = {1, 2, 3} with checkpoints on keys_[1] and keys_[2]
+  // (7 blocks in a hub of 8), and a mover pass leaves the root alone in the
+  // hub and the rest on the disk. Then a restarted runtime saves the root
+  // again, into `rt` and `sim`.
+  void RestartWithTwoCheckpointsOnDisk(std::unique_ptr<Runtime>* rt,
+                                       std::unique_ptr<SimEngine>* sim) {
+    state_blocks_ = kStateBlocks;
+    keys_ = ChainKeys({1, 2, 3});
+    const TierCapabilities disk{.persistent = true, .local_index = true};
+    {
+      std::unique_ptr<Runtime> first = OpenOver(8, {.high = 0.5, .low = 0.125}, disk);
+      ASSERT_NE(first, nullptr);
+      SimEngine s(first.get(), setup_.engine.get());
+      s.Prefill(keys_, 0);
+      ASSERT_TRUE(s.SaveFrom(keys_, 0, 0).status().ok());
+      ASSERT_TRUE(SaveStateOf(*first, s, keys_[1], 20).status().ok());
+      ASSERT_TRUE(SaveStateOf(*first, s, keys_[2], 22).status().ok());
+      ASSERT_TRUE(first->TEST_RunMoverOnce().ok());
+      ASSERT_EQ(disk_->Usage().blocks, 6u);
+    }
+    *rt = OpenOver(8, {.high = 0.95, .low = 0.85}, disk);
+    ASSERT_NE(*rt, nullptr);
+    *sim = std::make_unique<SimEngine>(rt->get(), setup_.engine.get());
+    (*sim)->Prefill({keys_[0]}, 0);
+    ASSERT_TRUE((*sim)->SaveFrom({keys_[0]}, 0, 0).status().ok());
+  }
+  std::vector<BlockKey> keys_;
+};
 
 // After a restart every adopted block has its checkpoint asked for once,
 // by the first lookup that needs it: not only the deepest block of the
@@ -352,34 +381,30 @@ class RuntimeStateRestartTest : public DiskViewTest {};
 // the end of the chain; a later one that branches off earlier needs the
 // one on keys[1], which that lookup did not ask for.
 TEST_F(RuntimeStateRestartTest, EachAdoptedBlocksCheckpointIsFoundWhenNeeded) {
-  state_blocks_ = kStateBlocks;
-  const auto keys = ChainKeys({1, 2, 3});
-  {
-    // 3 blocks and 2 checkpoints (7 blocks) in a hub of 8: a mover pass
-    // leaves the root alone in it, and the rest on the disk.
-    std::unique_ptr<Runtime> rt =
-        OpenOver(8, {.high = 0.5, .low = 0.125}, {.persistent = true, .local_index = true});
-    ASSERT_NE(rt, nullptr);
-    SimEngine sim(rt.get(), setup_.engine.get());
-    sim.Prefill(keys, 0);
-    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
-    ASSERT_TRUE(SaveStateOf(*rt, sim, keys[1], 20).status().ok());
-    ASSERT_TRUE(SaveStateOf(*rt, sim, keys[2], 22).status().ok());
-    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
-    ASSERT_EQ(disk_->Usage().blocks, 6u);
-  }
-  std::unique_ptr<Runtime> rt =
-      OpenOver(8, {.high = 0.95, .low = 0.85}, {.persistent = true, .local_index = true});
-  ASSERT_NE(rt, nullptr);
-  SimEngine sim(rt.get(), setup_.engine.get());
-  sim.Prefill({keys[0]}, 0);
-  ASSERT_TRUE(sim.SaveFrom({keys[0]}, 0, 0).status().ok());
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<SimEngine> simp;
+  ASSERT_NO_FATAL_FAILURE(RestartWithTwoCheckpointsOnDisk(&rt, &simp));
+  SimEngine& sim = *simp;
+  const auto& keys = keys_;
   EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 3u);
   EXPECT_EQ(rt->Stats().adopted_blocks, 4u);  // keys[1], keys[2] and keys[2]'s parts
   const std::vector<BlockKey> branch = {keys[0], keys[1], ChainKeys({1, 2, 9})[2]};
   EXPECT_EQ(rt->Lookup(kTestNs, branch)->hit_blocks, 2u);
   EXPECT_EQ(rt->Stats().adopted_blocks, 6u);
   EXPECT_TRUE(LoadsState(*rt, sim, keys[1], 30));
+}
+
+// Remove reaches a checkpoint the disk holds that no lookup adopted: here
+// keys[1]'s, after a lookup that adopted keys[1] and keys[2] and found the
+// checkpoint on keys[2]. Left behind, it could be adopted after the Remove.
+TEST_F(RuntimeStateRestartTest, RemoveReachesACheckpointNotAdopted) {
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<SimEngine> sim;
+  ASSERT_NO_FATAL_FAILURE(RestartWithTwoCheckpointsOnDisk(&rt, &sim));
+  EXPECT_EQ(rt->Lookup(kTestNs, keys_)->hit_blocks, 3u);
+  EXPECT_EQ(rt->Stats().adopted_blocks, 4u);
+  ASSERT_TRUE(rt->Remove(kTestNs, std::span(keys_).subspan(1)).ok());
+  EXPECT_EQ(disk_->Usage().blocks, 0u);
 }
 
 // A lookup whose keys the index knows asks no lower tier, checkpoint or
