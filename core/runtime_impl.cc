@@ -195,12 +195,17 @@ Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
   if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
     return CompletionSource::Done(keys.size(), st.WithContext("save"));
   }
-  std::vector<BlockKey> k(keys.begin(), keys.end());
-  std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
-  const size_t n = k.size();  // read before k is moved into the job
-  return Submit(n, [this, ns, parent, k = std::move(k), b = std::move(b), options,
-                    start = NowNs()](CompletionSource& done) {
-    RunSave(ns, parent, k, b, options, /*checkpoint=*/false, done);
+  return SubmitSave(ns, parent, {keys.begin(), keys.end()},
+                    {engine_blocks.begin(), engine_blocks.end()}, options, /*checkpoint=*/false);
+}
+
+Completion RuntimeImpl::SubmitSave(NamespaceId ns, std::optional<BlockKey> parent,
+                                   std::vector<BlockKey> keys, std::vector<uint32_t> blocks,
+                                   const SaveOptions& options, bool checkpoint) {
+  const size_t n = keys.size();  // read before keys is moved into the job
+  return Submit(n, [this, ns, parent, k = std::move(keys), b = std::move(blocks), options,
+                    checkpoint, start = NowNs()](CompletionSource& done) {
+    RunSave(ns, parent, k, b, options, checkpoint, done);
     metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
   });
 }
@@ -320,20 +325,10 @@ bool RuntimeImpl::LookupLocked(NamespaceId ns, std::span<const BlockKey> keys,
   const bool observe = looked_up_.FirstSighting(hints.request_id);
   std::vector<IndexEntry*> own;
   std::vector<IndexEntry*>& hit = found != nullptr ? *found : own;
-  for (const BlockKey& key : keys) {
-    IndexEntry* e = index_.Find({ns, key});
-    if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
-    hit.push_back(e);
-  }
-  size_t hits = hit.size();
   std::vector<IndexEntry*> parts;
-  if (options_.state_blocks > 0) {
-    // A hybrid model resumes only where its state was kept: the deepest hit
-    // with a stored checkpoint.
-    while (hits > 0 && !StateStoredLocked(*hit[hits - 1], &parts)) --hits;
-    stats_.lookup_state_cut_blocks += hit.size() - hits;
-    hit.resize(hits);
-  }
+  const size_t stored = ResumablePrefixLocked(ns, keys, hit, &parts);
+  const size_t hits = hit.size();
+  stats_.lookup_state_cut_blocks += stored - hits;
   for (IndexEntry* e : hit) {
     e->sightings += observe;
     e->hits += observe;
@@ -388,26 +383,25 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   // otherwise only those of keys whose checkpoint is indexed.
   const bool every_part = options_.state_blocks > 0 && has_adoptable_tier_;
   std::vector<BlockKey> with_parts;
-  if (every_part) {
+  // Points `keys` at themselves followed by the parts of those `has_parts` picks.
+  auto add_parts = [&](const auto& has_parts) {
     with_parts.assign(keys.begin(), keys.end());
     for (const BlockKey& key : keys) {
+      if (!has_parts(key)) continue;
       const std::vector<BlockKey> parts = StateParts(ns, key);
       with_parts.insert(with_parts.end(), parts.begin(), parts.end());
     }
     keys = with_parts;
-  }
+  };
+  if (every_part) add_parts([](const BlockKey&) { return true; });  // hashed without mu_
   std::vector<NsKey> lower_keys;
   {
     std::lock_guard lock(mu_);
     if (options_.state_blocks > 0 && !every_part) {
-      with_parts.assign(keys.begin(), keys.end());
-      for (const BlockKey& key : keys) {
+      add_parts([&](const BlockKey& key) {
         const IndexEntry* e = index_.Find({ns, key});
-        if (e == nullptr || !e->first_part_indexed) continue;
-        const std::vector<BlockKey> parts = StateParts(ns, key);
-        with_parts.insert(with_parts.end(), parts.begin(), parts.end());
-      }
-      keys = with_parts;
+        return e != nullptr && e->first_part_indexed;
+      });
     }
     lower_keys.reserve(keys.size());
     for (const BlockKey& key : keys) lower_keys.push_back({ns, key});

@@ -99,6 +99,10 @@ class RuntimeImpl final : public Runtime {
 
   Status CheckBlocks(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) const;
   Completion Submit(size_t items, std::function<void(CompletionSource&)> job);
+  // Queues RunSave of `keys` from `blocks` (`checkpoint`: the parts of
+  // `parent`'s state checkpoint), timed as a save.
+  Completion SubmitSave(NamespaceId ns, std::optional<BlockKey> parent, std::vector<BlockKey> keys,
+                        std::vector<uint32_t> blocks, const SaveOptions& options, bool checkpoint);
   uint64_t NowNs() const { return clock_->NowNanos(); }
   size_t tier_count() const { return 1 + lower_.size(); }
 
@@ -181,9 +185,14 @@ class RuntimeImpl final : public Runtime {
   // Whether every part of the checkpoint of `boundary` is stored; if so,
   // appends their entries to *parts when given. REQUIRES: mu_ held.
   bool StateStoredLocked(const IndexEntry& boundary, std::vector<IndexEntry*>* parts);
-  // How many leading keys are stored, cut (with state_blocks > 0) to the
-  // deepest whose checkpoint is stored: where a request would resume.
-  // REQUIRES: mu_ held.
+  // Appends to `hit` the entries of the leading keys stored, cut (with
+  // state_blocks > 0) to the deepest whose checkpoint is stored: where a
+  // request would resume. Appends that checkpoint's parts to *parts when
+  // given. Returns how many leading keys were stored before the cut.
+  // REQUIRES: mu_ held; `hit` empty.
+  size_t ResumablePrefixLocked(NamespaceId ns, std::span<const BlockKey> keys,
+                               std::vector<IndexEntry*>& hit, std::vector<IndexEntry*>* parts);
+  // The size of ResumablePrefixLocked's `hit`. REQUIRES: mu_ held.
   uint32_t SavedPrefixLocked(NamespaceId ns, std::span<const BlockKey> keys);
   // Before a lookup: asks the lower tiers for the checkpoints of the leading
   // keys that were adopted from them (IndexEntry::state_unasked), deepest

@@ -71,24 +71,32 @@ void RuntimeImpl::AdoptState(NamespaceId ns, std::span<const BlockKey> keys) {
   }
 }
 
-uint32_t RuntimeImpl::SavedPrefixLocked(NamespaceId ns, std::span<const BlockKey> keys) {
-  std::vector<const IndexEntry*> saved;  // with state_blocks > 0 only
-  size_t n = 0;
+size_t RuntimeImpl::ResumablePrefixLocked(NamespaceId ns, std::span<const BlockKey> keys,
+                                          std::vector<IndexEntry*>& hit,
+                                          std::vector<IndexEntry*>* parts) {
   for (const BlockKey& key : keys) {
-    const IndexEntry* e = index_.Find({ns, key});
+    IndexEntry* e = index_.Find({ns, key});
     if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) break;
-    if (options_.state_blocks > 0) saved.push_back(e);
-    ++n;
+    hit.push_back(e);
   }
+  const size_t stored = hit.size();
   if (options_.state_blocks > 0) {
-    while (n > 0 && !StateStoredLocked(*saved[n - 1], nullptr)) --n;
+    // A hybrid model resumes only where its state was kept.
+    size_t n = stored;
+    while (n > 0 && !StateStoredLocked(*hit[n - 1], parts)) --n;
+    hit.resize(n);
   }
-  return static_cast<uint32_t>(n);
+  return stored;
+}
+
+uint32_t RuntimeImpl::SavedPrefixLocked(NamespaceId ns, std::span<const BlockKey> keys) {
+  std::vector<IndexEntry*> hit;
+  ResumablePrefixLocked(ns, keys, hit, nullptr);
+  return static_cast<uint32_t>(hit.size());
 }
 
 bool RuntimeImpl::LastPart(const IndexEntry& e) const {
-  const IndexEntry* boundary = e.parent;
-  while (boundary != nullptr && boundary->is_checkpoint) boundary = boundary->parent;
+  const IndexEntry* boundary = TierPolicies::BoundaryOf(e);
   return boundary == nullptr || e.depth == boundary->depth + options_.state_blocks;
 }
 
@@ -119,13 +127,8 @@ Completion RuntimeImpl::SaveState(NamespaceId ns, const BlockKey& boundary,
   if (Status st = CheckBlocks(k, engine_blocks); !st.ok()) {
     return CompletionSource::Done(items, st.WithContext("save state"));
   }
-  std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
-  const size_t n = k.size();  // read before k is moved into the job
-  return Submit(n, [this, ns, boundary, k = std::move(k), b = std::move(b), options,
-                    start = NowNs()](CompletionSource& done) {
-    RunSave(ns, boundary, k, b, options, /*checkpoint=*/true, done);
-    metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
-  });
+  return SubmitSave(ns, boundary, std::move(k), {engine_blocks.begin(), engine_blocks.end()},
+                    options, /*checkpoint=*/true);
 }
 
 Completion RuntimeImpl::LoadState(NamespaceId ns, const BlockKey& boundary,
