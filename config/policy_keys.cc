@@ -11,12 +11,13 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 24> kPolicyKeys = {"frequency_threshold",
+constexpr std::array<std::string_view, 25> kPolicyKeys = {"frequency_threshold",
                                                           "sketch_width",
                                                           "sketch_aging_period",
                                                           "marconi_admit_tails",
                                                           "marconi_continue_threshold",
                                                           "marconi_probation",
+                                                          "marconi_checkpoints_only",
                                                           "write_budget_per_day",
                                                           "write_amplification",
                                                           "write_max_per_s",
@@ -146,6 +147,10 @@ Status ReadCounts(const ConfigNode& node, const std::string& path, TierOptions* 
   }
   if (const ConfigNode* p = node.Find("marconi_admit_tails")) {
     KVTIER_RETURN_IF_ERROR(ReadBool(*p, path + ".marconi_admit_tails", &k.marconi_admit_tails));
+  }
+  if (const ConfigNode* p = node.Find("marconi_checkpoints_only")) {
+    KVTIER_RETURN_IF_ERROR(
+        ReadBool(*p, path + ".marconi_checkpoints_only", &k.marconi_checkpoints_only));
   }
   return Status::Ok();
 }

@@ -39,7 +39,8 @@ class MarconiAdmission final : public AdmissionPolicy {
       : max_nodes_(max_nodes),
         admit_tails_(k.marconi_admit_tails),
         threshold_(k.marconi_continue_threshold),
-        probation_(k.marconi_probation) {}
+        probation_(k.marconi_probation),
+        checkpoints_only_(k.marconi_checkpoints_only) {}
   std::string_view Name() const override { return "marconi"; }
 
   void ObserveRequest(std::span<const uint64_t> chain, uint32_t full_blocks,
@@ -71,7 +72,9 @@ class MarconiAdmission final : public AdmissionPolicy {
   // has already come back (its blocks past the looked-up chain, such as the
   // decoded turn the next request will start with, are in no chain yet).
   // State checkpoint: only at branch points and at tails worth keeping.
+  // With checkpoints_only_, every KV block is admitted.
   bool Admit(const BlockMeta& block, const TierState&) override {
+    if (checkpoints_only_ && !block.is_checkpoint) return true;
     const Node* found = nodes_.Find(block.id);
     const bool hinted =
         admit_tails_ && (block.expected_reuse >= threshold_ || SessionContinued(block.session_id));
@@ -124,6 +127,7 @@ class MarconiAdmission final : public AdmissionPolicy {
   bool admit_tails_;
   float threshold_;
   double probation_;
+  bool checkpoints_only_;
   ShardedMap<uint64_t, Node> nodes_;
   RecencyList<Node> recency_;                    // of nodes_
   std::vector<RecencyList<Node>::Entry*> path_;  // the chain being observed, root first

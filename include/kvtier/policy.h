@@ -127,6 +127,9 @@ struct KVTIER_EXPORT PolicyKnobs {
   bool marconi_admit_tails = true;          // marconi: admit tails of continuing sessions
   float marconi_continue_threshold = 0.5;   // marconi: expected_reuse at which a tail is kept
   double marconi_probation = 0.35;          // marconi: share of once-seen KV blocks admitted
+  bool marconi_checkpoints_only = false;    // marconi: admit every KV block, judge only state
+                                            //   checkpoints (hybrid models: KV admitted as by
+                                            //   `always`, checkpoints at branch points / tails)
   uint64_t write_budget_bytes_per_day = 0;  // write_budget: device bytes per day (required > 0)
   double write_amplification = 1.0;         // write_budget: device WA, >= 1: the host may
                                             //   write budget / WA (and max / WA) bytes

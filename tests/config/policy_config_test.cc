@@ -80,7 +80,8 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
                                          "tiers.ssd.policy.reuse_age_exponent=0.75",
                                          "tiers.ssd.policy.marconi_admit_tails=false",
                                          "tiers.ssd.policy.marconi_continue_threshold=0.75",
-                                         "tiers.ssd.policy.marconi_probation=0.5"};
+                                         "tiers.ssd.policy.marconi_probation=0.5",
+                                         "tiers.ssd.policy.marconi_checkpoints_only=true"};
   Result<KvtierConfig> r = LoadConfigFile(Example("policies.yaml"), sets);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->runtime.tiers[1].policy.frequency_threshold, 5u);
@@ -100,6 +101,7 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
   EXPECT_FALSE(k.marconi_admit_tails);
   EXPECT_EQ(k.marconi_continue_threshold, 0.75f);
   EXPECT_EQ(k.marconi_probation, 0.5);
+  EXPECT_TRUE(k.marconi_checkpoints_only);
 
   Result<KvtierConfig> bad = LoadConfigFile(
       Example("policies.yaml"), std::vector<std::string>{"tiers.ssd.policy.cost_margin=-1"});

@@ -101,6 +101,23 @@ TEST(AdmissionTest, MarconiSharedPrefixBranchAndTails) {
   }
 }
 
+TEST(AdmissionTest, MarconiCheckpointsOnlyAdmitsEveryKvBlock) {
+  PolicyKnobs k;
+  k.marconi_probation = 0;
+  k.marconi_checkpoints_only = true;
+  auto p = Make("marconi", k);
+  Observe(*p, {1, 2, 3});
+  Observe(*p, {1, 2, 4});
+  for (uint64_t id : {1, 2, 3, 4, 99}) EXPECT_TRUE(p->Admit(Block(id), {})) << id;
+  // Checkpoints are judged as without the knob: branch point and tails.
+  const std::vector<std::pair<uint64_t, bool>> cp = {{1, false}, {2, true}, {3, true}, {4, true}};
+  for (auto [id, want] : cp) {
+    BlockMeta b = Block(id);
+    b.is_checkpoint = true;
+    EXPECT_EQ(p->Admit(b, {}), want) << "checkpoint " << id;
+  }
+}
+
 TEST(AdmissionTest, MarconiKeepsContinuingSessionPaths) {
   PolicyKnobs k;
   k.marconi_probation = 0;

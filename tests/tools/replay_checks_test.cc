@@ -87,6 +87,30 @@ TEST(ReplayReportTest, RatesAreOverLoadAndSaveTime) {
   EXPECT_NE(json.find("\"load_s\":1.5,\"save_s\":0.25"), std::string::npos) << json;
 }
 
+// The checkpoint lines appear for hybrid models only.
+TEST(ReplayReportTest, CheckpointLinesForHybridModelsOnly) {
+  ReplayReport r;
+  EXPECT_EQ(FormatReplayReport(r).find("checkpoints:"), std::string::npos);
+  r.state_blocks = 4;
+  r.checkpoints_offered = 10;
+  r.checkpoints_saved = 7;
+  r.checkpoints_unstored = 1;
+  r.state_resumes = 3;
+  r.state_bytes_loaded = 3 * kMiB;
+  r.state_bytes_saved = 7 * kMiB;
+  const std::string text = FormatReplayReport(r);
+  EXPECT_NE(text.find("checkpoints:    7 saved of 10 offered (1 blocks gone first), 3 resumed "
+                      "from, 4 blocks each\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("of which state: 3MiB loaded, 7MiB saved\n"), std::string::npos) << text;
+  const std::string json = ReplayReportJson(r);
+  EXPECT_NE(json.find("\"state_blocks\":4,\"checkpoints_offered\":10,\"checkpoints_saved\":7,"
+                      "\"checkpoints_unstored\":1,\"state_resumes\":3"),
+            std::string::npos)
+      << json;
+}
+
 TEST(ReplayReportTest, ExitCodeFlagsWrongBytesAndFailures) {
   ReplayReport r;
   EXPECT_EQ(ReplayExitCode(r), 0);

@@ -108,6 +108,71 @@ TEST(ReplayTest, RequestsLargerThanThePoolAreSkipped) {
   EXPECT_EQ(r->verify_failures, 0u);
 }
 
+// A hybrid model with a 2-block state: the engine offers a checkpoint at
+// every new block; with `always` the hub keeps all of them, so every KV hit
+// resumes, as without state.
+TEST(ReplayTest, HybridModelResumesFromEveryCheckpointTheHubKeeps) {
+  const Trace trace = TinyTrace();
+  KvtierConfig config = TinyConfig(64);
+  config.runtime.state_blocks = 2;
+  config.gpu_pool_blocks = 6;  // the 4-block requests fit beside the state
+  Result<ReplayReport> r = ReplayTrace(config, trace, ReplayOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 7u);
+  EXPECT_EQ(r->block_hits, 9u);  // 2 + 2 + 4 + 1, as in LargeHostTierHitsEveryCachedPrefix
+  EXPECT_EQ(r->lookup_hits, 9u);
+  EXPECT_EQ(r->state_resumes, 4u);
+  EXPECT_EQ(r->checkpoints_offered, 11u);  // one per new block
+  EXPECT_EQ(r->checkpoints_saved, 11u);
+  EXPECT_EQ(r->checkpoints_unstored, 0u);
+  EXPECT_EQ(r->state_bytes_loaded, 4 * 2 * r->block_bytes);
+  EXPECT_EQ(r->state_bytes_saved, 11 * 2 * r->block_bytes);
+  EXPECT_EQ(r->bytes_saved, 11 * r->block_bytes + r->state_bytes_saved);
+  EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures, 0u);
+  EXPECT_EQ(r->runtime.tiers[0].blocks, 11u + 11 * 2);
+  EXPECT_EQ(r->runtime.lookup_state_cut_blocks, 0u);
+}
+
+// Marconi keeps checkpoints at tails and branch points only: a request
+// resumes where an earlier one ended or branched, and recomputes otherwise.
+TEST(ReplayTest, HybridModelWithMarconiKeepsTailAndBranchCheckpoints) {
+  const Trace trace = TinyTrace();
+  KvtierConfig config = TinyConfig(64);
+  config.runtime.state_blocks = 2;
+  config.gpu_pool_blocks = 6;
+  config.runtime.tiers[0].admission = {"marconi"};
+  config.runtime.tiers[0].policy.marconi_checkpoints_only = true;
+  Result<ReplayReport> r = ReplayTrace(config, trace, ReplayOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // [1 2 3]: keeps 3 (tail). [1 2]: no state at 1 or 2, recomputes, keeps 2
+  // (now a tail). [1 2 4 5]: resumes at 2 (2 hits), keeps 5. [6 7]: keeps 7.
+  // [1 2 4 5]: resumes at 5 (4 hits). [1 9 10]: 1 is now a branch point
+  // with no state yet, recomputes, keeps 1 and 10. [11 2]: keeps its 2.
+  EXPECT_EQ(r->block_hits, 6u);
+  EXPECT_EQ(r->state_resumes, 2u);
+  EXPECT_EQ(r->checkpoints_offered, 14u);
+  EXPECT_EQ(r->checkpoints_saved, 7u);
+  EXPECT_EQ(r->lookup_hits, 6u);
+  EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures, 0u);
+  EXPECT_EQ(r->runtime.tiers[0].blocks, 11u + 7 * 2);
+  // Cut at lookups: [1 2] (2), [1 9 10] (1).
+  EXPECT_EQ(r->runtime.lookup_state_cut_blocks, 3u);
+}
+
+TEST(ReplayTest, HybridModelNeedsRoomBesideTheStateInThePool) {
+  KvtierConfig config = TinyConfig(64);
+  config.runtime.state_blocks = 8;  // the pool holds 8
+  Result<ReplayReport> r = ReplayTrace(config, TinyTrace(), ReplayOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("engine.pool_blocks 8"), std::string::npos)
+      << r.status().ToString();
+  config.runtime.state_blocks = 5;  // 3 blocks beside it: 4-block requests are skipped
+  r = ReplayTrace(config, TinyTrace(), ReplayOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->skipped_requests, 2u);
+}
+
 TEST(ReplayTest, LimitStopsEarlyAndProgressIsReported) {
   const Trace trace = TinyTrace();
   ReplayOptions options;

@@ -26,6 +26,7 @@ class Replayer {
         ns_(ComputeNamespaceId(config.model.Namespace())),
         hasher_(ns_, config.runtime.hash),
         block_bytes_(config.model.BlockBytes()),
+        state_blocks_(config.runtime.state_blocks),
         expected_(block_bytes_),
         actual_(block_bytes_),
         report_(report) {
@@ -40,9 +41,13 @@ class Replayer {
 
  private:
   std::vector<BlockKey> Keys(const TraceRequest& req) const;
+  bool Verify(const BlockKey& key, uint32_t block);
   size_t LoadAndVerify(std::span<const BlockKey> keys, std::span<const uint32_t> blocks);
   void PrefillAndSave(std::span<const BlockKey> keys, std::span<const uint32_t> blocks,
                       size_t hits);
+  bool LoadStateAndVerify(const BlockKey& boundary, std::span<const uint32_t> blocks);
+  void SaveCheckpoints(std::span<const BlockKey> boundaries, std::span<const uint32_t> blocks);
+  void Fill(const BlockKey& key, uint32_t block);
 
   const ReplayOptions& options_;
   std::shared_ptr<HostCopyEngine> engine_;
@@ -50,6 +55,7 @@ class Replayer {
   const NamespaceId ns_;
   const KeyHasher hasher_;
   const uint64_t block_bytes_;
+  const uint32_t state_blocks_;
   std::vector<std::byte> expected_;
   std::vector<std::byte> actual_;
   std::deque<uint32_t> free_;
@@ -72,6 +78,21 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Whether engine block `block` holds the content of `key`.
+bool Replayer::Verify(const BlockKey& key, uint32_t block) {
+  FillBlockContent(key, expected_);
+  return engine_->ReadBlock(block, actual_).ok() &&
+         std::memcmp(expected_.data(), actual_.data(), block_bytes_) == 0;
+}
+
+// The engine computing `key` into `block`.
+void Replayer::Fill(const BlockKey& key, uint32_t block) {
+  FillBlockContent(key, expected_);
+  if (!engine_->WriteBlock(block, expected_).ok()) {
+    report_->warnings.push_back("WriteBlock failed on engine block " + std::to_string(block));
+  }
+}
+
 // Returns the number of leading blocks that loaded OK with the right bytes.
 size_t Replayer::LoadAndVerify(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) {
   if (keys.empty()) return 0;
@@ -79,26 +100,66 @@ size_t Replayer::LoadAndVerify(std::span<const BlockKey> keys, std::span<const u
   Completion c = runtime_->Load(ns_, keys, blocks, std::chrono::milliseconds(options_.timeout_ms));
   (void)c.Wait();  // per-block results are read below
   report_->load_s += SecondsSince(start);
-  const LoadTally tally = TallyLoad(c, [&](size_t i) {
-    FillBlockContent(keys[i], expected_);
-    return engine_->ReadBlock(blocks[i], actual_).ok() &&
-           std::memcmp(expected_.data(), actual_.data(), block_bytes_) == 0;
-  });
+  const LoadTally tally = TallyLoad(c, [&](size_t i) { return Verify(keys[i], blocks[i]); });
   report_->load_failures += tally.load_failures;
   report_->verify_failures += tally.verify_failures;
   report_->bytes_loaded += tally.verified * block_bytes_;
   return tally.leading_hits;
 }
 
+// Loads the state checkpoint of `boundary` into `blocks`; true when every
+// part loaded OK with the right bytes (the engine can resume there).
+bool Replayer::LoadStateAndVerify(const BlockKey& boundary, std::span<const uint32_t> blocks) {
+  const auto start = std::chrono::steady_clock::now();
+  Completion c =
+      runtime_->LoadState(ns_, boundary, blocks, std::chrono::milliseconds(options_.timeout_ms));
+  (void)c.Wait();  // per-part results are read below
+  report_->load_s += SecondsSince(start);
+  const LoadTally tally =
+      TallyLoad(c, [&](size_t i) { return Verify(hasher_.StatePart(boundary, i), blocks[i]); });
+  report_->load_failures += tally.load_failures;
+  report_->verify_failures += tally.verify_failures;
+  if (tally.verified != blocks.size()) return false;
+  ++report_->state_resumes;
+  report_->state_bytes_loaded += tally.verified * block_bytes_;
+  report_->bytes_loaded += tally.verified * block_bytes_;
+  return true;
+}
+
+// Offers the state after each of `boundaries` (computed by the prefill) as
+// its checkpoint; the hub's admission keeps some, refusing ends OK, 0 bytes.
+void Replayer::SaveCheckpoints(std::span<const BlockKey> boundaries,
+                               std::span<const uint32_t> blocks) {
+  for (const BlockKey& boundary : boundaries) {
+    for (uint32_t i = 0; i < state_blocks_; ++i) Fill(hasher_.StatePart(boundary, i), blocks[i]);
+    const auto start = std::chrono::steady_clock::now();
+    Completion c = runtime_->SaveState(ns_, boundary, blocks, SaveOptions{});
+    (void)c.Wait();  // per-part results are counted below
+    report_->save_s += SecondsSince(start);
+    ++report_->checkpoints_offered;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (c.result(i).ok()) {
+        bytes += c.bytes(i);
+      } else if (c.result(i).code() == StatusCode::kInvalidArgument) {
+        // The block itself is gone (refused or evicted since its save):
+        // not a failure, there is nothing to attach the state to.
+        ++report_->checkpoints_unstored;
+        break;
+      } else {
+        ++report_->save_failures;
+      }
+    }
+    if (bytes > 0) ++report_->checkpoints_saved;
+    report_->state_bytes_saved += bytes;
+    report_->bytes_saved += bytes;
+  }
+}
+
 void Replayer::PrefillAndSave(std::span<const BlockKey> keys, std::span<const uint32_t> blocks,
                               size_t hits) {
   if (hits == keys.size()) return;
-  for (size_t i = hits; i < keys.size(); ++i) {
-    FillBlockContent(keys[i], expected_);
-    if (!engine_->WriteBlock(blocks[i], expected_).ok()) {
-      report_->warnings.push_back("WriteBlock failed on engine block " + std::to_string(blocks[i]));
-    }
-  }
+  for (size_t i = hits; i < keys.size(); ++i) Fill(keys[i], blocks[i]);
   std::optional<BlockKey> parent;
   if (hits > 0) parent = keys[hits - 1];
   const auto start = std::chrono::steady_clock::now();
@@ -128,15 +189,25 @@ void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {
   }
   report_->lookup_hits += pinned_hits;
 
-  std::vector<uint32_t> blocks(free_.begin(), free_.begin() + keys.size());
-  free_.erase(free_.begin(), free_.begin() + keys.size());
+  // The request's blocks, then (hybrid models) those its state lives in.
+  const size_t taken = keys.size() + state_blocks_;
+  std::vector<uint32_t> blocks(free_.begin(), free_.begin() + taken);
+  free_.erase(free_.begin(), free_.begin() + taken);
+  const std::span<const uint32_t> kv = std::span<const uint32_t>(blocks).first(keys.size());
+  const std::span<const uint32_t> state = std::span<const uint32_t>(blocks).subspan(keys.size());
 
   std::span<const BlockKey> all(keys);
-  const size_t hits = LoadAndVerify(all.first(pinned_hits), std::span(blocks).first(pinned_hits));
+  size_t hits = LoadAndVerify(all.first(pinned_hits), kv.first(pinned_hits));
+  if (state_blocks_ > 0 && hits > 0) {
+    // The state resumes only where the lookup found it; a shorter KV prefix
+    // or a failed state load leaves nothing to resume from.
+    if (hits < pinned_hits || !LoadStateAndVerify(keys[hits - 1], state)) hits = 0;
+  }
   report_->block_hits += hits;
   for (size_t i = 0; i < hits; ++i) report_->token_hits += BlockTokensAt(req, i, block_tokens);
 
-  PrefillAndSave(all, blocks, hits);
+  PrefillAndSave(all, kv, hits);
+  if (state_blocks_ > 0) SaveCheckpoints(all.subspan(hits), state);
   // Decoding is not modelled: the request ends as soon as it is saved.
   runtime_->RequestFinished(ns_, keys, req.output_length);
   free_.insert(free_.end(), blocks.begin(), blocks.end());
@@ -182,12 +253,20 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
   report.config_source = config.source;
   report.block_bytes = config.model.BlockBytes();
   report.block_tokens = trace.block_tokens;
+  report.state_blocks = config.runtime.state_blocks;
   if (config.model.block_tokens != trace.block_tokens) {
     report.warnings.push_back("model.block_tokens is " + std::to_string(config.model.block_tokens) +
                               " but the trace has " + std::to_string(trace.block_tokens) +
                               "-token blocks; token counts follow the trace");
   }
   if (config.gpu_pool_blocks == 0) return Status::InvalidArgument("gpu_pool_blocks must be > 0");
+  if (config.gpu_pool_blocks <= report.state_blocks) {
+    return Status::InvalidArgument(
+        "engine.pool_blocks " + std::to_string(config.gpu_pool_blocks) +
+        " leaves no block beside a state checkpoint of runtime.state_blocks " +
+        std::to_string(report.state_blocks) + "; expected more than " +
+        std::to_string(report.state_blocks));
+  }
 
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HostCopyEngine> created,
                           HostCopyEngine::Create(config.model.Layout(config.gpu_pool_blocks)));
@@ -197,12 +276,13 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime,
                           Runtime::Open(std::move(runtime_options), engine));
 
-  // Requests that cannot fit the engine pool are left out of the replay and
-  // of the infinite-cache reference alike, so the two stay comparable.
+  // Requests that cannot fit the engine pool (beside a state checkpoint) are
+  // left out of the replay and of the infinite-cache reference alike, so the
+  // two stay comparable.
   std::vector<TraceRequest> replayed;
   for (const TraceRequest& req : trace.requests) {
     if (options.limit != 0 && replayed.size() + report.skipped_requests >= options.limit) break;
-    if (req.hash_ids.size() > config.gpu_pool_blocks) {
+    if (req.hash_ids.size() + report.state_blocks > config.gpu_pool_blocks) {
       ++report.skipped_requests;
       report.skipped_blocks += req.hash_ids.size();
       continue;

@@ -5,6 +5,13 @@
 // hits into blocks of a simulated engine pool (HostCopyEngine), verify them
 // against FillBlockContent, "prefill" the rest, save the rest, release. The
 // replay is closed-loop (as fast as possible; trace timestamps are ignored).
+//
+// Hybrid models (runtime.state_blocks > 0): the engine resumes only where the
+// lookup found a state checkpoint (LookupAndPin cuts there), loads it with
+// LoadState and checks it byte for byte too (a failed or wrong part means
+// recomputing the whole prompt), and offers a checkpoint at every new
+// block's boundary after the save; the hub's admission decides which to keep
+// (`always`: every block, `marconi`: branch points and tails).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +69,15 @@ struct ReplayReport {
   double elapsed_s = 0;          // the whole replay loop
   double load_s = 0;             // inside Load and its Wait, summed over requests
   double save_s = 0;             // inside Save and its Wait, summed over requests
+  // Hybrid models only (state_blocks > 0); state parts also count in
+  // verify_failures, load_failures and save_failures.
+  uint32_t state_blocks = 0;          // engine blocks one checkpoint takes
+  uint64_t checkpoints_offered = 0;   // SaveState calls: one per new block
+  uint64_t checkpoints_saved = 0;     // stored by them (admission let them in)
+  uint64_t checkpoints_unstored = 0;  // their block was no longer stored (InvalidArgument)
+  uint64_t state_resumes = 0;         // hits whose checkpoint loaded OK and verified
+  uint64_t state_bytes_loaded = 0;    // part of bytes_loaded
+  uint64_t state_bytes_saved = 0;     // part of bytes_saved
   InfiniteCacheStats infinite;  // over the replayed requests only
   RuntimeStats runtime;         // at the end of the replay
   std::vector<std::string> warnings;

@@ -70,6 +70,12 @@ std::string FormatReplayReport(const ReplayReport& r) {
   out += Printf("token hits:     %" PRIu64 " (%.2f%%), infinite cache %" PRIu64 " (%.2f%%)\n",
                 r.token_hits, 100 * Ratio(r.token_hits, r.tokens), inf.hit_tokens,
                 100 * Ratio(inf.hit_tokens, inf.tokens));
+  if (r.state_blocks > 0) {
+    out += Printf("checkpoints:    %" PRIu64 " saved of %" PRIu64 " offered (%" PRIu64
+                  " blocks gone first), %" PRIu64 " resumed from, %u blocks each\n",
+                  r.checkpoints_saved, r.checkpoints_offered, r.checkpoints_unstored,
+                  r.state_resumes, r.state_blocks);
+  }
   out += Printf("failures:       verify %" PRIu64 ", save %" PRIu64 ", load %" PRIu64
                 ", lookup %" PRIu64 "\n",
                 r.verify_failures, r.save_failures, r.load_failures, r.lookup_failures);
@@ -83,6 +89,11 @@ std::string FormatReplayReport(const ReplayReport& r) {
   out += Printf("saved:          %s (%.3f GB/s over %.3f s in Save+Wait)\n",
                 FormatBytes(r.bytes_saved).c_str(),
                 PerSecond(static_cast<double>(r.bytes_saved) / 1e9, r.save_s), r.save_s);
+  if (r.state_blocks > 0) {
+    out +=
+        Printf("of which state: %s loaded, %s saved\n", FormatBytes(r.state_bytes_loaded).c_str(),
+               FormatBytes(r.state_bytes_saved).c_str());
+  }
   out += FormatTiers(r.runtime.tiers);
   for (const std::string& w : r.warnings) out += "warning: " + w + "\n";
   return out;
@@ -103,6 +114,13 @@ std::string ReplayReportJson(const ReplayReport& r) {
   j["save_failures"] = r.save_failures;
   j["load_failures"] = r.load_failures;
   j["lookup_failures"] = r.lookup_failures;
+  j["state_blocks"] = r.state_blocks;
+  j["checkpoints_offered"] = r.checkpoints_offered;
+  j["checkpoints_saved"] = r.checkpoints_saved;
+  j["checkpoints_unstored"] = r.checkpoints_unstored;
+  j["state_resumes"] = r.state_resumes;
+  j["state_bytes_loaded"] = r.state_bytes_loaded;
+  j["state_bytes_saved"] = r.state_bytes_saved;
   j["infinite_cache_block_hits"] = r.infinite.hit_blocks;
   j["infinite_cache_token_hits"] = r.infinite.hit_tokens;
   j["unique_blocks"] = r.infinite.unique_blocks;

@@ -161,6 +161,8 @@ void PolicyEntries(const std::string& tier, const TierOptions& t, std::vector<En
            "marconi: expected_reuse hint at which a tail is kept"},
           {p + "marconi_probation", Num(k.marconi_probation),
            "marconi: share of once-seen blocks kept without hints"},
+          {p + "marconi_checkpoints_only", Bool(k.marconi_checkpoints_only),
+           "marconi: admit every KV block, judge state checkpoints only"},
           {p + "write_budget_per_day", Size(k.write_budget_bytes_per_day),
            "write_budget: device bytes per day (payload = this / write_amplification)"},
           {p + "write_amplification", Num(k.write_amplification),
