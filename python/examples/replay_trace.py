@@ -1,7 +1,8 @@
 """An engine's loop in Python over the kvtier binding, driven by a Mooncake trace.
 
-Each request's blocks are named by the trace's hash ids (as an engine names
-blocks by its own block hashes), looked up and pinned, loaded into the host
+Each request's full blocks are named by the trace's hash ids (as an engine names
+blocks by its own block hashes; a prompt's partial last block has no hash and is
+always computed), looked up and pinned, loaded into the host
 stand-in engine and checked byte for byte, the rest "prefilled" with bytes
 derived from their keys and saved, and the request reported finished with its
 output length: the calls a Python serving engine makes, in the order it makes
@@ -11,8 +12,8 @@ them. One request at a time, so every request's blocks fit the engine pool.
         python3 python/examples/replay_trace.py [--config FILE] [--trace FILE] \\
         [--limit N] [--set path=value ...] [--check-infinite]
 
-Prints the block hits next to an infinite cache's (leading blocks seen in any
-earlier request). Exits 1 if a loaded block had wrong bytes or a call failed,
+Prints the block hits next to an infinite cache's (leading full blocks seen in
+any earlier request). Exits 1 if a loaded block had wrong bytes or a call failed,
 and with --check-infinite (for a config whose tiers hold every block) also if
 the hits differ from the infinite cache's.
 """
@@ -51,6 +52,8 @@ def main():
     parser.add_argument("--limit", type=int, default=0, help="requests to replay; 0 = all")
     parser.add_argument("--set", action="append", default=[], dest="overrides",
                         metavar="PATH=VALUE", help="config override, as kvtier-bench --set")
+    parser.add_argument("--block-tokens", type=int, default=512,
+                        help="tokens per trace block (Mooncake traces: 512)")
     parser.add_argument("--check-infinite", action="store_true")
     args = parser.parse_args()
 
@@ -66,11 +69,12 @@ def main():
             if len(ids) > pool_blocks:
                 totals["skipped"] += 1
                 continue
-            keys = rt.keys_from_engine_hashes([i.to_bytes(8, "little") for i in ids])
+            full = ids[:req["input_length"] // args.block_tokens]
+            keys = rt.keys_from_engine_hashes([i.to_bytes(8, "little") for i in full])
             infinite = 0
-            while infinite < len(ids) and ids[infinite] in seen:
+            while infinite < len(full) and full[infinite] in seen:
                 infinite += 1
-            seen.update(ids)
+            seen.update(full)
             blocks = list(range(len(keys)))  # one request at a time: the pool is ours
 
             with rt.lookup_and_pin(keys, request_id=request_id) as pin:
@@ -93,7 +97,7 @@ def main():
                         totals["failed_calls"] += 1
             rt.request_finished(keys, req.get("output_length", 0))
             totals["requests"] += 1
-            totals["blocks"] += len(keys)
+            totals["blocks"] += len(ids)
             totals["hits"] += hits
             totals["infinite"] += infinite
         stats = rt.stats()

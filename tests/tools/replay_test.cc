@@ -58,25 +58,28 @@ TEST(ReplayTest, LargeHostTierHitsEveryCachedPrefix) {
   EXPECT_EQ(r->requests, 7u);
   EXPECT_EQ(r->skipped_requests, 0u);
   EXPECT_EQ(r->blocks, 20u);
-  EXPECT_EQ(r->lookup_hits, 9u);
-  EXPECT_EQ(r->block_hits, 9u);
+  // Full blocks only, as an engine: [1 2] [1 2] [1 2 4] [6] [1 2 4] [1 9 10]
+  // [11 2]; the partial 5 of lines 3 and 5 is computed both times.
+  EXPECT_EQ(r->lookup_hits, 8u);
+  EXPECT_EQ(r->block_hits, 8u);
   EXPECT_EQ(r->tokens, 8584u);
-  EXPECT_EQ(r->token_hits, 4160u);
-  EXPECT_EQ(r->infinite.hit_blocks, 9u);
+  EXPECT_EQ(r->token_hits, 4096u);
+  EXPECT_EQ(r->infinite.hit_blocks, 8u);
+  EXPECT_EQ(r->infinite.unique_blocks, 10u);  // ids of the trace, partial ones too
   EXPECT_EQ(r->verify_failures, 0u);
   EXPECT_EQ(r->load_failures, 0u);
   EXPECT_EQ(r->save_failures, 0u);
   EXPECT_EQ(r->lookup_failures, 0u);
-  EXPECT_EQ(r->bytes_loaded, 9 * r->block_bytes);
-  // 11 blocks were new (20 - 9): every one was saved.
-  EXPECT_EQ(r->bytes_saved, 11 * r->block_bytes);
+  EXPECT_EQ(r->bytes_loaded, 8 * r->block_bytes);
+  // 8 full blocks were new: every one was saved.
+  EXPECT_EQ(r->bytes_saved, 8 * r->block_bytes);
   // The rates' time: inside Load and Save only, a part of the whole loop.
   EXPECT_GT(r->load_s, 0);
   EXPECT_GT(r->save_s, 0);
   EXPECT_LE(r->load_s + r->save_s, r->elapsed_s);
   ASSERT_EQ(r->runtime.tiers.size(), 1u);
   EXPECT_EQ(r->runtime.tiers[0].name, "host");
-  EXPECT_EQ(r->runtime.tiers[0].blocks, 11u);
+  EXPECT_EQ(r->runtime.tiers[0].blocks, 8u);
 }
 
 TEST(ReplayTest, TinyHostTierHitsLessButNeverReturnsWrongBytes) {
@@ -119,17 +122,17 @@ TEST(ReplayTest, HybridModelResumesFromEveryCheckpointTheHubKeeps) {
   Result<ReplayReport> r = ReplayTrace(config, trace, ReplayOptions());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->requests, 7u);
-  EXPECT_EQ(r->block_hits, 9u);  // 2 + 2 + 4 + 1, as in LargeHostTierHitsEveryCachedPrefix
-  EXPECT_EQ(r->lookup_hits, 9u);
+  EXPECT_EQ(r->block_hits, 8u);  // 2 + 2 + 3 + 1, as in LargeHostTierHitsEveryCachedPrefix
+  EXPECT_EQ(r->lookup_hits, 8u);
   EXPECT_EQ(r->state_resumes, 4u);
-  EXPECT_EQ(r->checkpoints_offered, 11u);  // one per new block
-  EXPECT_EQ(r->checkpoints_saved, 11u);
+  EXPECT_EQ(r->checkpoints_offered, 8u);  // one per new full block
+  EXPECT_EQ(r->checkpoints_saved, 8u);
   EXPECT_EQ(r->checkpoints_unstored, 0u);
   EXPECT_EQ(r->state_bytes_loaded, 4 * 2 * r->block_bytes);
-  EXPECT_EQ(r->state_bytes_saved, 11 * 2 * r->block_bytes);
-  EXPECT_EQ(r->bytes_saved, 11 * r->block_bytes + r->state_bytes_saved);
+  EXPECT_EQ(r->state_bytes_saved, 8 * 2 * r->block_bytes);
+  EXPECT_EQ(r->bytes_saved, 8 * r->block_bytes + r->state_bytes_saved);
   EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures, 0u);
-  EXPECT_EQ(r->runtime.tiers[0].blocks, 11u + 11 * 2);
+  EXPECT_EQ(r->runtime.tiers[0].blocks, 8u + 8 * 2);
   EXPECT_EQ(r->runtime.lookup_state_cut_blocks, 0u);
 }
 
@@ -144,19 +147,19 @@ TEST(ReplayTest, HybridModelWithMarconiKeepsTailAndBranchCheckpoints) {
   config.runtime.tiers[0].policy.marconi_checkpoints_only = true;
   Result<ReplayReport> r = ReplayTrace(config, trace, ReplayOptions());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  // [1 2 3]: keeps 3 (tail). [1 2]: no state at 1 or 2, recomputes, keeps 2
-  // (now a tail). [1 2 4 5]: resumes at 2 (2 hits), keeps 5. [6 7]: keeps 7.
-  // [1 2 4 5]: resumes at 5 (4 hits). [1 9 10]: 1 is now a branch point
-  // with no state yet, recomputes, keeps 1 and 10. [11 2]: keeps its 2.
-  EXPECT_EQ(r->block_hits, 6u);
-  EXPECT_EQ(r->state_resumes, 2u);
-  EXPECT_EQ(r->checkpoints_offered, 14u);
-  EXPECT_EQ(r->checkpoints_saved, 7u);
-  EXPECT_EQ(r->lookup_hits, 6u);
+  // Full blocks: [1 2]: keeps 2 (tail). [1 2]: resumes at 2 (2 hits).
+  // [1 2 4]: resumes at 2 (2 hits), keeps 4. [6]: keeps 6. [1 2 4]: resumes
+  // at 4 (3 hits). [1 9 10]: 1 is now a branch point with no state yet,
+  // recomputes, keeps 1 and 10. [11 2]: keeps its 2.
+  EXPECT_EQ(r->block_hits, 7u);
+  EXPECT_EQ(r->state_resumes, 3u);
+  EXPECT_EQ(r->checkpoints_offered, 9u);
+  EXPECT_EQ(r->checkpoints_saved, 6u);
+  EXPECT_EQ(r->lookup_hits, 7u);
   EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures, 0u);
-  EXPECT_EQ(r->runtime.tiers[0].blocks, 11u + 7 * 2);
-  // Cut at lookups: [1 2] (2), [1 9 10] (1).
-  EXPECT_EQ(r->runtime.lookup_state_cut_blocks, 3u);
+  EXPECT_EQ(r->runtime.tiers[0].blocks, 8u + 6 * 2);
+  // Cut at the lookup of [1 9 10]: block 1 had no state.
+  EXPECT_EQ(r->runtime.lookup_state_cut_blocks, 1u);
 }
 
 TEST(ReplayTest, HybridModelNeedsRoomBesideTheStateInThePool) {

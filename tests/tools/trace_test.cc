@@ -113,6 +113,12 @@ TEST(TraceTest, BlockTokensAtCoversPartialTail) {
   EXPECT_EQ(BlockTokensAt(r, 1, 512), 512u);
   EXPECT_EQ(BlockTokensAt(r, 2, 512), 176u);
   EXPECT_EQ(BlockTokensAt(r, 3, 512), 0u);
+  r.hash_ids = {7, 8, 9};
+  EXPECT_EQ(FullBlocks(r, 512), 2u);
+  r.input_length = 1536;
+  EXPECT_EQ(FullBlocks(r, 512), 3u);
+  r.input_length = 511;
+  EXPECT_EQ(FullBlocks(r, 512), 0u);
 }
 
 TEST(TraceTest, InfiniteCacheOnTinyTrace) {
@@ -126,6 +132,13 @@ TEST(TraceTest, InfiniteCacheOnTinyTrace) {
   EXPECT_EQ(s.unique_blocks, 10u);
   EXPECT_EQ(s.tokens, 8584u);
   EXPECT_EQ(s.hit_tokens, 4160u);
+  // A cache of full blocks: line 5's partial 5 is no hit.
+  s = ComputeInfiniteCacheStats(t->requests, t->block_tokens, CachedBlocks::kFull);
+  EXPECT_EQ(s.blocks, 20u);
+  EXPECT_EQ(s.hit_blocks, 8u);
+  EXPECT_EQ(s.unique_blocks, 10u);
+  EXPECT_EQ(s.tokens, 8584u);
+  EXPECT_EQ(s.hit_tokens, 4096u);
 }
 
 TEST(TraceTest, InfiniteCacheCountsOnlyPrefixesSeenInEarlierRequests) {
@@ -154,6 +167,9 @@ TEST(TraceTest, InfiniteCacheOnShippedArxivTrace) {
   EXPECT_EQ(s.blocks, 19686u);
   EXPECT_EQ(s.hit_blocks, 7479u);
   EXPECT_EQ(s.unique_blocks, 12207u);
+  s = ComputeInfiniteCacheStats(t->requests, t->block_tokens, CachedBlocks::kFull);
+  EXPECT_EQ(s.hit_blocks, 7468u);
+  EXPECT_EQ(s.hit_tokens, 3823616u);
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ class Replayer {
     for (uint32_t b = 0; b < config.gpu_pool_blocks; ++b) free_.push_back(b);
   }
 
+  // REQUIRES: the pool has room for the request and a state checkpoint.
   void Request(const TraceRequest& req, uint32_t block_tokens);
   void Finish() {
     report_->runtime = runtime_->Stats();
@@ -40,7 +41,7 @@ class Replayer {
   }
 
  private:
-  std::vector<BlockKey> Keys(const TraceRequest& req) const;
+  std::vector<BlockKey> Keys(const TraceRequest& req, uint32_t block_tokens) const;
   bool Verify(const BlockKey& key, uint32_t block);
   size_t LoadAndVerify(std::span<const BlockKey> keys, std::span<const uint32_t> blocks);
   void PrefillAndSave(std::span<const BlockKey> keys, std::span<const uint32_t> blocks,
@@ -62,10 +63,14 @@ class Replayer {
   ReplayReport* report_;
 };
 
-std::vector<BlockKey> Replayer::Keys(const TraceRequest& req) const {
+// The keys of the request's full blocks: an engine hashes no partial block,
+// so a prompt's partial last block is always computed, never looked up.
+std::vector<BlockKey> Replayer::Keys(const TraceRequest& req, uint32_t block_tokens) const {
+  const std::span<const uint64_t> full =
+      std::span(req.hash_ids).first(FullBlocks(req, block_tokens));
   std::vector<BlockKey> keys;
-  keys.reserve(req.hash_ids.size());
-  for (uint64_t id : req.hash_ids) {
+  keys.reserve(full.size());
+  for (uint64_t id : full) {
     // The trace id plays the engine's block hash: 8 little-endian bytes.
     std::byte bytes[8];
     for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::byte>(id >> (8 * i));
@@ -174,9 +179,9 @@ void Replayer::PrefillAndSave(std::span<const BlockKey> keys, std::span<const ui
 }
 
 void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {
-  const std::vector<BlockKey> keys = Keys(req);
+  const std::vector<BlockKey> keys = Keys(req, block_tokens);
   ++report_->requests;
-  report_->blocks += keys.size();
+  report_->blocks += req.hash_ids.size();
   report_->tokens += req.input_length;
 
   // The pin lives until this function returns, past the save.
@@ -289,7 +294,7 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
     }
     replayed.push_back(req);
   }
-  report.infinite = ComputeInfiniteCacheStats(replayed, trace.block_tokens);
+  report.infinite = ComputeInfiniteCacheStats(replayed, trace.block_tokens, CachedBlocks::kFull);
 
   Replayer replayer(config, engine, std::move(runtime), options, &report);
   const auto start = std::chrono::steady_clock::now();

@@ -1,10 +1,13 @@
 // Trace replay: drives a Runtime the way a serving engine would, one request
 // at a time, and checks every loaded byte.
 //
-// Per request: chain the trace's block ids into keys, LookupAndPin, load the
-// hits into blocks of a simulated engine pool (HostCopyEngine), verify them
-// against FillBlockContent, "prefill" the rest, save the rest, release. The
-// replay is closed-loop (as fast as possible; trace timestamps are ignored).
+// Per request: chain the ids of the trace's full blocks into keys (as an
+// engine, which hashes no partial block: a prompt's partial last block is
+// always computed, and the infinite-cache reference counts the same way),
+// LookupAndPin, load the hits into blocks of a simulated engine pool
+// (HostCopyEngine), verify them against FillBlockContent, "prefill" the rest,
+// save the rest, release. The replay is closed-loop (as fast as possible;
+// trace timestamps are ignored).
 //
 // Hybrid models (runtime.state_blocks > 0): the engine resumes only where the
 // lookup found a state checkpoint (LookupAndPin cuts there), loads it with
@@ -52,7 +55,7 @@ struct ReplayReport {
   uint64_t requests = 0;          // replayed
   uint64_t skipped_requests = 0;  // larger than the engine pool; not replayed
   uint64_t skipped_blocks = 0;
-  uint64_t blocks = 0;
+  uint64_t blocks = 0;       // of the trace, the partial last ones too
   uint64_t lookup_hits = 0;  // leading blocks LookupAndPin found
   // Leading blocks loaded OK and verified: the prefix an engine could reuse.
   uint64_t block_hits = 0;

@@ -105,14 +105,6 @@ class HybridCache {
   std::set<std::pair<uint64_t, uint64_t>> leaves_;  // (last use, id)
 };
 
-uint32_t FullBlocks(const TraceRequest& r, uint32_t block_tokens) {
-  uint32_t full = 0;
-  for (size_t i = 0; i < r.hash_ids.size(); ++i) {
-    if (BlockTokensAt(r, i, block_tokens) == block_tokens) full = static_cast<uint32_t>(i + 1);
-  }
-  return full;
-}
-
 }  // namespace
 
 Result<HybridResult> RunHybridSweep(const Trace& trace, const HybridModel& model,

@@ -86,6 +86,15 @@ uint32_t BlockTokensAt(const TraceRequest& request, size_t index, uint32_t block
   return static_cast<uint32_t>(std::min<uint64_t>(block_tokens, request.input_length - start));
 }
 
+uint32_t FullBlocks(const TraceRequest& request, uint32_t block_tokens) {
+  uint32_t full = 0;
+  while (full < request.hash_ids.size() &&
+         BlockTokensAt(request, full, block_tokens) == block_tokens) {
+    ++full;
+  }
+  return full;
+}
+
 Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
                                  uint32_t block_tokens) {
   if (block_tokens == 0) return Status::InvalidArgument("block_tokens must be > 0");
@@ -125,21 +134,25 @@ Result<Trace> ReadMooncakeTrace(const std::string& path, uint32_t block_tokens) 
 }
 
 InfiniteCacheStats ComputeInfiniteCacheStats(std::span<const TraceRequest> requests,
-                                             uint32_t block_tokens) {
+                                             uint32_t block_tokens, CachedBlocks cached) {
   InfiniteCacheStats s;
   std::unordered_set<uint64_t> seen;
+  std::unordered_set<uint64_t> stored;  // ids a cache of `cached` blocks holds
   for (const TraceRequest& req : requests) {
     ++s.requests;
     s.blocks += req.hash_ids.size();
     s.tokens += req.input_length;
+    const size_t n =
+        cached == CachedBlocks::kAll ? req.hash_ids.size() : FullBlocks(req, block_tokens);
     // The whole prefix must predate this request, so look before inserting.
     size_t hits = 0;
-    while (hits < req.hash_ids.size() && seen.count(req.hash_ids[hits]) != 0) {
+    while (hits < n && stored.count(req.hash_ids[hits]) != 0) {
       s.hit_tokens += BlockTokensAt(req, hits, block_tokens);
       ++hits;
     }
     s.hit_blocks += hits;
     seen.insert(req.hash_ids.begin(), req.hash_ids.end());
+    stored.insert(req.hash_ids.begin(), req.hash_ids.begin() + n);
   }
   s.unique_blocks = seen.size();
   return s;

@@ -35,6 +35,8 @@ struct Trace {
 // Tokens covered by block `index` of `request`: block_tokens, or fewer for a
 // trailing partial block.
 uint32_t BlockTokensAt(const TraceRequest& request, size_t index, uint32_t block_tokens);
+// The number of leading blocks that hold block_tokens tokens each.
+uint32_t FullBlocks(const TraceRequest& request, uint32_t block_tokens);
 
 // Parses Mooncake JSONL text, one request object per line:
 //   {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [id, ...]}
@@ -63,8 +65,14 @@ struct InfiniteCacheStats {
   uint64_t hit_tokens = 0;  // tokens of the hit blocks
 };
 
+// Which blocks of a request a cache stores: every id, or (as an engine does,
+// which hashes full blocks only) the leading full blocks; the partial last
+// block is then always recomputed.
+enum class CachedBlocks { kAll, kFull };
+
 InfiniteCacheStats ComputeInfiniteCacheStats(std::span<const TraceRequest> requests,
-                                             uint32_t block_tokens);
+                                             uint32_t block_tokens,
+                                             CachedBlocks cached = CachedBlocks::kAll);
 inline InfiniteCacheStats ComputeInfiniteCacheStats(const Trace& trace) {
   return ComputeInfiniteCacheStats(trace.requests, trace.block_tokens);
 }
