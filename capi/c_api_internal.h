@@ -57,6 +57,7 @@ struct kvtier_runtime {
   uint64_t block_bytes = 0;
   uint32_t block_tokens = 0;
   uint32_t engine_blocks = 0;  // pages of the engine's pool
+  uint32_t state_blocks = 0;   // pages of one state checkpoint
   // The process that opened it (its threads live only there): its pid for
   // messages, its generation for the check.
   pid_t pid = getpid();

@@ -92,7 +92,8 @@ Status Open(KvtierConfig config, const kvtier_cuda_cache* cuda, kvtier_log_fn lo
                             KeyHasher(ns, config.runtime.hash),
                             block_bytes,
                             config.model.block_tokens,
-                            engine_blocks};
+                            engine_blocks,
+                            config.runtime.state_blocks};
   return Status::Ok();
 }
 
@@ -161,6 +162,7 @@ uint64_t kvtier_namespace(const kvtier_runtime* rt) { return rt ? rt->ns.value :
 uint64_t kvtier_block_bytes(const kvtier_runtime* rt) { return rt ? rt->block_bytes : 0; }
 uint32_t kvtier_block_tokens(const kvtier_runtime* rt) { return rt ? rt->block_tokens : 0; }
 uint32_t kvtier_engine_blocks(const kvtier_runtime* rt) { return rt ? rt->engine_blocks : 0; }
+uint32_t kvtier_state_blocks(const kvtier_runtime* rt) { return rt ? rt->state_blocks : 0; }
 
 int kvtier_key_chain(const kvtier_runtime* rt, const kvtier_key* parent, const int32_t* tokens,
                      size_t num_tokens, kvtier_key* out, size_t capacity, size_t* count) {

@@ -149,12 +149,14 @@ KVTIER_C_EXPORT int kvtier_open(const char* config_path, const char* config_text
  * runtime. NULL is ignored. Completions still held stay valid (free them). */
 KVTIER_C_EXPORT void kvtier_close(kvtier_runtime* rt);
 
-/* The model's namespace id, bytes per block and tokens per block, and the
- * pages of the engine's pool (engine blocks are numbered below it). */
+/* The model's namespace id, bytes per block and tokens per block, the
+ * pages of the engine's pool (engine blocks are numbered below it), and the
+ * pages one state checkpoint takes (runtime.state_blocks; 0: KV only). */
 KVTIER_C_EXPORT uint64_t kvtier_namespace(const kvtier_runtime* rt);
 KVTIER_C_EXPORT uint64_t kvtier_block_bytes(const kvtier_runtime* rt);
 KVTIER_C_EXPORT uint32_t kvtier_block_tokens(const kvtier_runtime* rt);
 KVTIER_C_EXPORT uint32_t kvtier_engine_blocks(const kvtier_runtime* rt);
+KVTIER_C_EXPORT uint32_t kvtier_state_blocks(const kvtier_runtime* rt);
 
 /* ---- Keys ------------------------------------------------------------------ */
 

@@ -75,6 +75,7 @@ _SIGNATURES = {
     "kvtier_block_bytes": (ctypes.c_uint64, [_P]),
     "kvtier_block_tokens": (ctypes.c_uint32, [_P]),
     "kvtier_engine_blocks": (ctypes.c_uint32, [_P]),
+    "kvtier_state_blocks": (ctypes.c_uint32, [_P]),
     "kvtier_key_chain": (ctypes.c_int, [_P, _KEYS, ctypes.POINTER(ctypes.c_int32),
                                         ctypes.c_size_t, _KEYS, ctypes.c_size_t, _SIZE_P]),
     "kvtier_key_from_engine_hash": (ctypes.c_int, [_P, _KEYS, ctypes.c_char_p, ctypes.c_size_t,

@@ -109,6 +109,11 @@ class Runtime(_Scoped):
         """Pages of the engine's pool: engine block ids are below this."""
         return self._call(lib().kvtier_engine_blocks)
 
+    @property
+    def state_blocks(self):
+        """Pages one state checkpoint takes (runtime.state_blocks); 0: KV only."""
+        return self._call(lib().kvtier_state_blocks)
+
     def key_chain(self, tokens, parent=None):
         """Keys of the full blocks of `tokens` (a list, or faster an array.array('i')
         or an int32 NumPy array), continuing `parent` (None: first block), as Keys."""

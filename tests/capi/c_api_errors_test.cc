@@ -236,6 +236,7 @@ TEST(CApiErrorsTest, NullArgumentsAreRefusedByName) {
   EXPECT_EQ(kvtier_namespace(nullptr), 0u);
   EXPECT_EQ(kvtier_block_bytes(nullptr), 0u);
   EXPECT_EQ(kvtier_engine_blocks(nullptr), 0u);
+  EXPECT_EQ(kvtier_state_blocks(nullptr), 0u);
   kvtier_completion_free(nullptr);
   kvtier_close(nullptr);
   kvtier_untrack_request(nullptr, 1);

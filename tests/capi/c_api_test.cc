@@ -33,6 +33,7 @@ TEST(CApiTest, KeysAreTheCppHashersKeys) {
   EXPECT_EQ(kvtier_namespace(rt.get()), hasher.ns().value);
   EXPECT_EQ(kvtier_block_tokens(rt.get()), 16u);
   EXPECT_EQ(kvtier_engine_blocks(rt.get()), 16u);  // engine.pool_blocks
+  EXPECT_EQ(kvtier_state_blocks(rt.get()), 0u);    // runtime.state_blocks
   EXPECT_EQ(kvtier_block_bytes(rt.get()),
             8192u);  // 4 layers x K,V x 16 tokens x 2 heads x 16 x 2 B
 

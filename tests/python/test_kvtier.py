@@ -57,6 +57,7 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(self.rt.block_bytes, 8192)
         self.assertEqual(self.rt.block_tokens, 16)
         self.assertEqual(self.rt.engine_blocks, 16)
+        self.assertEqual(self.rt.state_blocks, 0)
         self.assertNotEqual(self.rt.namespace, 0)
         tokens = list(range(3 * 16 + 5))
         keys = self.rt.key_chain(tokens)
@@ -134,6 +135,7 @@ class KvtierBindingTest(unittest.TestCase):
     def test_hybrid_state_checkpoints_gate_lookups_and_round_trip(self):
         rt = kvtier.Runtime(config_text=CONFIG, overrides=["runtime.state_blocks=2"])
         try:
+            self.assertEqual(rt.state_blocks, 2)
             keys = rt.key_chain(list(range(100, 100 + 3 * 16)))
             for b in range(5):
                 rt.host_block_write(b, pattern(8192, b + 1))
@@ -378,6 +380,7 @@ class KvtierBindingTest(unittest.TestCase):
             "block_bytes": lambda: rt.block_bytes,
             "block_tokens": lambda: rt.block_tokens,
             "engine_blocks": lambda: rt.engine_blocks,
+            "state_blocks": lambda: rt.state_blocks,
             "should_admit": lambda: rt.should_admit(1),
             "untrack_request": lambda: rt.untrack_request(1),
             "key_chain": lambda: rt.key_chain(list(range(32))),

@@ -99,9 +99,10 @@ TEST(ReplayReportTest, CheckpointLinesForHybridModelsOnly) {
   r.state_bytes_loaded = 3 * kMiB;
   r.state_bytes_saved = 7 * kMiB;
   const std::string text = FormatReplayReport(r);
-  EXPECT_NE(text.find("checkpoints:    7 saved of 10 offered (1 blocks gone first), 3 resumed "
-                      "from, 4 blocks each\n"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("checkpoints:    7 saved of 10 offered (1 with their block not stored), 3 resumed "
+                "from, 4 blocks each\n"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("of which state: 3MiB loaded, 7MiB saved\n"), std::string::npos) << text;
   const std::string json = ReplayReportJson(r);

@@ -162,6 +162,52 @@ TEST(ReplayTest, HybridModelWithMarconiKeepsTailAndBranchCheckpoints) {
   EXPECT_EQ(r->runtime.lookup_state_cut_blocks, 1u);
 }
 
+// A checkpoint offered on a block the hub refused has nothing to sit on: it
+// counts as unstored, not as a failed save.
+TEST(ReplayTest, HybridCheckpointOfARefusedBlockIsUnstored) {
+  KvtierConfig config = TinyConfig(64);
+  config.runtime.state_blocks = 2;
+  config.gpu_pool_blocks = 6;
+  config.runtime.tiers[0].admission = {"marconi"};  // judges KV blocks too
+  config.runtime.tiers[0].policy.marconi_probation = 0;
+  Result<ReplayReport> r = ReplayTrace(config, TinyTrace(), ReplayOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // A KV block is admitted once named twice, a checkpoint at a tail or a
+  // branch point. [1 2]: both refused, 2 unstored. [1 2]: stored, keeps 2
+  // (1 is refused: no tail). [1 2 4]: resumes at 2; 4 refused, unstored.
+  // [6]: unstored. [1 2 4]: resumes at 2, stores 4, keeps it (tail).
+  // [1 9 10]: 1 has no state, recomputes; keeps 1 (now a branch), 9 and
+  // 10 refused, unstored. [11 2]: 2 unstored.
+  EXPECT_EQ(r->checkpoints_offered, 12u);
+  EXPECT_EQ(r->checkpoints_saved, 3u);
+  EXPECT_EQ(r->checkpoints_unstored, 8u);
+  EXPECT_EQ(r->block_hits, 4u);
+  EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures, 0u);
+}
+
+// A prompt shorter than a block has no full block: nothing to look up or
+// save, with or without state checkpoints.
+TEST(ReplayTest, APromptWithoutAFullBlockIsComputedWhole) {
+  Result<Trace> t = ParseMooncakeTrace(
+      "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [1]}\n"
+      "{\"timestamp\": 1, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [1]}\n",
+      "mem");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (uint32_t state_blocks : {0u, 2u}) {
+    KvtierConfig config = TinyConfig(64);
+    config.runtime.state_blocks = state_blocks;
+    Result<ReplayReport> r = ReplayTrace(config, *t, ReplayOptions());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->requests, 2u);
+    EXPECT_EQ(r->blocks, 2u);
+    EXPECT_EQ(r->block_hits, 0u);
+    EXPECT_EQ(r->infinite.hit_blocks, 0u);
+    EXPECT_EQ(r->bytes_saved, 0u);
+    EXPECT_EQ(r->checkpoints_offered, 0u);
+    EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures + r->lookup_failures, 0u);
+  }
+}
+
 TEST(ReplayTest, HybridModelNeedsRoomBesideTheStateInThePool) {
   KvtierConfig config = TinyConfig(64);
   config.runtime.state_blocks = 8;  // the pool holds 8
@@ -221,6 +267,27 @@ TEST(ReplayTest, RunReplayWithExampleConfigAndGenerator) {
   EXPECT_NE(json.find("\"infinite_cache_block_hits\":8,"), std::string::npos) << json;
   EXPECT_NE(json.find("\"tiers\":[{\"name\":\"host\",\"type\":\"host\","), std::string::npos)
       << json;
+}
+
+// config/examples/hybrid.yaml drives the hybrid path end to end: marconi
+// keeps a few of the checkpoints offered, requests resume from them, and
+// every loaded block and state part has the right bytes.
+TEST(ReplayTest, RunReplayWithHybridExampleConfig) {
+  ReplayOptions options;
+  options.config_path = kSourceDir + "/config/examples/hybrid.yaml";
+  options.trace_path = kSourceDir + "/traces/mooncake_arxiv_trace_first1000.jsonl";
+  options.overrides = {"model.layers=1", "model.kv_heads=1", "model.head_size=4"};
+  options.limit = 200;
+  Result<ReplayReport> r = RunReplay(options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 200u);
+  EXPECT_EQ(r->state_blocks, 4u);
+  EXPECT_GT(r->state_resumes, 0u);
+  EXPECT_GT(r->checkpoints_saved, 0u);
+  EXPECT_LT(r->checkpoints_saved * 4, r->checkpoints_offered) << "marconi keeps a few";
+  EXPECT_GT(r->block_hits, 0u);
+  EXPECT_LE(r->block_hits, r->infinite.hit_blocks);
+  EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures + r->lookup_failures, 0u);
 }
 
 TEST(ReplayTest, RunReplayReportsConfigAndTraceErrors) {

@@ -143,19 +143,25 @@ void Replayer::SaveCheckpoints(std::span<const BlockKey> boundaries,
     report_->save_s += SecondsSince(start);
     ++report_->checkpoints_offered;
     uint64_t bytes = 0;
+    size_t ok = 0;
+    size_t invalid = 0;
     for (size_t i = 0; i < c.size(); ++i) {
       if (c.result(i).ok()) {
+        ++ok;
         bytes += c.bytes(i);
       } else if (c.result(i).code() == StatusCode::kInvalidArgument) {
-        // The block itself is gone (refused or evicted since its save):
-        // not a failure, there is nothing to attach the state to.
-        ++report_->checkpoints_unstored;
-        break;
+        ++invalid;
       } else {
         ++report_->save_failures;
       }
     }
-    if (bytes > 0) ++report_->checkpoints_saved;
+    if (invalid == c.size()) {
+      // The block itself is not stored: nothing to attach the state to.
+      ++report_->checkpoints_unstored;
+    } else {
+      report_->save_failures += invalid;  // a bad call, not a missing block
+    }
+    if (ok == c.size() && bytes > 0) ++report_->checkpoints_saved;
     report_->state_bytes_saved += bytes;
     report_->bytes_saved += bytes;
   }

@@ -70,14 +70,19 @@ struct ReplayReport {
   uint64_t bytes_loaded = 0;     // blocks that loaded OK and verified
   uint64_t bytes_saved = 0;      // blocks saved OK
   double elapsed_s = 0;          // the whole replay loop
-  double load_s = 0;             // inside Load and its Wait, summed over requests
-  double save_s = 0;             // inside Save and its Wait, summed over requests
+  double load_s = 0;             // inside Load / LoadState and their Wait, summed
+  double save_s = 0;             // inside Save / SaveState and their Wait, summed
   // Hybrid models only (state_blocks > 0); state parts also count in
   // verify_failures, load_failures and save_failures.
   uint32_t state_blocks = 0;          // engine blocks one checkpoint takes
-  uint64_t checkpoints_offered = 0;   // SaveState calls: one per new block
-  uint64_t checkpoints_saved = 0;     // stored by them (admission let them in)
-  uint64_t checkpoints_unstored = 0;  // their block was no longer stored (InvalidArgument)
+  // SaveState calls: one per block past where the request resumed (those
+  // stored already, beyond a lookup's cut, are offered again: a no-op).
+  uint64_t checkpoints_offered = 0;
+  uint64_t checkpoints_saved = 0;  // stored whole by them (admission let them in)
+  // Their block was not stored (refused by admission, or evicted since its
+  // save): every part answered InvalidArgument. A part failing otherwise
+  // counts in save_failures.
+  uint64_t checkpoints_unstored = 0;
   uint64_t state_resumes = 0;         // hits whose checkpoint loaded OK and verified
   uint64_t state_bytes_loaded = 0;    // part of bytes_loaded
   uint64_t state_bytes_saved = 0;     // part of bytes_saved

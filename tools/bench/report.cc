@@ -72,7 +72,7 @@ std::string FormatReplayReport(const ReplayReport& r) {
                 100 * Ratio(inf.hit_tokens, inf.tokens));
   if (r.state_blocks > 0) {
     out += Printf("checkpoints:    %" PRIu64 " saved of %" PRIu64 " offered (%" PRIu64
-                  " blocks gone first), %" PRIu64 " resumed from, %u blocks each\n",
+                  " with their block not stored), %" PRIu64 " resumed from, %u blocks each\n",
                   r.checkpoints_saved, r.checkpoints_offered, r.checkpoints_unstored,
                   r.state_resumes, r.state_blocks);
   }
