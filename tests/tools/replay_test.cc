@@ -29,6 +29,15 @@ KvtierConfig TinyConfig(uint64_t host_blocks) {
   return c;
 }
 
+// TinyConfig(64) for a hybrid model with a 2-block state; the pool fits the
+// 4-block requests beside it.
+KvtierConfig HybridConfig() {
+  KvtierConfig c = TinyConfig(64);
+  c.runtime.state_blocks = 2;
+  c.gpu_pool_blocks = 6;
+  return c;
+}
+
 Trace TinyTrace() {
   Result<Trace> t = ReadMooncakeTrace(kSourceDir + "/traces/tiny.jsonl");
   EXPECT_TRUE(t.ok()) << t.status().ToString();
@@ -116,9 +125,7 @@ TEST(ReplayTest, RequestsLargerThanThePoolAreSkipped) {
 // resumes, as without state.
 TEST(ReplayTest, HybridModelResumesFromEveryCheckpointTheHubKeeps) {
   const Trace trace = TinyTrace();
-  KvtierConfig config = TinyConfig(64);
-  config.runtime.state_blocks = 2;
-  config.gpu_pool_blocks = 6;  // the 4-block requests fit beside the state
+  KvtierConfig config = HybridConfig();
   Result<ReplayReport> r = ReplayTrace(config, trace, ReplayOptions());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->requests, 7u);
@@ -140,9 +147,7 @@ TEST(ReplayTest, HybridModelResumesFromEveryCheckpointTheHubKeeps) {
 // resumes where an earlier one ended or branched, and recomputes otherwise.
 TEST(ReplayTest, HybridModelWithMarconiKeepsTailAndBranchCheckpoints) {
   const Trace trace = TinyTrace();
-  KvtierConfig config = TinyConfig(64);
-  config.runtime.state_blocks = 2;
-  config.gpu_pool_blocks = 6;
+  KvtierConfig config = HybridConfig();
   config.runtime.tiers[0].admission = {"marconi"};
   config.runtime.tiers[0].policy.marconi_checkpoints_only = true;
   Result<ReplayReport> r = ReplayTrace(config, trace, ReplayOptions());
@@ -165,9 +170,7 @@ TEST(ReplayTest, HybridModelWithMarconiKeepsTailAndBranchCheckpoints) {
 // A checkpoint offered on a block the hub refused has nothing to sit on: it
 // counts as unstored, not as a failed save.
 TEST(ReplayTest, HybridCheckpointOfARefusedBlockIsUnstored) {
-  KvtierConfig config = TinyConfig(64);
-  config.runtime.state_blocks = 2;
-  config.gpu_pool_blocks = 6;
+  KvtierConfig config = HybridConfig();
   config.runtime.tiers[0].admission = {"marconi"};  // judges KV blocks too
   config.runtime.tiers[0].policy.marconi_probation = 0;
   Result<ReplayReport> r = ReplayTrace(config, TinyTrace(), ReplayOptions());
