@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
+#include "tests/support/fault_tier.h"
 #include "tools/bench/block_content.h"
 #include "tools/bench/report.h"
 
@@ -209,6 +212,60 @@ TEST(ReplayTest, APromptWithoutAFullBlockIsComputedWhole) {
     EXPECT_EQ(r->checkpoints_offered, 0u);
     EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures + r->lookup_failures, 0u);
   }
+}
+
+// HybridConfig with a 12-block hub that demotes down to 2 blocks once it
+// holds 5, into a lower host tier wrapped in `faults`. Leaves go down first,
+// so a checkpoint's parts (leaves below their block) leave the hub before
+// the chain they sit on.
+KvtierConfig HybridConfigOverFaultyTier(testing::FaultOptions faults) {
+  KvtierConfig c = HybridConfig();
+  c.runtime.tiers[0].capacity_bytes = 12 * c.runtime.block_bytes;
+  c.runtime.tiers[0].watermarks = {.high = 0.4, .low = 0.2};
+  c.runtime.mover.interval_ms = 1;
+  TierOptions lower = c.runtime.tiers[0];
+  lower.name = "faulty";
+  lower.capacity_bytes = 64 * c.runtime.block_bytes;
+  c.runtime.tiers.push_back(lower);
+  c.runtime.tier_factory = [faults](const TierOptions& t,
+                                    const TierContext& ctx) -> Result<std::unique_ptr<Tier>> {
+    Result<std::unique_ptr<Tier>> inner = CreateTier(t, ctx);
+    if (!inner.ok()) return inner.status();
+    return testing::NewFaultInjectingTier(std::move(inner).value(), faults);
+  };
+  return c;
+}
+
+// A checkpoint whose parts come back corrupted cannot be resumed from: the
+// engine recomputes the whole prompt even though its KV blocks loaded, and
+// never counts a hit on wrong bytes.
+TEST(ReplayTest, HybridStateThatFailsToLoadMeansRecompute) {
+  ReplayOptions options;
+  // Time for the mover to demote after each request, so that a lookup finds
+  // the checkpoint parts below the hub.
+  options.progress = [](uint64_t, uint64_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  };
+  Result<ReplayReport> clean = ReplayTrace(HybridConfigOverFaultyTier({}), TinyTrace(), options);
+  ASSERT_TRUE(clean.ok()) << clean.status().ToString();
+  EXPECT_EQ(clean->block_hits, 8u);  // as with everything in the hub
+  EXPECT_EQ(clean->state_resumes, 4u);
+  EXPECT_EQ(clean->load_failures + clean->verify_failures, 0u);
+  EXPECT_GT(clean->runtime.tiers[1].blocks, 0u);  // the lower tier served loads
+
+  testing::FaultOptions corrupt;
+  corrupt.corrupt_on_read = true;
+  Result<ReplayReport> r = ReplayTrace(HybridConfigOverFaultyTier(corrupt), TinyTrace(), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lookup_hits, 8u);  // the lookups find the same prefixes
+  EXPECT_GT(r->load_failures, 0u);
+  EXPECT_EQ(r->verify_failures, 0u);
+  EXPECT_LT(r->state_resumes, 4u);
+  EXPECT_LT(r->block_hits, 8u);
+  // KV blocks loaded (and checked) beyond those counted as hits: a request
+  // whose state failed recomputed although its KV prefix was good.
+  EXPECT_GT(r->bytes_loaded - r->state_bytes_loaded, r->block_hits * r->block_bytes);
+  EXPECT_EQ(r->state_bytes_loaded, r->state_resumes * 2 * r->block_bytes);
 }
 
 TEST(ReplayTest, HybridModelNeedsRoomBesideTheStateInThePool) {
