@@ -122,6 +122,27 @@ Status CheckSketchAging(const ConfigNode& tier, const std::string& path, const P
                    "at most " + limit + ", or 0 for " + limit);
 }
 
+// marconi_checkpoints_only steers marconi admission only: set on a tier
+// without it, it would read as if checkpoints were judged while every one
+// is kept. The knob is blamed, or the admission list when an override set it.
+Status CheckCheckpointsOnly(const ConfigNode& tier, const std::string& path, const TierOptions& t) {
+  if (!t.policy.marconi_checkpoints_only ||
+      std::find(t.admission.begin(), t.admission.end(), "marconi") != t.admission.end()) {
+    return Status::Ok();
+  }
+  const ConfigNode* policy = tier.Find("policy");
+  const ConfigNode* knob = policy != nullptr ? policy->Find("marconi_checkpoints_only") : nullptr;
+  const ConfigNode* admission = tier.Find("admission");
+  const ConfigNode* at = knob;
+  if (at == nullptr || (admission != nullptr && admission->from_override)) at = admission;
+  const std::string where = at != nullptr ? at->where : tier.where;
+  return NodeError(where,
+                   path + ".policy.marconi_checkpoints_only is true but " + path +
+                       ".admission has no marconi, so it would change nothing",
+                   "marconi in the admission list, such as 'admission: [marconi]', or the knob "
+                   "false");
+}
+
 // watermarks, eviction, admission and the policies' knobs.
 Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOptions* t) {
   if (const ConfigNode* p = node.Find("watermarks")) {
@@ -158,6 +179,7 @@ Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOpt
       if (t->admission[i] == "frequency") frequency = items[i];
     }
   }
+  KVTIER_RETURN_IF_ERROR(CheckCheckpointsOnly(node, path, *t));
   return CheckSketchAging(node, path, t->policy, frequency);
 }
 

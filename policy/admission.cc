@@ -362,8 +362,15 @@ Status PolicyKnobs::Validate() const {
 
 Status PolicyKnobs::ValidateFor(std::span<const std::string> admission) const {
   KVTIER_RETURN_IF_ERROR(Validate());
+  bool marconi = false;
   for (const std::string& a : admission) {
     if (a == "frequency") KVTIER_RETURN_IF_ERROR(internal::CheckSketchAgingPeriod(*this));
+    marconi = marconi || a == "marconi";
+  }
+  if (marconi_checkpoints_only && !marconi) {
+    return Status::InvalidArgument(
+        "marconi_checkpoints_only is true but the admission list has no marconi: it would "
+        "change nothing; expected marconi among the admission policies, or the knob false");
   }
   return Status::Ok();
 }

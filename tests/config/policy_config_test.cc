@@ -68,7 +68,7 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
   const std::vector<std::string> sets = {"tiers.ssd.policy.frequency_threshold=5",
                                          "tiers.ssd.policy.write_budget_per_day=1TiB",
                                          "tiers.host.policy.flop_alpha=2.5",
-                                         "tiers.ssd.admission=[frequency]",
+                                         "tiers.ssd.admission=[frequency, marconi]",
                                          "tiers.ssd.eviction=flop_aware",
                                          "runtime.gpu_flops=1e15",
                                          "tiers.ssd.policy.slru_protected_fraction=0.5",
@@ -87,7 +87,7 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
   EXPECT_EQ(r->runtime.tiers[1].policy.frequency_threshold, 5u);
   EXPECT_EQ(r->runtime.tiers[1].policy.write_budget_bytes_per_day, kTiB);
   EXPECT_EQ(r->runtime.tiers[0].policy.flop_alpha, 2.5);
-  EXPECT_EQ(r->runtime.tiers[1].admission, std::vector<std::string>{"frequency"});
+  EXPECT_EQ(r->runtime.tiers[1].admission, (std::vector<std::string>{"frequency", "marconi"}));
   EXPECT_EQ(r->runtime.tiers[1].eviction, "flop_aware");
   EXPECT_EQ(r->runtime.gpu_flops_per_s, 1e15);
   const PolicyKnobs& k = r->runtime.tiers[1].policy;
@@ -181,6 +181,26 @@ TEST(PolicyConfigTest, SketchAgingLimitBlamesTheOverrideThatBrokeIt) {
   EXPECT_EQ(r.status().message(), "t:3:40: tiers.h.policy.sketch_aging_period 20000" + tail);
 }
 
+// marconi_checkpoints_only without marconi admission would keep every
+// checkpoint while reading as if they were judged: an override that drops
+// marconi is the line blamed.
+TEST(PolicyConfigTest, CheckpointsOnlyNeedsMarconiAdmission) {
+  ASSERT_TRUE(LoadConfigFile(Example("hybrid.yaml")).ok());
+  Result<KvtierConfig> r = LoadConfigFile(
+      Example("hybrid.yaml"), std::vector<std::string>{"tiers.host.admission=[always]"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "--set tiers.host.admission=[always]: tiers.host.policy.marconi_checkpoints_only is "
+            "true but tiers.host.admission has no marconi, so it would change nothing; expected "
+            "marconi in the admission list, such as 'admission: [marconi]', or the knob false");
+  EXPECT_TRUE(
+      LoadConfigFile(Example("hybrid.yaml"),
+                     std::vector<std::string>{"tiers.host.admission=[always]",
+                                              "tiers.host.policy.marconi_checkpoints_only=false"})
+          .ok());
+}
+
 TEST(PolicyConfigTest, TierOptionsValidateThePolicyFields) {
   TierOptions t;
   t.name = "ssd";
@@ -195,6 +215,14 @@ TEST(PolicyConfigTest, TierOptionsValidateThePolicyFields) {
             "policy.write_budget_bytes_per_day > 0");
   t.policy.write_budget_bytes_per_day = kGiB;
   EXPECT_TRUE(t.Validate().ok());
+  t.policy.marconi_checkpoints_only = true;
+  EXPECT_EQ(t.Validate().message(),
+            "tier 'ssd': policy marconi_checkpoints_only is true but the admission list has no "
+            "marconi: it would change nothing; expected marconi among the admission policies, "
+            "or the knob false");
+  t.admission.push_back("marconi");
+  EXPECT_TRUE(t.Validate().ok());
+  t.policy.marconi_checkpoints_only = false;
   t.policy.frequency_threshold = 0;
   EXPECT_EQ(t.Validate().message(),
             "tier 'ssd': policy frequency_threshold is 0; expected at least 1");
