@@ -80,11 +80,16 @@ TEST(ReplayReportTest, RatesAreOverLoadAndSaveTime) {
   r.load_s = 1.5;
   r.bytes_saved = 1'000'000'000;
   r.save_s = 0.25;
+  r.requests = 9;
+  r.hit_requests = 4;
   const std::string text = FormatReplayReport(r);
+  EXPECT_NE(text.find("requests:       9, 4 reused a prefix (skipped 0,"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("(2.000 GB/s over 1.500 s in Load+Wait)"), std::string::npos) << text;
   EXPECT_NE(text.find("(4.000 GB/s over 0.250 s in Save+Wait)"), std::string::npos) << text;
   const std::string json = ReplayReportJson(r);
   EXPECT_NE(json.find("\"load_s\":1.5,\"save_s\":0.25"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"skipped_requests\":0,\"hit_requests\":4,"), std::string::npos) << json;
 }
 
 // The checkpoint lines appear for hybrid models only.
@@ -96,18 +101,19 @@ TEST(ReplayReportTest, CheckpointLinesForHybridModelsOnly) {
   r.checkpoints_saved = 7;
   r.checkpoints_unstored = 1;
   r.state_resumes = 3;
+  r.state_load_failures = 2;
   r.state_bytes_loaded = 3 * kMiB;
   r.state_bytes_saved = 7 * kMiB;
   const std::string text = FormatReplayReport(r);
   EXPECT_NE(
       text.find("checkpoints:    7 saved of 10 offered (1 with their block not stored), 3 resumed "
-                "from, 4 blocks each\n"),
+                "from, 2 failed to load, 4 blocks each\n"),
       std::string::npos)
       << text;
   EXPECT_NE(text.find("of which state: 3MiB loaded, 7MiB saved\n"), std::string::npos) << text;
   const std::string json = ReplayReportJson(r);
   EXPECT_NE(json.find("\"state_blocks\":4,\"checkpoints_offered\":10,\"checkpoints_saved\":7,"
-                      "\"checkpoints_unstored\":1,\"state_resumes\":3"),
+                      "\"checkpoints_unstored\":1,\"state_resumes\":3,\"state_load_failures\":2"),
             std::string::npos)
       << json;
 }

@@ -74,6 +74,7 @@ TEST(ReplayTest, LargeHostTierHitsEveryCachedPrefix) {
   // [11 2]; the partial 5 of lines 3 and 5 is computed both times.
   EXPECT_EQ(r->lookup_hits, 8u);
   EXPECT_EQ(r->block_hits, 8u);
+  EXPECT_EQ(r->hit_requests, 4u);
   EXPECT_EQ(r->tokens, 8584u);
   EXPECT_EQ(r->token_hits, 4096u);
   EXPECT_EQ(r->infinite.hit_blocks, 8u);
@@ -226,6 +227,7 @@ KvtierConfig HybridConfigOverFaultyTier(testing::FaultOptions faults) {
   TierOptions lower = c.runtime.tiers[0];
   lower.name = "faulty";
   lower.capacity_bytes = 64 * c.runtime.block_bytes;
+  lower.watermarks = {.high = 0.95, .low = 0.85};  // never fills on the tiny trace
   c.runtime.tiers.push_back(lower);
   c.runtime.tier_factory = [faults](const TierOptions& t,
                                     const TierContext& ctx) -> Result<std::unique_ptr<Tier>> {
@@ -241,8 +243,8 @@ KvtierConfig HybridConfigOverFaultyTier(testing::FaultOptions faults) {
 // never counts a hit on wrong bytes.
 TEST(ReplayTest, HybridStateThatFailsToLoadMeansRecompute) {
   ReplayOptions options;
-  // Time for the mover to demote after each request, so that a lookup finds
-  // the checkpoint parts below the hub.
+  // Saves make room in the hub as they go; the pause lets the 1 ms mover
+  // finish any batch it started before the next lookup.
   options.progress = [](uint64_t, uint64_t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   };
@@ -250,8 +252,10 @@ TEST(ReplayTest, HybridStateThatFailsToLoadMeansRecompute) {
   ASSERT_TRUE(clean.ok()) << clean.status().ToString();
   EXPECT_EQ(clean->block_hits, 8u);  // as with everything in the hub
   EXPECT_EQ(clean->state_resumes, 4u);
+  EXPECT_EQ(clean->state_load_failures, 0u);
+  EXPECT_EQ(clean->hit_requests, 4u);
   EXPECT_EQ(clean->load_failures + clean->verify_failures, 0u);
-  EXPECT_GT(clean->runtime.tiers[1].blocks, 0u);  // the lower tier served loads
+  EXPECT_GT(clean->runtime.tiers[1].hit_blocks, 0u);  // the lower tier served loads
 
   testing::FaultOptions corrupt;
   corrupt.corrupt_on_read = true;
@@ -260,7 +264,9 @@ TEST(ReplayTest, HybridStateThatFailsToLoadMeansRecompute) {
   EXPECT_EQ(r->lookup_hits, 8u);  // the lookups find the same prefixes
   EXPECT_GT(r->load_failures, 0u);
   EXPECT_EQ(r->verify_failures, 0u);
-  EXPECT_LT(r->state_resumes, 4u);
+  EXPECT_GT(r->runtime.tiers[1].corruptions, 0u);
+  EXPECT_GT(r->state_load_failures, 0u);
+  EXPECT_EQ(r->hit_requests, r->state_resumes);  // a hit needs its state
   EXPECT_LT(r->block_hits, 8u);
   // KV blocks loaded (and checked) beyond those counted as hits: a request
   // whose state failed recomputed although its KV prefix was good.

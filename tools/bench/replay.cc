@@ -212,9 +212,15 @@ void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {
   if (state_blocks_ > 0 && hits > 0) {
     // The state resumes only where the lookup found it; a shorter KV prefix
     // or a failed state load leaves nothing to resume from.
-    if (hits < pinned_hits || !LoadStateAndVerify(keys[hits - 1], state)) hits = 0;
+    if (hits < pinned_hits) {
+      hits = 0;
+    } else if (!LoadStateAndVerify(keys[hits - 1], state)) {
+      ++report_->state_load_failures;
+      hits = 0;
+    }
   }
   report_->block_hits += hits;
+  if (hits > 0) ++report_->hit_requests;
   for (size_t i = 0; i < hits; ++i) report_->token_hits += BlockTokensAt(req, i, block_tokens);
 
   PrefillAndSave(all, kv, hits);

@@ -55,6 +55,7 @@ struct ReplayReport {
   uint64_t requests = 0;          // replayed
   uint64_t skipped_requests = 0;  // larger than the engine pool; not replayed
   uint64_t skipped_blocks = 0;
+  uint64_t hit_requests = 0;  // replayed requests that reused a prefix (a block hit)
   uint64_t blocks = 0;       // of the trace, the partial last ones too
   uint64_t lookup_hits = 0;  // leading blocks LookupAndPin found
   // Leading blocks loaded OK and verified: the prefix an engine could reuse.
@@ -84,6 +85,9 @@ struct ReplayReport {
   // counts in save_failures.
   uint64_t checkpoints_unstored = 0;
   uint64_t state_resumes = 0;         // hits whose checkpoint loaded OK and verified
+  // Requests whose KV prefix loaded and verified whole but whose checkpoint
+  // did not: nothing to resume from, so they recomputed the whole prompt.
+  uint64_t state_load_failures = 0;
   uint64_t state_bytes_loaded = 0;    // part of bytes_loaded
   uint64_t state_bytes_saved = 0;     // part of bytes_saved
   InfiniteCacheStats infinite;  // over the replayed requests only

@@ -58,9 +58,9 @@ std::string FormatReplayReport(const ReplayReport& r) {
   std::string out;
   out += "trace:          " + r.trace_source + "\n";
   out += "config:         " + r.config_source + "\n";
-  out += Printf("requests:       %" PRIu64 " (skipped %" PRIu64 ", %" PRIu64
-                " blocks, larger than the engine pool)\n",
-                r.requests, r.skipped_requests, r.skipped_blocks);
+  out += Printf("requests:       %" PRIu64 ", %" PRIu64 " reused a prefix (skipped %" PRIu64
+                ", %" PRIu64 " blocks, larger than the engine pool)\n",
+                r.requests, r.hit_requests, r.skipped_requests, r.skipped_blocks);
   out += Printf("blocks:         %" PRIu64 " of %s (%" PRIu64 " unique)\n", r.blocks,
                 FormatBytes(r.block_bytes).c_str(), inf.unique_blocks);
   out += Printf("block hits:     %" PRIu64 " (%.2f%%), infinite cache %" PRIu64 " (%.2f%%)\n",
@@ -72,9 +72,10 @@ std::string FormatReplayReport(const ReplayReport& r) {
                 100 * Ratio(inf.hit_tokens, inf.tokens));
   if (r.state_blocks > 0) {
     out += Printf("checkpoints:    %" PRIu64 " saved of %" PRIu64 " offered (%" PRIu64
-                  " with their block not stored), %" PRIu64 " resumed from, %u blocks each\n",
+                  " with their block not stored), %" PRIu64 " resumed from, %" PRIu64
+                  " failed to load, %u blocks each\n",
                   r.checkpoints_saved, r.checkpoints_offered, r.checkpoints_unstored,
-                  r.state_resumes, r.state_blocks);
+                  r.state_resumes, r.state_load_failures, r.state_blocks);
   }
   out += Printf("failures:       verify %" PRIu64 ", save %" PRIu64 ", load %" PRIu64
                 ", lookup %" PRIu64 "\n",
@@ -105,6 +106,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
   j["config"] = r.config_source;
   j["requests"] = r.requests;
   j["skipped_requests"] = r.skipped_requests;
+  j["hit_requests"] = r.hit_requests;
   j["blocks"] = r.blocks;
   j["block_hits"] = r.block_hits;
   j["lookup_hits"] = r.lookup_hits;
@@ -119,6 +121,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
   j["checkpoints_saved"] = r.checkpoints_saved;
   j["checkpoints_unstored"] = r.checkpoints_unstored;
   j["state_resumes"] = r.state_resumes;
+  j["state_load_failures"] = r.state_load_failures;
   j["state_bytes_loaded"] = r.state_bytes_loaded;
   j["state_bytes_saved"] = r.state_bytes_saved;
   j["infinite_cache_block_hits"] = r.infinite.hit_blocks;
