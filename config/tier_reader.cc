@@ -136,9 +136,10 @@ Status CheckCheckpointsOnly(const ConfigNode& tier, const std::string& path, con
   const ConfigNode* at = knob;
   if (at == nullptr || (admission != nullptr && admission->from_override)) at = admission;
   const std::string where = at != nullptr ? at->where : tier.where;
+  const std::string list = admission != nullptr ? ".admission" : ".admission (default [always])";
   return NodeError(where,
-                   path + ".policy.marconi_checkpoints_only is true but " + path +
-                       ".admission has no marconi, so it would change nothing",
+                   path + ".policy.marconi_checkpoints_only is true but " + path + list +
+                       " has no marconi, so it would change nothing",
                    "marconi in the admission list, such as 'admission: [marconi]', or the knob "
                    "false");
 }

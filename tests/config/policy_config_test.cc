@@ -199,6 +199,16 @@ TEST(PolicyConfigTest, CheckpointsOnlyNeedsMarconiAdmission) {
                      std::vector<std::string>{"tiers.host.admission=[always]",
                                               "tiers.host.policy.marconi_checkpoints_only=false"})
           .ok());
+  // Without an admission list the message names the default it stands for.
+  r = ParseConfig(
+      "runtime: {state_blocks: 2}\n"
+      "tiers: [{name: h, type: host, capacity: 1GiB, policy: {marconi_checkpoints_only: true}}]\n",
+      "t");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "t:2:82: tiers.h.policy.marconi_checkpoints_only is true but tiers.h.admission "
+            "(default [always]) has no marconi, so it would change nothing; expected marconi in "
+            "the admission list, such as 'admission: [marconi]', or the knob false");
 }
 
 TEST(PolicyConfigTest, TierOptionsValidateThePolicyFields) {
