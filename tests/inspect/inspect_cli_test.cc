@@ -227,11 +227,13 @@ TEST_F(InspectCli, TraceOfTheShippedArxivTrace) {
   CliRun r = Inspect("trace " + trace);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out.rfind("trace: " + trace + "\nmeasure ", 0), 0u) << r.out;
-  for (const char* want :
-       {"\nrequests                          1000\n", "\nblocks                           19686\n",
-        "\nunique blocks                    12207\n", "\ninfinite-cache block hit rate   0.3799\n",
-        "\nfull-block-only block hits        7468\n", "\nfull-block-only token hits     3823616\n",
-        "\ncold (first use)     12207  62.0%           -\n"}) {
+  for (const char* want : {"\nrequests                                 1000\n",
+                           "\nblocks                                  19686\n",
+                           "\nunique blocks                           12207\n",
+                           "\ninfinite-cache block hit rate          0.3799\n",
+                           "\ninfinite-cache full-block hits           7468\n",
+                           "\ninfinite-cache full-block token hits  3823616\n",
+                           "\ncold (first use)     12207  62.0%           -\n"}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n--- in ---\n" << r.out;
   }
   r = Inspect("trace --json " + trace);
@@ -241,8 +243,9 @@ TEST_F(InspectCli, TraceOfTheShippedArxivTrace) {
   EXPECT_EQ(j["blocks"], 19686);
   EXPECT_EQ(j["unique_blocks"], 12207);
   EXPECT_EQ(j["infinite_cache_hit_blocks"], 7479);
-  EXPECT_EQ(j["full_block_hit_blocks"], 7468);
-  EXPECT_EQ(j["full_block_hit_tokens"], 3823616);
+  EXPECT_EQ(j["infinite_cache_full_hit_blocks"], 7468);
+  EXPECT_EQ(j["infinite_cache_full_hit_tokens"], 3823616);
+  EXPECT_NEAR(j["infinite_cache_full_block_hit_rate"].get<double>(), 7468.0 / 19686, 1e-12);
   uint64_t total = j["reuse_distance"]["cold"];
   for (const json& b : j["reuse_distance"]["buckets"]) total += b["accesses"].get<uint64_t>();
   EXPECT_EQ(total, 19686u) << "every access is cold or has a distance";
@@ -268,8 +271,8 @@ TEST_F(InspectCli, TraceReuseDistancesOfAHandBuiltTrace) {
   EXPECT_EQ(j["infinite_cache_hit_blocks"], 3);
   EXPECT_EQ(j["infinite_cache_hit_tokens"], 512 + 1000);
   // Full blocks: the last request's B (488 tokens) is partial, so only A hits.
-  EXPECT_EQ(j["full_block_hit_blocks"], 2);
-  EXPECT_EQ(j["full_block_hit_tokens"], 512 + 512);
+  EXPECT_EQ(j["infinite_cache_full_hit_blocks"], 2);
+  EXPECT_EQ(j["infinite_cache_full_hit_tokens"], 512 + 512);
   r = Inspect("trace " + Write("bad.jsonl", "{\"timestamp\": -1}\n"));
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("bad.jsonl:1: "), std::string::npos) << r.err;

@@ -105,8 +105,10 @@ int RunTrace(const std::string& file, uint32_t block_tokens, const Output& o) {
                        {"infinite_cache_hit_tokens", s.hit_tokens},
                        {"infinite_cache_block_hit_rate", Ratio(s.hit_blocks, s.blocks)},
                        {"infinite_cache_token_hit_rate", Ratio(s.hit_tokens, s.tokens)},
-                       {"full_block_hit_blocks", full.hit_blocks},
-                       {"full_block_hit_tokens", full.hit_tokens},
+                       {"infinite_cache_full_hit_blocks", full.hit_blocks},
+                       {"infinite_cache_full_hit_tokens", full.hit_tokens},
+                       {"infinite_cache_full_block_hit_rate", Ratio(full.hit_blocks, s.blocks)},
+                       {"infinite_cache_full_token_hit_rate", Ratio(full.hit_tokens, s.tokens)},
                        {"reuse_distance", {{"cold", reuse.cold}, {"buckets", buckets}}}})
           << "\n";
     return kExitOk;
@@ -121,11 +123,11 @@ int RunTrace(const std::string& file, uint32_t block_tokens, const Output& o) {
   t.Row({"infinite-cache block hit rate", Fixed(Ratio(s.hit_blocks, s.blocks), 4)});
   t.Row({"infinite-cache token hits", std::to_string(s.hit_tokens)});
   t.Row({"infinite-cache token hit rate", Fixed(Ratio(s.hit_tokens, s.tokens), 4)});
-  t.Row({"full-block-only block hits", std::to_string(full.hit_blocks)});
-  t.Row({"full-block-only token hits", std::to_string(full.hit_tokens)});
+  t.Row({"infinite-cache full-block hits", std::to_string(full.hit_blocks)});
+  t.Row({"infinite-cache full-block token hits", std::to_string(full.hit_tokens)});
   o.out << t.Render()
-        << "full-block-only: the infinite cache holding full blocks only, as an engine saves "
-           "them\n(the reference of kvtier-bench replay)\n"
+        << "full-block: the infinite cache holding full blocks only, as an engine saves them\n"
+           "(the reference of kvtier-bench replay)\n"
         << "\nreuse distance (distinct blocks between two uses of a block)\n";
   Table r({"distance", "accesses", "share", "cumulative"});
   r.Row({"cold (first use)", std::to_string(reuse.cold), Percent(reuse.cold, s.blocks), "-"});
