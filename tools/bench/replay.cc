@@ -113,7 +113,8 @@ size_t Replayer::LoadAndVerify(std::span<const BlockKey> keys, std::span<const u
 }
 
 // Loads the state checkpoint of `boundary` into `blocks`; true when every
-// part loaded OK with the right bytes (the engine can resume there).
+// part loaded OK with the right bytes (the engine can resume there). Counts
+// the outcome as a resume or a state load failure.
 bool Replayer::LoadStateAndVerify(const BlockKey& boundary, std::span<const uint32_t> blocks) {
   const auto start = std::chrono::steady_clock::now();
   Completion c =
@@ -124,7 +125,10 @@ bool Replayer::LoadStateAndVerify(const BlockKey& boundary, std::span<const uint
       TallyLoad(c, [&](size_t i) { return Verify(hasher_.StatePart(boundary, i), blocks[i]); });
   report_->load_failures += tally.load_failures;
   report_->verify_failures += tally.verify_failures;
-  if (tally.verified != blocks.size()) return false;
+  if (tally.verified != blocks.size()) {
+    ++report_->state_load_failures;
+    return false;
+  }
   ++report_->state_resumes;
   report_->state_bytes_loaded += tally.verified * block_bytes_;
   report_->bytes_loaded += tally.verified * block_bytes_;
@@ -212,12 +216,7 @@ void Replayer::Request(const TraceRequest& req, uint32_t block_tokens) {
   if (state_blocks_ > 0 && hits > 0) {
     // The state resumes only where the lookup found it; a shorter KV prefix
     // or a failed state load leaves nothing to resume from.
-    if (hits < pinned_hits) {
-      hits = 0;
-    } else if (!LoadStateAndVerify(keys[hits - 1], state)) {
-      ++report_->state_load_failures;
-      hits = 0;
-    }
+    if (hits < pinned_hits || !LoadStateAndVerify(keys[hits - 1], state)) hits = 0;
   }
   report_->block_hits += hits;
   if (hits > 0) ++report_->hit_requests;
