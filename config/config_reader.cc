@@ -29,7 +29,8 @@ constexpr std::array<std::string_view, 1> kEngineKeys = {"pool_blocks"};
 constexpr std::array<std::string_view, 6> kRuntimeKeys = {"worker_threads", "max_queued_requests",
                                                           "admin_socket",   "gpu_watermark",
                                                           "gpu_flops",      "state_blocks"};
-constexpr std::array<std::string_view, 2> kMoverKeys = {"interval_ms", "batch_blocks"};
+constexpr std::array<std::string_view, 3> kMoverKeys = {"interval_ms", "batch_blocks",
+                                                        "shutdown_writeback_ms"};
 
 // The limits RuntimeOptions::Validate enforces, checked here too so that an
 // error points at the value.
@@ -269,6 +270,10 @@ Status ReadSections(const ConfigNode& root, KvtierConfig* out) {
       uint64_t batch = 0;
       KVTIER_RETURN_IF_ERROR(ReadUint(*p, "mover.batch_blocks", 1, kMaxBatchBlocks, &batch));
       rt.mover.batch_blocks = static_cast<uint32_t>(batch);
+    }
+    if (const ConfigNode* p = mover->Find("shutdown_writeback_ms")) {
+      KVTIER_RETURN_IF_ERROR(ReadUint(*p, "mover.shutdown_writeback_ms", 0, kMaxIntervalMs,
+                                      &rt.mover.shutdown_writeback_ms));
     }
   }
   return Status::Ok();

@@ -140,4 +140,14 @@ std::vector<IndexEntry*> BlockIndex::Victims(size_t tier, size_t max, size_t sca
   return out;
 }
 
+std::vector<IndexEntry*> BlockIndex::OnlyIn(size_t tier) const {
+  std::vector<IndexEntry*> out;
+  map_.ForEach([&](const NsKey&, const std::unique_ptr<IndexEntry>& e) {
+    if (e->state == EntryState::kReady && e->locations == (1U << tier) && !e->moving) {
+      out.push_back(e.get());
+    }
+  });
+  return out;
+}
+
 }  // namespace kvtier::internal

@@ -134,6 +134,10 @@ class BlockIndex {
   std::vector<IndexEntry*> Victims(size_t tier, size_t max, size_t scan_limit,
                                    const DropCheck& may_drop) const;
 
+  // The ready entries no tier but `tier` holds and no eviction pass is
+  // moving, in no set order.
+  std::vector<IndexEntry*> OnlyIn(size_t tier) const;
+
   size_t size() const { return map_.size(); }
   uint64_t blocks_in(size_t tier) const { return blocks_in_[tier]; }
   uint64_t bytes_in(size_t tier) const { return bytes_in_[tier]; }

@@ -292,6 +292,11 @@ Status RuntimeOptions::Validate() const {
                                    " exceeds the tiers' batch limit; expected 1 to " +
                                    std::to_string(kMaxMoverBatchBlocks));
   }
+  if (mover.shutdown_writeback_ms > kMaxMoverIntervalMs) {
+    return Status::InvalidArgument(
+        "mover shutdown_writeback_ms " + std::to_string(mover.shutdown_writeback_ms) +
+        " is out of range; expected 0 (off) to " + std::to_string(kMaxMoverIntervalMs));
+  }
   if (!(gpu_flops_per_s >= 0)) {
     return Status::InvalidArgument("gpu_flops_per_s is negative; expected a rate >= 0");
   }

@@ -136,6 +136,7 @@ void RuntimeImpl::Shutdown() {
     }
     mover_cv_.notify_all();
     if (mover_thread_.joinable()) mover_thread_.join();
+    WriteBackHub();
     for (auto& t : lower_) t->Shutdown();
     std::unique_lock lock(mu_);
     late_reads_done_.wait(lock, [&] { return late_reads_ == 0; });

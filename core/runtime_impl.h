@@ -207,6 +207,10 @@ class RuntimeImpl final : public Runtime {
 
   // mover.cc
   void MoverLoop();
+  // At Shutdown, once no request or mover pass runs: writes the blocks only
+  // the hub holds to tier 1, as MoverOptions::shutdown_writeback_ms says
+  // (shutdown_writeback.cc). Catches what the tier or a policy throws.
+  void WriteBackHub();
   size_t MoverPass();
   // MoverPass, with what it throws (a lower tier's Usage() or a policy with
   // a bug, or memory running out) as Internal.

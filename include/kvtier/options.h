@@ -115,6 +115,11 @@ struct MoverOptions {
   uint64_t interval_ms = 50;    // how often an idle mover re-checks watermarks; 1..3600000
   uint32_t batch_blocks = 64;   // blocks demoted per tier write batch; 1..4096 (tier limit)
   bool start_thread = true;     // false: tests drive Runtime::TEST_RunMoverOnce()
+  // At Shutdown, write the blocks only the hub holds to the tier below it
+  // (those its admission accepts, root first) for at most this long, so a
+  // persistent tier has them after a restart; 0 = off (the hub's blocks end
+  // with the process); at most 3600000.
+  uint64_t shutdown_writeback_ms = 0;
 };
 
 class Tier;

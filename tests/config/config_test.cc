@@ -43,6 +43,7 @@ TEST(ConfigExamplesTest, DefaultYaml) {
   EXPECT_EQ(c.runtime.max_queued_requests, 1024u);
   EXPECT_EQ(c.runtime.mover.interval_ms, 50u);
   EXPECT_EQ(c.runtime.mover.batch_blocks, 64u);
+  EXPECT_EQ(c.runtime.mover.shutdown_writeback_ms, 0u);
   ASSERT_EQ(c.runtime.tiers.size(), 1u);
   const TierOptions& t = c.runtime.tiers[0];
   EXPECT_EQ(t.name, "host");
@@ -99,6 +100,7 @@ TEST(ConfigExamplesTest, NvmeRedisRemotePlaceholdersParse) {
   EXPECT_EQ(n.runtime.tiers[1].path, "/mnt/nvme0/kvtier.dat");
   EXPECT_EQ(n.runtime.tiers[1].region_bytes, 64 * kMiB);
   EXPECT_EQ(n.runtime.tiers[1].watermarks.low, 0.8);
+  EXPECT_EQ(n.runtime.mover.shutdown_writeback_ms, 10000u);
 
   KvtierConfig r = MustLoad("redis.yaml");
   EXPECT_EQ(r.model.dtype, "bf16");

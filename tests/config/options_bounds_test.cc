@@ -62,6 +62,19 @@ TEST(OptionsBoundsTest, MoverIntervalIsOneMsToOneHour) {
   }
 }
 
+TEST(OptionsBoundsTest, ShutdownWritebackIsOffToOneHour) {
+  RuntimeOptions r = ValidRuntime();
+  for (uint64_t ok : {uint64_t{0}, uint64_t{3600000}}) {
+    r.mover.shutdown_writeback_ms = ok;
+    EXPECT_TRUE(r.Validate().ok()) << ok;
+  }
+  for (uint64_t bad : {uint64_t{3600001}, std::numeric_limits<uint64_t>::max()}) {
+    r.mover.shutdown_writeback_ms = bad;
+    EXPECT_EQ(Message(r.Validate()), "mover shutdown_writeback_ms " + std::to_string(bad) +
+                                         " is out of range; expected 0 (off) to 3600000");
+  }
+}
+
 TEST(OptionsBoundsTest, MoverBatchIsWithinTheTiersBatchLimit) {
   RuntimeOptions r = ValidRuntime();
   r.mover.batch_blocks = 4096;

@@ -31,7 +31,10 @@ class DiskViewTest : public ::testing::Test {
     RuntimeOptions o = MakeOptions(bb_, hub_blocks);
     o.tiers[0].watermarks = watermarks;
     o.state_blocks = state_blocks_;
+    o.mover.shutdown_writeback_ms = shutdown_writeback_ms_;
     o.tiers.push_back(LowerHostTier("disk", bb_, 32));
+    o.tiers.back().admission = disk_admission_;
+    o.tiers.back().policy.frequency_threshold = 2;
     std::shared_ptr<Tier> disk = disk_;
     o.tier_factory = [disk, caps, hooks](const TierOptions&,
                                          const TierContext&) -> Result<std::unique_ptr<Tier>> {
@@ -46,6 +49,10 @@ class DiskViewTest : public ::testing::Test {
   uint64_t bb_ = 0;
   std::shared_ptr<Tier> disk_;
   uint32_t state_blocks_ = 0;  // RuntimeOptions::state_blocks of the runtimes OpenOver builds
+  // MoverOptions::shutdown_writeback_ms of those runtimes.
+  uint64_t shutdown_writeback_ms_ = 0;
+  // The disk's admission (frequency admits on the 2nd sighting).
+  std::vector<std::string> disk_admission_{"always"};
 };
 
 }  // namespace kvtier::testing

@@ -125,8 +125,9 @@ class RuntimeNvmeRestartTest : public ::testing::Test {
 
   // A hub of 16 blocks that demotes down to `hub_low` blocks once above
   // `hub_high`, over an 8-block NVMe store evicted only to make room.
-  std::unique_ptr<Runtime> Open(double hub_high, double hub_low) {
+  std::unique_ptr<Runtime> Open(double hub_high, double hub_low, uint64_t writeback_ms = 0) {
     RuntimeOptions o = MakeOptions(bb_, 16);
+    o.mover.shutdown_writeback_ms = writeback_ms;
     o.tiers[0].watermarks = {.high = hub_high / 16, .low = hub_low / 16};
     TierOptions nvme;
     nvme.name = "ssd";
@@ -184,6 +185,34 @@ TEST_F(RuntimeNvmeRestartTest, AdoptedBlocksAreNotDroppedForNewOnes) {
   Completion c = sim.Load(found, 32);
   ASSERT_TRUE(c.status().ok()) << c.status().ToString();
   for (uint32_t i = 0; i < hits; ++i) EXPECT_TRUE(sim.Holds(32 + i, a[i])) << i;
+}
+
+// mover.shutdown_writeback_ms over the real store: blocks that never left
+// the hub are on the SSD after the shutdown, and the restarted runtime
+// adopts and loads them, byte for byte.
+TEST_F(RuntimeNvmeRestartTest, ShutdownWritebackPutsTheHubOnTheSsd) {
+  const auto a = ChainKeys({1, 2, 3, 4, 5});
+  {
+    std::unique_ptr<Runtime> rt = Open(16, 8, 10000);
+    if (rt == nullptr) GTEST_SKIP() << "this build has no nvme tier";
+    SimEngine sim(rt.get(), setup_.engine.get());
+    sim.Prefill(a, 0);
+    ASSERT_TRUE(sim.SaveFrom(a, 0, 0).status().ok());
+    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+    ASSERT_EQ(rt->Stats().tiers[1].blocks, 0u);
+  }
+  std::unique_ptr<Runtime> rt = Open(16, 8);
+  ASSERT_NE(rt, nullptr);
+  auto found = rt->Lookup(kTestNs, a);
+  ASSERT_TRUE(found.ok());
+  ASSERT_EQ(found->hit_blocks, a.size());
+  EXPECT_EQ(found->tier, std::vector<uint8_t>(a.size(), 1));
+  EXPECT_EQ(rt->Stats().adopted_blocks, a.size());
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Scrub(0, 64);
+  Completion c = sim.Load(a, 32);
+  ASSERT_TRUE(c.status().ok()) << c.status().ToString();
+  for (uint32_t i = 0; i < a.size(); ++i) EXPECT_TRUE(sim.Holds(32 + i, a[i])) << i;
 }
 
 }  // namespace

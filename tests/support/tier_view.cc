@@ -22,6 +22,14 @@ class TierView final : public Tier {
     Forward(inner_->Read(ns, ops), std::move(done));
   }
   void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override {
+    if (hooks_.before_write) {
+      Status st = hooks_.before_write();
+      if (!st.ok()) {
+        for (size_t i = 0; i < ops.size(); ++i) done.Set(i, st);
+        done.Finish();
+        return;
+      }
+    }
     Forward(inner_->Write(ns, ops), std::move(done));
   }
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {

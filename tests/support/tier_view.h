@@ -22,6 +22,9 @@ struct TierViewHooks {
   // it has taken `done` instead (answered it, or kept it to answer later,
   // before the view is shut down) and `inner` is not asked.
   std::function<bool(size_t keys, CompletionSource& done)> instead_of_contains;
+  // Before a Write is passed to `inner` (a slow device: it may sleep); an
+  // error fails every op of the write with it instead, and `inner` is not asked.
+  std::function<Status()> before_write;
   // Before a Claim is passed to `inner`.
   std::function<void()> before_claim;
 };

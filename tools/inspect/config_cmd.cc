@@ -84,6 +84,8 @@ void ModelEntries(const KvtierConfig& c, std::vector<Entry>* e) {
        "how often an idle mover re-checks the watermarks"},
       {"mover.batch_blocks", U(c.runtime.mover.batch_blocks),
        "blocks written to a lower tier per batch"},
+      {"mover.shutdown_writeback_ms", U(c.runtime.mover.shutdown_writeback_ms),
+       "at shutdown, time spent writing host-only blocks to the tier below; 0 = off"},
   };
 }
 

@@ -1,0 +1,101 @@
+// Writing the hub down at Shutdown (MoverOptions::shutdown_writeback_ms):
+// a block only the hub holds ends with the process, so a persistent tier
+// below it is given those its admission takes before the tiers shut down.
+// Root first, and a block only once its parent is held below, so that every
+// block written is reachable again after a restart (a lookup adopts the
+// leading keys a tier holds) and a deadline cuts off whole suffixes.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <unordered_set>
+
+#include "core/runtime_impl.h"
+
+namespace kvtier::internal {
+
+void RuntimeImpl::WriteBackHub() {
+  const uint64_t ms = options_.mover.shutdown_writeback_ms;
+  if (ms == 0 || tier_count() < 2) return;
+  const auto start = std::chrono::steady_clock::now();
+  const SteadyTime deadline = start + std::chrono::milliseconds(ms);
+  std::vector<IndexEntry*> pending;
+  {
+    std::lock_guard lock(mu_);
+    pending = index_.OnlyIn(0);
+    std::stable_sort(pending.begin(), pending.end(),
+                     [](const IndexEntry* a, const IndexEntry* b) { return a->depth < b->depth; });
+    for (IndexEntry* v : pending) {
+      v->moving = true;
+      ++v->pins;
+    }
+    moving_blocks_ += pending.size();
+  }
+  const size_t batch = std::min<size_t>(options_.mover.batch_blocks, BatchLimit(*lower_[0]));
+  size_t written_blocks = 0, next = 0;
+  std::unordered_set<const IndexEntry*> going;  // written below in this writeback
+  try {
+    for (; next < pending.size() && std::chrono::steady_clock::now() < deadline; next += batch) {
+      const std::vector<IndexEntry*> victims(
+          pending.begin() + next, pending.begin() + std::min(pending.size(), next + batch));
+      std::vector<bool> write(victims.size(), false), written(victims.size(), false);
+      std::vector<Status> read_status(victims.size());
+      const bool admits_all = policies_->admits_all(1);
+      TierUsage usage;
+      if (!admits_all) usage = lower_[0]->Usage();
+      {
+        std::lock_guard lock(mu_);
+        const TierState state =
+            admits_all ? TierState{}
+                       : policies_->StateOf(1, usage.capacity_bytes, usage.used_bytes, NowNs());
+        uint64_t admitted = 0, refused = 0;
+        for (size_t i = 0; i < victims.size(); ++i) {
+          const IndexEntry* p = victims[i]->parent;
+          // A block below a parent no tier below holds could never be found.
+          if (p != nullptr && (p->locations & ~1U) == 0 && going.count(p) == 0) continue;
+          write[i] =
+              admits_all || policies_->Admit(1, policies_->AdmissionMetaOf(*victims[i], 1), state);
+          ++(write[i] ? admitted : refused);
+          if (write[i]) going.insert(victims[i]);
+        }
+        if (admitted != 0) metrics_.AddAdmission(1, true, admitted);
+        if (refused != 0) metrics_.AddAdmission(1, false, refused);
+      }
+      WriteToNext(0, victims, write, written, read_status);
+      std::lock_guard lock(mu_);
+      const uint64_t now = NowNs();
+      uint64_t bytes = 0;
+      for (size_t i = 0; i < victims.size(); ++i) {
+        if (!written[i]) {
+          going.erase(victims[i]);
+          continue;
+        }
+        index_.AddLocation(victims[i], 1, now);
+        ++tier_counts_[0].demoted;
+        metrics_.AddMove(0, 1, 1, victims[i]->bytes);
+        bytes += victims[i]->bytes;
+        ++written_blocks;
+      }
+      policies_->OnWritten(1, bytes, now);
+    }
+  } catch (const std::exception& e) {
+    if (log_) log_->Log(LogLevel::kError, std::string("shutdown writeback failed: ") + e.what());
+  } catch (...) {
+    if (log_) log_->Log(LogLevel::kError, "shutdown writeback failed with an exception");
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (IndexEntry* v : pending) EndMoveLocked(v);
+    NotifyMovesSettledLocked();
+  }
+  if (log_ && !pending.empty()) {
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    log_->Log(LogLevel::kInfo, "shutdown: wrote " + std::to_string(written_blocks) + " of " +
+                                   std::to_string(pending.size()) +
+                                   " blocks only the hub held to tier '" + lower_[0]->name() +
+                                   "' in " + std::to_string(took.count()) + " ms" +
+                                   (next < pending.size() ? " (stopped at the deadline)" : ""));
+  }
+}
+
+}  // namespace kvtier::internal

@@ -1,0 +1,139 @@
+// Shutdown with mover.shutdown_writeback_ms: the blocks only the hub holds
+// are written to the persistent tier below it, so a restarted runtime finds
+// them there; the tier's admission still decides, parents go before their
+// children, and no batch starts past the deadline.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "tests/core/disk_view_fixture.h"
+
+namespace kvtier::testing {
+namespace {
+
+class ShutdownWritebackTest : public DiskViewTest {
+ protected:
+  // A hub of 8 blocks (the mover leaves 4 alone) over the persistent disk,
+  // taking `batch` blocks per write; `before_write` runs before each write.
+  std::unique_ptr<Runtime> Open(std::function<Status()> before_write = {}, uint32_t batch = 64) {
+    return OpenOver(
+        8, {.high = 0.95, .low = 0.9},
+        TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = batch},
+        TierViewHooks{.before_write = std::move(before_write)});
+  }
+
+  // Saves `keys` into the hub of `rt` from engine block 0.
+  void Save(Runtime* rt, const std::vector<BlockKey>& keys) {
+    SimEngine sim(rt, setup_.engine.get());
+    sim.Prefill(keys, 0);
+    ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  }
+
+  // After a restart: the blocks of `keys` a lookup finds, each in the disk
+  // and loaded byte for byte.
+  size_t FoundOnDiskAfterRestart(const std::vector<BlockKey>& keys) {
+    std::unique_ptr<Runtime> rt = Open();
+    EXPECT_NE(rt, nullptr);
+    if (rt == nullptr) return 0;
+    auto found = rt->Lookup(kTestNs, keys);
+    EXPECT_TRUE(found.ok());
+    const size_t hits = found->hit_blocks;
+    for (size_t i = 0; i < hits; ++i) EXPECT_EQ(found->tier[i], 1u) << i;
+    SimEngine sim(rt.get(), setup_.engine.get());
+    sim.Scrub(0, 64);
+    const std::vector<BlockKey> hit(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(hits));
+    Completion c = sim.Load(hit, 20);
+    EXPECT_TRUE(c.status().ok()) << c.status().ToString();
+    for (uint32_t i = 0; i < hits; ++i) EXPECT_TRUE(sim.Holds(20 + i, keys[i])) << i;
+    return hits;
+  }
+};
+
+TEST_F(ShutdownWritebackTest, TheHubsBlocksSurviveARestartOnlyWhenAsked) {
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  for (uint64_t ms : {uint64_t{0}, uint64_t{10000}}) {
+    SCOPED_TRACE(ms);
+    shutdown_writeback_ms_ = ms;
+    std::unique_ptr<Runtime> rt = Open();
+    ASSERT_NE(rt, nullptr);
+    ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
+    ASSERT_EQ(disk_->Usage().blocks, 0u) << "the mover wrote blocks down before the shutdown";
+    rt->Shutdown();
+    EXPECT_EQ(disk_->Usage().blocks, ms == 0 ? 0u : 4u);
+    EXPECT_EQ(rt->Stats().tiers[0].demoted_blocks, ms == 0 ? 0u : 4u);
+    rt.reset();
+    EXPECT_EQ(FoundOnDiskAfterRestart(keys), ms == 0 ? 0u : 4u);
+  }
+}
+
+// Blocks 1 and 2 are named twice, block 3 once: frequency (2nd sighting)
+// admits only the first two, and a block already below is not written again.
+TEST_F(ShutdownWritebackTest, TheDisksAdmissionDecides) {
+  shutdown_writeback_ms_ = 10000;
+  disk_admission_ = {"frequency"};
+  const auto keys = ChainKeys({1, 2, 3});
+  std::unique_ptr<Runtime> rt = Open();
+  ASSERT_NE(rt, nullptr);
+  ASSERT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
+  const std::vector<BlockKey> two(keys.begin(), keys.begin() + 2);
+  ASSERT_EQ(rt->Lookup(kTestNs, two)->hit_blocks, 2u);
+  rt->Shutdown();
+  EXPECT_EQ(disk_->Usage().blocks, 2u);
+  RuntimeStats st = rt->Stats();
+  EXPECT_EQ(st.tiers[1].admitted_blocks, 2u);
+  EXPECT_EQ(st.tiers[1].admission_rejected_blocks, 1u);
+  rt.reset();
+  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 2u);
+}
+
+// Writes take 200 ms and the writeback may take 50: the first batch (the
+// root: one block per batch) is written, then no batch starts. What is below
+// is a prefix a restart finds.
+TEST_F(ShutdownWritebackTest, NoBatchStartsPastTheDeadlineAndParentsGoFirst) {
+  shutdown_writeback_ms_ = 50;
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  std::atomic<int> writes{0};
+  std::unique_ptr<Runtime> rt = Open(
+      [&] {
+        ++writes;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        return Status::Ok();
+      },
+      1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
+  rt->Shutdown();
+  EXPECT_EQ(writes.load(), 1);
+  EXPECT_EQ(disk_->Usage().blocks, 1u);
+  rt.reset();
+  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 1u);
+}
+
+// The first write, one of the two roots, fails: that root's children would
+// be unreachable below, so none is written; the other chain goes down whole.
+TEST_F(ShutdownWritebackTest, NoBlockIsWrittenBelowAParentThatIsNot) {
+  shutdown_writeback_ms_ = 10000;
+  const auto a = ChainKeys({1, 2, 3});
+  const auto b = ChainKeys({7, 8, 9});
+  int writes = 0;
+  std::unique_ptr<Runtime> rt =
+      Open([&] { return ++writes == 1 ? Status::IOError("injected") : Status::Ok(); }, 1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), a));
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), b));
+  rt->Shutdown();
+  EXPECT_EQ(writes, 4);  // the failed root, then the other chain's three blocks
+  EXPECT_EQ(disk_->Usage().blocks, 3u);
+  rt.reset();
+  const size_t found_a = FoundOnDiskAfterRestart(a);
+  const size_t found_b = FoundOnDiskAfterRestart(b);
+  EXPECT_EQ(std::min(found_a, found_b), 0u);
+  EXPECT_EQ(std::max(found_a, found_b), 3u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
