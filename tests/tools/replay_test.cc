@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/support/fault_tier.h"
+#include "tests/support/tier_view.h"
 #include "tools/bench/block_content.h"
 #include "tools/bench/report.h"
 
@@ -366,6 +367,67 @@ TEST(ReplayTest, RunReplayReportsConfigAndTraceErrors) {
   Result<ReplayReport> r = RunReplay(options);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+// TinyConfig(64) over a persistent lower tier that outlives each runtime
+// (`disk`, never above its watermark on the tiny trace), with
+// mover.shutdown_writeback_ms `writeback_ms`.
+KvtierConfig ConfigOverDisk(std::shared_ptr<Tier> disk, uint64_t writeback_ms) {
+  KvtierConfig c = TinyConfig(64);
+  c.runtime.mover.shutdown_writeback_ms = writeback_ms;
+  TierOptions lower = c.runtime.tiers[0];
+  lower.name = "disk";
+  c.runtime.tiers.push_back(lower);
+  c.runtime.tier_factory = [disk](const TierOptions&,
+                                  const TierContext&) -> Result<std::unique_ptr<Tier>> {
+    return testing::NewTierView(disk, TierCapabilities{.persistent = true, .local_index = true});
+  };
+  return c;
+}
+
+// A restart after request 3 of the tiny trace ([1 2] [1 2] [1 2 4] | [6]
+// [1 2 4] [1 9 10] [11 2]). Host tier only: the hub starts empty, so [1 2 4]
+// is saved again and only [1 9 10] finds its 1. With a persistent tier and
+// the shutdown writeback, [1 2 4] is found there (adopted) and every hit of a
+// replay without the restart comes back; without the writeback it is not.
+TEST(ReplayTest, RestartCountsTheHitsAfterIt) {
+  ReplayOptions options;
+  options.restart_at = 3;
+  Result<ReplayReport> r = ReplayTrace(TinyConfig(64), TinyTrace(), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->restart_at, 3u);
+  EXPECT_EQ(r->requests_after_restart, 4u);
+  EXPECT_EQ(r->blocks_after_restart, 11u);  // partial last blocks too, as `blocks`
+  EXPECT_EQ(r->block_hits_after_restart, 1u);
+  EXPECT_EQ(r->token_hits_after_restart, 512u);
+  EXPECT_EQ(r->block_hits, 5u);
+  EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures + r->lookup_failures, 0u);
+  EXPECT_NE(FormatReplayReport(*r).find("after restart:  4 requests after the restart at request "
+                                        "3: block hits 1 of 11 (9.09%)"),
+            std::string::npos)
+      << FormatReplayReport(*r);
+
+  for (uint64_t writeback_ms : {uint64_t{0}, uint64_t{10000}}) {
+    SCOPED_TRACE(writeback_ms);
+    KvtierConfig base = TinyConfig(64);
+    Result<std::unique_ptr<Tier>> disk =
+        CreateTier(base.runtime.tiers[0], TierContext{base.runtime.block_bytes});
+    ASSERT_TRUE(disk.ok());
+    std::shared_ptr<Tier> shared = std::move(disk).value();
+    r = ReplayTrace(ConfigOverDisk(shared, writeback_ms), TinyTrace(), options);
+    shared->Shutdown();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->block_hits_after_restart, writeback_ms == 0 ? 1u : 4u);
+    EXPECT_EQ(r->block_hits, writeback_ms == 0 ? 5u : 8u);
+    EXPECT_EQ(r->runtime.adopted_blocks, writeback_ms == 0 ? 0u : 3u);
+    EXPECT_EQ(r->verify_failures + r->load_failures + r->save_failures + r->lookup_failures, 0u);
+  }
+
+  options.restart_at = 7;
+  r = ReplayTrace(TinyConfig(64), TinyTrace(), options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "--restart-at 7 is not before the last of the 7 requests replayed");
 }
 
 }  // namespace

@@ -153,6 +153,10 @@ void AddReplay(CLI::App& app, ReplayFlags& f) {
       ->allow_extra_args(false);
   cmd->add_option("--limit", f.options.limit, "replay at most N requests (0 = all)")
       ->check(kUnsigned64);
+  cmd->add_option("--restart-at", f.options.restart_at,
+                  "after N requests, shut the runtime down and open it again (0 = never); "
+                  "the report adds the hits after the restart")
+      ->check(kUnsigned64);
   cmd->add_option("--timeout-ms", f.options.timeout_ms, "deadline of each load (at most one day)")
       ->check(kUnsigned64)
       ->capture_default_str();

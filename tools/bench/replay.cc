@@ -39,6 +39,14 @@ class Replayer {
     report_->runtime = runtime_->Stats();
     runtime_->Shutdown();
   }
+  // Shuts the runtime down, then opens the next: a store's file is free
+  // only once its runtime is gone.
+  Status Restart(const std::function<Result<std::unique_ptr<Runtime>>()>& open) {
+    runtime_->Shutdown();
+    runtime_.reset();
+    KVTIER_ASSIGN_OR_RETURN(runtime_, open());
+    return Status::Ok();
+  }
 
  private:
   std::vector<BlockKey> Keys(const TraceRequest& req, uint32_t block_tokens) const;
@@ -289,8 +297,8 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
   std::shared_ptr<HostCopyEngine> engine = std::move(created);
   RuntimeOptions runtime_options = config.runtime;
   if (runtime_options.block_bytes == 0) runtime_options.block_bytes = report.block_bytes;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime,
-                          Runtime::Open(std::move(runtime_options), engine));
+  auto open = [&]() { return Runtime::Open(runtime_options, engine); };
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime, open());
 
   // Requests that cannot fit the engine pool (beside a state checkpoint) are
   // left out of the replay and of the infinite-cache reference alike, so the
@@ -306,12 +314,30 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
     replayed.push_back(req);
   }
   report.infinite = ComputeInfiniteCacheStats(replayed, trace.block_tokens, CachedBlocks::kFull);
+  if (options.restart_at >= replayed.size() && options.restart_at != 0) {
+    return Status::InvalidArgument("--restart-at " + std::to_string(options.restart_at) +
+                                   " is not before the last of the " +
+                                   std::to_string(replayed.size()) + " requests replayed");
+  }
+  report.restart_at = options.restart_at;
 
   Replayer replayer(config, engine, std::move(runtime), options, &report);
   const auto start = std::chrono::steady_clock::now();
+  ReplayReport before;  // the counts at the restart
   for (size_t i = 0; i < replayed.size(); ++i) {
+    if (i == options.restart_at && i != 0) {
+      before = report;
+      KVTIER_RETURN_IF_ERROR(replayer.Restart(open));
+    }
     replayer.Request(replayed[i], trace.block_tokens);
     if (options.progress) options.progress(i + 1, replayed.size());
+  }
+  if (report.restart_at != 0) {
+    report.requests_after_restart = report.requests - before.requests;
+    report.blocks_after_restart = report.blocks - before.blocks;
+    report.block_hits_after_restart = report.block_hits - before.block_hits;
+    report.tokens_after_restart = report.tokens - before.tokens;
+    report.token_hits_after_restart = report.token_hits - before.token_hits;
   }
   report.elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

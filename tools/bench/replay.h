@@ -39,6 +39,11 @@ struct ReplayOptions {
   std::optional<SyntheticOptions> synthetic;  // generate the trace instead
   uint64_t limit = 0;                         // replay at most this many requests; 0 = all
   uint64_t timeout_ms = 1000;                 // deadline of each Load; at most kMaxReplayTimeoutMs
+  // After this many replayed requests the runtime is shut down and opened
+  // again from the same config (a restart: what persistent tiers kept, and
+  // mover.shutdown_writeback_ms wrote, is found again); 0 = never. It must
+  // come before the last request replayed.
+  uint64_t restart_at = 0;
   // Called after each request with (done, total); may be empty.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // InvalidArgument when timeout_ms is above kMaxReplayTimeoutMs.
@@ -90,8 +95,16 @@ struct ReplayReport {
   uint64_t state_load_failures = 0;
   uint64_t state_bytes_loaded = 0;    // part of bytes_loaded
   uint64_t state_bytes_saved = 0;     // part of bytes_saved
+  // With ReplayOptions::restart_at: the requests after the restart, their
+  // blocks and tokens, and the hits among them (the figures above count them too).
+  uint64_t restart_at = 0;
+  uint64_t requests_after_restart = 0;
+  uint64_t blocks_after_restart = 0;
+  uint64_t block_hits_after_restart = 0;
+  uint64_t tokens_after_restart = 0;
+  uint64_t token_hits_after_restart = 0;
   InfiniteCacheStats infinite;  // over the replayed requests only
-  RuntimeStats runtime;         // at the end of the replay
+  RuntimeStats runtime;         // at the end of the replay (of the runtime after a restart)
   std::vector<std::string> warnings;
 };
 

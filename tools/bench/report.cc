@@ -70,6 +70,15 @@ std::string FormatReplayReport(const ReplayReport& r) {
   out += Printf("token hits:     %" PRIu64 " (%.2f%%), infinite cache %" PRIu64 " (%.2f%%)\n",
                 r.token_hits, 100 * Ratio(r.token_hits, r.tokens), inf.hit_tokens,
                 100 * Ratio(inf.hit_tokens, inf.tokens));
+  if (r.restart_at != 0) {
+    out += Printf(
+        "after restart:  %" PRIu64 " requests after the restart at request %" PRIu64
+        ": block hits %" PRIu64 " of %" PRIu64 " (%.2f%%), token hits %.2f%%, %" PRIu64
+        " blocks adopted\n",
+        r.requests_after_restart, r.restart_at, r.block_hits_after_restart, r.blocks_after_restart,
+        100 * Ratio(r.block_hits_after_restart, r.blocks_after_restart),
+        100 * Ratio(r.token_hits_after_restart, r.tokens_after_restart), r.runtime.adopted_blocks);
+  }
   if (r.state_blocks > 0) {
     out += Printf("checkpoints:    %" PRIu64 " saved of %" PRIu64 " offered (%" PRIu64
                   " with their block not stored), %" PRIu64 " resumed from, %" PRIu64
@@ -116,6 +125,12 @@ std::string ReplayReportJson(const ReplayReport& r) {
   j["save_failures"] = r.save_failures;
   j["load_failures"] = r.load_failures;
   j["lookup_failures"] = r.lookup_failures;
+  j["restart_at"] = r.restart_at;
+  j["requests_after_restart"] = r.requests_after_restart;
+  j["blocks_after_restart"] = r.blocks_after_restart;
+  j["block_hits_after_restart"] = r.block_hits_after_restart;
+  j["tokens_after_restart"] = r.tokens_after_restart;
+  j["token_hits_after_restart"] = r.token_hits_after_restart;
   j["state_blocks"] = r.state_blocks;
   j["checkpoints_offered"] = r.checkpoints_offered;
   j["checkpoints_saved"] = r.checkpoints_saved;
