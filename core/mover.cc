@@ -246,10 +246,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       IndexEntry* v = victims[i];
       EndMoveLocked(v);
       if (written[i]) {
-        index_.AddLocation(v, next, now);
-        ++tier_counts_[tier].demoted;
-        metrics_.AddMove(tier, next, 1, v->bytes);
-        written_bytes += v->bytes;
+        written_bytes += IndexDemotedLocked(v, tier, now);
       } else if (reclaimed[i]) {
         (void)QueueRemoveLocked(next, v->id, /*running=*/false);  // the old copy may be there
       }

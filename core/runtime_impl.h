@@ -283,6 +283,14 @@ class RuntimeImpl final : public Runtime {
     --e->pins;
     EraseIfUnheldLocked(e);
   }
+  // Indexes the copy of `v` just written from `tier` into tier + 1 and
+  // counts the move; returns its bytes. REQUIRES: mu_ held.
+  uint64_t IndexDemotedLocked(IndexEntry* v, size_t tier, uint64_t now_ns) {
+    index_.AddLocation(v, tier + 1, now_ns);
+    ++tier_counts_[tier].demoted;
+    metrics_.AddMove(tier, tier + 1, 1, v->bytes);
+    return v->bytes;
+  }
   // A victim an eviction pass is done with: unpinned, no longer moving.
   // REQUIRES: mu_ held.
   void EndMoveLocked(IndexEntry* v) {

@@ -69,10 +69,7 @@ void RuntimeImpl::WriteBackHub() {
           going.erase(victims[i]);
           continue;
         }
-        index_.AddLocation(victims[i], 1, now);
-        ++tier_counts_[0].demoted;
-        metrics_.AddMove(0, 1, 1, victims[i]->bytes);
-        bytes += victims[i]->bytes;
+        bytes += IndexDemotedLocked(victims[i], 0, now);
         ++written_blocks;
       }
       policies_->OnWritten(1, bytes, now);
