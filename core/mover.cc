@@ -1,9 +1,12 @@
 // The mover: keeps every tier under its high watermark by demoting leaves,
 // in the order of the tier's eviction policy, to the next tier when its
 // admission accepts them, or dropping them.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <map>
+#include <memory>
 #include <new>
 #include <string>
 #include <unordered_map>
@@ -158,7 +161,7 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks, SteadyTime deadlin
       victims = SelectVictimsLocked(tier, batch);
     }
     if (victims.empty()) break;
-    size_t dropped = WritebackAndDrop(tier, victims);
+    size_t dropped = WritebackAndDrop(tier, victims, deadline);
     total += dropped;
     if (dropped == 0) break;
   }
@@ -214,13 +217,16 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
   return write;
 }
 
-size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims) {
+size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims,
+                                     SteadyTime deadline) {
   const size_t next = tier + 1;
   std::vector<bool> written(victims.size(), false), reclaimed(victims.size(), false);
+  std::vector<bool> late(victims.size(), false);  // settled by SettleLateWriteLocked
   std::vector<Status> read_status(victims.size());
   if (next < tier_count()) {
     try {
-      WriteToNext(tier, victims, DecideAdmission(tier, victims, reclaimed), written, read_status);
+      WriteToNext(tier, victims, DecideAdmission(tier, victims, reclaimed), written, read_status,
+                  deadline, &late, &reclaimed);
     } catch (...) {
       // A lower tier's Usage() or a policy threw, or memory ran out: the
       // victims stay where they are, their copies below indexed as far as
@@ -228,6 +234,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       std::lock_guard lock(mu_);
       const uint64_t now = NowNs();
       for (size_t i = 0; i < victims.size(); ++i) {
+        if (late[i]) continue;
         EndMoveLocked(victims[i]);
         if (written[i]) index_.AddLocation(victims[i], next, now);
       }
@@ -244,6 +251,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     uint64_t written_bytes = 0;
     for (size_t i = 0; i < victims.size(); ++i) {
       IndexEntry* v = victims[i];
+      if (late[i]) continue;  // still being written
       EndMoveLocked(v);
       if (written[i]) {
         written_bytes += IndexDemotedLocked(v, tier, now);
@@ -274,13 +282,20 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     for (const NsKey& k : removals) (void)QueueRemoveLocked(tier, k, /*running=*/true);
     NotifyMovesSettledLocked();
   }
-  if (!removals.empty()) (void)RunRemoves(tier, removals);  // failures are retried
+  if (removals.empty()) return dropped;
+  // Failures are retried by the mover; a caller with a deadline does not wait.
+  if (deadline == SteadyTime::max()) {
+    (void)RunRemoves(tier, removals);
+  } else {
+    StartRemoves(tier, removals);
+  }
   return dropped;
 }
 
 void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
                               const std::vector<bool>& write, std::vector<bool>& written,
-                              std::vector<Status>& read_status) {
+                              std::vector<Status>& read_status, SteadyTime deadline,
+                              std::vector<bool>* late, const std::vector<bool>* reclaimed) {
   const size_t next = tier + 1;
   // Group by namespace: a tier batch belongs to one namespace.
   std::map<uint64_t, std::vector<size_t>> by_ns;
@@ -290,26 +305,85 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     by_ns[victims[i]->id.ns.value].push_back(i);
     ++to_write;
   }
-  // A batch under way finishes: the room it needs below is made whatever the
-  // deadline, or admitted victims would be refused by a full tier.
-  MakeRoomBelow(next, to_write);
+  MakeRoomBelow(next, to_write, deadline);
   for (auto& [ns, items] : by_ns) {
-    std::vector<std::vector<std::byte>> staging;
+    if (deadline != SteadyTime::max() && std::chrono::steady_clock::now() >= deadline) {
+      // No room below was made in time, or an earlier write took it all:
+      // these copies stay where they are, for the mover to move.
+      for (size_t i : items) {
+        read_status[i] = Status::DeadlineExceeded("demote: not written to tier '" +
+                                                  lower_[next - 1]->name() + "' by the deadline");
+      }
+      continue;
+    }
+    auto staging = std::make_shared<std::vector<std::vector<std::byte>>>();
     std::vector<size_t> op_item;
     const std::vector<WriteOp> ops =
-        StageWrites(tier, victims, items, staging, op_item, read_status);
+        StageWrites(tier, victims, items, staging, op_item, read_status, deadline);
     if (ops.empty()) continue;
     Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
-    (void)w.Wait();
+    if (!FinishedBy(w, deadline)) {
+      // The write goes on without this caller, reading the pinned hub slots
+      // or `staging`, which it keeps; it settles its victims when it ends.
+      std::vector<IndexEntry*> moved;
+      std::vector<bool> moved_reclaimed;
+      for (size_t i : op_item) {
+        (*late)[i] = true;
+        moved.push_back(victims[i]);
+        moved_reclaimed.push_back((*reclaimed)[i]);
+      }
+      {
+        std::lock_guard lock(mu_);
+        ++late_calls_;
+      }
+      w.OnDone([this, tier, moved = std::move(moved), moved_reclaimed = std::move(moved_reclaimed),
+                staging, w] {
+        std::lock_guard lock(mu_);
+        SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
+        // Under the lock: Shutdown() cannot return before this lets go of mu_.
+        if (--late_calls_ == 0) late_calls_done_.notify_all();
+      });
+      continue;
+    }
     for (size_t k = 0; k < ops.size(); ++k) written[op_item[k]] = w.result(k).ok();
   }
 }
 
+bool RuntimeImpl::FinishedBy(const Completion& c, SteadyTime deadline) {
+  if (deadline == SteadyTime::max()) {
+    (void)c.Wait();
+    return true;
+  }
+  const auto left =
+      std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
+  return c.WaitFor(left).ok() || c.Poll();
+}
+
+void RuntimeImpl::SettleLateWriteLocked(size_t tier, const std::vector<IndexEntry*>& moved,
+                                        const std::vector<bool>& reclaimed, const Completion& w) {
+  const uint64_t now = NowNs();
+  uint64_t bytes = 0;
+  for (size_t k = 0; k < moved.size(); ++k) {
+    IndexEntry* v = moved[k];
+    EndMoveLocked(v);
+    if (w.result(k).ok()) {
+      bytes += IndexDemotedLocked(v, tier, now);
+      continue;
+    }
+    if (reclaimed[k]) (void)QueueRemoveLocked(tier + 1, v->id, /*running=*/false);
+    EraseIfUnheldLocked(v);  // a load may have found its copy lost meanwhile
+  }
+  policies_->OnWritten(tier + 1, bytes, now);
+  NotifyMovesSettledLocked();
+}
+
 std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<IndexEntry*>& victims,
                                               const std::vector<size_t>& items,
-                                              std::vector<std::vector<std::byte>>& staging,
+                                              const Staging& staging_buffers,
                                               std::vector<size_t>& op_item,
-                                              std::vector<Status>& read_status) {
+                                              std::vector<Status>& read_status,
+                                              SteadyTime deadline) {
+  std::vector<std::vector<std::byte>>& staging = *staging_buffers;
   std::vector<WriteOp> ops;
   if (tier == 0) {
     for (size_t i : items) {
@@ -330,7 +404,15 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
   }
   Tier& t = *lower_[tier - 1];
   Completion r = t.Read(victims[items.front()]->id.ns, reads);
-  (void)r.Wait();
+  if (!FinishedBy(r, deadline)) {
+    // The read goes on into `staging`, which it keeps; the copies stay.
+    r.OnDone([staging_buffers] {});
+    for (size_t i : items) {
+      read_status[i] =
+          Status::DeadlineExceeded("demote: not read from tier '" + t.name() + "' by the deadline");
+    }
+    return {};
+  }
   uint64_t corrupt = 0;  // found here; the tier counts the Corruption it reports
   for (size_t j = 0; j < items.size(); ++j) {
     const IndexEntry* v = victims[items[j]];
@@ -362,13 +444,13 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
   return ops;
 }
 
-void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks) {
+void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks, SteadyTime deadline) {
   if (blocks == 0) return;
   TierUsage u = lower_[tier - 1]->Usage();
   uint64_t free =
       (u.capacity_bytes - std::min(u.used_bytes, u.capacity_bytes)) / options_.block_bytes;
   // Cascades: demoting out of `tier` makes room in the tier below it first.
-  if (free < blocks) EvictFromTier(tier, blocks - free);
+  if (free < blocks) EvictFromTier(tier, blocks - free, deadline);
 }
 
 void RuntimeImpl::DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals) {

@@ -139,7 +139,7 @@ void RuntimeImpl::Shutdown() {
     WriteBackHub();
     for (auto& t : lower_) t->Shutdown();
     std::unique_lock lock(mu_);
-    late_reads_done_.wait(lock, [&] { return late_reads_ == 0; });
+    late_calls_done_.wait(lock, [&] { return late_calls_ == 0; });
   });
 }
 

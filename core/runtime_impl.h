@@ -222,29 +222,46 @@ class RuntimeImpl final : public Runtime {
   // Tier `tier`'s capacity in blocks, for α tuning.
   uint64_t CapacityBlocks(size_t tier) const;
   // Frees up to `blocks` blocks of `tier` by demoting or dropping its leaves,
-  // one batch at a time; starts no batch once `deadline` has passed. A batch
-  // under way finishes, with the room it needs in the tiers below, so a
-  // caller that waits is held at most one batch (and its cascade) past it.
-  // The mover passes no deadline.
+  // one batch at a time; starts no batch once `deadline` has passed, and
+  // waits for no tier call past it: a write still running then goes on
+  // without the caller (its victims stay where they are, pinned, until it
+  // ends: SettleLateWriteLocked), so a load or save is never held past its
+  // deadline by a slow or hung tier. The mover passes no deadline.
   size_t EvictFromTier(size_t tier, size_t blocks, SteadyTime deadline = SteadyTime::max());
   // Picks up to `batch` victims of `tier` (policy order, leaves first) and
   // marks them moving. REQUIRES: mu_ held.
   std::vector<IndexEntry*> SelectVictimsLocked(size_t tier, size_t batch);
-  size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims);
+  size_t WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims,
+                          SteadyTime deadline = SteadyTime::max());
+  // Buffers that lower-tier payloads are read into on their way down; shared
+  // with a read or write that outlives its caller's deadline.
+  using Staging = std::shared_ptr<std::vector<std::vector<std::byte>>>;
   // The write ops of victims[items] leaving `tier`, all of one namespace:
   // hub payloads in place, lower-tier payloads read into `staging` in one
-  // batch. A block whose read fails, returns the wrong byte count or fails
-  // its checksum is left out, with its Status in read_status[victim];
-  // op_item[k] is the victim index of ops[k].
+  // batch. A block whose read fails, returns the wrong byte count, fails
+  // its checksum or is not read by `deadline` is left out, with its Status
+  // in read_status[victim]; op_item[k] is the victim index of ops[k].
   std::vector<WriteOp> StageWrites(size_t tier, const std::vector<IndexEntry*>& victims,
-                                   const std::vector<size_t>& items,
-                                   std::vector<std::vector<std::byte>>& staging,
-                                   std::vector<size_t>& op_item, std::vector<Status>& read_status);
+                                   const std::vector<size_t>& items, const Staging& staging,
+                                   std::vector<size_t>& op_item, std::vector<Status>& read_status,
+                                   SteadyTime deadline);
   // Writes the victims `write` selects into tier + 1; sets `written`, and
-  // read_status for those whose copy in `tier` could not be read.
+  // read_status for those whose copy in `tier` could not be read. With a
+  // deadline (then `late` and `reclaimed` are given): nothing is written
+  // once it has passed (read_status DeadlineExceeded: the copies stay), and
+  // a write not done by then is left running, its victims marked `late`.
   void WriteToNext(size_t tier, const std::vector<IndexEntry*>& victims,
                    const std::vector<bool>& write, std::vector<bool>& written,
-                   std::vector<Status>& read_status);
+                   std::vector<Status>& read_status, SteadyTime deadline = SteadyTime::max(),
+                   std::vector<bool>* late = nullptr, const std::vector<bool>* reclaimed = nullptr);
+  // Settles the victims `moved` of a write into tier + 1 that ended after
+  // its caller's deadline (completion `w`, op k for moved[k]): each stops
+  // moving and, when written, is indexed below; its hub copy stays (backed,
+  // so it is the next to leave). REQUIRES: mu_ held.
+  void SettleLateWriteLocked(size_t tier, const std::vector<IndexEntry*>& moved,
+                             const std::vector<bool>& reclaimed, const Completion& w);
+  // True when `c` has finished by `deadline` (waits at most until then).
+  static bool FinishedBy(const Completion& c, SteadyTime deadline);
   // Which victims go to tier + 1: asks its admission about each one no deeper
   // tier holds; a refused one is written anyway (forced) when a child of it
   // stays stored and no other tier holds it. A victim whose key tier + 1 is
@@ -263,13 +280,16 @@ class RuntimeImpl final : public Runtime {
   // failure (NotFound is none: the copy is gone). REQUIRES: each key was
   // queued as running, or the list was full.
   Status RunRemoves(size_t tier, const std::vector<NsKey>& keys);
+  // RunRemoves without the wait: the removes settle when they end (counted
+  // in late_calls_ until then), for a caller with a deadline.
+  void StartRemoves(size_t tier, const std::vector<NsKey>& keys);
   // Settles a finished Remove of `keys` from `tier`. REQUIRES: mu_ held.
   void SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,
                            const Completion& c);
   // Retries every failed Remove (start of each mover pass).
   void RetryPendingRemoves();
   // Frees `blocks` blocks of room in lower tier `tier` (>= 1), if it lacks it.
-  void MakeRoomBelow(size_t tier, size_t blocks);
+  void MakeRoomBelow(size_t tier, size_t blocks, SteadyTime deadline);
   // Drops tier `tier`'s copy, erasing the entry when no copy is left.
   // REQUIRES: mu_ held; returns the lower-tier key to remove, if any.
   void DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals);
@@ -333,11 +353,12 @@ class RuntimeImpl final : public Runtime {
   std::vector<TierCount> tier_counts_;      // guarded by mu_
   RuntimeStats stats_;                      // guarded by mu_ (tiers left empty)
   // Guarded by mu_: tier calls whose completion callback still uses this
-  // runtime (reads past their deadline, removes of corrupt copies a load found).
-  uint64_t late_reads_ = 0;
+  // runtime (reads and demotion writes past their deadline, removes started
+  // by a load or an eviction that does not wait for them).
+  uint64_t late_calls_ = 0;
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
-  std::condition_variable late_reads_done_;  // signalled when late_reads_ drops to 0
+  std::condition_variable late_calls_done_;  // signalled when late_calls_ drops to 0
   // Signalled (with mu_) when a save's reserved entries are settled, and
   // when the mover settles its victims, for saves waiting on another's fill
   // of their keys or on a move of a key that lost its copy (RunSave).

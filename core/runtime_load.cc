@@ -10,14 +10,6 @@
 #include "kvtier/block_header.h"
 
 namespace kvtier::internal {
-namespace {
-
-std::chrono::nanoseconds Remaining(std::chrono::steady_clock::time_point deadline) {
-  return std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
-}
-
-}  // namespace
-
 void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                           const std::vector<uint32_t>& blocks,
                           std::chrono::steady_clock::time_point deadline, const LayerDone& on_layer,
@@ -194,7 +186,7 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
   for (size_t i : items) ops.push_back({entries[i]->id.key, arena_->Slot(staged[i])});
   for (size_t i : items) issued[i] = 1;
   Completion c = t.Read(ns, ops);
-  if (!c.WaitFor(Remaining(deadline)).ok() && !c.Poll()) {
+  if (!FinishedBy(c, deadline)) {
     // Still running: the slots belong to the read until it ends.
     std::vector<uint32_t> late;
     for (size_t i : items) {
@@ -205,35 +197,33 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
     }
     {
       std::lock_guard lock(mu_);
-      ++late_reads_;
+      ++late_calls_;
     }
     c.OnDone([this, late] {
       std::lock_guard lock(mu_);
       for (uint32_t s : late) arena_->Free(s);
       // Notified under the lock: Shutdown() cannot return, and the runtime
       // cannot be destroyed, before this callback has let go of mu_.
-      if (--late_reads_ == 0) late_reads_done_.notify_all();
+      if (--late_calls_ == 0) late_calls_done_.notify_all();
     });
     return;
   }
-  std::vector<BlockKey> corrupt;
+  std::vector<NsKey> corrupt;
   {
     std::lock_guard lock(mu_);
-    InstallStagedLocked(tier, entries, items, c, staged, results, corrupt);
-    if (corrupt.empty()) return;
+    std::vector<BlockKey> found;
+    InstallStagedLocked(tier, entries, items, c, staged, results, found);
+    if (found.empty()) return;
     // A corrupt copy is useless but still takes room in the tier, which
     // evicts only what the index names: have the tier drop it. Listed while
     // it runs (nothing writes the key there meanwhile) and, should it fail,
     // until a mover pass retries it. Not waited for (the load has a deadline).
-    for (const BlockKey& k : corrupt) (void)QueueRemoveLocked(tier, {ns, k}, /*running=*/true);
-    ++late_reads_;
+    for (const BlockKey& k : found) {
+      corrupt.push_back({ns, k});
+      (void)QueueRemoveLocked(tier, corrupt.back(), /*running=*/true);
+    }
   }
-  Completion r = t.Remove(ns, corrupt);
-  r.OnDone([this, tier, ns, corrupt, r] {
-    std::lock_guard lock(mu_);
-    SettleRemovesLocked(tier, ns, corrupt, r);
-    if (--late_reads_ == 0) late_reads_done_.notify_all();
-  });
+  StartRemoves(tier, corrupt);
 }
 
 void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,

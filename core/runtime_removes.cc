@@ -2,6 +2,8 @@
 // not succeeded yet (see RuntimeImpl::pending_removes_). A failed Remove is
 // retried by each mover pass until the tier answers, so a tier that frees
 // room only on a successful remove does not lose that room for good.
+#include <algorithm>
+#include <cstddef>
 #include <map>
 #include <string>
 
@@ -44,6 +46,31 @@ Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
     }
   }
   return first_failure;
+}
+
+void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys) {
+  Tier& t = *lower_[tier - 1];
+  std::map<uint64_t, std::vector<BlockKey>> by_ns;
+  for (const NsKey& k : keys) by_ns[k.ns.value].push_back(k.key);
+  const size_t batch = BatchLimit(t);
+  for (const auto& [ns, all] : by_ns) {
+    for (size_t from = 0; from < all.size(); from += batch) {
+      std::vector<BlockKey> part(
+          all.begin() + static_cast<std::ptrdiff_t>(from),
+          all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), from + batch)));
+      {
+        std::lock_guard lock(mu_);
+        ++late_calls_;
+      }
+      Completion c = t.Remove(NamespaceId{ns}, part);
+      c.OnDone([this, tier, id = NamespaceId{ns}, part = std::move(part), c] {
+        std::lock_guard lock(mu_);
+        SettleRemovesLocked(tier, id, part, c);
+        // Under the lock: Shutdown() cannot return before this lets go of mu_.
+        if (--late_calls_ == 0) late_calls_done_.notify_all();
+      });
+    }
+  }
 }
 
 void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,

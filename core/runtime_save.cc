@@ -340,7 +340,8 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       broken = Status::ResourceExhausted(
           "save: tier '" + options_.tiers[0].name +
           "' is full and nothing can be evicted: its blocks are pinned (loads, lookups, "
-          "saves in progress) or prefixes of stored blocks with no lower tier to take them");
+          "saves in progress), being written to a lower tier that has not answered yet, or "
+          "prefixes of stored blocks with no lower tier to take them");
       done.Set(i, broken);
       ++stats_.save_failures;
       continue;

@@ -210,9 +210,11 @@ TEST_F(RuntimeFaultTest, SlowTierMissesTheDeadlineWithoutHanging) {
 }
 
 // A load into a full hub makes room by writing hub blocks down, one batch at
-// a time; past its deadline it starts no further batch. Here each batch is
-// one block and takes the tier's 300 ms: room for 3 blocks would take 900 ms,
-// and the load, due in 200 ms, ends after the first.
+// a time; past its deadline it starts no further batch and waits for none.
+// Here each batch is one block and takes the tier's 300 ms: room for 3
+// blocks would take 900 ms, and the load, due in 200 ms, ends then, the
+// first write going on without it (a tier that never answers:
+// RuntimeHungTierTest).
 TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
   FaultOptions f;
   f.latency = std::chrono::milliseconds(300);

@@ -38,7 +38,7 @@ class FaultInjectingTier final : public Tier {
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override {
     std::vector<ReadOp> copy(ops.begin(), ops.end());
-    Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
+    Forward(o_.stall_reads.get(), std::move(done), [this, ns, copy](CompletionSource& src) {
       Completion c = inner_->Read(ns, copy);
       (void)c.Wait();
       for (size_t i = 0; i < copy.size(); ++i) {
@@ -58,7 +58,7 @@ class FaultInjectingTier final : public Tier {
 
   void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) override {
     std::vector<WriteOp> copy(ops.begin(), ops.end());
-    Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
+    Forward(o_.stall_writes.get(), std::move(done), [this, ns, copy](CompletionSource& src) {
       // Fail the chosen ops before they reach the inner tier, so a failed
       // write never leaves data behind.
       std::vector<WriteOp> pass;
@@ -127,7 +127,12 @@ class FaultInjectingTier final : public Tier {
  private:
   using Job = std::function<void(CompletionSource&)>;
 
-  // Runs inline without latency; otherwise queues for the delay thread.
+  // Held while `stall` is stalled; else runs inline without latency,
+  // otherwise queues for the delay thread.
+  void Forward(CallStall* stall, CompletionSource done, Job job) {
+    if (stall != nullptr && stall->HoldIfStalled(done, job)) return;
+    Forward(std::move(done), std::move(job));
+  }
   void Forward(CompletionSource done, Job job) {
     if (o_.latency.count() == 0) {
       job(done);
@@ -204,17 +209,15 @@ void ContainsFaults::ReportPresent(const BlockKey& key) {
   present_.insert(key);
 }
 
-void ContainsFaults::Stall() {
+void CallStall::Stall() {
   std::lock_guard lock(mu_);
   stalled_ = true;
 }
 
-void ContainsFaults::Clear() {
+void CallStall::Release() {
   std::vector<Held> held;
   {
     std::lock_guard lock(mu_);
-    fail_.clear();
-    present_.clear();
     stalled_ = false;
     held.swap(held_);
   }
@@ -225,17 +228,40 @@ void ContainsFaults::Clear() {
   }
 }
 
+uint64_t CallStall::held() const {
+  std::lock_guard lock(mu_);
+  return held_.size();
+}
+
+bool CallStall::HoldIfStalled(CompletionSource& done, Answer answer) {
+  std::lock_guard lock(mu_);
+  if (!stalled_) return false;
+  held_.push_back({std::make_shared<CompletionSource>(std::move(done)), std::move(answer)});
+  return true;
+}
+
+void ContainsFaults::Stall() { stall_.Stall(); }
+
+void ContainsFaults::Clear() {
+  {
+    std::lock_guard lock(mu_);
+    fail_.clear();
+    present_.clear();
+  }
+  stall_.Release();
+}
+
 uint64_t ContainsFaults::calls() const {
   std::lock_guard lock(mu_);
   return calls_;
 }
 
-bool ContainsFaults::HoldIfStalled(CompletionSource& done, Answer answer) {
-  std::lock_guard lock(mu_);
-  ++calls_;
-  if (!stalled_) return false;
-  held_.push_back({std::make_shared<CompletionSource>(std::move(done)), std::move(answer)});
-  return true;
+bool ContainsFaults::HoldIfStalled(CompletionSource& done, CallStall::Answer answer) {
+  {
+    std::lock_guard lock(mu_);
+    ++calls_;
+  }
+  return stall_.HoldIfStalled(done, std::move(answer));
 }
 
 std::optional<Status> ContainsFaults::Injected(const BlockKey& key) const {

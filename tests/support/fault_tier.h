@@ -1,7 +1,8 @@
 // FaultInjectingTier: wraps any Tier and injects the failures a real backend
 // shows: errors at a rate, errors after N operations, added latency (ops then
 // complete on a background thread), corrupted bytes on read, failed removes,
-// and Contains answers that are wrong, failed or never come (ContainsFaults).
+// reads and writes that never answer until released (CallStall), and
+// Contains answers that are wrong, failed or never come (ContainsFaults).
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,33 @@
 #include "kvtier/tier.h"
 
 namespace kvtier::testing {
+
+// Holds a tier's calls of one kind unanswered while stalled (a hung device
+// or server) until Release(), shared with the tier through FaultOptions.
+// Thread-safe. REQUIRES: Release() before the tier shuts down while calls
+// are held (the tier's Shutdown waits for them).
+class CallStall {
+ public:
+  void Stall();
+  // Ends the stall; the held calls then answer, in the order they came.
+  void Release();
+  uint64_t held() const;  // calls held now
+
+  // For the tier: while stalled, keeps `done` to finish with `answer` at
+  // Release() (true); false when the call is to run now.
+  using Answer = std::function<void(CompletionSource&)>;
+  bool HoldIfStalled(CompletionSource& done, Answer answer);
+
+ private:
+  struct Held {
+    std::shared_ptr<CompletionSource> done;
+    Answer answer;
+  };
+
+  mutable std::mutex mu_;
+  bool stalled_ = false;    // guarded by mu_
+  std::vector<Held> held_;  // guarded by mu_
+};
 
 // Faults of Contains that a test switches while the tier runs, shared with
 // the tier through FaultOptions::contains. Thread-safe.
@@ -39,22 +67,15 @@ class ContainsFaults {
 
   // For the tier: counts a call and, while stalled, keeps `done` to finish
   // with `answer` at Clear() (true); false when the call is to run now.
-  using Answer = std::function<void(CompletionSource&)>;
-  bool HoldIfStalled(CompletionSource& done, Answer answer);
+  bool HoldIfStalled(CompletionSource& done, CallStall::Answer answer);
   // For the tier: the injected answer for `key`, if any.
   std::optional<Status> Injected(const BlockKey& key) const;
 
  private:
-  struct Held {
-    std::shared_ptr<CompletionSource> done;
-    Answer answer;
-  };
-
+  CallStall stall_;
   mutable std::mutex mu_;
   std::map<BlockKey, StatusCode> fail_;  // guarded by mu_
   std::set<BlockKey> present_;           // guarded by mu_
-  bool stalled_ = false;                 // guarded by mu_
-  std::vector<Held> held_;               // guarded by mu_
   uint64_t calls_ = 0;                   // guarded by mu_
 };
 
@@ -71,6 +92,8 @@ struct FaultOptions {
                                         // the runtime adopts what Contains finds
   uint32_t max_batch_blocks = 0;        // the batch limit declared; 0 = the inner tier's
   std::shared_ptr<ContainsFaults> contains;  // switchable Contains faults; null = none
+  std::shared_ptr<CallStall> stall_reads;    // holds reads while stalled; null = never
+  std::shared_ptr<CallStall> stall_writes;   // holds writes while stalled; null = never
   uint64_t seed = 42;
 };
 
