@@ -454,15 +454,7 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
     }
     ++removes_running_;
   }
-  Status result;
-  for (size_t t = 1; t < tier_count(); ++t) {
-    Status st = RunRemoves(t, lower_keys);
-    if (!st.ok() && result.ok()) result = std::move(st);
-  }
-  std::lock_guard lock(mu_);
-  --removes_running_;
-  ++removes_ended_;
-  return result;
+  return RemoveFromLowerTiers(lower_keys);
 }
 
 }  // namespace internal

@@ -283,6 +283,12 @@ class RuntimeImpl final : public Runtime {
   // RunRemoves without the wait: the removes settle when they end (counted
   // in late_calls_ until then), for a caller with a deadline.
   void StartRemoves(size_t tier, const std::vector<NsKey>& keys);
+  // Runtime::Remove's part below the hub: removes `keys` from every lower
+  // tier at once and waits for them at most kRemoveWait; ends this remove
+  // (removes_running_) when the last of them has settled, however late.
+  // REQUIRES: removes_running_ counts this call; each key queued as running
+  // in every lower tier.
+  Status RemoveFromLowerTiers(const std::vector<NsKey>& keys);
   // Settles a finished Remove of `keys` from `tier`. REQUIRES: mu_ held.
   void SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,
                            const Completion& c);
@@ -384,6 +390,7 @@ class RuntimeImpl final : public Runtime {
   // adoption that overlapped one is dropped (runtime_adopt.cc). Guarded by mu_.
   uint32_t removes_running_ = 0;
   uint64_t removes_ended_ = 0;
+  std::condition_variable removes_done_;  // signalled as a Remove's tier calls settle
 
   std::mutex mover_mu_;
   std::condition_variable mover_cv_;

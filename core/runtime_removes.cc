@@ -3,9 +3,12 @@
 // retried by each mover pass until the tier answers, so a tier that frees
 // room only on a successful remove does not lose that room for good.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/runtime_impl.h"
 
@@ -71,6 +74,93 @@ void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys) {
       });
     }
   }
+}
+
+namespace {
+
+// How long Runtime::Remove waits for the lower tiers to drop their copies;
+// past it the keys are gone from the index and the copies go when the tier
+// answers.
+constexpr std::chrono::seconds kRemoveWait(1);
+
+}  // namespace
+
+Status RuntimeImpl::RemoveFromLowerTiers(const std::vector<NsKey>& keys) {
+  struct Batch {
+    size_t tier;
+    NamespaceId ns;
+    std::vector<BlockKey> keys;
+  };
+  struct Call {                      // guarded by mu_
+    std::vector<size_t> unanswered;  // per tier: batches not settled yet
+    size_t pending = 0;
+    Status first_failure;
+  };
+  std::vector<Batch> batches;
+  std::map<uint64_t, std::vector<BlockKey>> by_ns;
+  for (const NsKey& k : keys) by_ns[k.ns.value].push_back(k.key);
+  for (size_t t = 1; t < tier_count(); ++t) {
+    const size_t limit = BatchLimit(*lower_[t - 1]);
+    for (const auto& [ns, all] : by_ns) {
+      for (size_t from = 0; from < all.size(); from += limit) {
+        const auto first = all.begin() + static_cast<std::ptrdiff_t>(from);
+        batches.push_back(
+            {t,
+             NamespaceId{ns},
+             {first, first + static_cast<std::ptrdiff_t>(std::min(limit, all.size() - from))}});
+      }
+    }
+  }
+  auto call = std::make_shared<Call>();
+  call->unanswered.assign(tier_count(), 0);
+  {
+    std::lock_guard lock(mu_);
+    call->pending = batches.size();
+    for (const Batch& b : batches) ++call->unanswered[b.tier];
+    late_calls_ += batches.size();
+    if (batches.empty()) {
+      --removes_running_;
+      ++removes_ended_;
+      return Status::Ok();
+    }
+  }
+  for (Batch& b : batches) {
+    Tier& t = *lower_[b.tier - 1];
+    Completion c = t.Remove(b.ns, b.keys);
+    c.OnDone([this, call, b = std::move(b), c, &t] {
+      std::lock_guard lock(mu_);
+      SettleRemovesLocked(b.tier, b.ns, b.keys, c);
+      for (size_t k = 0; k < b.keys.size() && call->first_failure.ok(); ++k) {
+        const Status st = c.result(k);
+        if (!st.ok() && st.code() != StatusCode::kNotFound) {
+          call->first_failure =
+              st.WithContext("remove of block " + ToHex(b.keys[k]) + " from tier '" + t.name() +
+                             "' (retried by the mover)");
+        }
+      }
+      --call->unanswered[b.tier];
+      if (--call->pending == 0) {
+        --removes_running_;
+        ++removes_ended_;
+      }
+      removes_done_.notify_all();
+      // Under the lock: Shutdown() cannot return before this lets go of mu_.
+      if (--late_calls_ == 0) late_calls_done_.notify_all();
+    });
+  }
+  std::unique_lock lock(mu_);
+  if (removes_done_.wait_for(lock, kRemoveWait, [&] { return call->pending == 0; })) {
+    return call->first_failure;
+  }
+  std::string tiers;
+  for (size_t t = 1; t < tier_count(); ++t) {
+    if (call->unanswered[t] == 0) continue;
+    tiers += (tiers.empty() ? "'" : ", '") + lower_[t - 1]->name() + "'";
+  }
+  return Status::DeadlineExceeded(
+      "remove: tier " + tiers + " has not answered within " + std::to_string(kRemoveWait.count()) +
+      " s; the keys are gone from the index, and their copies there go when it answers "
+      "(the mover retries a failure)");
 }
 
 void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,

@@ -240,7 +240,9 @@ KVTIER_C_EXPORT int kvtier_load_state(kvtier_runtime* rt, const kvtier_key* boun
 KVTIER_C_EXPORT int kvtier_request_finished(kvtier_runtime* rt, const kvtier_key* keys,
                                             size_t num_keys, uint32_t output_tokens);
 /* Drops keys from every tier (KVTIER_INVALID_ARGUMENT while a stored child is
- * kept; KVTIER_BUSY while one is in use). */
+ * kept; KVTIER_BUSY while one is in use). Waits at most 1 s for the lower
+ * tiers: KVTIER_DEADLINE_EXCEEDED names one that had not answered, whose
+ * copies go when it does; the keys are gone from lookups either way. */
 KVTIER_C_EXPORT int kvtier_remove(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys);
 /* `*saved` = 1 when every key is stored in some tier, else 0. */
 KVTIER_C_EXPORT int kvtier_is_saved(kvtier_runtime* rt, const kvtier_key* keys, size_t num_keys,

@@ -305,6 +305,8 @@ class KVTIER_EXPORT Runtime {
   // Busy if a key is in use (pinned, being saved or moved). The keys leave
   // the index at once; an error names a lower tier that could not drop a
   // copy yet: the mover retries it, and no lookup finds the key meanwhile.
+  // Waits at most 1 s for the lower tiers: one that has not answered by then
+  // is named in a DeadlineExceeded, and its copies go when it answers.
   virtual Status Remove(NamespaceId ns, std::span<const BlockKey> keys) = 0;
 
   // ---- Hybrid models: state checkpoints -------------------------------------

@@ -1,11 +1,14 @@
 // A lower tier that stops answering (a hung device or server) while a load or
-// a save has to make room in a full hub by writing hub blocks down: the call
-// still ends by its deadline, the write goes on without it, and once the tier
-// answers its blocks are indexed where they are, none lost and none wrong.
+// a save has to make room in a full hub by writing hub blocks down, or while
+// blocks are removed: the call still ends by its deadline, the tier call
+// goes on without it, and once the tier answers its blocks are indexed where
+// they are (or gone, when removed), none lost and none wrong.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "tests/core/runtime_test_util.h"
 #include "tests/support/block_data.h"
@@ -34,6 +37,7 @@ class RuntimeHungTierTest : public ::testing::Test {
     FaultOptions f;
     f.stall_reads = reads_;
     f.stall_writes = writes_;
+    f.stall_removes = removes_;
     o.tier_factory = [f](const TierOptions& t,
                          const TierContext& c) -> Result<std::unique_ptr<Tier>> {
       auto inner = CreateTier(t, c);
@@ -50,6 +54,7 @@ class RuntimeHungTierTest : public ::testing::Test {
     // A held call would hold up the tier's Shutdown.
     reads_->Release();
     writes_->Release();
+    removes_->Release();
   }
 
   // A1..A4 saved and demoted (A1 stays in the hub, A2..A4 go to tier 1),
@@ -89,6 +94,7 @@ class RuntimeHungTierTest : public ::testing::Test {
 
   std::shared_ptr<CallStall> reads_ = std::make_shared<CallStall>();
   std::shared_ptr<CallStall> writes_ = std::make_shared<CallStall>();
+  std::shared_ptr<CallStall> removes_ = std::make_shared<CallStall>();
   EngineSetup setup_;
   std::unique_ptr<Runtime> rt_;
   std::unique_ptr<SimEngine> sim_;
@@ -181,6 +187,35 @@ TEST_F(RuntimeHungTierTest, ASaveIsNotHeldByAHungReadOfTheCascadeBelow) {
   EXPECT_EQ(rt_->Lookup(kTestNs, a_)->hit_blocks, 4u);
   EXPECT_EQ(rt_->Lookup(kTestNs, b_)->hit_blocks, 3u);
   ExpectWhole(c_keys);
+}
+
+// Remove drops A3..A4 from the index at once and asks tier 1, which never
+// answers: the call ends after its bounded wait with DeadlineExceeded
+// naming the tier (it used to wait for good). The copies are not found
+// meanwhile, and go when the tier answers.
+TEST_F(RuntimeHungTierTest, ARemoveIsNotHeldByAHungTier) {
+  Open(32, /*with_tier2=*/false);
+  FillHub();
+  ASSERT_EQ(rt_->Stats().tiers[1].blocks, 3u);
+  removes_->Stall();
+  const std::vector<BlockKey> tail(a_.begin() + 2, a_.end());
+  Status st;
+  EXPECT_TRUE(ReturnsWithin([&] { st = rt_->Remove(kTestNs, tail); }, kHangLimit,
+                            "a remove while the tier below is hung"));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_NE(st.message().find("'faulty'"), std::string::npos) << st.ToString();
+  EXPECT_EQ(removes_->held(), 1u);
+  EXPECT_EQ(rt_->Lookup(kTestNs, a_)->hit_blocks, 2u);
+  EXPECT_EQ(rt_->Stats().tiers[1].blocks, 3u) << "the tier has not dropped them yet";
+
+  removes_->Release();
+  EXPECT_EQ(rt_->Stats().tiers[1].blocks, 1u);
+  EXPECT_EQ(rt_->Lookup(kTestNs, a_)->hit_blocks, 2u);
+  ExpectWhole({a_[0], a_[1]});
+  ExpectWhole(b_);
+  // Answered at once, the same call reports success.
+  ASSERT_TRUE(rt_->Remove(kTestNs, b_).ok());
+  EXPECT_EQ(rt_->Lookup(kTestNs, b_)->hit_blocks, 0u);
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ class FaultInjectingTier final : public Tier {
 
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
     std::vector<BlockKey> copy(keys.begin(), keys.end());
-    Forward(std::move(done), [this, ns, copy](CompletionSource& src) {
+    Forward(o_.stall_removes.get(), std::move(done), [this, ns, copy](CompletionSource& src) {
       // Like writes, a failed remove never reaches the inner tier.
       std::vector<BlockKey> pass;
       std::vector<size_t> pass_item;

@@ -1,7 +1,7 @@
 // FaultInjectingTier: wraps any Tier and injects the failures a real backend
 // shows: errors at a rate, errors after N operations, added latency (ops then
 // complete on a background thread), corrupted bytes on read, failed removes,
-// reads and writes that never answer until released (CallStall), and
+// reads, writes and removes that never answer until released (CallStall), and
 // Contains answers that are wrong, failed or never come (ContainsFaults).
 #pragma once
 
@@ -94,6 +94,7 @@ struct FaultOptions {
   std::shared_ptr<ContainsFaults> contains;  // switchable Contains faults; null = none
   std::shared_ptr<CallStall> stall_reads;    // holds reads while stalled; null = never
   std::shared_ptr<CallStall> stall_writes;   // holds writes while stalled; null = never
+  std::shared_ptr<CallStall> stall_removes;  // holds removes while stalled; null = never
   uint64_t seed = 42;
 };
 
