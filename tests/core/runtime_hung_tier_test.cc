@@ -82,6 +82,19 @@ class RuntimeHungTierTest : public ::testing::Test {
     return c;
   }
 
+  // Saves a new block C (engine block 40) into the full hub; fails the test
+  // at once if the save is held long past its bounded wait for room, and
+  // expects C refused for want of room.
+  void SaveCWhileHung() {
+    c_ = ChainKeys({40});
+    sim_->Prefill(c_, 40);
+    Completion c;
+    EXPECT_TRUE(ReturnsWithin([&] { c = sim_->SaveFrom(c_, 0, 40); }, kHangLimit,
+                              "a save while the tier below is hung"));
+    EXPECT_EQ(c.result(0).code(), StatusCode::kResourceExhausted) << c.result(0).ToString();
+    EXPECT_EQ(rt_->Lookup(kTestNs, c_)->hit_blocks, 0u);
+  }
+
   // Every key of `keys` is found and loads byte for byte.
   void ExpectWhole(const std::vector<BlockKey>& keys) {
     EXPECT_EQ(rt_->Lookup(kTestNs, keys)->hit_blocks, keys.size());
@@ -98,7 +111,7 @@ class RuntimeHungTierTest : public ::testing::Test {
   EngineSetup setup_;
   std::unique_ptr<Runtime> rt_;
   std::unique_ptr<SimEngine> sim_;
-  std::vector<BlockKey> a_, b_;
+  std::vector<BlockKey> a_, b_, c_;
 };
 
 // The load needs 3 hub slots for A2..A4; the hub's leaf B3 is written down
@@ -136,18 +149,12 @@ TEST_F(RuntimeHungTierTest, ASaveIsNotHeldByAHungDemotionWrite) {
   Open(32, /*with_tier2=*/false);
   FillHub();
   writes_->Stall();
-  const auto c_keys = ChainKeys({40});
-  sim_->Prefill(c_keys, 40);
-  Completion c;
-  EXPECT_TRUE(ReturnsWithin([&] { c = sim_->SaveFrom(c_keys, 0, 40); }, kHangLimit,
-                            "a save while the tier below is hung"));
-  EXPECT_EQ(c.result(0).code(), StatusCode::kResourceExhausted) << c.result(0).ToString();
+  SaveCWhileHung();
   EXPECT_EQ(writes_->held(), 1u);
-  EXPECT_EQ(rt_->Lookup(kTestNs, c_keys)->hit_blocks, 0u);
 
   writes_->Release();
-  ASSERT_TRUE(sim_->SaveFrom(c_keys, 0, 40).status().ok());
-  ExpectWhole(c_keys);
+  ASSERT_TRUE(sim_->SaveFrom(c_, 0, 40).status().ok());
+  ExpectWhole(c_);
   ExpectWhole(a_);
   ExpectWhole(b_);
 }
@@ -162,12 +169,7 @@ TEST_F(RuntimeHungTierTest, ASaveIsNotHeldByAHungReadOfTheCascadeBelow) {
   Open(3, /*with_tier2=*/true);
   FillHub();
   reads_->Stall();
-  const auto c_keys = ChainKeys({40});
-  sim_->Prefill(c_keys, 40);
-  Completion c;
-  EXPECT_TRUE(ReturnsWithin([&] { c = sim_->SaveFrom(c_keys, 0, 40); }, kHangLimit,
-                            "a save while the tier below is hung"));
-  EXPECT_EQ(c.result(0).code(), StatusCode::kResourceExhausted) << c.result(0).ToString();
+  SaveCWhileHung();
   EXPECT_EQ(reads_->held(), 1u);
 
   reads_->Release();
@@ -179,14 +181,14 @@ TEST_F(RuntimeHungTierTest, ASaveIsNotHeldByAHungReadOfTheCascadeBelow) {
   EXPECT_EQ(rt_->Lookup(kTestNs, a_)->hit_blocks, 4u);
   ExpectWhole(b_);
 
-  sim_->Prefill(c_keys, 40);  // ExpectWhole scrubbed the engine's blocks
-  ASSERT_TRUE(sim_->SaveFrom(c_keys, 0, 40).status().ok());
+  sim_->Prefill(c_, 40);  // ExpectWhole scrubbed the engine's blocks
+  ASSERT_TRUE(sim_->SaveFrom(c_, 0, 40).status().ok());
   st = rt_->Stats();
   EXPECT_EQ(st.tiers[1].demoted_blocks, 1u) << "A4 to tier 2";
   EXPECT_EQ(st.tiers[2].blocks, 1u);
   EXPECT_EQ(rt_->Lookup(kTestNs, a_)->hit_blocks, 4u);
   EXPECT_EQ(rt_->Lookup(kTestNs, b_)->hit_blocks, 3u);
-  ExpectWhole(c_keys);
+  ExpectWhole(c_);
 }
 
 // Remove drops A3..A4 from the index at once and asks tier 1, which never
