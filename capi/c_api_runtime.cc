@@ -166,18 +166,27 @@ uint32_t kvtier_state_blocks(const kvtier_runtime* rt) { return rt ? rt->state_b
 
 int kvtier_key_chain(const kvtier_runtime* rt, const kvtier_key* parent, const int32_t* tokens,
                      size_t num_tokens, kvtier_key* out, size_t capacity, size_t* count) {
+  return kvtier_key_chain_extra(rt, parent, tokens, num_tokens, nullptr, 0, out, capacity, count);
+}
+
+int kvtier_key_chain_extra(const kvtier_runtime* rt, const kvtier_key* parent,
+                           const int32_t* tokens, size_t num_tokens, const void* extra,
+                           size_t extra_bytes, kvtier_key* out, size_t capacity, size_t* count) {
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(rt, "runtime"));
     KVTIER_RETURN_IF_ERROR(Required(count, "count"));
     *count = 0;
     if (num_tokens > 0) KVTIER_RETURN_IF_ERROR(Required(tokens, "tokens"));
     if (capacity > 0) KVTIER_RETURN_IF_ERROR(Required(out, "out"));
+    if (extra_bytes > 0) KVTIER_RETURN_IF_ERROR(Required(extra, "extra"));
+    const std::span<const std::byte> salt(static_cast<const std::byte*>(extra), extra_bytes);
     const size_t block_tokens = rt->block_tokens;
     const size_t blocks = num_tokens / block_tokens;
     std::optional<kvtier::BlockKey> prev = kvtier::capi::Parent(parent);
     for (size_t i = 0; i < blocks && i < capacity; ++i) {
-      prev = rt->hasher.Next(prev ? &*prev : nullptr,
-                             std::span<const int32_t>(tokens + i * block_tokens, block_tokens));
+      prev =
+          rt->hasher.Next(prev ? &*prev : nullptr,
+                          std::span<const int32_t>(tokens + i * block_tokens, block_tokens), salt);
       out[i] = kvtier::capi::ToC(*prev);
     }
     *count = blocks;

@@ -127,14 +127,14 @@ BlockKey KeyHasher::StatePart(const BlockKey& boundary, uint32_t part) const {
   return Digest(w.data());
 }
 
-std::vector<BlockKey> KeyHasher::Chain(std::span<const int32_t> tokens,
-                                       uint32_t block_tokens) const {
+std::vector<BlockKey> KeyHasher::Chain(std::span<const int32_t> tokens, uint32_t block_tokens,
+                                       std::span<const std::byte> extra) const {
   std::vector<BlockKey> keys;
   if (block_tokens == 0) return keys;
   keys.reserve(tokens.size() / block_tokens);
   for (size_t off = 0; off + block_tokens <= tokens.size(); off += block_tokens) {
     const BlockKey* parent = keys.empty() ? nullptr : &keys.back();
-    keys.push_back(Next(parent, tokens.subspan(off, block_tokens)));
+    keys.push_back(Next(parent, tokens.subspan(off, block_tokens), extra));
   }
   return keys;
 }

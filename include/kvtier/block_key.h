@@ -83,8 +83,10 @@ class KVTIER_EXPORT KeyHasher {
   // bytes) instead of token ids. Distinct from Next() for the same bytes.
   BlockKey NextFromEngineHash(const BlockKey* parent, std::span<const std::byte> engine_hash) const;
 
-  // Keys of every full block of `tokens` (a trailing partial block gets none).
-  std::vector<BlockKey> Chain(std::span<const int32_t> tokens, uint32_t block_tokens) const;
+  // Keys of every full block of `tokens` (a trailing partial block gets none),
+  // each with `extra` as Next() takes it.
+  std::vector<BlockKey> Chain(std::span<const int32_t> tokens, uint32_t block_tokens,
+                              std::span<const std::byte> extra = {}) const;
 
   // Hybrid models: the key under which part `part` of the state checkpoint
   // at the end of block `boundary` is stored (Runtime::SaveState). Distinct

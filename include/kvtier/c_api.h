@@ -168,6 +168,15 @@ KVTIER_C_EXPORT uint32_t kvtier_state_blocks(const kvtier_runtime* rt);
 KVTIER_C_EXPORT int kvtier_key_chain(const kvtier_runtime* rt, const kvtier_key* parent,
                                      const int32_t* tokens, size_t num_tokens, kvtier_key* out,
                                      size_t capacity, size_t* count);
+/* As kvtier_key_chain, with `extra` (`extra_bytes` bytes) mixed into every
+ * key: whatever besides the token ids changes the KV, such as a LoRA
+ * adapter's id or a tenant's cache salt, so that the same tokens under
+ * another adapter never hit these blocks. No extra (0 bytes) gives
+ * kvtier_key_chain's keys. The C++ KeyHasher::Next(parent, tokens, extra). */
+KVTIER_C_EXPORT int kvtier_key_chain_extra(const kvtier_runtime* rt, const kvtier_key* parent,
+                                           const int32_t* tokens, size_t num_tokens,
+                                           const void* extra, size_t extra_bytes, kvtier_key* out,
+                                           size_t capacity, size_t* count);
 /* The key of a block named by an engine's own block hash bytes (vLLM's block
  * hash), continuing `parent` (NULL: first block). */
 KVTIER_C_EXPORT int kvtier_key_from_engine_hash(const kvtier_runtime* rt, const kvtier_key* parent,

@@ -114,15 +114,19 @@ class Runtime(_Scoped):
         """Pages one state checkpoint takes (runtime.state_blocks); 0: KV only."""
         return self._call(lib().kvtier_state_blocks)
 
-    def key_chain(self, tokens, parent=None):
+    def key_chain(self, tokens, parent=None, extra=None):
         """Keys of the full blocks of `tokens` (a list, or faster an array.array('i')
-        or an int32 NumPy array), continuing `parent` (None: first block), as Keys."""
+        or an int32 NumPy array), continuing `parent` (None: first block), as Keys.
+        `extra` (bytes-like) is mixed into every key: whatever besides the tokens
+        changes the KV, such as a LoRA adapter's id or a tenant's cache salt."""
         c_tokens = _ints(tokens, ctypes.c_int32, ("i", "l", "=i", "<i"))
+        salt = b"" if extra is None else _bytes(extra, "extra")
         n = len(c_tokens) // self.block_tokens
         out = (_Key * n)()
         count = ctypes.c_size_t(0)
-        _check(self._call(lib().kvtier_key_chain, _key_ptr(parent), c_tokens, len(c_tokens),
-                          out if n else None, n, ctypes.byref(count)))
+        _check(self._call(lib().kvtier_key_chain_extra, _key_ptr(parent), c_tokens,
+                          len(c_tokens), salt, len(salt), out if n else None, n,
+                          ctypes.byref(count)))
         return Keys(out, 0, count.value)
 
     def key_from_engine_hash(self, engine_hash, parent=None):

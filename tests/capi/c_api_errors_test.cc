@@ -182,6 +182,7 @@ TEST(CApiErrorsTest, NullArgumentsAreRefusedByName) {
   kvtier_runtime* r = rt.get();
   const kvtier_key key{1, 2};
   const uint32_t block = 0;
+  const int32_t token = 5;
   size_t n = 0;
   int flag = 0;
   kvtier_completion* c = nullptr;
@@ -215,6 +216,8 @@ TEST(CApiErrorsTest, NullArgumentsAreRefusedByName) {
       {[&] { return kvtier_propose_preemption(r, 1, nullptr, 4, &n); }, "request_ids is NULL"},
       {[&] { return kvtier_propose_preemption(r, 1, nullptr, 0, nullptr); }, "count is NULL"},
       {[&] { return kvtier_key_chain(r, nullptr, nullptr, 16, nullptr, 0, &n); }, "tokens is NULL"},
+      {[&] { return kvtier_key_chain_extra(r, nullptr, &token, 1, nullptr, 4, nullptr, 0, &n); },
+       "extra is NULL"},
       {[&] { return kvtier_key_from_engine_hash(r, nullptr, nullptr, 8, &out); }, "hash is NULL"},
       {[&] { return kvtier_key_from_engine_hash(r, nullptr, &flag, 4, nullptr); }, "out is NULL"},
       {[&] { return kvtier_stats_json(r, nullptr, 10, &n); }, "buffer is NULL"},

@@ -70,6 +70,30 @@ TEST(CApiTest, KeysAreTheCppHashersKeys) {
   EXPECT_EQ(kvtier_key_chain(rt.get(), nullptr, tokens.data(), 15, nullptr, 0, &count), KVTIER_OK);
   EXPECT_EQ(count, 0u);
 
+  // An extra (a LoRA adapter's id) changes every key, as the C++ hasher's
+  // `extra` does; none gives the plain chain.
+  const char lora[] = "adapter-7";
+  const auto lora_bytes = std::as_bytes(std::span(lora, sizeof lora - 1));
+  const std::vector<BlockKey> with_lora = hasher.Chain(tokens, 16, lora_bytes);
+  std::vector<kvtier_key> salted(3);
+  ASSERT_EQ(kvtier_key_chain_extra(rt.get(), nullptr, tokens.data(), tokens.size(), lora,
+                                   sizeof lora - 1, salted.data(), 3, &count),
+            KVTIER_OK);
+  ASSERT_EQ(count, 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(SameKey(salted[i], with_lora[i])) << i;
+    EXPECT_FALSE(SameKey(salted[i], expected[i])) << i;
+  }
+  ASSERT_EQ(kvtier_key_chain_extra(rt.get(), &salted[0], tokens.data() + 16, 16, lora,
+                                   sizeof lora - 1, rest.data(), 2, &count),
+            KVTIER_OK);
+  EXPECT_EQ(count, 1u);
+  EXPECT_TRUE(SameKey(rest[0], with_lora[1]));
+  ASSERT_EQ(kvtier_key_chain_extra(rt.get(), nullptr, tokens.data(), 16, nullptr, 0, salted.data(),
+                                   1, &count),
+            KVTIER_OK);
+  EXPECT_TRUE(SameKey(salted[0], expected[0]));
+
   const unsigned char engine_hash[] = {1, 2, 3, 4, 5, 6, 7, 8};
   kvtier_key from_hash{};
   ASSERT_EQ(

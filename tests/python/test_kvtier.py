@@ -65,6 +65,17 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(len(set(keys)), 3)
         self.assertEqual(self.rt.key_chain(tokens[16:48], parent=keys[0]), keys[1:])
         self.assertEqual(self.rt.key_chain(tokens[:15]), [])
+        # An extra (a LoRA adapter's id) separates every key; none, or an empty
+        # one, is the plain chain.
+        lora = self.rt.key_chain(tokens, extra=b"adapter-7")
+        self.assertEqual(len(lora), 3)
+        self.assertEqual(set(lora) & set(keys), set())
+        self.assertEqual(self.rt.key_chain(tokens[16:32], parent=lora[0], extra=b"adapter-7"),
+                         lora[1:2])
+        self.assertNotEqual(self.rt.key_chain(tokens, extra=b"adapter-8"), lora)
+        self.assertEqual(self.rt.key_chain(tokens, extra=b""), keys)
+        with self.assertRaises(TypeError):
+            self.rt.key_chain(tokens, extra=7)
         self.assertNotEqual(self.rt.key_from_engine_hash(b"abc", parent=keys[0]),
                             self.rt.key_from_engine_hash(b"abd", parent=keys[0]))
         first = self.rt.key_from_engine_hash(b"h1", parent=keys[0])
