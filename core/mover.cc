@@ -340,8 +340,7 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
                 staging, w] {
         std::lock_guard lock(mu_);
         SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
-        // Under the lock: Shutdown() cannot return before this lets go of mu_.
-        if (--late_calls_ == 0) late_calls_done_.notify_all();
+        EndLateCallLocked();
       });
       continue;
     }

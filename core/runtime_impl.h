@@ -280,6 +280,17 @@ class RuntimeImpl final : public Runtime {
   // failure (NotFound is none: the copy is gone). REQUIRES: each key was
   // queued as running, or the list was full.
   Status RunRemoves(size_t tier, const std::vector<NsKey>& keys);
+  // One Remove call to lower tier `tier`: keys of one namespace, at most the
+  // tier's batch limit.
+  struct RemoveBatch {
+    size_t tier;
+    NamespaceId ns;
+    std::vector<BlockKey> keys;
+  };
+  std::vector<RemoveBatch> SplitRemoves(size_t tier, const std::vector<NsKey>& keys) const;
+  // The first failure of a finished Remove of `b` (NotFound is none: the
+  // copy is gone), naming the block and the tier; OK when there is none.
+  Status RemoveFailure(const RemoveBatch& b, const Completion& c) const;
   // RunRemoves without the wait: the removes settle when they end (counted
   // in late_calls_ until then), for a caller with a deadline.
   void StartRemoves(size_t tier, const std::vector<NsKey>& keys);
@@ -323,6 +334,12 @@ class RuntimeImpl final : public Runtime {
     --v->pins;
     v->moving = false;
     --moving_blocks_;
+  }
+  // Ends one tier call counted in late_calls_: its callback's last use of
+  // this runtime. Under mu_, so Shutdown() cannot return before the callback
+  // has let go of it. REQUIRES: mu_ held.
+  void EndLateCallLocked() {
+    if (--late_calls_ == 0) late_calls_done_.notify_all();
   }
   // Wakes what waits for a pass's victims to settle: evictions waiting for
   // slots (moves_done_) and saves of a victim whose copy was found lost

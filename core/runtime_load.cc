@@ -202,9 +202,7 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
     c.OnDone([this, late] {
       std::lock_guard lock(mu_);
       for (uint32_t s : late) arena_->Free(s);
-      // Notified under the lock: Shutdown() cannot return, and the runtime
-      // cannot be destroyed, before this callback has let go of mu_.
-      if (--late_calls_ == 0) late_calls_done_.notify_all();
+      EndLateCallLocked();
     });
     return;
   }

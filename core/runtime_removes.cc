@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,54 +26,59 @@ bool RuntimeImpl::QueueRemoveLocked(size_t tier, const NsKey& k, bool running) {
   return true;
 }
 
-Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
-  Tier& t = *lower_[tier - 1];
-  Status first_failure;
+std::vector<RuntimeImpl::RemoveBatch> RuntimeImpl::SplitRemoves(
+    size_t tier, const std::vector<NsKey>& keys) const {
   std::map<uint64_t, std::vector<BlockKey>> by_ns;
   for (const NsKey& k : keys) by_ns[k.ns.value].push_back(k.key);
-  const size_t batch = BatchLimit(t);
+  const size_t limit = BatchLimit(*lower_[tier - 1]);
+  std::vector<RemoveBatch> batches;
   for (const auto& [ns, all] : by_ns) {
-    for (size_t from = 0; from < all.size(); from += batch) {
-      const std::span<const BlockKey> part =
-          std::span(all).subspan(from, std::min(batch, all.size() - from));
-      Completion c = t.Remove(NamespaceId{ns}, part);
-      (void)c.Wait();
-      for (size_t k = 0; k < part.size() && first_failure.ok(); ++k) {
-        const Status st = c.result(k);
-        if (!st.ok() && st.code() != StatusCode::kNotFound) {
-          first_failure = st.WithContext("remove of block " + ToHex(part[k]) + " from tier '" +
-                                         t.name() + "' (retried by the mover)");
-        }
-      }
-      std::lock_guard lock(mu_);
-      SettleRemovesLocked(tier, NamespaceId{ns}, part, c);
+    for (size_t from = 0; from < all.size(); from += limit) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(from);
+      batches.push_back(
+          {tier,
+           NamespaceId{ns},
+           {first, first + static_cast<std::ptrdiff_t>(std::min(limit, all.size() - from))}});
     }
+  }
+  return batches;
+}
+
+Status RuntimeImpl::RemoveFailure(const RemoveBatch& b, const Completion& c) const {
+  for (size_t k = 0; k < b.keys.size(); ++k) {
+    const Status st = c.result(k);
+    if (!st.ok() && st.code() != StatusCode::kNotFound) {
+      return st.WithContext("remove of block " + ToHex(b.keys[k]) + " from tier '" +
+                            lower_[b.tier - 1]->name() + "' (retried by the mover)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
+  Status first_failure;
+  for (const RemoveBatch& b : SplitRemoves(tier, keys)) {
+    Completion c = lower_[tier - 1]->Remove(b.ns, b.keys);
+    (void)c.Wait();
+    if (first_failure.ok()) first_failure = RemoveFailure(b, c);
+    std::lock_guard lock(mu_);
+    SettleRemovesLocked(tier, b.ns, b.keys, c);
   }
   return first_failure;
 }
 
 void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys) {
-  Tier& t = *lower_[tier - 1];
-  std::map<uint64_t, std::vector<BlockKey>> by_ns;
-  for (const NsKey& k : keys) by_ns[k.ns.value].push_back(k.key);
-  const size_t batch = BatchLimit(t);
-  for (const auto& [ns, all] : by_ns) {
-    for (size_t from = 0; from < all.size(); from += batch) {
-      std::vector<BlockKey> part(
-          all.begin() + static_cast<std::ptrdiff_t>(from),
-          all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), from + batch)));
-      {
-        std::lock_guard lock(mu_);
-        ++late_calls_;
-      }
-      Completion c = t.Remove(NamespaceId{ns}, part);
-      c.OnDone([this, tier, id = NamespaceId{ns}, part = std::move(part), c] {
-        std::lock_guard lock(mu_);
-        SettleRemovesLocked(tier, id, part, c);
-        // Under the lock: Shutdown() cannot return before this lets go of mu_.
-        if (--late_calls_ == 0) late_calls_done_.notify_all();
-      });
+  for (RemoveBatch& b : SplitRemoves(tier, keys)) {
+    {
+      std::lock_guard lock(mu_);
+      ++late_calls_;
     }
+    Completion c = lower_[tier - 1]->Remove(b.ns, b.keys);
+    c.OnDone([this, b = std::move(b), c] {
+      std::lock_guard lock(mu_);
+      SettleRemovesLocked(b.tier, b.ns, b.keys, c);
+      EndLateCallLocked();
+    });
   }
 }
 
@@ -86,37 +92,22 @@ constexpr std::chrono::seconds kRemoveWait(1);
 }  // namespace
 
 Status RuntimeImpl::RemoveFromLowerTiers(const std::vector<NsKey>& keys) {
-  struct Batch {
-    size_t tier;
-    NamespaceId ns;
-    std::vector<BlockKey> keys;
-  };
   struct Call {                      // guarded by mu_
     std::vector<size_t> unanswered;  // per tier: batches not settled yet
     size_t pending = 0;
     Status first_failure;
   };
-  std::vector<Batch> batches;
-  std::map<uint64_t, std::vector<BlockKey>> by_ns;
-  for (const NsKey& k : keys) by_ns[k.ns.value].push_back(k.key);
+  std::vector<RemoveBatch> batches;
   for (size_t t = 1; t < tier_count(); ++t) {
-    const size_t limit = BatchLimit(*lower_[t - 1]);
-    for (const auto& [ns, all] : by_ns) {
-      for (size_t from = 0; from < all.size(); from += limit) {
-        const auto first = all.begin() + static_cast<std::ptrdiff_t>(from);
-        batches.push_back(
-            {t,
-             NamespaceId{ns},
-             {first, first + static_cast<std::ptrdiff_t>(std::min(limit, all.size() - from))}});
-      }
-    }
+    std::vector<RemoveBatch> part = SplitRemoves(t, keys);
+    std::move(part.begin(), part.end(), std::back_inserter(batches));
   }
   auto call = std::make_shared<Call>();
   call->unanswered.assign(tier_count(), 0);
   {
     std::lock_guard lock(mu_);
     call->pending = batches.size();
-    for (const Batch& b : batches) ++call->unanswered[b.tier];
+    for (const RemoveBatch& b : batches) ++call->unanswered[b.tier];
     late_calls_ += batches.size();
     if (batches.empty()) {
       --removes_running_;
@@ -124,28 +115,19 @@ Status RuntimeImpl::RemoveFromLowerTiers(const std::vector<NsKey>& keys) {
       return Status::Ok();
     }
   }
-  for (Batch& b : batches) {
-    Tier& t = *lower_[b.tier - 1];
-    Completion c = t.Remove(b.ns, b.keys);
-    c.OnDone([this, call, b = std::move(b), c, &t] {
+  for (RemoveBatch& b : batches) {
+    Completion c = lower_[b.tier - 1]->Remove(b.ns, b.keys);
+    c.OnDone([this, call, b = std::move(b), c] {
       std::lock_guard lock(mu_);
       SettleRemovesLocked(b.tier, b.ns, b.keys, c);
-      for (size_t k = 0; k < b.keys.size() && call->first_failure.ok(); ++k) {
-        const Status st = c.result(k);
-        if (!st.ok() && st.code() != StatusCode::kNotFound) {
-          call->first_failure =
-              st.WithContext("remove of block " + ToHex(b.keys[k]) + " from tier '" + t.name() +
-                             "' (retried by the mover)");
-        }
-      }
+      if (call->first_failure.ok()) call->first_failure = RemoveFailure(b, c);
       --call->unanswered[b.tier];
       if (--call->pending == 0) {
         --removes_running_;
         ++removes_ended_;
       }
       removes_done_.notify_all();
-      // Under the lock: Shutdown() cannot return before this lets go of mu_.
-      if (--late_calls_ == 0) late_calls_done_.notify_all();
+      EndLateCallLocked();
     });
   }
   std::unique_lock lock(mu_);
