@@ -2,6 +2,7 @@
 
 import array
 import ctypes
+import math
 import numbers
 
 from ._lib import _KEYS, _Hints, _Key
@@ -57,16 +58,50 @@ class Keys:
         return ctypes.cast(ctypes.byref(self._array, offset), _KEYS)
 
 
+def _uint(value, bits, what):
+    """`value` as a C unsigned integer of `bits` bits. ctypes would wrap -1 or
+    2**32 into another valid-looking number (a different engine block, a
+    request id that is not the engine's), so anything out of range raises."""
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    value = int(value)
+    if not 0 <= value < 1 << bits:
+        raise OverflowError(f"{what} is {value}; it must be in [0, 2**{bits})")
+    return value
+
+
+def _u32(value, what):
+    return _uint(value, 32, what)
+
+
+def _u64(value, what):
+    return _uint(value, 64, what)
+
+
+def _key(key, what):
+    """One (hi, lo) pair as a checked pair of unsigned 64-bit ints."""
+    if isinstance(key, numbers.Integral):
+        raise TypeError("keys are a sequence of (hi, lo) keys, not one key: "
+                        "pass [key] or keys[i:i+1]")
+    try:
+        hi, lo = key
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a (hi, lo) pair of ints, not {key!r}") from None
+    return _u64(hi, f"{what}'s hi"), _u64(lo, f"{what}'s lo")
+
+
 def _keys(keys):
     if isinstance(keys, Keys):
         return keys._pointer()
-    array = (_Key * len(keys))()
-    for i, key in enumerate(keys):
-        if isinstance(key, numbers.Integral):
-            raise TypeError("keys are a sequence of (hi, lo) keys, not one key: "
-                            "pass [key] or keys[i:i+1]")
-        array[i].hi, array[i].lo = key
-    return array
+    try:
+        # array.array range-checks each value in C, at a fraction of the cost
+        # of checking them one by one here.
+        flat = array.array("Q", [part for hi, lo in keys for part in (hi, lo)])
+    except (TypeError, ValueError, OverflowError):
+        for i, key in enumerate(keys):
+            _key(key, f"key {i}")  # raises, naming the key and what is wrong
+        raise
+    return (_Key * len(keys)).from_buffer_copy(flat)
 
 
 def _ints(values, ctype, typecodes):
@@ -88,13 +123,13 @@ def _key_ptr(key):
     exactly one such pair (keys[i:i+1] as well as keys[i])."""
     if key is None:
         return None
-    if isinstance(key, Keys) or (len(key) and not isinstance(key[0], numbers.Integral)):
+    if isinstance(key, Keys) or (len(key) and not isinstance(key[0], numbers.Number)):
         if len(key) != 1:
             raise ValueError(f"a parent is one key, not {len(key)}: pass keys[i] or keys[i:i+1]")
         key = key[0]
     if len(key) != 2:
         raise ValueError(f"a parent is one key, a (hi, lo) pair, not {len(key)} values")
-    return ctypes.pointer(_Key(key[0], key[1]))
+    return ctypes.pointer(_Key(*_key(key, "the parent")))
 
 
 def _bytes(data, what):
@@ -118,8 +153,12 @@ def _u32s(values):
 def _hints(session_id, request_id, expected_reuse, bypass_admission):
     if not (session_id or request_id or bypass_admission) and expected_reuse is None:
         return None
-    h = _Hints(session_id, request_id, 0.0, 0, int(bool(bypass_admission)))
+    h = _Hints(_u64(session_id, "session_id"), _u64(request_id, "request_id"), 0.0, 0,
+               int(bool(bypass_admission)))
     if expected_reuse is not None:
+        if not isinstance(expected_reuse, numbers.Real):
+            raise TypeError("expected_reuse must be a number (expected later uses), not "
+                            f"{type(expected_reuse).__name__}")
         h.expected_reuse = expected_reuse
         h.has_expected_reuse = 1
     return ctypes.byref(h)
@@ -127,8 +166,23 @@ def _hints(session_id, request_id, expected_reuse, bypass_admission):
 
 def _ns(timeout_s):
     """Nanoseconds for the C API, where a negative value means no limit: a
-    deadline already past is 0 (at once), and one too far to count is the
-    largest there is, never a wrapped or negative number."""
+    deadline already past is 0 (at once), and one too far to count (infinity
+    included) is the largest there is, never a wrapped or negative number."""
     if timeout_s is None:
         return -1
-    return min(max(int(timeout_s * 1e9), 0), 2**63 - 1)
+    if not isinstance(timeout_s, numbers.Real):
+        raise TypeError(f"a timeout is seconds or None, not {type(timeout_s).__name__}")
+    seconds = float(timeout_s)
+    if math.isnan(seconds):
+        raise ValueError("a timeout is seconds or None, not NaN")
+    if seconds >= (2**63 - 1) / 1e9:
+        return 2**63 - 1
+    return max(int(seconds * 1e9), 0)
+
+
+def _callable(fn, what):
+    """`fn`, refused at the call if it cannot be called: later, on a kvtier
+    thread, the TypeError would only be printed and the work go on."""
+    if not callable(fn):
+        raise TypeError(f"{what} must be callable, not {type(fn).__name__}")
+    return fn

@@ -6,8 +6,8 @@ import ctypes
 import itertools
 import threading
 
-from ._convert import _ns
-from ._lib import _DoneFn, _Scoped, _check, lib
+from ._convert import _callable, _ns
+from ._lib import OK, KvtierError, _DoneFn, _Scoped, _check, lib
 
 # Callbacks of completions freed before their work ended, by a key passed to
 # kvtier as the done callback's `user`: kept until that callback drops them.
@@ -55,17 +55,30 @@ class Completion(_Scoped):
 
     def results(self):
         """[(code, bytes)] per block; waits for the completion first."""
+        return [(code, nbytes) for code, nbytes, _ in self._results()]
+
+    def errors(self):
+        """Per block, None where it succeeded, else a KvtierError with its code
+        and why (e.g. "engine block 99 is out of range"); waits first."""
+        return [None if code == OK else KvtierError(code, message)
+                for code, _, message in self._results()]
+
+    def _results(self):
         self.wait()
         out = []
         for i in range(self._call(lib().kvtier_completion_size)):
             nbytes = ctypes.c_uint64(0)
             code = self._call(lib().kvtier_completion_result, i, ctypes.byref(nbytes))
-            out.append((code, nbytes.value))
+            # The block's own message: the C call leaves it as this thread's
+            # last error.
+            message = lib().kvtier_last_error().decode(errors="replace") if code != OK else ""
+            out.append((code, nbytes.value, message))
         return out
 
     def add_done_callback(self, fn):
         """Calls fn() once the results are final, on a kvtier thread (or here, if
         they are already). It takes the GIL: keep it short, e.g. wake a loop."""
+        _callable(fn, "a done callback")
         callback = _DoneFn(lambda _user: fn())
         self._keepalive.append(callback)
         _check(self._call(lib().kvtier_completion_on_done, callback, None))

@@ -1,11 +1,14 @@
 """The runtime: one model's kvtier, opened from its YAML configuration."""
 
+import atexit
 import ctypes
 import json
 import os
 import threading
+import weakref
 
-from ._convert import Keys, _bytes, _c_string, _hints, _ints, _key_ptr, _keys, _ns, _u32s
+from ._convert import (Keys, _bytes, _c_string, _callable, _hints, _ints, _key_ptr, _keys, _ns,
+                       _u32, _u32s, _u64)
 from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING, OK,
                    RESOURCE_EXHAUSTED, KvtierError, _CudaCache, _Key, _LayerFn, _LogFn, _P,
                    _check, _foreign_thread, _Scoped, lib, load_library)
@@ -16,6 +19,19 @@ def logging_sink(logger):
     """A `log` for Runtime that writes to a logging.Logger at the matching level."""
     levels = {LOG_DEBUG: 10, LOG_INFO: 20, LOG_WARNING: 30, LOG_ERROR: 40}
     return lambda level, message: logger.log(levels.get(level, 40), "%s", message)
+
+
+# Every runtime not yet closed, closed at interpreter exit (atexit): a kvtier
+# thread whose callback (on_layer, done, log) asks for the GIL once Python has
+# begun to finalize is ended mid-call, which aborts the process. Closing
+# first runs every callback still due while Python can still take them.
+_open_runtimes = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_runtimes():
+    for rt in list(_open_runtimes):
+        rt.close()
 
 
 class Runtime(_Scoped):
@@ -47,16 +63,23 @@ class Runtime(_Scoped):
         self._log = (_LogFn(lambda _user, level, message:
                             log(level, message.decode(errors="replace")))
                      if log is not None else _LogFn())
+        if log is not None:
+            _callable(log, "log")
         clib = load_library(library)
-        if isinstance(overrides, (str, bytes)):
+        if overrides is None:
+            overrides = ()
+        elif isinstance(overrides, (str, bytes)):
             overrides = [overrides]  # one override, not one per character
         sets = [_c_string(s, "an override") for s in overrides]
         c_sets = (ctypes.c_char_p * len(sets))(*sets) if sets else None
         cuda = None
         if cuda_tensors is not None:
             ptrs = (ctypes.c_void_p * len(cuda_tensors))(*cuda_tensors)
-            shape = (ctypes.c_uint64 * len(cuda_shape))(*cuda_shape) if cuda_shape else None
-            cuda = ctypes.pointer(_CudaCache(ptrs, len(cuda_tensors), cuda_num_blocks,
+            shape = ((ctypes.c_uint64 * len(cuda_shape))(*(_u64(d, "a cuda_shape dimension")
+                                                          for d in cuda_shape))
+                     if cuda_shape else None)
+            cuda = ctypes.pointer(_CudaCache(ptrs, len(cuda_tensors),
+                                             _u32(cuda_num_blocks, "cuda_num_blocks"),
                                              cuda_device, cuda_stream, shape,
                                              len(cuda_shape) if cuda_shape else 0))
         handle = _P()
@@ -66,6 +89,7 @@ class Runtime(_Scoped):
                                c_sets, len(sets), cuda, self._log, None,
                                ctypes.byref(handle)))
         self._rt = handle
+        _open_runtimes.add(self)
 
     def close(self):
         """Closes the runtime (again: nothing); every other call then raises
@@ -187,6 +211,8 @@ class Runtime(_Scoped):
         Returns a Completion."""
         if len(engine_blocks) != len(keys):
             raise KvtierError(INVALID_ARGUMENT, "load: one engine block per key")
+        if on_layer is not None:
+            _callable(on_layer, "on_layer")
         callback = _LayerFn(lambda _user, layer: on_layer(layer)) if on_layer else _LayerFn()
         handle = _P()
         _check(self._call(lib().kvtier_load, _keys(keys), _u32s(engine_blocks), len(keys),
@@ -215,7 +241,8 @@ class Runtime(_Scoped):
         return Completion(handle)
 
     def request_finished(self, keys, output_tokens):
-        _check(self._call(lib().kvtier_request_finished, _keys(keys), len(keys), output_tokens))
+        _check(self._call(lib().kvtier_request_finished, _keys(keys), len(keys),
+                          _u32(output_tokens, "output_tokens")))
 
     def remove(self, keys):
         _check(self._call(lib().kvtier_remove, _keys(keys), len(keys)))
@@ -226,20 +253,22 @@ class Runtime(_Scoped):
         return bool(saved.value)
 
     def report_engine_usage(self, free_blocks, total_blocks):
-        _check(self._call(lib().kvtier_report_engine_usage, free_blocks, total_blocks))
+        _check(self._call(lib().kvtier_report_engine_usage, _u32(free_blocks, "free_blocks"),
+                          _u32(total_blocks, "total_blocks")))
 
     def track_request(self, request_id, keys, engine_blocks):
-        _check(self._call(lib().kvtier_track_request, request_id, _keys(keys), len(keys),
-                          engine_blocks))
+        _check(self._call(lib().kvtier_track_request, _u64(request_id, "request_id"),
+                          _keys(keys), len(keys), _u32(engine_blocks, "engine_blocks")))
 
     def untrack_request(self, request_id):
-        self._call(lib().kvtier_untrack_request, request_id)
+        self._call(lib().kvtier_untrack_request, _u64(request_id, "request_id"))
 
     def should_admit(self, blocks_needed):
-        return bool(self._call(lib().kvtier_should_admit, blocks_needed))
+        return bool(self._call(lib().kvtier_should_admit, _u32(blocks_needed, "blocks_needed")))
 
     def propose_preemption(self, blocks_to_free):
         """Request ids to preempt, cheapest to restore first."""
+        blocks_to_free = _u32(blocks_to_free, "blocks_to_free")
         count = ctypes.c_size_t(0)
         capacity = 1024
         while True:
@@ -274,10 +303,12 @@ class Runtime(_Scoped):
     def host_block_write(self, engine_block, data):
         """Host stand-in engine only: writes one block's bytes."""
         data = _bytes(data, "a block's data")
-        _check(self._call(lib().kvtier_host_block_write, engine_block, data, len(data)))
+        _check(self._call(lib().kvtier_host_block_write, _u32(engine_block, "engine_block"), data,
+                          len(data)))
 
     def host_block_read(self, engine_block):
         """Host stand-in engine only: one block's bytes."""
+        engine_block = _u32(engine_block, "engine_block")
         buffer = ctypes.create_string_buffer(self.block_bytes)
         _check(self._call(lib().kvtier_host_block_read, engine_block, buffer, len(buffer)))
         return buffer.raw

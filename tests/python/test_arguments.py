@@ -1,0 +1,155 @@
+"""The Python binding's arguments: every value that does not fit its C type is
+refused by name before the call, never wrapped into another valid-looking
+one; callbacks are checked when given; a script may end with callbacks still
+due. Run by ctest like test_kvtier.py."""
+
+import math
+import os
+import subprocess
+import sys
+import unittest
+
+import kvtier
+from test_kvtier import CONFIG, pattern
+
+
+class ArgumentTest(unittest.TestCase):
+    def setUp(self):
+        self.rt = kvtier.Runtime(config_text=CONFIG)
+        self.keys = self.rt.key_chain(list(range(64)))
+
+    def tearDown(self):
+        self.rt.close()
+
+    def test_an_engine_block_out_of_range_is_refused_not_wrapped(self):
+        self.rt.host_block_write(0, pattern(8192, 1))
+        # ctypes passed 2**32 on as block 0, overwriting it.
+        for block in (2**32, -1, 2**32 + 15):
+            with self.subTest(block=block):
+                with self.assertRaises(OverflowError) as e:
+                    self.rt.host_block_write(block, pattern(8192, 2))
+                self.assertIn("engine_block is", str(e.exception))
+                with self.assertRaises(OverflowError):
+                    self.rt.host_block_read(block)
+        self.assertEqual(self.rt.host_block_read(0), pattern(8192, 1))
+        with self.assertRaises(TypeError) as e:
+            self.rt.host_block_read("0")
+        self.assertIn("engine_block must be an int, not str", str(e.exception))
+
+    def test_counts_and_ids_out_of_range_are_refused(self):
+        calls = {
+            "free_blocks": lambda v: self.rt.report_engine_usage(v, 16),
+            "total_blocks": lambda v: self.rt.report_engine_usage(1, v),
+            "blocks_needed": self.rt.should_admit,
+            "blocks_to_free": self.rt.propose_preemption,
+            "output_tokens": lambda v: self.rt.request_finished(self.keys, v),
+            "engine_blocks": lambda v: self.rt.track_request(1, self.keys, v),
+        }
+        for name, call in calls.items():
+            for value in (-1, 2**32):
+                with self.subTest(name=name, value=value):
+                    with self.assertRaises(OverflowError) as e:
+                        call(value)
+                    self.assertIn(f"{name} is {value}", str(e.exception))
+            with self.subTest(name=name, value=None):
+                with self.assertRaises(TypeError) as e:
+                    call(None)
+                self.assertIn(f"{name} must be an int, not NoneType", str(e.exception))
+        ids = {
+            "request_id": lambda v: self.rt.track_request(v, self.keys, 4),
+            "session_id": lambda v: self.rt.lookup(self.keys, session_id=v),
+        }
+        for name, call in ids.items():
+            for value in (-1, 2**64):
+                with self.subTest(name=name, value=value):
+                    with self.assertRaises(OverflowError) as e:
+                        call(value)
+                    self.assertIn(f"{name} is {value}", str(e.exception))
+        with self.assertRaises(OverflowError):
+            self.rt.untrack_request(-1)
+        # Nothing was tracked by the refused calls: -1 would have become
+        # request 2**64 - 1 and been proposed for preemption.
+        self.rt.report_engine_usage(1, 16)
+        self.assertEqual(self.rt.propose_preemption(8), [])
+        self.rt.track_request(2**64 - 1, self.keys, 4)  # the largest id is one
+        self.assertEqual(self.rt.propose_preemption(8), [2**64 - 1])
+
+    def test_keys_out_of_range_are_refused(self):
+        for key in ((-1, 0), (0, 2**64), (1.5, 2)):
+            with self.subTest(key=key):
+                error = TypeError if isinstance(key[0], float) else OverflowError
+                with self.assertRaises(error) as e:
+                    self.rt.lookup([self.keys[0], key])
+                self.assertIn("key 1's", str(e.exception))
+                with self.assertRaises(error) as e:
+                    self.rt.key_chain(list(range(16)), parent=key)
+                self.assertIn("the parent's", str(e.exception))
+        with self.assertRaises(TypeError) as e:
+            self.rt.lookup([(1, 2, 3)])
+        self.assertIn("(hi, lo) pair", str(e.exception))
+        self.assertEqual(self.rt.lookup([(2**64 - 1, 0)]), (0, []))
+
+    def test_callbacks_must_be_callable(self):
+        with self.assertRaises(TypeError) as e:
+            self.rt.load(self.keys, [4, 5, 6, 7], on_layer=5)
+        self.assertIn("on_layer must be callable, not int", str(e.exception))
+        save = self.rt.save(self.keys, [0, 1, 2, 3])
+        with self.assertRaises(TypeError) as e:
+            save.add_done_callback(5)
+        self.assertIn("done callback must be callable", str(e.exception))
+        self.assertEqual(save.wait(), kvtier.OK)
+        with self.assertRaises(TypeError) as e:
+            kvtier.Runtime(config_text=CONFIG, log="stderr")
+        self.assertIn("log must be callable, not str", str(e.exception))
+
+    def test_timeouts_may_be_infinite_never_nan(self):
+        self.assertEqual(self.rt.save(self.keys, [0, 1, 2, 3]).wait(math.inf), kvtier.OK)
+        load = self.rt.load(self.keys, [4, 5, 6, 7], timeout_s=math.inf)
+        self.assertEqual(load.wait(), kvtier.OK)
+        with self.assertRaises(ValueError) as e:
+            load.wait(math.nan)
+        self.assertIn("NaN", str(e.exception))
+        with self.assertRaises(TypeError):
+            self.rt.load(self.keys, [4, 5, 6, 7], timeout_s="1")
+
+    def test_each_failed_block_says_why(self):
+        # A bad engine block fails the whole save, each block with the reason.
+        save = self.rt.save(self.keys[:2], [0, 99])
+        self.assertEqual(save.results(), [(kvtier.INVALID_ARGUMENT, 0)] * 2)
+        for error in save.errors():
+            self.assertEqual(error.code, kvtier.INVALID_ARGUMENT)
+            self.assertIn("engine block 99 is out of range", error.message)
+        self.assertEqual(self.rt.save(self.keys[:2], [0, 1]).errors(), [None, None])
+        missing = self.rt.load([(5, 5)], [2], timeout_s=1)
+        self.assertEqual(missing.errors()[0].code, kvtier.NOT_FOUND)
+        self.assertNotEqual(missing.errors()[0].message, "")
+
+    def test_overrides_none_is_no_overrides(self):
+        with kvtier.Runtime(config_text=CONFIG, overrides=None) as rt:
+            self.assertEqual(rt.block_bytes, 8192)
+
+    def test_a_script_may_end_with_callbacks_still_due(self):
+        # A kvtier thread that ran a callback once Python had begun to finalize
+        # was ended inside it, which aborted the process ("FATAL: exception not
+        # rethrown"). Open runtimes now close at exit, running those callbacks.
+        script = (
+            "import kvtier\n"
+            "from test_kvtier import CONFIG\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "k = rt.key_chain(list(range(64)))\n"
+            "assert rt.save(k, [0, 1, 2, 3]).wait() == kvtier.OK\n"
+            "load = rt.load(k, [4, 5, 6, 7], on_layer=lambda layer: None)\n"
+            "save = rt.save(rt.key_chain(list(range(100, 164))), [8, 9, 10, 11])\n"
+            "save.add_done_callback(lambda: print('done', flush=True))\n"
+        )
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]))
+        for _ in range(3):  # it failed every time, but the timing is the threads'
+            run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+            self.assertEqual(run.stdout, "done\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
