@@ -1,33 +1,24 @@
 #include "config/backend_keys.h"
 
 #include <array>
-#include <charconv>
 #include <vector>
 
 #include "config/config_values.h"
+#include "io/host_port.h"
 
 namespace kvtier::internal {
 namespace {
 
-constexpr std::string_view kServerForm = "\"host:port\" with a port from 1 to 65535";
+constexpr std::string_view kServerForm =
+    "\"host:port\" or \"[IPv6]:port\" with a port from 1 to 65535";
 
+// The runtime's own parser (SplitHostPort, which the redis and remote tiers
+// open their servers with), so that an entry the config accepts is one the
+// tier can open.
 Status CheckHostPort(const ConfigNode& node, const std::string& path, std::string_view text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) {
-    return NodeError(node.where, path + " is '" + std::string(text) + "', not host:port",
-                     kServerForm);
-  }
-  const std::string_view port_text = text.substr(colon + 1);
-  uint32_t port = 0;
-  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() ||
-      port == 0 || port > 65535) {
-    return NodeError(
-        node.where,
-        path + " '" + std::string(text) + "' has the bad port '" + std::string(port_text) + "'",
-        kServerForm);
-  }
-  return Status::Ok();
+  Result<HostPort> split = SplitHostPort(text, /*allow_port0=*/false);
+  if (split.ok()) return Status::Ok();
+  return NodeError(node.where, path + ": " + std::string(split.status().message()), kServerForm);
 }
 
 }  // namespace

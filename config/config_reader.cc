@@ -103,6 +103,28 @@ Status CheckModelLayout(const ConfigNode& node, const ModelOptions& m) {
                    "a layout the copy engine accepts for this model (mla needs kv_heads: 1)");
 }
 
+// The width the prefill cost model assumes when hidden_size is 0, in 64
+// bits: a block of at most 1 GiB (ModelOptions::Validate) caps kv_heads *
+// head_size at 2^30, so the product reaches 2^33, past 32 bits.
+uint64_t DefaultHiddenSize(const ModelOptions& m) {
+  return uint64_t{m.num_kv_heads} * m.head_size * 8;
+}
+
+// ModelCost::hidden is 32 bits wide: a default width that does not fit is
+// refused, never wrapped (2^32 wrapped to 0 read as "0 hidden"). Reported at
+// the override of kv_heads or head_size, else at kv_heads.
+Status CheckHiddenSize(const ConfigNode& node, const ModelOptions& m) {
+  constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
+  const uint64_t hidden = DefaultHiddenSize(m);
+  if (m.hidden_size != 0 || hidden <= kMax) return Status::Ok();
+  const ConfigNode& at = Blame(node.Find("kv_heads"), node.Find("head_size"), node);
+  return NodeError(at.where,
+                   "model.hidden_size 0 stands for kv_heads * head_size * 8 = " +
+                       std::to_string(hidden) + ", more than " + std::to_string(kMax),
+                   "an explicit model.hidden_size from 1 to " + std::to_string(kMax) +
+                       ", or kv_heads * head_size of at most " + std::to_string(kMax / 8));
+}
+
 Status ReadModelStrings(const ConfigNode& node, ModelOptions* m) {
   if (const ConfigNode* p = node.Find("preset")) {
     std::string name;
@@ -166,6 +188,7 @@ Status ReadModel(const ConfigNode* node, ModelOptions* m) {
     }
     return Prefixed(*node, "model", s);
   }
+  KVTIER_RETURN_IF_ERROR(CheckHiddenSize(*node, *m));
   return CheckModelLayout(*node, *m);
 }
 
@@ -326,11 +349,45 @@ Status CheckTierSizes(const ConfigNode& root, const RuntimeOptions& rt) {
   return Status::Ok();
 }
 
+// A state checkpoint is saved into the hub (the first tier) whole, beside
+// its boundary block, as RuntimeOptions::Validate requires. Of the values
+// involved, an override is blamed first (state_blocks, the hub's capacity,
+// then the model's size), else runtime.state_blocks where the file sets it.
+Status CheckStateBlocks(const ConfigNode& root, const RuntimeOptions& rt) {
+  if (rt.state_blocks == 0 || rt.tiers.empty()) return Status::Ok();
+  const TierOptions& hub = rt.tiers[0];
+  const uint64_t blocks = hub.capacity_bytes / rt.block_bytes;
+  if (blocks > rt.state_blocks) return Status::Ok();
+  const ConfigNode* runtime = Section(root, "runtime");
+  const ConfigNode* state = runtime != nullptr ? runtime->Find("state_blocks") : nullptr;
+  const ConfigNode* list = root.Find("tiers");
+  const ConfigNode* cap =
+      list != nullptr && !list->items.empty() ? list->items[0].Find("capacity") : nullptr;
+  const ConfigNode* at = nullptr;
+  for (const ConfigNode* n : {state, cap, SizeOverride(Section(root, "model"))}) {
+    if (n != nullptr && n->from_override) {
+      at = n;
+      break;
+    }
+  }
+  if (at == nullptr) at = state != nullptr ? state : &root;
+  const uint64_t needed = uint64_t{rt.state_blocks} + 1;
+  return NodeError(at->where,
+                   "tiers." + hub.name + ".capacity " + std::to_string(hub.capacity_bytes) +
+                       " bytes holds " + std::to_string(blocks) + " blocks of the model (" +
+                       std::to_string(rt.block_bytes) +
+                       " bytes), too few for a state checkpoint of runtime.state_blocks " +
+                       std::to_string(rt.state_blocks) + " blocks and its boundary block",
+                   "a capacity of at least " + std::to_string(needed) + " blocks (" +
+                       std::to_string(needed * rt.block_bytes) + " bytes), or fewer state_blocks");
+}
+
 // The prefill cost of the configured model, for the policies.
 ModelCost ModelCostOf(const ModelOptions& m) {
   ModelCost c;
   c.layers = m.num_layers;
-  c.hidden = m.hidden_size != 0 ? m.hidden_size : m.num_kv_heads * m.head_size * 8;
+  // CheckHiddenSize has refused a default width over 32 bits.
+  c.hidden = m.hidden_size != 0 ? m.hidden_size : static_cast<uint32_t>(DefaultHiddenSize(m));
   c.kv_bytes_per_token = m.BlockBytes() / m.block_tokens;
   return c;
 }
@@ -346,6 +403,7 @@ Status ReadConfig(const ConfigNode& root, KvtierConfig* out) {
   KVTIER_RETURN_IF_ERROR(ReadTiers(root, &out->runtime.tiers));
   out->runtime.block_bytes = out->model.BlockBytes();
   KVTIER_RETURN_IF_ERROR(CheckTierSizes(root, out->runtime));
+  KVTIER_RETURN_IF_ERROR(CheckStateBlocks(root, out->runtime));
   // An nvme store is bound to the namespace of the model it caches.
   for (TierOptions& t : out->runtime.tiers) {
     if (t.type == "nvme") t.nvme.store_namespace = ComputeNamespaceId(out->model.Namespace()).value;

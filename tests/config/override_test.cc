@@ -142,6 +142,59 @@ TEST(ConfigOverrideTest, StateBlocksAreReadAndBounded) {
   EXPECT_NE(small.find("expected a capacity of at least 5 blocks"), std::string::npos) << small;
 }
 
+// The hub too small for a state checkpoint: the override that made it so is
+// named (not line 1 of the file), state_blocks first, then the capacity, then
+// the model's size; without one, runtime.state_blocks where the file sets it.
+TEST(ConfigOverrideTest, StateCheckpointTooLargeForTheHubNamesItsCause) {
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"runtime.state_blocks=4096"}),
+            "--set runtime.state_blocks=4096: tiers.host.capacity 268435456 bytes holds 4096 "
+            "blocks of the model (65536 bytes), too few for a state checkpoint of "
+            "runtime.state_blocks 4096 blocks and its boundary block; expected a capacity of at "
+            "least 4097 blocks (268500992 bytes), or fewer state_blocks");
+  EXPECT_EQ(ErrorOf(DefaultYaml(), {"runtime.state_blocks=4", "tiers.host.capacity=64KiB"})
+                .rfind("--set runtime.state_blocks=4: tiers.host.capacity 65536 bytes holds 1 ", 0),
+            0u);
+  const std::string file =
+      "model: {preset: tiny}\nruntime: {state_blocks: 3}\n"
+      "tiers: [{name: h, type: host, capacity: 1GiB}]\n";
+  Result<KvtierConfig> r =
+      ParseConfig(file, "f.yaml", std::vector<std::string>{"tiers.h.capacity=512KiB"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("--set tiers.h.capacity=512KiB: tiers.h.capacity 524288 "
+                                       "bytes holds 2 blocks",
+                                       0),
+            0u)
+      << r.status().message();
+  r = ParseConfig(file, "f.yaml",
+                  std::vector<std::string>{"tiers.h.capacity=768KiB", "model.layers=5"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("--set tiers.h.capacity=768KiB: ", 0), 0u)
+      << r.status().message();
+  r = ParseConfig(file, "f.yaml",
+                  std::vector<std::string>{"model.layers=8192"});  // 512 MiB blocks: 2 in 1 GiB
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("--set model.layers=8192: tiers.h.capacity 1073741824 "
+                                       "bytes holds 2 blocks",
+                                       0),
+            0u)
+      << r.status().message();
+  r = ParseConfig(file, "f.yaml", std::vector<std::string>{"tiers.h.capacity=768KiB"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("--set tiers.h.capacity=768KiB: ", 0), 0u)
+      << r.status().message();
+  r = ParseConfig(file, "f.yaml",
+                  std::vector<std::string>{"model.id=x"});  // not a size: the file's state_blocks
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  r = ParseConfig("runtime: {state_blocks: 300}\ntiers: [{name: h, type: host, capacity: 64MiB}]\n",
+                  "f.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("f.yaml:1:25: tiers.h.capacity 67108864 bytes holds 256 "
+                                       "blocks of the model (262144 bytes)",
+                                       0),
+            0u)
+      << r.status().message();
+}
+
 TEST(ConfigOverrideTest, TypeOverrideIsBlamedForKeysOfTheOldType) {
   // default.yaml's host tier sets hugepages, which an nvme tier has no use for.
   const std::string msg =

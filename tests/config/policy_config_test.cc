@@ -8,6 +8,7 @@
 
 #include "kvtier/config.h"
 #include "kvtier/policy.h"
+#include "tests/config/config_error.h"
 
 namespace kvtier {
 namespace {
@@ -62,6 +63,33 @@ TEST(PolicyConfigTest, ModelCostComesFromTheModel) {
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->runtime.model_cost.hidden, 2u * 16u * 8u);
   EXPECT_EQ(d->runtime.gpu_flops_per_s, 0.0);
+}
+
+// kv_heads * head_size * 8 is computed in 64 bits: 2^32 used to wrap to a
+// hidden width of 0, refused as "model_cost has 0 layers or 0 hidden".
+TEST(PolicyConfigTest, DefaultHiddenSizeThatOverflows32BitsIsRefusedAtTheModel) {
+  const auto yaml = [](const std::string& model) {
+    return "model: {layers: 1, block_tokens: 1, dtype: fp8, " + model +
+           "}\nengine: {pool_blocks: 1}\ntiers: [{name: host, type: host, capacity: 2GiB}]\n";
+  };
+  EXPECT_EQ(ErrorOf(yaml("kv_heads: 32768, head_size: 16384")),
+            "t.yaml:1:59: model.hidden_size 0 stands for kv_heads * head_size * 8 = 4294967296, "
+            "more than 4294967295; expected an explicit model.hidden_size from 1 to 4294967295, "
+            "or kv_heads * head_size of at most 536870911");
+  Result<KvtierConfig> r = ParseConfig(yaml("kv_heads: 32768, head_size: 16384"), "t.yaml",
+                                       std::vector<std::string>{"model.hidden_size=8192"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.model_cost.hidden, 8192u);
+  r = ParseConfig(yaml("kv_heads: 32767, head_size: 16384"), "t.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime.model_cost.hidden, 32767u * 16384u * 8u);  // 2^32 - 131072
+  // An override of either factor is named.
+  r = ParseConfig(yaml("kv_heads: 32767, head_size: 16384"), "t.yaml",
+                  std::vector<std::string>{"model.kv_heads=32768"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("--set model.kv_heads=32768: model.hidden_size 0 stands", 0),
+            0u)
+      << r.status().message();
 }
 
 TEST(PolicyConfigTest, OverridesReachTheKnobs) {

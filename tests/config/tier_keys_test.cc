@@ -51,25 +51,33 @@ TEST(TierKeysTest, ServersMustBeANonEmptyListOfHostPort) {
             "\"host:port\" entry");
   EXPECT_EQ(ErrorOf(RedisServers("\"a:1\"")),
             "t.yaml:3:53: tiers.r.servers is the string \"a:1\"; expected a list of strings");
+  // The runtime's parser (SplitHostPort) decides, so an IPv6 literal must
+  // be bracketed whole and followed by ":port".
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"nonsense", "tiers.r.servers.0 is 'nonsense', not host:port"},
-      {":6379", "tiers.r.servers.0 is ':6379', not host:port"},
-      {"h:", "tiers.r.servers.0 'h:' has the bad port ''"},
-      {"h:0", "tiers.r.servers.0 'h:0' has the bad port '0'"},
-      {"h:65536", "tiers.r.servers.0 'h:65536' has the bad port '65536'"},
-      {"h:63a", "tiers.r.servers.0 'h:63a' has the bad port '63a'"},
-      {"h:-1", "tiers.r.servers.0 'h:-1' has the bad port '-1'"},
+      {"nonsense", "endpoint 'nonsense' is not host:port"},
+      {":6379", "endpoint ':6379' is not host:port"},
+      {"h:", "endpoint 'h:' has a bad port"},
+      {"h:0", "endpoint 'h:0' has a bad port"},
+      {"h:65536", "endpoint 'h:65536' has a bad port"},
+      {"h:63a", "endpoint 'h:63a' has a bad port"},
+      {"h:-1", "endpoint 'h:-1' has a bad port"},
+      {"[::1:6390", "endpoint '[::1:6390' is not [address]:port"},
+      {"[::1]x:6390", "endpoint '[::1]x:6390' is not [address]:port"},
+      {"[::1]", "endpoint '[::1]' is not [address]:port"},
+      {"[]:6390", "endpoint '[]:6390' is not [address]:port"},
+      {"[::1]:", "endpoint '[::1]:' has a bad port"},
   };
   for (const auto& [entry, what] : bad) {
     EXPECT_EQ(ErrorOf(RedisServers("[\"" + entry + "\"]")),
-              "t.yaml:3:54: " + what + "; expected \"host:port\" with a port from 1 to 65535")
+              "t.yaml:3:54: tiers.r.servers.0: " + what +
+                  "; expected \"host:port\" or \"[IPv6]:port\" with a port from 1 to 65535")
         << entry;
   }
-  Result<KvtierConfig> ok =
-      ParseConfig(RedisServers("[\"a:1\", \"redis.example:65535\", \"::1:6379\"]"), "t.yaml");
+  Result<KvtierConfig> ok = ParseConfig(
+      RedisServers("[\"a:1\", \"redis.example:65535\", \"::1:6379\", \"[::1]:6390\"]"), "t.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->runtime.tiers[1].servers,
-            (std::vector<std::string>{"a:1", "redis.example:65535", "::1:6379"}));
+            (std::vector<std::string>{"a:1", "redis.example:65535", "::1:6379", "[::1]:6390"}));
 }
 
 // `shared` (redis and remote only): true by default; false marks a tier
