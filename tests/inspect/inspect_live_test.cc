@@ -147,6 +147,32 @@ TEST_F(InspectLive, ZeroValuedFlagsAreUsageErrors) {
   EXPECT_EQ(Inspect("stats --timeout-ms 1000 --socket " + Socket()).rc, 0);
 }
 
+// CLI11 alone read "--count -1" as 2^64 - 1 refreshes and "--sample -5" as
+// every key, both exit 0: every unsigned option is a usage error unless it
+// is a whole number within its type.
+TEST_F(InspectLive, NegativeAndOutOfRangeCountsAreUsageErrors) {
+  const std::string nobody = " --socket " + dir_.File("nobody.sock");
+  const std::pair<std::string, std::string> cases[] = {
+      {"watch --count -1" + nobody,
+       "--count: '-1' is not a whole number from 0 to "
+       "18446744073709551615"},
+      {"watch --count 18446744073709551616" + nobody, "--count: '18446744073709551616' is not"},
+      {"watch --count +1" + nobody, "--count: '+1' is not"},
+      {"redis redis://127.0.0.1:1 summary --sample -5",
+       "--sample: '-5' is not a whole number from 0 to 18446744073709551615"},
+      {"stats --timeout-ms -1" + nobody,
+       "--timeout-ms: '-1' is not a whole number from 0 to 4294967295"},
+      {"top --interval-ms -1" + nobody, "--interval-ms: '-1' is not"},
+      {"trace x.jsonl --block-tokens -512", "--block-tokens: '-512' is not"},
+  };
+  for (const auto& [args, why] : cases) {
+    CliRun r = Inspect(args);
+    EXPECT_EQ(r.rc, 2) << args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_NE(r.err.find(why), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 // Output that cannot be written is a failure, not a silent success.
 TEST_F(InspectLive, AFailedWriteToStdoutIsExitCode1) {
   if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no /dev/full";

@@ -1,7 +1,11 @@
 // kvtier-inspect redis against a real redis-server the test starts, holding
 // blocks written through the Redis tier: exact counts and bytes, sampling,
 // passwords and databases in the URL.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -10,6 +14,7 @@
 #include "tests/inspect/inspect_cli_util.h"
 #include "tests/inspect/inspect_test_util.h"
 #include "tests/support/redis_server.h"
+#include "tools/inspect/redis_url.h"
 
 namespace kvtier::testing {
 namespace {
@@ -37,6 +42,20 @@ Status WriteBlocks(const std::string& endpoint, const std::string& prefix, uint3
   KVTIER_RETURN_IF_ERROR(tier->Write(NamespaceId{0x0b}, b).Wait());
   tier->Shutdown();
   return Status::Ok();
+}
+
+// Whether something accepts connections on [::1]:port (a host without IPv6
+// loopback has nothing there).
+bool Ipv6LoopbackAnswers(uint16_t port) {
+  const int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_port = htons(port);
+  addr.sin6_addr = in6addr_loopback;
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
 }
 
 class InspectRedis : public ::testing::Test {
@@ -135,13 +154,70 @@ TEST_F(InspectRedis, PasswordAndDatabaseFromTheUrl) {
                 "': no redis:// scheme; expected redis://[[user]:password@]host[:port][/db]\n");
 }
 
+// An IPv6 literal in brackets reaches hiredis without them: "[::1]" was
+// looked up as a host name and failed with "Name or service not known".
+TEST_F(InspectRedis, Ipv6LiteralInBrackets) {
+  // "-::1": listen there too when the host has IPv6 loopback.
+  auto server = RedisServer::Start({.extra_args = {"--bind", "127.0.0.1", "-::1"}});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  if (!Ipv6LoopbackAnswers((*server)->port())) GTEST_SKIP() << "no IPv6 loopback";
+  ASSERT_TRUE(WriteBlocks((*server)->endpoint(), "kvtier", 0, "").ok());
+  CliRun r =
+      Inspect("redis 'redis://[::1]:" + std::to_string((*server)->port()) + "/0' summary --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["blocks"], 5);
+}
+
+TEST(InspectRedisUrl, HostPortAsTheRedisTierSplitsIt) {
+  using inspect::ParseRedisUrl;
+  Result<inspect::RedisUrl> u = ParseRedisUrl("redis://[::1]:6390");
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 6390);
+  EXPECT_EQ(inspect::RedisUrlEndpoint(*u), "[::1]:6390");
+  u = ParseRedisUrl("redis://us:pw@[fd00::5]/3");
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->host, "fd00::5");
+  EXPECT_EQ(u->port, 6379);
+  EXPECT_EQ(u->db, 3u);
+  EXPECT_EQ(u->user, "us");
+  EXPECT_EQ(u->password, "pw");
+  u = ParseRedisUrl("redis://cache-a:7000/2");
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->host, "cache-a");
+  EXPECT_EQ(u->port, 7000);
+  EXPECT_EQ(u->db, 2u);
+  EXPECT_EQ(inspect::RedisUrlEndpoint(*u), "cache-a:7000");
+  u = ParseRedisUrl("redis://cache-a");
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(inspect::RedisUrlEndpoint(*u), "cache-a:6379");
+  const std::pair<const char*, const char*> bad[] = {
+      {"redis://[::1:6390", "endpoint '[::1:6390' is not [address]:port"},
+      {"redis://[::1]x:6390", "endpoint '[::1]x:6390' is not [address]:port"},
+      {"redis://[]", "no host"},
+      {"redis://[]:6390", "endpoint '[]:6390' is not [address]:port"},
+      {"redis://h:0", "endpoint 'h:0' has a bad port"},
+      {"redis://[::1]:70000", "endpoint '[::1]:70000' has a bad port"},
+      {"redis://", "no host"},
+      {"redis://h/x", "bad database number"},
+  };
+  for (const auto& [url, why] : bad) {
+    u = ParseRedisUrl(url);
+    ASSERT_FALSE(u.ok()) << url;
+    EXPECT_EQ(u.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(u.status().message(), std::string("redis URL '") + url + "': " + why +
+                                        "; expected redis://[[user]:password@]host[:port][/db]");
+  }
+}
+
 // A URL that does not parse is echoed in the error without its password.
 TEST(InspectRedisUrl, ErrorsNeverShowThePassword) {
   TempDir dir;
   CliRun r = RunInspect(dir.path(), "redis 'redis://u:s3cret@h:abc' summary");
   EXPECT_EQ(r.rc, 2);
   EXPECT_EQ(r.err,
-            "kvtier-inspect redis: invalid_argument: redis URL 'redis://u:***@h:abc': bad port; "
+            "kvtier-inspect redis: invalid_argument: redis URL 'redis://u:***@h:abc': endpoint "
+            "'h:abc' has a bad port; "
             "expected redis://[[user]:password@]host[:port][/db]\n");
   for (const char* url : {"redis://:s3cret@h/x", "redis://s3cret@h", "http://u:s3cret@h"}) {
     r = RunInspect(dir.path(), std::string("redis '") + url + "' summary --json");

@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "kvtier/config.h"
+#include "tools/bench/cli_checks.h"
 #include "tools/bench/growth_bench_cli.h"
 #include "tools/bench/host_bench.h"
 #include "tools/bench/nvme_bench_cli.h"
@@ -24,23 +24,11 @@
 namespace {
 
 using kvtier::bench::HostBenchOptions;
+using kvtier::bench::kUnsigned64;
 using kvtier::bench::ReplayOptions;
 
 constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;
-
-// CLI11 reads an unsigned option with strtoull, which takes "-1" as 2^64 - 1
-// and saturates past the range: both passed for "replay everything".
-const CLI::Validator kUnsigned64(
-    [](std::string& text) -> std::string {
-      uint64_t v = 0;
-      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-        return "'" + text + "' is not a whole number from 0 to 18446744073709551615";
-      }
-      return "";
-    },
-    "UINT64");
 
 struct ReplayFlags {
   ReplayOptions options;

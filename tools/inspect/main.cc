@@ -4,11 +4,16 @@
 #include <iostream>
 #include <limits>
 
+#include "tools/bench/cli_checks.h"
 #include "tools/inspect/inspect.h"
 
 namespace {
 
 using namespace kvtier::inspect;
+// Every unsigned option takes the check of its type (kvtier-bench's): CLI11
+// alone reads "-1" into a uint64_t as 2^64 - 1.
+using kvtier::bench::kUnsigned32;
+using kvtier::bench::kUnsigned64;
 
 constexpr const char* kExitCodes =
     "Exit codes: 0 done (and what was inspected is fine); 1 what was inspected is bad or "
@@ -35,6 +40,7 @@ CLI::App* Live(CLI::App& app, const char* name, const char* help, Flags& f) {
   cmd->add_option("--socket", f.live.socket, "the runtime's admin socket (runtime.admin_socket)")
       ->required();
   cmd->add_option("--timeout-ms", f.live.timeout_ms, "per request")
+      ->check(kUnsigned32)
       ->check(kPositive)
       ->capture_default_str();
   cmd->add_flag("--json", f.json, "print JSON instead of tables");
@@ -47,13 +53,16 @@ void AddCommands(CLI::App& app, Flags& f) {
   Live(app, "tiers", "one line per tier of a running runtime", f);
   Live(app, "top", "rates over an interval: busiest paths and tiers first", f)
       ->add_option("--interval-ms", f.live.interval_ms, "time between the two samples")
+      ->check(kUnsigned32)
       ->check(kPositive)
       ->capture_default_str();
   CLI::App* watch = Live(app, "watch", "refresh the tier table every interval", f);
   watch->add_option("--interval-ms", f.live.interval_ms, "refresh period")
+      ->check(kUnsigned32)
       ->check(kPositive)
       ->capture_default_str();
   watch->add_option("--count", f.live.count, "stop after N refreshes (0: until interrupted)")
+      ->check(kUnsigned64)
       ->capture_default_str();
 
   CLI::App* config = app.add_subcommand("config", "check or explain a YAML config");
@@ -76,6 +85,7 @@ void AddCommands(CLI::App& app, Flags& f) {
                                        "rate and reuse distances of a Mooncake trace");
   trace->add_option("FILE", f.file, "Mooncake JSONL trace")->required();
   trace->add_option("--block-tokens", f.block_tokens, "tokens per hash id")
+      ->check(kUnsigned32)
       ->check(kPositive)
       ->capture_default_str();
   trace->add_flag("--json", f.json, "print JSON");
@@ -101,8 +111,10 @@ void AddCommands(CLI::App& app, Flags& f) {
   redis
       ->add_option("--sample", f.redis.sample,
                    "measure the values of the first N keys only (0: all)")
+      ->check(kUnsigned64)
       ->capture_default_str();
   redis->add_option("--timeout-ms", f.redis.timeout_ms, "connect and per-command bound")
+      ->check(kUnsigned32)
       ->check(kPositive)
       ->capture_default_str();
   redis->add_flag("--json", f.json, "print JSON");

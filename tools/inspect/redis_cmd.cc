@@ -6,7 +6,6 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
-#include <charconv>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +14,7 @@
 #include "tools/inspect/inspect.h"
 #include "tools/inspect/json_text.h"
 #include "tools/inspect/redis_tally.h"
+#include "tools/inspect/redis_url.h"
 #include "tools/inspect/table.h"
 
 namespace kvtier::inspect {
@@ -24,61 +24,6 @@ using internal::FromRedisContext;
 using internal::FromRedisReply;
 using internal::RedisReplyPtr;
 using nlohmann::json;
-
-struct RedisUrl {
-  std::string host, user, password;
-  uint16_t port = 6379;
-  uint32_t db = 0;
-};
-
-bool ParseNumber(std::string_view s, auto* v) {
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && end == s.data() + s.size() && !s.empty();
-}
-
-// `url` fit to print: the user-info before the last '@' (where ParseUrl looks
-// for it) keeps its user name and loses its password. Without a ':' the whole
-// user-info may be the password, so all of it goes.
-std::string RedactUrl(const std::string& url) {
-  const size_t scheme = url.find("://");
-  const size_t from = scheme == std::string::npos ? 0 : scheme + 3;
-  const size_t at = url.rfind('@');
-  if (at == std::string::npos || at < from) return url;
-  const size_t colon = url.find(':', from);
-  const std::string user = colon < at ? url.substr(from, colon - from) + ":" : "";
-  return url.substr(0, from) + user + "***" + url.substr(at);
-}
-
-// redis://[[user]:password@]host[:port][/db]
-Result<RedisUrl> ParseUrl(const std::string& url) {
-  const auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("redis URL '" + RedactUrl(url) + "': " + why +
-                                   "; expected redis://[[user]:password@]host[:port][/db]");
-  };
-  constexpr std::string_view kScheme = "redis://";
-  if (url.rfind(kScheme, 0) != 0) return bad("no redis:// scheme");
-  std::string_view rest = std::string_view(url).substr(kScheme.size());
-  RedisUrl u;
-  if (size_t at = rest.rfind('@'); at != std::string_view::npos) {
-    std::string_view info = rest.substr(0, at);
-    size_t colon = info.find(':');
-    if (colon == std::string_view::npos) return bad("user without password");
-    u.user = info.substr(0, colon);
-    u.password = info.substr(colon + 1);
-    rest = rest.substr(at + 1);
-  }
-  if (size_t slash = rest.find('/'); slash != std::string_view::npos) {
-    if (!ParseNumber(rest.substr(slash + 1), &u.db)) return bad("bad database number");
-    rest = rest.substr(0, slash);
-  }
-  if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
-    if (!ParseNumber(rest.substr(colon + 1), &u.port) || u.port == 0) return bad("bad port");
-    rest = rest.substr(0, colon);
-  }
-  if (rest.empty()) return bad("no host");
-  u.host = rest;
-  return u;
-}
 
 struct ContextFree {
   void operator()(redisContext* c) const { redisFree(c); }
@@ -96,7 +41,7 @@ Result<ContextPtr> Connect(const RedisUrl& u, uint32_t timeout_ms) {
   const timeval tv{static_cast<time_t>(timeout_ms / 1000),
                    static_cast<suseconds_t>(timeout_ms % 1000 * 1000)};
   ContextPtr c(redisConnectWithTimeout(u.host.c_str(), u.port, tv));
-  const std::string where = u.host + ":" + std::to_string(u.port);
+  const std::string where = RedisUrlEndpoint(u);
   if (!c || c->err) return FromRedisContext(c.get(), "connect to " + where);
   if (redisSetTimeout(c.get(), tv) != REDIS_OK) return FromRedisContext(c.get(), "timeout");
   if (!u.password.empty()) {
@@ -193,7 +138,7 @@ void Print(const Scan& s, const RedisFlags& f, const Output& o) {
                std::to_string(n.value_bytes) + mark, std::to_string(n.payload_bytes) + mark});
   }
   if (o.json) {
-    o.out << JsonText({{"url", RedactUrl(f.url)},
+    o.out << JsonText({{"url", RedactRedisUrl(f.url)},
                        {"prefix", f.prefix},
                        {"blocks", t.blocks()},
                        {"sampled", t.sampled()},
@@ -221,7 +166,7 @@ void Print(const Scan& s, const RedisFlags& f, const Output& o) {
 }  // namespace
 
 int RunRedis(const RedisFlags& f, const Output& o) {
-  auto url = ParseUrl(f.url);
+  auto url = ParseRedisUrl(f.url);
   if (!url.ok()) {
     o.err << "kvtier-inspect redis: " << url.status().ToString() << "\n";
     return kExitUsage;
