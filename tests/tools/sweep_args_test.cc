@@ -5,6 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
+#include <vector>
+
+#include "tools/bench/sweep.h"
+#include "tools/bench/sweep_point.h"
 
 namespace kvtier::bench {
 namespace {
@@ -109,6 +114,132 @@ TEST(SweepArgs, EngineFlagsAreFiniteAndInRange) {
   EXPECT_EQ(nan_point.rfind("--points: bad point 'nan:0'", 0), 0u) << nan_point;
   message([](SweepFlags& f) { f.points = {}; });
   message([](SweepFlags& f) { f.knobs = {"reuse_min_samples=-1"}; });
+}
+
+// A host share under one block was refused by the engine as "host capacity
+// is 0 blocks", without the point or the trace's size.
+TEST(SweepArgs, APointOfNoHostBlockNamesThePointAndTheTrace) {
+  Result<SweepCapacity> cap = SweepCapacityAt("0.1:0.5", 10);
+  ASSERT_TRUE(cap.ok()) << cap.status().ToString();
+  EXPECT_EQ(cap->host_blocks, 1u);
+  EXPECT_EQ(cap->nvme_blocks, 5u);
+  cap = SweepCapacityAt("0.05:0.3", 10);
+  ASSERT_FALSE(cap.ok());
+  EXPECT_EQ(cap.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cap.status().message(),
+            "--points 0.05:0.3: 5% of 10 unique blocks is 0 host blocks; expected a host "
+            "fraction of at least 0.1 (one block)");
+  EXPECT_EQ(SweepCapacityAt("1:0", 0).status().message(),
+            "--points 1:0: 100% of 0 unique blocks is 0 host blocks; expected a trace with blocks");
+  EXPECT_EQ(SweepCapacityAt("0:1", 10).status().message().rfind("--points: bad point '0:1'", 0),
+            0u);
+}
+
+TEST(SweepArgs, WriteBudgetComesFromExactlyOneFlag) {
+  const auto message = [](auto set) {
+    SweepFlags f;
+    set(f);
+    return std::string(ValidateSweepFlags(f).message());
+  };
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"lru", "write_budget"};
+            }),
+            "--policies write_budget admits with write_budget, which needs a budget; expected "
+            "--write-budget-gib-per-day GIB or --write-budget-lru-share SHARE (with lru in "
+            "--policies)");
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"custom"};
+              f.custom = "lru:frequency+write_budget:lru";
+            })
+                .rfind("--policies custom (--custom lru:frequency+write_budget:lru) admits with "
+                       "write_budget, which needs a budget",
+                       0),
+            0u);
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"lru", "write_budget"};
+              f.write_budget_gib_per_day = 2;
+              f.write_budget_lru_share = 0.5;
+            }),
+            "--write-budget-gib-per-day and --write-budget-lru-share both set the write_budget "
+            "admission's budget; expected one of them");
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"oracle", "write_budget"};
+              f.write_budget_lru_share = 0.5;
+            }),
+            "--write-budget-lru-share is a share of the lru row's NVMe writes; expected lru in "
+            "--policies");
+  for (auto set : {+[](SweepFlags& f) {
+                     f.policies = {"write_budget"};
+                     f.write_budget_gib_per_day = 2;
+                   },
+                   +[](SweepFlags& f) {
+                     f.policies = {"oracle", "write_budget", "lru"};
+                     f.write_budget_lru_share = 0.5;
+                   },
+                   +[](SweepFlags& f) {
+                     f.policies = {"lru", "oracle"};
+                   }}) {
+    SweepFlags f;
+    set(f);
+    EXPECT_TRUE(ValidateSweepFlags(f).ok()) << ValidateSweepFlags(f).message();
+  }
+}
+
+// Seven shared prefixes, each request adding a block of its own: a small
+// hub spills to NVMe, which LRU admits everything into.
+Trace SpillingTrace() {
+  Trace t;
+  for (uint64_t i = 0; i < 200; ++i) {
+    t.requests.push_back({i * 100, 2 * 512, 16, {1000 + i % 7, 2000 + i}});
+  }
+  return t;
+}
+
+// --write-budget-lru-share needed lru as the first row: listed after
+// write_budget, the budget stayed 0 and the write_budget row failed.
+TEST(SweepArgs, TheLruShareBudgetFindsLruWhereverItIsListed) {
+  const Trace trace = SpillingTrace();
+  const SweepEngine engine;
+  const SweepCapacity cap{5, 50};
+  SweepFlags f;
+  f.policies = {"oracle", "write_budget", "lru"};
+  f.write_budget_lru_share = 0.5;
+  ASSERT_TRUE(ValidateSweepFlags(f).ok());
+  std::vector<std::string> ran;
+  Result<std::vector<SweepResult>> rows = RunSweepPoint(
+      trace, engine, f, cap, {}, [&](const std::string& name, double) { ran.push_back(name); });
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(ran, (std::vector<std::string>{"lru", "oracle", "write_budget"}));
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0].label, "oracle (Belady)");
+  EXPECT_EQ((*rows)[1].label, "write_budget+LRU");
+  EXPECT_EQ((*rows)[2].label, "admit-all+LRU");
+
+  // The same row as run by hand with half of lru's bytes per modeled day.
+  const SweepResult& lru = (*rows)[2];
+  ASSERT_GT(lru.bytes_written_nvme, 0u);
+  PolicyKnobs knobs;
+  knobs.write_budget_bytes_per_day =
+      static_cast<uint64_t>(0.5 * double(lru.bytes_written_nvme) / lru.sim_seconds * 86400.0);
+  Result<SweepResult> by_hand =
+      RunSweepOne(trace, engine, *NamedSweepPolicy("write_budget"), cap, knobs);
+  ASSERT_TRUE(by_hand.ok()) << by_hand.status().ToString();
+  EXPECT_EQ((*rows)[1].bytes_written_nvme, by_hand->bytes_written_nvme);
+  EXPECT_EQ((*rows)[1].hit_tokens_nvme, by_hand->hit_tokens_nvme);
+
+  // Rows listed before lru are compared with it too.
+  const std::string table = FormatSweepTable(*rows, engine.BlockBytes());
+  const size_t wb = table.find("| write_budget+LRU |");
+  ASSERT_NE(wb, std::string::npos) << table;
+  EXPECT_EQ(table.substr(wb, table.find('\n', wb) - wb).find("| - |"), std::string::npos) << table;
+
+  // No NVMe tier: lru writes nothing, so the share of it is no budget.
+  rows = RunSweepPoint(trace, engine, f, {5, 0}, {});
+  ASSERT_FALSE(rows.ok());
+  EXPECT_EQ(rows.status().message(),
+            "write_budget: --write-budget-lru-share 0.5 of admit-all+LRU's NVMe writes is a "
+            "budget of 0 bytes per day (it wrote none with 0 NVMe blocks); expected a point with "
+            "NVMe capacity, or --write-budget-gib-per-day");
 }
 
 }  // namespace

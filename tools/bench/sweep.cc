@@ -100,9 +100,15 @@ std::string FormatSweepTable(const std::vector<SweepResult>& rows, uint64_t bloc
       "| recomputed tok | TTFT p50 s | TTFT p99 s |\n"
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   const double gib = 1024.0 * 1024.0 * 1024.0;
+  // Every row against admit-all+LRU's, wherever it is listed.
   double lru_nvme = 0;
   for (const SweepResult& r : rows) {
-    if (r.label == "admit-all+LRU") lru_nvme = double(r.bytes_written_nvme);
+    if (r.label == "admit-all+LRU") {
+      lru_nvme = double(r.bytes_written_nvme);
+      break;
+    }
+  }
+  for (const SweepResult& r : rows) {
     const double tok = r.tokens == 0 ? 1.0 : double(r.tokens);
     const std::string ratio =
         lru_nvme > 0 ? Fmt("%.2f", double(r.bytes_written_nvme) / lru_nvme) : "-";

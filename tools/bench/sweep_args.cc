@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "tools/bench/sweep.h"
+
 namespace kvtier::bench {
 namespace {
 
@@ -29,6 +31,39 @@ Status OutOfRange(std::string_view flag, double v, std::string_view expected) {
 
 // A whole number in [0, max] (written as a number, "1e5" included).
 bool IsWhole(double v, double max) { return v >= 0 && v <= max && v == std::floor(v); }
+
+// The write_budget admission needs a budget, from exactly one of the two
+// flags; the share is of the lru row's NVMe writes, so lru must be listed.
+// Policy names that do not resolve are left to the row that builds them.
+Status CheckWriteBudgetFlags(const SweepFlags& f) {
+  const bool gib = f.write_budget_gib_per_day > 0, share = f.write_budget_lru_share > 0;
+  if (gib && share) {
+    return Status::InvalidArgument(
+        "--write-budget-gib-per-day and --write-budget-lru-share both set the write_budget "
+        "admission's budget; expected one of them");
+  }
+  const auto listed = [&](std::string_view name) {
+    return std::find(f.policies.begin(), f.policies.end(), name) != f.policies.end();
+  };
+  if (share && !listed("lru")) {
+    return Status::InvalidArgument(
+        "--write-budget-lru-share is a share of the lru row's NVMe writes; expected lru in "
+        "--policies");
+  }
+  if (gib || share) return Status::Ok();
+  for (const std::string& name : f.policies) {
+    Result<SweepPolicy> p = name == "custom" ? CustomSweepPolicy(f.custom) : NamedSweepPolicy(name);
+    if (!p.ok()) continue;
+    const std::vector<std::string>& adm = p->nvme_admission;
+    if (std::find(adm.begin(), adm.end(), "write_budget") == adm.end()) continue;
+    const std::string set = name == "custom" ? "custom (--custom " + f.custom + ")" : name;
+    return Status::InvalidArgument(
+        "--policies " + set +
+        " admits with write_budget, which needs a budget; expected --write-budget-gib-per-day "
+        "GIB or --write-budget-lru-share SHARE (with lru in --policies)");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -141,6 +176,7 @@ Status ValidateSweepFlags(const SweepFlags& f) {
   for (const std::string& point : f.points) {
     KVTIER_RETURN_IF_ERROR(ParseSweepPoint(point).status());
   }
+  KVTIER_RETURN_IF_ERROR(CheckWriteBudgetFlags(f));
   return SweepKnobs(f).status();
 }
 

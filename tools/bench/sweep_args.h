@@ -23,8 +23,8 @@ struct SweepFlags {
   double decode_ms = 30;            // >= 0
   double watermark = 0;             // [0, 1); 0 = off
   bool no_save_on_preempt = false;
-  double write_budget_gib_per_day = 0;  // [0, 10^9]
-  double write_budget_lru_share = 0;    // > 0: budget = share x LRU's NVMe bytes per modeled day
+  double write_budget_gib_per_day = 0;  // [0, 10^9]; 0 = unset
+  double write_budget_lru_share = 0;    // > 0: budget = share x lru's NVMe bytes per modeled day
   uint32_t limit = 0;
   double probation = -1;  // marconi_probation override in [0, 1]; negative = default
   // The "custom" policy set: host eviction, NVMe admission chain, NVMe eviction.
@@ -59,7 +59,10 @@ Status ApplySweepKnob(std::string_view spec, PolicyKnobs* knobs);
 Result<PolicyKnobs> SweepKnobs(const SweepFlags& flags);
 
 // Every flag but the trace file, the policy names and --custom (checked when
-// a row is built): engine numbers, points, knobs and the hybrid model.
+// a row is built): engine numbers, points, knobs, the hybrid model, and the
+// write budget: one of --write-budget-gib-per-day and --write-budget-lru-share
+// when a policy set admits with write_budget, never both, and the share only
+// with lru in --policies.
 Status ValidateSweepFlags(const SweepFlags& flags);
 
 }  // namespace kvtier::bench

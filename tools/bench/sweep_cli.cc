@@ -1,11 +1,11 @@
 #include "tools/bench/sweep_cli.h"
 
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 
 #include "tools/bench/sweep.h"
 #include "tools/bench/sweep_hybrid.h"
+#include "tools/bench/sweep_point.h"
 
 namespace kvtier::bench {
 
@@ -31,11 +31,12 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
   cmd->add_flag("--no-save-on-preempt", f.no_save_on_preempt,
                 "preempted requests recompute their generated tokens");
   cmd->add_option("--write-budget-gib-per-day", f.write_budget_gib_per_day,
-                  "write_budget policy: NVMe budget")
+                  "write_budget admission: NVMe budget (or --write-budget-lru-share)")
       ->capture_default_str();
   cmd->add_option("--write-budget-lru-share", f.write_budget_lru_share,
-                  "write_budget policy: budget = this share of admit-all+LRU's NVMe bytes per "
-                  "modeled day at the same point (lru must be listed before write_budget)");
+                  "write_budget admission: budget = this share of admit-all+LRU's NVMe bytes per "
+                  "modeled day at the same point (needs lru in --policies, anywhere; the lru row "
+                  "runs first; not with --write-budget-gib-per-day)");
   cmd->add_option("--limit", f.limit, "first N requests only (0 = all)");
   cmd->add_option("--probation", f.probation, "marconi: share of once-seen blocks admitted");
   cmd->add_option(
@@ -86,42 +87,23 @@ int PrintHybrid(const SweepFlags& f, const Trace& trace, uint64_t unique, double
 // One capacity point: every policy set's row, then the hybrid table.
 int RunPoint(const SweepFlags& f, const Trace& trace, const SweepEngine& engine,
              const PolicyKnobs& knobs, uint64_t unique, const std::string& point) {
-  Result<SweepPoint> p = ParseSweepPoint(point);
-  if (!p.ok()) {
-    std::cerr << "kvtier-bench sweep: " << p.status().message() << "\n";
+  Result<SweepCapacity> cap = SweepCapacityAt(point, unique);
+  if (!cap.ok()) {
+    std::cerr << "kvtier-bench sweep: " << cap.status().message() << "\n";
     return 2;
   }
-  const double hf = p->host, nf = p->nvme;
-  SweepCapacity cap{BlocksAt(hf, unique), BlocksAt(nf, unique)};
-  std::vector<SweepResult> rows;
-  for (const std::string& name : f.policies) {
-    Result<SweepPolicy> policy =
-        name == "custom" ? CustomSweepPolicy(f.custom) : NamedSweepPolicy(name);
-    if (!policy.ok()) {
-      std::cerr << "kvtier-bench sweep: " << policy.status().message() << "\n";
-      return 2;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    PolicyKnobs row_knobs = knobs;
-    // The write budget as a share of what admit-all+LRU wrote per modeled day.
-    if (f.write_budget_lru_share > 0 && !rows.empty() && rows.front().label == "admit-all+LRU" &&
-        rows.front().sim_seconds > 0) {
-      row_knobs.write_budget_bytes_per_day =
-          static_cast<uint64_t>(f.write_budget_lru_share * double(rows.front().bytes_written_nvme) /
-                                rows.front().sim_seconds * 86400.0);
-    }
-    Result<SweepResult> r = RunSweepOne(trace, engine, *policy, cap, row_knobs);
-    if (!r.ok()) {
-      std::cerr << "kvtier-bench sweep: " << name << ": " << r.status().ToString() << "\n";
-      return 2;
-    }
-    std::fprintf(stderr, "%s @ %s: %.1f s\n", name.c_str(), point.c_str(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    rows.push_back(std::move(*r));
+  const SweepRowDone progress = [&](const std::string& name, double seconds) {
+    std::fprintf(stderr, "%s @ %s: %.1f s\n", name.c_str(), point.c_str(), seconds);
+  };
+  Result<std::vector<SweepResult>> rows = RunSweepPoint(trace, engine, f, *cap, knobs, progress);
+  if (!rows.ok()) {
+    std::cerr << "kvtier-bench sweep: " << rows.status().message() << "\n";
+    return 2;
   }
-  std::printf("host %.0f%% / nvme %.0f%% of unique blocks\n\n%s\n", 100 * hf, 100 * nf,
-              FormatSweepTable(rows, engine.BlockBytes()).c_str());
-  if (f.hybrid && PrintHybrid(f, trace, unique, hf + nf, knobs) != 0) return 2;
+  const SweepPoint p = *ParseSweepPoint(point);  // SweepCapacityAt parsed it
+  std::printf("host %.0f%% / nvme %.0f%% of unique blocks\n\n%s\n", 100 * p.host, 100 * p.nvme,
+              FormatSweepTable(*rows, engine.BlockBytes()).c_str());
+  if (f.hybrid && PrintHybrid(f, trace, unique, p.host + p.nvme, knobs) != 0) return 2;
   return 0;
 }
 
@@ -163,6 +145,14 @@ int RunSweepCommand(const SweepFlags& f) {
       "host %.0f GB/s, nvme %.0f GB/s\n\n",
       f.gpu_tflops, f.gpu_pool_blocks, f.decode_ms, f.watermark, engine.host_read_bytes_per_s / 1e9,
       engine.nvme_read_bytes_per_s / 1e9);
+  // Every point holds a hub block, or none runs: a late point must not fail
+  // after the earlier ones took minutes.
+  for (const std::string& point : f.points) {
+    if (Result<SweepCapacity> cap = SweepCapacityAt(point, unique); !cap.ok()) {
+      std::cerr << "kvtier-bench sweep: " << cap.status().message() << "\n";
+      return 2;
+    }
+  }
   for (const std::string& point : f.points) {
     if (RunPoint(f, *trace, engine, *knobs, unique, point) != 0) return 2;
   }
