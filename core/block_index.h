@@ -48,6 +48,9 @@ struct IndexEntry {
   bool moving = false;                            // selected by an eviction pass
   uint32_t children = 0;                          // stored entries whose parent is this one
   std::array<uint32_t, kMaxTiers> children_in{};  // of those, how many are in tier t
+  // Of the children, those a save is copying in (kFilling, set by RunSave):
+  // not stored yet, so a Remove of this entry is told to retry (Busy).
+  uint32_t filling_children = 0;
   uint64_t last_access_ns = 0;
   // The last use that ended at this block: a load whose deepest hit it was,
   // or its being stored when it had no copy. Tiers that refresh only the

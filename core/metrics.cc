@@ -56,6 +56,11 @@ void RuntimeMetrics::RecordRequest(Op op, const CompletionSource& done, uint64_t
   }
 }
 
+void RuntimeMetrics::AddFailures(Op op, StatusCode code, uint64_t blocks) {
+  if (code == StatusCode::kOk || blocks == 0) return;
+  errors_[static_cast<size_t>(op)][static_cast<size_t>(code)].fetch_add(blocks, kRelaxed);
+}
+
 void RuntimeMetrics::AddPathStats(RuntimeStats* out, size_t from, size_t to,
                                   uint64_t extra_blocks, uint64_t extra_bytes) const {
   auto name = [&](size_t e) { return e == kEngine ? std::string("gpu") : out->tiers[e].name; };

@@ -50,6 +50,8 @@ class RuntimeMetrics {
   // results by code. Called before `done` is finished, so that a caller
   // whose Wait() returned already sees the request in Stats().
   void RecordRequest(Op op, const CompletionSource& done, uint64_t elapsed_ns);
+  // Counts `blocks` failures with `code` of a request that never ran.
+  void AddFailures(Op op, StatusCode code, uint64_t blocks);
 
   // Copies between the engine and the hub, which the runtime counts itself.
   struct EngineTraffic {

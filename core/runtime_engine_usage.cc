@@ -68,10 +68,13 @@ std::vector<PreemptionVictim> RuntimeImpl::ProposePreemption(uint32_t blocks_to_
   // land right after it is read).
   std::vector<RunningRequest> running;
   std::unordered_map<uint64_t, uint32_t> saved;  // request id -> saved prefix
+  // Once shut down nothing loads (IsSaved is false): a victim reported as
+  // saved would be freed by the engine for good.
+  const bool shut_down = shut_down_.load(std::memory_order_acquire);
   for (const auto& [id, r] : tracked_) {
     if (r.engine_blocks == 0) continue;  // frees nothing
     uint32_t s = 0;
-    {
+    if (!shut_down) {
       std::lock_guard lock(mu_);
       s = SavedPrefixLocked(r.ns, r.keys);
     }

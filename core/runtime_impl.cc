@@ -160,10 +160,30 @@ Status RuntimeImpl::CheckBlocks(std::span<const BlockKey> keys,
   return Status::Ok();
 }
 
-Completion RuntimeImpl::Submit(size_t items, std::function<void(CompletionSource&)> job) {
+void RuntimeImpl::CountRefusedLocked(RuntimeMetrics::Op op, size_t items, StatusCode code) {
+  if (op == RuntimeMetrics::Op::kSave) {
+    stats_.save_blocks += items;
+    stats_.save_failures += items;
+  } else {
+    stats_.load_blocks += items;
+    stats_.load_failures += items;
+  }
+  metrics_.AddFailures(op, code, items);
+}
+
+Completion RuntimeImpl::Refuse(RuntimeMetrics::Op op, size_t items, const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    CountRefusedLocked(op, items, status.code());
+  }
+  return CompletionSource::Done(items, status);
+}
+
+Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
+                               std::function<void(CompletionSource&)> job) {
   if (items == 0) return Completion();
   if (shut_down_.load(std::memory_order_acquire)) {
-    return CompletionSource::Done(items, Status::Unavailable("runtime is shut down"));
+    return Refuse(op, items, Status::Unavailable("runtime is shut down"));
   }
   auto src = std::make_shared<CompletionSource>(items);
   Completion c = src->completion();
@@ -180,9 +200,10 @@ Completion RuntimeImpl::Submit(size_t items, std::function<void(CompletionSource
     src->Finish();
   });
   if (!st.ok()) {
-    if (st.code() == StatusCode::kBusy) {  // not a shutdown racing the call
+    {
       std::lock_guard lock(mu_);
-      ++stats_.busy_rejections;
+      if (st.code() == StatusCode::kBusy) ++stats_.busy_rejections;  // not a shutdown racing it
+      CountRefusedLocked(op, items, st.code());
     }
     src->SetAll(st);
     src->Finish();
@@ -194,7 +215,7 @@ Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
                              std::span<const BlockKey> keys,
                              std::span<const uint32_t> engine_blocks, const SaveOptions& options) {
   if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
-    return CompletionSource::Done(keys.size(), st.WithContext("save"));
+    return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st.WithContext("save"));
   }
   return SubmitSave(ns, parent, {keys.begin(), keys.end()},
                     {engine_blocks.begin(), engine_blocks.end()}, options, /*checkpoint=*/false);
@@ -204,29 +225,30 @@ Completion RuntimeImpl::SubmitSave(NamespaceId ns, std::optional<BlockKey> paren
                                    std::vector<BlockKey> keys, std::vector<uint32_t> blocks,
                                    const SaveOptions& options, bool checkpoint) {
   const size_t n = keys.size();  // read before keys is moved into the job
-  return Submit(n, [this, ns, parent, k = std::move(keys), b = std::move(blocks), options,
-                    checkpoint, start = NowNs()](CompletionSource& done) {
-    RunSave(ns, parent, k, b, options, checkpoint, done);
-    metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
-  });
+  return Submit(RuntimeMetrics::Op::kSave, n,
+                [this, ns, parent, k = std::move(keys), b = std::move(blocks), options, checkpoint,
+                 start = NowNs()](CompletionSource& done) {
+                  RunSave(ns, parent, k, b, options, checkpoint, done);
+                  metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
+                });
 }
 
 Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
                              std::span<const uint32_t> engine_blocks,
                              std::chrono::nanoseconds timeout, LayerDone on_layer) {
   if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
-    return CompletionSource::Done(keys.size(), st.WithContext("load"));
+    return Refuse(RuntimeMetrics::Op::kLoad, keys.size(), st.WithContext("load"));
   }
   std::unordered_map<uint32_t, size_t> first_at;  // engine block -> its first position
   first_at.reserve(engine_blocks.size());
   for (size_t i = 0; i < engine_blocks.size(); ++i) {
     auto [it, fresh] = first_at.emplace(engine_blocks[i], i);
     if (!fresh) {
-      return CompletionSource::Done(
-          keys.size(), Status::InvalidArgument(
-                           "load: engine block " + std::to_string(engine_blocks[i]) +
-                           " appears twice, for keys " + std::to_string(it->second) + " and " +
-                           std::to_string(i)));
+      return Refuse(
+          RuntimeMetrics::Op::kLoad, keys.size(),
+          Status::InvalidArgument("load: engine block " + std::to_string(engine_blocks[i]) +
+                                  " appears twice, for keys " + std::to_string(it->second) +
+                                  " and " + std::to_string(i)));
     }
   }
   // Saturated: a timeout of nanoseconds::max() ("no deadline") must not wrap
@@ -238,11 +260,12 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
   std::vector<BlockKey> k(keys.begin(), keys.end());
   std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
   const size_t n = k.size();  // read before k is moved into the job
-  return Submit(n, [this, ns, deadline, on_layer = std::move(on_layer), k = std::move(k),
-                    b = std::move(b), start = NowNs()](CompletionSource& done) {
-    RunLoad(ns, k, b, deadline, on_layer, done);
-    metrics_.RecordRequest(RuntimeMetrics::Op::kLoad, done, NowNs() - start);
-  });
+  return Submit(RuntimeMetrics::Op::kLoad, n,
+                [this, ns, deadline, on_layer = std::move(on_layer), k = std::move(k),
+                 b = std::move(b), start = NowNs()](CompletionSource& done) {
+                  RunLoad(ns, k, b, deadline, on_layer, done);
+                  metrics_.RecordRequest(RuntimeMetrics::Op::kLoad, done, NowNs() - start);
+                });
 }
 
 Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKey> keys,
@@ -419,6 +442,12 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
       if (e->parent != nullptr && removing.contains(e->parent)) ++removing[e->parent];
     }
     for (auto& [e, n] : removing) {
+      if (e->children != n && e->children - n <= e->filling_children) {
+        // Children a save is still copying in: gone again if it fails.
+        return Status::Busy("remove: block " + ToHex(e->id.key) + " has " +
+                            std::to_string(e->children - n) +
+                            " children being saved; retry once the save ends");
+      }
       if (e->children != n) {
         return Status::InvalidArgument("remove: block " + ToHex(e->id.key) + " has " +
                                        std::to_string(e->children - n) +

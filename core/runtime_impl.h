@@ -98,7 +98,14 @@ class RuntimeImpl final : public Runtime {
   };
 
   Status CheckBlocks(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) const;
-  Completion Submit(size_t items, std::function<void(CompletionSource&)> job);
+  // Queues `job`, a save or load (`op`) of `items` blocks; refused (shut
+  // down, queue full) every item fails and is counted as Refuse counts.
+  Completion Submit(RuntimeMetrics::Op op, size_t items,
+                    std::function<void(CompletionSource&)> job);
+  // A call that fails before it is queued (bad arguments): every item ends
+  // `status`, counted in the statistics as the failures the engine is told.
+  Completion Refuse(RuntimeMetrics::Op op, size_t items, const Status& status);
+  void CountRefusedLocked(RuntimeMetrics::Op op, size_t items, StatusCode code);
   // Queues RunSave of `keys` from `blocks` (`checkpoint`: the parts of
   // `parent`'s state checkpoint), timed as a save.
   Completion SubmitSave(NamespaceId ns, std::optional<BlockKey> parent, std::vector<BlockKey> keys,
@@ -132,16 +139,21 @@ class RuntimeImpl final : public Runtime {
                               bool checkpoint, size_t* missing, std::vector<IndexEntry*>* held,
                               std::vector<Decision>* decided, bool* parent_missing);
   // Indexes keys[0, admitted) that are new as kFilling entries with hub slots
-  // (fresh / fresh_item), and settles every other item. REQUIRES: mu_ held.
+  // (fresh / fresh_item), lists the later items repeating one of them
+  // (repeats: item, index in fresh), and settles every other item.
+  // REQUIRES: mu_ held.
   void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,
                          const std::vector<BlockKey>& keys, size_t admitted,
                          const SaveOptions& hints, bool checkpoint, CompletionSource& done,
-                         std::vector<IndexEntry*>& fresh, std::vector<size_t>& fresh_item);
+                         std::vector<IndexEntry*>& fresh, std::vector<size_t>& fresh_item,
+                         std::vector<std::pair<size_t, size_t>>& repeats);
   // Publishes the reserved entries whose bytes were copied (copied[j] for
-  // fresh[j]) and undoes the others. REQUIRES: mu_ held.
+  // fresh[j]) and undoes the others; a repeat ends as its first occurrence.
+  // REQUIRES: mu_ held.
   void FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
-                        const std::vector<size_t>& fresh_item, const std::vector<Status>& copied,
-                        CompletionSource& done);
+                        const std::vector<size_t>& fresh_item,
+                        const std::vector<std::pair<size_t, size_t>>& repeats,
+                        const std::vector<Status>& copied, CompletionSource& done);
   // Answers a lookup into `r` (empty on entry), appending the hit entries to
   // *found when given, and counts it; unless it repeats a request id seen
   // before, also the sightings of its keys and the policies' view of the

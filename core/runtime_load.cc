@@ -5,6 +5,7 @@
 #include <exception>
 #include <map>
 #include <string>
+#include <unordered_map>
 
 #include "core/runtime_impl.h"
 #include "kvtier/block_header.h"
@@ -129,12 +130,24 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
                                       std::vector<uint32_t>& staged, std::vector<char>& issued,
                                       std::chrono::steady_clock::time_point deadline,
                                       std::vector<Status>& results) {
-  size_t need = 0;
+  // A key loaded into several engine blocks is staged once; its later items
+  // copy from the same hub slot, or fail as its first one did.
+  std::unordered_map<const IndexEntry*, size_t> first_item;
+  std::vector<std::pair<size_t, size_t>> repeats;  // (item, the first item of its key)
+  std::vector<char> repeated(entries.size(), 0);
   {
     std::lock_guard lock(mu_);
-    for (IndexEntry* e : entries) need += (e != nullptr && !e->In(0)) ? 1 : 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const IndexEntry* e = entries[i];
+      if (e == nullptr || e->In(0)) continue;
+      auto [at, fresh] = first_item.emplace(e, i);
+      if (!fresh) {
+        repeats.emplace_back(i, at->second);
+        repeated[i] = 1;
+      }
+    }
   }
-  EnsureHubRoom(need, deadline);
+  EnsureHubRoom(first_item.size(), deadline);
 
   // tier -> items read from it
   std::map<uint32_t, std::vector<size_t>> by_tier;
@@ -142,7 +155,7 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < entries.size(); ++i) {
       IndexEntry* e = entries[i];
-      if (e == nullptr || e->In(0)) continue;
+      if (e == nullptr || e->In(0) || repeated[i]) continue;
       if (e->locations == 0) {
         // Another load found the last copy lost or corrupt meanwhile.
         results[i] = Status::NotFound("load: block " + ToHex(e->id.key) + " is not stored");
@@ -173,6 +186,9 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
                                       all.begin() + std::min(all.size(), from + batch));
       ReadBatch(ns, tier, entries, items, staged, issued, deadline, results);
     }
+  }
+  for (const auto& [i, first] : repeats) {
+    if (!results[first].ok()) results[i] = results[first];
   }
 }
 

@@ -128,10 +128,12 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   // kFilling, holding their slots).
   std::vector<IndexEntry*> fresh;
   std::vector<size_t> fresh_item;
+  std::vector<std::pair<size_t, size_t>> repeats;  // (item, its key's index in fresh)
   std::vector<BlockCopy> copies;
   std::vector<Decision> decided(keys.size(), Decision::kUndecided);
   fresh.reserve(keys.size());
   fresh_item.reserve(keys.size());
+  repeats.reserve(keys.size());
   copies.reserve(keys.size());
   // A key (or the parent) another save is filling is not stored yet: that
   // copy may still fail. Nor is one the mover is moving after its last copy
@@ -176,7 +178,8 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         std::chrono::steady_clock::now() < fill_deadline) {
       continue;  // (or another save stored the parent meanwhile: admit again)
     }
-    ReserveSaveLocked(ns, parent, keys, admitted, hints, checkpoint, done, fresh, fresh_item);
+    ReserveSaveLocked(ns, parent, keys, admitted, hints, checkpoint, done, fresh, fresh_item,
+                      repeats);
     break;
   }
   for (size_t j = 0; j < fresh.size(); ++j) {
@@ -185,7 +188,7 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   const std::vector<Status> copied = RunCopy(/*gather=*/true, copies, {});
   {
     std::lock_guard lock(mu_);
-    FinishSaveLocked(fresh, fresh_item, copied, done);
+    FinishSaveLocked(fresh, fresh_item, repeats, copied, done);
   }
   if (HubAboveHigh()) WakeMover();
 }
@@ -282,7 +285,8 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
                                     const std::vector<BlockKey>& keys, size_t admitted,
                                     const SaveOptions& hints, bool checkpoint,
                                     CompletionSource& done, std::vector<IndexEntry*>& fresh,
-                                    std::vector<size_t>& fresh_item) {
+                                    std::vector<size_t>& fresh_item,
+                                    std::vector<std::pair<size_t, size_t>>& repeats) {
   stats_.save_blocks += keys.size();
   IndexEntry* prev = nullptr;
   Status broken;
@@ -312,7 +316,16 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       continue;
     }
     IndexEntry* e = refused ? nullptr : index_.Find({ns, keys[i]});
-    if (Unsettled(e) && std::find(fresh.begin(), fresh.end(), e) == fresh.end()) {
+    const auto own = std::find(fresh.begin(), fresh.end(), e);
+    if (e != nullptr && own != fresh.end()) {
+      // A key repeated in this call: it is stored if, and when, its first
+      // copy is (FinishSaveLocked answers it then).
+      ++stats_.save_duplicates;
+      repeats.emplace_back(i, static_cast<size_t>(own - fresh.begin()));
+      prev = e;
+      continue;
+    }
+    if (Unsettled(e)) {
       // Still being filled by another save, or moved with no copy, past
       // RunSave's wait: neither this key nor the rest of the chain under it
       // can be answered as stored.
@@ -323,7 +336,7 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
     }
     const bool link = e != nullptr && NeedsCopy(e);
     if (e != nullptr && !link) {
-      ++stats_.save_duplicates;  // stored already (or a key repeated in this call)
+      ++stats_.save_duplicates;  // stored already
       done.Set(i, Status::Ok());
       prev = e;
       continue;
@@ -347,12 +360,14 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       continue;
     }
     if (link) {
+      if (e->parent != nullptr) ++e->parent->filling_children;
       e->state = EntryState::kFilling;  // a link kept for its children gets its copy back
       // The new bytes may differ from the lost copy's: its checksum must not
       // be written (and checked) with them.
       e->checksum.reset();
     } else {
       e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes, checkpoint);
+      if (prev != nullptr) ++prev->filling_children;
     }
     e->host_slot = *slot;
     ++e->pins;
@@ -367,6 +382,7 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
 
 void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
                                    const std::vector<size_t>& fresh_item,
+                                   const std::vector<std::pair<size_t, size_t>>& repeats,
                                    const std::vector<Status>& copied, CompletionSource& done) {
   // A block whose parent's copy failed fails too: it would hang off a
   // missing block. fresh[] is in chain order, so parents come first.
@@ -385,6 +401,7 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
   for (size_t j = fresh.size(); j-- > 0;) {
     IndexEntry* e = fresh[j];
     --e->pins;
+    if (e->parent != nullptr) --e->parent->filling_children;
     if (result[j].ok()) {
       e->state = EntryState::kReady;
       e->inserted_ns = now;
@@ -402,6 +419,14 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
       // filled: then it stays, as a link with no copy, until they go.
       if (e->children == 0 && e->pins == 0) index_.Erase(e);
       done.Set(fresh_item[j], result[j].WithContext("save: copy from the engine"));
+      ++stats_.save_failures;
+    }
+  }
+  for (const auto& [item, j] : repeats) {
+    if (result[j].ok()) {
+      done.Set(item, Status::Ok());  // stored by its first occurrence
+    } else {
+      done.Set(item, result[j].WithContext("save: copy from the engine"));
       ++stats_.save_failures;
     }
   }

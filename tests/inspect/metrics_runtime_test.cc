@@ -84,14 +84,19 @@ TEST(RuntimeMetrics, LatencyFollowsTheInjectedClock) {
   }
   EXPECT_EQ(st.save_latency.bucket_counts[0], 1u);
 
-  // A request refused before it is queued (bad engine block) ran nothing:
-  // neither a latency nor a per-block error.
+  // A request refused before it is queued (bad engine block) ran nothing,
+  // so it has no latency; its block failed all the same, as the engine saw.
+  EXPECT_TRUE(st.errors.empty());
   const std::vector<uint32_t> bad = {9999};
   EXPECT_EQ(s->runtime->Load(kTestNs, keys, bad, std::chrono::seconds(1)).Wait().code(),
             StatusCode::kInvalidArgument);
   st = s->runtime->Stats();
   EXPECT_EQ(st.load_latency.count, 1u);
-  EXPECT_TRUE(st.errors.empty());
+  ASSERT_EQ(st.errors.size(), 1u);
+  EXPECT_EQ(st.errors[0].op, "load");
+  EXPECT_EQ(st.errors[0].code, StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.errors[0].blocks, 1u);
+  EXPECT_EQ(st.load_failures, 1u);
 }
 
 TEST(RuntimeMetrics, VisitorSeesEveryFamilyWithLabels) {
