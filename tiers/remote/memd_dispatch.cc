@@ -6,7 +6,12 @@
 namespace kvtier::internal::memd {
 
 void Session::Dispatch() {
-  if (phase_ != Phase::kReady) return Handshake();
+  if (phase_ != Phase::kReady) {
+    // Answered once its frame is read: closing with bytes unread would reset
+    // the connection under the ERROR.
+    if (turned_away()) return ProtocolError(StatusCode::kResourceExhausted, turned_away_);
+    return Handshake();
+  }
   const Opcode op = frame_.opcode;
   if (WantsRdma(op)) return HandleRdma();
   if (op == Opcode::kPutBegin) {

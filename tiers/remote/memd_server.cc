@@ -69,16 +69,37 @@ void MemdServer::Impl::Accept() {
     // A client that gave up while queued costs nothing to skip.
     if (ec && ec != asio::error::connection_aborted) return AcceptFailed(ec);
     if (!ec) {
-      if (sessions_.size() >= options_.max_connections) {
-        log_->Log(LogLevel::kWarning, "memd: connection limit reached; refusing a client");
-      } else {
-        auto s = std::make_shared<Session>(*this, std::move(sock));
-        sessions_.emplace(s.get(), s);
-        s->Start();
-      }
+      auto s = std::make_shared<Session>(*this, std::move(sock));
+      sessions_.emplace(s.get(), s);
+      if (sessions_.size() - turned_away_ > options_.max_connections) MakeRoomFor(s.get());
+      if (sessions_.contains(s.get())) s->Start();
     }
     Accept();
   });
+}
+
+void MemdServer::Impl::MakeRoomFor(Session* fresh) {
+  const std::string limit =
+      "connection limit of " + std::to_string(options_.max_connections) + " reached";
+  Session* oldest = nullptr;
+  for (const auto& [s, owner] : sessions_) {
+    if (s == fresh || s->turned_away() || !s->handshaking()) continue;
+    if (oldest == nullptr || s->accepted_ms() < oldest->accepted_ms()) oldest = s;
+  }
+  if (oldest != nullptr) {
+    log_->Log(LogLevel::kWarning, "memd: " + limit +
+                                      "; a connection still in its handshake gives way to a new "
+                                      "one");
+    return TurnAway(oldest, limit + " before this connection completed its handshake");
+  }
+  log_->Log(LogLevel::kWarning, "memd: " + limit + "; refusing a client");
+  TurnAway(fresh, limit + "; retry later or raise max_connections");
+}
+
+void MemdServer::Impl::TurnAway(Session* s, const std::string& why) {
+  if (turned_away_ >= kMaxTurnedAway) return s->Close();
+  ++turned_away_;
+  s->TurnAway(why);
 }
 
 void MemdServer::Impl::AcceptFailed(const boost::system::error_code& ec) {
@@ -99,7 +120,10 @@ void MemdServer::Impl::AcceptFailed(const boost::system::error_code& ec) {
   });
 }
 
-void MemdServer::Impl::Forget(Session* s) { sessions_.erase(s); }
+void MemdServer::Impl::Forget(Session* s) {
+  if (s->turned_away()) --turned_away_;
+  sessions_.erase(s);
+}
 
 Status MemdServer::Impl::UseRdma(std::unique_ptr<RdmaDevice> device) {
   rdma_ = std::move(device);

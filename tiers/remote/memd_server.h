@@ -40,7 +40,10 @@ struct MemdServerOptions {
   std::string secret;                     // shared secret; required
   std::string transport = "tcp";          // tcp | rdma
   MemdPoolOptions pool;
-  uint32_t max_connections = 256;  // 1..kMaxConnectionsLimit; more are accepted and closed
+  // 1..kMaxConnectionsLimit. At the limit a new connection displaces the
+  // oldest one still in its handshake, or, with none, is refused; either is
+  // answered ERROR (ResourceExhausted) at its next handshake frame.
+  uint32_t max_connections = 256;
   uint32_t lease_ms = 2000;        // rdma: how long a GET_LEASE pins blocks, 1..kMaxLeaseMs
   // A connection that has not completed the handshake this long after it was
   // accepted is closed, so idle sockets cannot hold every connection.

@@ -42,6 +42,10 @@ constexpr uint64_t kMaxQueuedReplyBytes = 64ull << 20;
 // How long a connection that was sent an ERROR may take to read it before it
 // is closed regardless.
 constexpr uint64_t kCloseGraceMs = 1000;
+// Connections over max_connections kept to be told why at their next
+// handshake frame (MemdServer::Impl::TurnAway); past this many, closed
+// unanswered. Each holds a descriptor until then (handshake_timeout_ms).
+constexpr size_t kMaxTurnedAway = 32;
 
 // Slots a connection may hold reserved at once: three quarters of the pool
 // (at least one). A batch may fill most of a small pool, yet one connection
@@ -88,6 +92,14 @@ class MemdServer::Impl {
   void EnforceDeadlines();
   void Stop();
   void Forget(Session* s);
+  // A new connection (already in sessions_) over max_connections: the
+  // oldest connection still in its handshake gives way to it, so sockets
+  // that never authenticate cannot lock clients out; with none, the new one
+  // is refused. A refused or displaced connection is answered ERROR
+  // (ResourceExhausted) at its next handshake frame, or closed at once when
+  // kMaxTurnedAway of them are waiting for theirs already.
+  void MakeRoomFor(Session* fresh);
+  void TurnAway(Session* s, const std::string& why);
 
   const MemdServerOptions options_;
   std::shared_ptr<LogSink> log_;
@@ -100,6 +112,7 @@ class MemdServer::Impl {
   std::unique_ptr<RdmaMemory> pool_mr_;
   const uint64_t instance_id_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;  // loop thread only
+  size_t turned_away_ = 0;  // of sessions_, those refused (not counted against the limit)
   AsioLoop loop_;
   tcp::acceptor acceptor_;
   asio::steady_timer lease_timer_;
@@ -128,6 +141,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Start() { ReadHeader(); }
   void Close();
+  // Answers the next handshake frame with ERROR (ResourceExhausted) `why`;
+  // see MemdServer::Impl::MakeRoomFor.
+  void TurnAway(std::string why) { turned_away_ = std::move(why); }
+  bool turned_away() const { return !turned_away_.empty(); }
+  // Still in its handshake, and not on its way out.
+  bool handshaking() const { return phase_ != Phase::kReady && !closing_ && !closed_; }
+  uint64_t accepted_ms() const { return accepted_ms_; }
   void ExpireLeases(uint64_t now_ms) {
     if (rdma_) rdma_->Expire(now_ms);
   }
@@ -190,6 +210,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // cancels its grants only once its queue pair is gone.
   MemdReservations reservations_;
   std::unique_ptr<RdmaSession> rdma_;  // created by the first RDMA frame
+  std::string turned_away_;            // TurnAway's reason; empty: served
   bool closing_ = false;               // an ERROR is queued; close once it is sent
   uint64_t closing_since_ms_ = 0;
   bool closed_ = false;
