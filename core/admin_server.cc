@@ -16,8 +16,15 @@ namespace kvtier::internal {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 8192;
-// A client gets this long to send its request and to take the response.
-constexpr auto kClientTimeout = std::chrono::milliseconds(1000);
+// A client gets this long to send its request. Clients are answered one at
+// a time, and kvtier-inspect waits 2 s for its answer: a few connections
+// that never send must not use that up.
+constexpr auto kClientTimeout = std::chrono::milliseconds(250);
+// Past a response to a request that was not read whole, what the client
+// still sends is read and dropped, for at most this long and this much:
+// closing with bytes unread would reset the connection under the response.
+constexpr auto kDrainTimeout = std::chrono::milliseconds(200);
+constexpr size_t kMaxDrainBytes = 1 << 20;
 constexpr auto kWriteTimeout = std::chrono::milliseconds(2000);
 // After accept fails for want of a descriptor or memory: the client stays
 // queued and the listener readable, so the loop waits this long (for the
@@ -39,10 +46,14 @@ std::string_view ReasonPhrase(int status) {
   switch (status) {
     case 200:
       return "OK";
+    case 400:
+      return "Bad Request";
     case 404:
       return "Not Found";
     case 405:
       return "Method Not Allowed";
+    case 431:
+      return "Request Header Fields Too Large";
     default:
       return "Internal Server Error";
   }
@@ -241,23 +252,36 @@ int AdminServer::WaitClient(int fd, short events, SteadyTime deadline) {
   }
 }
 
-bool AdminServer::ReadRequest(int fd, std::string* head) {
+AdminServer::ReadResult AdminServer::ReadRequest(int fd, std::string* head) {
   const SteadyTime deadline = std::chrono::steady_clock::now() + kClientTimeout;
   char buf[1024];
   while (!HeadComplete(*head)) {
-    if (head->size() >= kMaxRequestBytes) return false;
-    if (WaitClient(fd, POLLIN, deadline) <= 0) return false;  // error or stalled
+    if (head->size() >= kMaxRequestBytes) return ReadResult::kTooLarge;
+    if (WaitClient(fd, POLLIN, deadline) <= 0) return ReadResult::kGone;  // error or stalled
     const ssize_t n = read(fd, buf, sizeof(buf));
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n < 0) return false;
+    if (n < 0) return ReadResult::kGone;
     if (n == 0) {  // the client closed its side: "GET /x" without a newline still counts
-      if (head->empty()) return false;
+      if (head->empty()) return ReadResult::kGone;
       head->push_back('\n');
-      return true;
+      return ReadResult::kComplete;
     }
     head->append(buf, static_cast<size_t>(n));
   }
-  return true;
+  return ReadResult::kComplete;
+}
+
+void AdminServer::Drain(int fd) {
+  (void)shutdown(fd, SHUT_WR);  // the response is whole: the client sees its end
+  const SteadyTime deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+  char buf[4096];
+  for (size_t dropped = 0; dropped < kMaxDrainBytes;) {
+    if (WaitClient(fd, POLLIN, deadline) <= 0) return;
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) return;  // the client closed too, or went away
+    dropped += static_cast<size_t>(n);
+  }
 }
 
 void AdminServer::WriteAll(int fd, std::string_view data) {
@@ -275,12 +299,19 @@ void AdminServer::WriteAll(int fd, std::string_view data) {
 
 void AdminServer::Serve(int fd) {
   std::string head;
-  if (!ReadRequest(fd, &head)) return;
+  const ReadResult read = ReadRequest(fd, &head);
+  if (read == ReadResult::kGone) return;
   std::string method, path;
   bool http = false;
   AdminResponse resp;
-  if (!ParseAdminRequest(head, &method, &path, &http)) {
-    resp = {404, "text/plain; charset=utf-8", "bad request: expected 'GET /path'\n"};
+  if (read == ReadResult::kTooLarge) {
+    // Answered in HTTP: only a client sending headers gets this far.
+    http = true;
+    resp = {431, "text/plain; charset=utf-8",
+            "request head over " + std::to_string(kMaxRequestBytes) +
+                " bytes; expected 'GET /path' and a few headers\n"};
+  } else if (!ParseAdminRequest(head, &method, &path, &http)) {
+    resp = {400, "text/plain; charset=utf-8", "bad request: expected 'GET /path'\n"};
   } else if (method != "GET") {
     resp = {405, "text/plain; charset=utf-8", "method " + method + " not allowed; use GET\n"};
   } else {
@@ -295,6 +326,7 @@ void AdminServer::Serve(int fd) {
       std::string(ReasonPhrase(resp.http_status)) + "\r\nContent-Type: " + resp.content_type +
       "\r\nContent-Length: " + std::to_string(resp.body.size()) + "\r\nConnection: close\r\n\r\n";
   WriteAll(fd, out + resp.body);
+  if (read == ReadResult::kTooLarge) Drain(fd);
 }
 
 }  // namespace kvtier::internal

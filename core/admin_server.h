@@ -5,8 +5,9 @@
 // closed; or an HTTP/1.x request line (with headers), answered with an
 // HTTP/1.0 response, so that `curl --unix-socket` and the kvtier-inspect
 // client both work. The handler runs on the server thread and must not block
-// for long; a client that stalls is dropped after a second, so nothing it
-// does can hold up the engine. At shutdown the requests already sent (the
+// for long; a client that has not sent its request within 250 ms is
+// dropped, so nothing it does can hold up the engine, and a few such
+// clients delay the others by less than kvtier-inspect waits. At shutdown the requests already sent (the
 // client at hand and those queued) are still answered, within a short grace.
 #pragma once
 
@@ -26,7 +27,7 @@
 namespace kvtier::internal {
 
 struct AdminResponse {
-  int http_status = 200;  // 200, 404 or 405
+  int http_status = 200;  // 200, 400, 404, 405 or 431
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
 };
@@ -78,8 +79,13 @@ class AdminServer {
   // Answers the connections queued on the listener; at most the backlog.
   void DrainQueued();
   void Serve(int fd);
-  // Reads the request head; false when the client stalls or closes.
-  bool ReadRequest(int fd, std::string* head);
+  // Reads the request head: kGone when the client stalls or closes first,
+  // kTooLarge past kMaxRequestBytes.
+  enum class ReadResult { kComplete, kTooLarge, kGone };
+  ReadResult ReadRequest(int fd, std::string* head);
+  // Reads and drops what the client still sends after its response (for a
+  // short while), so that closing does not reset the connection under it.
+  void Drain(int fd);
   void WriteAll(int fd, std::string_view data);
   // Waits for `events` on client `fd` until `deadline` (once stopping, at
   // most until the stop's grace ends): > 0 ready, 0 timed out, < 0 error.

@@ -109,6 +109,37 @@ TEST(AdminEndpoint, PlainLineRequestsGetTheBodyAlone) {
   EXPECT_EQ(RawRequest(dir.File("a.sock"), "hello\n"), "bad request: expected 'GET /path'\n");
 }
 
+// A malformed HTTP request is a 400, not a 404 (kvtier-inspect took it for
+// an unknown path); one whose head is too long gets a 431 it can read, where
+// closing with its bytes unread reset the connection with no status at all.
+TEST(AdminEndpoint, MalformedAndOversizedRequestsGetTheirStatus) {
+  TempDir dir;
+  auto s = OpenScenario(dir.File("a.sock"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(RawRequest(dir.File("a.sock"), "GET  /stats HTTP/1.0\r\n\r\n"),
+            "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            "Content-Length: 34\r\nConnection: close\r\n\r\nbad request: expected 'GET /path'\n");
+  const std::string big = "GET /stats HTTP/1.1\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n";
+  const std::string reply = RawRequest(dir.File("a.sock"), big);
+  EXPECT_EQ(reply.rfind("HTTP/1.0 431 Request Header Fields Too Large\r\n", 0), 0u) << reply;
+  EXPECT_NE(reply.find("request head over 8192 bytes"), std::string::npos) << reply;
+  // Still serving.
+  auto stats = FetchAdmin(dir.File("a.sock"), "/health", kTimeout);
+  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+}
+
+// Clients are answered one at a time: three that connect and never send
+// used to hold the next one 3 s, past kvtier-inspect's 2 s wait.
+TEST(AdminEndpoint, AFewSilentClientsDoNotOutlastInspectsWait) {
+  TempDir dir;
+  auto s = OpenScenario(dir.File("a.sock"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<UniqueFd> silent;
+  for (int i = 0; i < 3; ++i) silent.push_back(Connect(dir.File("a.sock")));
+  auto health = FetchAdmin(dir.File("a.sock"), "/health", std::chrono::milliseconds(2000));
+  EXPECT_TRUE(health.ok()) << health.status().ToString();
+}
+
 TEST(AdminEndpoint, StalledClientDoesNotBlockOthersOrTheEngine) {
   TempDir dir;
   auto s = OpenScenario(dir.File("a.sock"));
@@ -131,7 +162,8 @@ TEST(AdminEndpoint, SocketPathRules) {
     auto second = OpenScenario(path);
     ASSERT_FALSE(second.ok());
     EXPECT_EQ(second.status().ToString(),
-              "unavailable: admin socket " + path + " is in use (another runtime, in this process or another, listens there)");
+              "unavailable: admin socket " + path +
+                  " is in use (another runtime, in this process or another, listens there)");
     EXPECT_TRUE(FetchAdmin(path, "/health", kTimeout).ok());  // the first still serves
   }
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "Shutdown removes the socket file";
@@ -194,7 +226,8 @@ TEST(AdminEndpoint, AFullBacklogNeitherHangsOpenNorFetch) {
                             std::chrono::seconds(5), "Runtime::Open on the stuck socket"));
   ASSERT_FALSE(second->ok());
   EXPECT_EQ(second->status().ToString(),
-            "unavailable: admin socket " + path + " is in use (another runtime, in this process or another, listens there)");
+            "unavailable: admin socket " + path +
+                " is in use (another runtime, in this process or another, listens there)");
   auto stuck = std::make_shared<Result<std::string>>(Status::Ok());
   ASSERT_TRUE(ReturnsWithin(
       [stuck, path] { *stuck = FetchAdmin(path, "/health", std::chrono::milliseconds(200)); },
