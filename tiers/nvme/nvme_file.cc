@@ -61,7 +61,9 @@ Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* l
   if (f.lock_fd_ < 0) return FromErrno(errno, "open " + path);
   if (flock(f.lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
-      return Status::Unavailable("nvme: " + path + " is in use by another open tier");
+      return Status::Unavailable("nvme: " + path +
+                                 " is in use by another process: an open tier, or an offline "
+                                 "reader such as kvtier-inspect nvme");
     }
     return FromErrno(errno, "flock " + path);
   }

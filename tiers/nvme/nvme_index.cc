@@ -1,10 +1,14 @@
 #include "tiers/nvme/nvme_index.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
 
 namespace kvtier::internal {
 namespace {
@@ -24,18 +28,47 @@ Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   return Status::IOError(m);
 }
 
-rocksdb::Options DbOptions() {
+// RocksDB's own log, kept off the index's disk and sent to the tier's log
+// (none: dropped). Its file logger asserts once a write to a full disk has
+// failed, and Debian's librocksdb keeps assertions: the process aborted,
+// and so did every later open of the store until space was freed.
+class IndexLog : public rocksdb::Logger {
+ public:
+  explicit IndexLog(std::shared_ptr<LogSink> sink)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), sink_(std::move(sink)) {}
+
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (sink_ == nullptr || level < GetInfoLogLevel()) return;
+    char line[1024];
+    std::vsnprintf(line, sizeof(line), format, ap);
+    // Nothing may unwind into RocksDB: a line that cannot be logged is lost.
+    try {
+      sink_->Log(
+          level >= rocksdb::InfoLogLevel::ERROR_LEVEL ? LogLevel::kError : LogLevel::kWarning,
+          std::string("nvme index (rocksdb): ") + line);
+    } catch (...) {
+    }
+  }
+
+ private:
+  const std::shared_ptr<LogSink> sink_;
+};
+
+rocksdb::Options DbOptions(std::shared_ptr<LogSink> log) {
   rocksdb::Options o;
   o.create_if_missing = true;
   o.max_open_files = 64;
-  o.keep_log_file_num = 2;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  o.info_log = std::make_shared<IndexLog>(std::move(log));
   return o;
 }
 
-Result<rocksdb::DB*> OpenDb(const std::string& dir) {
+Result<rocksdb::DB*> OpenDb(const std::string& dir, const std::shared_ptr<LogSink>& log) {
   rocksdb::DB* db = nullptr;
-  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(DbOptions(), dir, &db), "open " + dir));
+  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(DbOptions(log), dir, &db), "open " + dir));
   return db;
 }
 
@@ -56,11 +89,11 @@ bool Matches(StoreMeta stored, StoreMeta wanted) {
 
 // Destroys the index at `dir` (open in `db`) and creates it anew.
 Result<std::unique_ptr<NvmeIndex>> Wipe(std::unique_ptr<rocksdb::DB> db, const std::string& dir,
-                                        const StoreMeta& meta, const std::string& why, LogSink* log,
-                                        bool* wiped) {
+                                        const StoreMeta& meta, const std::string& why,
+                                        const std::shared_ptr<LogSink>& log, bool* wiped) {
   if (log) log->Log(LogLevel::kWarning, "nvme store at " + dir + " wiped: " + why);
   db.reset();
-  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(dir, DbOptions()), "destroy " + dir));
+  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(dir, DbOptions(log)), "destroy " + dir));
   auto index = NvmeIndex::Open(dir, meta, false, false, log, wiped);
   *wiped = true;
   return index;
@@ -70,9 +103,10 @@ Result<std::unique_ptr<NvmeIndex>> Wipe(std::unique_ptr<rocksdb::DB> db, const s
 
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const StoreMeta& meta,
                                                    bool wipe_on_mismatch, bool data_created,
-                                                   LogSink* log, bool* wiped) {
+                                                   const std::shared_ptr<LogSink>& log,
+                                                   bool* wiped) {
   *wiped = false;
-  KVTIER_ASSIGN_OR_RETURN(rocksdb::DB * raw, OpenDb(dir));
+  KVTIER_ASSIGN_OR_RETURN(rocksdb::DB * raw, OpenDb(dir, log));
   std::unique_ptr<rocksdb::DB> db(raw);
   std::string value;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kMetaKey, &value);
@@ -115,18 +149,31 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
 
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& dir,
                                                            StoreMeta* meta) {
-  rocksdb::Options o = DbOptions();
+  rocksdb::Options o = DbOptions(nullptr);  // an offline reader logs nothing of RocksDB's
   o.create_if_missing = false;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::OpenForReadOnly(o, dir, &raw);
-  // A missing directory comes back as InvalidArgument ("does not exist").
-  if (s.IsInvalidArgument() || s.IsPathNotFound()) {
+  // A missing directory comes back as InvalidArgument ("does not exist");
+  // a directory missing a file of the index (CURRENT) as PathNotFound.
+  if (s.IsInvalidArgument() || s.IsPathNotFound() || s.IsNotFound()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(dir, ec)) {
+      return Status::Corruption("nvme index at " + dir +
+                                " is damaged or incomplete (files missing): " + s.ToString());
+    }
     return Status::NotFound("no nvme index at " + dir + ": " + s.ToString());
   }
   KVTIER_RETURN_IF_ERROR(FromRocks(s, "open " + dir + " read-only"));
   std::unique_ptr<rocksdb::DB> db(raw);
   std::string value;
-  KVTIER_RETURN_IF_ERROR(FromRocks(db->Get(rocksdb::ReadOptions(), kMetaKey, &value), "read meta"));
+  rocksdb::Status got = db->Get(rocksdb::ReadOptions(), kMetaKey, &value);
+  if (got.IsNotFound()) {
+    // The tier writes it first of all: without it the index is empty, or
+    // its files were lost in part (a missing CURRENT or MANIFEST).
+    return Status::Corruption("nvme index at " + dir +
+                              " holds no store record: it is empty, or damaged (files missing)");
+  }
+  KVTIER_RETURN_IF_ERROR(FromRocks(got, "read meta"));
   std::optional<StoreMeta> stored = DecodeMeta(value);
   if (!stored) return Status::Corruption("nvme index at " + dir + ": not a kvtier nvme store");
   // As the tier refuses it: the records of another format mean other things.

@@ -53,13 +53,16 @@ class NvmeIndex {
   // difference, or destroyed and recreated when `wipe_on_mismatch`.
   // An index found beside a data file created anew (`data_created`) lists
   // blocks that are gone: it is destroyed whatever `wipe_on_mismatch` says.
-  // `*wiped` tells the caller that old data must be ignored.
+  // `*wiped` tells the caller that old data must be ignored. RocksDB's own
+  // warnings go to `log` (may be null: dropped), never to a file on the
+  // index's disk.
   static Result<std::unique_ptr<NvmeIndex>> Open(const std::string& dir, const StoreMeta& meta,
                                                  bool wipe_on_mismatch, bool data_created,
-                                                 LogSink* log, bool* wiped);
+                                                 const std::shared_ptr<LogSink>& log, bool* wiped);
   // Opens an existing index for reading only (no lock, no writes; a live
   // tier may hold it) and returns its meta in *meta. NotFound when there is
-  // no index at `dir`; Corruption when it has no valid meta.
+  // no index at `dir`; Corruption when it has no valid meta, or files of it
+  // are missing.
   static Result<std::unique_ptr<NvmeIndex>> OpenReadOnly(const std::string& dir, StoreMeta* meta);
   ~NvmeIndex();
   NvmeIndex(const NvmeIndex&) = delete;

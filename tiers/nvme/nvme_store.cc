@@ -64,7 +64,7 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
                  options.nvme.store_namespace};
   bool wiped = false;
   KVTIER_ASSIGN_OR_RETURN(s->index, NvmeIndex::Open(dir, meta, options.nvme.on_mismatch == "wipe",
-                                                    s->file.created(), s->log.get(), &wiped));
+                                                    s->file.created(), s->log, &wiped));
   // Sized only once the index accepts the store: a refused one stays as it was.
   KVTIER_RETURN_IF_ERROR(s->file.Reserve(uint64_t{g.regions} * options.region_bytes, s->log.get()));
   if (!engine) {
