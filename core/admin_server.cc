@@ -305,7 +305,9 @@ void AdminServer::Serve(int fd) {
   bool http = false;
   AdminResponse resp;
   if (read == ReadResult::kTooLarge) {
-    // Answered in HTTP: only a client sending headers gets this far.
+    // Answered in HTTP: a plain-line request ("GET /path\n") is complete
+    // long before 8 KiB, so what overflows is an HTTP head (long headers, or
+    // a long request line whose " HTTP/1.x" has not arrived).
     http = true;
     resp = {431, "text/plain; charset=utf-8",
             "request head over " + std::to_string(kMaxRequestBytes) +

@@ -179,6 +179,25 @@ Completion RuntimeImpl::Refuse(RuntimeMetrics::Op op, size_t items, const Status
   return CompletionSource::Done(items, status);
 }
 
+void RuntimeImpl::FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src,
+                                const std::string& why, uint64_t start_ns) {
+  // An item keeps its first result: those the job had not answered end
+  // Internal, and are the failures it did not count itself.
+  auto failures = [&] {
+    size_t n = 0;
+    for (size_t i = 0; i < src.size(); ++i) n += src.result(i).ok() ? 0 : 1;
+    return n;
+  };
+  const size_t before = failures();
+  src.SetAll(Status::Internal(why));
+  const size_t failed = failures() - before;
+  {
+    std::lock_guard lock(mu_);
+    (op == RuntimeMetrics::Op::kSave ? stats_.save_failures : stats_.load_failures) += failed;
+  }
+  metrics_.RecordRequest(op, src, NowNs() - start_ns);
+}
+
 Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
                                std::function<void(CompletionSource&)> job) {
   if (items == 0) return Completion();
@@ -187,15 +206,15 @@ Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
   }
   auto src = std::make_shared<CompletionSource>(items);
   Completion c = src->completion();
-  Status st = workers_->TrySubmit([src, job = std::move(job)] {
+  Status st = workers_->TrySubmit([this, op, src, job = std::move(job), start = NowNs()] {
     // A throw is a bug, but the caller must still get an answer, not wait
     // forever: every item without a result ends Internal.
     try {
       job(*src);
     } catch (const std::exception& e) {
-      src->SetAll(Status::Internal(std::string("request failed with an exception: ") + e.what()));
+      FailThrownJob(op, *src, std::string("request failed with an exception: ") + e.what(), start);
     } catch (...) {
-      src->SetAll(Status::Internal("request failed with an exception"));
+      FailThrownJob(op, *src, "request failed with an exception", start);
     }
     src->Finish();
   });

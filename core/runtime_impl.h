@@ -106,6 +106,10 @@ class RuntimeImpl final : public Runtime {
   // `status`, counted in the statistics as the failures the engine is told.
   Completion Refuse(RuntimeMetrics::Op op, size_t items, const Status& status);
   void CountRefusedLocked(RuntimeMetrics::Op op, size_t items, StatusCode code);
+  // A queued job threw (a bug): its unanswered items end Internal(why), and
+  // the request is recorded and counted as one that ran.
+  void FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src, const std::string& why,
+                     uint64_t start_ns);
   // Queues RunSave of `keys` from `blocks` (`checkpoint`: the parts of
   // `parent`'s state checkpoint), timed as a save.
   Completion SubmitSave(NamespaceId ns, std::optional<BlockKey> parent, std::vector<BlockKey> keys,

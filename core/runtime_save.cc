@@ -316,11 +316,13 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       continue;
     }
     IndexEntry* e = refused ? nullptr : index_.Find({ns, keys[i]});
-    const auto own = std::find(fresh.begin(), fresh.end(), e);
-    if (e != nullptr && own != fresh.end()) {
+    // This call's own entries are being filled: only those are looked for.
+    const auto own = e != nullptr && e->state == EntryState::kFilling
+                         ? std::find(fresh.begin(), fresh.end(), e)
+                         : fresh.end();
+    if (own != fresh.end()) {
       // A key repeated in this call: it is stored if, and when, its first
       // copy is (FinishSaveLocked answers it then).
-      ++stats_.save_duplicates;
       repeats.emplace_back(i, static_cast<size_t>(own - fresh.begin()));
       prev = e;
       continue;
@@ -425,6 +427,7 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
   for (const auto& [item, j] : repeats) {
     if (result[j].ok()) {
       done.Set(item, Status::Ok());  // stored by its first occurrence
+      ++stats_.save_duplicates;
     } else {
       done.Set(item, result[j].WithContext("save: copy from the engine"));
       ++stats_.save_failures;

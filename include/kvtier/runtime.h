@@ -96,7 +96,7 @@ struct RuntimeStats {
   uint64_t lookup_state_cut_blocks = 0;
   uint64_t save_blocks = 0;        // keys asked to save
   uint64_t saved_blocks = 0;       // newly stored
-  uint64_t save_duplicates = 0;    // already stored: skipped
+  uint64_t save_duplicates = 0;    // already stored (or earlier in the same call): skipped
   uint64_t save_failures = 0;
   uint64_t save_not_admitted = 0;  // not stored: the hub's admission refused them or a parent
   uint64_t load_blocks = 0;

@@ -175,9 +175,11 @@ def _ns(timeout_s):
     seconds = float(timeout_s)
     if math.isnan(seconds):
         raise ValueError("a timeout is seconds or None, not NaN")
+    if seconds <= 0:
+        return 0  # -inf included
     if seconds >= (2**63 - 1) / 1e9:
         return 2**63 - 1
-    return max(int(seconds * 1e9), 0)
+    return int(seconds * 1e9)
 
 
 def _callable(fn, what):

@@ -31,7 +31,10 @@ _open_runtimes = weakref.WeakSet()
 @atexit.register
 def _close_open_runtimes():
     for rt in list(_open_runtimes):
-        rt.close()
+        try:
+            rt.close()
+        except BaseException:  # one that cannot close (Ctrl-C) must not keep the rest open
+            pass
 
 
 class Runtime(_Scoped):

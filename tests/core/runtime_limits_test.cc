@@ -167,7 +167,13 @@ TEST(RuntimeLimits, AnEngineThatThrowsOnGatherFailsTheSaveAndHoldsNothing) {
     EXPECT_EQ(c.result(i).code(), StatusCode::kInternal) << i << ": " << c.result(i).ToString();
     EXPECT_NE(c.result(i).message().find("gather bug"), std::string::npos) << i;
   }
-  EXPECT_EQ((*rt)->Stats().tiers[0].used_bytes, 0u);
+  const RuntimeStats failed = (*rt)->Stats();
+  EXPECT_EQ(failed.tiers[0].used_bytes, 0u);
+  // Counted as the failures the engine was told of.
+  EXPECT_EQ(failed.save_failures, keys.size());
+  ASSERT_EQ(failed.errors.size(), 1u);
+  EXPECT_EQ(failed.errors[0].code, StatusCode::kInternal);
+  EXPECT_EQ(failed.errors[0].blocks, keys.size());
   EXPECT_EQ((*rt)->Lookup(kTestNs, keys)->hit_blocks, 0u);
 
   ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
@@ -195,6 +201,7 @@ TEST(RuntimeLimits, AnEngineThatThrowsOnScatterFailsTheLoadAndHoldsNothing) {
     EXPECT_EQ(c.result(i).code(), StatusCode::kInternal) << i << ": " << c.result(i).ToString();
     EXPECT_NE(c.result(i).message().find("scatter bug"), std::string::npos) << i;
   }
+  EXPECT_EQ((*rt)->Stats().load_failures, keys.size());
   sim.Scrub(0, 64);
   ASSERT_TRUE(sim.Load(keys, 10).status().ok());
   for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim.Holds(10 + i, keys[i])) << i;

@@ -111,6 +111,9 @@ class ArgumentTest(unittest.TestCase):
         self.assertIn("NaN", str(e.exception))
         with self.assertRaises(TypeError):
             self.rt.load(self.keys, [4, 5, 6, 7], timeout_s="1")
+        from kvtier._convert import _ns
+        self.assertEqual(_ns(-math.inf), 0)  # already past, not an OverflowError
+        self.assertEqual(_ns(math.inf), 2**63 - 1)
 
     def test_each_failed_block_says_why(self):
         # A bad engine block fails the whole save, each block with the reason.

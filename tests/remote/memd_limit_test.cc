@@ -60,6 +60,19 @@ TEST_F(MemdLimitTest, SocketsStillInTheirHandshakeGiveWayToANewConnection) {
   EXPECT_EQ(served, 1);
 }
 
+// A displaced socket that never speaks is told the limit, not a timeout,
+// when its handshake time runs out.
+TEST_F(MemdLimitTest, ADisplacedSilentSocketIsToldTheLimitAtItsTimeout) {
+  ASSERT_NO_FATAL_FAILURE(StartServer([](memd::MemdServerOptions& o) {
+    o.max_connections = 1;
+    o.handshake_timeout_ms = 300;
+  }));
+  RawClient idle(server_->port());
+  RawClient next(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(next, kSecret));
+  idle.ExpectError("connection limit of 1 reached before this connection completed its handshake");
+}
+
 // With every connection authenticated, a new one is refused, and its
 // HELLO is answered with the reason instead of a bare close.
 TEST_F(MemdLimitTest, AConnectionOverTheLimitIsToldWhy) {

@@ -56,9 +56,10 @@ TEST(NvmeIndexLog, RocksDbWritesNoLogFileAndSpeaksThroughTheTiersLog) {
   // Damaged: CURRENT gone. The tier refuses, and RocksDB's reason for it
   // reaches the tier's log.
   std::filesystem::remove(index + "/CURRENT");
-  auto t = OpenNvmeTier(o, TierContext{kBytes, SystemClock(), log});
+  auto reopen_log = std::make_shared<RecordingLog>(LogLevel::kWarning, "nvme index (rocksdb)");
+  auto t = OpenNvmeTier(o, TierContext{kBytes, SystemClock(), reopen_log});
   EXPECT_FALSE(t.ok());
-  EXPECT_FALSE(log->lines().empty()) << "RocksDB's warnings went nowhere";
+  EXPECT_FALSE(reopen_log->lines().empty()) << "RocksDB's warnings went nowhere";
   EXPECT_FALSE(HasRocksLogFile(index));
 }
 

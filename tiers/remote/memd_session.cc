@@ -257,6 +257,8 @@ void Session::CheckDeadlines(uint64_t now_ms) {
     return Close();
   }
   if (phase_ != Phase::kReady && now_ms - accepted_ms_ >= o.handshake_timeout_ms) {
+    // Turned away at the limit: that is the reason it is told.
+    if (turned_away()) return ProtocolError(StatusCode::kResourceExhausted, turned_away_);
     return Expire("handshake not completed within " + std::to_string(o.handshake_timeout_ms) +
                   " ms");
   }
