@@ -199,7 +199,7 @@ void RuntimeImpl::FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src,
 }
 
 Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
-                               std::function<void(CompletionSource&)> job) {
+                               std::function<void(CompletionSource&, uint64_t)> job) {
   if (items == 0) return Completion();
   if (shut_down_.load(std::memory_order_acquire)) {
     return Refuse(op, items, Status::Unavailable("runtime is shut down"));
@@ -210,7 +210,7 @@ Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
     // A throw is a bug, but the caller must still get an answer, not wait
     // forever: every item without a result ends Internal.
     try {
-      job(*src);
+      job(*src, start);
     } catch (const std::exception& e) {
       FailThrownJob(op, *src, std::string("request failed with an exception: ") + e.what(), start);
     } catch (...) {
@@ -245,8 +245,8 @@ Completion RuntimeImpl::SubmitSave(NamespaceId ns, std::optional<BlockKey> paren
                                    const SaveOptions& options, bool checkpoint) {
   const size_t n = keys.size();  // read before keys is moved into the job
   return Submit(RuntimeMetrics::Op::kSave, n,
-                [this, ns, parent, k = std::move(keys), b = std::move(blocks), options, checkpoint,
-                 start = NowNs()](CompletionSource& done) {
+                [this, ns, parent, k = std::move(keys), b = std::move(blocks), options, checkpoint](
+                    CompletionSource& done, uint64_t start) {
                   RunSave(ns, parent, k, b, options, checkpoint, done);
                   metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
                 });
@@ -281,7 +281,7 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
   const size_t n = k.size();  // read before k is moved into the job
   return Submit(RuntimeMetrics::Op::kLoad, n,
                 [this, ns, deadline, on_layer = std::move(on_layer), k = std::move(k),
-                 b = std::move(b), start = NowNs()](CompletionSource& done) {
+                 b = std::move(b)](CompletionSource& done, uint64_t start) {
                   RunLoad(ns, k, b, deadline, on_layer, done);
                   metrics_.RecordRequest(RuntimeMetrics::Op::kLoad, done, NowNs() - start);
                 });

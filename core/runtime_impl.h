@@ -100,8 +100,9 @@ class RuntimeImpl final : public Runtime {
   Status CheckBlocks(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) const;
   // Queues `job`, a save or load (`op`) of `items` blocks; refused (shut
   // down, queue full) every item fails and is counted as Refuse counts.
+  // The job gets the time it was queued (NowNs), for its latency.
   Completion Submit(RuntimeMetrics::Op op, size_t items,
-                    std::function<void(CompletionSource&)> job);
+                    std::function<void(CompletionSource&, uint64_t start_ns)> job);
   // A call that fails before it is queued (bad arguments): every item ends
   // `status`, counted in the statistics as the failures the engine is told.
   Completion Refuse(RuntimeMetrics::Op op, size_t items, const Status& status);

@@ -133,18 +133,14 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
   // A key loaded into several engine blocks is staged once; its later items
   // copy from the same hub slot, or fail as its first one did.
   std::unordered_map<const IndexEntry*, size_t> first_item;
-  std::vector<std::pair<size_t, size_t>> repeats;  // (item, the first item of its key)
-  std::vector<char> repeated(entries.size(), 0);
+  // Per item, the first item of its key when it repeats one; else itself.
+  std::vector<size_t> first(entries.size());
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < entries.size(); ++i) {
+      first[i] = i;
       const IndexEntry* e = entries[i];
-      if (e == nullptr || e->In(0)) continue;
-      auto [at, fresh] = first_item.emplace(e, i);
-      if (!fresh) {
-        repeats.emplace_back(i, at->second);
-        repeated[i] = 1;
-      }
+      if (e != nullptr && !e->In(0)) first[i] = first_item.emplace(e, i).first->second;
     }
   }
   EnsureHubRoom(first_item.size(), deadline);
@@ -155,7 +151,7 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < entries.size(); ++i) {
       IndexEntry* e = entries[i];
-      if (e == nullptr || e->In(0) || repeated[i]) continue;
+      if (e == nullptr || e->In(0) || first[i] != i) continue;
       if (e->locations == 0) {
         // Another load found the last copy lost or corrupt meanwhile.
         results[i] = Status::NotFound("load: block " + ToHex(e->id.key) + " is not stored");
@@ -187,8 +183,8 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
       ReadBatch(ns, tier, entries, items, staged, issued, deadline, results);
     }
   }
-  for (const auto& [i, first] : repeats) {
-    if (!results[first].ok()) results[i] = results[first];
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (first[i] != i && !results[first[i]].ok()) results[i] = results[first[i]];
   }
 }
 

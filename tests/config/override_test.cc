@@ -157,42 +157,28 @@ TEST(ConfigOverrideTest, StateCheckpointTooLargeForTheHubNamesItsCause) {
   const std::string file =
       "model: {preset: tiny}\nruntime: {state_blocks: 3}\n"
       "tiers: [{name: h, type: host, capacity: 1GiB}]\n";
+  // The error of `text` with `overrides`, which must start with `prefix`.
+  const auto expect_error = [](const std::string& text, std::vector<std::string> overrides,
+                               const std::string& prefix) {
+    Result<KvtierConfig> r = ParseConfig(text, "f.yaml", std::move(overrides));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message().rfind(prefix, 0), 0u) << r.status().message();
+  };
+  expect_error(file, {"tiers.h.capacity=512KiB"},
+               "--set tiers.h.capacity=512KiB: tiers.h.capacity 524288 bytes holds 2 blocks");
+  expect_error(file, {"tiers.h.capacity=768KiB", "model.layers=5"},
+               "--set tiers.h.capacity=768KiB: ");
+  expect_error(file, {"model.layers=8192"},  // 512 MiB blocks: 2 in 1 GiB
+               "--set model.layers=8192: tiers.h.capacity 1073741824 bytes holds 2 blocks");
+  expect_error(file, {"tiers.h.capacity=768KiB"}, "--set tiers.h.capacity=768KiB: ");
   Result<KvtierConfig> r =
-      ParseConfig(file, "f.yaml", std::vector<std::string>{"tiers.h.capacity=512KiB"});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("--set tiers.h.capacity=512KiB: tiers.h.capacity 524288 "
-                                       "bytes holds 2 blocks",
-                                       0),
-            0u)
-      << r.status().message();
-  r = ParseConfig(file, "f.yaml",
-                  std::vector<std::string>{"tiers.h.capacity=768KiB", "model.layers=5"});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("--set tiers.h.capacity=768KiB: ", 0), 0u)
-      << r.status().message();
-  r = ParseConfig(file, "f.yaml",
-                  std::vector<std::string>{"model.layers=8192"});  // 512 MiB blocks: 2 in 1 GiB
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("--set model.layers=8192: tiers.h.capacity 1073741824 "
-                                       "bytes holds 2 blocks",
-                                       0),
-            0u)
-      << r.status().message();
-  r = ParseConfig(file, "f.yaml", std::vector<std::string>{"tiers.h.capacity=768KiB"});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("--set tiers.h.capacity=768KiB: ", 0), 0u)
-      << r.status().message();
-  r = ParseConfig(file, "f.yaml",
+      ParseConfig(file, "f.yaml",
                   std::vector<std::string>{"model.id=x"});  // not a size: the file's state_blocks
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  r = ParseConfig("runtime: {state_blocks: 300}\ntiers: [{name: h, type: host, capacity: 64MiB}]\n",
-                  "f.yaml");
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("f.yaml:1:25: tiers.h.capacity 67108864 bytes holds 256 "
-                                       "blocks of the model (262144 bytes)",
-                                       0),
-            0u)
-      << r.status().message();
+  expect_error("runtime: {state_blocks: 300}\ntiers: [{name: h, type: host, capacity: 64MiB}]\n",
+               {},
+               "f.yaml:1:25: tiers.h.capacity 67108864 bytes holds 256 blocks of the model "
+               "(262144 bytes)");
 }
 
 TEST(ConfigOverrideTest, TypeOverrideIsBlamedForKeysOfTheOldType) {

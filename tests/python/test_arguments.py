@@ -37,34 +37,28 @@ class ArgumentTest(unittest.TestCase):
         self.assertIn("engine_block must be an int, not str", str(e.exception))
 
     def test_counts_and_ids_out_of_range_are_refused(self):
-        calls = {
-            "free_blocks": lambda v: self.rt.report_engine_usage(v, 16),
-            "total_blocks": lambda v: self.rt.report_engine_usage(1, v),
-            "blocks_needed": self.rt.should_admit,
-            "blocks_to_free": self.rt.propose_preemption,
-            "output_tokens": lambda v: self.rt.request_finished(self.keys, v),
-            "engine_blocks": lambda v: self.rt.track_request(1, self.keys, v),
+        calls = {  # name: (bits, call)
+            "free_blocks": (32, lambda v: self.rt.report_engine_usage(v, 16)),
+            "total_blocks": (32, lambda v: self.rt.report_engine_usage(1, v)),
+            "blocks_needed": (32, self.rt.should_admit),
+            "blocks_to_free": (32, self.rt.propose_preemption),
+            "output_tokens": (32, lambda v: self.rt.request_finished(self.keys, v)),
+            "engine_blocks": (32, lambda v: self.rt.track_request(1, self.keys, v)),
+            "request_id": (64, lambda v: self.rt.track_request(v, self.keys, 4)),
+            "session_id": (64, lambda v: self.rt.lookup(self.keys, session_id=v)),
         }
-        for name, call in calls.items():
-            for value in (-1, 2**32):
+        for name, (bits, call) in calls.items():
+            for value in (-1, 2**bits):
                 with self.subTest(name=name, value=value):
                     with self.assertRaises(OverflowError) as e:
                         call(value)
                     self.assertIn(f"{name} is {value}", str(e.exception))
+            if bits == 64:
+                continue
             with self.subTest(name=name, value=None):
                 with self.assertRaises(TypeError) as e:
                     call(None)
                 self.assertIn(f"{name} must be an int, not NoneType", str(e.exception))
-        ids = {
-            "request_id": lambda v: self.rt.track_request(v, self.keys, 4),
-            "session_id": lambda v: self.rt.lookup(self.keys, session_id=v),
-        }
-        for name, call in ids.items():
-            for value in (-1, 2**64):
-                with self.subTest(name=name, value=value):
-                    with self.assertRaises(OverflowError) as e:
-                        call(value)
-                    self.assertIn(f"{name} is {value}", str(e.exception))
         with self.assertRaises(OverflowError):
             self.rt.untrack_request(-1)
         # Nothing was tracked by the refused calls: -1 would have become
