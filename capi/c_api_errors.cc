@@ -44,6 +44,12 @@ Status Live(const kvtier_runtime* rt) {
 
 Result<std::vector<BlockKey>> Keys(const kvtier_key* keys, size_t n) {
   if (n > 0 && keys == nullptr) return Status::InvalidArgument("keys is NULL");
+  // More keys than an address space can hold can only be a wrong count
+  // (such as a negative one cast to size_t).
+  if (n > std::vector<BlockKey>().max_size()) {
+    return Status::InvalidArgument("num_keys is " + std::to_string(n) +
+                                   ", more keys than memory can hold");
+  }
   std::vector<BlockKey> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = BlockKey{keys[i].hi, keys[i].lo};
   return out;

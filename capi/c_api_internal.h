@@ -13,6 +13,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -77,13 +78,16 @@ namespace kvtier::capi {
 int Report(const Status& status) noexcept;
 
 // Runs `body` (returning Status) and reports its outcome; an exception
-// becomes ResourceExhausted (std::bad_alloc) or Internal.
+// becomes ResourceExhausted (std::bad_alloc, std::length_error: a size no
+// allocation can meet) or Internal.
 template <typename Body>
 int Guard(Body&& body) noexcept {
   try {
     return Report(body());
   } catch (const std::bad_alloc&) {
     return Report(Status::ResourceExhausted("out of memory"));
+  } catch (const std::length_error& e) {
+    return Report(Status::ResourceExhausted(std::string("out of memory: ") + e.what()));
   } catch (const std::exception& e) {
     return Report(Status::Internal(e.what()));
   } catch (...) {

@@ -2,7 +2,9 @@
 // GPU pool's admission and preemption.
 #include <chrono>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capi/c_api_internal.h"
@@ -36,6 +38,20 @@ Status CheckHints(const kvtier_hints* hints) {
                                    std::to_string(r));
   }
   return Status::Ok();
+}
+
+// What the on_layer running on this thread reported through
+// kvtier_layer_failed; set only while it runs.
+thread_local std::string* layer_failure = nullptr;
+
+// Calls a C on_layer. A failure it reports is thrown, which ends the load's
+// blocks Internal as a C++ on_layer that throws does.
+void CallOnLayer(kvtier_layer_fn on_layer, void* user, uint32_t layer) {
+  std::string failure;
+  std::string* outer = std::exchange(layer_failure, &failure);
+  on_layer(user, layer);
+  layer_failure = outer;
+  if (!failure.empty()) throw std::runtime_error(failure);
 }
 
 // Writes a lookup's hit count, and the tier of each hit when `tiers` is set.
@@ -151,8 +167,21 @@ int kvtier_load(kvtier_runtime* rt, const kvtier_key* keys, const uint32_t* engi
     const std::chrono::nanoseconds timeout =
         timeout_ns < 0 ? std::chrono::nanoseconds::max() : std::chrono::nanoseconds(timeout_ns);
     kvtier::LayerDone layer_done;
-    if (on_layer != nullptr) layer_done = [on_layer, user](uint32_t l) { on_layer(user, l); };
+    if (on_layer != nullptr) {
+      layer_done = [on_layer, user](uint32_t l) { kvtier::capi::CallOnLayer(on_layer, user, l); };
+    }
     *out = new kvtier_completion{rt->runtime->Load(rt->ns, k, b, timeout, std::move(layer_done))};
+    return Status::Ok();
+  });
+}
+
+int kvtier_layer_failed(const char* why) {
+  return Guard([&]() -> Status {
+    std::string* failure = kvtier::capi::layer_failure;
+    if (failure == nullptr) {
+      return Status::InvalidArgument("kvtier_layer_failed: no on_layer is running on this thread");
+    }
+    if (failure->empty()) *failure = why != nullptr && *why != 0 ? why : "no reason given";
     return Status::Ok();
   });
 }

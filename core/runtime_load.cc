@@ -100,7 +100,7 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
   });
   if (threw) {
     for (Status& st : copied) {
-      if (st.ok()) st = Status::Internal("on_layer threw: " + thrown);
+      if (st.ok()) st = Status::Internal("on_layer failed: " + thrown);
     }
   }
 

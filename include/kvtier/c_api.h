@@ -219,8 +219,15 @@ KVTIER_C_EXPORT int kvtier_save(kvtier_runtime* rt, const kvtier_key* parent,
                                 kvtier_completion** out);
 /* Called with each layer index, in increasing order, once that layer of
  * every block being loaded has landed; on an internal thread, must not block
- * or call back into kvtier. */
+ * or call back into kvtier (kvtier_layer_failed excepted). */
 typedef void (*kvtier_layer_fn)(void* user, uint32_t layer);
+/* Called from inside a kvtier_layer_fn, on the thread running it: the
+ * engine's work for this layer failed. The load's copied blocks end
+ * KVTIER_INTERNAL ("on_layer failed: <why>"; why may be NULL), and on_layer
+ * is not called for later layers, as with a C++ on_layer that throws. Returns
+ * KVTIER_OK; KVTIER_INVALID_ARGUMENT when no on_layer is running on this
+ * thread. */
+KVTIER_C_EXPORT int kvtier_layer_failed(const char* why);
 /* Copies keys[i] into engine_blocks[i], reading lower tiers first.
  * `timeout_ns` (< 0: no deadline) bounds the waits for hub room and for reads
  * from lower tiers: a block still waiting for those at the deadline ends

@@ -294,7 +294,9 @@ class KVTIER_EXPORT Runtime {
   // before the copy (a miss, a read error, the deadline) are not waited for
   // and their pages are not written: work started on `on_layer` for a
   // request must be discarded when the Completion reports one of its blocks
-  // failed.
+  // failed. An on_layer that throws is not called again for this load, and
+  // the blocks copied end Internal ("on_layer failed: <what>"); the copy
+  // itself runs to its end.
   virtual Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
                           std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
                           LayerDone on_layer = {}) = 0;

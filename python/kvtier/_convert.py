@@ -104,16 +104,25 @@ def _keys(keys):
     return (_Key * len(keys)).from_buffer_copy(flat)
 
 
-def _ints(values, ctype, typecodes):
+def _ints(values, ctype, typecodes, what, check):
     """A C array of `values`: a straight copy of an array.array or NumPy array
     of the matching 4-byte integer type, else through an array.array of
-    typecodes[0] (which also range-checks each value)."""
+    typecodes[0] (which also range-checks each value; `check(value, name)`
+    then names the first bad one, as `what`[i])."""
     try:
         view = memoryview(values)
     except TypeError:
         view = None
     if view is None or view.itemsize != 4 or view.format not in typecodes or view.ndim != 1:
-        view = memoryview(array.array(typecodes[0], values))
+        # array.array would take bytes and bytearray as raw machine words:
+        # four byte values would make one int.
+        items = list(values) if isinstance(values, (bytes, bytearray)) else values
+        try:
+            view = memoryview(array.array(typecodes[0], items))
+        except (TypeError, ValueError, OverflowError):
+            for i, value in enumerate(values):
+                check(value, f"{what}[{i}]")
+            raise
     return (ctype * len(view)).from_buffer_copy(view.cast("B") if view.c_contiguous
                                                 else view.tobytes())
 
@@ -146,8 +155,20 @@ def _c_string(value, what):
     return value.encode() if isinstance(value, str) else _bytes(value, what)
 
 
-def _u32s(values):
-    return _ints(values, ctypes.c_uint32, ("I", "L", "=I", "<I"))
+def _i32(value, what):
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if not -(1 << 31) <= int(value) < 1 << 31:
+        raise OverflowError(f"{what} is {int(value)}; it must be in [-2**31, 2**31)")
+    return int(value)
+
+
+def _u32s(values, what="engine_blocks"):
+    return _ints(values, ctypes.c_uint32, ("I", "L", "=I", "<I"), what, _u32)
+
+
+def _i32s(values, what):
+    return _ints(values, ctypes.c_int32, ("i", "l", "=i", "<i"), what, _i32)
 
 
 def _hints(session_id, request_id, expected_reuse, bypass_admission):

@@ -94,6 +94,7 @@ _SIGNATURES = {
                                    ctypes.POINTER(_Hints), ctypes.POINTER(_P)]),
     "kvtier_load": (ctypes.c_int, [_P, _KEYS, _U32S, ctypes.c_size_t, ctypes.c_int64, _LayerFn,
                                    _P, ctypes.POINTER(_P)]),
+    "kvtier_layer_failed": (ctypes.c_int, [ctypes.c_char_p]),
     "kvtier_save_state": (ctypes.c_int, [_P, _KEYS, _U32S, ctypes.c_size_t,
                                          ctypes.POINTER(_Hints), ctypes.POINTER(_P)]),
     "kvtier_load_state": (ctypes.c_int, [_P, _KEYS, _U32S, ctypes.c_size_t, ctypes.c_int64,

@@ -7,7 +7,7 @@ import os
 import threading
 import weakref
 
-from ._convert import (Keys, _bytes, _c_string, _callable, _hints, _ints, _key_ptr, _keys, _ns,
+from ._convert import (Keys, _bytes, _c_string, _callable, _hints, _i32s, _key_ptr, _keys, _ns,
                        _u32, _u32s, _u64)
 from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING, OK,
                    RESOURCE_EXHAUSTED, KvtierError, _CudaCache, _Key, _LayerFn, _LogFn, _P,
@@ -35,6 +35,20 @@ def _close_open_runtimes():
             rt.close()
         except BaseException:  # one that cannot close (Ctrl-C) must not keep the rest open
             pass
+
+
+def _layer_callback(on_layer):
+    """on_layer as a C callback. What it raises would only be printed by
+    ctypes, and the load would report its blocks OK: kvtier is told instead,
+    so they end INTERNAL ("on_layer failed: ...") and no later layer is
+    reported, as for a C++ on_layer that throws."""
+    def call(_user, layer):
+        try:
+            on_layer(layer)
+        except BaseException as e:  # nothing may pass back into C
+            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            lib().kvtier_layer_failed(why.encode(errors="replace"))
+    return _LayerFn(call)
 
 
 class Runtime(_Scoped):
@@ -146,7 +160,7 @@ class Runtime(_Scoped):
         or an int32 NumPy array), continuing `parent` (None: first block), as Keys.
         `extra` (bytes-like) is mixed into every key: whatever besides the tokens
         changes the KV, such as a LoRA adapter's id or a tenant's cache salt."""
-        c_tokens = _ints(tokens, ctypes.c_int32, ("i", "l", "=i", "<i"))
+        c_tokens = _i32s(tokens, "tokens")
         salt = b"" if extra is None else _bytes(extra, "extra")
         n = len(c_tokens) // self.block_tokens
         out = (_Key * n)()
@@ -211,12 +225,13 @@ class Runtime(_Scoped):
         """Starts copying keys[i] into engine_blocks[i]; on_layer(layer) runs, on
         a kvtier thread, as each layer lands. It takes the GIL, and the copy
         engine's thread waits for it meanwhile: keep it short (set an event).
-        Returns a Completion."""
+        If it raises, it is not called again and the copied blocks end
+        INTERNAL ("on_layer failed: <exception>"). Returns a Completion."""
         if len(engine_blocks) != len(keys):
             raise KvtierError(INVALID_ARGUMENT, "load: one engine block per key")
         if on_layer is not None:
             _callable(on_layer, "on_layer")
-        callback = _LayerFn(lambda _user, layer: on_layer(layer)) if on_layer else _LayerFn()
+        callback = _layer_callback(on_layer) if on_layer else _LayerFn()
         handle = _P()
         _check(self._call(lib().kvtier_load, _keys(keys), _u32s(engine_blocks), len(keys),
                           _ns(timeout_s), callback, None, ctypes.byref(handle)))

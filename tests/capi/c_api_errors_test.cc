@@ -2,6 +2,7 @@
 // per-thread message, code names, and exceptions turned into codes.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -298,11 +299,38 @@ TEST(CApiErrorsTest, LogLinesFromInfoUpReachTheCallbackTerminated) {
   EXPECT_EQ(lines, expected);
 }
 
+TEST(CApiErrorsTest, ACountNoMemoryCouldHoldIsRefusedByName) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  const kvtier_key key{1, 2};
+  const uint32_t block = 0;
+  size_t hits = 7;
+  kvtier_completion* c = nullptr;
+  // A negative count cast to size_t: it was "internal: cannot create
+  // std::vector larger than max_size()".
+  const size_t huge = SIZE_MAX;
+  EXPECT_EQ(kvtier_lookup(rt.get(), &key, huge, nullptr, &hits, nullptr), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      std::string(kvtier_last_error()),
+      "invalid_argument: num_keys is " + std::to_string(huge) + ", more keys than memory can hold");
+  EXPECT_EQ(hits, 0u);
+  EXPECT_EQ(kvtier_save(rt.get(), nullptr, &key, &block, huge, nullptr, &c),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(kvtier_load(rt.get(), &key, &block, size_t{1} << 62, -1, nullptr, nullptr, &c),
+            KVTIER_INVALID_ARGUMENT);
+  EXPECT_TRUE(LastErrorHas("num_keys is 4611686018427387904")) << kvtier_last_error();
+  EXPECT_EQ(kvtier_remove(rt.get(), &key, huge), KVTIER_INVALID_ARGUMENT);
+}
+
 TEST(CApiErrorsTest, ExceptionsBecomeCodes) {
   EXPECT_EQ(capi::Guard([]() -> Status { throw std::runtime_error("boom"); }), KVTIER_INTERNAL);
   EXPECT_STREQ(kvtier_last_error(), "internal: boom");
   EXPECT_EQ(capi::Guard([]() -> Status { throw std::bad_alloc(); }), KVTIER_RESOURCE_EXHAUSTED);
   EXPECT_STREQ(kvtier_last_error(), "resource_exhausted: out of memory");
+  EXPECT_EQ(capi::Guard([]() -> Status { throw std::length_error("vector too long"); }),
+            KVTIER_RESOURCE_EXHAUSTED);
+  EXPECT_STREQ(kvtier_last_error(), "resource_exhausted: out of memory: vector too long");
   EXPECT_EQ(capi::Guard([]() -> Status { throw 7; }), KVTIER_INTERNAL);
   EXPECT_STREQ(kvtier_last_error(), "internal: unknown exception");
   EXPECT_EQ(capi::Guard([] { return Status::Busy("queue full"); }), KVTIER_BUSY);

@@ -239,6 +239,51 @@ TEST(CApiTest, ACopyFaultFailsItsBlockAlone) {
   }
 }
 
+TEST(CApiTest, AnOnLayerThatFailsEndsItsLoadInternal) {
+  RuntimePtr rt = OpenText(CapiConfig());
+  ASSERT_TRUE(rt);
+  const std::vector<kvtier_key> keys = ChainOf(rt.get(), 2, 70);
+  ASSERT_EQ(SaveBlocks(rt.get(), keys, {0, 1}), KVTIER_OK);
+  // Outside an on_layer there is nothing to fail.
+  EXPECT_EQ(kvtier_layer_failed("late"), KVTIER_INVALID_ARGUMENT);
+  EXPECT_STREQ(kvtier_last_error(),
+               "invalid_argument: kvtier_layer_failed: no on_layer is running on this thread");
+  struct Seen {
+    std::vector<uint32_t> layers;
+    int code = -1;
+  } seen;
+  kvtier_layer_fn failing = [](void* user, uint32_t layer) {
+    auto* s = static_cast<Seen*>(user);
+    s->layers.push_back(layer);
+    s->code = kvtier_layer_failed(layer == 1 ? "attention kernel failed" : nullptr);
+  };
+  const uint32_t dst[] = {8, 9};
+  kvtier_completion* c = nullptr;
+  ASSERT_EQ(kvtier_load(rt.get(), keys.data(), dst, 2, -1, failing, &seen, &c), KVTIER_OK);
+  CompletionPtr load(c);
+  EXPECT_EQ(kvtier_completion_wait(c, -1), KVTIER_INTERNAL);
+  // The first layer's failure is the one reported, and no later layer runs.
+  EXPECT_EQ(seen.layers, std::vector<uint32_t>{0});
+  EXPECT_EQ(seen.code, KVTIER_OK);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(kvtier_completion_result(c, i, nullptr), KVTIER_INTERNAL);
+    EXPECT_STREQ(kvtier_last_error(),
+                 "internal: load: copy into the engine: on_layer failed: no reason given");
+  }
+  // A callback that reports nothing loads every layer, and the blocks round trip.
+  seen = Seen{};
+  kvtier_layer_fn counting = [](void* user, uint32_t layer) {
+    static_cast<Seen*>(user)->layers.push_back(layer);
+  };
+  ASSERT_EQ(kvtier_load(rt.get(), keys.data(), dst, 2, -1, counting, &seen, &c), KVTIER_OK);
+  CompletionPtr again(c);
+  EXPECT_EQ(kvtier_completion_wait(c, -1), KVTIER_OK);
+  EXPECT_EQ(seen.layers, (std::vector<uint32_t>{0, 1, 2, 3}));
+  std::vector<unsigned char> back(8192);
+  ASSERT_EQ(kvtier_host_block_read(rt.get(), 9, back.data(), back.size()), KVTIER_OK);
+  EXPECT_EQ(back, Pattern(8192, 2));
+}
+
 TEST(CApiTest, HintsAreCheckedAndPassedOn) {
   RuntimePtr rt = OpenText(CapiConfig());
   ASSERT_TRUE(rt);

@@ -85,7 +85,7 @@ TEST(HostCopyEngineCallbackTest, LoadWithAThrowingOnLayerCompletesWithInternal) 
   for (size_t i = 0; i < keys.size(); ++i) {
     // The runtime catches it first, whatever copy engine runs the callback.
     EXPECT_EQ(load.result(i).ToString(),
-              "internal: load: copy into the engine: on_layer threw: callback bug");
+              "internal: load: copy into the engine: on_layer failed: callback bug");
   }
   EXPECT_EQ(rt->Stats().load_failures, 2u);
   // The blocks stay stored and loadable, and the workers still serve.

@@ -121,6 +121,48 @@ class ArgumentTest(unittest.TestCase):
         self.assertEqual(missing.errors()[0].code, kvtier.NOT_FOUND)
         self.assertNotEqual(missing.errors()[0].message, "")
 
+    def test_engine_blocks_are_ints_whatever_holds_them(self):
+        for b in range(4):
+            self.rt.host_block_write(b, pattern(8192, b))
+        # array.array took bytes as raw machine words: bytes([1, 0, 0, 0]) was
+        # one block 1, and the call read three more ids past its buffer.
+        self.assertEqual(self.rt.save(self.keys[:4], bytes([0, 1, 2, 3])).errors(), [None] * 4)
+        self.assertEqual(self.rt.load(self.keys[:4], bytearray([8, 9, 10, 11])).wait(), kvtier.OK)
+        for b in range(4):
+            self.assertEqual(self.rt.host_block_read(8 + b), pattern(8192, b))
+        for blocks, error in (([0, 1, -3, 2], OverflowError), ([0, 1, 2**32, 2], OverflowError),
+                              ([0, 1, 2.0, 3], TypeError)):
+            with self.subTest(blocks=blocks):
+                with self.assertRaises(error) as e:
+                    self.rt.save(self.keys[:4], blocks)
+                self.assertIn("engine_blocks[2]", str(e.exception))
+        with self.assertRaises(OverflowError) as e:
+            self.rt.key_chain([1, 2**31] + [0] * 14)
+        self.assertIn("tokens[1] is 2147483648", str(e.exception))
+
+    def test_an_on_layer_that_raises_fails_the_load(self):
+        for b in range(4):
+            self.rt.host_block_write(b, pattern(8192, b))
+        self.assertEqual(self.rt.save(self.keys[:4], [0, 1, 2, 3]).wait(), kvtier.OK)
+        seen = []
+
+        def on_layer(layer):
+            seen.append(layer)
+            raise RuntimeError(f"attention for layer {layer} failed")
+        # ctypes printed the exception and the load ended OK, its later
+        # layers still reported.
+        load = self.rt.load(self.keys[:4], [8, 9, 10, 11], on_layer=on_layer)
+        self.assertEqual(load.wait(), kvtier.INTERNAL)
+        self.assertEqual(seen, [0])
+        for error in load.errors():
+            self.assertEqual(error.code, kvtier.INTERNAL)
+            self.assertIn("on_layer failed: RuntimeError: attention for layer 0 failed",
+                          error.message)
+        # The blocks stay stored, and a load without the fault succeeds.
+        self.assertEqual(self.rt.load(self.keys[:4], [8, 9, 10, 11],
+                                      on_layer=lambda layer: None).wait(), kvtier.OK)
+        self.assertEqual(self.rt.host_block_read(11), pattern(8192, 3))
+
     def test_overrides_none_is_no_overrides(self):
         with kvtier.Runtime(config_text=CONFIG, overrides=None) as rt:
             self.assertEqual(rt.block_bytes, 8192)
