@@ -14,8 +14,10 @@
 //               K and V: it has one "plane" where the others have two.
 // Host block (every tier below the GPU): one contiguous cross-layer unit
 //   (L, planes, T, H, D)   planes = 2 (K then V), or 1 for kMla
-// which for MLA is (L, T, D). A block is one I/O and is portable between
-// engine layouts of the same model and plane count. The offset functions here
+// which for MLA is (L, T, D). A block is one I/O, and its bytes are the same
+// whatever the engine layout of the same model and plane count; the layout
+// kind is part of the namespace all the same, so engines share blocks only
+// when their layouts match (docs/INTEGRATION.md). The offset functions here
 // are shared by every copy engine (host stand-in and CUDA) so both move
 // exactly the same bytes.
 #pragma once
