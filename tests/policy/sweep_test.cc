@@ -125,6 +125,44 @@ TEST(SweepEngineTest, GpuWatermarkCutsPreemptionsAndRecompute) {
   EXPECT_EQ(off->requests, 400u);
 }
 
+// A request that does not fit the GPU pool at its longest preempted itself
+// at every decode step: one prompt of 374 blocks with 7 output tokens in a
+// pool of 300 reported 6 preemptions and 21 recomputed tokens. It is left
+// out, and a run given one is refused.
+TEST(SweepEngineTest, RequestsLargerThanThePoolAreLeftOut) {
+  Trace trace;
+  const uint32_t bt = trace.block_tokens;
+  std::vector<uint64_t> big(374);
+  for (uint64_t i = 0; i < big.size(); ++i) big[i] = 1000 + i;
+  trace.requests.push_back({0, 374 * bt, 7, big});
+  trace.requests.push_back(
+      {10, 299 * bt - 1, 1, std::vector<uint64_t>(big.begin(), big.begin() + 299)});
+  trace.requests.push_back({20, 299 * bt - 1, 2, {1}});  // its second token starts block 300
+  trace.requests.push_back({30, 299 * bt, 1, {2}});      // its first token starts block 300
+  SweepEngine engine;
+  engine.gpu_pool_blocks = 300;
+  EXPECT_EQ(PeakPoolBlocks(trace.requests[0], bt), 375u);
+  EXPECT_EQ(PeakPoolBlocks(trace.requests[1], bt), 299u);
+  EXPECT_EQ(PeakPoolBlocks(trace.requests[2], bt), 300u);
+  EXPECT_EQ(PeakPoolBlocks(trace.requests[3], bt), 300u);
+  const auto refused = RunSweepOne(trace, engine, *NamedSweepPolicy("lru"), {10, 0}, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().ToString(),
+            "invalid_argument: sweep: request 0 needs 375 GPU blocks at its longest, more than "
+            "the pool's 300; leave it out (DropRequestsLargerThanPool)");
+  trace.requests.push_back({40, 300 * bt, 1, {3}});
+  const LeftOut left = DropRequestsLargerThanPool(trace, engine);
+  EXPECT_EQ(left.requests, 2u);
+  EXPECT_EQ(left.blocks, 375u);
+  ASSERT_EQ(trace.requests.size(), 3u);
+  EXPECT_EQ(trace.requests[0].timestamp_ms, 10u);
+  const auto run = RunSweepOne(trace, engine, *NamedSweepPolicy("lru"), {10, 0}, {});
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->requests, 3u);
+  EXPECT_EQ(run->preemptions, 0u);
+  EXPECT_EQ(run->recomputed_tokens, 0u);
+}
+
 TEST(SweepEngineTest, OracleIsTheCeilingOfAdmitAllLru) {
   auto trace = ReadMooncakeTrace(std::string(KVTIER_SOURCE_DIR) +
                                  "/traces/mooncake_arxiv_trace_first1000.jsonl");

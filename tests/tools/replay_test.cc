@@ -125,6 +125,20 @@ TEST(ReplayTest, RequestsLargerThanThePoolAreSkipped) {
   EXPECT_EQ(r->verify_failures, 0u);
 }
 
+// A replay of nothing exited 0 with "requests: 0", as if it had passed.
+TEST(ReplayTest, NothingToReplayIsAnError) {
+  KvtierConfig config = TinyConfig(64);
+  config.gpu_pool_blocks = 1;  // every request of tiny.jsonl needs 2 or more
+  Result<ReplayReport> r = ReplayTrace(config, TinyTrace(), ReplayOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().ToString(),
+            "invalid_argument: no request fits the engine pool: all 7 need more than "
+            "engine.pool_blocks 1");
+  r = ReplayTrace(TinyConfig(64), Trace(), ReplayOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().ToString(), "invalid_argument: the trace has no requests");
+}
+
 // A hybrid model with a 2-block state: the engine offers a checkpoint at
 // every new block; with `always` the hub keeps all of them, so every KV hit
 // resumes, as without state.

@@ -237,9 +237,33 @@ TEST(SweepArgs, TheLruShareBudgetFindsLruWhereverItIsListed) {
   rows = RunSweepPoint(trace, engine, f, {5, 0}, {});
   ASSERT_FALSE(rows.ok());
   EXPECT_EQ(rows.status().message(),
-            "write_budget: --write-budget-lru-share 0.5 of admit-all+LRU's NVMe writes is a "
-            "budget of 0 bytes per day (it wrote none with 0 NVMe blocks); expected a point with "
-            "NVMe capacity, or --write-budget-gib-per-day");
+            "write_budget: --write-budget-lru-share 0.5 of admit-all+LRU's NVMe writes (0 bytes "
+            "with 0 NVMe blocks) is a budget of 0 bytes per day, less than one; expected a larger "
+            "share, a point with NVMe capacity, or --write-budget-gib-per-day");
+
+  // A share so small the budget rounds to nothing says so; one so large it
+  // overflowed a uint64_t (and read as "it wrote none") is no limit.
+  f.write_budget_lru_share = 1e-30;
+  rows = RunSweepPoint(trace, engine, f, cap, {});
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.status().message().find(" bytes per day, less than one"), std::string::npos)
+      << rows.status().message();
+  EXPECT_EQ(rows.status().message().find("(0 bytes with"), std::string::npos)
+      << rows.status().message();
+  f.write_budget_lru_share = 1e30;
+  rows = RunSweepPoint(trace, engine, f, cap, {});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ((*rows)[1].bytes_written_nvme, (*rows)[2].bytes_written_nvme);  // as admit-all
+}
+
+// A budget under one byte a day passed the flag check and failed after the
+// first rows, naming a knob the command line does not have.
+TEST(SweepArgs, ABudgetUnderOneBytePerDayIsRefusedAtTheFlag) {
+  SweepFlags f;
+  f.write_budget_gib_per_day = 1e-12;
+  EXPECT_EQ(SweepKnobs(f).status().message(),
+            "--write-budget-gib-per-day is 1e-12; expected at least one byte per day (9.32e-10 "
+            "GiB)");
 }
 
 }  // namespace

@@ -90,6 +90,29 @@ TEST(TraceTest, RejectsMalformedLinesWithPathAndLine) {
             "t.jsonl:1: hash_ids has 2 ids, expected 1 for input_length 512");
 }
 
+// The reader's own rules: requests in arrival order, distinct ids in a
+// request, and an integer too large for 64 bits called out of range (it
+// parses as floating point). The sweep served a late line's earlier request
+// in file order, and counted [1, 1, 1, 1] as four hits of one block.
+TEST(TraceTest, RejectsRequestsOutOfOrderRepeatedIdsAndHugeIntegers) {
+  auto line = [](const std::string& ts, const std::string& ids, int len = 10) {
+    return "{\"timestamp\": " + ts + ", \"input_length\": " + std::to_string(len) +
+           ", \"output_length\": 1, \"hash_ids\": [" + ids + "]}\n";
+  };
+  EXPECT_EQ(ParseError(line("1000", "1") + "\n" + line("1000", "2") + line("0", "3")),
+            "t.jsonl:4: timestamp 0 is before line 3's 1000; requests must be in arrival order");
+  EXPECT_EQ(ParseError(line("0", "7, 8, 7", 1500)),
+            "t.jsonl:1: hash_ids[2] repeats hash_ids[0] (7); a request's ids must be distinct");
+  EXPECT_EQ(ParseError(line("99999999999999999999999", "1")),
+            "t.jsonl:1: field \"timestamp\" is out of range");
+  EXPECT_EQ(ParseError(line("0", "18446744073709551616")),
+            "t.jsonl:1: hash_ids[0] is out of range");
+  EXPECT_EQ(ParseError(line("0", "1e300")), "t.jsonl:1: hash_ids[0] is out of range");
+  EXPECT_EQ(ParseError(line("0", "2.5")), "t.jsonl:1: hash_ids[0] must be an integer");
+  // Equal timestamps are in order.
+  EXPECT_TRUE(ParseMooncakeTrace(line("5", "1") + line("5", "1"), "t").ok());
+}
+
 TEST(TraceTest, MissingFileIsNotFound) {
   Result<Trace> t = ReadMooncakeTrace(kSourceDir + "/traces/no_such_trace.jsonl");
   ASSERT_FALSE(t.ok());
@@ -142,19 +165,19 @@ TEST(TraceTest, InfiniteCacheOnTinyTrace) {
 }
 
 TEST(TraceTest, InfiniteCacheCountsOnlyPrefixesSeenInEarlierRequests) {
-  // Within one request a repeated id is not a hit: the cache holds the
-  // request's blocks only after it ran.
+  // A request's own blocks are no hits (the cache holds them only after it
+  // ran), and an id seen before counts only behind a hit prefix.
   Result<Trace> t = ParseMooncakeTrace(
-      "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [3, 3]}\n"
-      "{\"timestamp\": 1, \"input_length\": 1536, \"output_length\": 1, \"hash_ids\": [3, 3, 4]}\n"
-      "{\"timestamp\": 2, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [5, 4]}\n",
+      "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [3, 4]}\n"
+      "{\"timestamp\": 1, \"input_length\": 1536, \"output_length\": 1, \"hash_ids\": [3, 4, 5]}\n"
+      "{\"timestamp\": 2, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [6, 5]}\n",
       "mem");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   InfiniteCacheStats s = ComputeInfiniteCacheStats(*t);
   EXPECT_EQ(s.blocks, 7u);
   EXPECT_EQ(s.hit_blocks, 2u);
   EXPECT_EQ(s.hit_tokens, 1024u);
-  EXPECT_EQ(s.unique_blocks, 3u);
+  EXPECT_EQ(s.unique_blocks, 4u);
 }
 
 TEST(TraceTest, InfiniteCacheOnShippedArxivTrace) {

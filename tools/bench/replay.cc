@@ -313,6 +313,14 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
     }
     replayed.push_back(req);
   }
+  // A replay of nothing measures nothing: it must not pass for a clean run.
+  if (replayed.empty()) {
+    if (report.skipped_requests == 0) return Status::InvalidArgument("the trace has no requests");
+    return Status::InvalidArgument(
+        "no request fits the engine pool: all " + std::to_string(report.skipped_requests) +
+        " need more than engine.pool_blocks " + std::to_string(config.gpu_pool_blocks) +
+        (report.state_blocks > 0 ? " (less the state checkpoint's blocks)" : std::string()));
+  }
   report.infinite = ComputeInfiniteCacheStats(replayed, trace.block_tokens, CachedBlocks::kFull);
   if (options.restart_at >= replayed.size() && options.restart_at != 0) {
     return Status::InvalidArgument("--restart-at " + std::to_string(options.restart_at) +

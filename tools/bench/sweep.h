@@ -69,9 +69,24 @@ struct SweepResult {
   }
 };
 
+// Runs `trace` through the engine model with one policy set. Every request
+// must fit the GPU pool at its longest (DropRequestsLargerThanPool).
 Result<SweepResult> RunSweepOne(const Trace& trace, const SweepEngine& engine,
                                 const SweepPolicy& policy, const SweepCapacity& capacity,
                                 const PolicyKnobs& knobs);
+
+// GPU pool blocks a request holds at its longest: its prompt and every
+// output token but the last, plus the block the next token goes into.
+uint64_t PeakPoolBlocks(const TraceRequest& request, uint32_t block_tokens);
+
+// Leaves out the requests that do not fit the GPU pool at their longest, as
+// `replay` leaves out prompts larger than its pool: an engine cannot run them
+// to their end (each would preempt itself at every decode step).
+struct LeftOut {
+  uint64_t requests = 0;
+  uint64_t blocks = 0;  // their prompts' blocks
+};
+LeftOut DropRequestsLargerThanPool(Trace& trace, const SweepEngine& engine);
 
 // Named policy sets: "lru" (admit-all + LRU), "oracle", "frequency",
 // "s3fifo", "slru", "marconi", "cost", "write_budget", "flop_aware", "kvtier"

@@ -138,6 +138,10 @@ Result<PolicyKnobs> SweepKnobs(const SweepFlags& f) {
   }
   knobs.write_budget_bytes_per_day =
       static_cast<uint64_t>(f.write_budget_gib_per_day * 1024.0 * 1024.0 * 1024.0);
+  if (f.write_budget_gib_per_day > 0 && knobs.write_budget_bytes_per_day == 0) {
+    return OutOfRange("--write-budget-gib-per-day", f.write_budget_gib_per_day,
+                      "at least one byte per day (9.32e-10 GiB)");
+  }
   if (std::isnan(f.probation) || f.probation > 1) {
     return OutOfRange("--probation", f.probation, "0 to 1 (negative: the default)");
   }

@@ -131,6 +131,12 @@ int RunSweepCommand(const SweepFlags& f) {
   engine.decode_step_s = f.decode_ms / 1000.0;
   engine.gpu_watermark = f.watermark;
   engine.save_on_preempt = !f.no_save_on_preempt;
+  const LeftOut left_out = DropRequestsLargerThanPool(*trace, engine);
+  if (trace->requests.empty()) {
+    std::cerr << "kvtier-bench sweep: no request of " << f.trace << " fits --gpu-pool-blocks "
+              << f.gpu_pool_blocks << " at its longest (prompt and output)\n";
+    return 2;
+  }
   Result<PolicyKnobs> knobs = SweepKnobs(f);
   if (!knobs.ok()) {
     std::cerr << "kvtier-bench sweep: " << knobs.status().message() << "\n";
@@ -140,6 +146,12 @@ int RunSweepCommand(const SweepFlags& f) {
   std::printf("trace %s: %zu requests, %llu unique blocks of %u tokens, %.0f MiB each\n",
               f.trace.c_str(), trace->requests.size(), (unsigned long long)unique,
               engine.block_tokens, double(engine.BlockBytes()) / 1048576.0);
+  if (left_out.requests > 0) {
+    std::printf(
+        "left out: %llu requests (%llu prompt blocks) larger than the GPU pool at their "
+        "longest\n",
+        (unsigned long long)left_out.requests, (unsigned long long)left_out.blocks);
+  }
   std::printf(
       "engine: %.0f TFLOP/s prefill, %u GPU blocks, %.0f ms decode step, watermark %g, "
       "host %.0f GB/s, nvme %.0f GB/s\n\n",

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/tier_policies.h"
 #include "policy/policy_build.h"
@@ -274,12 +276,12 @@ SweepResult Engine::Run(const PolicyKnobs& knobs) {
     }
     while (!waiting_.empty()) {
       const size_t r = waiting_.front();
-      const uint32_t need = std::min(BlocksFor(Context(r)), e_.gpu_pool_blocks);
+      const uint32_t need = BlocksFor(Context(r));
       wm_.Report(free_, e_.gpu_pool_blocks);
       if (!running_.empty() && (need > free_ || (e_.gpu_watermark > 0 && !wm_.ShouldAdmit(need)))) {
         break;
       }
-      if (need > free_) break;  // nothing running can free blocks: cannot happen
+      if (need > free_) break;  // cannot happen: every request fits the pool alone
       waiting_.pop_front();
       const bool first = !req_[r].started;
       now_s_ += Prefill(r);
@@ -312,12 +314,38 @@ SweepResult Engine::Run(const PolicyKnobs& knobs) {
 
 }  // namespace
 
+uint64_t PeakPoolBlocks(const TraceRequest& request, uint32_t block_tokens) {
+  const uint64_t tokens =
+      uint64_t{request.input_length} + (request.output_length > 0 ? request.output_length - 1 : 0);
+  return (tokens + block_tokens) / block_tokens;
+}
+
+LeftOut DropRequestsLargerThanPool(Trace& trace, const SweepEngine& engine) {
+  LeftOut out;
+  std::erase_if(trace.requests, [&](const TraceRequest& r) {
+    if (PeakPoolBlocks(r, engine.block_tokens) <= engine.gpu_pool_blocks) return false;
+    ++out.requests;
+    out.blocks += r.hash_ids.size();
+    return true;
+  });
+  return out;
+}
+
 Result<SweepResult> RunSweepOne(const Trace& trace, const SweepEngine& engine,
                                 const SweepPolicy& policy, const SweepCapacity& capacity,
                                 const PolicyKnobs& knobs) {
   KVTIER_RETURN_IF_ERROR(knobs.Validate());
   if (capacity.host_blocks == 0) {
     return Status::InvalidArgument("sweep: host capacity is 0 blocks; expected at least 1");
+  }
+  for (size_t i = 0; i < trace.requests.size(); ++i) {
+    const uint64_t peak = PeakPoolBlocks(trace.requests[i], engine.block_tokens);
+    if (peak > engine.gpu_pool_blocks) {
+      return Status::InvalidArgument(
+          "sweep: request " + std::to_string(i) + " needs " + std::to_string(peak) +
+          " GPU blocks at its longest, more than the pool's " +
+          std::to_string(engine.gpu_pool_blocks) + "; leave it out (DropRequestsLargerThanPool)");
+    }
   }
   std::array<SimTierConfig, kSimTiers> tiers;
   tiers[0].capacity_blocks = capacity.host_blocks;

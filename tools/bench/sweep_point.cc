@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -16,9 +17,15 @@ std::string Number(double v) {
 }
 
 // `share` of what `row` wrote to NVMe per modeled day; 0 when no time passed.
-uint64_t BytesPerDay(double share, const SweepResult& row) {
+double BytesPerDay(double share, const SweepResult& row) {
   if (!(row.sim_seconds > 0)) return 0;
-  return static_cast<uint64_t>(share * double(row.bytes_written_nvme) / row.sim_seconds * 86400.0);
+  return share * double(row.bytes_written_nvme) / row.sim_seconds * 86400.0;
+}
+
+// A budget in whole bytes: a larger one than a uint64_t holds is no limit.
+uint64_t WholeBytes(double bytes) {
+  if (bytes >= 0x1p64) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(bytes);
 }
 
 }  // namespace
@@ -46,7 +53,8 @@ Result<std::vector<SweepResult>> RunSweepPoint(const Trace& trace, const SweepEn
   if (lru_share) {
     std::stable_partition(order.begin(), order.end(), [&](size_t i) { return names[i] == "lru"; });
   }
-  std::optional<uint64_t> lru_budget;  // bytes per day, once the lru row ran
+  std::optional<double> lru_budget;  // bytes per day, once the lru row ran
+  uint64_t lru_nvme_bytes = 0;
   std::vector<std::optional<SweepResult>> rows(names.size());
   for (size_t i : order) {
     const std::string& name = names[i];
@@ -59,14 +67,16 @@ Result<std::vector<SweepResult>> RunSweepPoint(const Trace& trace, const SweepEn
       if (!lru_budget) {
         return Status::InvalidArgument(name + ": --write-budget-lru-share needs lru in --policies");
       }
-      if (*lru_budget == 0) {
+      if (*lru_budget < 1) {
         return Status::InvalidArgument(
             name + ": --write-budget-lru-share " + Number(f.write_budget_lru_share) +
-            " of admit-all+LRU's NVMe writes is a budget of 0 bytes per day (it wrote none with " +
-            std::to_string(capacity.nvme_blocks) +
-            " NVMe blocks); expected a point with NVMe capacity, or --write-budget-gib-per-day");
+            " of admit-all+LRU's NVMe writes (" + std::to_string(lru_nvme_bytes) + " bytes with " +
+            std::to_string(capacity.nvme_blocks) + " NVMe blocks) is a budget of " +
+            Number(*lru_budget) +
+            " bytes per day, less than one; expected a larger share, a point with NVMe "
+            "capacity, or --write-budget-gib-per-day");
       }
-      row_knobs.write_budget_bytes_per_day = *lru_budget;
+      row_knobs.write_budget_bytes_per_day = WholeBytes(*lru_budget);
     }
     const auto t0 = std::chrono::steady_clock::now();
     Result<SweepResult> r = RunSweepOne(trace, engine, *policy, capacity, row_knobs);
@@ -76,6 +86,7 @@ Result<std::vector<SweepResult>> RunSweepPoint(const Trace& trace, const SweepEn
     }
     if (lru_share && name == "lru" && !lru_budget) {
       lru_budget = BytesPerDay(f.write_budget_lru_share, *r);
+      lru_nvme_bytes = r->bytes_written_nvme;
     }
     rows[i] = std::move(*r);
   }

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/file_text.h"
@@ -12,6 +15,18 @@ namespace kvtier::bench {
 namespace {
 
 using Json = nlohmann::json;
+
+// Why `v`, not an unsigned integer the parser could hold, is refused.
+std::string NotUnsigned(const Json& v) {
+  // Non-negative integers parse as unsigned, so a signed one is negative.
+  if (v.is_number_integer()) return " is negative";
+  // Integers past 2^64 - 1 parse as floating point.
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= 0x1p64 && d == std::floor(d)) return " is out of range";
+  }
+  return " must be an integer";
+}
 
 // Reads field `name` of `obj` as an unsigned integer no larger than `max`.
 // Returns an empty string on success, else what is wrong with the field.
@@ -25,9 +40,7 @@ std::string ReadUnsigned(const Json& obj, const char* name, uint64_t max, uint64
     *out = v;
     return {};
   }
-  // Non-negative integers parse as unsigned, so a signed one is negative.
-  if (it->is_number_integer()) return field + " is negative";
-  return field + " must be an integer";
+  return field + NotUnsigned(*it);
 }
 
 std::string ReadHashIds(const Json& obj, std::vector<uint64_t>* ids) {
@@ -41,8 +54,17 @@ std::string ReadHashIds(const Json& obj, std::vector<uint64_t>* ids) {
       ids->push_back(v.get<uint64_t>());
       continue;
     }
-    std::string where = "hash_ids[" + std::to_string(i) + "]";
-    return where + (v.is_number_integer() ? " is negative" : " must be an integer");
+    return "hash_ids[" + std::to_string(i) + "]" + NotUnsigned(v);
+  }
+  // Ids are prefix-chained: one id twice in a request would be one block
+  // standing for two places of the prompt.
+  std::unordered_map<uint64_t, size_t> first;
+  for (size_t i = 0; i < ids->size(); ++i) {
+    auto [at, fresh] = first.emplace((*ids)[i], i);
+    if (!fresh) {
+      return "hash_ids[" + std::to_string(i) + "] repeats hash_ids[" + std::to_string(at->second) +
+             "] (" + std::to_string((*ids)[i]) + "); a request's ids must be distinct";
+    }
   }
   return {};
 }
@@ -102,6 +124,7 @@ Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
   trace.source = std::string(source);
   trace.block_tokens = block_tokens;
   size_t line_no = 0;
+  size_t previous_line = 0;
   while (!text.empty()) {
     ++line_no;
     const size_t nl = text.find('\n');
@@ -110,10 +133,18 @@ Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
     if (IsBlank(line)) continue;
     TraceRequest req;
     std::string err = ParseLine(line, block_tokens, &req);
+    if (err.empty() && !trace.requests.empty() &&
+        req.timestamp_ms < trace.requests.back().timestamp_ms) {
+      err = "timestamp " + std::to_string(req.timestamp_ms) + " is before line " +
+            std::to_string(previous_line) + "'s " +
+            std::to_string(trace.requests.back().timestamp_ms) +
+            "; requests must be in arrival order";
+    }
     if (!err.empty()) {
       return Status::InvalidArgument(std::string(source) + ":" + std::to_string(line_no) + ": " +
                                      err);
     }
+    previous_line = line_no;
     trace.requests.push_back(std::move(req));
   }
   return trace;
