@@ -206,18 +206,25 @@ Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
   }
   auto src = std::make_shared<CompletionSource>(items);
   Completion c = src->completion();
-  Status st = workers_->TrySubmit([this, op, src, job = std::move(job), start = NowNs()] {
-    // A throw is a bug, but the caller must still get an answer, not wait
-    // forever: every item without a result ends Internal.
-    try {
-      job(*src, start);
-    } catch (const std::exception& e) {
-      FailThrownJob(op, *src, std::string("request failed with an exception: ") + e.what(), start);
-    } catch (...) {
-      FailThrownJob(op, *src, "request failed with an exception", start);
-    }
-    src->Finish();
-  });
+  // Loads are urgent: an engine waits on them with a deadline, and a save
+  // may hold its worker for its wait for hub room.
+  const auto lane =
+      op == RuntimeMetrics::Op::kLoad ? WorkerPool::Lane::kUrgent : WorkerPool::Lane::kOrdinary;
+  Status st = workers_->TrySubmit(
+      [this, op, src, job = std::move(job), start = NowNs()] {
+        // A throw is a bug, but the caller must still get an answer, not wait
+        // forever: every item without a result ends Internal.
+        try {
+          job(*src, start);
+        } catch (const std::exception& e) {
+          FailThrownJob(op, *src, std::string("request failed with an exception: ") + e.what(),
+                        start);
+        } catch (...) {
+          FailThrownJob(op, *src, "request failed with an exception", start);
+        }
+        src->Finish();
+      },
+      lane);
   if (!st.ok()) {
     {
       std::lock_guard lock(mu_);

@@ -30,6 +30,10 @@ WorkerPool::WorkerPool(size_t threads, size_t max_queued, std::shared_ptr<LogSin
                                              std::to_string(threads) + " threads");
   }
   started_ = threads_.size();
+  {
+    std::lock_guard lock(mu_);  // the threads read it
+    ordinary_limit_ = started_ > 1 ? started_ - 1 : 1;
+  }
   if (!start_error_.ok() && log_ != nullptr) {
     log_->Log(LogLevel::kError, std::string(start_error_.message()) + "; serving with " +
                                     std::to_string(started_) + " threads");
@@ -38,19 +42,21 @@ WorkerPool::WorkerPool(size_t threads, size_t max_queued, std::shared_ptr<LogSin
 
 WorkerPool::~WorkerPool() { Shutdown(); }
 
-Status WorkerPool::TrySubmit(std::function<void()> job) {
+Status WorkerPool::TrySubmit(std::function<void()> job, Lane lane) {
   if (started_ == 0) {
     return Status::Unavailable("worker pool has no thread: " + std::string(start_error_.message()));
   }
   {
     std::lock_guard lock(mu_);
     if (stopping_) return Status::Unavailable("worker pool is shut down");
-    if (queue_.size() >= max_queued_) {
+    auto& queue = lane == Lane::kUrgent ? urgent_ : queue_;
+    if (queue.size() >= max_queued_) {
       return Status::Busy("request queue is full (" + std::to_string(max_queued_) + " queued)");
     }
-    queue_.push_back(std::move(job));
+    queue.push_back(std::move(job));
   }
-  cv_.notify_one();
+  // Every waiter: the one woken must be one that may take this lane's job.
+  cv_.notify_all();
   return Status::Ok();
 }
 
@@ -70,14 +76,35 @@ void WorkerPool::Shutdown() {
 void WorkerPool::Run() {
   for (;;) {
     std::function<void()> job;
+    bool ordinary = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      const auto may_take_ordinary = [&] {
+        return !queue_.empty() && ordinary_running_ < ordinary_limit_;
+      };
+      cv_.wait(lock, [&] {
+        return !urgent_.empty() || may_take_ordinary() || (stopping_ && queue_.empty());
+      });
+      if (!urgent_.empty()) {
+        job = std::move(urgent_.front());
+        urgent_.pop_front();
+      } else if (may_take_ordinary()) {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        ordinary = true;
+        ++ordinary_running_;
+      } else {
+        return;  // stopping and drained
+      }
     }
     RunJob(job);
+    if (ordinary) {
+      {
+        std::lock_guard lock(mu_);
+        --ordinary_running_;
+      }
+      cv_.notify_all();  // a queued ordinary job may run now
+    }
   }
 }
 

@@ -1,6 +1,8 @@
-// WorkerPool: a fixed set of threads serving a bounded job queue. A full queue
-// refuses the job (Busy) instead of growing; Shutdown() runs every job already
-// queued, then joins the threads.
+// WorkerPool: a fixed set of threads serving two bounded job queues. Urgent
+// jobs are served first, and ordinary jobs never hold every thread (with two
+// threads or more one is kept for urgent jobs), so an urgent job waits only
+// for other urgent jobs. A full queue refuses the job (Busy) instead of
+// growing; Shutdown() runs every job already queued, then joins the threads.
 #pragma once
 
 #include <atomic>
@@ -37,9 +39,12 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // Queues `job`. Busy when the queue holds max_queued jobs; Unavailable
-  // after Shutdown() or when no thread started. Thread-safe.
-  Status TrySubmit(std::function<void()> job);
+  enum class Lane { kOrdinary, kUrgent };
+
+  // Queues `job` in `lane`. Busy when that lane's queue holds max_queued
+  // jobs; Unavailable after Shutdown() or when no thread started.
+  // Thread-safe.
+  Status TrySubmit(std::function<void()> job, Lane lane = Lane::kOrdinary);
 
   // Stops accepting jobs, drains the queue and joins. Idempotent.
   void Shutdown();
@@ -59,8 +64,11 @@ class WorkerPool {
   const std::shared_ptr<LogSink> log_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
+  std::deque<std::function<void()>> queue_;   // ordinary jobs; guarded by mu_
+  std::deque<std::function<void()>> urgent_;  // guarded by mu_
+  size_t ordinary_running_ = 0;               // guarded by mu_
+  size_t ordinary_limit_ = 1;                 // threads ordinary jobs may hold; guarded by mu_
+  bool stopping_ = false;                     // guarded by mu_
   std::vector<std::thread> threads_;
   size_t started_ = 0;                    // written by the constructor only
   Status start_error_;                    // written by the constructor only

@@ -133,8 +133,9 @@ struct KVTIER_EXPORT RuntimeOptions {
   HashAlgorithm hash = HashAlgorithm::kXxh3_128;
   std::vector<TierOptions> tiers;      // tiers[0] is the host hub and must be type "host"
   MoverOptions mover;
-  uint32_t max_queued_requests = 1024;  // Save/Load requests queued before Busy
-  uint32_t worker_threads = 2;          // threads serving Save and Load; 1..256
+  uint32_t max_queued_requests = 1024;  // Saves, and apart Loads, queued before Busy
+  uint32_t worker_threads = 3;          // threads serving Save and Load (Loads first; Saves
+                                        // hold at most all but one); 1..256
   std::shared_ptr<Clock> clock;         // null: SystemClock()
   std::shared_ptr<LogSink> log;         // null: StderrLogSink()
   TierFactory tier_factory;             // null: CreateTier; builds tiers[1..]

@@ -39,7 +39,7 @@ TEST(ConfigExamplesTest, DefaultYaml) {
   EXPECT_EQ(c.runtime.block_bytes, 64 * kKiB);
   EXPECT_EQ(c.runtime.hash, HashAlgorithm::kXxh3_128);
   EXPECT_EQ(c.gpu_pool_blocks, 512u);
-  EXPECT_EQ(c.runtime.worker_threads, 2u);
+  EXPECT_EQ(c.runtime.worker_threads, 3u);
   EXPECT_EQ(c.runtime.max_queued_requests, 1024u);
   EXPECT_EQ(c.runtime.mover.interval_ms, 50u);
   EXPECT_EQ(c.runtime.mover.batch_blocks, 64u);

@@ -113,7 +113,7 @@ class HubOverGateTest : public GatedRuntimeTest {
   void SetUp() override {
     const uint64_t bb = setup_.layout.BlockBytes();
     RuntimeOptions o = MakeOptions(bb, 4);
-    o.worker_threads = 2;
+    o.worker_threads = 3;  // two for saves, one kept for loads
     o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
     o.tiers.push_back(LowerHostTier("gate", bb, 32));
     ASSERT_NO_FATAL_FAILURE(OpenAndDemote(std::move(o), {0, 1, 1, 1}));

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -138,6 +140,40 @@ TEST_F(RuntimeHungTierTest, ALoadIsNotHeldByAHungDemotionWrite) {
   EXPECT_EQ(st.tiers[0].demoted_blocks, 4u) << "A2..A4, then B3";
   EXPECT_EQ(st.tiers[1].blocks, 4u);
   EXPECT_EQ(st.tiers[0].blocks, 4u) << "B3's hub copy stays, backed by tier 1";
+  ExpectWhole(a_);
+  ExpectWhole(b_);
+}
+
+// Saves of new blocks into the full hub each hold a worker for their bounded
+// wait for room while the write that would make it hangs. A load of a block
+// in the hub, submitted after them, used to queue behind them all (2 s past
+// its 50 ms timeout with four saves, 0.5 s more per save): loads now go
+// first, and saves leave a worker free for them.
+TEST_F(RuntimeHungTierTest, ALoadIsNotQueuedBehindSavesWaitingForRoom) {
+  Open(32, /*with_tier2=*/false);
+  FillHub();
+  writes_->Stall();
+  std::vector<Completion> saves;
+  for (uint32_t i = 0; i < 4; ++i) {
+    const std::vector<BlockKey> keys = ChainKeys({100 + i});
+    sim_->Prefill(keys, 40 + i);
+    const uint32_t block = 40 + i;
+    saves.push_back(rt_->Save(kTestNs, std::nullopt, keys, std::span(&block, 1)));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Completion c = LoadWithin({a_[0]}, std::chrono::milliseconds(50));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(c.result(0).ok()) << c.result(0).ToString();
+  EXPECT_TRUE(sim_->Holds(30, a_[0]));
+  // Far below one save's wait for room (a second), far above any scheduling.
+  EXPECT_LT(took, std::chrono::milliseconds(900));
+  writes_->Release();  // the saves still waiting for room may now get it
+  for (Completion& save : saves) {
+    EXPECT_TRUE(ReturnsWithin([&] { (void)save.Wait(); }, kHangLimit, "a save"));
+    const StatusCode code = save.result(0).code();
+    EXPECT_TRUE(code == StatusCode::kOk || code == StatusCode::kResourceExhausted)
+        << save.result(0).ToString();
+  }
   ExpectWhole(a_);
   ExpectWhole(b_);
 }

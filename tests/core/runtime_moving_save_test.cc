@@ -42,7 +42,7 @@ class MovingSaveTest : public ::testing::Test {
     setup_ = MakeEngine(64);
     const uint64_t bb = setup_.layout.BlockBytes();
     RuntimeOptions o = MakeOptions(bb, 4);
-    o.worker_threads = 2;
+    o.worker_threads = 3;  // two for saves, one kept for loads
     o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
     o.tiers.push_back(LowerHostTier("t1", bb, 4));
     o.tiers[1].watermarks = {.high = 0.5, .low = 0.25};

@@ -28,7 +28,7 @@ RuntimeOptions MakeOptions(uint64_t block_bytes, uint64_t hub_blocks, bool mover
   o.tiers.push_back(hub);
   o.mover.start_thread = mover_thread;
   o.mover.interval_ms = 5;
-  o.worker_threads = 2;
+  o.worker_threads = 3;  // two for saves, one kept for loads
   return o;
 }
 

@@ -187,7 +187,7 @@ TEST_F(InspectCli, ConfigExplainFillsEveryDefault) {
     return "\n" + key + pad.substr(key.size()) + value + " ";
   };
   for (const std::string& want :
-       {line("model.preset", "tiny"), line("runtime.worker_threads", "2"),
+       {line("model.preset", "tiny"), line("runtime.worker_threads", "3"),
         line("runtime.admin_socket", "\"\""), line("tiers.host.capacity", "1GiB"),
         line("tiers.host.watermarks.high", "0.95"), line("tiers.host.admission", "[always]"),
         line("tiers.host.policy.reuse_ratio", "0.7"),
