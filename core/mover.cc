@@ -123,9 +123,11 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
 std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t batch) {
   const bool has_next = tier + 1 < tier_count();
   // Without a next tier a block can leave only if another tier still holds
-  // it or nothing hangs below it, nor will (a save holding it).
+  // it or nothing hangs below it, nor will (a save holding it). A hub copy
+  // at the shutdown writeback is none: it ends with the process.
+  const uint32_t elsewhere = ~(1U << tier) & (hub_ending_ ? ~1U : ~0U);
   auto may_drop = [&](const IndexEntry& e, uint32_t children_chosen) {
-    return has_next || (e.locations & ~(1U << tier)) != 0 ||
+    return has_next || (e.locations & elsewhere) != 0 ||
            (e.children == children_chosen && e.save_holds == 0);
   };
   std::vector<IndexEntry*> victims;

@@ -397,6 +397,9 @@ class RuntimeImpl final : public Runtime {
   // by a load or an eviction that does not wait for them).
   uint64_t late_calls_ = 0;
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
+  // Guarded by mu_: set by the shutdown writeback, from when the hub's copies
+  // are about to end with the process, so that none counts as a copy.
+  bool hub_ending_ = false;
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   std::condition_variable late_calls_done_;  // signalled when late_calls_ drops to 0
   // Signalled (with mu_) when a save's reserved entries are settled, and

@@ -21,6 +21,7 @@ void RuntimeImpl::WriteBackHub() {
   std::vector<IndexEntry*> pending;
   {
     std::lock_guard lock(mu_);
+    hub_ending_ = true;
     pending = index_.OnlyIn(0);
     std::stable_sort(pending.begin(), pending.end(),
                      [](const IndexEntry* a, const IndexEntry* b) { return a->depth < b->depth; });

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "tests/core/runtime_test_util.h"
@@ -19,21 +20,29 @@ class DiskViewTest : public ::testing::Test {
   void SetUp() override {
     setup_ = MakeEngine(64);
     bb_ = setup_.layout.BlockBytes();
-    auto disk = CreateTier(LowerHostTier("disk", bb_, 32), TierContext{bb_});
-    ASSERT_TRUE(disk.ok());
-    disk_ = std::shared_ptr<Tier>(std::move(disk).value());
+    UseDiskOf(32);
   }
   void TearDown() override { disk_->Shutdown(); }
 
-  // A hub of `hub_blocks` with `watermarks` over a view of the 32-block disk.
+  // Replaces the disk by an empty one of `blocks` blocks.
+  void UseDiskOf(uint64_t blocks) {
+    if (disk_ != nullptr) disk_->Shutdown();
+    disk_blocks_ = blocks;
+    auto disk = CreateTier(LowerHostTier("disk", bb_, blocks), TierContext{bb_});
+    ASSERT_TRUE(disk.ok());
+    disk_ = std::shared_ptr<Tier>(std::move(disk).value());
+  }
+
+  // A hub of `hub_blocks` with `watermarks` over a view of the disk.
   std::unique_ptr<Runtime> OpenOver(uint64_t hub_blocks, WatermarkOptions watermarks,
                                     TierCapabilities caps, TierViewHooks hooks = {}) {
     RuntimeOptions o = MakeOptions(bb_, hub_blocks);
     o.tiers[0].watermarks = watermarks;
     o.state_blocks = state_blocks_;
     o.mover.shutdown_writeback_ms = shutdown_writeback_ms_;
-    o.tiers.push_back(LowerHostTier("disk", bb_, 32));
+    o.tiers.push_back(LowerHostTier("disk", bb_, disk_blocks_));
     o.tiers.back().admission = disk_admission_;
+    if (disk_watermarks_) o.tiers.back().watermarks = *disk_watermarks_;
     o.tiers.back().policy.frequency_threshold = 2;
     std::shared_ptr<Tier> disk = disk_;
     o.tier_factory = [disk, caps, hooks](const TierOptions&,
@@ -48,6 +57,8 @@ class DiskViewTest : public ::testing::Test {
   EngineSetup setup_;
   uint64_t bb_ = 0;
   std::shared_ptr<Tier> disk_;
+  uint64_t disk_blocks_ = 0;
+  std::optional<WatermarkOptions> disk_watermarks_;  // unset: the tier's defaults
   uint32_t state_blocks_ = 0;  // RuntimeOptions::state_blocks of the runtimes OpenOver builds
   // MoverOptions::shutdown_writeback_ms of those runtimes.
   uint64_t shutdown_writeback_ms_ = 0;

@@ -135,5 +135,36 @@ TEST_F(ShutdownWritebackTest, NoBlockIsWrittenBelowAParentThatIsNot) {
   EXPECT_EQ(std::max(found_a, found_b), 3u);
 }
 
+// The disk is full with A (1..4), which the hub holds too (read back); B
+// (5, 6) continues A in the hub alone. Making room for B evicted A's leaves
+// from the disk, counting their hub copies, which end with the process: the
+// disk kept 1, 2, 5, 6, and a restart found two blocks where it had four.
+// The hub's copies no longer count, and nothing may leave: B is not written.
+TEST_F(ShutdownWritebackTest, AFullDiskKeepsTheParentsOfWhatItWouldWrite) {
+  shutdown_writeback_ms_ = 10000;
+  ASSERT_NO_FATAL_FAILURE(UseDiskOf(4));
+  disk_watermarks_ = WatermarkOptions{.high = 1.0, .low = 0.9};  // the mover leaves it full
+  const auto keys = ChainKeys({1, 2, 3, 4, 5, 6});
+  const std::vector<BlockKey> a(keys.begin(), keys.begin() + 4);
+  std::unique_ptr<Runtime> rt = OpenOver(8, {.high = 0.2, .low = 0.1},
+                                         TierCapabilities{.persistent = true, .local_index = true});
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(a, 0, 0).status().ok());
+  for (int pass = 0; pass < 4 && rt->Stats().tiers[0].blocks > 0; ++pass) {
+    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+  }
+  ASSERT_EQ(disk_->Usage().blocks, 4u);
+  ASSERT_EQ(rt->Stats().tiers[0].blocks, 0u);
+  ASSERT_TRUE(sim.Load(a, 20).status().ok());
+  ASSERT_EQ(rt->Stats().tiers[0].blocks, 4u) << "A read back keeps its hub copy";
+  ASSERT_TRUE(sim.SaveFrom(keys, 4, 4).status().ok());
+  rt->Shutdown();
+  EXPECT_EQ(disk_->Usage().blocks, 4u);
+  rt.reset();
+  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 4u);
+}
+
 }  // namespace
 }  // namespace kvtier::testing
