@@ -14,6 +14,7 @@
 
 #include "tests/core/runtime_test_util.h"
 #include "tests/redis/redis_test_util.h"
+#include "tests/support/block_data.h"
 #include "tests/support/tier_view.h"
 
 namespace kvtier::testing {
@@ -64,6 +65,47 @@ TEST_F(RedisSharedRuntimeTest, AChainSavedByOneRuntimeIsLoadedByTheOther) {
   EXPECT_EQ(st.tiers[1].blocks, 3u) << "the adopting runtime counts what it adopted";
   ASSERT_TRUE(sim_[1]->Load(keys, 10).status().ok());
   for (uint32_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(sim_[1]->Holds(10 + i, keys[i])) << i;
+}
+
+// Both runtimes save the same keys with other bytes (KV need not be the same
+// bit for bit), and the second's demotion overwrites the first's copies.
+// The first read them as corrupt (its own checksum did not match), counted
+// a corruption and removed the keys from the server, so the second lost
+// them too. The tier checked the bytes against their own header: they load.
+TEST_F(RedisSharedRuntimeTest, BlocksAnotherRuntimeSavedAgainWithOtherBytesLoad) {
+  const std::vector<BlockKey> keys = ChainKeys({31, 32});
+  const uint64_t bb = setup_[0].layout.BlockBytes();
+  std::vector<std::vector<std::byte>> theirs;
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    theirs.push_back(BlockBytes(keys[i], bb));
+    for (std::byte& b : theirs.back()) b ^= std::byte{0x5a};
+    ASSERT_TRUE(setup_[1].engine->WriteBlock(i, theirs.back()).ok());
+  }
+  sim_[0]->Prefill(keys, 0);
+  ASSERT_TRUE(sim_[0]->SaveFrom(keys, 0, 0).status().ok());
+  ASSERT_EQ(*rt_[0]->TEST_RunMoverOnce(), keys.size());
+  const std::vector<uint32_t> blocks = {0, 1};
+  ASSERT_TRUE(rt_[1]->Save(kTestNs, std::nullopt, keys, blocks).Wait().ok());
+  ASSERT_EQ(*rt_[1]->TEST_RunMoverOnce(), keys.size());
+
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    Completion c = sim_[r]->Load(keys, 10);
+    for (uint32_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(c.result(i).ok()) << i << ": " << c.result(i).ToString();
+      std::vector<std::byte> got(bb);
+      ASSERT_TRUE(setup_[r].engine->ReadBlock(10 + i, got).ok());
+      EXPECT_EQ(got, theirs[i]) << i;
+    }
+    EXPECT_EQ(rt_[r]->Stats().tiers[1].corruptions, 0u);
+  }
+  // The first runtime now expects the bytes it loaded: its hub copies
+  // dropped, it reads them from the server again.
+  ASSERT_TRUE(rt_[0]->TEST_RunMoverOnce().ok());
+  ASSERT_EQ(rt_[0]->Stats().tiers[0].blocks, 0u);
+  Completion again = sim_[0]->Load(keys, 20);
+  EXPECT_TRUE(again.status().ok()) << again.status().ToString();
+  EXPECT_EQ(rt_[0]->Stats().tiers[1].corruptions, 0u);
 }
 
 // A block removed between its adoption and the Claim telling the adopting
