@@ -192,6 +192,37 @@ TEST(RemoteClientAbuseTest, ErrorFrameWithCodeOkFailsWhatIsPending) {
   client->Shutdown();
 }
 
+// Two requests the server never answers, the second sent 150 ms after the
+// first: when the first times out the connection is dropped, and the second
+// used to fail with the first's "no reply within 300 ms" although its own
+// time was not up. It now says the connection was dropped, and why.
+TEST(RemoteClientAbuseTest, ARequestFailedByAnEarlierOnesTimeoutSaysSo) {
+  constexpr uint32_t kTimeoutMs = 300;
+  ScriptedMemd server([&](ScriptedConn& c) {
+    if (!c.Welcome(kSecret, 1 << 20)) return;
+    for (auto f = c.ReadFrame(); f.has_value(); f = c.ReadFrame()) {
+    }
+  });
+  auto client = Connect(server, kTimeoutMs);
+  ASSERT_NE(client, nullptr);
+  ItemResults first(1), second(1);
+  client->Exists(0, kNs, {BlockKey{5, 5}}, first.Done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  client->Exists(0, kNs, {BlockKey{6, 6}}, second.Done());
+  ASSERT_TRUE(first.WaitFor(std::chrono::seconds(5)));
+  ASSERT_TRUE(second.WaitFor(std::chrono::seconds(5)));
+  EXPECT_EQ(first.status(0).code(), StatusCode::kDeadlineExceeded) << first.status(0).ToString();
+  EXPECT_NE(first.status(0).message().find("no reply within 300 ms"), std::string::npos)
+      << first.status(0).ToString();
+  EXPECT_EQ(second.status(0).code(), StatusCode::kUnavailable) << second.status(0).ToString();
+  EXPECT_NE(second.status(0).message().find(
+                "connection dropped: an earlier request on it got no reply within 300 ms"),
+            std::string::npos)
+      << second.status(0).ToString();
+  client->Shutdown();
+  server.Join();
+}
+
 // Request ids are 32 bits and wrap. A request sent just before the wrap and
 // never answered must fail with DeadlineExceeded within its deadline plus a
 // tick, however many newer requests (with smaller ids after the wrap) are

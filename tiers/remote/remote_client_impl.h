@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -125,7 +126,9 @@ class Link : public std::enable_shared_from_this<Link> {
   Link(ClientImpl& c, ServerState& s, Channel& ch);
   void Connect();
   void Submit(RequestPtr r);
-  void Abort(const Status& s);
+  // Fails every pending request with `s`, or with what `status_of` gives
+  // for its id, and drops the connection.
+  void Abort(const Status& s, const std::function<Status(uint32_t id)>& status_of = {});
   bool dead() const { return dead_; }
   // Handshake done (RDMA set up too): a request submitted now goes out at once.
   bool ready() const { return ready_ && !dead_; }

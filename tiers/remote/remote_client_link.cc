@@ -138,8 +138,18 @@ void Link::Tick() {
                                        std::to_string(c_.o_.connect_timeout_ms) + " ms"));
     }
     if (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-      return Abort(Status::DeadlineExceeded(Prefix() + "no reply within " +
-                                            std::to_string(c_.o_.op_timeout_ms) + " ms"));
+      // The connection is given up for the late ones; requests whose own
+      // time is not up fail as a dropped connection, saying why.
+      std::set<uint32_t> late;
+      for (const auto& [when, id] : deadlines_) {
+        if (when > now) break;
+        late.insert(id);
+      }
+      const std::string ms = std::to_string(c_.o_.op_timeout_ms) + " ms";
+      const Status own = Status::DeadlineExceeded(Prefix() + "no reply within " + ms);
+      const Status dropped = Status::Unavailable(
+          Prefix() + "connection dropped: an earlier request on it got no reply within " + ms);
+      return Abort(own, [&](uint32_t id) { return late.count(id) != 0 ? own : dropped; });
     }
     // RDMA operations a full completion queue held back are retried on each
     // completion of this link; when none is in flight, here.
@@ -149,7 +159,7 @@ void Link::Tick() {
   });
 }
 
-void Link::Abort(const Status& s) {
+void Link::Abort(const Status& s, const std::function<Status(uint32_t id)>& status_of) {
   if (dead_) return;
   dead_ = true;
   const bool was_ready = ready_;
@@ -169,7 +179,7 @@ void Link::Abort(const Status& s) {
   begun_items_ = 0;
   auto self = shared_from_this();  // the channel may drop its reference below
   c_.OnDead(s_, ch_, this, was_ready, s);
-  for (auto& [id, r] : pending) r->FailAll(s);
+  for (auto& [id, r] : pending) r->FailAll(status_of ? status_of(id) : s);
 }
 
 }  // namespace kvtier::internal::memd
