@@ -52,6 +52,9 @@ struct IndexEntry {
   // not stored yet, so a Remove of this entry is told to retry (Busy).
   uint32_t filling_children = 0;
   uint64_t last_access_ns = 0;
+  // When a copy of it in a tier with an expiry (TierCapabilities::expiry_ms)
+  // was last written or read; 0: never (an adopted copy), or no such tier.
+  uint64_t expiring_touch_ns = 0;
   // The last use that ended at this block: a load whose deepest hit it was,
   // or its being stored when it had no copy. Tiers that refresh only the
   // deepest hit (BlockIndex::set_deepest_only) know this as its last use.

@@ -120,6 +120,15 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
   if (HubAboveHigh()) WakeMover();
 }
 
+void RuntimeImpl::ForgetExpiringCopiesLocked(IndexEntry* v, size_t from, uint64_t now_ns) {
+  const uint32_t below = v->locations & ~((1U << from) - 1);
+  if (below == 0 || (below & ~expiring_tiers_) != 0) return;  // none, or one that lasts
+  if (v->expiring_touch_ns + refresh_after_ns_ > now_ns) return;
+  for (size_t t = from; t < tier_count(); ++t) {
+    if (v->In(t)) index_.DropLocation(v, t);
+  }
+}
+
 std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t batch) {
   const bool has_next = tier + 1 < tier_count();
   // Without a next tier a block can leave only if another tier still holds
@@ -188,8 +197,10 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
   // batch that leave every tier.
   std::unordered_map<const IndexEntry*, uint32_t> vanishing;
   auto& removing = pending_removes_[next];
+  const uint64_t now = NowNs();
   for (size_t i = 0; i < victims.size(); ++i) {
     IndexEntry* v = victims[i];
+    if (expiring_tiers_ != 0) ForgetExpiringCopiesLocked(v, next, now);
     if ((v->locations >> next) != 0) continue;  // a deeper tier holds it: no write
     const auto listed = removing.find(v->id);
     if (listed != removing.end() && listed->second.running != 0) continue;  // a Remove runs there

@@ -341,10 +341,22 @@ class RuntimeImpl final : public Runtime {
   // counts the move; returns its bytes. REQUIRES: mu_ held.
   uint64_t IndexDemotedLocked(IndexEntry* v, size_t tier, uint64_t now_ns) {
     index_.AddLocation(v, tier + 1, now_ns);
+    TouchExpiringLocked(v, tier + 1, now_ns);
     ++tier_counts_[tier].demoted;
     metrics_.AddMove(tier, tier + 1, 1, v->bytes);
     return v->bytes;
   }
+  // Notes that `e`'s copy in `tier` was just written or read, which restarts
+  // its expiry there. REQUIRES: mu_ held.
+  void TouchExpiringLocked(IndexEntry* e, size_t tier, uint64_t now_ns) {
+    if ((expiring_tiers_ >> tier) & 1U) e->expiring_touch_ns = now_ns;
+  }
+  // Forgets the copies of `v` in tiers `from` and below when only tiers with
+  // an expiry hold them and half that expiry has passed since they were last
+  // written or read: they may be gone already (hits from the hub never touch
+  // them), so the block is written again, not let go as held below.
+  // REQUIRES: mu_ held.
+  void ForgetExpiringCopiesLocked(IndexEntry* v, size_t from, uint64_t now_ns);
   // A victim an eviction pass is done with: unpinned, no longer moving.
   // REQUIRES: mu_ held.
   void EndMoveLocked(IndexEntry* v) {
@@ -397,6 +409,8 @@ class RuntimeImpl final : public Runtime {
   // by a load or an eviction that does not wait for them).
   uint64_t late_calls_ = 0;
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
+  uint32_t expiring_tiers_ = 0;              // bit t: tier t's copies expire (set at construction)
+  uint64_t refresh_after_ns_ = 0;            // half the shortest of those expiries
   // Guarded by mu_: set by the shutdown writeback, from when the hub's copies
   // are about to end with the process, so that none counts as a copy.
   bool hub_ending_ = false;

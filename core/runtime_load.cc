@@ -277,6 +277,7 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
         ++tier_counts_[tier].corruptions;
       }
     }
+    if (st.ok()) TouchExpiringLocked(e, tier, now);  // the read restarted its expiry
     if (!st.ok()) {
       results[i] = st;
       arena_->Free(staged[i]);

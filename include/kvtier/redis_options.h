@@ -21,7 +21,10 @@ struct RedisTierOptions {
   uint32_t db = 0;                     // SELECT index; must be 0 with cluster (Redis rule)
   std::string key_prefix = "kvtier";   // keys are "<prefix>:<namespace hex>:<key hex>"
   uint64_t ttl_s = 0;                  // expiry of every stored block, counted from its last
-                                       // write or read (reads use GETEX: Redis 6.2+); 0 = never
+                                       // write or read (reads use GETEX: Redis 6.2+); 0 = never.
+                                       // Hits from the hub do not touch it: a block the hub
+                                       // kept serving is written again before it leaves the
+                                       // hub, once half of ttl_s has passed.
   uint32_t connect_timeout_ms = 1000;  // bound on connect, AUTH and SELECT
   uint32_t op_timeout_ms = 2000;       // bound on each reply (longer by a value's bytes at
                                        // 4 MB/s) and on sending each request batch

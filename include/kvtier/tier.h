@@ -42,6 +42,10 @@ struct TierCapabilities {
   bool local_index = false;
   uint32_t max_batch_blocks = 4096; // larger batches are refused (InvalidArgument)
   uint64_t max_block_bytes = 0;     // largest payload; 0 = no limit beyond capacity
+  // A copy neither written nor read for this long may be gone (a TTL): the
+  // runtime writes such a block again before it lets its last other copy
+  // go. 0: copies stay until removed or evicted.
+  uint64_t expiry_ms = 0;
 };
 
 struct TierUsage {

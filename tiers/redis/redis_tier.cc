@@ -63,7 +63,8 @@ class RedisTier final : public Tier {
       : Tier(options.name, "redis",
              TierCapabilities{.shared = true,
                               .checksummed = true,
-                              .max_block_bytes = router->max_value_bytes() - kBlockHeaderBytes}),
+                              .max_block_bytes = router->max_value_bytes() - kBlockHeaderBytes,
+                              .expiry_ms = options.redis.ttl_s * 1000}),
         options_(options),
         block_bytes_(block_bytes),
         router_(std::move(router)) {}
