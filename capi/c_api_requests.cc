@@ -48,9 +48,12 @@ thread_local std::string* layer_failure = nullptr;
 // blocks Internal as a C++ on_layer that throws does.
 void CallOnLayer(kvtier_layer_fn on_layer, void* user, uint32_t layer) {
   std::string failure;
-  std::string* outer = std::exchange(layer_failure, &failure);
+  // Restored however on_layer returns: a C++ function passed as one may throw.
+  struct Restore {
+    std::string* outer;
+    ~Restore() { layer_failure = outer; }
+  } restore{std::exchange(layer_failure, &failure)};
   on_layer(user, layer);
-  layer_failure = outer;
   if (!failure.empty()) throw std::runtime_error(failure);
 }
 

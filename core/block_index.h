@@ -53,7 +53,9 @@ struct IndexEntry {
   uint32_t filling_children = 0;
   uint64_t last_access_ns = 0;
   // When a copy of it in a tier with an expiry (TierCapabilities::expiry_ms)
-  // was last written or read; 0: never (an adopted copy), or no such tier.
+  // was last written or read by this process; 0: never. An adopted copy is
+  // of unknown age, so it keeps an older time (or 0) and is written again
+  // sooner rather than later.
   uint64_t expiring_touch_ns = 0;
   // The last use that ended at this block: a load whose deepest hit it was,
   // or its being stored when it had no copy. Tiers that refresh only the

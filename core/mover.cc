@@ -120,13 +120,10 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
   if (HubAboveHigh()) WakeMover();
 }
 
-void RuntimeImpl::ForgetExpiringCopiesLocked(IndexEntry* v, size_t from, uint64_t now_ns) {
-  const uint32_t below = v->locations & ~((1U << from) - 1);
-  if (below == 0 || (below & ~expiring_tiers_) != 0) return;  // none, or one that lasts
-  if (v->expiring_touch_ns + refresh_after_ns_ > now_ns) return;
-  for (size_t t = from; t < tier_count(); ++t) {
-    if (v->In(t)) index_.DropLocation(v, t);
-  }
+bool RuntimeImpl::ExpiringCopiesLocked(const IndexEntry& v, size_t from, uint64_t now_ns) const {
+  const uint32_t below = v.locations & ~((1U << from) - 1);
+  if (below == 0 || (below & ~expiring_tiers_) != 0) return false;  // none, or one that lasts
+  return v.expiring_touch_ns + refresh_after_ns_ <= now_ns;
 }
 
 std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t batch) {
@@ -180,7 +177,8 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks, SteadyTime deadlin
 }
 
 std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims,
-                                               std::vector<bool>& reclaimed) {
+                                               std::vector<bool>& reclaimed,
+                                               std::vector<bool>& refresh) {
   const size_t next = tier + 1;
   std::vector<bool> write(victims.size(), false);
   // An `always` tier needs no per-block question (nor its tier state).
@@ -200,8 +198,16 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
   const uint64_t now = NowNs();
   for (size_t i = 0; i < victims.size(); ++i) {
     IndexEntry* v = victims[i];
-    if (expiring_tiers_ != 0) ForgetExpiringCopiesLocked(v, next, now);
-    if ((v->locations >> next) != 0) continue;  // a deeper tier holds it: no write
+    const bool stale_below = expiring_tiers_ != 0 && ExpiringCopiesLocked(*v, next, now);
+    if (stale_below && v->In(next)) {
+      // Written again whatever the admission says: the tier holds it already.
+      // Kept above until that write ends (WritebackAndDrop); not while a
+      // Remove of it there is listed.
+      if (removing.count(v->id) == 0) write[i] = refresh[i] = true;
+      continue;
+    }
+    // A deeper tier holds it: no write (unless that copy may have expired).
+    if ((v->locations >> next) != 0 && !stale_below) continue;
     const auto listed = removing.find(v->id);
     if (listed != removing.end() && listed->second.running != 0) continue;  // a Remove runs there
     const bool other_copy = (v->locations & ~(1U << tier)) != 0;
@@ -234,12 +240,13 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
                                      SteadyTime deadline) {
   const size_t next = tier + 1;
   std::vector<bool> written(victims.size(), false), reclaimed(victims.size(), false);
+  std::vector<bool> refresh(victims.size(), false);
   std::vector<bool> late(victims.size(), false);  // settled by SettleLateWriteLocked
   std::vector<Status> read_status(victims.size());
   if (next < tier_count()) {
     try {
-      WriteToNext(tier, victims, DecideAdmission(tier, victims, reclaimed), written, read_status,
-                  deadline, &late, &reclaimed);
+      WriteToNext(tier, victims, DecideAdmission(tier, victims, reclaimed, refresh), written,
+                  read_status, deadline, &late, &reclaimed);
     } catch (...) {
       // A lower tier's Usage() or a policy threw, or memory ran out: the
       // victims stay where they are, their copies below indexed as far as
@@ -282,6 +289,10 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
         continue;
       }
       if (!read_status[i].ok()) continue;  // tier unreachable now: keep its copy
+      if (refresh[i] && !written[i]) {
+        ++tier_counts_[tier].rejected;  // its copies below may be gone: kept until rewritten
+        continue;
+      }
       const bool other_copy = (v->locations & ~(1U << tier)) != 0;
       if (v->pins != v->save_holds || (!other_copy && (v->children != 0 || v->save_holds != 0))) {
         ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children
@@ -438,9 +449,16 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
       ++corrupt;
     } else if (st.ok() && v->checksum &&
                PayloadChecksum(ChecksumKind::kXxh3_64, staging[j]) != *v->checksum) {
-      st = Status::Corruption("demote: block " + ToHex(v->id.key) + " read from tier '" + t.name() +
-                              "' fails its checksum");
-      ++corrupt;
+      if (SharedTier(tier)) {
+        // Another writer's bytes for the key (InstallStagedLocked): not this
+        // block's, not corrupt either, and not to be removed from under it.
+        st = Status::NotFound("demote: block " + ToHex(v->id.key) + " in tier '" + t.name() +
+                              "' was saved again by another writer");
+      } else {
+        st = Status::Corruption("demote: block " + ToHex(v->id.key) + " read from tier '" +
+                                t.name() + "' fails its checksum");
+        ++corrupt;
+      }
     }
     if (!st.ok()) {
       read_status[items[j]] = std::move(st);

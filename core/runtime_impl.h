@@ -285,8 +285,10 @@ class RuntimeImpl final : public Runtime {
   // removing now is not written; one whose failed Remove there awaits a
   // retry is, and the retry is cancelled (reclaimed[i], restored if the
   // write fails).
+  // refresh[i]: victim i's expiring copies below are written again
+  // (ExpiringCopiesLocked); it stays above unless that write succeeds.
   std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims,
-                                    std::vector<bool>& reclaimed);
+                                    std::vector<bool>& reclaimed, std::vector<bool>& refresh);
   // Pending removes (see pending_removes_). Lists `k` for lower tier `tier`,
   // counting one more running Remove of it when `running` (else it awaits a
   // retry); false when the tier's list is full (the key is then not
@@ -346,17 +348,23 @@ class RuntimeImpl final : public Runtime {
     metrics_.AddMove(tier, tier + 1, 1, v->bytes);
     return v->bytes;
   }
+  // Lower tier `tier` is shared with other processes, which may save a key
+  // again with other bytes, and checks each block against its own header.
+  bool SharedTier(size_t tier) const {
+    const TierCapabilities& c = lower_[tier - 1]->capabilities();
+    return c.shared && c.checksummed && options_.tiers[tier].shared;
+  }
   // Notes that `e`'s copy in `tier` was just written or read, which restarts
   // its expiry there. REQUIRES: mu_ held.
   void TouchExpiringLocked(IndexEntry* e, size_t tier, uint64_t now_ns) {
     if ((expiring_tiers_ >> tier) & 1U) e->expiring_touch_ns = now_ns;
   }
-  // Forgets the copies of `v` in tiers `from` and below when only tiers with
-  // an expiry hold them and half that expiry has passed since they were last
-  // written or read: they may be gone already (hits from the hub never touch
-  // them), so the block is written again, not let go as held below.
+  // True when only tiers with an expiry hold `v` in tiers `from` and below,
+  // and half that expiry has passed since its copy there was last written or
+  // read: it may be gone already (hits from the hub never touch it), so the
+  // block is written again before it leaves the tier above.
   // REQUIRES: mu_ held.
-  void ForgetExpiringCopiesLocked(IndexEntry* v, size_t from, uint64_t now_ns);
+  bool ExpiringCopiesLocked(const IndexEntry& v, size_t from, uint64_t now_ns) const;
   // A victim an eviction pass is done with: unpinned, no longer moving.
   // REQUIRES: mu_ held.
   void EndMoveLocked(IndexEntry* v) {

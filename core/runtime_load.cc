@@ -255,6 +255,7 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
       continue;
     }
     Status st = c.result(j);
+    std::optional<uint64_t> theirs;  // the checksum of another writer's bytes, taken if installed
     // Counted here only when found here: the tier counts those it reports.
     if (st.ok() && c.bytes(j) != e->bytes) {
       st = Status::Corruption("load: tier '" + t.name() + "' returned " +
@@ -265,12 +266,12 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
       const uint64_t sum =
           PayloadChecksum(ChecksumKind::kXxh3_64, arena_->Slot(staged[i]).first(e->bytes));
       if (sum == *e->checksum) {
-      } else if (t.capabilities().shared && t.capabilities().checksummed) {
+      } else if (SharedTier(tier)) {
         // Another process sharing the tier saved this key again, with other
         // bytes (an engine's KV need not be the same bit for bit), and the
         // tier checked them against their own header: that writer's whole
         // block, as good as this process's. Taken, with its checksum.
-        e->checksum = sum;
+        theirs = sum;
       } else {
         st = Status::Corruption("load: block " + ToHex(e->id.key) + " read from tier '" + t.name() +
                                 "' fails its checksum");
@@ -289,6 +290,7 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
     } else if (e->In(0)) {
       arena_->Free(staged[i]);  // another load promoted it meanwhile
     } else {
+      if (theirs) e->checksum = theirs;
       e->host_slot = staged[i];
       index_.AddLocation(e, 0, now);
       ++tier_counts_[0].hub_blocks_in;
