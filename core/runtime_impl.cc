@@ -114,7 +114,8 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
   adopt_shared_.assign(1 + lower_.size(), false);
   for (size_t t = 1; t < tier_count(); ++t) {
     const TierCapabilities& c = lower_[t - 1]->capabilities();
-    adopt_shared_[t] = !c.local_index && c.shared && c.checksummed && options_.tiers[t].shared;
+    if (c.shared && c.checksummed && options_.tiers[t].shared) shared_tiers_ |= 1U << t;
+    adopt_shared_[t] = !c.local_index && SharedTier(t);
     if (c.expiry_ms != 0) {
       const uint64_t half_ns = c.expiry_ms * 500'000;
       refresh_after_ns_ = expiring_tiers_ == 0 ? half_ns : std::min(refresh_after_ns_, half_ns);

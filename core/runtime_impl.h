@@ -350,10 +350,7 @@ class RuntimeImpl final : public Runtime {
   }
   // Lower tier `tier` is shared with other processes, which may save a key
   // again with other bytes, and checks each block against its own header.
-  bool SharedTier(size_t tier) const {
-    const TierCapabilities& c = lower_[tier - 1]->capabilities();
-    return c.shared && c.checksummed && options_.tiers[tier].shared;
-  }
+  bool SharedTier(size_t tier) const { return (shared_tiers_ >> tier) & 1U; }
   // Notes that `e`'s copy in `tier` was just written or read, which restarts
   // its expiry there. REQUIRES: mu_ held.
   void TouchExpiringLocked(IndexEntry* e, size_t tier, uint64_t now_ns) {
@@ -418,6 +415,7 @@ class RuntimeImpl final : public Runtime {
   uint64_t late_calls_ = 0;
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
   uint32_t expiring_tiers_ = 0;              // bit t: tier t's copies expire (set at construction)
+  uint32_t shared_tiers_ = 0;                // bit t: SharedTier(t) (set at construction)
   uint64_t refresh_after_ns_ = 0;            // half the shortest of those expiries
   // Guarded by mu_: set by the shutdown writeback, from when the hub's copies
   // are about to end with the process, so that none counts as a copy.

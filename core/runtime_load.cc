@@ -265,14 +265,13 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
     } else if (st.ok() && e->checksum) {
       const uint64_t sum =
           PayloadChecksum(ChecksumKind::kXxh3_64, arena_->Slot(staged[i]).first(e->bytes));
-      if (sum == *e->checksum) {
-      } else if (SharedTier(tier)) {
+      if (sum != *e->checksum && SharedTier(tier)) {
         // Another process sharing the tier saved this key again, with other
         // bytes (an engine's KV need not be the same bit for bit), and the
         // tier checked them against their own header: that writer's whole
         // block, as good as this process's. Taken, with its checksum.
         theirs = sum;
-      } else {
+      } else if (sum != *e->checksum) {
         st = Status::Corruption("load: block " + ToHex(e->id.key) + " read from tier '" + t.name() +
                                 "' fails its checksum");
         ++tier_counts_[tier].corruptions;

@@ -19,6 +19,12 @@
 namespace kvtier::bench {
 namespace {
 
+// Pool blocks a context of `tokens` holds: its full blocks, plus the one the
+// next token goes into.
+uint64_t PoolBlocksFor(uint64_t tokens, uint32_t block_tokens) {
+  return (tokens + block_tokens) / block_tokens;
+}
+
 constexpr uint64_t kGeneratedBit = 1ULL << 63;
 
 struct ReqState {
@@ -54,7 +60,7 @@ class Engine {
   void DecodeStep();
   void Preempt();
   uint32_t BlocksFor(uint64_t tokens) const {
-    return static_cast<uint32_t>((tokens + e_.block_tokens) / e_.block_tokens);
+    return static_cast<uint32_t>(PoolBlocksFor(tokens, e_.block_tokens));
   }
   uint64_t Context(size_t r) const { return trace_.requests[r].input_length + req_[r].generated; }
   // Tokens ResumeChain covers with save_on_preempt: every full block of the
@@ -315,9 +321,9 @@ SweepResult Engine::Run(const PolicyKnobs& knobs) {
 }  // namespace
 
 uint64_t PeakPoolBlocks(const TraceRequest& request, uint32_t block_tokens) {
-  const uint64_t tokens =
-      uint64_t{request.input_length} + (request.output_length > 0 ? request.output_length - 1 : 0);
-  return (tokens + block_tokens) / block_tokens;
+  return PoolBlocksFor(
+      uint64_t{request.input_length} + (request.output_length > 0 ? request.output_length - 1 : 0),
+      block_tokens);
 }
 
 LeftOut DropRequestsLargerThanPool(Trace& trace, const SweepEngine& engine) {
