@@ -403,6 +403,32 @@ TEST_F(RedisFaultTest, ValuesPastProtoMaxBulkLenAreRefused) {
   tier->Shutdown();
 }
 
+// A server that caps what it buffers for a client (client-output-buffer-limit
+// normal) closes the connection once the replies it holds pass the hard
+// limit: a batch of reads is pipelined within that limit, and a block whose
+// reply alone exceeds it is refused at open.
+TEST_F(RedisFaultTest, ReadsStayWithinTheServersOutputBufferLimit) {
+  StartServer(
+      RedisServerOptions{.extra_args = {"--client-output-buffer-limit", "normal 4mb 2mb 60"}});
+  auto too_big = MakeRedisTier(options_, 4 << 20);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_big.status().message().find("client-output-buffer-limit"), std::string_view::npos)
+      << too_big.status().ToString();
+
+  auto tier = Open(kBlock);
+  ASSERT_TRUE(tier);
+  Batch b = MakeBatch(0, 32);
+  ASSERT_TRUE(tier->Write(kNs, b.ops).Wait().ok());
+  std::vector<std::vector<std::byte>> out(b.ops.size(), std::vector<std::byte>(kBlock));
+  std::vector<ReadOp> reads;
+  for (size_t i = 0; i < b.ops.size(); ++i) reads.push_back({b.ops[i].key, out[i]});
+  Completion c = tier->Read(kNs, reads);
+  EXPECT_TRUE(c.Wait().ok()) << c.Wait().ToString();
+  for (size_t i = 0; i < reads.size(); ++i) EXPECT_TRUE(out[i] == b.data[i]) << i;
+  tier->Shutdown();
+}
+
 TEST_F(RedisFaultTest, NoServerAtOpenIsUnavailable) {
   StartServer();
   const std::string endpoint = server_->endpoint();

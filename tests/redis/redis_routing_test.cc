@@ -136,6 +136,25 @@ TEST(RedisRouting, ClusterNodesNamesItsUsableMasters) {
       StatusCode::kCorruption);
 }
 
+TEST(RedisRouting, OutputBufferLimitOfNormalClients) {
+  const OutputBufferLimit set = ParseNormalOutputBufferLimit(
+      "normal 4194304 2097152 60 slave 268435456 67108864 60 pubsub 33554432 8388608 60");
+  EXPECT_EQ(set.hard_bytes, 4194304u);
+  EXPECT_EQ(set.soft_bytes, 2097152u);
+  // Redis's default: no limit for normal clients, whatever the others have.
+  const OutputBufferLimit none =
+      ParseNormalOutputBufferLimit("replica 1 2 3 normal 0 0 0 pubsub 33554432 8388608 60");
+  EXPECT_EQ(none.hard_bytes, 0u);
+  EXPECT_EQ(none.soft_bytes, 0u);
+  // Malformed numbers, a short list or no list at all read as no limit.
+  for (const char* text : {"normal 4mb x 60", "normal 5", "", "  ", "pubsub 1 2 3"}) {
+    const OutputBufferLimit odd = ParseNormalOutputBufferLimit(text);
+    EXPECT_EQ(odd.hard_bytes, 0u) << text;
+    EXPECT_EQ(odd.soft_bytes, 0u) << text;
+  }
+  EXPECT_EQ(ParseNormalOutputBufferLimit("normal  7  0  0").hard_bytes, 7u);
+}
+
 TEST(RedisRouting, ErrorRepliesMapToCodes) {
   EXPECT_EQ(FromRedisError("OOM command not allowed", "SET k").code(),
             StatusCode::kResourceExhausted);

@@ -164,9 +164,14 @@ bool RedisNode::Execute(Worker* w, RedisJob& job, std::vector<RedisOpResult>& re
     while (answered < job.ops.size() && broken.ok()) {
       size_t end = answered;
       uint64_t bytes = 0;
+      uint64_t reply_bytes = 0;
+      const uint64_t reply_limit = reply_bytes_.load(std::memory_order_relaxed);
       while (end < job.ops.size() && end - answered < kChunkOps && bytes < kChunkBytes) {
+        const uint64_t reply = job.ops[end].dst.size();
+        if (reply_limit != 0 && end > answered && reply_bytes + reply > reply_limit) break;
         QueueRedisOp(conn, job.ops[end], options_.ttl_s);
-        bytes += job.ops[end].payload.size() + job.ops[end].dst.size();
+        bytes += job.ops[end].payload.size() + reply;
+        reply_bytes += reply;
         ++end;
       }
       broken = conn.Flush();

@@ -69,6 +69,14 @@ class RedisNode {
   // carries the jobs without them.
   size_t connections() const { return workers_.size() - 1; }
 
+  // Bounds the reply bytes one connection asks for before reading them
+  // (0: only the fixed chunk bound), so the server's output buffer for it
+  // stays below its client-output-buffer-limit. A single reply larger than
+  // the bound is still asked for alone.
+  void LimitRepliesInFlight(uint64_t bytes) {
+    reply_bytes_.store(bytes, std::memory_order_relaxed);
+  }
+
   // Queues a job: one of only EXISTS and DEL ops on the control connection,
   // any other on a data connection chosen round-robin. Busy (delivered as
   // each op's result, on the calling thread) when that queue is full.
@@ -100,6 +108,7 @@ class RedisNode {
   const std::shared_ptr<LogSink> log_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> next_{0};
+  std::atomic<uint64_t> reply_bytes_{0};
 };
 
 // Fails every op of `job` with `st` and delivers the results, marked

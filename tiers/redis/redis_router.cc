@@ -19,6 +19,20 @@ uint64_t NowNs() {
 
 }  // namespace
 
+uint64_t RedisRouter::max_value_bytes() const {
+  return max_value_bytes_read_ == 0 ? kDefaultMaxValueBytes : max_value_bytes_read_;
+}
+
+uint64_t RedisRouter::replies_in_flight_bytes() const {
+  // Half the smallest limit set: the server also counts its reply buffers'
+  // slack, and a soft limit held for its seconds closes the connection too.
+  uint64_t limit = reply_hard_limit_;
+  if (reply_soft_limit_ != 0 && (limit == 0 || reply_soft_limit_ < limit)) {
+    limit = reply_soft_limit_;
+  }
+  return limit == 0 ? 0 : limit / 2;
+}
+
 RedisRouter::RedisRouter(const TierOptions& options, std::shared_ptr<LogSink> log)
     : options_(options.redis), log_(std::move(log)), cluster_(options.redis.cluster) {}
 
@@ -47,26 +61,42 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const TierOptions& option
   Status st = router->cluster_ ? router->OpenCluster(std::move(endpoints))
                                : router->OpenServers(std::move(endpoints));
   if (!st.ok()) return st;
+  // Nodes made before the last server answered took a larger limit.
+  std::lock_guard lock(router->nodes_mu_);
+  for (auto& [name, node] : router->nodes_) {
+    node->LimitRepliesInFlight(router->replies_in_flight_bytes());
+  }
   return router;
 }
 
-Status RedisRouter::ReadMaxValueBytes(RedisConnection& conn) {
-  // CONFIG may be renamed or forbidden by ACLs: then keep Redis's default.
-  std::string_view argv[] = {"CONFIG", "GET", "proto-max-bulk-len"};
-  auto reply = conn.Call(argv, RespLimits{});
-  if (!reply.ok()) {
-    return reply.status().WithContext("CONFIG GET on redis " + conn.endpoint().ToString());
-  }
-  if (reply->kind == RespHead::Kind::kArray && reply->items.size() == 2 &&
-      reply->items[1].kind == RespHead::Kind::kBulk) {
-    const uint64_t v = std::strtoull(reply->items[1].text.c_str(), nullptr, 10);
-    // The smallest of every server's: a block goes to whichever the key
-    // hashes to.
-    if (v > 0) {
-      max_value_bytes_ = value_limit_read_ ? std::min(max_value_bytes_, v) : v;
-      value_limit_read_ = true;
+Status RedisRouter::ReadServerLimits(RedisConnection& conn) {
+  // CONFIG may be renamed or forbidden by ACLs: then keep Redis's defaults.
+  // A reply that does not name the setting asked for is ignored too.
+  auto read = [&conn](std::string_view name) -> Result<std::string> {
+    std::string_view argv[] = {"CONFIG", "GET", name};
+    auto reply = conn.Call(argv, RespLimits{});
+    if (!reply.ok()) {
+      return reply.status().WithContext("CONFIG GET on redis " + conn.endpoint().ToString());
     }
-  }
+    if (reply->kind == RespHead::Kind::kArray && reply->items.size() == 2 &&
+        reply->items[0].text == name && reply->items[1].kind == RespHead::Kind::kBulk) {
+      return reply->items[1].text;
+    }
+    return std::string();
+  };
+  // The smallest of every server's: a block goes to whichever the key
+  // hashes to.
+  auto lower = [](uint64_t* limit, uint64_t v) {
+    if (v > 0) *limit = *limit == 0 ? v : std::min(*limit, v);
+  };
+  auto bulk_len = read("proto-max-bulk-len");
+  if (!bulk_len.ok()) return bulk_len.status();
+  lower(&max_value_bytes_read_, std::strtoull(bulk_len->c_str(), nullptr, 10));
+  auto obuf = read("client-output-buffer-limit");
+  if (!obuf.ok()) return obuf.status();
+  const OutputBufferLimit normal = ParseNormalOutputBufferLimit(*obuf);
+  lower(&reply_hard_limit_, normal.hard_bytes);
+  lower(&reply_soft_limit_, normal.soft_bytes);
   return Status::Ok();
 }
 
@@ -120,7 +150,7 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
     // Every server is asked: keys hash to all of them. (One first reached
     // after open is not; a read it cannot serve says why, FromRedisError.)
     if (conn.ok()) {
-      Status st = ReadMaxValueBytes(**conn);
+      Status st = ReadServerLimits(**conn);
       if (st.ok()) st = CheckTtlReads(**conn);
       if (!st.ok()) conn = st;
     }
@@ -153,7 +183,7 @@ Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
     names += (names.empty() ? "" : ", ") + seed.ToString();
     auto conn = RedisConnection::Open(seed, options_, tls_.get());
     Status st = conn.status();
-    if (st.ok()) st = ReadMaxValueBytes(**conn);
+    if (st.ok()) st = ReadServerLimits(**conn);
     if (st.ok()) st = CheckTtlReads(**conn);
     if (st.ok()) st = LoadSlots(**conn);
     if (st.ok()) return st;
@@ -229,7 +259,10 @@ std::set<std::string> RedisRouter::ListedMasters(RedisConnection& conn) {
 RedisNode* RedisRouter::NodeAtLocked(const RedisEndpoint& endpoint,
                                      std::unique_ptr<RedisConnection> conn) {
   auto& node = nodes_[endpoint.ToString()];
-  if (!node) node = std::make_unique<RedisNode>(endpoint, options_, tls_, std::move(conn), log_);
+  if (!node) {
+    node = std::make_unique<RedisNode>(endpoint, options_, tls_, std::move(conn), log_);
+    node->LimitRepliesInFlight(replies_in_flight_bytes());
+  }
   return node.get();
 }
 

@@ -66,7 +66,13 @@ class RedisRouter {
   // caller that must not block: requests made while one runs coalesce.
   void RequestRefresh();
   // Largest value the servers accept (proto-max-bulk-len; 512 MiB default).
-  uint64_t max_value_bytes() const { return max_value_bytes_; }
+  uint64_t max_value_bytes() const;
+  // The hard client-output-buffer-limit of normal clients, the smallest of
+  // the servers' (0: none): a reply larger than it closes the connection.
+  uint64_t reply_hard_limit() const { return reply_hard_limit_; }
+  // Bytes of replies one connection may have asked for and not yet read
+  // (0: no limit), well within the servers' output buffer limits.
+  uint64_t replies_in_flight_bytes() const;
   // Stops every node's threads. REQUIRES: no batch in flight.
   void Shutdown();
 
@@ -82,10 +88,11 @@ class RedisRouter {
   RedisNode* NodeAtLocked(const RedisEndpoint& endpoint,
                           std::unique_ptr<RedisConnection> conn = nullptr);
   RedisNode* KnownNode(const RedisEndpoint& endpoint);
-  // Reads the server's proto-max-bulk-len into max_value_bytes_, the
-  // smallest of the servers' (the default when none answers CONFIG); fails
-  // only with the connection.
-  Status ReadMaxValueBytes(RedisConnection& conn);
+  // Reads the server's proto-max-bulk-len and client-output-buffer-limit,
+  // keeping the smallest of the servers' (the defaults when none answers
+  // CONFIG); fails only with the connection. Read at open only: a limit
+  // lowered later on a running server is not seen.
+  Status ReadServerLimits(RedisConnection& conn);
   // With ttl_s set, reads are GETEX, which Redis has since 6.2: an older
   // server (by INFO's redis_version) is InvalidArgument, saying so, rather
   // than a tier whose every read fails. A server that does not tell passes;
@@ -99,8 +106,11 @@ class RedisRouter {
   const std::shared_ptr<LogSink> log_;
   const bool cluster_;
   std::shared_ptr<const TlsClientContext> tls_;  // with options_.tls; set at open
-  uint64_t max_value_bytes_ = 512ull << 20;
-  bool value_limit_read_ = false;  // a server reported its proto-max-bulk-len
+  static constexpr uint64_t kDefaultMaxValueBytes = 512ull << 20;
+  // The smallest each server reported, 0 when none did; set at open.
+  uint64_t max_value_bytes_read_ = 0;
+  uint64_t reply_hard_limit_ = 0;
+  uint64_t reply_soft_limit_ = 0;
 
   std::mutex nodes_mu_;
   std::map<std::string, std::unique_ptr<RedisNode>> nodes_;  // guarded by nodes_mu_

@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -176,6 +178,32 @@ bool ParseRedirect(std::string_view error, RedisEndpoint* target, bool* asking) 
   *target = std::move(endpoint).value();
   if (no_host) target->host.clear();
   return true;
+}
+
+OutputBufferLimit ParseNormalOutputBufferLimit(std::string_view text) {
+  // "normal 0 0 0 replica 268435456 67108864 60 pubsub 33554432 8388608 60":
+  // a class name, then hard bytes, soft bytes and soft seconds.
+  std::vector<std::string_view> words;
+  while (!text.empty()) {
+    const size_t start = text.find_first_not_of(' ');
+    if (start == std::string_view::npos) break;
+    text.remove_prefix(start);
+    const size_t end = std::min(text.find(' '), text.size());
+    words.push_back(text.substr(0, end));
+    text.remove_prefix(end);
+  }
+  OutputBufferLimit out;
+  for (size_t i = 0; i + 3 < words.size(); i += 4) {
+    if (words[i] != "normal") continue;
+    auto number = [](std::string_view w) {
+      uint64_t v = 0;
+      const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), v);
+      return ec == std::errc() && end == w.data() + w.size() ? v : 0;
+    };
+    out.hard_bytes = number(words[i + 1]);
+    out.soft_bytes = number(words[i + 2]);
+  }
+  return out;
 }
 
 }  // namespace kvtier::internal

@@ -84,4 +84,13 @@ Result<std::vector<RedisEndpoint>> ParseClusterNodesMasters(std::string_view tex
 // Returns false when `error` is neither; sets *asking for ASK.
 bool ParseRedirect(std::string_view error, RedisEndpoint* target, bool* asking);
 
+// The "normal" class of a CONFIG GET client-output-buffer-limit value
+// ("normal 0 0 0 replica ... pubsub ..."), in bytes; 0 where unset or
+// malformed (Redis itself answers in bytes, whatever units set it).
+struct OutputBufferLimit {
+  uint64_t hard_bytes = 0;
+  uint64_t soft_bytes = 0;
+};
+OutputBufferLimit ParseNormalOutputBufferLimit(std::string_view text);
+
 }  // namespace kvtier::internal

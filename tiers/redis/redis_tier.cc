@@ -363,6 +363,17 @@ Result<std::unique_ptr<Tier>> NewRedisTier(const TierOptions& options, const Tie
         " bytes plus its header exceeds the server's proto-max-bulk-len of " +
         std::to_string((*router)->max_value_bytes()));
   }
+  // Redis closes a connection whose unread replies pass the hard limit, so a
+  // block whose reply alone does (value, header and RESP framing) could
+  // never be read back.
+  const uint64_t hard = (*router)->reply_hard_limit();
+  if (hard != 0 && context.block_bytes + kBlockHeaderBytes + 32 > hard) {
+    return Status::InvalidArgument(
+        "tier '" + options.name + "': a block of " + std::to_string(context.block_bytes) +
+        " bytes could never be read back: its reply exceeds the server's "
+        "client-output-buffer-limit for normal clients (hard limit " +
+        std::to_string(hard) + " bytes); raise it or use smaller blocks");
+  }
   return std::unique_ptr<Tier>(
       new RedisTier(options, context.block_bytes, std::move(router).value()));
 }
