@@ -40,7 +40,7 @@ struct NvmeTierOptions {
   // (oldest first) or "greedy" (fewest live bytes first).
   std::string reclaim = "fifo";
   // Open the data file with O_DIRECT. Where the file system refuses it
-  // (tmpfs) the tier falls back to buffered I/O, logs it once and reports it.
+  // (tmpfs) the tier falls back to buffered I/O and logs a warning once.
   bool direct_io = true;
   // Index group commit: after this many written blocks the data file is
   // fdatasync'ed and the pending index entries are written to RocksDB. A

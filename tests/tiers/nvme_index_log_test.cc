@@ -63,6 +63,18 @@ TEST(NvmeIndexLog, RocksDbWritesNoLogFileAndSpeaksThroughTheTiersLog) {
   EXPECT_FALSE(HasRocksLogFile(index));
 }
 
+// A store's first open is no fault: RocksDB used to log an error for the
+// index directory it was about to create, which reached engines' logs.
+TEST(NvmeIndexLog, AFreshStoreLogsNothing) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const TierOptions o = NvmeOptions(dir.path(), 16, kBytes);
+  auto log = std::make_shared<RecordingLog>(LogLevel::kWarning, "");
+  ASSERT_NO_FATAL_FAILURE(MakeStore(o, log));
+  ASSERT_NO_FATAL_FAILURE(MakeStore(o, log));
+  for (const std::string& line : log->lines()) ADD_FAILURE() << line;
+}
+
 TEST(NvmeIndexLog, AnIndexMissingItsFilesIsCalledDamaged) {
   ScratchDir dir;
   ASSERT_TRUE(dir.ok());

@@ -40,7 +40,9 @@ Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* l
   struct stat st {};
   const bool existed = stat(path.c_str(), &st) == 0;
   f.block_device_ = existed && S_ISBLK(st.st_mode);
-  f.created_ = !existed;
+  // An empty regular file holds no block (a first open that failed to size
+  // it, or a file truncated since): whatever an index says of it is void.
+  f.created_ = !existed || (S_ISREG(st.st_mode) && st.st_size == 0);
   const int base = O_RDWR | O_CLOEXEC | (f.block_device_ ? 0 : O_CREAT);
   f.fd_ = direct ? open(path.c_str(), base | O_DIRECT, 0644) : -1;
   f.direct_ = f.fd_ >= 0;

@@ -36,7 +36,8 @@ class DataFile {
   bool direct() const { return direct_; }
   bool block_device() const { return block_device_; }
   bool preallocated() const { return preallocated_; }
-  // The file did not exist before this Open: no block of an older store is in it.
+  // The file did not exist before this Open, or was empty: no block of an
+  // older store is in it.
   bool created() const { return created_; }
 
  private:

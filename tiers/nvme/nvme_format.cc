@@ -96,8 +96,9 @@ std::string DescribeMismatch(const StoreMeta& stored, const StoreMeta& wanted) {
     return diff("region size", stored.region_bytes, wanted.region_bytes);
   }
   if (stored.regions != wanted.regions) {
-    // The count is the capacity over the region size: the capacity changed.
-    return diff("region count", stored.regions, wanted.regions) + ", capacity " +
+    // The count follows from the capacity and the region size: the
+    // capacity changed. The file's size counts headers and spare regions too.
+    return diff("region count", stored.regions, wanted.regions) + ", data file size " +
            std::to_string(stored.regions * stored.region_bytes) +
            " != " + std::to_string(wanted.regions * wanted.region_bytes) + " bytes";
   }

@@ -43,7 +43,12 @@ class IndexLog : public rocksdb::Logger {
   void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
     if (sink_ == nullptr || level < GetInfoLogLevel()) return;
     char line[1024];
-    std::vsnprintf(line, sizeof(line), format, ap);
+    const int n = std::vsnprintf(line, sizeof(line), format, ap);
+    // RocksDB ends some lines with a newline of its own.
+    for (size_t len = std::min<size_t>(n < 0 ? 0 : n, sizeof(line) - 1);
+         len > 0 && line[len - 1] == '\n';) {
+      line[--len] = '\0';
+    }
     // Nothing may unwind into RocksDB: a line that cannot be logged is lost.
     try {
       sink_->Log(
@@ -67,6 +72,11 @@ rocksdb::Options DbOptions(std::shared_ptr<LogSink> log) {
 }
 
 Result<rocksdb::DB*> OpenDb(const std::string& dir, const std::shared_ptr<LogSink>& log) {
+  // Made here, not by create_if_missing: RocksDB first logs an error for a
+  // directory it cannot read, and every new store's first open sent that
+  // line to the engine's log. A failure shows in Open's status.
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
   rocksdb::DB* db = nullptr;
   KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(DbOptions(log), dir, &db), "open " + dir));
   return db;
@@ -119,7 +129,8 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   KVTIER_RETURN_IF_ERROR(FromRocks(s, "read meta"));
   std::optional<StoreMeta> stored = DecodeMeta(value);
   if (data_created) {
-    return Wipe(std::move(db), dir, meta, "its data file was created anew", log, wiped);
+    return Wipe(std::move(db), dir, meta, "its data file was created anew or found empty", log,
+                wiped);
   }
   if (stored && Matches(*stored, meta)) {
     if (stored->namespace_id == 0 && meta.namespace_id != 0) {
