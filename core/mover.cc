@@ -107,15 +107,27 @@ size_t RuntimeImpl::MoverPass() {
 }
 
 void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
+  // Pins and fills end within milliseconds in a working engine, so room is
+  // waited for while they hold the hub; but not past kHubRoomWait, since the
+  // caller's own pins (a chain it hangs off, an engine pinning while it
+  // loads) may be what holds it.
+  const SteadyTime held_until = std::min(deadline, std::chrono::steady_clock::now() + kHubRoomWait);
   for (;;) {
     const size_t free = HubFreeSlots();
-    if (free >= slots || std::chrono::steady_clock::now() >= deadline) break;
+    const SteadyTime now = std::chrono::steady_clock::now();
+    if (free >= slots || now >= deadline) break;
     if (EvictFromTier(0, slots - free, deadline) > 0) continue;
     // Nothing this thread may take: blocks that another pass (the mover, or
-    // another request) is moving out will free their slots shortly.
+    // another request) is moving out will free their slots shortly, and a
+    // pin or fill that ends makes its block one that may go. Slots freed
+    // otherwise (a failed load's) are seen at the next look.
     std::unique_lock lock(mu_);
-    if (moving_blocks_ == 0) break;
-    if (moves_done_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+    if (moving_blocks_ == 0 && now >= held_until) break;
+    const SteadyTime until =
+        moving_blocks_ != 0 ? deadline : std::min(held_until, now + kHubRoomRecheck);
+    ++hub_room_waiters_;
+    moves_done_.wait_until(lock, until);
+    --hub_room_waiters_;
   }
   if (HubAboveHigh()) WakeMover();
 }

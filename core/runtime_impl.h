@@ -337,7 +337,13 @@ class RuntimeImpl final : public Runtime {
   // was its last hold. REQUIRES: mu_ held.
   void DropPinLocked(IndexEntry* e) {
     --e->pins;
+    if (e->pins == 0 && e->In(0)) NoteHubRoomLocked();
     EraseIfUnheldLocked(e);
+  }
+  // A hub block may have become one an eviction can take (its last pin or
+  // its fill ended): wakes the calls waiting for hub room. REQUIRES: mu_ held.
+  void NoteHubRoomLocked() {
+    if (hub_room_waiters_ != 0) moves_done_.notify_all();
   }
   // Indexes the copy of `v` just written from `tier` into tier + 1 and
   // counts the move; returns its bytes. REQUIRES: mu_ held.
@@ -390,8 +396,11 @@ class RuntimeImpl final : public Runtime {
   bool HubAboveHigh() const;
   size_t HubFreeSlots() const { return arena_->slot_count() - arena_->used_slots(); }
   // Frees hub slots until `slots` are free, waiting (until `deadline`) for
-  // blocks another thread is already moving out when nothing else can go.
+  // blocks another thread is already moving out when nothing else can go,
+  // and (for at most kHubRoomWait) for pins and fills holding the hub to end.
   void EnsureHubRoom(size_t slots, SteadyTime deadline);
+  static constexpr std::chrono::seconds kHubRoomWait{1};
+  static constexpr std::chrono::milliseconds kHubRoomRecheck{20};
   void WakeMover();
 
   const RuntimeOptions options_;
@@ -421,6 +430,7 @@ class RuntimeImpl final : public Runtime {
   // are about to end with the process, so that none counts as a copy.
   bool hub_ending_ = false;
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
+  uint32_t hub_room_waiters_ = 0;            // guarded by mu_: calls in EnsureHubRoom's wait
   std::condition_variable late_calls_done_;  // signalled when late_calls_ drops to 0
   // Signalled (with mu_) when a save's reserved entries are settled, and
   // when the mover settles its victims, for saves waiting on another's fill

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 #include "tests/core/runtime_test_util.h"
 #include "tests/support/block_data.h"
@@ -235,6 +236,59 @@ TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
   for (size_t i = 1; i < a.size(); ++i) {
     EXPECT_EQ(c.result(i).code(), StatusCode::kDeadlineExceeded)
         << i << ": " << c.result(i).ToString();
+  }
+  ExpectNoWrongBytes(c, a, 30);
+  rt_->Shutdown();
+}
+
+// A hub full of blocks another request has pinned: a load waits for the pin
+// to end (pins last milliseconds in a working engine) instead of failing its
+// blocks at once; held past the load's deadline, they fail DeadlineExceeded,
+// and with no deadline the wait for pins ends after a second, as a full hub.
+TEST_F(RuntimeFaultTest, ALoadWaitsForAnotherRequestsPinsToEnd) {
+  Open(FaultOptions{});
+  auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
+  auto b = ChainKeys({20, 21, 22});
+  sim_->Prefill(b, 10);
+  ASSERT_TRUE(sim_->SaveFrom(b, 0, 10).status().ok());
+  auto pinned = rt_->LookupAndPin(kTestNs, b);
+  ASSERT_TRUE(pinned.ok());
+  ASSERT_EQ(pinned->hit_blocks(), 3u);  // the hub is full and pinned
+
+  sim_->Scrub(0, 64);
+  auto start = Clock::now();
+  Completion c = sim_->Load(a, 30, std::chrono::milliseconds(300));
+  EXPECT_LT(Clock::now() - start, Scaled(std::chrono::milliseconds(900)));
+  for (size_t i = 1; i < a.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kDeadlineExceeded)
+        << i << ": " << c.result(i).ToString();
+  }
+  ExpectNoWrongBytes(c, a, 30);
+
+  sim_->Scrub(0, 64);
+  start = Clock::now();
+  const std::vector<uint32_t> dst = {30, 31, 32, 33};
+  c = rt_->Load(kTestNs, a, dst, std::chrono::nanoseconds::max());
+  (void)c.Wait();
+  const auto waited = Clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(900)) << "gave up while the pin might still end";
+  EXPECT_LT(waited, Scaled(std::chrono::milliseconds(2500)));
+  for (size_t i = 1; i < a.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kResourceExhausted)
+        << i << ": " << c.result(i).ToString();
+  }
+  ExpectNoWrongBytes(c, a, 30);
+
+  // The pin ends 100 ms into the load: every block loads.
+  sim_->Scrub(0, 64);
+  std::thread unpin([&pinned] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pinned = PinnedPrefix();
+  });
+  c = sim_->Load(a, 30, std::chrono::seconds(5));
+  unpin.join();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kOk) << i << ": " << c.result(i).ToString();
   }
   ExpectNoWrongBytes(c, a, 30);
   rt_->Shutdown();
