@@ -75,6 +75,10 @@ class Runtime(_Scoped):
                  cuda_num_blocks=0, cuda_device=0, cuda_stream=None, cuda_shape=None,
                  log=None, library=None):
         super().__init__()  # closed, until kvtier_open succeeds
+        # Ids tracked through this object: propose_preemption sizes its
+        # buffer by them, since a call that did not fit counts its victims
+        # as proposed all the same.
+        self._tracked = set()
         # log(level, message) gets the runtime's lines at LOG_INFO and up, on its
         # threads (logging_sink(logger) routes them to logging); None: stderr.
         self._log = (_LogFn(lambda _user, level, message:
@@ -275,11 +279,15 @@ class Runtime(_Scoped):
                           _u32(total_blocks, "total_blocks")))
 
     def track_request(self, request_id, keys, engine_blocks):
-        _check(self._call(lib().kvtier_track_request, _u64(request_id, "request_id"),
+        request_id = _u64(request_id, "request_id")
+        _check(self._call(lib().kvtier_track_request, request_id,
                           _keys(keys), len(keys), _u32(engine_blocks, "engine_blocks")))
+        self._tracked.add(request_id)
 
     def untrack_request(self, request_id):
-        self._call(lib().kvtier_untrack_request, _u64(request_id, "request_id"))
+        request_id = _u64(request_id, "request_id")
+        self._call(lib().kvtier_untrack_request, request_id)
+        self._tracked.discard(request_id)
 
     def should_admit(self, blocks_needed):
         return bool(self._call(lib().kvtier_should_admit, _u32(blocks_needed, "blocks_needed")))
@@ -288,7 +296,10 @@ class Runtime(_Scoped):
         """Request ids to preempt, cheapest to restore first."""
         blocks_to_free = _u32(blocks_to_free, "blocks_to_free")
         count = ctypes.c_size_t(0)
-        capacity = 1024
+        # Room for every tracked request, so that the call fits and counts
+        # each victim once (a request tracked meanwhile on another thread
+        # can still make it ask again).
+        capacity = max(64, len(self._tracked))
         while True:
             ids = (ctypes.c_uint64 * capacity)()
             code = self._call(lib().kvtier_propose_preemption, blocks_to_free, ids, capacity,

@@ -328,6 +328,19 @@ class KvtierBindingTest(unittest.TestCase):
         self.rt.untrack_request(1)
         self.assertEqual(self.rt.propose_preemption(4), [2])
 
+    def test_many_victims_are_proposed_and_counted_once(self):
+        # More victims than a first guess at the buffer holds: the C call
+        # counts every victim of a call that does not fit, and a second call
+        # counted them all again.
+        self.rt.report_engine_usage(0, 4000)
+        keys = self.rt.key_chain(list(range(3000, 3016)))
+        for request_id in range(1, 1501):
+            self.rt.track_request(request_id, keys, 1)
+        before = self.rt.stats()["preemption_proposals"]
+        victims = self.rt.propose_preemption(3000)
+        self.assertEqual(sorted(victims), list(range(1, 1501)))
+        self.assertEqual(self.rt.stats()["preemption_proposals"] - before, 1500)
+
     def test_engine_hashes_and_blocks_count_bytes_not_items(self):
         # An array of 8-byte items: all 16 bytes name the block, so two hashes
         # that differ only past the first two bytes give different keys.
