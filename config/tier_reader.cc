@@ -172,10 +172,16 @@ Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOpt
                          "one of: " + JoinNames(AdmissionPolicyNames()));
       }
       if (t->admission[i] == "write_budget" && t->policy.write_budget_bytes_per_day == 0) {
-        return NodeError(
-            items[i]->where,
-            path + ".admission has write_budget but no " + path + ".policy.write_budget_per_day",
-            "a budget such as 'policy: {write_budget_per_day: 200GiB}'");
+        // The budget's key, when set to 0 (by a --set, say), is the one to blame.
+        const ConfigNode* policy = node.Find("policy");
+        const ConfigNode* budget = policy != nullptr && policy->kind == ConfigNode::Kind::kMap
+                                       ? policy->Find("write_budget_per_day")
+                                       : nullptr;
+        return NodeError(Blame(budget, items[i], *items[i]).where,
+                         path + ".admission has write_budget but " + path +
+                             ".policy.write_budget_per_day" +
+                             (budget != nullptr ? " is 0" : " is not set"),
+                         "a budget such as 'policy: {write_budget_per_day: 200GiB}'");
       }
       if (t->admission[i] == "frequency") frequency = items[i];
     }

@@ -136,7 +136,24 @@ TEST(PolicyConfigTest, OverridesReachTheKnobs) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "--set tiers.ssd.policy.cost_margin=-1: tiers.ssd.policy.cost_margin -1 is out of "
-            "range; expected a number > 0");
+            "range; expected a number > 0, at most 1e12");
+  // A budget of 0 set by a --set is blamed on that --set, not on the file's
+  // admission list.
+  bad = LoadConfigFile(Example("policies.yaml"),
+                       std::vector<std::string>{"tiers.ssd.policy.write_budget_per_day=0"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind("--set tiers.ssd.policy.write_budget_per_day=0: ", 0), 0u)
+      << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("write_budget_per_day is 0"), std::string_view::npos)
+      << bad.status().ToString();
+  // A value past the top of the range is told the top (it said ">= 0" of 1e30).
+  bad = LoadConfigFile(Example("policies.yaml"),
+                       std::vector<std::string>{"tiers.ssd.policy.flop_alpha=1e30"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("flop_alpha 1e30 is out of range; expected a number from "
+                                        "0 to 1e12"),
+            std::string_view::npos)
+      << bad.status().ToString();
   bad = LoadConfigFile(Example("policies.yaml"),
                        std::vector<std::string>{"tiers.ssd.policy.reuse_age_exponent=0"});
   ASSERT_FALSE(bad.ok());

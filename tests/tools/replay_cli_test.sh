@@ -71,6 +71,17 @@ for bad in -1 18446744073709551616 12x; do
   grep -q -- "--limit" <<<"$err" || { echo "FAIL: error does not name --limit: $err" >&2; exit 1; }
 done
 
+# growth's sizes take the same check: -1 was read as 2^64 - 1 and refused
+# as "at most 2^23", not as the negative number it is.
+for flag in --blocks --blocks-per-request; do
+  set +e
+  err=$("$bench" growth "$flag" -1 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  check "exit code for growth $flag -1" "$rc" -eq 2
+  grep -q -- "'-1' is not a whole number" <<<"$err" || { echo "FAIL: growth $flag -1: $err" >&2; exit 1; }
+done
+
 # Keys the hub's admission refuses end OK with 0 bytes: "saved" counts the
 # bytes written, not every OK key times the block size.
 refusing=$(run --set "tiers.host.admission=[frequency]")

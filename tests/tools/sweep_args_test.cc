@@ -168,6 +168,12 @@ TEST(SweepArgs, WriteBudgetComesFromExactlyOneFlag) {
             }),
             "--write-budget-lru-share is a share of the lru row's NVMe writes; expected lru in "
             "--policies");
+  // A negative budget is out of range, not missing.
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"lru", "write_budget"};
+              f.write_budget_gib_per_day = -5;
+            }).rfind("--write-budget-gib-per-day is -5; expected 0 to 1e9", 0),
+            0u);
   for (auto set : {+[](SweepFlags& f) {
                      f.policies = {"write_budget"};
                      f.write_budget_gib_per_day = 2;

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "tools/bench/cli_checks.h"
+
 namespace kvtier::bench {
 
 void AddGrowthBenchCommand(CLI::App& app, GrowthBenchOptions& o) {
@@ -11,8 +13,10 @@ void AddGrowthBenchCommand(CLI::App& app, GrowthBenchOptions& o) {
                          "longest stall of the learners and the block index as they grow, vs one "
                          "std::unordered_map");
   cmd->add_option("--blocks", o.blocks, "entries each map ends with (at most 2^23)")
+      ->check(kUnsigned64)
       ->capture_default_str();
   cmd->add_option("--blocks-per-request", o.blocks_per_request, "new blocks per request")
+      ->check(kUnsigned32)
       ->capture_default_str();
 }
 

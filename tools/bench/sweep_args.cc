@@ -180,8 +180,9 @@ Status ValidateSweepFlags(const SweepFlags& f) {
   for (const std::string& point : f.points) {
     KVTIER_RETURN_IF_ERROR(ParseSweepPoint(point).status());
   }
-  KVTIER_RETURN_IF_ERROR(CheckWriteBudgetFlags(f));
-  return SweepKnobs(f).status();
+  // The knobs first: a budget out of range is told so, not taken for none.
+  KVTIER_RETURN_IF_ERROR(SweepKnobs(f).status());
+  return CheckWriteBudgetFlags(f);
 }
 
 }  // namespace kvtier::bench
