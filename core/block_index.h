@@ -142,6 +142,14 @@ class BlockIndex {
   std::vector<IndexEntry*> Victims(size_t tier, size_t max, size_t scan_limit,
                                    const DropCheck& may_drop) const;
 
+  // True when `pred` holds for an entry with no child in `tier`.
+  bool AnyLeaf(size_t tier, const std::function<bool(const IndexEntry&)>& pred) const {
+    for (const auto& [stamp, e] : leaves_[tier]) {
+      if (pred(*e)) return true;
+    }
+    return false;
+  }
+
   // The ready entries no tier but `tier` holds and no eviction pass is
   // moving, in no set order.
   std::vector<IndexEntry*> OnlyIn(size_t tier) const;

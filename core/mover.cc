@@ -106,11 +106,11 @@ size_t RuntimeImpl::MoverPass() {
   return moved;
 }
 
-void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
-  // Pins and fills end within milliseconds in a working engine, so room is
-  // waited for while they hold the hub; but not past kHubRoomWait, since the
-  // caller's own pins (a chain it hangs off, an engine pinning while it
-  // loads) may be what holds it.
+void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
+                                const std::unordered_set<const IndexEntry*>* own) {
+  // Pins end within milliseconds in a working engine, so a load waits for
+  // room that blocks pinned by others hold; but not past kHubRoomWait, as
+  // the pins of an engine that holds them while it waits would never end.
   const SteadyTime held_until = std::min(deadline, std::chrono::steady_clock::now() + kHubRoomWait);
   for (;;) {
     const size_t free = HubFreeSlots();
@@ -118,11 +118,13 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
     if (free >= slots || now >= deadline) break;
     if (EvictFromTier(0, slots - free, deadline) > 0) continue;
     // Nothing this thread may take: blocks that another pass (the mover, or
-    // another request) is moving out will free their slots shortly, and a
-    // pin or fill that ends makes its block one that may go. Slots freed
-    // otherwise (a failed load's) are seen at the next look.
+    // another request) is moving out will free their slots shortly, and so
+    // may a pin that ends (DropPinLocked wakes the wait; other frees are
+    // seen at the next look).
     std::unique_lock lock(mu_);
-    if (moving_blocks_ == 0 && now >= held_until) break;
+    const bool held = own != nullptr && now < held_until && slots <= arena_->slot_count() &&
+                      OthersPinHubLocked(*own);
+    if (moving_blocks_ == 0 && !held) break;
     const SteadyTime until =
         moving_blocks_ != 0 ? deadline : std::min(held_until, now + kHubRoomRecheck);
     ++hub_room_waiters_;
@@ -130,6 +132,14 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline) {
     --hub_room_waiters_;
   }
   if (HubAboveHigh()) WakeMover();
+}
+
+bool RuntimeImpl::OthersPinHubLocked(const std::unordered_set<const IndexEntry*>& own) const {
+  // A hub block is held by a pin when it has children (then a leaf below
+  // it is held too) or is a leaf with a pin that is not a save's hold.
+  return index_.AnyLeaf(0, [&](const IndexEntry& e) {
+    return e.pins > e.save_holds && !e.moving && own.count(&e) == 0;
+  });
 }
 
 bool RuntimeImpl::ExpiringCopiesLocked(const IndexEntry& v, size_t from, uint64_t now_ns) const {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/admin_server.h"
@@ -340,8 +341,8 @@ class RuntimeImpl final : public Runtime {
     if (e->pins == 0 && e->In(0)) NoteHubRoomLocked();
     EraseIfUnheldLocked(e);
   }
-  // A hub block may have become one an eviction can take (its last pin or
-  // its fill ended): wakes the calls waiting for hub room. REQUIRES: mu_ held.
+  // A hub block may have become one an eviction can take (its last pin
+  // ended): wakes the loads waiting for hub room. REQUIRES: mu_ held.
   void NoteHubRoomLocked() {
     if (hub_room_waiters_ != 0) moves_done_.notify_all();
   }
@@ -396,9 +397,14 @@ class RuntimeImpl final : public Runtime {
   bool HubAboveHigh() const;
   size_t HubFreeSlots() const { return arena_->slot_count() - arena_->used_slots(); }
   // Frees hub slots until `slots` are free, waiting (until `deadline`) for
-  // blocks another thread is already moving out when nothing else can go,
-  // and (for at most kHubRoomWait) for pins and fills holding the hub to end.
-  void EnsureHubRoom(size_t slots, SteadyTime deadline);
+  // blocks another thread is already moving out when nothing else can go.
+  // With `own` (a load's entries), also waits, for at most kHubRoomWait,
+  // while blocks not in `own` are pinned by others (OthersPinHubLocked).
+  void EnsureHubRoom(size_t slots, SteadyTime deadline,
+                     const std::unordered_set<const IndexEntry*>* own = nullptr);
+  // True when a hub block none of `own` is pinned by a lookup's handle or
+  // another call (not a save's hold, not an eviction's). REQUIRES: mu_ held.
+  bool OthersPinHubLocked(const std::unordered_set<const IndexEntry*>& own) const;
   static constexpr std::chrono::seconds kHubRoomWait{1};
   static constexpr std::chrono::milliseconds kHubRoomRecheck{20};
   void WakeMover();

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/runtime_impl.h"
 #include "kvtier/block_header.h"
@@ -143,7 +144,10 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
       if (e != nullptr && !e->In(0)) first[i] = first_item.emplace(e, i).first->second;
     }
   }
-  EnsureHubRoom(first_item.size(), deadline);
+  // Its own entries: pins on them (its own, its request's lookup) are not
+  // waited for.
+  std::unordered_set<const IndexEntry*> own(entries.begin(), entries.end());
+  EnsureHubRoom(first_item.size(), deadline, &own);
 
   // tier -> items read from it
   std::map<uint32_t, std::vector<size_t>> by_tier;

@@ -436,10 +436,7 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
   policies_->OnWritten(0, written, now);
   // Saves waiting for these fills to end (RunSave); under the lock, so a
   // waiter cannot miss it between its check and its wait.
-  if (!fresh.empty()) {
-    fills_done_.notify_all();
-    NoteHubRoomLocked();
-  }
+  if (!fresh.empty()) fills_done_.notify_all();
 }
 
 }  // namespace kvtier::internal

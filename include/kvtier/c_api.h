@@ -231,8 +231,8 @@ KVTIER_C_EXPORT int kvtier_layer_failed(const char* why);
 /* Copies keys[i] into engine_blocks[i], reading lower tiers first.
  * `timeout_ns` (< 0: no deadline) bounds the waits for hub room and for reads
  * from lower tiers: a block still waiting for those at the deadline ends
- * KVTIER_DEADLINE_EXCEEDED. Room held by other requests' pins is waited for
- * at most a second; a block whose room never came ends
+ * KVTIER_DEADLINE_EXCEEDED. Room held by other requests' pins on other keys
+ * is waited for at most a second; a block whose room never came ends
  * KVTIER_RESOURCE_EXHAUSTED when the deadline is later. A block already in the host tier, and any
  * copy into engine pages once issued, is not cut short (Runtime::Load in runtime.h). The engine
  * recomputes every block whose result is not KVTIER_OK. `on_layer` may be NULL. */

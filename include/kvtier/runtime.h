@@ -280,10 +280,10 @@ class KVTIER_EXPORT Runtime {
   // `timeout`; nanoseconds::max() = no deadline) or another error; the
   // engine recomputes the failures. The
   // timeout bounds the waits for hub room and for reads from lower tiers.
-  // Room that blocks pinned by other requests (LookupAndPin) or still being
-  // saved hold is waited for too, but at most a second, since the caller's
-  // own pins may be what holds it: a block that got no room by then fails
-  // ResourceExhausted when the deadline is later. One exception to the
+  // Room that blocks of other keys pinned by other requests (LookupAndPin,
+  // their loads) hold is waited for too, but at most a second: a block that
+  // got no room by then fails ResourceExhausted when the deadline is later.
+  // Pins on this load's own keys are not waited for. One exception to the
   // bound: making hub room may run a whole eviction batch on
   // the worker thread running the load (demotions, with the room they need
   // in the tiers below), which, once begun, finishes past the deadline.
