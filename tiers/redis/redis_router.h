@@ -91,7 +91,9 @@ class RedisRouter {
   // Reads the server's proto-max-bulk-len and client-output-buffer-limit,
   // keeping the smallest of the servers' (the defaults when none answers
   // CONFIG); fails only with the connection. Read at open only: a limit
-  // lowered later on a running server is not seen.
+  // lowered later on a running server is not seen, and a cluster's limits
+  // are those of the seed that gave the slot map (its masters are assumed
+  // to be configured alike).
   Status ReadServerLimits(RedisConnection& conn);
   // With ttl_s set, reads are GETEX, which Redis has since 6.2: an older
   // server (by INFO's redis_version) is InvalidArgument, saying so, rather
