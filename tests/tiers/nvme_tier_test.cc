@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -186,6 +187,21 @@ TEST(NvmeTier, AnIndexBesideAnEmptyDataFileIsDiscarded) {
   WriteBlocks(**t, 10, 2, 8192);
   EXPECT_TRUE(ReadAndCheck(**t, 10, 8192).ok());
   (*t)->Shutdown();
+}
+
+// An index_path whose parent is missing (a disk not mounted) fails the open:
+// creating the parents would put the index on whatever file system holds
+// them, to be hidden once the disk is mounted again.
+TEST(NvmeTier, AnIndexPathUnderAMissingDirectoryIsRefused) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  o.nvme.index_path = dir.path() + "/not_mounted/kv.index";
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("not_mounted/kv.index"), std::string::npos)
+      << t.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/not_mounted"));
 }
 
 // Fill, remove every other block, write again: the tier must reclaim the

@@ -2,10 +2,12 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +17,11 @@ namespace {
 
 constexpr char kMetaKey[] = "M";
 constexpr char kTotalsKey[] = "W";  // host bytes, device bytes: two EncodeU64 values
+constexpr uint64_t kResumeIntervalNs = 100'000'000;
+// RocksDB's write buffer (its default is 64 MiB; index entries are small),
+// and the free space a resume needs: the buffer's flush, twice over.
+constexpr uint64_t kWriteBufferBytes = 8ull << 20;
+constexpr uint64_t kResumeFreeBytes = 2 * kWriteBufferBytes;
 
 // The one place RocksDB errors become Status values.
 Status FromRocks(const rocksdb::Status& s, std::string_view what) {
@@ -62,8 +69,23 @@ class IndexLog : public rocksdb::Logger {
   const std::shared_ptr<LogSink> sink_;
 };
 
-rocksdb::Options DbOptions(std::shared_ptr<LogSink> log) {
+// RocksDB's own recovery from a full disk polls for free space every few
+// seconds, and only once a reserve the size of its write buffer is free;
+// while it waits, a DB::Resume is refused as busy. The index resumes by
+// itself on its next write instead (NvmeIndex::WriteLocked).
+class NoAutoRecovery : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+};
+
+rocksdb::Options DbOptions(std::shared_ptr<LogSink> log, rocksdb::Env* env = nullptr) {
   rocksdb::Options o;
+  if (env != nullptr) o.env = env;
+  o.listeners.push_back(std::make_shared<NoAutoRecovery>());
+  o.write_buffer_size = kWriteBufferBytes;
   o.create_if_missing = true;
   o.max_open_files = 64;
   o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
@@ -71,14 +93,18 @@ rocksdb::Options DbOptions(std::shared_ptr<LogSink> log) {
   return o;
 }
 
-Result<rocksdb::DB*> OpenDb(const std::string& dir, const std::shared_ptr<LogSink>& log) {
+Result<rocksdb::DB*> OpenDb(const std::string& dir, const std::shared_ptr<LogSink>& log,
+                            rocksdb::Env* env) {
   // Made here, not by create_if_missing: RocksDB first logs an error for a
   // directory it cannot read, and every new store's first open sent that
-  // line to the engine's log. A failure shows in Open's status.
+  // line to the engine's log. Only the last component, as RocksDB would: an
+  // index_path under a disk that is not mounted must fail, not land on the
+  // root file system. A failure shows in Open's status.
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  std::filesystem::create_directory(dir, ec);
   rocksdb::DB* db = nullptr;
-  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(DbOptions(log), dir, &db), "open " + dir));
+  KVTIER_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::Open(DbOptions(log, env), dir, &db), "open " + dir));
   return db;
 }
 
@@ -100,11 +126,12 @@ bool Matches(StoreMeta stored, StoreMeta wanted) {
 // Destroys the index at `dir` (open in `db`) and creates it anew.
 Result<std::unique_ptr<NvmeIndex>> Wipe(std::unique_ptr<rocksdb::DB> db, const std::string& dir,
                                         const StoreMeta& meta, const std::string& why,
-                                        const std::shared_ptr<LogSink>& log, bool* wiped) {
+                                        const std::shared_ptr<LogSink>& log, bool* wiped,
+                                        rocksdb::Env* env) {
   if (log) log->Log(LogLevel::kWarning, "nvme store at " + dir + " wiped: " + why);
   db.reset();
-  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(dir, DbOptions(log)), "destroy " + dir));
-  auto index = NvmeIndex::Open(dir, meta, false, false, log, wiped);
+  KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(dir, DbOptions(log, env)), "destroy " + dir));
+  auto index = NvmeIndex::Open(dir, meta, false, false, log, wiped, env);
   *wiped = true;
   return index;
 }
@@ -113,10 +140,10 @@ Result<std::unique_ptr<NvmeIndex>> Wipe(std::unique_ptr<rocksdb::DB> db, const s
 
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const StoreMeta& meta,
                                                    bool wipe_on_mismatch, bool data_created,
-                                                   const std::shared_ptr<LogSink>& log,
-                                                   bool* wiped) {
+                                                   const std::shared_ptr<LogSink>& log, bool* wiped,
+                                                   rocksdb::Env* env) {
   *wiped = false;
-  KVTIER_ASSIGN_OR_RETURN(rocksdb::DB * raw, OpenDb(dir, log));
+  KVTIER_ASSIGN_OR_RETURN(rocksdb::DB * raw, OpenDb(dir, log, env));
   std::unique_ptr<rocksdb::DB> db(raw);
   std::string value;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kMetaKey, &value);
@@ -130,7 +157,7 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   std::optional<StoreMeta> stored = DecodeMeta(value);
   if (data_created) {
     return Wipe(std::move(db), dir, meta, "its data file was created anew or found empty", log,
-                wiped);
+                wiped, env);
   }
   if (stored && Matches(*stored, meta)) {
     if (stored->namespace_id == 0 && meta.namespace_id != 0) {
@@ -155,7 +182,7 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
     return Status::InvalidArgument("nvme store at " + dir + " " + what + why +
                                    "); set 'on_mismatch: wipe' to discard it");
   }
-  return Wipe(std::move(db), dir, meta, why, log, wiped);
+  return Wipe(std::move(db), dir, meta, why, log, wiped, env);
 }
 
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& dir,
@@ -251,12 +278,37 @@ Status NvmeIndex::Scan(const std::function<void(uint32_t, uint64_t)>& on_region,
   return FromRocks(it->status(), "scan");
 }
 
-Status NvmeIndex::SetGeneration(uint32_t region, uint64_t generation) {
+Status NvmeIndex::WriteLocked(rocksdb::WriteBatch* batch, std::string_view what) {
   rocksdb::WriteOptions wo;
   wo.sync = true;
+  rocksdb::Status s = db_->Write(wo, batch);
+  // Once a write has failed for want of space RocksDB refuses every later
+  // one (a background error) until it is resumed.
+  if (!s.IsIOError() && !s.IsNoSpace()) return FromRocks(s, what);
+  const uint64_t now =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count());
+  if (now - last_resume_ns_ < kResumeIntervalNs && last_resume_ns_ != 0) {
+    return FromRocks(s, what);
+  }
+  last_resume_ns_ = now;
+  // Not while the disk is still full: a resume that fails part way can
+  // leave the index unable to resume until it is reopened.
+  uint64_t free_bytes = 0;
+  if (db_->GetEnv()->GetFreeSpace(db_->GetName(), &free_bytes).ok() &&
+      free_bytes < kResumeFreeBytes) {
+    return FromRocks(s, what);
+  }
+  if (!db_->Resume().ok()) return FromRocks(s, what);
+  return FromRocks(db_->Write(wo, batch), what);
+}
+
+Status NvmeIndex::SetGeneration(uint32_t region, uint64_t generation) {
+  rocksdb::WriteBatch batch;
+  batch.Put(RegionRecordKey(region), EncodeU64(generation));
   std::lock_guard lock(mu_);
-  return FromRocks(db_->Put(wo, RegionRecordKey(region), EncodeU64(generation)),
-                   "write region generation");
+  return WriteLocked(&batch, "write region generation");
 }
 
 Status NvmeIndex::Apply(const std::vector<IndexUpdate>& updates, const WriteTotals* totals) {
@@ -276,10 +328,8 @@ Status NvmeIndex::Apply(const std::vector<IndexUpdate>& updates, const WriteTota
   // One WAL sync per group commit, beside the data file's: the tier says a
   // crash loses only what no commit covered, and Flush that what it covers
   // is durable, which an unsynced WAL would not be after a power loss.
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
   std::lock_guard lock(mu_);
-  return FromRocks(db_->Write(wo, &batch), "write batch");
+  return WriteLocked(&batch, "write batch");
 }
 
 Result<WriteTotals> NvmeIndex::ReadTotals() {

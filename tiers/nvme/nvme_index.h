@@ -19,6 +19,8 @@
 
 namespace rocksdb {
 class DB;
+class Env;
+class WriteBatch;
 }
 
 namespace kvtier::internal {
@@ -55,10 +57,12 @@ class NvmeIndex {
   // blocks that are gone: it is destroyed whatever `wipe_on_mismatch` says.
   // `*wiped` tells the caller that old data must be ignored. RocksDB's own
   // warnings go to `log` (may be null: dropped), never to a file on the
-  // index's disk.
+  // index's disk. `env` (tests: a file system that fails) replaces
+  // RocksDB's default one; it must outlive the index.
   static Result<std::unique_ptr<NvmeIndex>> Open(const std::string& dir, const StoreMeta& meta,
                                                  bool wipe_on_mismatch, bool data_created,
-                                                 const std::shared_ptr<LogSink>& log, bool* wiped);
+                                                 const std::shared_ptr<LogSink>& log, bool* wiped,
+                                                 rocksdb::Env* env = nullptr);
   // Opens an existing index for reading only (no lock, no writes; a live
   // tier may hold it) and returns its meta in *meta. NotFound when there is
   // no index at `dir`; Corruption when it has no valid meta, or files of it
@@ -74,6 +78,13 @@ class NvmeIndex {
               const std::function<void(const NsKey&, const BlockLocation&)>& on_block,
               uint64_t* bad_records);
 
+  // A write refused because RocksDB stopped writing after an error (a full
+  // disk) asks RocksDB to resume, at most every 100 ms and once the index's
+  // file system has 16 MiB free, and is tried once more: writes work again
+  // as soon as space is back. (RocksDB's own
+  // recovery, which is turned off, waited for 64 MiB free and retried every
+  // few seconds; a store on a nearly full disk stopped persisting for good.)
+  //
   // Durably (synced WAL) records a region's new generation.
   Status SetGeneration(uint32_t region, uint64_t generation);
   // Applies `updates` (and, when given, the store's write totals) in one
@@ -85,12 +96,15 @@ class NvmeIndex {
 
  private:
   explicit NvmeIndex(rocksdb::DB* db);
+  // A synced write of `batch`, resumed once as above. REQUIRES: mu_ held.
+  Status WriteLocked(rocksdb::WriteBatch* batch, std::string_view what);
   // RocksDB is thread-safe, but the library is not built with ThreadSanitizer,
   // which cannot see its locks. The tier calls from two threads (the commit
   // loop and a writer opening a region), so one mutex orders the calls; a
   // synced write of RocksDB's would hold the second caller back as long.
   std::mutex mu_;
   std::unique_ptr<rocksdb::DB> db_;  // calls under mu_
+  uint64_t last_resume_ns_ = 0;      // guarded by mu_
 };
 
 }  // namespace kvtier::internal
