@@ -6,9 +6,11 @@
 // HTTP/1.0 response, so that `curl --unix-socket` and the kvtier-inspect
 // client both work. The handler runs on the server thread and must not block
 // for long; a client that has not sent its request within 250 ms is
-// dropped, so nothing it does can hold up the engine, and a few such
-// clients delay the others by less than kvtier-inspect waits. At shutdown the requests already sent (the
-// client at hand and those queued) are still answered, within a short grace.
+// dropped, so nothing it does can hold up the engine. Each such client
+// delays those queued behind it by up to 250 ms: kvtier-inspect's default
+// 2 s (--timeout-ms) outwaits seven of them. The socket is the owner's only
+// (mode 0600). At shutdown the requests already sent (the client at hand and
+// those queued) are still answered, within a short grace.
 #pragma once
 
 #include <sys/types.h>

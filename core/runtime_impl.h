@@ -96,6 +96,7 @@ class RuntimeImpl final : public Runtime {
   struct TierCount {
     uint64_t hit_blocks = 0, evicted = 0, demoted = 0, rejected = 0, corruptions = 0, forced = 0;
     uint64_t hub_bytes_in = 0, hub_bytes_out = 0, hub_blocks_in = 0;
+    uint64_t hub_bytes_demoted = 0;  // read out of the hub to be written down
   };
 
   Status CheckBlocks(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) const;
@@ -352,6 +353,7 @@ class RuntimeImpl final : public Runtime {
     index_.AddLocation(v, tier + 1, now_ns);
     TouchExpiringLocked(v, tier + 1, now_ns);
     ++tier_counts_[tier].demoted;
+    if (tier == 0) tier_counts_[0].hub_bytes_demoted += v->bytes;
     metrics_.AddMove(tier, tier + 1, 1, v->bytes);
     return v->bytes;
   }

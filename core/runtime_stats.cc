@@ -33,7 +33,7 @@ RuntimeStats RuntimeImpl::Stats() const {
       s.blocks = index_.blocks_in(0);
       s.bytes_written = c.hub_bytes_in;
       s.blocks_written = c.hub_blocks_in;
-      s.bytes_read = c.hub_bytes_out;
+      s.bytes_read = c.hub_bytes_out + c.hub_bytes_demoted;  // to the engine and down
     } else {
       const Tier& tier = *lower_[t - 1];
       s.name = tier.name();

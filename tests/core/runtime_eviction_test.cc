@@ -39,6 +39,9 @@ TEST_F(RuntimePolicyTest, FlopAwareDemotesTheCheapestLeafNeverAParent) {
       EXPECT_EQ(Where({1, 2, 3}), lru ? lru_p[i] : Tiers({0, 0, 0})) << i;
     }
     EXPECT_EQ(rt_->Stats().tiers[0].demoted_blocks, 4u);
+    // Read out of the hub: the four blocks written down (no load ran), as
+    // the lower tier counts what is read out of it.
+    EXPECT_EQ(rt_->Stats().tiers[0].bytes_read, 4 * bb_);
     rt_.reset();
   }
 }

@@ -164,6 +164,9 @@ TEST_F(InspectLive, NegativeAndOutOfRangeCountsAreUsageErrors) {
        "--timeout-ms: '-1' is not a whole number from 0 to 4294967295"},
       {"top --interval-ms -1" + nobody, "--interval-ms: '-1' is not"},
       {"trace x.jsonl --block-tokens -512", "--block-tokens: '-512' is not"},
+      // A socket path longer than a Unix socket's was a runtime error (exit 1).
+      {"tiers --socket /" + std::string(200, 'a'),
+       "--socket: path of 201 bytes; expected 1 to 107"},
   };
   for (const auto& [args, why] : cases) {
     CliRun r = Inspect(args);

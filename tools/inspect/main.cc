@@ -1,5 +1,7 @@
 // kvtier-inspect: look at a running runtime, a config file, a trace or a
 // stored cache. See inspect.h for the exit codes.
+#include <sys/un.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <limits>
@@ -35,10 +37,22 @@ struct Flags {
   RedisFlags redis;
 };
 
+// A Unix socket path fits sockaddr_un's sun_path with its terminating NUL:
+// a longer one is a usage error (exit 2), as kvtier-bench's --admin-socket.
+const CLI::Validator kSocketPath(
+    [](std::string& path) -> std::string {
+      constexpr size_t kMax = sizeof(sockaddr_un{}.sun_path) - 1;
+      if (!path.empty() && path.size() <= kMax) return "";
+      return "path of " + std::to_string(path.size()) + " bytes; expected 1 to " +
+             std::to_string(kMax);
+    },
+    "PATH");
+
 CLI::App* Live(CLI::App& app, const char* name, const char* help, Flags& f) {
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("--socket", f.live.socket, "the runtime's admin socket (runtime.admin_socket)")
-      ->required();
+      ->required()
+      ->check(kSocketPath);
   cmd->add_option("--timeout-ms", f.live.timeout_ms, "per request")
       ->check(kUnsigned32)
       ->check(kPositive)
