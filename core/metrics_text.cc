@@ -182,6 +182,8 @@ void WriteTier(std::string* out, const TierStats& t) {
       {"capacity_bytes", t.capacity_bytes},
       {"used_bytes", t.used_bytes},
       {"blocks", t.blocks},
+      {"unclaimed_blocks", t.unclaimed_blocks},
+      {"unclaimed_bytes", t.unclaimed_bytes},
       {"hit_blocks", t.hit_blocks},
       {"bytes_read", t.bytes_read},
       {"bytes_written", t.bytes_written},

@@ -109,6 +109,11 @@ void VisitTier(const RuntimeStats& s, const TierStats& t, Emitter& e) {
   e.Gauge("kvtier_tier_capacity_bytes", "bytes the tier may hold", t.capacity_bytes, l);
   e.Gauge("kvtier_tier_used_bytes", "bytes the tier holds", t.used_bytes, l);
   e.Gauge("kvtier_tier_blocks", "blocks the tier holds", t.blocks, l);
+  e.Gauge("kvtier_tier_unclaimed_blocks",
+          "blocks a restart found stored that no lookup has adopted yet (not in blocks)",
+          t.unclaimed_blocks, l);
+  e.Gauge("kvtier_tier_unclaimed_bytes", "bytes of the unclaimed blocks (not in used_bytes)",
+          t.unclaimed_bytes, l);
   e.Counter("kvtier_tier_hits_blocks_total", "blocks loads served from the tier", t.hit_blocks, l);
   if (s.block_tokens != 0) {
     e.Counter("kvtier_tier_hits_tokens_total", "tokens of the blocks loads served from the tier",

@@ -41,6 +41,8 @@ RuntimeStats RuntimeImpl::Stats() const {
       s.capacity_bytes = usage[t - 1].capacity_bytes;
       s.used_bytes = usage[t - 1].used_bytes;
       s.blocks = usage[t - 1].blocks;
+      s.unclaimed_blocks = usage[t - 1].unclaimed_blocks;
+      s.unclaimed_bytes = usage[t - 1].unclaimed_bytes;
       s.bytes_read = counters[t - 1].bytes_read;
       s.bytes_written = counters[t - 1].bytes_written;
       s.blocks_written = counters[t - 1].write_blocks;

@@ -35,6 +35,10 @@ struct TierStats {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t blocks = 0;
+  // Blocks a restart found stored that no lookup has adopted yet (NVMe):
+  // not in used_bytes or blocks until then (TierUsage).
+  uint64_t unclaimed_blocks = 0;
+  uint64_t unclaimed_bytes = 0;
   uint64_t hit_blocks = 0;     // blocks a Load served from this tier
   uint64_t bytes_read = 0;     // bytes read out of this tier
   uint64_t bytes_written = 0;  // bytes written into this tier

@@ -52,6 +52,11 @@ struct TierUsage {
   uint64_t capacity_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t blocks = 0;
+  // Blocks an earlier run stored that this run has not claimed yet (NVMe
+  // after a restart): loadable once a lookup adopts them, and left out of
+  // used_bytes and blocks meanwhile, since new writes may displace them.
+  uint64_t unclaimed_blocks = 0;
+  uint64_t unclaimed_bytes = 0;
 };
 
 // Counters kept by the Tier base class for every backend.

@@ -203,11 +203,22 @@ TEST_F(RuntimeNvmeRestartTest, ShutdownWritebackPutsTheHubOnTheSsd) {
   }
   std::unique_ptr<Runtime> rt = Open(16, 8);
   ASSERT_NE(rt, nullptr);
+  // Before a lookup adopts them the store's blocks are not used space, and
+  // the stats say where they are (an operator saw an empty tier).
+  TierStats ssd = rt->Stats().tiers[1];
+  EXPECT_EQ(ssd.blocks, 0u);
+  EXPECT_EQ(ssd.used_bytes, 0u);
+  EXPECT_EQ(ssd.unclaimed_blocks, a.size());
+  EXPECT_EQ(ssd.unclaimed_bytes, a.size() * bb_);
   auto found = rt->Lookup(kTestNs, a);
   ASSERT_TRUE(found.ok());
   ASSERT_EQ(found->hit_blocks, a.size());
   EXPECT_EQ(found->tier, std::vector<uint8_t>(a.size(), 1));
   EXPECT_EQ(rt->Stats().adopted_blocks, a.size());
+  ssd = rt->Stats().tiers[1];
+  EXPECT_EQ(ssd.blocks, a.size());
+  EXPECT_EQ(ssd.unclaimed_blocks, 0u);
+  EXPECT_EQ(ssd.unclaimed_bytes, 0u);
   SimEngine sim(rt.get(), setup_.engine.get());
   sim.Scrub(0, 64);
   Completion c = sim.Load(a, 32);

@@ -71,6 +71,7 @@ TEST(PrometheusText, RuntimeStatsExposition) {
            "kvtier_misses_tokens_total 48\n",
            "kvtier_tier_capacity_bytes{tier=\"host\",type=\"host\"} 1048576\n",
            "kvtier_tier_used_bytes{tier=\"host\",type=\"host\"} 4096\n",
+           "kvtier_tier_unclaimed_blocks{tier=\"host\",type=\"host\"} 0\n",
            "kvtier_tier_admissions_total{tier=\"host\",type=\"host\",result=\"rejected\"} 0\n",
            "kvtier_moved_bytes_total{from=\"gpu\",to=\"host\"} 4096\n",
            "kvtier_errors_total{op=\"load\",code=\"deadline_exceeded\"} 2\n",

@@ -28,7 +28,7 @@ TierUsage NvmeTier::Usage() const {
   std::lock_guard lock(s_->mu);
   // Unclaimed blocks are free space to the caller: Reserve drops them on demand.
   return {s_->options.capacity_bytes, s_->used_payload - s_->unclaimed_payload,
-          s_->map.size() - s_->unclaimed_blocks};
+          s_->map.size() - s_->unclaimed_blocks, s_->unclaimed_blocks, s_->unclaimed_payload};
 }
 
 NvmeStats NvmeTier::Stats() const {

@@ -109,16 +109,16 @@ std::string LatencySummary(const json& h) {
 }
 
 std::string TiersTable(const json& doc) {
-  Table t({"tier", "type", "capacity", "used", "used%", "blocks", "hits", "read", "written",
-           "evicted", "demoted", "admitted", "refused", "errors", "corrupt"});
+  Table t({"tier", "type", "capacity", "used", "used%", "blocks", "unclaimed", "hits", "read",
+           "written", "evicted", "demoted", "admitted", "refused", "errors", "corrupt"});
   for (const json& x : Field(doc, "tiers")) {
     t.Row({Str(x, "name"), Str(x, "type"), Bytes(Num(x, "capacity_bytes")),
            Bytes(Num(x, "used_bytes")), Percent(Num(x, "used_bytes"), Num(x, "capacity_bytes")),
-           Int(Num(x, "blocks")), Int(Num(x, "hit_blocks")), Bytes(Num(x, "bytes_read")),
-           Bytes(Num(x, "bytes_written")), Int(Num(x, "evicted_blocks")),
-           Int(Num(x, "demoted_blocks")), Int(Num(x, "admitted_blocks")),
-           Int(Num(x, "admission_rejected_blocks")), Int(Num(x, "errors")),
-           Int(Num(x, "corruptions"))});
+           Int(Num(x, "blocks")), Int(Num(x, "unclaimed_blocks")), Int(Num(x, "hit_blocks")),
+           Bytes(Num(x, "bytes_read")), Bytes(Num(x, "bytes_written")),
+           Int(Num(x, "evicted_blocks")), Int(Num(x, "demoted_blocks")),
+           Int(Num(x, "admitted_blocks")), Int(Num(x, "admission_rejected_blocks")),
+           Int(Num(x, "errors")), Int(Num(x, "corruptions"))});
   }
   return t.Render();
 }
