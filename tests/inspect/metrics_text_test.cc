@@ -152,7 +152,9 @@ TEST(StatsJson, ParsesAndKeepsEveryField) {
   EXPECT_EQ(j["tiers"][0]["name"], "host");
   EXPECT_EQ(j["tiers"][0]["capacity_bytes"], 1048576);
   EXPECT_EQ(j["tiers"][0]["forced_blocks"], 0);
-  EXPECT_EQ(j["tiers"][0].size(), 17u);
+  EXPECT_EQ(j["tiers"][0]["unclaimed_blocks"], 0);
+  EXPECT_EQ(j["tiers"][0]["unclaimed_bytes"], 0);
+  EXPECT_EQ(j["tiers"][0].size(), 19u);
   EXPECT_EQ(j["moves"][0], nlohmann::json({{"from", "gpu"}, {"to", "host"}, {"blocks", 1},
                                            {"bytes", 4096}}));
   EXPECT_EQ(j["errors"][0]["code"], "deadline_exceeded");
