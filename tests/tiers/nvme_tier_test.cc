@@ -147,15 +147,9 @@ TEST(NvmeTier, ARefusedCapacityChangeLeavesTheDataFileAsItWas) {
   (*reopened)->Shutdown();
 }
 
-// The data file deleted while its index stays (a user removing one file of
-// the pair): the index lists blocks that are gone, so the reopened tier
-// starts empty and answers NotFound instead of Corruption for every block.
-TEST(NvmeTier, AnIndexWhoseDataFileWasDeletedIsDiscarded) {
-  ScratchDir dir;
-  ASSERT_TRUE(dir.ok());
-  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
-  ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
-  ASSERT_EQ(::unlink(o.path.c_str()), 0);
+// The store of `o` (four blocks written by WriteFourBlocksAndClose) opens
+// with none of them: each is NotFound, and new writes work.
+void ExpectOpensEmpty(const TierOptions& o) {
   auto t = OpenNvmeTier(o, TierContext{8192});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)->Stats().recovered_blocks, 0u);
@@ -165,6 +159,18 @@ TEST(NvmeTier, AnIndexWhoseDataFileWasDeletedIsDiscarded) {
   WriteBlocks(**t, 10, 2, 8192);
   EXPECT_TRUE(ReadAndCheck(**t, 10, 8192).ok());
   (*t)->Shutdown();
+}
+
+// The data file deleted while its index stays (a user removing one file of
+// the pair): the index lists blocks that are gone, so the reopened tier
+// starts empty and answers NotFound instead of Corruption for every block.
+TEST(NvmeTier, AnIndexWhoseDataFileWasDeletedIsDiscarded) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
+  ASSERT_EQ(::unlink(o.path.c_str()), 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectOpensEmpty(o));
 }
 
 // An empty data file beside an index: a first open that could not size the
@@ -178,15 +184,7 @@ TEST(NvmeTier, AnIndexBesideAnEmptyDataFileIsDiscarded) {
   ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
   ASSERT_EQ(::truncate(o.path.c_str(), 0), 0);
   o.capacity_bytes *= 2;
-  auto t = OpenNvmeTier(o, TierContext{8192});
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ((*t)->Stats().recovered_blocks, 0u);
-  EXPECT_EQ((*t)->Usage().blocks, 0u);
-  for (uint64_t i = 0; i < 4; ++i)
-    EXPECT_EQ(ReadAndCheck(**t, i, 8192).code(), StatusCode::kNotFound);
-  WriteBlocks(**t, 10, 2, 8192);
-  EXPECT_TRUE(ReadAndCheck(**t, 10, 8192).ok());
-  (*t)->Shutdown();
+  ASSERT_NO_FATAL_FAILURE(ExpectOpensEmpty(o));
 }
 
 // An index_path whose parent is missing (a disk not mounted) fails the open:
