@@ -112,6 +112,9 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
   // room that blocks pinned by others hold; but not past kHubRoomWait, as
   // the pins of an engine that holds them while it waits would never end.
   const SteadyTime held_until = std::min(deadline, std::chrono::steady_clock::now() + kHubRoomWait);
+  // One load at a time waits for pins: two that each need room could
+  // otherwise each wait out the other's, and both lose their second.
+  bool pin_waiter = false;
   for (;;) {
     const size_t free = HubFreeSlots();
     const SteadyTime now = std::chrono::steady_clock::now();
@@ -123,22 +126,59 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
     // seen at the next look).
     std::unique_lock lock(mu_);
     const bool held = own != nullptr && now < held_until && slots <= arena_->slot_count() &&
-                      OthersPinHubLocked(*own);
-    if (moving_blocks_ == 0 && !held) break;
+                      (pin_waiter || !pin_waiter_taken_) && OthersPinHubLocked(*own);
+    if (held && !pin_waiter) pin_waiter = pin_waiter_taken_ = true;
+    if (moving_blocks_ == 0 && !held) {
+      if (pin_waiter) pin_waiter_taken_ = false;
+      break;
+    }
     const SteadyTime until =
         moving_blocks_ != 0 ? deadline : std::min(held_until, now + kHubRoomRecheck);
     ++hub_room_waiters_;
     moves_done_.wait_until(lock, until);
     --hub_room_waiters_;
   }
+  if (pin_waiter) {
+    std::lock_guard lock(mu_);
+    pin_waiter_taken_ = false;
+  }
   if (HubAboveHigh()) WakeMover();
 }
 
 bool RuntimeImpl::OthersPinHubLocked(const std::unordered_set<const IndexEntry*>& own) const {
+  // The load's own request pins more than its keys: the chain above them
+  // (a load of a suffix) and what hangs below them (a hybrid model's state
+  // parts, whose own load names only the parts). Those are its family, not
+  // another request's. A block under an ancestor only (a sibling request
+  // sharing a prefix) is another's.
+  std::unordered_set<const IndexEntry*> above;
+  for (const IndexEntry* e : own) {
+    for (const IndexEntry* p = e != nullptr ? e->parent : nullptr; p != nullptr; p = p->parent) {
+      if (!above.insert(p).second) break;
+    }
+  }
+  std::unordered_map<const IndexEntry*, bool> under_own;  // memo of the walks up
+  auto family = [&](const IndexEntry* leaf) {
+    std::vector<const IndexEntry*> path;
+    bool found = false;
+    for (const IndexEntry* p = leaf; p != nullptr; p = p->parent) {
+      if (own.count(p) != 0) {
+        found = true;
+        break;
+      }
+      if (auto it = under_own.find(p); it != under_own.end()) {
+        found = it->second;
+        break;
+      }
+      path.push_back(p);
+    }
+    for (const IndexEntry* p : path) under_own.emplace(p, found);
+    return found;
+  };
   // A hub block is held by a pin when it has children (then a leaf below
   // it is held too) or is a leaf with a pin that is not a save's hold.
   return index_.AnyLeaf(0, [&](const IndexEntry& e) {
-    return e.pins > e.save_holds && !e.moving && own.count(&e) == 0;
+    return e.pins > e.save_holds && !e.moving && above.count(&e) == 0 && !family(&e);
   });
 }
 

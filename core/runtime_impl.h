@@ -404,8 +404,9 @@ class RuntimeImpl final : public Runtime {
   // while blocks not in `own` are pinned by others (OthersPinHubLocked).
   void EnsureHubRoom(size_t slots, SteadyTime deadline,
                      const std::unordered_set<const IndexEntry*>* own = nullptr);
-  // True when a hub block none of `own` is pinned by a lookup's handle or
-  // another call (not a save's hold, not an eviction's). REQUIRES: mu_ held.
+  // True when a hub block outside `own`'s family (its keys, the chain above
+  // them, what hangs below them) is pinned by a lookup's handle or another
+  // call (not a save's hold, not an eviction's). REQUIRES: mu_ held.
   bool OthersPinHubLocked(const std::unordered_set<const IndexEntry*>& own) const;
   static constexpr std::chrono::seconds kHubRoomWait{1};
   static constexpr std::chrono::milliseconds kHubRoomRecheck{20};
@@ -439,6 +440,7 @@ class RuntimeImpl final : public Runtime {
   bool hub_ending_ = false;
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   uint32_t hub_room_waiters_ = 0;            // guarded by mu_: calls in EnsureHubRoom's wait
+  bool pin_waiter_taken_ = false;            // guarded by mu_: a load waits for pins (one only)
   std::condition_variable late_calls_done_;  // signalled when late_calls_ drops to 0
   // Signalled (with mu_) when a save's reserved entries are settled, and
   // when the mover settles its victims, for saves waiting on another's fill

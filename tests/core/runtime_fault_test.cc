@@ -339,6 +339,33 @@ TEST_F(RuntimeFaultTest, ALoadDoesNotWaitForRoomOnlyItsOwnRequestHolds) {
   rt_->Shutdown();
 }
 
+// The request's own pins reach past the keys a load names: the chain above
+// them and what hangs below them (a hybrid model's state parts, loaded by a
+// load of the parts alone). A load of A2..A4 whose request pinned A1..A7,
+// with A5..A7 filling the hub, is not another request waiting to let go: it
+// fails at once instead of waiting a second for itself.
+TEST_F(RuntimeFaultTest, ALoadOfPartOfItsPinnedChainDoesNotWaitForItself) {
+  Open(FaultOptions{});
+  auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
+  auto all = ChainKeys({1, 2, 3, 4, 5, 6, 7});
+  sim_->Prefill(all, 0);
+  ASSERT_TRUE(sim_->SaveFrom(all, 4, 0).status().ok());  // A5..A7 into the hub
+  auto pinned = rt_->LookupAndPin(kTestNs, all);
+  ASSERT_TRUE(pinned.ok());
+  ASSERT_EQ(pinned->hit_blocks(), 7u);
+  const std::vector<BlockKey> middle(a.begin() + 1, a.end());
+  sim_->Scrub(0, 64);
+  const auto start = Clock::now();
+  Completion c = sim_->Load(middle, 30, std::chrono::seconds(5));
+  EXPECT_LT(Clock::now() - start, Scaled(std::chrono::milliseconds(500)));
+  for (size_t i = 0; i < middle.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kResourceExhausted)
+        << i << ": " << c.result(i).ToString();
+  }
+  ExpectNoWrongBytes(c, middle, 30);
+  rt_->Shutdown();
+}
+
 TEST_F(RuntimeFaultTest, FullQueueAnswersBusy) {
   FaultOptions f;
   f.latency = std::chrono::milliseconds(100);
