@@ -84,9 +84,10 @@ Status ReadUint(const ConfigNode& node, std::string_view path, uint64_t min, uin
   return Status::Ok();
 }
 
-Status ReadU32(const ConfigNode& node, std::string_view path, uint32_t min, uint32_t* out) {
+Status ReadU32(const ConfigNode& node, std::string_view path, uint32_t min, uint32_t* out,
+               uint32_t max) {
   uint64_t v = 0;
-  KVTIER_RETURN_IF_ERROR(ReadUint(node, path, min, std::numeric_limits<uint32_t>::max(), &v));
+  KVTIER_RETURN_IF_ERROR(ReadUint(node, path, min, max, &v));
   *out = static_cast<uint32_t>(v);
   return Status::Ok();
 }

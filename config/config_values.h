@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,7 +31,8 @@ Status ReadOptionalString(const ConfigNode& node, std::string_view path, std::st
 // An unquoted whole number in [min, max]; negatives, fractions and words are errors.
 Status ReadUint(const ConfigNode& node, std::string_view path, uint64_t min, uint64_t max,
                 uint64_t* out);
-Status ReadU32(const ConfigNode& node, std::string_view path, uint32_t min, uint32_t* out);
+Status ReadU32(const ConfigNode& node, std::string_view path, uint32_t min, uint32_t* out,
+               uint32_t max = std::numeric_limits<uint32_t>::max());
 
 // An unquoted finite number.
 Status ReadDouble(const ConfigNode& node, std::string_view path, double* out);

@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/runtime_impl.h"
 #include "kvtier/block_header.h"
@@ -107,7 +108,7 @@ size_t RuntimeImpl::MoverPass() {
 }
 
 void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
-                                const std::unordered_set<const IndexEntry*>* own) {
+                                const std::vector<IndexEntry*>* own) {
   // Pins end within milliseconds in a working engine, so a load waits for
   // room that blocks pinned by others hold; but not past kHubRoomWait, as
   // the pins of an engine that holds them while it waits would never end.
@@ -128,10 +129,7 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
     const bool held = own != nullptr && now < held_until && slots <= arena_->slot_count() &&
                       (pin_waiter || !pin_waiter_taken_) && OthersPinHubLocked(*own);
     if (held && !pin_waiter) pin_waiter = pin_waiter_taken_ = true;
-    if (moving_blocks_ == 0 && !held) {
-      if (pin_waiter) pin_waiter_taken_ = false;
-      break;
-    }
+    if (moving_blocks_ == 0 && !held) break;
     const SteadyTime until =
         moving_blocks_ != 0 ? deadline : std::min(held_until, now + kHubRoomRecheck);
     ++hub_room_waiters_;
@@ -145,7 +143,8 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
   if (HubAboveHigh()) WakeMover();
 }
 
-bool RuntimeImpl::OthersPinHubLocked(const std::unordered_set<const IndexEntry*>& own) const {
+bool RuntimeImpl::OthersPinHubLocked(const std::vector<IndexEntry*>& entries) const {
+  const std::unordered_set<const IndexEntry*> own(entries.begin(), entries.end());
   // The load's own request pins more than its keys: the chain above them
   // (a load of a suffix) and what hangs below them (a hybrid model's state
   // parts, whose own load names only the parts). Those are its family, not

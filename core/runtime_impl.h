@@ -17,7 +17,6 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/admin_server.h"
@@ -403,11 +402,11 @@ class RuntimeImpl final : public Runtime {
   // With `own` (a load's entries), also waits, for at most kHubRoomWait,
   // while blocks not in `own` are pinned by others (OthersPinHubLocked).
   void EnsureHubRoom(size_t slots, SteadyTime deadline,
-                     const std::unordered_set<const IndexEntry*>* own = nullptr);
+                     const std::vector<IndexEntry*>* own = nullptr);
   // True when a hub block outside `own`'s family (its keys, the chain above
   // them, what hangs below them) is pinned by a lookup's handle or another
   // call (not a save's hold, not an eviction's). REQUIRES: mu_ held.
-  bool OthersPinHubLocked(const std::unordered_set<const IndexEntry*>& own) const;
+  bool OthersPinHubLocked(const std::vector<IndexEntry*>& own) const;
   static constexpr std::chrono::seconds kHubRoomWait{1};
   static constexpr std::chrono::milliseconds kHubRoomRecheck{20};
   void WakeMover();

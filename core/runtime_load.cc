@@ -6,7 +6,6 @@
 #include <map>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/runtime_impl.h"
 #include "kvtier/block_header.h"
@@ -146,8 +145,7 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
   }
   // Its own entries: pins on them (its own, its request's lookup) are not
   // waited for.
-  std::unordered_set<const IndexEntry*> own(entries.begin(), entries.end());
-  EnsureHubRoom(first_item.size(), deadline, &own);
+  EnsureHubRoom(first_item.size(), deadline, &entries);
 
   // tier -> items read from it
   std::map<uint32_t, std::vector<size_t>> by_tier;

@@ -17,7 +17,7 @@ namespace {
 
 constexpr char kMetaKey[] = "M";
 constexpr char kTotalsKey[] = "W";  // host bytes, device bytes: two EncodeU64 values
-constexpr uint64_t kResumeIntervalNs = 100'000'000;
+constexpr std::chrono::milliseconds kResumeInterval{100};
 // RocksDB's write buffer (its default is 64 MiB; index entries are small),
 // and the free space a resume needs: the buffer's flush, twice over.
 constexpr uint64_t kWriteBufferBytes = 8ull << 20;
@@ -285,14 +285,12 @@ Status NvmeIndex::WriteLocked(rocksdb::WriteBatch* batch, std::string_view what)
   // Once a write has failed for want of space RocksDB refuses every later
   // one (a background error) until it is resumed.
   if (!s.IsIOError() && !s.IsNoSpace()) return FromRocks(s, what);
-  const uint64_t now =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::steady_clock::now().time_since_epoch())
-                                .count());
-  if (now - last_resume_ns_ < kResumeIntervalNs && last_resume_ns_ != 0) {
+  const auto now = std::chrono::steady_clock::now();
+  if (last_resume_ != std::chrono::steady_clock::time_point{} &&
+      now - last_resume_ < kResumeInterval) {
     return FromRocks(s, what);
   }
-  last_resume_ns_ = now;
+  last_resume_ = now;
   // Not while the disk is still full: a resume that fails part way can
   // leave the index unable to resume until it is reopened.
   uint64_t free_bytes = 0;

@@ -6,6 +6,7 @@
 // Thread safety: all methods may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -104,7 +105,7 @@ class NvmeIndex {
   // synced write of RocksDB's would hold the second caller back as long.
   std::mutex mu_;
   std::unique_ptr<rocksdb::DB> db_;  // calls under mu_
-  uint64_t last_resume_ns_ = 0;      // guarded by mu_
+  std::chrono::steady_clock::time_point last_resume_;  // guarded by mu_
 };
 
 }  // namespace kvtier::internal

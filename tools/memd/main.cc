@@ -79,11 +79,7 @@ kvtier::Status ParseLeaseMs(const std::string& text, uint32_t* out) {
   node.kind = kvtier::internal::ConfigNode::Kind::kScalar;
   node.text = text;
   node.where = "--lease-ms";
-  uint64_t v = 0;
-  KVTIER_RETURN_IF_ERROR(
-      kvtier::internal::ReadUint(node, "lease_ms", 1, kvtier::internal::memd::kMaxLeaseMs, &v));
-  *out = static_cast<uint32_t>(v);
-  return kvtier::Status::Ok();
+  return kvtier::internal::ReadU32(node, "lease_ms", 1, out, kvtier::internal::memd::kMaxLeaseMs);
 }
 
 // Flags override the YAML file; the file overrides the defaults.

@@ -60,14 +60,6 @@ Status ReadWatermarks(const ConfigNode& n, internal::memd::MemdPoolOptions* pool
   return Status::Ok();
 }
 
-// A whole number from 1 to `max`: one message, whatever the value.
-Status ReadBoundedU32(const ConfigNode& n, std::string_view key, uint32_t max, uint32_t* out) {
-  uint64_t v = 0;
-  KVTIER_RETURN_IF_ERROR(internal::ReadUint(n, key, 1, max, &v));
-  *out = static_cast<uint32_t>(v);
-  return Status::Ok();
-}
-
 // The values MemdServerOptions::Validate would refuse, refused here with
 // the place in the file.
 Status CheckValue(const ConfigNode& n, const internal::memd::MemdServerOptions& o) {
@@ -109,9 +101,9 @@ Status LoadMemdConfig(const std::string& path, internal::memd::MemdServerOptions
     } else if (k == "hugepages") {
       s = internal::ReadBool(n, k, &o->pool.hugepages);
     } else if (k == "max_connections") {
-      s = ReadBoundedU32(n, k, internal::memd::kMaxConnectionsLimit, &o->max_connections);
+      s = internal::ReadU32(n, k, 1, &o->max_connections, internal::memd::kMaxConnectionsLimit);
     } else if (k == "lease_ms") {
-      s = ReadBoundedU32(n, k, internal::memd::kMaxLeaseMs, &o->lease_ms);
+      s = internal::ReadU32(n, k, 1, &o->lease_ms, internal::memd::kMaxLeaseMs);
     } else if (k == "handshake_timeout_ms") {
       s = internal::ReadU32(n, k, 1, &o->handshake_timeout_ms);
     } else if (k == "put_timeout_ms") {
