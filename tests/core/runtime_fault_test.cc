@@ -48,6 +48,14 @@ class RuntimeFaultTest : public ::testing::Test {
     EXPECT_TRUE(moved.ok());
     return keys;
   }
+  // Saves B = {20, 21, 22} from engine blocks 10..12: with A1 of
+  // SaveAndDemote, the hub of 4 is full.
+  std::vector<BlockKey> FillHub() {
+    auto b = ChainKeys({20, 21, 22});
+    sim_->Prefill(b, 10);
+    EXPECT_TRUE(sim_->SaveFrom(b, 0, 10).status().ok());
+    return b;
+  }
   // No engine block may ever hold bytes of a key other than the one asked.
   void ExpectNoWrongBytes(const Completion& c, const std::vector<BlockKey>& keys, uint32_t first) {
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -221,9 +229,7 @@ TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
   f.latency = std::chrono::milliseconds(300);
   Open(f, /*workers=*/2, /*queue=*/1024, /*batch_blocks=*/1);
   auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
-  auto b = ChainKeys({20, 21, 22});
-  sim_->Prefill(b, 10);
-  ASSERT_TRUE(sim_->SaveFrom(b, 0, 10).status().ok());
+  auto b = FillHub();
   ASSERT_EQ(rt_->Lookup(kTestNs, b)->hit_blocks, 3u);  // the hub is full
   sim_->Scrub(0, 64);
   const auto start = Clock::now();
@@ -248,9 +254,7 @@ TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
 TEST_F(RuntimeFaultTest, ALoadWaitsForAnotherRequestsPinsToEnd) {
   Open(FaultOptions{});
   auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
-  auto b = ChainKeys({20, 21, 22});
-  sim_->Prefill(b, 10);
-  ASSERT_TRUE(sim_->SaveFrom(b, 0, 10).status().ok());
+  auto b = FillHub();
   auto pinned = rt_->LookupAndPin(kTestNs, b);
   ASSERT_TRUE(pinned.ok());
   ASSERT_EQ(pinned->hit_blocks(), 3u);  // the hub is full and pinned
@@ -302,9 +306,7 @@ TEST_F(RuntimeFaultTest, ALoadWaitsForAnotherRequestsPinsToEnd) {
 TEST_F(RuntimeFaultTest, ALoadDoesNotWaitForRoomOnlyItsOwnRequestHolds) {
   Open(FaultOptions{});
   auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
-  auto b = ChainKeys({20, 21, 22});
-  sim_->Prefill(b, 10);
-  ASSERT_TRUE(sim_->SaveFrom(b, 0, 10).status().ok());
+  auto b = FillHub();
   std::vector<BlockKey> keys = b;
   keys.insert(keys.end(), a.begin(), a.end());
   auto pinned = rt_->LookupAndPin(kTestNs, b);  // the same request's pins
