@@ -162,6 +162,37 @@ Status ReadModelStrings(const ConfigNode& node, ModelOptions* m) {
   return Status::Ok();
 }
 
+// A preset named by an override (--set model.preset=X) is meant to take
+// effect: a field the file sets to something else than X's value would
+// silently keep the file's geometry under X's name, so that is refused,
+// naming every such field. Fields set by overrides, or that agree, are fine.
+Status CheckPresetOverride(const ConfigNode& node, const ModelOptions& m) {
+  const ConfigNode* p = node.Find("preset");
+  if (p == nullptr || !p->from_override) return Status::Ok();
+  ModelOptions preset;
+  if (!ApplyModelPreset(m.preset, &preset).ok()) return Status::Ok();
+  const std::pair<std::string_view, std::pair<std::string, std::string>> fields[] = {
+      {"id", {m.model_id, preset.model_id}},
+      {"revision", {m.revision, preset.revision}},
+      {"dtype", {m.dtype, preset.dtype}},
+      {"layers", {std::to_string(m.num_layers), std::to_string(preset.num_layers)}},
+      {"kv_heads", {std::to_string(m.num_kv_heads), std::to_string(preset.num_kv_heads)}},
+      {"head_size", {std::to_string(m.head_size), std::to_string(preset.head_size)}},
+      {"block_tokens", {std::to_string(m.block_tokens), std::to_string(preset.block_tokens)}},
+      {"hidden_size", {std::to_string(m.hidden_size), std::to_string(preset.hidden_size)}},
+  };
+  std::string kept;
+  for (const auto& [key, values] : fields) {
+    const ConfigNode* f = node.Find(key);
+    if (f == nullptr || f->from_override || values.first == values.second) continue;
+    kept += (kept.empty() ? "" : ", ") + std::string("model.") + std::string(key) + " " +
+            values.first + " at " + f->where + " (the preset's: " + values.second + ")";
+  }
+  if (kept.empty()) return Status::Ok();
+  return NodeError(p->where, "the file's own fields override the preset: " + kept,
+                   "those keys removed from the file, or set with --set as well");
+}
+
 // Preset first, then every explicit field overrides it.
 Status ReadModel(const ConfigNode* node, ModelOptions* m) {
   if (node == nullptr) return Status::Ok();  // the defaults are the "tiny" preset
@@ -188,6 +219,7 @@ Status ReadModel(const ConfigNode* node, ModelOptions* m) {
     }
     return Prefixed(*node, "model", s);
   }
+  KVTIER_RETURN_IF_ERROR(CheckPresetOverride(*node, *m));
   KVTIER_RETURN_IF_ERROR(CheckHiddenSize(*node, *m));
   return CheckModelLayout(*node, *m);
 }

@@ -131,6 +131,13 @@ Status CheckAliasBudget(std::string_view text, const Origin& origin,
                    "multiply it");
 }
 
+// The standard tags of numbers and booleans (!!int, !!float, !!bool): their
+// scalars read as plain ones. Other tags (!!str, quotes' "!") make strings.
+bool IsValueTag(const std::string& tag) {
+  return tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
+         tag == "tag:yaml.org,2002:bool";
+}
+
 Status Convert(const YAML::Node& y, const Origin& origin, const std::string& parent_where,
                int depth, ConfigNode* out);
 
@@ -175,8 +182,9 @@ Status Convert(const YAML::Node& y, const Origin& origin, const std::string& par
       out->kind = ConfigNode::Kind::kScalar;
       out->text = y.Scalar();
       // yaml-cpp tags plain scalars "?"; quoted, block and !!str scalars get
-      // another tag. Those are strings even when they look like numbers.
-      out->quoted = y.Tag() != "?";
+      // another tag. Those are strings even when they look like numbers,
+      // unless the tag asks for a number or a boolean (!!int 4).
+      out->quoted = y.Tag() != "?" && !IsValueTag(y.Tag());
       return Status::Ok();
     case YAML::NodeType::Sequence:
       out->kind = ConfigNode::Kind::kList;

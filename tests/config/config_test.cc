@@ -143,6 +143,22 @@ TEST(ParseConfigTest, PresetFirstThenExplicitFields) {
   EXPECT_EQ(r->runtime.block_bytes, 8ULL * 2 * 16 * 8 * 128 * 1);
 }
 
+TEST(ParseConfigTest, NumberAndBooleanTagsReadAsTheirValues) {
+  Result<KvtierConfig> r = ParseConfig(
+      "engine: {pool_blocks: !!int 64}\n"
+      "tiers: [{name: h, type: host, capacity: 1MiB, mlock: !!bool false,\n"
+      "         watermarks: {high: !!float 0.9, low: 0.5}}]\n",
+      "g");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->gpu_pool_blocks, 64u);
+  EXPECT_FALSE(r->runtime.tiers[0].mlock);
+  EXPECT_EQ(r->runtime.tiers[0].watermarks.high, 0.9);
+  // !!str still makes a string, as quotes do.
+  EXPECT_EQ(ErrorOf("engine: {pool_blocks: !!str 64}\n"),
+            "t.yaml:1:23: engine.pool_blocks is the string \"64\"; expected a whole number "
+            "from 1 to 4294967295");
+}
+
 TEST(ParseConfigTest, EmptySectionsMeanDefaults) {
   Result<KvtierConfig> r = ParseConfig(
       "model:\nmover:\ntiers:\n  - {name: h, type: host, capacity: 1MiB, "

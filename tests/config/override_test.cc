@@ -286,5 +286,33 @@ TEST(ConfigOverrideTest, ModelSizeOverridesAreBlamedForWhatTheyBreak) {
       << r.status().message();
 }
 
+TEST(ConfigOverrideTest, APresetSetByOverrideIsNotShadowedByTheFilesFields) {
+  // default.yaml spells out the small preset's fields: another preset set
+  // by --set would keep them and only change the name.
+  const std::string msg = ErrorOf(DefaultYaml(), {"model.preset=llama3-8b"});
+  EXPECT_EQ(msg.rfind("--set model.preset=llama3-8b: the file's own fields override the "
+                      "preset: model.id kvtier/small at ",
+                      0),
+            0u)
+      << msg;
+  for (const char* field : {"model.layers 2 at ", "(the preset's: 32)", "model.kv_heads 1 at ",
+                            "model.head_size 16 at ", "model.block_tokens 512 at "}) {
+    EXPECT_NE(msg.find(field), std::string::npos) << field << " in " << msg;
+  }
+  EXPECT_EQ(msg.find("model.dtype"), std::string::npos) << "both are fp16: " << msg;
+  // A field the override sets too, or one that agrees with the preset, is fine.
+  Result<KvtierConfig> r = ParseConfig(
+      "model: {preset: small, layers: 32}\ntiers: [{name: h, type: host, capacity: 1GiB}]\n",
+      "f.yaml", std::vector<std::string>{"model.preset=llama3-8b"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->model.num_kv_heads, 8u);
+  r = ParseConfig(
+      "model: {preset: small, layers: 2}\ntiers: [{name: h, type: host, capacity: "
+      "1GiB}]\n",
+      "f.yaml", std::vector<std::string>{"model.preset=llama3-8b", "model.layers=4"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->model.num_layers, 4u);
+}
+
 }  // namespace
 }  // namespace kvtier
