@@ -368,6 +368,44 @@ TEST_F(RuntimeFaultTest, ALoadOfPartOfItsPinnedChainDoesNotWaitForItself) {
   rt_->Shutdown();
 }
 
+// One load at a time waits for other requests' pins: while it waits, a
+// second load needing room fails at once instead of holding a worker for
+// the same second, and the first still loads once the pin ends.
+TEST_F(RuntimeFaultTest, OnlyOneLoadWaitsForOthersPins) {
+  Open(FaultOptions{});
+  auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
+  auto b = FillHub();
+  auto pinned = rt_->LookupAndPin(kTestNs, b);
+  ASSERT_TRUE(pinned.ok());
+  sim_->Scrub(0, 64);
+  const auto start = Clock::now();
+  const std::vector<uint32_t> first_dst = {30, 31, 32, 33};
+  Completion first = rt_->Load(kTestNs, a, first_dst, std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  ASSERT_FALSE(first.Poll()) << "the first load did not wait";
+
+  const auto second_start = Clock::now();
+  const std::vector<uint32_t> second_dst = {40, 41, 42, 43};
+  Completion second = rt_->Load(kTestNs, a, second_dst, std::chrono::seconds(5));
+  (void)second.Wait();
+  EXPECT_LT(Clock::now() - second_start, Scaled(std::chrono::milliseconds(400)));
+  EXPECT_EQ(second.result(0).code(), StatusCode::kOk);
+  for (size_t i = 1; i < a.size(); ++i) {
+    EXPECT_EQ(second.result(i).code(), StatusCode::kResourceExhausted)
+        << i << ": " << second.result(i).ToString();
+  }
+  ExpectNoWrongBytes(second, a, 40);
+
+  pinned = PinnedPrefix();
+  (void)first.Wait();
+  EXPECT_LT(Clock::now() - start, Scaled(std::chrono::milliseconds(900)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(first.result(i).code(), StatusCode::kOk) << i << ": " << first.result(i).ToString();
+  }
+  ExpectNoWrongBytes(first, a, 30);
+  rt_->Shutdown();
+}
+
 TEST_F(RuntimeFaultTest, FullQueueAnswersBusy) {
   FaultOptions f;
   f.latency = std::chrono::milliseconds(100);
