@@ -48,8 +48,20 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   if (!has_adoptable_tier_) return;
   size_t first = 0;
   uint64_t removes_before = 0;
+  uint64_t epoch = 0;
+  // Counted from before the first look at the index until the end, so that
+  // every remove landing in between is seen (removed_during_adoption_).
+  struct Running {
+    RuntimeImpl* rt;
+    ~Running() {
+      std::lock_guard lock(rt->mu_);
+      if (--rt->adoptions_running_ == 0) rt->removed_during_adoption_.clear();
+    }
+  };
   {
     std::lock_guard lock(mu_);
+    ++adoptions_running_;
+    epoch = adopt_epoch_;
     removes_before = removes_ended_;
     while (first < keys.size()) {
       IndexEntry* e = index_.Find({ns, keys[first]});
@@ -57,6 +69,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
       ++first;
     }
   }
+  const Running running{this};
   if (first == keys.size()) return;
   std::span<const BlockKey> rest = keys.subspan(first);
 
@@ -123,7 +136,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
     // A Remove that overlapped the Contains may have dropped a key after the
     // tier reported it: adopting it would index a block that is gone. The
     // blocks are adopted by a later lookup instead.
-    if (removes_running_ != 0 || removes_ended_ != removes_before) return;
+    if (removes_running_ != 0 || removes_ended_ != removes_before || adopt_epoch_ != epoch) return;
     IndexEntry* parent = first == 0 ? nullptr : index_.Find({ns, keys[first - 1]});
     if (first > 0 && parent == nullptr) return;  // removed meanwhile: the chain is cut
     const uint64_t now = NowNs();
@@ -134,6 +147,11 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
         if (((present[j] >> t) & 1U) != 0 && pending_removes_[t].count({ns, rest[j]}) != 0) {
           present[j] &= ~(1U << t);
         }
+      }
+      // A copy whose Remove landed after the tier answered is gone.
+      if (const auto it = removed_during_adoption_.find({ns, rest[j]});
+          it != removed_during_adoption_.end()) {
+        present[j] &= ~it->second;
       }
       if (present[j] == 0) break;
       IndexEntry* e = index_.Find({ns, rest[j]});

@@ -466,6 +466,16 @@ class RuntimeImpl final : public Runtime {
   // adoption that overlapped one is dropped (runtime_adopt.cc). Guarded by mu_.
   uint32_t removes_running_ = 0;
   uint64_t removes_ended_ = 0;
+  // Removes from lower tiers that landed while an adoption was asking them
+  // (the mover's evictions, whose keys left the index first): key -> tiers.
+  // A tier may have reported such a key as held just before it went, so an
+  // adoption leaves it out of that tier. Cleared once no adoption runs; past
+  // kMaxRemovedDuringAdoption it is cleared and adopt_epoch_ moves on, which
+  // drops the adoptions running then. Guarded by mu_.
+  static constexpr size_t kMaxRemovedDuringAdoption = 1 << 16;
+  uint32_t adoptions_running_ = 0;
+  uint64_t adopt_epoch_ = 0;
+  std::unordered_map<NsKey, uint32_t, NsKeyHash> removed_during_adoption_;
   std::condition_variable removes_done_;  // signalled as a Remove's tier calls settle
 
   std::mutex mover_mu_;

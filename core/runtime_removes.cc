@@ -149,6 +149,14 @@ void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<con
                                       const Completion& c) {
   auto& list = pending_removes_[tier];
   for (size_t k = 0; k < keys.size(); ++k) {
+    const StatusCode result = c.result(k).code();
+    if (adoptions_running_ != 0 && (result == StatusCode::kOk || result == StatusCode::kNotFound)) {
+      if (removed_during_adoption_.size() >= kMaxRemovedDuringAdoption) {
+        removed_during_adoption_.clear();
+        ++adopt_epoch_;
+      }
+      removed_during_adoption_[{ns, keys[k]}] |= 1U << tier;
+    }
     const auto it = list.find({ns, keys[k]});
     if (it == list.end()) continue;
     PendingRemove& p = it->second;

@@ -2,7 +2,9 @@
 // kept are found again on lookup (adopted) and load byte for byte.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
+#include <future>
 #include <utility>
 
 #include "tests/core/disk_view_fixture.h"
@@ -97,6 +99,53 @@ TEST_F(RuntimeRestartTest, ARemoveDuringTheContainsStopsTheAdoption) {
   EXPECT_EQ(disk_->Usage().blocks, 0u);
   EXPECT_EQ(rt->Stats().adopted_blocks, 0u);
   EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 1u);
+}
+
+// The mover's own eviction can race a lookup: it drops K from the index,
+// the lookup misses K and asks the tier, which still holds it, and then the
+// Remove lands. Adopting K after that would promise a hit no load serves.
+TEST_F(RuntimeRestartTest, ACopyEvictedWhileTheTierIsAskedIsNotAdopted) {
+  UseDiskOf(4);
+  disk_watermarks_ = WatermarkOptions{.high = 0.5, .low = 0.25};
+  std::atomic<bool> remove_armed{true}, contains_armed{false};
+  std::promise<void> evicting, answered;
+  std::shared_future<void> answered_f = answered.get_future().share();
+  std::future<Status> mover;
+  TierViewHooks hooks;
+  hooks.before_remove = [&] {
+    if (!remove_armed.exchange(false)) return;
+    evicting.set_value();
+    answered_f.wait();
+  };
+  hooks.after_contains = [&] {
+    if (!contains_armed.exchange(false)) return;
+    answered.set_value();
+    (void)mover.wait_for(std::chrono::seconds(10));  // the Remove lands meanwhile
+  };
+  std::unique_ptr<Runtime> rt =
+      OpenOver(4, {.high = 0.5, .low = 0.25},
+               TierCapabilities{.persistent = true, .local_index = true}, std::move(hooks));
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  auto keys = ChainKeys({1, 2, 3, 4});
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  // One pass: A2..A4 go to the disk, which is then over its high mark and
+  // evicts A4 and A3; their Remove waits until the lookup has been answered.
+  mover = std::async(std::launch::async, [&] { return rt->TEST_RunMoverOnce().status(); });
+  ASSERT_EQ(evicting.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  contains_armed = true;
+  auto found = rt->Lookup(kTestNs, keys);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->hit_blocks, 2u) << "adopted copies whose remove had landed";
+  EXPECT_EQ(rt->Stats().adopted_blocks, 0u);
+  ASSERT_TRUE(mover.get().ok());
+  EXPECT_EQ(disk_->Usage().blocks, 1u);
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 2u);
+  sim.Scrub(0, 64);
+  Completion c = sim.Load(std::vector<BlockKey>(keys.begin(), keys.begin() + 2), 10);
+  ASSERT_TRUE(c.status().ok()) << c.status().ToString();
+  EXPECT_TRUE(sim.Holds(10, keys[0]) && sim.Holds(11, keys[1]));
 }
 
 TEST_F(RuntimeRestartTest, TiersWithoutALocalIndexAreNotAsked) {

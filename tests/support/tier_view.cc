@@ -33,6 +33,7 @@ class TierView final : public Tier {
     Forward(inner_->Write(ns, ops), std::move(done));
   }
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
+    if (hooks_.before_remove) hooks_.before_remove();
     Forward(inner_->Remove(ns, keys), std::move(done));
   }
   void DoContains(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {

@@ -25,6 +25,8 @@ struct TierViewHooks {
   // Before a Write is passed to `inner` (a slow device: it may sleep); an
   // error fails every op of the write with it instead, and `inner` is not asked.
   std::function<Status()> before_write;
+  // Before a Remove is passed to `inner` (a slow device: it may block).
+  std::function<void()> before_remove;
   // Before a Claim is passed to `inner`.
   std::function<void()> before_claim;
 };
