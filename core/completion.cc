@@ -3,6 +3,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace kvtier {
@@ -27,6 +28,15 @@ struct CompletionState {
   // acquire/release so a reader that sees `done` also sees the results.
   std::atomic<bool> done{false};
   std::atomic<uint32_t> layers{0};
+  // The thread running the callbacks (set before they run): there the
+  // results are final already, so a callback reading its own completion
+  // (Poll, Wait, result) sees it done instead of waiting for itself.
+  std::atomic<std::thread::id> finisher{};
+
+  bool DoneHere() const {
+    return done.load(std::memory_order_acquire) ||
+           finisher.load(std::memory_order_acquire) == std::this_thread::get_id();
+  }
 };
 
 }  // namespace internal
@@ -35,12 +45,12 @@ namespace {
 const Status kEmptyOk;
 }
 
-bool Completion::Poll() const { return !state_ || state_->done.load(std::memory_order_acquire); }
+bool Completion::Poll() const { return !state_ || state_->DoneHere(); }
 
 Status Completion::Wait() const {
   if (!state_) return Status::Ok();
   std::unique_lock lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_relaxed); });
+  state_->cv.wait(lock, [&] { return state_->DoneHere(); });
   lock.unlock();
   return status();
 }
@@ -52,8 +62,7 @@ Status Completion::WaitFor(std::chrono::nanoseconds timeout) const {
   constexpr auto kForever = std::chrono::hours(24 * 365 * 100);
   if (timeout >= kForever) return Wait();
   std::unique_lock lock(state_->mu);
-  if (!state_->cv.wait_for(lock, timeout,
-                           [&] { return state_->done.load(std::memory_order_relaxed); })) {
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->DoneHere(); })) {
     return Status::DeadlineExceeded("completion still running after the wait timeout");
   }
   lock.unlock();
@@ -152,6 +161,7 @@ void CompletionSource::Finish() {
       if (!state_->set[i]) state_->results[i] = Status::Internal("no result was set");
     }
     state_->finishing = true;
+    state_->finisher.store(std::this_thread::get_id(), std::memory_order_release);
   }
   // Callbacks run before waiters wake, so whatever they record (counters,
   // freed slots) is visible to a caller as soon as its Wait() returns. They

@@ -283,11 +283,12 @@ KVTIER_C_EXPORT uint32_t kvtier_completion_layers_done(const kvtier_completion* 
 /* Runs fn(user) once, when the results are final: on the thread that
  * finishes the work, before any kvtier_completion_wait returns and after
  * every fn registered before it, or before this returns if the completion
- * is done already. Like on_layer it must not block or
- * call back into kvtier: it is for waking an event loop, which then reads the
- * results after kvtier_completion_wait (that returns at once by then;
- * kvtier_completion_done may still say 0 while fn runs). It runs even if the
- * handle is freed first. */
+ * is done already. Like on_layer it must not block or call back into
+ * kvtier, except to read this completion: on fn's thread it is done already
+ * (kvtier_completion_done says 1, kvtier_completion_wait and _result answer
+ * at once; other threads see it done once fn and its peers have returned).
+ * It is for waking an event loop, which then reads the results. It runs even
+ * if the handle is freed first. */
 typedef void (*kvtier_done_fn)(void* user);
 KVTIER_C_EXPORT int kvtier_completion_on_done(const kvtier_completion* c, kvtier_done_fn fn,
                                               void* user);

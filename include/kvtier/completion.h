@@ -51,9 +51,10 @@ class KVTIER_EXPORT Completion {
 
   // Runs `fn` once the results are final: on the finishing thread before any
   // Wait() returns, after every callback registered before it, or right here
-  // if the completion is done already. `fn` must not
-  // block and must not wait on this completion. An exception thrown by `fn`
-  // on the finishing thread is dropped (the results stand, waiters wake).
+  // if the completion is done already. `fn` may read this completion: on
+  // that thread it is done already (Poll() is true, Wait() returns at once).
+  // `fn` must not block. An exception thrown by `fn` on the finishing thread
+  // is dropped (the results stand, waiters wake).
   void OnDone(std::function<void()> fn) const;
 
  private:

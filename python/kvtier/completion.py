@@ -77,7 +77,9 @@ class Completion(_Scoped):
 
     def add_done_callback(self, fn):
         """Calls fn() once the results are final, on a kvtier thread (or here, if
-        they are already). It takes the GIL: keep it short, e.g. wake a loop."""
+        they are already). fn may read this completion (results(), errors(),
+        wait() answer at once there). It takes the GIL: keep it short, e.g.
+        wake a loop."""
         _callable(fn, "a done callback")
         callback = _DoneFn(lambda _user: fn())
         self._keepalive.append(callback)

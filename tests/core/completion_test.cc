@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/returns_within.h"
+
 namespace kvtier {
 namespace {
 
@@ -152,6 +154,44 @@ TEST(Completion, ACallbackRegisteredWhileCallbacksRunRunsAfterThem) {
   bool now = false;
   c.OnDone([&] { now = true; });
   EXPECT_TRUE(now);
+}
+
+// A callback reading its own completion (the Python binding's results()
+// waits first) must not wait for itself: on the finishing thread the
+// results are final, so Poll, Wait and WaitFor answer at once there, while
+// other threads still wait for the callbacks to end.
+TEST(Completion, ACallbackReadsItsOwnCompletionWithoutWaitingForItself) {
+  CompletionSource src(2);
+  Completion c = src.completion();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  bool polled = false;
+  Status waited = Status::Internal("not run"), waited_for = Status::Internal("not run");
+  uint64_t bytes = 0;
+  c.OnDone([&, released] {
+    polled = c.Poll();
+    waited = c.Wait();
+    waited_for = c.WaitFor(std::chrono::seconds(1));
+    bytes = c.bytes(0) + c.bytes(1);
+    released.wait();
+  });
+  std::thread finisher([&] {
+    src.Set(0, Status::Ok(), 3);
+    src.Set(1, Status::NotFound("miss"), 0);
+    src.Finish();
+  });
+  EXPECT_EQ(c.WaitFor(std::chrono::milliseconds(100)).code(), StatusCode::kDeadlineExceeded)
+      << "another thread saw it done while its callback ran";
+  EXPECT_FALSE(c.Poll());
+  release.set_value();
+  EXPECT_TRUE(testing::ReturnsWithin([&] { (void)c.Wait(); }, std::chrono::seconds(5),
+                                     "a wait on a completion whose callback read it"));
+  EXPECT_EQ(c.Wait().code(), StatusCode::kNotFound);
+  finisher.join();
+  EXPECT_TRUE(polled);
+  EXPECT_EQ(waited.code(), StatusCode::kNotFound);
+  EXPECT_EQ(waited_for.code(), StatusCode::kNotFound);
+  EXPECT_EQ(bytes, 3u);
 }
 
 TEST(Completion, EmptyHandleIsDone) {

@@ -190,5 +190,30 @@ class ArgumentTest(unittest.TestCase):
             self.assertEqual(run.stdout, "done\n")
 
 
+    def test_a_done_callback_may_read_its_own_results(self):
+        # results() waits first: from the callback, on the kvtier thread that
+        # finishes the load, that wait was for the callback itself, which
+        # hung the load, close() and the interpreter's exit.
+        script = (
+            "import time, kvtier\n"
+            "from test_kvtier import CONFIG\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "k = rt.key_chain(list(range(64)))\n"
+            "assert rt.save(k, [0, 1, 2, 3]).wait() == kvtier.OK\n"
+            "load = rt.load(k, [4, 5, 6, 7], on_layer=lambda layer: time.sleep(0.05))\n"
+            "got = []\n"
+            "load.add_done_callback(lambda: got.append(load.results()))\n"
+            "print(load.wait(10), got == [load.results()], flush=True)\n"
+            "print([code for code, _ in got[0]], flush=True)\n"
+            "rt.close()\n"
+        )
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]))
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertEqual(run.stdout, "%d True\n[0, 0, 0, 0]\n" % kvtier.OK)
+
+
 if __name__ == "__main__":
     unittest.main()
