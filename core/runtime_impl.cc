@@ -73,8 +73,16 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
   auto policies = internal::TierPolicies::Create(options);
   if (!policies.ok()) return policies.status();
   std::vector<std::unique_ptr<Tier>> lower;
-  TierContext context{options.block_bytes, options.clock, options.log};
+  auto relay = std::make_shared<internal::LostCopiesRelay>();
   for (size_t i = 1; i < options.tiers.size(); ++i) {
+    TierContext context;
+    context.block_bytes = options.block_bytes;
+    context.clock = options.clock;
+    context.log = options.log;
+    context.copies_lost = [relay, i](NamespaceId ns, std::span<const BlockKey> keys) {
+      std::lock_guard lock(relay->mu);
+      if (relay->runtime != nullptr) relay->runtime->ForgetLostCopies(i, ns, keys);
+    };
     auto tier = options.tier_factory ? options.tier_factory(options.tiers[i], context)
                                      : CreateTier(options.tiers[i], context);
     if (!tier.ok() || *tier == nullptr) {
@@ -89,7 +97,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
   }
   auto impl = std::make_unique<internal::RuntimeImpl>(std::move(options), std::move(engine),
                                                       std::move(arena).value(), std::move(lower),
-                                                      std::move(policies).value());
+                                                      std::move(policies).value(), relay);
   KVTIER_RETURN_IF_ERROR(impl->StartAdmin());
   return std::unique_ptr<Runtime>(std::move(impl));
 }
@@ -98,7 +106,8 @@ namespace internal {
 
 RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> engine,
                          std::unique_ptr<HostArena> arena, std::vector<std::unique_ptr<Tier>> lower,
-                         std::unique_ptr<TierPolicies> policies)
+                         std::unique_ptr<TierPolicies> policies,
+                         std::shared_ptr<LostCopiesRelay> relay)
     : options_(std::move(options)),
       engine_(std::move(engine)),
       clock_(options_.clock),
@@ -127,6 +136,11 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
   workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests,
                                           options_.log);
   if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
+  relay_ = std::move(relay);
+  if (relay_) {
+    std::lock_guard lock(relay_->mu);
+    relay_->runtime = this;
+  }
 }
 
 RuntimeImpl::~RuntimeImpl() { Shutdown(); }
@@ -144,6 +158,10 @@ void RuntimeImpl::Shutdown() {
     if (mover_thread_.joinable()) mover_thread_.join();
     WriteBackHub();
     for (auto& t : lower_) t->Shutdown();
+    if (relay_) {
+      std::lock_guard relay_lock(relay_->mu);
+      relay_->runtime = nullptr;
+    }
     std::unique_lock lock(mu_);
     late_calls_done_.wait(lock, [&] { return late_calls_ == 0; });
   });

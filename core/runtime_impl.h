@@ -32,14 +32,29 @@
 
 namespace kvtier::internal {
 
+class RuntimeImpl;
+
+// Carries lower tiers' notices of lost copies (TierContext::copies_lost) to
+// the runtime: the tiers are built before it and stop only in its Shutdown.
+struct LostCopiesRelay {
+  std::mutex mu;
+  RuntimeImpl* runtime = nullptr;  // guarded by mu; null before and after the runtime
+};
+
 class RuntimeImpl final : public Runtime {
  public:
   using SteadyTime = std::chrono::steady_clock::time_point;
 
   RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> engine,
               std::unique_ptr<HostArena> arena, std::vector<std::unique_ptr<Tier>> lower,
-              std::unique_ptr<TierPolicies> policies);
+              std::unique_ptr<TierPolicies> policies,
+              std::shared_ptr<LostCopiesRelay> relay = nullptr);
   ~RuntimeImpl() override;
+
+  // Lower tier `tier` lost its copies of `keys` without a Remove (through
+  // LostCopiesRelay): the index forgets them there, as a load that misses
+  // them would (runtime_load.cc).
+  void ForgetLostCopies(size_t tier, NamespaceId ns, std::span<const BlockKey> keys);
 
   using Runtime::Lookup;
   using Runtime::LookupAndPin;
@@ -466,6 +481,7 @@ class RuntimeImpl final : public Runtime {
   // adoption that overlapped one is dropped (runtime_adopt.cc). Guarded by mu_.
   uint32_t removes_running_ = 0;
   uint64_t removes_ended_ = 0;
+  std::shared_ptr<LostCopiesRelay> relay_;  // pointed at this runtime until Shutdown
   // Removes from lower tiers that landed while an adoption was asking them
   // (the mover's evictions, whose keys left the index first): key -> tiers.
   // A tier may have reported such a key as held just before it went, so an

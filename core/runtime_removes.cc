@@ -168,6 +168,18 @@ void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<con
   }
 }
 
+void RuntimeImpl::ForgetLostCopies(size_t tier, NamespaceId ns, std::span<const BlockKey> keys) {
+  std::lock_guard lock(mu_);
+  for (const BlockKey& key : keys) {
+    if (IndexEntry* e = index_.Find({ns, key}); e != nullptr) index_.DropLocation(e, tier);
+  }
+  // Then those left with no copy go, unless held (a pin, a child, a fill);
+  // found again each time, as erasing one may take its ancestors along.
+  for (const BlockKey& key : keys) {
+    if (IndexEntry* e = index_.Find({ns, key}); e != nullptr) EraseIfUnheldLocked(e);
+  }
+}
+
 void RuntimeImpl::RetryPendingRemoves() {
   std::vector<std::vector<NsKey>> retry(tier_count());
   {

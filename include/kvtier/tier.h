@@ -14,6 +14,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -178,6 +179,12 @@ struct TierContext {
   uint64_t block_bytes = 0;           // payload size of one block
   std::shared_ptr<Clock> clock;
   std::shared_ptr<LogSink> log;
+  // Called when the tier learns that copies it stored are gone without a
+  // Remove (a kvtier-memd server restarted empty): the runtime forgets them,
+  // so lookups stop reporting them and the copies it still has elsewhere
+  // are written down again instead of dropped as backed. On any thread,
+  // with none of the tier's locks held; may be empty.
+  std::function<void(NamespaceId ns, std::span<const BlockKey> keys)> copies_lost;
 };
 
 // Builds a tier by its `type:` name. NotSupported for a type this build does

@@ -5,6 +5,7 @@
 // mover finds lost while demoting it.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -236,6 +237,58 @@ TEST_F(RuntimeLostCopyBelowTest, AVictimWhoseCopyIsLostIsForgottenNotRejected) {
   sim_->Prefill(keys_, 40);
   ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 40).status().ok());
   EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 4u);
+}
+
+// A tier that learns it lost copies without a Remove (a kvtier-memd server
+// restarted empty) says so through TierContext::copies_lost. The index must
+// forget them there: else the hub, still holding K2..K4, drops its copies
+// as backed below, and lookups report hits every load misses.
+TEST(RuntimeCopiesLostTest, CopiesATierReportsLostAreWrittenDownAgain) {
+  EngineSetup setup = MakeEngine(64);
+  const uint64_t bb = setup.layout.BlockBytes();
+  RuntimeOptions o = MakeOptions(bb, 4);
+  o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
+  o.tiers.push_back(LowerHostTier("below", bb, 32));
+  Tier* below = nullptr;
+  std::function<void(NamespaceId, std::span<const BlockKey>)> lost;
+  o.tier_factory = [&](const TierOptions& t, const TierContext& c) {
+    auto tier = CreateTier(t, c);
+    if (tier.ok()) below = tier->get();
+    lost = c.copies_lost;
+    return tier;
+  };
+  auto rt = Runtime::Open(o, setup.engine);
+  ASSERT_TRUE(rt.ok()) << rt.status().ToString();
+  ASSERT_TRUE(lost) << "the runtime gave the tier no way to report lost copies";
+  SimEngine sim(rt->get(), setup.engine.get());
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
+  ASSERT_TRUE((*rt)->TEST_RunMoverOnce().ok());  // K2..K4 below
+  ASSERT_TRUE(sim.Load(keys, 8).status().ok());  // and back in the hub: two copies each
+  ASSERT_EQ((*rt)->Lookup(kTestNs, keys)->tier, (std::vector<uint8_t>{0, 0, 0, 0}));
+
+  const std::vector<BlockKey> gone(keys.begin() + 1, keys.end());
+  ASSERT_TRUE(below->Remove(kTestNs, gone).Wait().ok());  // the server restarted empty
+  lost(kTestNs, gone);
+  ASSERT_TRUE((*rt)->TEST_RunMoverOnce().ok());
+  EXPECT_EQ(below->Usage().blocks, 3u) << "the hub's copies were dropped, not written down";
+  EXPECT_EQ((*rt)->Lookup(kTestNs, keys)->hit_blocks, 4u);
+  sim.Scrub(0, 64);
+  Completion c = sim.Load(keys, 20);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(c.result(i).ok()) << i << ": " << c.result(i).ToString();
+    EXPECT_TRUE(sim.Holds(20 + i, keys[i])) << i;
+  }
+
+  // Copies lost with no other copy anywhere leave the index: a miss, not a
+  // hit every load fails.
+  ASSERT_TRUE((*rt)->TEST_RunMoverOnce().ok());
+  ASSERT_EQ((*rt)->Lookup(kTestNs, keys)->tier[3], 1);
+  ASSERT_TRUE(below->Remove(kTestNs, std::span(keys).last(1)).Wait().ok());
+  lost(kTestNs, std::span(keys).last(1));
+  EXPECT_EQ((*rt)->Lookup(kTestNs, keys)->hit_blocks, 3u);
+  (*rt)->Shutdown();
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ class RemoteTierChannelTest : public ::testing::Test {
     o.remote.connections = connections;
     o.remote.reconnect_backoff_ms = 1;
     o.remote.reconnect_backoff_max_ms = 1;
-    auto t = CreateTier(o, TierContext{kBlock, SystemClock(), StderrLogSink(LogLevel::kError)});
+    auto t = CreateTier(o, TierContext{kBlock, SystemClock(), StderrLogSink(LogLevel::kError), {}});
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     tier_ = std::move(t).value();
   }

@@ -51,7 +51,7 @@ TierOptions TierOptionsFor(uint16_t port, const std::string& transport) {
 }
 
 TierContext Context() {
-  return TierContext{kBlockBytes, SystemClock(), StderrLogSink(LogLevel::kError)};
+  return TierContext{kBlockBytes, SystemClock(), StderrLogSink(LogLevel::kError), {}};
 }
 
 class RemoteTierRdmaTest : public ::testing::TestWithParam<RdmaDev> {

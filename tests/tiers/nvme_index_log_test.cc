@@ -26,7 +26,7 @@ constexpr uint64_t kBytes = 16 * 1024;
 
 // Writes a few blocks into a store at `dir` and closes it.
 void MakeStore(const TierOptions& o, const std::shared_ptr<LogSink>& log) {
-  auto t = OpenNvmeTier(o, TierContext{kBytes, SystemClock(), log});
+  auto t = OpenNvmeTier(o, TierContext{kBytes, SystemClock(), log, {}});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   WriteBlocks(**t, 0, 4, kBytes);
   (*t)->Shutdown();
@@ -57,7 +57,7 @@ TEST(NvmeIndexLog, RocksDbWritesNoLogFileAndSpeaksThroughTheTiersLog) {
   // reaches the tier's log.
   std::filesystem::remove(index + "/CURRENT");
   auto reopen_log = std::make_shared<RecordingLog>(LogLevel::kWarning, "nvme index (rocksdb)");
-  auto t = OpenNvmeTier(o, TierContext{kBytes, SystemClock(), reopen_log});
+  auto t = OpenNvmeTier(o, TierContext{kBytes, SystemClock(), reopen_log, {}});
   EXPECT_FALSE(t.ok());
   EXPECT_FALSE(reopen_log->lines().empty()) << "RocksDB's warnings went nowhere";
   EXPECT_FALSE(HasRocksLogFile(index));

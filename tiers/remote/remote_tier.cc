@@ -41,8 +41,11 @@ using FullKeyHash = internal::NsKeyHash;
 
 class RemoteTier final : public Tier {
  public:
-  RemoteTier(const TierOptions& o, uint64_t max_block)
-      : Tier(o.name, "remote", Caps(max_block)), capacity_(o.capacity_bytes), block_(max_block) {
+  RemoteTier(const TierOptions& o, const TierContext& context)
+      : Tier(o.name, "remote", Caps(context.block_bytes)),
+        capacity_(o.capacity_bytes),
+        block_(context.block_bytes),
+        copies_lost_(context.copies_lost) {
     for (const std::string& s : o.servers) ids_.push_back(memd::ServerId(s));
   }
   ~RemoteTier() override { Shutdown(); }
@@ -111,6 +114,7 @@ class RemoteTier final : public Tier {
 
   const uint64_t capacity_;
   const uint64_t block_;  // payload bytes of one block
+  const std::function<void(NamespaceId, std::span<const BlockKey>)> copies_lost_;
   std::vector<uint64_t> ids_;
   std::unique_ptr<RemoteClient> client_;
   mutable std::mutex mu_;
@@ -169,18 +173,26 @@ void RemoteTier::Written(NamespaceId ns, const BlockKey& key, bool ok, uint64_t 
 }
 
 void RemoteTier::ForgetServer(size_t server) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = index_.begin(); it != index_.end();) {
-    if (it->second.server != server) {
-      ++it;
-    } else if (it->second.writing > 0) {
-      it->second.stored = false;  // the restart took the copy a failing write would keep
-      ++it;
-    } else {
-      used_ -= it->second.bytes;
-      it = index_.erase(it);
+  std::unordered_map<uint64_t, std::pair<NamespaceId, std::vector<BlockKey>>> lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = index_.begin(); it != index_.end();) {
+      if (it->second.server != server) {
+        ++it;
+      } else if (it->second.writing > 0) {
+        it->second.stored = false;  // the restart took the copy a failing write would keep
+        ++it;
+      } else {
+        used_ -= it->second.bytes;
+        auto& [ns, keys] = lost[it->first.ns.value];
+        ns = it->first.ns;
+        keys.push_back(it->first.key);
+        it = index_.erase(it);
+      }
     }
   }
+  if (!copies_lost_) return;
+  for (const auto& [id, lost_in_ns] : lost) copies_lost_(lost_in_ns.first, lost_in_ns.second);
 }
 
 void RemoteTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) {
@@ -306,7 +318,7 @@ Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
   co.reconnect_backoff_ms = options.remote.reconnect_backoff_ms;
   co.reconnect_backoff_max_ms = options.remote.reconnect_backoff_max_ms;
   co.clock = context.clock;
-  auto tier = std::make_unique<RemoteTier>(options, context.block_bytes);
+  auto tier = std::make_unique<RemoteTier>(options, context);
   RemoteTier* raw = tier.get();
   KVTIER_ASSIGN_OR_RETURN(
       std::unique_ptr<RemoteClient> client,

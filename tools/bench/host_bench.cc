@@ -103,7 +103,7 @@ Result<HostBenchRow> BenchOneSize(const HostBenchOptions& o, uint64_t block_byte
   // The memcpy buffers come from the heap on ordinary pages; the arena gets
   // the same, so the ratio does not compare page kinds.
   tier_options.hugepages = false;
-  TierContext context{block_bytes, SystemClock(), StderrLogSink(LogLevel::kWarning)};
+  TierContext context{block_bytes, SystemClock(), StderrLogSink(LogLevel::kWarning), {}};
   // The buffers outlive the tier (declared first).
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Buffers> buffers, Buffers::Create(s.blocks, block_bytes));
   Buffers& buf = *buffers;
