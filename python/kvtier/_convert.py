@@ -113,7 +113,9 @@ def _ints(values, ctype, typecodes, what, check):
         view = memoryview(values)
     except TypeError:
         view = None
-    if view is None or view.itemsize != 4 or view.format not in typecodes or view.ndim != 1:
+    if view is not None and view.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional, not of shape {tuple(view.shape)}")
+    if view is None or view.itemsize != 4 or view.format not in typecodes:
         # array.array would take bytes and bytearray as raw machine words:
         # four byte values would make one int.
         items = list(values) if isinstance(values, (bytes, bytearray)) else values
@@ -151,8 +153,13 @@ def _bytes(data, what):
 
 
 def _c_string(value, what):
-    """A str (as UTF-8) or bytes-like `value` as the bytes of a C string."""
-    return value.encode() if isinstance(value, str) else _bytes(value, what)
+    """A str (as UTF-8) or bytes-like `value` as the bytes of a C string; a NUL
+    inside it is refused, as C would end the string there."""
+    out = value.encode() if isinstance(value, str) else _bytes(value, what)
+    nul = out.find(b"\0")
+    if nul >= 0:
+        raise ValueError(f"{what} holds a NUL character at offset {nul}")
+    return out
 
 
 def _i32(value, what):

@@ -104,7 +104,8 @@ class Runtime(_Scoped):
                                              cuda_device, cuda_stream, shape,
                                              len(cuda_shape) if cuda_shape else 0))
         handle = _P()
-        _check(clib.kvtier_open(os.fsencode(config_path) if config_path is not None else None,
+        _check(clib.kvtier_open(_c_string(os.fsencode(config_path), "config_path")
+                               if config_path is not None else None,
                                _c_string(config_text, "config_text")
                                if config_text is not None else None,
                                c_sets, len(sets), cuda, self._log, None,

@@ -3,6 +3,7 @@ refused by name before the call, never wrapped into another valid-looking
 one; callbacks are checked when given; a script may end with callbacks still
 due. Run by ctest like test_kvtier.py."""
 
+import array
 import math
 import os
 import subprocess
@@ -35,6 +36,24 @@ class ArgumentTest(unittest.TestCase):
         with self.assertRaises(TypeError) as e:
             self.rt.host_block_read("0")
         self.assertIn("engine_block must be an int, not str", str(e.exception))
+
+    def test_a_buffer_of_more_than_one_dimension_is_refused_by_name(self):
+        grid = memoryview(array.array("I", [0, 1, 2, 3])).cast("B").cast("I", shape=[2, 2])
+        with self.assertRaises(ValueError) as e:
+            self.rt.save(self.keys[:2], grid)
+        self.assertIn("must be one-dimensional, not of shape (2, 2)", str(e.exception))
+
+    def test_a_nul_inside_a_string_is_refused_not_cut_off(self):
+        # C would end the string at the NUL and read only what comes before.
+        with self.assertRaises(ValueError) as e:
+            kvtier.Runtime(config_text=CONFIG, overrides=["model.block_tokens=32\0garbage"])
+        self.assertIn("an override holds a NUL character at offset 21", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            kvtier.Runtime(config_text=CONFIG + "\0garbage: [")
+        self.assertIn("config_text holds a NUL character", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            kvtier.Runtime(config_path="/etc/kvtier.yaml\0.bak")
+        self.assertIn("config_path holds a NUL character at offset 16", str(e.exception))
 
     def test_counts_and_ids_out_of_range_are_refused(self):
         calls = {  # name: (bits, call)
