@@ -7,8 +7,10 @@
 #include <thread>
 
 #include "kvtier/build_config.h"
+#include "kvtier/env.h"
 #include "tests/remote/remote_test_util.h"
 #include "tests/support/block_data.h"
+#include "tests/support/recording_log.h"
 #include "tests/support/tier_conformance.h"
 #include "tiers/remote/rdma_transport.h"
 
@@ -28,6 +30,38 @@ INSTANTIATE_TEST_SUITE_P(
         TierMaker{"OneMemd", [](uint64_t c, uint64_t b) { return MakeRemote(1, c, b); }},
         TierMaker{"ThreeMemd", [](uint64_t c, uint64_t b) { return MakeRemote(3, c, b); }}),
     TierMakerName);
+
+// A tier counting more blocks than its servers have slots would report
+// blocks they evicted on their own as stored: its open says so, with the
+// capacity that fits. (Each FreshMemd server: 32 MiB in 132 KiB slots.)
+TEST(RemoteTierTest, ACapacityPastTheServersSlotsIsWarnedAbout) {
+  auto procs = FreshMemd(1);
+  ASSERT_EQ(procs.size(), 1u);
+  constexpr uint64_t kBlock = 128 * 1024;
+  constexpr uint64_t kSlots = (32 << 20) / (132 << 10);
+  for (const uint64_t blocks : {kSlots, kSlots + 1}) {
+    auto log = std::make_shared<RecordingLog>(LogLevel::kWarning, "slots in all");
+    auto tier = CreateTier(RemoteOptions(procs, blocks * kBlock),
+                           TierContext{kBlock, SystemClock(), log, {}});
+    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+    const std::vector<std::string> lines = log->lines();
+    if (blocks == kSlots) {
+      EXPECT_TRUE(lines.empty()) << lines[0];
+    } else {
+      ASSERT_EQ(lines.size(), 1u);
+      EXPECT_NE(lines[0].find("capacity holds " + std::to_string(blocks) +
+                              " blocks, but its "
+                              "kvtier-memd servers have " +
+                              std::to_string(kSlots) + " slots in all"),
+                std::string::npos)
+          << lines[0];
+      EXPECT_NE(lines[0].find("at most " + std::to_string(kSlots * kBlock) + " bytes"),
+                std::string::npos)
+          << lines[0];
+    }
+    (*tier)->Shutdown();
+  }
+}
 
 TEST(RemoteTierTest, ManyRequestsInFlightOnFewConnections) {
   auto procs = FreshMemd(1);

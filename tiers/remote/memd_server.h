@@ -65,7 +65,8 @@ class MemdServer {
  public:
   // Maps the pool, binds and starts serving. InvalidArgument for bad
   // options; NotSupported for `transport: rdma` without a device (the message
-  // names the fallback `transport: tcp`); Unavailable when the bind fails.
+  // names the fallback `transport: tcp`); IOError naming the address when
+  // the bind fails (in use, not permitted).
   // With `transport: rdma` the device is opened once (rdma_device, or the
   // first one), before the pool is mapped; the pool is registered with it
   // and each connection may switch to the RDMA data path (rdma_session.h);

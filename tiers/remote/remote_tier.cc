@@ -326,6 +326,7 @@ Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
   // Reach every server once: a wrong secret or a block that fits no slot is
   // a configuration error; a server that is merely down is not.
   size_t reachable = 0;
+  uint64_t slots = 0;  // on the servers that answered
   Status last;
   for (size_t s = 0; s < client->server_count(); ++s) {
     Result<memd::Stats> st = client->GetStats(s);
@@ -346,6 +347,21 @@ Result<std::unique_ptr<Tier>> NewRemoteTierOn(const TierOptions& options,
           "; start kvtier-memd with --slot-size of at least block size + 64");
     }
     ++reachable;
+    slots += st->slot_count;
+  }
+  // The servers evict on their own once their slots run out (earlier, at
+  // their watermarks): a tier counting more blocks than they hold would go
+  // on reporting blocks they evicted, until each is read and missed.
+  const uint64_t tier_blocks = options.capacity_bytes / context.block_bytes;
+  if (reachable == client->server_count() && tier_blocks > slots) {
+    context.log->Log(LogLevel::kWarning,
+                     who + "capacity holds " + std::to_string(tier_blocks) +
+                         " blocks, but its kvtier-memd servers have " + std::to_string(slots) +
+                         " slots in all: they will evict blocks this tier still counts, and "
+                         "lookups report those as hits until a load misses them; set capacity "
+                         "to at most " +
+                         std::to_string(slots * context.block_bytes) +
+                         " bytes, or give the servers more --pool-size");
   }
   if (reachable == 0) {
     client->Shutdown();
