@@ -137,6 +137,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
                                           options_.log);
   if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
   relay_ = std::move(relay);
+  blocks_saving_.reset(new std::atomic<uint32_t>[engine_->layout().num_blocks]());
   if (relay_) {
     std::lock_guard lock(relay_->mu);
     relay_->runtime = this;
@@ -275,12 +276,18 @@ Completion RuntimeImpl::SubmitSave(NamespaceId ns, std::optional<BlockKey> paren
                                    std::vector<BlockKey> keys, std::vector<uint32_t> blocks,
                                    const SaveOptions& options, bool checkpoint) {
   const size_t n = keys.size();  // read before keys is moved into the job
-  return Submit(RuntimeMetrics::Op::kSave, n,
-                [this, ns, parent, k = std::move(keys), b = std::move(blocks), options, checkpoint](
-                    CompletionSource& done, uint64_t start) {
-                  RunSave(ns, parent, k, b, options, checkpoint, done);
-                  metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
-                });
+  for (uint32_t b : blocks) blocks_saving_[b].fetch_add(1, std::memory_order_relaxed);
+  std::vector<uint32_t> saving = blocks;
+  Completion c = Submit(RuntimeMetrics::Op::kSave, n,
+                        [this, ns, parent, k = std::move(keys), b = std::move(blocks), options,
+                         checkpoint](CompletionSource& done, uint64_t start) {
+                          RunSave(ns, parent, k, b, options, checkpoint, done);
+                          metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
+                        });
+  c.OnDone([counts = blocks_saving_, saving = std::move(saving)] {
+    for (uint32_t b : saving) counts[b].fetch_sub(1, std::memory_order_release);
+  });
+  return c;
 }
 
 Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
@@ -299,6 +306,13 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
           Status::InvalidArgument("load: engine block " + std::to_string(engine_blocks[i]) +
                                   " appears twice, for keys " + std::to_string(it->second) +
                                   " and " + std::to_string(i)));
+    }
+    if (blocks_saving_[engine_blocks[i]].load(std::memory_order_acquire) != 0) {
+      return Refuse(RuntimeMetrics::Op::kLoad, keys.size(),
+                    Status::InvalidArgument(
+                        "load: engine block " + std::to_string(engine_blocks[i]) +
+                        " is still being saved; wait for that save's completion before "
+                        "loading into the block (the load would overwrite what it saves)"));
     }
   }
   // Saturated: a timeout of nanoseconds::max() ("no deadline") must not wrap

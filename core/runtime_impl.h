@@ -482,6 +482,11 @@ class RuntimeImpl final : public Runtime {
   uint32_t removes_running_ = 0;
   uint64_t removes_ended_ = 0;
   std::shared_ptr<LostCopiesRelay> relay_;  // pointed at this runtime until Shutdown
+  // Per engine block: saves from it not yet completed. A load into such a
+  // block is refused: it would overtake the save (loads are served ahead of
+  // queued saves) and store the loaded bytes under the saved key. Shared
+  // with the saves' done callbacks, which may outlive the runtime.
+  std::shared_ptr<std::atomic<uint32_t>[]> blocks_saving_;
   // Removes from lower tiers that landed while an adoption was asking them
   // (the mover's evictions, whose keys left the index first): key -> tiers.
   // A tier may have reported such a key as held just before it went, so an

@@ -211,7 +211,8 @@ KVTIER_C_EXPORT int kvtier_lookup_and_pin(kvtier_runtime* rt, const kvtier_key* 
 KVTIER_C_EXPORT void kvtier_unpin(kvtier_pin* pin);
 /* Copies engine_blocks[i] into the hub as keys[i] (keys[0] extending `parent`,
  * NULL for a chain's first block). The copy runs after this returns: keep the
- * pages unwritten until the completion is done. `*out` is a completion with
+ * pages unwritten until the completion is done (a kvtier_load into them is
+ * refused with KVTIER_INVALID_ARGUMENT meanwhile). `*out` is a completion with
  * one result per key, to free with kvtier_completion_free. */
 KVTIER_C_EXPORT int kvtier_save(kvtier_runtime* rt, const kvtier_key* parent,
                                 const kvtier_key* keys, const uint32_t* engine_blocks,

@@ -235,6 +235,8 @@ class KVTIER_EXPORT Runtime {
   // on the compute stream until then). Keep engine_blocks allocated and
   // unwritten until the Completion has ended: a block freed and reused by
   // another request before that is stored, checksum and all, under keys[i].
+  // A Load into such a block is refused meanwhile (InvalidArgument), since
+  // loads are served ahead of queued saves.
   //
   // The hub's admission policies are asked about each new key in chain
   // order. A refused key is not stored, and neither is any key after it (its

@@ -220,6 +220,38 @@ TEST_F(SaveOverlapTest, ASaveUnderAParentStillBeingCopiedAfterItsWaitFails) {
 // admitted and evicts X4 into the closed gate; meanwhile B takes the free
 // slot for Y1 and holds its copy; once the gate opens A sees Y1 filling
 // and waits, then takes B's copy and asks about nothing again.
+// A load into an engine block a save is still copying from would be served
+// first (loads go ahead of queued saves) and the save would store the
+// loaded bytes under its own key: such a load is refused until the save ends.
+TEST_F(SaveOverlapTest, ALoadIntoABlockStillBeingSavedIsRefused) {
+  sim_->Prefill(keys_, 0);
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+  const auto other = ChainKeys({7});
+  sim_->Prefill(other, 5);
+  engine_->HoldNextGather();
+  const std::vector<uint32_t> from{5};
+  Completion save = rt_->Save(kTestNs, std::nullopt, other, from);
+  ASSERT_TRUE(engine_->WaitHeld());
+
+  const std::vector<BlockKey> first(keys_.begin(), keys_.begin() + 1);
+  Completion refused = rt_->Load(kTestNs, first, from, std::chrono::seconds(5));
+  ASSERT_TRUE(refused.Poll());
+  EXPECT_EQ(refused.result(0).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.result(0).message().find("engine block 5 is still being saved"),
+            std::string::npos)
+      << refused.result(0).ToString();
+  EXPECT_TRUE(sim_->Holds(5, other[0])) << "the refused load wrote the block";
+  const std::vector<uint32_t> elsewhere{6};
+  EXPECT_TRUE(rt_->Load(kTestNs, first, elsewhere, std::chrono::seconds(5)).Wait().ok());
+
+  engine_->Release(/*fail=*/false);
+  ASSERT_TRUE(save.Wait().ok()) << save.status().ToString();
+  EXPECT_TRUE(sim_->Load(first, 5).status().ok()) << "still refused after the save ended";
+  EXPECT_TRUE(sim_->Holds(5, keys_[0]));
+  EXPECT_TRUE(sim_->Load(other, 9).status().ok());
+  EXPECT_TRUE(sim_->Holds(9, other[0])) << "the save stored other bytes than its block's";
+}
+
 TEST(SaveAdmissionRetryTest, AKeyIsAskedOnceWhenTheSaveWaitsForAnotherFill) {
   EngineSetup setup = MakeEngine(64);
   ASSERT_TRUE(setup.engine);
