@@ -56,6 +56,17 @@ class RuntimeFaultTest : public ::testing::Test {
     EXPECT_TRUE(sim_->SaveFrom(b, 0, 10).status().ok());
     return b;
   }
+  // Opens; A1..A4 saved with A2..A4 below (*a), then B fills the hub and
+  // another request pins it (*pinned); the engine pool scrubbed.
+  void PinAFullHub(std::vector<BlockKey>* a, Result<PinnedPrefix>* pinned) {
+    Open(FaultOptions{});
+    *a = SaveAndDemote(1);
+    auto b = FillHub();
+    *pinned = rt_->LookupAndPin(kTestNs, b);
+    ASSERT_TRUE(pinned->ok());
+    ASSERT_EQ((*pinned)->hit_blocks(), 3u);  // the hub is full and pinned
+    sim_->Scrub(0, 64);
+  }
   // No engine block may ever hold bytes of a key other than the one asked.
   void ExpectNoWrongBytes(const Completion& c, const std::vector<BlockKey>& keys, uint32_t first) {
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -252,14 +263,10 @@ TEST_F(RuntimeFaultTest, MakingRoomForALoadStopsAtItsDeadline) {
 // blocks at once; held past the load's deadline, they fail DeadlineExceeded,
 // and with no deadline the wait for pins ends after a second, as a full hub.
 TEST_F(RuntimeFaultTest, ALoadWaitsForAnotherRequestsPinsToEnd) {
-  Open(FaultOptions{});
-  auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
-  auto b = FillHub();
-  auto pinned = rt_->LookupAndPin(kTestNs, b);
-  ASSERT_TRUE(pinned.ok());
-  ASSERT_EQ(pinned->hit_blocks(), 3u);  // the hub is full and pinned
+  std::vector<BlockKey> a;
+  Result<PinnedPrefix> pinned = PinnedPrefix();
+  ASSERT_NO_FATAL_FAILURE(PinAFullHub(&a, &pinned));
 
-  sim_->Scrub(0, 64);
   auto start = Clock::now();
   Completion c = sim_->Load(a, 30, std::chrono::milliseconds(300));
   EXPECT_LT(Clock::now() - start, Scaled(std::chrono::milliseconds(900)));
@@ -372,12 +379,9 @@ TEST_F(RuntimeFaultTest, ALoadOfPartOfItsPinnedChainDoesNotWaitForItself) {
 // second load needing room fails at once instead of holding a worker for
 // the same second, and the first still loads once the pin ends.
 TEST_F(RuntimeFaultTest, OnlyOneLoadWaitsForOthersPins) {
-  Open(FaultOptions{});
-  auto a = SaveAndDemote(1);  // A1 in the hub, A2..A4 below
-  auto b = FillHub();
-  auto pinned = rt_->LookupAndPin(kTestNs, b);
-  ASSERT_TRUE(pinned.ok());
-  sim_->Scrub(0, 64);
+  std::vector<BlockKey> a;
+  Result<PinnedPrefix> pinned = PinnedPrefix();
+  ASSERT_NO_FATAL_FAILURE(PinAFullHub(&a, &pinned));
   const auto start = Clock::now();
   const std::vector<uint32_t> first_dst = {30, 31, 32, 33};
   Completion first = rt_->Load(kTestNs, a, first_dst, std::chrono::seconds(5));

@@ -14,6 +14,15 @@ import kvtier
 from test_kvtier import CONFIG, pattern
 
 
+def run_script(script):
+    """Runs `script` in a fresh interpreter that imports these tests' modules
+    (a hang or an abort there fails one test, not the suite)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
 class ArgumentTest(unittest.TestCase):
     def setUp(self):
         self.rt = kvtier.Runtime(config_text=CONFIG)
@@ -200,14 +209,10 @@ class ArgumentTest(unittest.TestCase):
             "save = rt.save(rt.key_chain(list(range(100, 164))), [8, 9, 10, 11])\n"
             "save.add_done_callback(lambda: print('done', flush=True))\n"
         )
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]))
         for _ in range(3):  # it failed every time, but the timing is the threads'
-            run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                                 text=True, timeout=60)
+            run = run_script(script)
             self.assertEqual(run.returncode, 0, run.stderr[-2000:])
             self.assertEqual(run.stdout, "done\n")
-
 
     def test_a_done_callback_may_read_its_own_results(self):
         # results() waits first: from the callback, on the kvtier thread that
@@ -226,10 +231,7 @@ class ArgumentTest(unittest.TestCase):
             "print([code for code, _ in got[0]], flush=True)\n"
             "rt.close()\n"
         )
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]))
-        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                             text=True, timeout=60)
+        run = run_script(script)
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
         self.assertEqual(run.stdout, "%d True\n[0, 0, 0, 0]\n" % kvtier.OK)
 
