@@ -173,7 +173,7 @@ void RemoteTier::Written(NamespaceId ns, const BlockKey& key, bool ok, uint64_t 
 }
 
 void RemoteTier::ForgetServer(size_t server) {
-  std::unordered_map<uint64_t, std::pair<NamespaceId, std::vector<BlockKey>>> lost;
+  std::unordered_map<uint64_t, std::vector<BlockKey>> lost;  // namespace id -> keys
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = index_.begin(); it != index_.end();) {
@@ -184,15 +184,13 @@ void RemoteTier::ForgetServer(size_t server) {
         ++it;
       } else {
         used_ -= it->second.bytes;
-        auto& [ns, keys] = lost[it->first.ns.value];
-        ns = it->first.ns;
-        keys.push_back(it->first.key);
+        lost[it->first.ns.value].push_back(it->first.key);
         it = index_.erase(it);
       }
     }
   }
   if (!copies_lost_) return;
-  for (const auto& [id, lost_in_ns] : lost) copies_lost_(lost_in_ns.first, lost_in_ns.second);
+  for (const auto& [ns, keys] : lost) copies_lost_(NamespaceId{ns}, keys);
 }
 
 void RemoteTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) {
