@@ -114,7 +114,12 @@ build_and_test() {
       "gpu or rdma nor in $KVTIER_ALLOWED_SKIPS): ${stray[*]}" >&2
   fi
   if [[ $rc -ne 0 ]]; then
-    printf -v "RESULT_$name" '%s' "FAIL (${summary:-ctest exited $rc})"
+    # The names of the tests that failed go into the one-line outcome, which
+    # test.sh prints last, so a log cut to its tail still says which failed.
+    local failed
+    failed="$(sed -nE '/^The following tests FAILED:/,$ s/^[[:space:]]*[0-9]+ - ([^ ]+)( .*)? \([^)]*\)$/\1/p' \
+      "$log" | sort -u | tr '\n' ' ')"
+    printf -v "RESULT_$name" '%s' "FAIL (${summary:-ctest exited $rc}${failed:+; failed: ${failed% }})"
     return 1
   fi
   if ((${#stray[@]} > 0)); then
