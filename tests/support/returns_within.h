@@ -18,16 +18,23 @@ namespace kvtier::testing {
 // `fn` usually captures the test's locals by reference, and going on (or
 // unwinding the test) while the stuck call may still write to them would
 // turn a clean failure into a use after scope. ctest runs each test in its
-// own process, so only this test is lost.
+// own process, so only this test is lost. (The stuck thread is never joined:
+// _Exit runs no destructors, so its std::thread does not terminate us first.)
 inline bool ReturnsWithin(std::function<void()> fn, std::chrono::milliseconds limit,
                           const char* what = "a call that must return") {
   auto done = std::make_shared<std::promise<void>>();
   auto returned = done->get_future();
-  std::thread([fn = std::move(fn), done] {
+  std::thread runner([fn = std::move(fn), done] {
     fn();
     done->set_value();
-  }).detach();
-  if (returned.wait_for(limit) == std::future_status::ready) return true;
+  });
+  if (returned.wait_for(limit) == std::future_status::ready) {
+    // Joined, not left to end on its own: the thread's exit frees what its
+    // libraries keep per thread (OpenSSL's random generators), which a
+    // process ending first would report as leaked.
+    runner.join();
+    return true;
+  }
   std::fprintf(stderr, "FAILED: %s did not return within %lld ms; ending the test\n", what,
                static_cast<long long>(limit.count()));
   std::fflush(stderr);
