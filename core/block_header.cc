@@ -101,8 +101,7 @@ Result<BlockHeader> DecodeBlockHeader(std::span<const std::byte> bytes) {
   return h;
 }
 
-Status VerifyBlock(const BlockHeader& h, NamespaceId ns, const BlockKey& key,
-                   std::span<const std::byte> payload) {
+Status VerifyBlockOwner(const BlockHeader& h, NamespaceId ns, const BlockKey& key) {
   if (h.ns != ns) {
     return Status::Corruption("block header: namespace " + Hex64(h.ns.value) + " != expected " +
                               Hex64(ns.value));
@@ -110,6 +109,12 @@ Status VerifyBlock(const BlockHeader& h, NamespaceId ns, const BlockKey& key,
   if (h.key != key) {
     return Status::Corruption("block header: key " + ToHex(h.key) + " != expected " + ToHex(key));
   }
+  return Status::Ok();
+}
+
+Status VerifyBlock(const BlockHeader& h, NamespaceId ns, const BlockKey& key,
+                   std::span<const std::byte> payload) {
+  KVTIER_RETURN_IF_ERROR(VerifyBlockOwner(h, ns, key));
   if (h.payload_bytes != payload.size()) {
     return Status::Corruption("block payload: length " + std::to_string(payload.size()) +
                               " != header's " + std::to_string(h.payload_bytes));

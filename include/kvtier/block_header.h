@@ -56,6 +56,12 @@ KVTIER_EXPORT void EncodeBlockHeader(const BlockHeader& header, std::span<std::b
 // Corruption (or InvalidArgument for a short buffer) with the reason.
 KVTIER_EXPORT Result<BlockHeader> DecodeBlockHeader(std::span<const std::byte> bytes);
 
+// Checks that `header` belongs to (ns, key): Corruption naming the namespace
+// or key it holds otherwise. A reader that takes a value stored outside the
+// process checks this before anything else it reads from the header.
+KVTIER_EXPORT Status VerifyBlockOwner(const BlockHeader& header, NamespaceId ns,
+                                      const BlockKey& key);
+
 // Checks that `header` belongs to (ns, key) and that `payload` matches its
 // length and checksum. Corruption with the reason otherwise.
 KVTIER_EXPORT Status VerifyBlock(const BlockHeader& header, NamespaceId ns, const BlockKey& key,

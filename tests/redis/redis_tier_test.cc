@@ -144,6 +144,24 @@ TEST_F(RedisTierTest, GarbageOrTruncatedValuesAreCorruptionNeverData) {
   EXPECT_EQ(tier->Counters().read_blocks, 6u);
 }
 
+// Another block's value written over this block's key is Corruption even
+// when it is larger than the read buffer (checked before its size), so the
+// runtime forgets the copy instead of keeping a hit every load fails.
+TEST_F(RedisTierTest, AnotherBlocksLargerValueIsCorruption) {
+  auto tier = Open();
+  ASSERT_TRUE(tier);
+  ASSERT_TRUE(WriteOne(*tier, 5).ok());
+  ASSERT_TRUE(WriteOne(*tier, 7, 2 * kBlock).ok());
+  auto larger = server_->Command({"GET", KeyName(7)});
+  ASSERT_TRUE(larger.ok());
+  ASSERT_TRUE(server_->Command({"SET", KeyName(5), *larger}).ok());
+  Status st = ReadOne(*tier, 5);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_NE(st.message().find("block header: key"), std::string_view::npos) << st.ToString();
+  EXPECT_TRUE(ReadOne(*tier, 0).code() == StatusCode::kNotFound) << "the pipeline is in step";
+  tier->Shutdown();
+}
+
 TEST_F(RedisTierTest, AKeyOfAnotherTypeIsCorruption) {
   auto tier = Open();
   ASSERT_TRUE(tier);

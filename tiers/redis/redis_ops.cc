@@ -70,6 +70,12 @@ RedisOpResult ReadBlockValue(RedisConnection& conn, const RedisOp& op, Namespace
         Status::Corruption(what + ": header says " + std::to_string(header->payload_bytes) +
                            " payload bytes, the value holds " + std::to_string(payload)));
   }
+  // Another block's value (written over ours by another client) is
+  // Corruption whatever its size, so the runtime forgets the copy; only a
+  // value of this block too large for the buffer is the caller's error.
+  if (st = VerifyBlockOwner(*header, ns, op.block); !st.ok()) {
+    return Reject(conn, payload, Status::Corruption(what + ": " + std::string(st.message())));
+  }
   if (payload > op.dst.size()) {
     return Reject(conn, payload,
                   Status::InvalidArgument("read buffer of " + std::to_string(op.dst.size()) +
