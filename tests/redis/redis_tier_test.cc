@@ -312,5 +312,39 @@ TEST_F(RedisAuthTest, TtlWithAUserWhoMayNotRunGetexIsRefusedAtOpen) {
   (*good)->Shutdown();
 }
 
+// An ACL that keeps the user off the keys under key_prefix, or off a command
+// the tier runs, fails the open naming the rule to add, with or without
+// ttl_s: else every write fails and nothing says why.
+TEST_F(RedisAuthTest, AUserKeptOffThePrefixOrACommandIsRefusedAtOpen) {
+  ASSERT_TRUE(
+      server_->Command({"ACL", "SETUSER", "elsewhere", "on", ">pw", "~cache:*", "+@all"}).ok());
+  ASSERT_TRUE(
+      server_->Command({"ACL", "SETUSER", "nodel", "on", ">pw", "~*", "+@all", "-del"}).ok());
+  TierOptions o = RedisTierOptionsFor({server_->endpoint()}, 16 * kBlock);
+  o.redis.password = "pw";
+  o.redis.ttl_s = 0;
+  o.redis.user = "elsewhere";
+  auto keys = MakeRedisTier(o, kBlock);
+  ASSERT_FALSE(keys.ok());
+  EXPECT_EQ(keys.status().code(), StatusCode::kInvalidArgument);
+  const std::string rule =
+      "user 'elsewhere' may not use the keys under key_prefix '" + o.redis.key_prefix + "'";
+  EXPECT_NE(keys.status().message().find(rule), std::string_view::npos) << keys.status().ToString();
+  EXPECT_NE(keys.status().message().find("ACL SETUSER elsewhere ~" + o.redis.key_prefix + ":*"),
+            std::string_view::npos)
+      << keys.status().ToString();
+  o.redis.user = "nodel";
+  auto del = MakeRedisTier(o, kBlock);
+  ASSERT_FALSE(del.ok());
+  EXPECT_NE(del.status().message().find("user 'nodel' may not run DEL, which the tier uses"),
+            std::string_view::npos)
+      << del.status().ToString();
+  EXPECT_NE(del.status().message().find("(ACL SETUSER nodel +del)"), std::string_view::npos);
+  // The probes changed nothing on the server.
+  auto size = server_->Command({"DBSIZE"});
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_EQ(*size, "0");
+}
+
 }  // namespace
 }  // namespace kvtier::testing

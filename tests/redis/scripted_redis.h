@@ -93,7 +93,7 @@ class ScriptedRedis {
   }
 
   // Answers of a well-behaved server to the commands a tier sends at open:
-  // PING, AUTH, SELECT, CONFIG GET and, for `slot_owner_port` != 0, a
+  // PING, AUTH, SELECT, CONFIG GET, the ACL probes and, for `slot_owner_port` != 0, a
   // CLUSTER SLOTS naming 127.0.0.1:slot_owner_port as the one master. False
   // for any other command.
   static bool Handshake(const std::vector<std::string>& argv, uint16_t slot_owner_port,
@@ -105,6 +105,9 @@ class ScriptedRedis {
       answer->bytes = "+OK\r\n";
     } else if (cmd == "CONFIG") {
       answer->bytes = "*0\r\n";
+    } else if ((cmd == "EXISTS" || cmd == "DEL") && argv.size() == 2 &&
+               argv[1].ends_with(":access-probe")) {
+      answer->bytes = ":0\r\n";  // the open's ACL probes (RedisRouter::CheckKeyAccess)
     } else if (cmd == "CLUSTER" && slot_owner_port != 0) {
       answer->bytes = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" +
                       std::to_string(slot_owner_port) + "\r\n";

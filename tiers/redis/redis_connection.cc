@@ -39,7 +39,13 @@ Result<RedisEndpoint> ParseRedisEndpoint(std::string_view text) {
 Status FromRedisError(std::string_view e, std::string_view op) {
   const std::string msg = std::string(op) + ": " + std::string(e);
   if (StartsWith(e, "OOM")) return Status::ResourceExhausted(msg + " (server maxmemory reached)");
-  if (StartsWith(e, "WRONGPASS") || StartsWith(e, "NOAUTH") || StartsWith(e, "NOPERM") ||
+  if (StartsWith(e, "NOPERM")) {
+    return Status::InvalidArgument(msg +
+                                   " (the redis user's ACL refuses it; the tier needs GET, SET, "
+                                   "EXISTS and DEL, and GETEX with ttl_s set, on the keys under "
+                                   "key_prefix)");
+  }
+  if (StartsWith(e, "WRONGPASS") || StartsWith(e, "NOAUTH") ||
       e.find("invalid password") != std::string_view::npos ||
       e.find("AUTH <password> called without") != std::string_view::npos) {
     return Status::InvalidArgument(msg + " (check the redis user and password)");

@@ -1,6 +1,7 @@
 #include "tiers/redis/redis_router.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <set>
@@ -113,7 +114,7 @@ Status RedisRouter::CheckTtlReads(RedisConnection& conn) {
   char* end = nullptr;
   const unsigned long major = std::strtoul(v, &end, 10);
   const unsigned long minor = *end == '.' ? std::strtoul(end + 1, nullptr, 10) : 0;
-  if (major > 6 || (major == 6 && minor >= 2)) return CheckGetexAllowed(conn);
+  if (major > 6 || (major == 6 && minor >= 2)) return Status::Ok();
   return Status::InvalidArgument(
       "redis " + conn.endpoint().ToString() + " is version " + std::to_string(major) + "." +
       std::to_string(minor) +
@@ -121,24 +122,40 @@ Status RedisRouter::CheckTtlReads(RedisConnection& conn) {
       "newer; upgrade the server or set ttl_s: 0");
 }
 
-// GETEX is a write command: an ACL user allowed GET but not GETEX would
-// fail every read. A GETEX of a key that does not exist changes nothing and
-// tells; any answer but NOPERM (a MOVED, say) is left to the ops.
-Status RedisRouter::CheckGetexAllowed(RedisConnection& conn) {
-  const std::string probe = options_.key_prefix + ":getex-probe";
-  std::string_view argv[] = {"GETEX", probe};
-  auto reply = conn.Call(argv, RespLimits{});
-  if (!reply.ok())
-    return reply.status().WithContext("GETEX on redis " + conn.endpoint().ToString());
-  if (reply->kind != RespHead::Kind::kError || reply->text.rfind("NOPERM", 0) != 0) {
-    return Status::Ok();
-  }
+// An ACL may keep the user off the keys under key_prefix, or refuse a
+// command the tier runs (GETEX, a write command, for reads with ttl_s set):
+// every op would then fail. A read (EXISTS) and a write (DEL) of a key no
+// block uses tell both apart without changing anything; only a NOPERM
+// answer counts (a MOVED, say, is left to the ops). Refusals of GET or SET
+// alone are rarer and named when an op meets them (FromRedisError).
+Status RedisRouter::CheckKeyAccess(RedisConnection& conn) {
+  const std::string probe = options_.key_prefix + ":access-probe";
+  std::vector<std::vector<std::string_view>> calls = {{"EXISTS", probe}, {"DEL", probe}};
+  if (options_.ttl_s != 0) calls.push_back({"GETEX", probe});
   const std::string user = options_.user.empty() ? "default" : options_.user;
-  return Status::InvalidArgument("redis " + conn.endpoint().ToString() + ": user '" + user +
-                                 "' may not run GETEX, which reads use with ttl_s set to "
-                                 "refresh the expiry (" +
-                                 reply->text + "); allow it (ACL SETUSER " + user +
-                                 " +getex) or set ttl_s: 0");
+  for (const auto& argv : calls) {
+    const std::string cmd(argv[0]);
+    auto reply = conn.Call(argv, RespLimits{});
+    if (!reply.ok())
+      return reply.status().WithContext(cmd + " on redis " + conn.endpoint().ToString());
+    if (reply->kind != RespHead::Kind::kError || reply->text.rfind("NOPERM", 0) != 0) continue;
+    const std::string who = "redis " + conn.endpoint().ToString() + ": user '" + user + "' ";
+    if (reply->text.find("run the") == std::string::npos) {
+      return Status::InvalidArgument(
+          who + "may not use the keys under key_prefix '" + options_.key_prefix + "' (" +
+          reply->text + "); allow them (ACL SETUSER " + user + " ~" + options_.key_prefix +
+          ":*) or set key_prefix to one it may use");
+    }
+    const bool getex = cmd == "GETEX";
+    std::string lower = cmd;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return Status::InvalidArgument(
+        who + "may not run " + cmd + ", which " +
+        (getex ? "reads use with ttl_s set to refresh the expiry" : "the tier uses") + " (" +
+        reply->text + "); allow it (ACL SETUSER " + user + " +" + lower + ")" +
+        (getex ? " or set ttl_s: 0" : ""));
+  }
+  return Status::Ok();
 }
 
 Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
@@ -152,6 +169,7 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
     if (conn.ok()) {
       Status st = ReadServerLimits(**conn);
       if (st.ok()) st = CheckTtlReads(**conn);
+      if (st.ok()) st = CheckKeyAccess(**conn);
       if (!st.ok()) conn = st;
     }
     // Refused credentials or a bad configuration hold for every server;
@@ -185,6 +203,7 @@ Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
     Status st = conn.status();
     if (st.ok()) st = ReadServerLimits(**conn);
     if (st.ok()) st = CheckTtlReads(**conn);
+    if (st.ok()) st = CheckKeyAccess(**conn);
     if (st.ok()) st = LoadSlots(**conn);
     if (st.ok()) return st;
     // As in OpenServers, only what holds for every seed ends the search.

@@ -100,8 +100,9 @@ class RedisRouter {
   // than a tier whose every read fails. A server that does not tell passes;
   // a connection that fails fails it.
   Status CheckTtlReads(RedisConnection& conn);
-  // Part of CheckTtlReads: the user may run GETEX (an ACL may allow GET only).
-  Status CheckGetexAllowed(RedisConnection& conn);
+  // The user may run the commands the tier uses on the keys under
+  // key_prefix: InvalidArgument naming the ACL rule that is missing.
+  Status CheckKeyAccess(RedisConnection& conn);
   void RefreshLoop();
 
   const RedisTierOptions options_;
