@@ -108,10 +108,7 @@ Status ReadRedisKeys(const ConfigNode& node, const std::string& path, TierOption
   }
   KVTIER_RETURN_IF_ERROR(ReadTimeouts(node, path, &r));
   if (const ConfigNode* p = node.Find("connections")) {
-    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".connections", 1, &r.connections));
-    if (r.connections > 64) {
-      return NodeError(p->where, path + ".connections is " + p->text, "1 to 64");
-    }
+    KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".connections", 1, &r.connections, 64));
   }
   const ConfigNode* cluster = node.Find("cluster");
   if (cluster != nullptr) KVTIER_RETURN_IF_ERROR(ReadBool(*cluster, path + ".cluster", &r.cluster));

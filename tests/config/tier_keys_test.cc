@@ -66,6 +66,16 @@ TEST(TierKeysTest, ServersMustBeANonEmptyListOfHostPort) {
       {"[::1]", "endpoint '[::1]' is not [address]:port"},
       {"[]:6390", "endpoint '[]:6390' is not [address]:port"},
       {"[::1]:", "endpoint '[::1]:' has a bad port"},
+      // Hosts no connect could reach: refused here, naming the fix.
+      {"::1", "endpoint '::1': not host:port; an IPv6 address goes in brackets: [::1]:6379"},
+      {"[fd00::zz]:6390", "endpoint '[fd00::zz]:6390': 'fd00::zz' is not an IPv6 address"},
+      {"redis://127.0.0.1:6379",
+       "endpoint 'redis://127.0.0.1:6379': a URL; expected host:port without a scheme"},
+      {"127.0.0.1:6379,127.0.0.1:6380",
+       "endpoint '127.0.0.1:6379,127.0.0.1:6380': holds a ','; list each server as its own "
+       "entry"},
+      {"127.0.0.1 :6379",
+       "endpoint '127.0.0.1 :6379': the host holds ' '; expected a host name or an IP address"},
   };
   for (const auto& [entry, what] : bad) {
     EXPECT_EQ(ErrorOf(RedisServers("[\"" + entry + "\"]")),

@@ -72,7 +72,11 @@ TEST(ParseTcpEndpoint, ReadsBracketedIpv6) {
   auto bare = SplitHostPort("fd00::5:7400", false);
   ASSERT_TRUE(bare.ok()) << bare.status().ToString();
   EXPECT_EQ(bare->host, "fd00::5");
-  for (const char* bad : {"[::1]", "[::1]:", "[::1]7400", "[]:7400", "[::1:7400", ":7400"}) {
+  auto zoned = SplitHostPort("fe80::1%eth0:7400", false);
+  ASSERT_TRUE(zoned.ok()) << zoned.status().ToString();
+  EXPECT_EQ(zoned->host, "fe80::1%eth0");
+  for (const char* bad : {"[::1]", "[::1]:", "[::1]7400", "[]:7400", "[::1:7400", ":7400", "::1",
+                          "[a.b]:7400", "h/x:7400", "h,g:7400"}) {
     EXPECT_EQ(SplitHostPort(bad, true).status().code(), StatusCode::kInvalidArgument) << bad;
   }
 }
