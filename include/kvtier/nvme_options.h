@@ -29,7 +29,9 @@ struct NvmeTierOptions {
   // What to do with a store written with another format, block size,
   // region size, region count (capacity / region size: a changed capacity
   // is a mismatch too) or namespace: "refuse" (open fails, naming the
-  // difference) or "wipe".
+  // difference) or "wipe". The same holds for a data file or device that
+  // already holds bytes but has no index beside it (another program's, or a
+  // store whose index was deleted): "wipe" lets the tier write over it.
   std::string on_mismatch = "refuse";
   // The namespace (NamespaceId::value of the served model) the store is
   // bound to; a store bound to another one is a mismatch. 0: unbound (opens

@@ -108,8 +108,8 @@ TEST(NvmeIndexFullDisk, WritesWorkAgainOnceThereIsRoom) {
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
   const internal::StoreMeta meta{internal::kNvmeFormatVersion, 4096, 1 << 20, 8, 0};
   bool wiped = false;
-  auto index = NvmeIndex::Open(dir.path() + "/index", meta, false, true, nullptr, &wiped,
-                               env.get());
+  auto index = NvmeIndex::Open(dir.path() + "/index", meta, false, internal::DataFound::kCreated,
+                               nullptr, &wiped, env.get());
   ASSERT_TRUE(index.ok()) << index.status().ToString();
   ASSERT_TRUE((*index)->Apply(OneBlock(0)).ok());
 
@@ -129,8 +129,8 @@ TEST(NvmeIndexFullDisk, WritesWorkAgainOnceThereIsRoom) {
   index->reset();
 
   // And what was written after the disk had room again is durable.
-  auto reopened = NvmeIndex::Open(dir.path() + "/index", meta, false, false, nullptr, &wiped,
-                                  env.get());
+  auto reopened = NvmeIndex::Open(dir.path() + "/index", meta, false, internal::DataFound::kData,
+                                  nullptr, &wiped, env.get());
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   EXPECT_FALSE(wiped);
   EXPECT_EQ(BlocksIn(**reopened), 3u);

@@ -66,7 +66,7 @@ void WriteAndForge(const TierOptions& o, Forged forged) {
     ASSERT_TRUE(ro.ok()) << ro.status().ToString();
   }
   bool wiped = false;
-  auto index = NvmeIndex::Open(dir, meta, false, false, nullptr, &wiped);
+  auto index = NvmeIndex::Open(dir, meta, false, internal::DataFound::kData, nullptr, &wiped);
   ASSERT_TRUE(index.ok()) << index.status().ToString();
   ASSERT_FALSE(wiped);
   std::optional<BlockLocation> first;

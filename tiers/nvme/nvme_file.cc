@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <utility>
 
@@ -25,6 +27,8 @@ DataFile& DataFile::operator=(DataFile&& other) noexcept {
     block_device_ = other.block_device_;
     preallocated_ = other.preallocated_;
     created_ = other.created_;
+    holds_data_ = other.holds_data_;
+    size_at_open_ = other.size_at_open_;
   }
   return *this;
 }
@@ -69,7 +73,20 @@ Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* l
     }
     return FromErrno(errno, "flock " + path);
   }
+  if (f.block_device_) {
+    std::array<unsigned char, 4096> head{};
+    const ssize_t n = pread(f.lock_fd_, head.data(), head.size(), 0);
+    f.holds_data_ = n > 0 && std::any_of(head.begin(), head.begin() + n,
+                                         [](unsigned char c) { return c != 0; });
+  } else if (struct stat now{}; fstat(f.fd_, &now) == 0 && S_ISREG(now.st_mode)) {
+    f.size_at_open_ = static_cast<uint64_t>(now.st_size);
+    f.holds_data_ = !f.created_ && now.st_size > 0;
+  }
   return f;
+}
+
+void DataFile::ForgetCreated() {
+  if (created_ && !block_device_ && fd_ >= 0) (void)ftruncate(fd_, 0);
 }
 
 Status DataFile::Reserve(uint64_t bytes, LogSink* log) {

@@ -39,6 +39,16 @@ class DataFile {
   // The file did not exist before this Open, or was empty: no block of an
   // older store is in it.
   bool created() const { return created_; }
+  // The file was not created by this Open and holds bytes: a regular file
+  // longer than 0, or a block device whose first 4 KiB are not all zero
+  // (a new or discarded device reads as zeros).
+  bool holds_data() const { return holds_data_; }
+  // The regular file's length when opened (a block device: UINT64_MAX).
+  // Blocks an older index places beyond it were lost with a truncation.
+  uint64_t size_at_open() const { return size_at_open_; }
+  // After a failed Reserve of a file this Open created: empties it, so the
+  // next open starts afresh (whatever layout this one recorded is void).
+  void ForgetCreated();
 
  private:
   int fd_ = -1;
@@ -48,6 +58,8 @@ class DataFile {
   bool block_device_ = false;
   bool preallocated_ = false;
   bool created_ = false;
+  bool holds_data_ = false;
+  uint64_t size_at_open_ = UINT64_MAX;
 };
 
 }  // namespace kvtier::internal

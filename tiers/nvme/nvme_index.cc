@@ -131,7 +131,7 @@ Result<std::unique_ptr<NvmeIndex>> Wipe(std::unique_ptr<rocksdb::DB> db, const s
   if (log) log->Log(LogLevel::kWarning, "nvme store at " + dir + " wiped: " + why);
   db.reset();
   KVTIER_RETURN_IF_ERROR(FromRocks(rocksdb::DestroyDB(dir, DbOptions(log, env)), "destroy " + dir));
-  auto index = NvmeIndex::Open(dir, meta, false, false, log, wiped, env);
+  auto index = NvmeIndex::Open(dir, meta, false, DataFound::kBlank, log, wiped, env);
   *wiped = true;
   return index;
 }
@@ -139,7 +139,7 @@ Result<std::unique_ptr<NvmeIndex>> Wipe(std::unique_ptr<rocksdb::DB> db, const s
 }  // namespace
 
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const StoreMeta& meta,
-                                                   bool wipe_on_mismatch, bool data_created,
+                                                   bool wipe_on_mismatch, DataFound data,
                                                    const std::shared_ptr<LogSink>& log, bool* wiped,
                                                    rocksdb::Env* env) {
   *wiped = false;
@@ -148,6 +148,17 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   std::string value;
   rocksdb::Status s = db->Get(rocksdb::ReadOptions(), kMetaKey, &value);
   if (s.IsNotFound()) {
+    if (data == DataFound::kData) {
+      const std::string what =
+          "has no index, but its data file already holds bytes: another program's file or "
+          "device, or a store whose index was deleted";
+      if (!wipe_on_mismatch) {
+        return Status::InvalidArgument("nvme store at " + dir + " " + what +
+                                       "; set 'on_mismatch: wipe' to let the tier write over it");
+      }
+      if (log)
+        log->Log(LogLevel::kWarning, "nvme store at " + dir + " " + what + "; writing over it");
+    }
     rocksdb::WriteOptions wo;
     wo.sync = true;
     KVTIER_RETURN_IF_ERROR(FromRocks(db->Put(wo, kMetaKey, EncodeMeta(meta)), "write meta"));
@@ -155,7 +166,7 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   }
   KVTIER_RETURN_IF_ERROR(FromRocks(s, "read meta"));
   std::optional<StoreMeta> stored = DecodeMeta(value);
-  if (data_created) {
+  if (data == DataFound::kCreated) {
     return Wipe(std::move(db), dir, meta, "its data file was created anew or found empty", log,
                 wiped, env);
   }

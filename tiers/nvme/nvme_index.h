@@ -49,19 +49,29 @@ using IndexEntries = std::vector<std::pair<NsKey, BlockLocation>>;
 // The tier's open and the offline tools both judge an index by it.
 void DropOverlaps(IndexEntries& kept, std::vector<IndexUpdate>& drops);
 
+// What the tier found at its data path before the index was opened.
+enum class DataFound {
+  kCreated,  // a regular file made by this open, or empty: no block is in it
+  kBlank,    // a block device reading as zeros where a store begins
+  kData,     // a non-empty file, or a device holding bytes
+};
+
 class NvmeIndex {
  public:
   // Opens (creating if absent) the index at `dir`. A store whose meta
   // differs from `meta` is refused with InvalidArgument naming the
   // difference, or destroyed and recreated when `wipe_on_mismatch`.
-  // An index found beside a data file created anew (`data_created`) lists
-  // blocks that are gone: it is destroyed whatever `wipe_on_mismatch` says.
+  // An index found beside a data file created anew (DataFound::kCreated)
+  // lists blocks that are gone: it is destroyed whatever `wipe_on_mismatch`
+  // says. No index beside kData (another program's file, or a store whose
+  // index was deleted) is refused unless `wipe_on_mismatch`: the tier would
+  // write over those bytes.
   // `*wiped` tells the caller that old data must be ignored. RocksDB's own
   // warnings go to `log` (may be null: dropped), never to a file on the
   // index's disk. `env` (tests: a file system that fails) replaces
   // RocksDB's default one; it must outlive the index.
   static Result<std::unique_ptr<NvmeIndex>> Open(const std::string& dir, const StoreMeta& meta,
-                                                 bool wipe_on_mismatch, bool data_created,
+                                                 bool wipe_on_mismatch, DataFound data,
                                                  const std::shared_ptr<LogSink>& log, bool* wiped,
                                                  rocksdb::Env* env = nullptr);
   // Opens an existing index for reading only (no lock, no writes; a live

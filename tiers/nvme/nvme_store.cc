@@ -63,10 +63,19 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   StoreMeta meta{kNvmeFormatVersion, context.block_bytes, options.region_bytes, g.regions,
                  options.nvme.store_namespace};
   bool wiped = false;
+  const DataFound found = s->file.created()      ? DataFound::kCreated
+                          : s->file.holds_data() ? DataFound::kData
+                                                 : DataFound::kBlank;
   KVTIER_ASSIGN_OR_RETURN(s->index, NvmeIndex::Open(dir, meta, options.nvme.on_mismatch == "wipe",
-                                                    s->file.created(), s->log, &wiped));
-  // Sized only once the index accepts the store: a refused one stays as it was.
-  KVTIER_RETURN_IF_ERROR(s->file.Reserve(uint64_t{g.regions} * options.region_bytes, s->log.get()));
+                                                    found, s->log, &wiped));
+  // Sized only once the index accepts the store: a refused one stays as it
+  // was. A new file that cannot be sized (a full disk) is emptied again, so
+  // that the layout just recorded does not refuse a retry with another one.
+  if (Status st = s->file.Reserve(uint64_t{g.regions} * options.region_bytes, s->log.get());
+      !st.ok()) {
+    s->file.ForgetCreated();
+    return st;
+  }
   if (!engine) {
     // A block's requests are queued together: room for at least one block.
     UringEngineOptions eo{
@@ -89,7 +98,8 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
 
 // Rebuilds the in-memory index from RocksDB. Entries whose generation is not
 // their region's (the region was reused after they were written) or that do
-// not fit the geometry are dropped, and so are entries that overlap on disk.
+// not fit the geometry (or lie past the end of a truncated file) are
+// dropped, and so are entries that overlap on disk.
 // Every region holding a live block counts as sealed; the rest are free. Every
 // recovered entry starts unclaimed (see Entry::unclaimed), queued oldest
 // first: by its region's age, then offset.
@@ -106,7 +116,9 @@ Status NvmeTier::State::Recover() {
   std::vector<IndexUpdate> drops;
   Recovered kept;
   for (auto& [id, loc] : entries) {
-    const bool fits = LocationFits(loc, block_bytes, region_bytes, regions.size());
+    // A block beyond the file's end was cut off by a truncation.
+    const bool fits = LocationFits(loc, block_bytes, region_bytes, regions.size()) &&
+                      FileOffset(loc) + DiskBytes(loc.payload_bytes) <= file.size_at_open();
     if (!fits || loc.generation == 0 || loc.generation != regions[loc.region].generation) {
       drops.push_back({id, std::nullopt});
       continue;

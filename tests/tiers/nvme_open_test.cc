@@ -1,0 +1,200 @@
+// What the NVMe tier finds at its path when it opens: another program's
+// file, a store whose index was deleted, a data file cut short, a first
+// sizing that failed.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "tests/tiers/nvme_blocks.h"
+#include "tests/tiers/nvme_test_util.h"
+#include "tiers/nvme/nvme_file.h"
+#include "tiers/nvme/nvme_index.h"
+
+namespace kvtier::testing {
+namespace {
+
+using internal::OpenNvmeTier;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A file of someone else's bytes at the configured path, no index beside
+// it: the tier would write over it, so it refuses unless told to wipe.
+TEST(NvmeOpen, AFileHoldingBytesWithoutAnIndexIsRefusedUnlessWiped) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  const std::string precious(64 * 1024, 'p');
+  std::ofstream(o.path, std::ios::binary) << precious;
+
+  auto refused = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().ToString(),
+            "invalid_argument: tier 'ssd': nvme store at " + o.path +
+                ".index has no index, but its data file already holds bytes: another "
+                "program's file or device, or a store whose index was deleted; set "
+                "'on_mismatch: wipe' to let the tier write over it");
+  EXPECT_EQ(ReadFile(o.path), precious);
+  auto again = OpenNvmeTier(o, TierContext{8192});  // no layout was recorded meanwhile
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(ReadFile(o.path), precious);
+
+  o.nvme.on_mismatch = "wipe";
+  auto wiped = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(wiped.ok()) << wiped.status().ToString();
+  WriteBlocks(**wiped, 0, 2, 8192);
+  EXPECT_TRUE(ReadAndCheck(**wiped, 1, 8192).ok());
+  (*wiped)->Shutdown();
+}
+
+// A store whose index directory was deleted: its blocks cannot be found
+// again, and the tier says so instead of silently reusing the file.
+TEST(NvmeOpen, AStoreWhoseIndexWasDeletedIsRefused) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  {
+    auto t = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    WriteBlocks(**t, 0, 4, 8192);
+    (*t)->Shutdown();
+  }
+  std::filesystem::remove_all(o.path + ".index");
+  auto refused = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("has no index, but its data file already holds"),
+            std::string::npos)
+      << refused.status().ToString();
+}
+
+// A data file truncated to fewer regions: the blocks cut off are dropped at
+// open (NotFound), not recovered to fail with Corruption at every load.
+TEST(NvmeOpen, BlocksCutOffByATruncationAreDroppedAtOpen) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const TierOptions o = NvmeOptions(dir.path(), 40, 8192);  // 12 KiB a block on disk
+  constexpr uint64_t kBlocks = 30;
+  std::vector<uint64_t> offsets;
+  {
+    auto t = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    WriteBlocks(**t, 0, kBlocks, 8192);
+    for (uint64_t i = 0; i < kBlocks; ++i) {
+      auto at = (*t)->TEST_FileOffset(kNvmeNs, TestKey(i));
+      ASSERT_TRUE(at.has_value());
+      offsets.push_back(*at);
+    }
+    (*t)->Shutdown();
+  }
+  // Cut where the middle block starts: it and the blocks after it are lost.
+  std::sort(offsets.begin(), offsets.end());
+  const uint64_t cut = offsets[kBlocks / 2];
+  const auto kept = static_cast<uint64_t>(std::count_if(
+      offsets.begin(), offsets.end(), [&](uint64_t at) { return at + 3 * 4096 <= cut; }));
+  ASSERT_GT(kept, 0u);
+  ASSERT_LT(kept, kBlocks);
+  ASSERT_EQ(::truncate(o.path.c_str(), static_cast<off_t>(cut)), 0);
+
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Stats().recovered_blocks, kept);
+  EXPECT_EQ((*t)->Stats().dropped_on_open, kBlocks - kept);
+  uint64_t found = 0;
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    const Status st = ReadAndCheck(**t, i, 8192);
+    EXPECT_TRUE(st.ok() || st.code() == StatusCode::kNotFound) << i << ": " << st.ToString();
+    if (st.ok()) ++found;
+  }
+  EXPECT_EQ(found, kept);
+  (*t)->Shutdown();
+}
+
+// Caps the size of files this process may write (RLIMIT_FSIZE), with
+// SIGXFSZ ignored so the write fails with EFBIG instead; restored on exit.
+class FileSizeCap {
+ public:
+  explicit FileSizeCap(rlim_t bytes) {
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit capped = old_;
+    capped.rlim_cur = bytes;
+    ok_ = setrlimit(RLIMIT_FSIZE, &capped) == 0;
+  }
+  ~FileSizeCap() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeCap(const FileSizeCap&) = delete;
+  FileSizeCap& operator=(const FileSizeCap&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  sighandler_t old_handler_ = SIG_DFL;
+  bool ok_ = false;
+};
+
+// A first open whose data file cannot be sized (a full disk; here a file
+// size limit) fails, and leaves nothing that refuses a retry with a
+// capacity that fits.
+TEST(NvmeOpen, AFirstOpenThatCannotSizeItsFileLeavesNoLayoutBehind) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 512, 8192);  // 6 MiB on disk and more
+  {
+    FileSizeCap cap(1 << 20);
+    ASSERT_TRUE(cap.ok());
+    auto failed = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_FALSE(failed.ok());
+    EXPECT_NE(failed.status().message().find("fallocate"), std::string::npos)
+        << failed.status().ToString();
+  }
+  o.capacity_bytes = 16 * 8192;
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WriteBlocks(**t, 0, 2, 8192);
+  EXPECT_TRUE(ReadAndCheck(**t, 0, 8192).ok());
+  (*t)->Shutdown();
+}
+
+// What a full ext4 disk leaves of a new file whose fallocate failed: part
+// of it allocated, the size grown. Emptied again, the next open starts
+// afresh instead of refusing the layout the failed open recorded; a file
+// that held bytes before the open is never touched.
+TEST(NvmeOpen, APartlySizedNewFileIsEmptiedAndAnOldOneKept) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.path() + "/data";
+  {
+    auto f = internal::DataFile::Open(path, false, nullptr);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE(f->created());
+    ASSERT_EQ(::ftruncate(f->fd(), 64 * 1024), 0);  // the part fallocate got
+    f->ForgetCreated();
+  }
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+
+  const std::string old(8192, 'o');
+  std::ofstream(path, std::ios::binary) << old;
+  {
+    auto f = internal::DataFile::Open(path, false, nullptr);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_FALSE(f->created());
+    EXPECT_TRUE(f->holds_data());
+    EXPECT_EQ(f->size_at_open(), old.size());
+    f->ForgetCreated();
+  }
+  EXPECT_EQ(ReadFile(path), old);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
