@@ -11,10 +11,10 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr std::array<std::string_view, 11> kNvmeKeys = {
-    "path",       "region_size", "io_timeout_ms", "queue_depth",         "max_queued",
-    "index_path", "on_mismatch", "reclaim",       "commit_every_blocks", "reinsert_hits",
-    "direct_io"};
+constexpr std::array<std::string_view, 12> kNvmeKeys = {
+    "path",          "region_size", "io_timeout_ms", "queue_depth",         "max_queued",
+    "index_path",    "on_mismatch", "reclaim",       "commit_every_blocks", "commit_interval_ms",
+    "reinsert_hits", "direct_io"};
 constexpr uint64_t kMaxQueueDepth = 4096;
 // The store's limits: whole 4 KiB pages (kNvmeAlign), offsets within 31 bits.
 constexpr uint64_t kMaxRegionBytes = 2 * kGiB;
@@ -79,6 +79,7 @@ Status ReadNvmeKeys(const ConfigNode& node, const std::string& path, TierOptions
   }
   KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "max_queued", &n.max_queued));
   KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "commit_every_blocks", &n.commit_every_blocks));
+  KVTIER_RETURN_IF_ERROR(ReadU32Key(node, path, "commit_interval_ms", &n.commit_interval_ms));
   if (const ConfigNode* p = node.Find("reinsert_hits")) {
     KVTIER_RETURN_IF_ERROR(ReadU32(*p, path + ".reinsert_hits", 0, &n.reinsert_hits));
   }

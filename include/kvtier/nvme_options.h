@@ -49,6 +49,10 @@ struct NvmeTierOptions {
   // crash loses at most the blocks not yet committed. Also at region seal
   // and shutdown.
   uint32_t commit_every_blocks = 64;
+  // And at the latest this long after a block was written: a tier written
+  // slowly does not keep its last blocks out of the index (a crash loses at
+  // most this much time's writes).
+  uint32_t commit_interval_ms = 1000;
   // Reinsertion on reclaim. 0 (default): reclaim rewrites every live block
   // of its victim region (pure compaction; the runtime decides evictions).
   // N > 0: only blocks read at least N times since they were written or last
@@ -72,6 +76,9 @@ struct NvmeTierOptions {
     }
     if (commit_every_blocks == 0) {
       return Status::InvalidArgument("nvme.commit_every_blocks must be > 0");
+    }
+    if (commit_interval_ms == 0) {
+      return Status::InvalidArgument("nvme.commit_interval_ms must be > 0");
     }
     return Status::Ok();
   }

@@ -28,7 +28,8 @@ TEST(TierKeysTest, EachTypeTakesOnlyItsOwnKeys) {
             "t.yaml:3:53: tiers.1: key 'hugepages' is for tiers of type host, not nvme; "
             "expected for type nvme one of: name, type, capacity, watermarks, eviction, "
             "admission, policy, path, region_size, io_timeout_ms, queue_depth, max_queued, "
-            "index_path, on_mismatch, reclaim, commit_every_blocks, reinsert_hits, direct_io");
+            "index_path, on_mismatch, reclaim, commit_every_blocks, commit_interval_ms, "
+            "reinsert_hits, direct_io");
   const std::string servers =
       ErrorOf(kHost + "  - {name: s, type: nvme, capacity: 1GiB, path: /x, servers: [\"a:1\"]}\n");
   EXPECT_EQ(servers.rfind("t.yaml:3:53: tiers.1: key 'servers' is for tiers of type redis, "

@@ -30,6 +30,7 @@ TEST(NvmeCommitFault, FailedCommitIsRetriedByTheNext) {
   ASSERT_TRUE(dir.ok());
   TierOptions o = NvmeOptions(dir.path(), 32, kBytes);
   o.nvme.commit_every_blocks = 1000;  // commits only when asked
+  o.nvme.commit_interval_ms = 600000;
   IoFaults faults;
   {
     auto t = OpenNvmeWithFaults(o, kBytes, &faults);
@@ -71,6 +72,7 @@ TEST(NvmeCommitFault, StalledSyncFailsTheCommitAtTheDeadline) {
   ASSERT_TRUE(dir.ok());
   TierOptions o = NvmeOptions(dir.path(), 32, kBytes);
   o.nvme.commit_every_blocks = 1000;  // commits only when asked
+  o.nvme.commit_interval_ms = 600000;
   o.nvme.io_timeout_ms = 200;
   IoFaults faults;
   {
@@ -135,6 +137,7 @@ TEST(NvmeCommitFault, SpareIsNotReusedWhileItsRelocationsAreUncommitted) {
   // Three blocks a region; 12 blocks of capacity: 6 regions, one the spare.
   TierOptions o = NvmeOptions(dir.path(), 12, kBytes, 3 * (kBytes + 4096));
   o.nvme.commit_every_blocks = 1000;  // commits only when asked
+  o.nvme.commit_interval_ms = 600000;
   IoFaults faults;
   {
     auto t = OpenNvmeWithFaults(o, kBytes, &faults);

@@ -1,6 +1,6 @@
 // What the NVMe tier finds at its path when it opens: another program's
 // file, a store whose index was deleted, a data file cut short, a first
-// sizing that failed.
+// sizing that failed; and the timed index commit of a tier written slowly.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 #include <vector>
 
+#include "tests/support/time_scale.h"
 #include "tests/tiers/nvme_blocks.h"
 #include "tests/tiers/nvme_test_util.h"
 #include "tiers/nvme/nvme_file.h"
@@ -194,6 +196,39 @@ TEST(NvmeOpen, APartlySizedNewFileIsEmptiedAndAnOldOneKept) {
     f->ForgetCreated();
   }
   EXPECT_EQ(ReadFile(path), old);
+}
+
+// The index entries of a tier written more slowly than commit_every_blocks
+// reach RocksDB within commit_interval_ms, without a Flush: a kill -9 then
+// loses nothing written before the interval.
+TEST(NvmeOpen, ASlowWriterReachesTheIndexWithinTheCommitInterval) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  o.nvme.commit_every_blocks = 1000;
+  o.nvme.commit_interval_ms = 50;
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WriteBlocks(**t, 0, 3, 8192);
+  const auto deadline = std::chrono::steady_clock::now() + Scaled(std::chrono::seconds(10));
+  while ((*t)->Stats().index_commits == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE((*t)->Stats().index_commits, 1u);
+
+  internal::StoreMeta meta;
+  auto index = internal::NvmeIndex::OpenReadOnly(o.path + ".index", &meta);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  uint64_t entries = 0;
+  uint64_t bad = 0;
+  ASSERT_TRUE((*index)
+                  ->Scan([](uint32_t, uint64_t) {},
+                         [&](const internal::NsKey&, const internal::BlockLocation&) { ++entries; },
+                         &bad)
+                  .ok());
+  EXPECT_EQ(entries, 3u);
+  index->reset();
+  (*t)->Shutdown();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The NVMe tier's space and durability: open and recovery, region
 // allocation, and the group-commit thread. Reclaim is in nvme_reclaim.cc.
 #include <algorithm>
+#include <chrono>
 
 #include "tiers/nvme/nvme_block_io.h"
 #include "tiers/nvme/nvme_state.h"
@@ -332,15 +333,19 @@ Status NvmeTier::State::CommitNow() {
 // all of it durable before RocksDB learns where it is. The sync goes through
 // the engine (IoOp::kFsync), under its deadline. A commit that fails puts its
 // updates back, behind any newer change of the same block made meanwhile, so
-// the next commit retries them.
+// the next commit retries them. Entries left pending for
+// nvme.commit_interval_ms are committed without being asked: a tier written
+// slowly would otherwise keep its last blocks out of the index until 64 more.
 void NvmeTier::State::CommitLoop() {
+  const auto interval = std::chrono::milliseconds(options.nvme.commit_interval_ms);
   std::unique_lock lock(mu);
   for (;;) {
-    commit_cv.wait(lock, [&] {
+    commit_cv.wait_for(lock, interval, [&] {
       ++committer_wakeups;
       return commit_requested || stop_committer;
     });
-    if (!commit_requested) break;
+    if (stop_committer && !commit_requested) break;
+    if (!commit_requested && pending.empty()) continue;  // the interval passed, nothing to do
     commit_requested = false;
     const uint64_t epoch = ++commits_started;
     std::vector<IndexUpdate> updates;

@@ -18,7 +18,8 @@
 // commit (Flush's too) survives a power loss. A region's new generation is
 // written (synced) before any data lands in it, and entries whose generation
 // differs from their region's are dropped on open. A crash loses at most
-// the blocks written since the last commit (nvme.commit_every_blocks).
+// the blocks written since the last commit (nvme.commit_every_blocks, and
+// at most nvme.commit_interval_ms ago).
 //
 // Restart: every indexed block is recovered, but starts unclaimed: the
 // runtime above knows of it only once a lookup adopts it (and says so with

@@ -104,6 +104,7 @@ void NvmeEntries(const std::string& p, const TierOptions& t, std::vector<Entry>*
       {p + "reclaim", n.reclaim, "region reclaimed when none is free: fifo or greedy"},
       {p + "direct_io", Bool(n.direct_io), "open the data file with O_DIRECT (buffered fallback)"},
       {p + "commit_every_blocks", U(n.commit_every_blocks), "blocks between index group commits"},
+      {p + "commit_interval_ms", U(n.commit_interval_ms), "most a block waits for its commit"},
       {p + "reinsert_hits", U(n.reinsert_hits),
        "reclaim keeps blocks read this often, evicts the rest (0: keeps all)"},
   });
