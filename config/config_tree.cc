@@ -158,6 +158,9 @@ Status ConvertMap(const YAML::Node& y, const Origin& origin, int depth, ConfigNo
     }
     ConfigNode child;
     KVTIER_RETURN_IF_ERROR(Convert(value, origin, key_where, depth + 1, &child));
+    // An empty value ("password:") is marked where the next token starts,
+    // often the next line: its errors point at its key instead.
+    if (child.kind == ConfigNode::Kind::kNull) child.where = key_where;
     child.key = name;
     child.key_where = std::move(key_where);
     out->items.push_back(std::move(child));
