@@ -1,12 +1,17 @@
 // What the NVMe tier finds at its path when it opens: another program's
 // file, a store whose index was deleted, a data file cut short, a first
-// sizing that failed; and the timed index commit of a tier written slowly.
+// sizing that failed, a lock shared with a forked child; and the timed
+// index commit of a tier written slowly.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -196,6 +201,35 @@ TEST(NvmeOpen, APartlySizedNewFileIsEmptiedAndAnOldOneKept) {
     f->ForgetCreated();
   }
   EXPECT_EQ(ReadFile(path), old);
+}
+
+// An engine worker forked (without exec) while the tier is open shares the
+// store's lock; the parent's close still frees the store for its next open.
+TEST(NvmeOpen, AForkedChildDoesNotKeepTheStoreLocked) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::array<int, 2> gate{};
+  ASSERT_EQ(pipe2(gate.data(), O_CLOEXEC), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(gate[1]);
+    char c = 0;
+    (void)!read(gate[0], &c, 1);  // returns once the parent closes its end
+    _exit(0);
+  }
+  close(gate[0]);
+  (*t)->Shutdown();
+  auto again = OpenNvmeTier(o, TierContext{8192});
+  close(gate[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  (*again)->Shutdown();
 }
 
 // The index entries of a tier written more slowly than commit_every_blocks

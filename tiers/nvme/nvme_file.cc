@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <utility>
 
+#include "tiers/nvme/nvme_lock_fds.h"
+
 namespace kvtier::internal {
 
 DataFile::DataFile(DataFile&& other) noexcept { *this = std::move(other); }
@@ -19,7 +21,7 @@ DataFile::DataFile(DataFile&& other) noexcept { *this = std::move(other); }
 DataFile& DataFile::operator=(DataFile&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);
-    if (lock_fd_ >= 0) close(lock_fd_);
+    CloseLock();
     fd_ = std::exchange(other.fd_, -1);
     path_ = std::move(other.path_);
     lock_fd_ = std::exchange(other.lock_fd_, -1);
@@ -35,7 +37,14 @@ DataFile& DataFile::operator=(DataFile&& other) noexcept {
 
 DataFile::~DataFile() {
   if (fd_ >= 0) close(fd_);
-  if (lock_fd_ >= 0) close(lock_fd_);
+  CloseLock();
+}
+
+void DataFile::CloseLock() {
+  if (lock_fd_ < 0) return;
+  UnlistLockFd(lock_fd_);
+  close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* log) {
@@ -73,6 +82,7 @@ Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* l
     }
     return FromErrno(errno, "flock " + path);
   }
+  ListLockFd(f.lock_fd_);  // a forked child lets go of it (nvme_lock_fds.h)
   if (f.block_device_) {
     std::array<unsigned char, 4096> head{};
     const ssize_t n = pread(f.lock_fd_, head.data(), head.size(), 0);

@@ -17,6 +17,7 @@ class DataFile {
   // `direct`, O_DIRECT is tried first; a file system that refuses it (tmpfs)
   // gets buffered I/O and one warning. The file is locked (flock, exclusive)
   // while open: Unavailable when another DataFile or an offline reader holds it.
+  // A child forked meanwhile does not hold it (nvme_lock_fds.h).
   static Result<DataFile> Open(const std::string& path, bool direct, LogSink* log);
   // Makes the file at least `bytes` long, its space reserved. Separate from
   // Open so that a store refused for its layout is not grown first. A file
@@ -51,6 +52,8 @@ class DataFile {
   void ForgetCreated();
 
  private:
+  void CloseLock();
+
   int fd_ = -1;
   std::string path_;
   int lock_fd_ = -1;  // holds the flock; never used for I/O
