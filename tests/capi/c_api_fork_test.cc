@@ -43,6 +43,13 @@ struct Gate {
 };
 
 TEST(CApiForkTest, AForkedChildGetsUnavailableAndNeverHangs) {
+#if defined(__SANITIZE_ADDRESS__)
+  // GCC 12's ASan runtime has no fork interceptor: it does not hold its
+  // allocator's locks across fork(), so a child forked while another thread
+  // (the mover, a worker) allocates deadlocks in its first malloc. The
+  // normal and thread builds run this test; the child's calls allocate.
+  GTEST_SKIP() << "the ASan runtime does not make fork() safe for a child that allocates";
+#endif
   RuntimePtr rt = OpenText(CapiConfig());
   ASSERT_TRUE(rt);
   const std::vector<kvtier_key> keys = ChainOf(rt.get(), 2, 5);
