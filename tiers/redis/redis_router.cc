@@ -1,11 +1,11 @@
 #include "tiers/redis/redis_router.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <set>
 #include <system_error>
+#include <utility>
 
 namespace kvtier::internal {
 namespace {
@@ -130,11 +130,14 @@ Status RedisRouter::CheckTtlReads(RedisConnection& conn) {
 // alone are rarer and named when an op meets them (FromRedisError).
 Status RedisRouter::CheckKeyAccess(RedisConnection& conn) {
   const std::string probe = options_.key_prefix + ":access-probe";
-  std::vector<std::vector<std::string_view>> calls = {{"EXISTS", probe}, {"DEL", probe}};
-  if (options_.ttl_s != 0) calls.push_back({"GETEX", probe});
+  // Each command with its ACL name.
+  std::vector<std::pair<std::string_view, std::string_view>> calls = {{"EXISTS", "exists"},
+                                                                      {"DEL", "del"}};
+  if (options_.ttl_s != 0) calls.emplace_back("GETEX", "getex");
   const std::string user = options_.user.empty() ? "default" : options_.user;
-  for (const auto& argv : calls) {
-    const std::string cmd(argv[0]);
+  for (const auto& [name, acl] : calls) {
+    const std::string cmd(name);
+    std::string_view argv[] = {name, probe};
     auto reply = conn.Call(argv, RespLimits{});
     if (!reply.ok())
       return reply.status().WithContext(cmd + " on redis " + conn.endpoint().ToString());
@@ -147,15 +150,19 @@ Status RedisRouter::CheckKeyAccess(RedisConnection& conn) {
           ":*) or set key_prefix to one it may use");
     }
     const bool getex = cmd == "GETEX";
-    std::string lower = cmd;
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return Status::InvalidArgument(
         who + "may not run " + cmd + ", which " +
         (getex ? "reads use with ttl_s set to refresh the expiry" : "the tier uses") + " (" +
-        reply->text + "); allow it (ACL SETUSER " + user + " +" + lower + ")" +
+        reply->text + "); allow it (ACL SETUSER " + user + " +" + std::string(acl) + ")" +
         (getex ? " or set ttl_s: 0" : ""));
   }
   return Status::Ok();
+}
+
+Status RedisRouter::CheckServer(RedisConnection& conn) {
+  KVTIER_RETURN_IF_ERROR(ReadServerLimits(conn));
+  KVTIER_RETURN_IF_ERROR(CheckTtlReads(conn));
+  return CheckKeyAccess(conn);
 }
 
 Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
@@ -167,10 +174,7 @@ Status RedisRouter::OpenServers(std::vector<RedisEndpoint> endpoints) {
     // Every server is asked: keys hash to all of them. (One first reached
     // after open is not; a read it cannot serve says why, FromRedisError.)
     if (conn.ok()) {
-      Status st = ReadServerLimits(**conn);
-      if (st.ok()) st = CheckTtlReads(**conn);
-      if (st.ok()) st = CheckKeyAccess(**conn);
-      if (!st.ok()) conn = st;
+      if (Status st = CheckServer(**conn); !st.ok()) conn = st;
     }
     // Refused credentials or a bad configuration hold for every server;
     // anything else (full, loading, a bad reply) is this server's, and the
@@ -201,9 +205,7 @@ Status RedisRouter::OpenCluster(std::vector<RedisEndpoint> seeds) {
     names += (names.empty() ? "" : ", ") + seed.ToString();
     auto conn = RedisConnection::Open(seed, options_, tls_.get());
     Status st = conn.status();
-    if (st.ok()) st = ReadServerLimits(**conn);
-    if (st.ok()) st = CheckTtlReads(**conn);
-    if (st.ok()) st = CheckKeyAccess(**conn);
+    if (st.ok()) st = CheckServer(**conn);
     if (st.ok()) st = LoadSlots(**conn);
     if (st.ok()) return st;
     // As in OpenServers, only what holds for every seed ends the search.

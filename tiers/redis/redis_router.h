@@ -103,6 +103,8 @@ class RedisRouter {
   // The user may run the commands the tier uses on the keys under
   // key_prefix: InvalidArgument naming the ACL rule that is missing.
   Status CheckKeyAccess(RedisConnection& conn);
+  // What every server is asked at open, in order: the three above.
+  Status CheckServer(RedisConnection& conn);
   void RefreshLoop();
 
   const RedisTierOptions options_;
