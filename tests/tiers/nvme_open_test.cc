@@ -125,12 +125,13 @@ TEST(NvmeOpen, BlocksCutOffByATruncationAreDroppedAtOpen) {
   (*t)->Shutdown();
 }
 
-// Caps the size of files this process may write (RLIMIT_FSIZE), with
-// SIGXFSZ ignored so the write fails with EFBIG instead; restored on exit.
+// Caps the size of files this process may write (RLIMIT_FSIZE), by default
+// with SIGXFSZ ignored so that a write past it fails with EFBIG instead of
+// ending the test; restored on exit.
 class FileSizeCap {
  public:
-  explicit FileSizeCap(rlim_t bytes) {
-    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+  explicit FileSizeCap(rlim_t bytes, bool ignore_signal = true) {
+    old_handler_ = signal(SIGXFSZ, ignore_signal ? SIG_IGN : SIG_DFL);
     getrlimit(RLIMIT_FSIZE, &old_);
     rlimit capped = old_;
     capped.rlim_cur = bytes;
@@ -162,7 +163,7 @@ TEST(NvmeOpen, AFirstOpenThatCannotSizeItsFileLeavesNoLayoutBehind) {
     ASSERT_TRUE(cap.ok());
     auto failed = OpenNvmeTier(o, TierContext{8192});
     ASSERT_FALSE(failed.ok());
-    EXPECT_NE(failed.status().message().find("fallocate"), std::string::npos)
+    EXPECT_NE(failed.status().message().find("RLIMIT_FSIZE"), std::string::npos)
         << failed.status().ToString();
   }
   o.capacity_bytes = 16 * 8192;
@@ -170,6 +171,33 @@ TEST(NvmeOpen, AFirstOpenThatCannotSizeItsFileLeavesNoLayoutBehind) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   WriteBlocks(**t, 0, 2, 8192);
   EXPECT_TRUE(ReadAndCheck(**t, 0, 8192).ok());
+  (*t)->Shutdown();
+}
+
+// An engine run under a file size limit (ulimit -f) smaller than the tier:
+// growing the file past it would raise SIGXFSZ, whose default action ends
+// the engine. The open is refused first, naming the limit, and the file is
+// not grown; a capacity under the limit opens.
+TEST(NvmeOpen, AFileSizeLimitBelowTheTierIsRefusedBeforeTheFileGrows) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 512, 8192);
+  FileSizeCap cap(2 << 20, /*ignore_signal=*/false);
+  ASSERT_TRUE(cap.ok());
+  auto refused = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("past this process's file size limit of 2097152 "
+                                            "bytes (ulimit -f, RLIMIT_FSIZE)"),
+            std::string::npos)
+      << refused.status().ToString();
+  EXPECT_EQ(std::filesystem::file_size(o.path), 0u);
+
+  o.capacity_bytes = 16 * 8192;
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WriteBlocks(**t, 0, 2, 8192);
+  EXPECT_TRUE(ReadAndCheck(**t, 1, 8192).ok());
   (*t)->Shutdown();
 }
 

@@ -4,6 +4,7 @@
 #include <linux/fs.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -99,6 +100,21 @@ void DataFile::ForgetCreated() {
   if (created_ && !block_device_ && fd_ >= 0) (void)ftruncate(fd_, 0);
 }
 
+// Growing a file past RLIMIT_FSIZE raises SIGXFSZ, which ends the process
+// unless the engine handles it: a tier whose file would cross the limit is
+// refused before the file grows.
+Status DataFile::CheckFileSizeLimit(uint64_t bytes) const {
+  struct rlimit lim {};
+  if (getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return Status::Ok();
+  struct stat now {};
+  if (fstat(fd_, &now) == 0 && static_cast<uint64_t>(now.st_size) >= bytes) return Status::Ok();
+  if (bytes <= lim.rlim_cur) return Status::Ok();
+  return Status::InvalidArgument(
+      "nvme: " + path_ + " would grow to " + std::to_string(bytes) +
+      " bytes, past this process's file size limit of " + std::to_string(lim.rlim_cur) +
+      " bytes (ulimit -f, RLIMIT_FSIZE): raise the limit or lower the tier's capacity");
+}
+
 Status DataFile::Reserve(uint64_t bytes, LogSink* log) {
   if (block_device_) {
     uint64_t size = 0;
@@ -111,6 +127,7 @@ Status DataFile::Reserve(uint64_t bytes, LogSink* log) {
     preallocated_ = true;
     return Status::Ok();
   }
+  KVTIER_RETURN_IF_ERROR(CheckFileSizeLimit(bytes));
   if (fallocate(fd_, 0, 0, static_cast<off_t>(bytes)) == 0) {
     preallocated_ = true;
     return Status::Ok();

@@ -23,7 +23,8 @@ class DataFile {
   // Open so that a store refused for its layout is not grown first. A file
   // system without fallocate gets a sparse file and one warning.
   // ResourceExhausted when the space cannot be reserved; InvalidArgument for
-  // a block device smaller than `bytes`.
+  // a block device smaller than `bytes`, or a file that would grow past the
+  // process's RLIMIT_FSIZE (which would otherwise end it with SIGXFSZ).
   Status Reserve(uint64_t bytes, LogSink* log);
 
   DataFile() = default;
@@ -53,6 +54,7 @@ class DataFile {
 
  private:
   void CloseLock();
+  Status CheckFileSizeLimit(uint64_t bytes) const;
 
   int fd_ = -1;
   std::string path_;
