@@ -15,9 +15,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/support/recording_log.h"
 #include "tests/support/time_scale.h"
 #include "tests/tiers/nvme_blocks.h"
 #include "tests/tiers/nvme_test_util.h"
@@ -111,10 +114,16 @@ TEST(NvmeOpen, BlocksCutOffByATruncationAreDroppedAtOpen) {
   ASSERT_LT(kept, kBlocks);
   ASSERT_EQ(::truncate(o.path.c_str(), static_cast<off_t>(cut)), 0);
 
-  auto t = OpenNvmeTier(o, TierContext{8192});
+  auto log = std::make_shared<RecordingLog>(LogLevel::kWarning, "truncated");
+  auto t = OpenNvmeTier(o, TierContext{8192, SystemClock(), log, {}});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)->Stats().recovered_blocks, kept);
   EXPECT_EQ((*t)->Stats().dropped_on_open, kBlocks - kept);
+  // The operator learns why the blocks are gone.
+  EXPECT_EQ(log->lines(), std::vector<std::string>{
+                              "nvme: " + o.path + " was truncated to " + std::to_string(cut) +
+                              " bytes since the store last closed; " +
+                              std::to_string(kBlocks - kept) + " blocks past that were dropped"});
   uint64_t found = 0;
   for (uint64_t i = 0; i < kBlocks; ++i) {
     const Status st = ReadAndCheck(**t, i, 8192);

@@ -116,15 +116,25 @@ Status NvmeTier::State::Recover() {
       [&](const NsKey& id, const BlockLocation& loc) { entries.emplace_back(id, loc); }, &bad));
   std::vector<IndexUpdate> drops;
   Recovered kept;
+  uint64_t cut_off = 0;
   for (auto& [id, loc] : entries) {
+    const bool in_layout = LocationFits(loc, block_bytes, region_bytes, regions.size());
     // A block beyond the file's end was cut off by a truncation.
-    const bool fits = LocationFits(loc, block_bytes, region_bytes, regions.size()) &&
-                      FileOffset(loc) + DiskBytes(loc.payload_bytes) <= file.size_at_open();
-    if (!fits || loc.generation == 0 || loc.generation != regions[loc.region].generation) {
+    const bool cut =
+        in_layout && FileOffset(loc) + DiskBytes(loc.payload_bytes) > file.size_at_open();
+    if (!in_layout || cut || loc.generation == 0 ||
+        loc.generation != regions[loc.region].generation) {
+      if (cut) ++cut_off;
       drops.push_back({id, std::nullopt});
       continue;
     }
     kept.emplace_back(id, loc);
+  }
+  if (cut_off > 0 && log) {
+    log->Log(LogLevel::kWarning, "nvme: " + options.path + " was truncated to " +
+                                     std::to_string(file.size_at_open()) +
+                                     " bytes since the store last closed; " +
+                                     std::to_string(cut_off) + " blocks past that were dropped");
   }
   DropOverlaps(kept, drops);
   for (const auto& [id, loc] : kept) {
