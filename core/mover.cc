@@ -304,10 +304,11 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
   std::vector<bool> refresh(victims.size(), false);
   std::vector<bool> late(victims.size(), false);  // settled by SettleLateWriteLocked
   std::vector<Status> read_status(victims.size());
+  std::vector<bool> tried(victims.size(), false);  // written below, or its write failed
   if (next < tier_count()) {
     try {
-      WriteToNext(tier, victims, DecideAdmission(tier, victims, reclaimed, refresh), written,
-                  read_status, deadline, &late, &reclaimed);
+      tried = DecideAdmission(tier, victims, reclaimed, refresh);
+      WriteToNext(tier, victims, tried, written, read_status, deadline, &late, &reclaimed);
     } catch (...) {
       // A lower tier's Usage() or a policy threw, or memory ran out: the
       // victims stay where they are, their copies below indexed as far as
@@ -350,17 +351,28 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
         continue;
       }
       if (!read_status[i].ok()) continue;  // tier unreachable now: keep its copy
-      if (refresh[i] && !written[i]) {
+      // A write below that fails again and again (that tier down, or full of
+      // what it cannot evict) would keep a block here for as long as that
+      // lasts, and such blocks would fill this tier. After
+      // kWriteFailuresToGiveUp failures in a row it goes, as a leaf whose
+      // write failed does at once: a parent becomes a link with no copy (its
+      // children below are unreachable until the engine's next save of it
+      // gives it a copy again), a copy below that may have expired is left
+      // for a load to find or miss.
+      const bool give_up = tried[i] && !written[i] && WriteFailedTooOften(v);
+      if (refresh[i] && !written[i] && !give_up) {
         ++tier_counts_[tier].rejected;  // its copies below may be gone: kept until rewritten
         continue;
       }
       const bool other_copy = (v->locations & ~(1U << tier)) != 0;
-      if (v->pins != v->save_holds || (!other_copy && (v->children != 0 || v->save_holds != 0))) {
+      if (v->pins != v->save_holds ||
+          (!other_copy && (v->save_holds != 0 || (v->children != 0 && !give_up)))) {
         ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children
         continue;
       }
       ++tier_counts_[tier].evicted;
       ++dropped;
+      v->failed_writes = 0;  // a copy it gets again starts afresh
       DropCopyLocked(v, tier, &removals);
     }
     if (next < tier_count()) policies_->OnWritten(next, written_bytes, now);
@@ -455,7 +467,8 @@ void RuntimeImpl::SettleLateWriteLocked(size_t tier, const std::vector<IndexEntr
       continue;
     }
     if (reclaimed[k]) (void)QueueRemoveLocked(tier + 1, v->id, /*running=*/false);
-    EraseIfUnheldLocked(v);  // a load may have found its copy lost meanwhile
+    (void)WriteFailedTooOften(v);  // stays for now; a later pass lets it go
+    EraseIfUnheldLocked(v);        // a load may have found its copy lost meanwhile
   }
   policies_->OnWritten(tier + 1, bytes, now);
   NotifyMovesSettledLocked();
@@ -552,7 +565,7 @@ void RuntimeImpl::DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>*
     lower_removals->push_back(e->id);
   }
   index_.DropLocation(e, tier);
-  if (e->locations == 0) index_.Erase(e);
+  EraseIfUnheldLocked(e);  // one with children stays, as a link
 }
 
 }  // namespace kvtier::internal

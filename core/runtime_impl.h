@@ -361,9 +361,17 @@ class RuntimeImpl final : public Runtime {
   void NoteHubRoomLocked() {
     if (hub_room_waiters_ != 0) moves_done_.notify_all();
   }
+  // Counts a failed write of `v` below; true once kWriteFailuresToGiveUp
+  // have failed in a row (WritebackAndDrop then lets it go).
+  static bool WriteFailedTooOften(IndexEntry* v) {
+    if (v->failed_writes < kWriteFailuresToGiveUp) ++v->failed_writes;
+    return v->failed_writes >= kWriteFailuresToGiveUp;
+  }
+  static constexpr uint8_t kWriteFailuresToGiveUp = 3;
   // Indexes the copy of `v` just written from `tier` into tier + 1 and
   // counts the move; returns its bytes. REQUIRES: mu_ held.
   uint64_t IndexDemotedLocked(IndexEntry* v, size_t tier, uint64_t now_ns) {
+    v->failed_writes = 0;
     index_.AddLocation(v, tier + 1, now_ns);
     TouchExpiringLocked(v, tier + 1, now_ns);
     ++tier_counts_[tier].demoted;

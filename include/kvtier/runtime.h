@@ -48,6 +48,9 @@ struct TierStats {
   // Blocks the mover chose to take out of this tier but had to keep: in use,
   // or with no copy in another tier while a child hangs off them (or a save
   // is about to hang one). Admission refusals are admission_rejected_blocks.
+  // A parent whose write to the next tier failed three times in a row is
+  // not kept for its children: it is evicted, its children below waiting
+  // for the engine's next save of it.
   uint64_t rejected_blocks = 0;
   uint64_t errors = 0;           // failed reads or writes (not misses)
   uint64_t corruptions = 0;      // header or checksum mismatches
