@@ -46,7 +46,7 @@ class RemoteClientSlotTest : public ::testing::Test {
     co.connections = 1;
     co.connect_timeout_ms = 1000;
     co.op_timeout_ms = 3000;
-    auto client = memd::RemoteClient::Create(co, StderrLogSink(LogLevel::kError), nullptr);
+    auto client = memd::RemoteClient::Create(co, client_log_, nullptr);
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::move(client).value();
   }
@@ -56,6 +56,7 @@ class RemoteClientSlotTest : public ::testing::Test {
   }
 
   std::shared_ptr<RecordingLog> log_ = std::make_shared<RecordingLog>(LogLevel::kWarning);
+  std::shared_ptr<RecordingLog> client_log_ = std::make_shared<RecordingLog>(LogLevel::kWarning);
   uint64_t slot_ = 0;
   std::unique_ptr<memd::MemdServer> server_;
   std::unique_ptr<memd::RemoteClient> client_;
@@ -136,6 +137,24 @@ TEST_F(RemoteClientSlotTest, APutOfOnlyOversizedBlocksSendsNothing) {
   EXPECT_EQ(server_->GetStats().used_slots, 0u);
   EXPECT_EQ(server_->TEST_Connections(), 1u);
   EXPECT_TRUE(log_->lines().empty()) << "server warned: " << log_->lines().front();
+
+  // The operator is told once which server refuses and what it needs: the
+  // tier checked the slots at open, so the server restarted smaller.
+  ItemResults again(1);
+  c.Put(0, kNs, {{BlockKey{6, 6}, over, std::nullopt}}, again.Done());
+  ASSERT_TRUE(again.WaitFor(kWait));
+  EXPECT_EQ(again.status(0).code(), StatusCode::kInvalidArgument);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(server_->port());
+  EXPECT_EQ(
+      client_log_->lines(),
+      std::vector<std::string>{"remote server " + endpoint + ": block of " +
+                               std::to_string(over.size()) + " bytes (" + std::to_string(slot + 1) +
+                               " with its header) exceeds the server's "
+                               "slot of " +
+                               std::to_string(slot) +
+                               " bytes; restart it with --slot-size of at "
+                               "least " +
+                               std::to_string(slot + 1) + " bytes"});
 }
 
 // Sends `b` whole; false when the server has closed the connection (no

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -11,6 +13,7 @@
 #include "tests/remote/raw_memd_client.h"
 #include "tests/remote/remote_test_util.h"
 #include "tests/support/block_data.h"
+#include "tests/support/recording_log.h"
 #include "tests/support/time_scale.h"
 #include "tiers/remote/rdma_protocol.h"
 #include "tiers/remote/remote_auth.h"
@@ -240,6 +243,48 @@ TEST(RemoteFaultTest, ServerDownFromTheStartFailsOnlyItsKeys) {
         << i << ": " << w.result(i).ToString();
   }
   (*made)->Shutdown();
+}
+
+// A server restarted with another secret: every connection attempt fails,
+// and the log says why once (not once per attempt), where before it said
+// only that the connection was lost.
+TEST(RemoteFaultTest, AServerBackWithAnotherSecretIsLoggedOnce) {
+  auto proc = MemdProcess::Start();
+  ASSERT_TRUE(proc.ok()) << proc.status().ToString();
+  MemdProcess& server = **proc;
+  TierOptions o = RemoteOptions({&server}, 64 * kBlock);
+  o.remote.reconnect_backoff_ms = 10;
+  o.remote.reconnect_backoff_max_ms = 20;
+  auto log = std::make_shared<RecordingLog>(LogLevel::kWarning, "remote server");
+  auto made = CreateTier(o, TierContext{kBlock, SystemClock(), log, {}});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Tier& tier = **made;
+  ExpectServing(tier, 0);
+
+  std::ofstream(server.secret_file(), std::ios::trunc) << "another secret\n";
+  ASSERT_TRUE(server.Restart().ok());
+  auto mentions_proof = [&] {
+    size_t n = 0;
+    for (const std::string& line : log->lines()) {
+      n += line.find("cannot connect (retrying)") != std::string::npos &&
+           line.find("authentication") != std::string::npos;
+    }
+    return n;
+  };
+  const std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
+  WriteOp w{TestKey(1), data};
+  const auto deadline = std::chrono::steady_clock::now() + Scaled(std::chrono::seconds(5));
+  while (mentions_proof() == 0 && std::chrono::steady_clock::now() < deadline) {
+    EXPECT_FALSE(tier.Write(kNs, std::span(&w, 1)).Wait().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(mentions_proof(), 1u) << "no line says why the server is refused";
+  for (int i = 0; i < 10; ++i) {  // many more attempts, each refused alike
+    EXPECT_FALSE(tier.Write(kNs, std::span(&w, 1)).Wait().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  EXPECT_EQ(mentions_proof(), 1u);
+  tier.Shutdown();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ namespace kvtier::internal::memd {
 
 void ClientImpl::OnReady(ServerState& s, Channel& ch, Link* l, uint64_t instance) {
   ch.backoff_ms = 0;
+  s.last_failure.clear();
   if (s.seen && s.instance != instance) {
     log_->Log(LogLevel::kWarning,
               "remote server " + s.endpoint + " restarted; its blocks are gone");
@@ -29,9 +30,18 @@ void ClientImpl::OnDead(ServerState& s, Channel& ch, Link* l, bool was_ready, co
                       : static_cast<uint32_t>(std::min<uint64_t>(uint64_t{ch.backoff_ms} * 2,
                                                                  o_.reconnect_backoff_max_ms));
   ch.next_attempt = SteadyClock::now() + std::chrono::milliseconds(ch.backoff_ms);
-  if (was_ready && !stopped_.load(std::memory_order_relaxed)) {
+  if (stopped_.load(std::memory_order_relaxed)) return;
+  if (was_ready) {
     log_->Log(LogLevel::kWarning,
               "remote server " + s.endpoint + ": connection lost: " + why.ToString());
+    return;
+  }
+  // A server down is one line, not one per attempt; a server back with
+  // another secret (or refusing for another reason) is a line of its own.
+  if (std::string reason = why.ToString(); reason != s.last_failure) {
+    log_->Log(LogLevel::kWarning,
+              "remote server " + s.endpoint + ": cannot connect (retrying): " + reason);
+    s.last_failure = std::move(reason);
   }
 }
 

@@ -117,6 +117,12 @@ struct ServerState {
   size_t next = 0;
   uint64_t instance = 0;
   bool seen = false;
+  // Why the last connection attempt failed, as logged; empty once one
+  // succeeds. A failed reconnect is logged only when its reason changes.
+  std::string last_failure;
+  // The slot size of the server's last refusal of a block too large for
+  // it (Link::FitSlots), logged once for each size.
+  uint64_t slot_refusal_logged = 0;
 };
 
 // One TCP connection: handshake, then pipelined requests. Lives in a

@@ -52,12 +52,19 @@ bool Link::FitSlots(Request& r) {
       keep.push_back(i);
       continue;
     }
-    r.Finish(i,
-             Status::InvalidArgument(Prefix() + "block of " + std::to_string(r.srcs[i].size()) +
-                                     " bytes (" + std::to_string(wire) +
-                                     " with its header) exceeds the server's slot of " +
-                                     std::to_string(slot_bytes_) + " bytes"),
-             0);
+    Status refused = Status::InvalidArgument(
+        Prefix() + "block of " + std::to_string(r.srcs[i].size()) + " bytes (" +
+        std::to_string(wire) + " with its header) exceeds the server's slot of " +
+        std::to_string(slot_bytes_) + " bytes");
+    // The tier checked every server's slots at open: this one restarted
+    // with smaller ones, and every write of such a block to it fails.
+    if (s_.slot_refusal_logged != slot_bytes_) {
+      c_.log_->Log(LogLevel::kWarning, std::string(refused.message()) +
+                                           "; restart it with --slot-size of at least " +
+                                           std::to_string(wire) + " bytes");
+      s_.slot_refusal_logged = slot_bytes_;
+    }
+    r.Finish(i, std::move(refused), 0);
   }
   if (keep.size() == r.keys.size()) return true;
   if (keep.empty()) {
