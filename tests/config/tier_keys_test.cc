@@ -84,6 +84,13 @@ TEST(TierKeysTest, ServersMustBeANonEmptyListOfHostPort) {
                   "; expected \"host:port\" or \"[IPv6]:port\" with a port from 1 to 65535")
         << entry;
   }
+  // A server listed twice, however spelled, would count twice.
+  EXPECT_EQ(ErrorOf(RedisServers("[\"a:1\", \"b:1\", \"A:1\"]")),
+            "t.yaml:3:68: tiers.r.servers.2: 'A:1' is the server of entry 0 ('a:1') again; "
+            "expected each server listed once");
+  EXPECT_EQ(ErrorOf(RedisServers("[\"::1:6379\", \"[::1]:6379\"]")),
+            "t.yaml:3:66: tiers.r.servers.1: '[::1]:6379' is the server of entry 0 "
+            "('::1:6379') again; expected each server listed once");
   Result<KvtierConfig> ok = ParseConfig(
       RedisServers("[\"a:1\", \"redis.example:65535\", \"::1:6379\", \"[::1]:6390\"]"), "t.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
