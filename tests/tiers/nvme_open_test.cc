@@ -210,6 +210,59 @@ TEST(NvmeOpen, AFileSizeLimitBelowTheTierIsRefusedBeforeTheFileGrows) {
   (*t)->Shutdown();
 }
 
+// An index whose table file was damaged (RocksDB finds a block failing its
+// checksum when the open scans it): refused, naming the fix; with
+// on_mismatch: wipe the store starts empty and takes writes, where before
+// every open failed until the index was deleted by hand.
+TEST(NvmeOpen, ADamagedIndexIsRefusedUnlessWiped) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 64, 8192);
+  for (int run = 0; run < 2; ++run) {  // the second open moves the log into a table file
+    auto t = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    if (run == 0) WriteBlocks(**t, 0, 40, 8192);
+    (*t)->Shutdown();
+  }
+  std::string table;
+  for (const auto& f : std::filesystem::directory_iterator(o.path + ".index")) {
+    if (f.path().extension() == ".sst") table = f.path().string();
+  }
+  ASSERT_FALSE(table.empty()) << "no table file to damage";
+  {
+    std::fstream f(table, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(table) / 4));
+    const std::string junk(64, '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+
+  auto refused = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption);
+  const std::string message(refused.status().message());
+  EXPECT_NE(message.find("nvme store at " + o.path + ": its index is damaged ("), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("; set 'on_mismatch: wipe' to discard the index and its blocks"),
+            std::string::npos)
+      << message;
+
+  o.nvme.on_mismatch = "wipe";
+  auto log = std::make_shared<RecordingLog>(LogLevel::kWarning, "its index is damaged");
+  auto t = OpenNvmeTier(o, TierContext{8192, SystemClock(), log, {}});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(log->lines().size(), 1u);
+  EXPECT_EQ((*t)->Stats().recovered_blocks, 0u);
+  EXPECT_EQ(ReadAndCheck(**t, 3, 8192).code(), StatusCode::kNotFound);
+  WriteBlocks(**t, 100, 40, 8192);
+  for (uint64_t i = 100; i < 140; ++i) EXPECT_TRUE(ReadAndCheck(**t, i, 8192).ok()) << i;
+  (*t)->Shutdown();
+  o.nvme.on_mismatch = "refuse";  // the fresh index is whole again
+  auto again = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->Stats().recovered_blocks, 40u);
+  (*again)->Shutdown();
+}
+
 // What a full ext4 disk leaves of a new file whose fallocate failed: part
 // of it allocated, the size grown. Emptied again, the next open starts
 // afresh instead of refusing the layout the failed open recorded; a file

@@ -196,6 +196,10 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   return Wipe(std::move(db), dir, meta, why, log, wiped, env);
 }
 
+Status NvmeIndex::Destroy(const std::string& dir, const std::shared_ptr<LogSink>& log) {
+  return FromRocks(rocksdb::DestroyDB(dir, DbOptions(log, nullptr)), "destroy " + dir);
+}
+
 Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& dir,
                                                            StoreMeta* meta) {
   rocksdb::Options o = DbOptions(nullptr);  // an offline reader logs nothing of RocksDB's

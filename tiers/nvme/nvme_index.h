@@ -74,6 +74,8 @@ class NvmeIndex {
                                                  bool wipe_on_mismatch, DataFound data,
                                                  const std::shared_ptr<LogSink>& log, bool* wiped,
                                                  rocksdb::Env* env = nullptr);
+  // Deletes the index at `dir` (closed): a damaged one the tier wipes.
+  static Status Destroy(const std::string& dir, const std::shared_ptr<LogSink>& log);
   // Opens an existing index for reading only (no lock, no writes; a live
   // tier may hold it) and returns its meta in *meta. NotFound when there is
   // no index at `dir`; Corruption when it has no valid meta, or files of it

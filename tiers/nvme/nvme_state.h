@@ -140,6 +140,12 @@ struct NvmeTier::State {
   static Result<std::unique_ptr<State>> Open(const TierOptions& options, const TierContext& context,
                                              std::unique_ptr<IoEngine> engine);
   Status Recover();
+  // Recover, and when the index proves damaged (Corruption) with
+  // on_mismatch: wipe, a fresh index at `dir` and an empty store.
+  Status RecoverOrWipe(const std::string& dir, const StoreMeta& meta);
+  // The index at `dir` is damaged (`damage`): Corruption naming the fix, or
+  // with on_mismatch: wipe a fresh one in `index`.
+  Status ReplaceDamagedIndex(const std::string& dir, const StoreMeta& meta, const Status& damage);
   // Reserves room for a block of `payload` bytes of `id`; may reclaim.
   Result<Placement> Reserve(const NsKey& id, uint64_t payload, uint64_t checksum);
   // Drops an indexed entry's accounting. REQUIRES: mu held.

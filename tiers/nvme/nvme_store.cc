@@ -67,8 +67,15 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   const DataFound found = s->file.created()      ? DataFound::kCreated
                           : s->file.holds_data() ? DataFound::kData
                                                  : DataFound::kBlank;
-  KVTIER_ASSIGN_OR_RETURN(s->index, NvmeIndex::Open(dir, meta, options.nvme.on_mismatch == "wipe",
-                                                    found, s->log, &wiped));
+  Result<std::unique_ptr<NvmeIndex>> index =
+      NvmeIndex::Open(dir, meta, options.nvme.on_mismatch == "wipe", found, s->log, &wiped);
+  if (index.ok()) {
+    s->index = std::move(index).value();
+  } else if (index.status().code() == StatusCode::kCorruption) {
+    KVTIER_RETURN_IF_ERROR(s->ReplaceDamagedIndex(dir, meta, index.status()));
+  } else {
+    return index.status();
+  }
   // Sized only once the index accepts the store: a refused one stays as it
   // was. A new file that cannot be sized (a full disk) is emptied again, so
   // that the layout just recorded does not refuse a retry with another one.
@@ -92,9 +99,38 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   s->regions.resize(g.regions);
   s->stats.direct_io = s->file.direct();
   s->stats.regions = g.regions;
-  KVTIER_RETURN_IF_ERROR(s->Recover());
+  KVTIER_RETURN_IF_ERROR(s->RecoverOrWipe(dir, meta));
   s->committer = std::thread([p = s.get()] { p->CommitLoop(); });
   return s;
+}
+
+// A damaged index (RocksDB finds a block of it failing its checksum, or
+// files of it missing) lists blocks the tier cannot trust, and stays
+// damaged: refused with the fix, or with on_mismatch: wipe discarded like a
+// store of another layout, a fresh index in its place.
+Status NvmeTier::State::ReplaceDamagedIndex(const std::string& dir, const StoreMeta& meta,
+                                            const Status& damage) {
+  const std::string what = "nvme store at " + options.path + ": its index is damaged (" +
+                           std::string(damage.message()) + ")";
+  if (options.nvme.on_mismatch != "wipe") {
+    return Status::Corruption(what +
+                              "; set 'on_mismatch: wipe' to discard the index and its blocks");
+  }
+  if (log) log->Log(LogLevel::kWarning, "tier '" + name + "': " + what + "; wiped");
+  index.reset();
+  KVTIER_RETURN_IF_ERROR(NvmeIndex::Destroy(dir, log));
+  bool wiped = false;
+  KVTIER_ASSIGN_OR_RETURN(index, NvmeIndex::Open(dir, meta, true, DataFound::kBlank, log, &wiped));
+  return Status::Ok();
+}
+
+Status NvmeTier::State::RecoverOrWipe(const std::string& dir, const StoreMeta& meta) {
+  const Status recovered = Recover();
+  if (recovered.code() != StatusCode::kCorruption) return recovered;
+  KVTIER_RETURN_IF_ERROR(ReplaceDamagedIndex(dir, meta, recovered));
+  for (Region& r : regions) r = Region{};  // as the failed scan may have left them
+  next_generation = 1;
+  return Recover();
 }
 
 // Rebuilds the in-memory index from RocksDB. Entries whose generation is not
