@@ -267,6 +267,14 @@ Status RuntimeOptions::Validate() const {
                                    " bytes is below one block of " + std::to_string(block_bytes) +
                                    " bytes; expected a capacity of at least one block");
     }
+    // A host tier's slots are numbered in 32 bits (HostArena), one kept free.
+    constexpr uint64_t kMaxHostBlocks = UINT32_MAX - 1;
+    if (t.type == "host" && t.capacity_bytes / block_bytes > kMaxHostBlocks) {
+      return TierError(t.name, "capacity " + std::to_string(t.capacity_bytes) + " bytes is " +
+                                   std::to_string(t.capacity_bytes / block_bytes) + " blocks of " +
+                                   std::to_string(block_bytes) + " bytes; expected at most " +
+                                   std::to_string(kMaxHostBlocks) + " blocks in one host tier");
+    }
   }
   if (worker_threads == 0) {
     return Status::InvalidArgument("worker_threads is 0; expected at least 1");

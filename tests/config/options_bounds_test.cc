@@ -106,6 +106,18 @@ TEST(OptionsBoundsTest, EveryTierHoldsAtLeastOneBlock) {
             "capacity of at least one block");
 }
 
+// A host tier numbers its slots in 32 bits: a capacity past that is refused
+// by validation (kvtier-inspect config validate), not first at open.
+TEST(OptionsBoundsTest, AHostTierHoldsAtMostUint32MaxMinusOneBlocks) {
+  RuntimeOptions r = ValidRuntime();
+  r.tiers[0].capacity_bytes = (kU32Max - 1) * r.block_bytes;
+  EXPECT_TRUE(r.Validate().ok()) << Message(r.Validate());
+  r.tiers[0].capacity_bytes += r.block_bytes;
+  EXPECT_EQ(Message(r.Validate()),
+            "tier 'host': capacity 1125899906580480 bytes is 4294967295 blocks of 262144 bytes; "
+            "expected at most 4294967294 blocks in one host tier");
+}
+
 TEST(OptionsBoundsTest, GpuIsNotATierName) {
   TierOptions t = HostTier("gpu");
   EXPECT_EQ(Message(t.Validate()),
