@@ -134,13 +134,13 @@ TEST(NvmeOpen, BlocksCutOffByATruncationAreDroppedAtOpen) {
   (*t)->Shutdown();
 }
 
-// Caps the size of files this process may write (RLIMIT_FSIZE), by default
-// with SIGXFSZ ignored so that a write past it fails with EFBIG instead of
-// ending the test; restored on exit.
+// Caps the size of files this process may write (RLIMIT_FSIZE), with
+// SIGXFSZ at its default action (ending the process, as it would an engine
+// whose file grew past the cap); both restored on exit.
 class FileSizeCap {
  public:
-  explicit FileSizeCap(rlim_t bytes, bool ignore_signal = true) {
-    old_handler_ = signal(SIGXFSZ, ignore_signal ? SIG_IGN : SIG_DFL);
+  explicit FileSizeCap(rlim_t bytes) {
+    old_handler_ = signal(SIGXFSZ, SIG_DFL);
     getrlimit(RLIMIT_FSIZE, &old_);
     rlimit capped = old_;
     capped.rlim_cur = bytes;
@@ -160,48 +160,26 @@ class FileSizeCap {
   bool ok_ = false;
 };
 
-// A first open whose data file cannot be sized (a full disk; here a file
-// size limit) fails, and leaves nothing that refuses a retry with a
-// capacity that fits.
-TEST(NvmeOpen, AFirstOpenThatCannotSizeItsFileLeavesNoLayoutBehind) {
+// An engine run under a file size limit (ulimit -f) smaller than the tier:
+// growing the file past it would raise SIGXFSZ, whose default action ends
+// the engine. The open is refused first, naming the limit; the file is not
+// grown, and nothing is left that refuses a retry with a capacity that fits.
+TEST(NvmeOpen, AFileSizeLimitBelowTheTierIsRefusedBeforeTheFileGrows) {
   ScratchDir dir;
   ASSERT_TRUE(dir.ok());
   TierOptions o = NvmeOptions(dir.path(), 512, 8192);  // 6 MiB on disk and more
   {
-    FileSizeCap cap(1 << 20);
+    FileSizeCap cap(2 << 20);
     ASSERT_TRUE(cap.ok());
-    auto failed = OpenNvmeTier(o, TierContext{8192});
-    ASSERT_FALSE(failed.ok());
-    EXPECT_NE(failed.status().message().find("RLIMIT_FSIZE"), std::string::npos)
-        << failed.status().ToString();
+    auto refused = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("past this process's file size limit of 2097152 "
+                                              "bytes (ulimit -f, RLIMIT_FSIZE)"),
+              std::string::npos)
+        << refused.status().ToString();
+    EXPECT_EQ(std::filesystem::file_size(o.path), 0u);
   }
-  o.capacity_bytes = 16 * 8192;
-  auto t = OpenNvmeTier(o, TierContext{8192});
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
-  WriteBlocks(**t, 0, 2, 8192);
-  EXPECT_TRUE(ReadAndCheck(**t, 0, 8192).ok());
-  (*t)->Shutdown();
-}
-
-// An engine run under a file size limit (ulimit -f) smaller than the tier:
-// growing the file past it would raise SIGXFSZ, whose default action ends
-// the engine. The open is refused first, naming the limit, and the file is
-// not grown; a capacity under the limit opens.
-TEST(NvmeOpen, AFileSizeLimitBelowTheTierIsRefusedBeforeTheFileGrows) {
-  ScratchDir dir;
-  ASSERT_TRUE(dir.ok());
-  TierOptions o = NvmeOptions(dir.path(), 512, 8192);
-  FileSizeCap cap(2 << 20, /*ignore_signal=*/false);
-  ASSERT_TRUE(cap.ok());
-  auto refused = OpenNvmeTier(o, TierContext{8192});
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("past this process's file size limit of 2097152 "
-                                            "bytes (ulimit -f, RLIMIT_FSIZE)"),
-            std::string::npos)
-      << refused.status().ToString();
-  EXPECT_EQ(std::filesystem::file_size(o.path), 0u);
-
   o.capacity_bytes = 16 * 8192;
   auto t = OpenNvmeTier(o, TierContext{8192});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
