@@ -3,10 +3,14 @@
 // below it is given those its admission takes before the tiers shut down.
 // Root first, and a block only once its parent is held below, so that every
 // block written is reachable again after a restart (a lookup adopts the
-// leading keys a tier holds) and a deadline cuts off whole suffixes.
+// leading keys a tier holds) and a deadline cuts off whole suffixes. A
+// state checkpoint goes whole or not at all: admitted once, its parts
+// written together, the rest of one begun written past the deadline.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 
 #include "core/runtime_impl.h"
@@ -23,8 +27,15 @@ void RuntimeImpl::WriteBackHub() {
     std::lock_guard lock(mu_);
     hub_ending_ = true;
     pending = index_.OnlyIn(0);
+    // Root first; a checkpoint's parts together, right after the blocks of
+    // its boundary's depth, so that a deadline splits at most one of them.
+    auto order = [](const IndexEntry* e) {
+      const IndexEntry* b = TierPolicies::BoundaryOf(*e);
+      return std::tuple(b != nullptr ? b->depth : e->depth, b != nullptr,
+                        reinterpret_cast<uintptr_t>(b), e->depth);
+    };
     std::stable_sort(pending.begin(), pending.end(),
-                     [](const IndexEntry* a, const IndexEntry* b) { return a->depth < b->depth; });
+                     [&](const IndexEntry* a, const IndexEntry* b) { return order(a) < order(b); });
     for (IndexEntry* v : pending) {
       v->moving = true;
       ++v->pins;
@@ -34,10 +45,23 @@ void RuntimeImpl::WriteBackHub() {
   const size_t batch = std::min<size_t>(options_.mover.batch_blocks, BatchLimit(*lower_[0]));
   size_t written_blocks = 0, next = 0;
   std::unordered_set<const IndexEntry*> going;  // written below in this writeback
+  // pending[i] is the next part of the checkpoint pending[i - 1] is part of.
+  auto next_part = [&](size_t i) {
+    return i > 0 && i < pending.size() && pending[i]->is_checkpoint &&
+           pending[i]->parent == pending[i - 1] && pending[i - 1]->is_checkpoint;
+  };
   try {
-    for (; next < pending.size() && std::chrono::steady_clock::now() < deadline; next += batch) {
-      const std::vector<IndexEntry*> victims(
-          pending.begin() + next, pending.begin() + std::min(pending.size(), next + batch));
+    while (next < pending.size()) {
+      size_t end = std::min(pending.size(), next + batch);
+      if (std::chrono::steady_clock::now() >= deadline) {
+        // Past it, only the rest of a checkpoint begun below is written: its
+        // parts are of use to a lookup only all together.
+        if (!next_part(next) || going.count(pending[next - 1]) == 0) break;
+        end = next + 1;
+        while (end - next < batch && next_part(end)) ++end;
+      }
+      const std::vector<IndexEntry*> victims(pending.begin() + next, pending.begin() + end);
+      next = end;
       std::vector<bool> write(victims.size(), false), written(victims.size(), false);
       std::vector<Status> read_status(victims.size());
       const bool admits_all = policies_->admits_all(1);
@@ -53,8 +77,10 @@ void RuntimeImpl::WriteBackHub() {
           const IndexEntry* p = victims[i]->parent;
           // A block below a parent no tier below holds could never be found.
           if (p != nullptr && (p->locations & ~1U) == 0 && going.count(p) == 0) continue;
-          write[i] =
-              admits_all || policies_->Admit(1, policies_->AdmissionMetaOf(*victims[i], 1), state);
+          // A checkpoint is admitted once, at its first part: the rest follow.
+          const bool later_part = victims[i]->is_checkpoint && p->is_checkpoint;
+          write[i] = admits_all || later_part ||
+                     policies_->Admit(1, policies_->AdmissionMetaOf(*victims[i], 1), state);
           ++(write[i] ? admitted : refused);
           if (write[i]) going.insert(victims[i]);
         }

@@ -113,6 +113,49 @@ TEST_F(ShutdownWritebackTest, NoBatchStartsPastTheDeadlineAndParentsGoFirst) {
   EXPECT_EQ(FoundOnDiskAfterRestart(keys), 1u);
 }
 
+// A hybrid model's checkpoint of block 1 (two parts) is written part by
+// part, 200 ms a write, with 300 ms to do it: block 1 and the first part go
+// before the deadline. The second part goes past it, so a restart finds the
+// checkpoint whole; before, the deadline left the first part alone on disk,
+// of no use to any lookup.
+TEST_F(ShutdownWritebackTest, ADeadlineNeverSplitsACheckpoint) {
+  shutdown_writeback_ms_ = 300;
+  state_blocks_ = 2;
+  const auto keys = ChainKeys({1});
+  const KeyHasher hasher(kTestNs, HashAlgorithm::kXxh3_128);
+  const std::vector<BlockKey> parts = {hasher.StatePart(keys[0], 0), hasher.StatePart(keys[0], 1)};
+  std::atomic<int> writes{0};
+  auto slow = [&] {
+    ++writes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return Status::Ok();
+  };
+  std::unique_ptr<Runtime> rt = Open(slow, 1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Prefill(parts, 8);
+  const std::vector<uint32_t> state_pages = {8, 9};
+  ASSERT_TRUE(rt->SaveState(kTestNs, keys[0], state_pages, SaveOptions{}).Wait().ok());
+  rt->Shutdown();
+  EXPECT_EQ(writes.load(), 3);
+  EXPECT_EQ(disk_->Usage().blocks, 3u);
+  rt.reset();
+
+  std::unique_ptr<Runtime> again = Open();
+  ASSERT_NE(again, nullptr);
+  auto found = again->Lookup(kTestNs, keys);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->hit_blocks, 1u);
+  SimEngine after(again.get(), setup_.engine.get());
+  after.Scrub(0, 64);
+  const std::vector<uint32_t> load_pages = {20, 21};
+  Completion c = again->LoadState(kTestNs, keys[0], load_pages, std::chrono::seconds(10));
+  ASSERT_TRUE(c.Wait().ok()) << c.status().ToString();
+  EXPECT_TRUE(after.Holds(20, parts[0]));
+  EXPECT_TRUE(after.Holds(21, parts[1]));
+}
+
 // The first write, one of the two roots, fails: that root's children would
 // be unreachable below, so none is written; the other chain goes down whole.
 TEST_F(ShutdownWritebackTest, NoBlockIsWrittenBelowAParentThatIsNot) {
