@@ -147,6 +147,10 @@ TEST_F(InspectRedis, PasswordAndDatabaseFromTheUrl) {
   r = Inspect("redis redis://:wrong@" + host + "/3 summary");
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(r.err.rfind("kvtier-inspect redis: invalid_argument: ", 0), 0u) << r.err;
+  r = Inspect("redis redis://" + host + " summary --prefix ''");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("an empty prefix; expected the tier's key_prefix"), std::string::npos)
+      << r.err;
   r = Inspect("redis http://" + host + " summary");
   EXPECT_EQ(r.rc, 2);
   EXPECT_EQ(r.err,

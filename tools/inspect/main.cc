@@ -121,7 +121,13 @@ void AddCommands(CLI::App& app, Flags& f) {
   redis->add_option("ACTION", f.redis.action, "summary")
       ->required()
       ->check(CLI::IsMember({"summary"}));
-  redis->add_option("--prefix", f.redis.prefix, "the tier's key_prefix")->capture_default_str();
+  redis->add_option("--prefix", f.redis.prefix, "the tier's key_prefix")
+      ->check([](const std::string& p) {
+        // As the config refuses it: every kvtier key is "<prefix>:...".
+        return p.empty() ? std::string("an empty prefix; expected the tier's key_prefix")
+                         : std::string();
+      })
+      ->capture_default_str();
   redis
       ->add_option("--sample", f.redis.sample,
                    "measure the values of the first N keys only (0: all)")
