@@ -257,6 +257,9 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
   std::unordered_map<const IndexEntry*, uint32_t> vanishing;
   auto& removing = pending_removes_[next];
   const uint64_t now = NowNs();
+  // A tier that stopped answering takes nothing for a while: victims that
+  // need no copy there leave, as if refused, instead of waiting on it.
+  if (WritesStalledLocked(next)) return write;
   for (size_t i = 0; i < victims.size(); ++i) {
     IndexEntry* v = victims[i];
     const bool stale_below = expiring_tiers_ != 0 && ExpiringCopiesLocked(*v, next, now);
@@ -432,17 +435,34 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
       {
         std::lock_guard lock(mu_);
         ++late_calls_;
+        NoteWriteOutcomeLocked(next, /*late=*/true, false);
       }
       w.OnDone([this, tier, moved = std::move(moved), moved_reclaimed = std::move(moved_reclaimed),
                 staging, w] {
         std::lock_guard lock(mu_);
+        NoteWriteOutcomeLocked(tier + 1, /*late=*/false, TimedOut(w));
         SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
         EndLateCallLocked();
       });
       continue;
     }
     for (size_t k = 0; k < ops.size(); ++k) written[op_item[k]] = w.result(k).ok();
+    std::lock_guard lock(mu_);
+    NoteWriteOutcomeLocked(next, /*late=*/false, TimedOut(w));
   }
+}
+
+void RuntimeImpl::NoteWriteOutcomeLocked(size_t tier, bool late, bool timed_out) {
+  // A tier that refuses at once (a server down: Unavailable) costs nothing
+  // to try; one that times out holds its victims for the whole time out.
+  writes_stalled_until_ns_[tier] = late ? UINT64_MAX : timed_out ? NowNs() + kWriteStallNs : 0;
+}
+
+bool RuntimeImpl::TimedOut(const Completion& c) {
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c.result(i).code() == StatusCode::kDeadlineExceeded) return true;
+  }
+  return false;
 }
 
 bool RuntimeImpl::FinishedBy(const Completion& c, SteadyTime deadline) {

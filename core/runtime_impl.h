@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -368,6 +369,8 @@ class RuntimeImpl final : public Runtime {
     return v->failed_writes >= kWriteFailuresToGiveUp;
   }
   static constexpr uint8_t kWriteFailuresToGiveUp = 3;
+  // How long demotions skip a tier whose last write timed out.
+  static constexpr uint64_t kWriteStallNs = 1'000'000'000;
   // Indexes the copy of `v` just written from `tier` into tier + 1 and
   // counts the move; returns its bytes. REQUIRES: mu_ held.
   uint64_t IndexDemotedLocked(IndexEntry* v, size_t tier, uint64_t now_ns) {
@@ -400,6 +403,13 @@ class RuntimeImpl final : public Runtime {
     v->moving = false;
     --moving_blocks_;
   }
+  // Notes how a demotion write to `tier` ended: not by its caller's
+  // deadline (`late`), timed out (DeadlineExceeded: kWriteStallNs without
+  // writes to it), or answered. REQUIRES: mu_ held.
+  void NoteWriteOutcomeLocked(size_t tier, bool late, bool timed_out);
+  // Whether an item of the finished `c` ended DeadlineExceeded.
+  static bool TimedOut(const Completion& c);
+  bool WritesStalledLocked(size_t tier) const { return NowNs() < writes_stalled_until_ns_[tier]; }
   // Ends one tier call counted in late_calls_: its callback's last use of
   // this runtime. Under mu_, so Shutdown() cannot return before the callback
   // has let go of it. REQUIRES: mu_ held.
@@ -454,6 +464,11 @@ class RuntimeImpl final : public Runtime {
   // by a load or an eviction that does not wait for them).
   uint64_t late_calls_ = 0;
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
+  // Guarded by mu_: per tier, until when demotions do not write to it
+  // (NowNs; UINT64_MAX while a write to it runs past its caller's deadline).
+  // A tier that stopped answering would otherwise hold every victim written
+  // to it, and so the room every save needs, for its whole time out.
+  std::array<uint64_t, kMaxTiers> writes_stalled_until_ns_{};
   uint32_t expiring_tiers_ = 0;              // bit t: tier t's copies expire (set at construction)
   uint32_t shared_tiers_ = 0;                // bit t: SharedTier(t) (set at construction)
   uint64_t refresh_after_ns_ = 0;            // half the shortest of those expiries

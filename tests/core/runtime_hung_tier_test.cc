@@ -195,6 +195,43 @@ TEST_F(RuntimeHungTierTest, ASaveIsNotHeldByAHungDemotionWrite) {
   ExpectWhole(b_);
 }
 
+// Once a write to the tier has gone past its caller's deadline, demotions
+// stop writing to that tier until it answers: a leaf leaves the hub at once
+// (lost, as a block its tier refuses), so each later save finds room. Before,
+// every save wrote its victim to the hung tier too, waited its second for
+// room and failed, for as long as the tier hung (a Redis server stopped).
+TEST_F(RuntimeHungTierTest, SavesAfterAHungWriteDoNotWaitOnTheTier) {
+  Open(32, /*with_tier2=*/false);
+  b_ = ChainKeys({20, 21, 22});
+  sim_->Prefill(b_, 10);
+  ASSERT_TRUE(sim_->SaveFrom(b_, 0, 10).status().ok());
+  const auto c = ChainKeys({30});
+  sim_->Prefill(c, 20);
+  ASSERT_TRUE(sim_->SaveFrom(c, 0, 20).status().ok());
+  ASSERT_EQ(rt_->Stats().tiers[0].blocks, 4u);
+  writes_->Stall();
+
+  // B3, the least recent leaf, is written down and hangs.
+  const auto d = ChainKeys({40});
+  sim_->Prefill(d, 40);
+  Completion first;
+  EXPECT_TRUE(ReturnsWithin([&] { first = sim_->SaveFrom(d, 0, 40); }, kHangLimit, "a save"));
+  EXPECT_EQ(writes_->held(), 1u);
+  for (uint64_t id : {50, 51, 52}) {
+    const auto e = ChainKeys({id});
+    sim_->Prefill(e, 50);
+    Completion next;
+    EXPECT_TRUE(ReturnsWithin([&] { next = sim_->SaveFrom(e, 0, 50); }, kHangLimit, "a save"));
+    EXPECT_TRUE(next.status().ok()) << id << ": " << next.status().ToString();
+    EXPECT_EQ(rt_->Lookup(kTestNs, e)->hit_blocks, 1u) << id;
+  }
+  EXPECT_EQ(writes_->held(), 1u) << "no other write was sent to the hung tier";
+
+  writes_->Release();  // B3's write ends: it is held below, B is whole
+  EXPECT_EQ(rt_->Stats().tiers[1].blocks, 1u);
+  ExpectWhole(b_);
+}
+
 // Tier 1 is full (A2..A4), so saving a new block C into the full hub writes
 // B3 down, which first demotes A4 from tier 1 to tier 2, and reading A4
 // back from tier 1 never answers. The save ends after its bounded wait with
