@@ -8,9 +8,11 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/runtime_impl.h"
 #include "kvtier/block_header.h"
@@ -439,17 +441,46 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
       }
       w.OnDone([this, tier, moved = std::move(moved), moved_reclaimed = std::move(moved_reclaimed),
                 staging, w] {
-        std::lock_guard lock(mu_);
-        NoteWriteOutcomeLocked(tier + 1, /*late=*/false, TimedOut(w));
-        SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
+        std::optional<std::string> report;
+        {
+          std::lock_guard lock(mu_);
+          NoteWriteOutcomeLocked(tier + 1, /*late=*/false, TimedOut(w));
+          report = WriteFailureReportLocked(tier + 1, w);
+          SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
+        }
+        LogWarning(report);
+        std::lock_guard lock(mu_);  // the callback's last use of this runtime
         EndLateCallLocked();
       });
       continue;
     }
     for (size_t k = 0; k < ops.size(); ++k) written[op_item[k]] = w.result(k).ok();
-    std::lock_guard lock(mu_);
-    NoteWriteOutcomeLocked(next, /*late=*/false, TimedOut(w));
+    std::optional<std::string> report;
+    {
+      std::lock_guard lock(mu_);
+      NoteWriteOutcomeLocked(next, /*late=*/false, TimedOut(w));
+      report = WriteFailureReportLocked(next, w);
+    }
+    LogWarning(report);
   }
+}
+
+std::optional<std::string> RuntimeImpl::WriteFailureReportLocked(size_t tier, const Completion& c) {
+  constexpr uint64_t kReportIntervalNs = 60'000'000'000;
+  const Status* first = nullptr;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c.result(i).ok()) continue;
+    if (first == nullptr) first = &c.result(i);
+    ++write_failures_unlogged_[tier];
+  }
+  const uint64_t now = NowNs();
+  const uint64_t last = write_failure_logged_ns_[tier];
+  if (first == nullptr || (last != 0 && now - last < kReportIntervalNs)) return std::nullopt;
+  const uint64_t failed = std::exchange(write_failures_unlogged_[tier], 0);
+  write_failure_logged_ns_[tier] = now;
+  return "tier '" + lower_[tier - 1]->name() + "': " + std::to_string(failed) +
+         " blocks could not be written to it" + (last == 0 ? "" : " since the last report") +
+         " (each stays in the tier above, or is lost): " + first->ToString();
 }
 
 void RuntimeImpl::NoteWriteOutcomeLocked(size_t tier, bool late, bool timed_out) {

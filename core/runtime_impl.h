@@ -15,6 +15,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -406,7 +408,14 @@ class RuntimeImpl final : public Runtime {
   // Notes how a demotion write to `tier` ended: not by its caller's
   // deadline (`late`), timed out (DeadlineExceeded: kWriteStallNs without
   // writes to it), or answered. REQUIRES: mu_ held.
+  // Returns a warning to log (outside mu_) when writes of `c` failed: the
+  // first failure at once, then at most one a minute per tier, counting
+  // the blocks that failed in between.
   void NoteWriteOutcomeLocked(size_t tier, bool late, bool timed_out);
+  std::optional<std::string> WriteFailureReportLocked(size_t tier, const Completion& c);
+  void LogWarning(const std::optional<std::string>& line) const {
+    if (line && log_) log_->Log(LogLevel::kWarning, *line);
+  }
   // Whether an item of the finished `c` ended DeadlineExceeded.
   static bool TimedOut(const Completion& c);
   bool WritesStalledLocked(size_t tier) const { return NowNs() < writes_stalled_until_ns_[tier]; }
@@ -469,6 +478,10 @@ class RuntimeImpl final : public Runtime {
   // A tier that stopped answering would otherwise hold every victim written
   // to it, and so the room every save needs, for its whole time out.
   std::array<uint64_t, kMaxTiers> writes_stalled_until_ns_{};
+  // Guarded by mu_: per tier, when a failed demotion write was last logged
+  // (0: never) and the blocks that failed since (WriteFailureReportLocked).
+  std::array<uint64_t, kMaxTiers> write_failure_logged_ns_{};
+  std::array<uint64_t, kMaxTiers> write_failures_unlogged_{};
   uint32_t expiring_tiers_ = 0;              // bit t: tier t's copies expire (set at construction)
   uint32_t shared_tiers_ = 0;                // bit t: SharedTier(t) (set at construction)
   uint64_t refresh_after_ns_ = 0;            // half the shortest of those expiries

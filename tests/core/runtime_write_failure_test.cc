@@ -3,10 +3,13 @@
 // that could not be written down while their children were.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "tests/core/runtime_test_util.h"
 #include "tests/support/fault_tier.h"
+#include "tests/support/recording_log.h"
 
 namespace kvtier::testing {
 namespace {
@@ -19,6 +22,7 @@ class RuntimeWriteFailureTest : public ::testing::Test {
     setup_ = MakeEngine(64);
     const uint64_t bb = setup_.layout.BlockBytes();
     RuntimeOptions o = MakeOptions(bb, 4);
+    o.log = log_;
     o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
     o.tiers.push_back(LowerHostTier("below", bb, 32));
     FaultOptions faults;
@@ -37,6 +41,8 @@ class RuntimeWriteFailureTest : public ::testing::Test {
   }
   size_t Hits(const std::vector<BlockKey>& keys) { return rt_->Lookup(kTestNs, keys)->hit_blocks; }
 
+  std::shared_ptr<RecordingLog> log_ =
+      std::make_shared<RecordingLog>(LogLevel::kWarning, "could not be written");
   EngineSetup setup_;
   std::unique_ptr<Runtime> rt_;
   std::unique_ptr<SimEngine> sim_;
@@ -56,6 +62,11 @@ TEST_F(RuntimeWriteFailureTest, ParentsThatCannotBeWrittenDownLeaveAfterThreeTri
   EXPECT_EQ(rt_->Stats().tiers[0].blocks, 3u);
   EXPECT_EQ(rt_->Stats().tiers[0].rejected_blocks, 4u);
   EXPECT_EQ(Hits(a), 4u) << "kept while the write may yet succeed";
+  // The operator hears of it once, not once per failed write.
+  EXPECT_EQ(log_->lines(),
+            std::vector<std::string>{"tier 'below': 2 blocks could not be written to it (each "
+                                     "stays in the tier above, or is lost): unavailable: "
+                                     "injected fault in tier 'below'"});
 
   ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
   EXPECT_EQ(rt_->Stats().tiers[0].blocks, 1u);
