@@ -168,6 +168,12 @@ TEST(SweepArgs, WriteBudgetComesFromExactlyOneFlag) {
             }),
             "--write-budget-lru-share is a share of the lru row's NVMe writes; expected lru in "
             "--policies");
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"lru", "kvtier"};
+              f.custom = "lru:reuse:lru";
+            }),
+            "--custom lru:reuse:lru sets the 'custom' row's policies; expected custom in "
+            "--policies");
   // A negative budget is out of range, not missing.
   EXPECT_EQ(message([](SweepFlags& f) {
               f.policies = {"lru", "write_budget"};

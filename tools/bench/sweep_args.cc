@@ -180,6 +180,13 @@ Status ValidateSweepFlags(const SweepFlags& f) {
   for (const std::string& point : f.points) {
     KVTIER_RETURN_IF_ERROR(ParseSweepPoint(point).status());
   }
+  // A set given that no row uses was meant for a row: told, not ignored.
+  if (f.custom != SweepFlags{}.custom &&
+      std::find(f.policies.begin(), f.policies.end(), "custom") == f.policies.end()) {
+    return Status::InvalidArgument("--custom " + f.custom +
+                                   " sets the 'custom' row's policies; expected custom in "
+                                   "--policies");
+  }
   // The knobs first: a budget out of range is told so, not taken for none.
   KVTIER_RETURN_IF_ERROR(SweepKnobs(f).status());
   return CheckWriteBudgetFlags(f);
