@@ -14,8 +14,10 @@ constexpr uint64_t kPage = 4096;
 
 Status MemdPoolOptions::Validate() const {
   if (slot_bytes <= kBlockHeaderBytes || slot_bytes > kMaxBlockPayloadBytes + kBlockHeaderBytes) {
-    return Status::InvalidArgument("slot size " + std::to_string(slot_bytes) +
-                                   " must exceed the 64-byte block header and be at most 1 GiB");
+    return Status::InvalidArgument(
+        "slot size " + std::to_string(slot_bytes) +
+        " must exceed the 64-byte block header and be at most 1 GiB + 64 (the largest "
+        "block and its header)");
   }
   const uint64_t stride = (slot_bytes + kPage - 1) / kPage * kPage;
   if (pool_bytes < stride) {
