@@ -423,6 +423,7 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     const std::vector<WriteOp> ops =
         StageWrites(tier, victims, items, staging, op_item, read_status, deadline);
     if (ops.empty()) continue;
+    const uint64_t sent_ns = NowNs();
     Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
     if (!FinishedBy(w, deadline)) {
       // The write goes on without this caller, reading the pinned hub slots
@@ -440,11 +441,11 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
         NoteWriteOutcomeLocked(next, /*late=*/true, false);
       }
       w.OnDone([this, tier, moved = std::move(moved), moved_reclaimed = std::move(moved_reclaimed),
-                staging, w] {
+                staging, w, sent_ns] {
         std::optional<std::string> report;
         {
           std::lock_guard lock(mu_);
-          NoteWriteOutcomeLocked(tier + 1, /*late=*/false, TimedOut(w));
+          NoteWriteOutcomeLocked(tier + 1, /*late=*/false, TimedOut(w, sent_ns));
           report = WriteFailureReportLocked(tier + 1, w);
           SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
         }
@@ -458,7 +459,7 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     std::optional<std::string> report;
     {
       std::lock_guard lock(mu_);
-      NoteWriteOutcomeLocked(next, /*late=*/false, TimedOut(w));
+      NoteWriteOutcomeLocked(next, /*late=*/false, TimedOut(w, sent_ns));
       report = WriteFailureReportLocked(next, w);
     }
     LogWarning(report);
@@ -489,9 +490,13 @@ void RuntimeImpl::NoteWriteOutcomeLocked(size_t tier, bool late, bool timed_out)
   writes_stalled_until_ns_[tier] = late ? UINT64_MAX : timed_out ? NowNs() + kWriteStallNs : 0;
 }
 
-bool RuntimeImpl::TimedOut(const Completion& c) {
+bool RuntimeImpl::TimedOut(const Completion& c, uint64_t sent_ns) const {
+  // Tiers say "timed out" in their own words (Redis: Unavailable); a
+  // failure that took as long as the stall lasts is one too.
+  const bool slow = NowNs() - sent_ns >= kWriteStallNs;
   for (size_t i = 0; i < c.size(); ++i) {
-    if (c.result(i).code() == StatusCode::kDeadlineExceeded) return true;
+    const StatusCode code = c.result(i).code();
+    if (code == StatusCode::kDeadlineExceeded || (slow && code != StatusCode::kOk)) return true;
   }
   return false;
 }

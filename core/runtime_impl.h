@@ -416,8 +416,9 @@ class RuntimeImpl final : public Runtime {
   void LogWarning(const std::optional<std::string>& line) const {
     if (line && log_) log_->Log(LogLevel::kWarning, *line);
   }
-  // Whether an item of the finished `c` ended DeadlineExceeded.
-  static bool TimedOut(const Completion& c);
+  // Whether an item of the finished `c`, sent at `sent_ns`, timed out:
+  // DeadlineExceeded, or any failure after kWriteStallNs.
+  bool TimedOut(const Completion& c, uint64_t sent_ns) const;
   bool WritesStalledLocked(size_t tier) const { return NowNs() < writes_stalled_until_ns_[tier]; }
   // Ends one tier call counted in late_calls_: its callback's last use of
   // this runtime. Under mu_, so Shutdown() cannot return before the callback

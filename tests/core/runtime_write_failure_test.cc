@@ -3,6 +3,7 @@
 // that could not be written down while their children were.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,17 +18,21 @@ namespace {
 class RuntimeWriteFailureTest : public ::testing::Test {
  protected:
   // A hub of 4 blocks demoting down to 1 once above 2, over a 32-block tier
-  // that writes the first `good_writes` blocks and fails every later one.
+  // with `faults`: by default, writing the first `good_writes` blocks and
+  // failing every later one.
   void Open(uint64_t good_writes) {
+    FaultOptions faults;
+    faults.fail_after_ops = good_writes;
+    faults.error = StatusCode::kUnavailable;
+    Open(faults);
+  }
+  void Open(const FaultOptions& faults) {
     setup_ = MakeEngine(64);
     const uint64_t bb = setup_.layout.BlockBytes();
     RuntimeOptions o = MakeOptions(bb, 4);
     o.log = log_;
     o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
     o.tiers.push_back(LowerHostTier("below", bb, 32));
-    FaultOptions faults;
-    faults.fail_after_ops = good_writes;
-    faults.error = StatusCode::kUnavailable;
     o.tier_factory = [faults](const TierOptions& t,
                               const TierContext& c) -> Result<std::unique_ptr<Tier>> {
       auto inner = CreateTier(t, c);
@@ -91,6 +96,37 @@ TEST_F(RuntimeWriteFailureTest, ParentsThatCannotBeWrittenDownLeaveAfterThreeTri
   Completion c = sim_->Load(head, 32);
   ASSERT_TRUE(c.status().ok()) << c.status().ToString();
   for (uint32_t i = 0; i < head.size(); ++i) EXPECT_TRUE(sim_->Holds(32 + i, a[i])) << i;
+}
+
+// A tier that fails its writes only after a second (a Redis server that
+// stopped answering: its time out is Unavailable, not DeadlineExceeded).
+// After one such write the mover writes nothing to it for a second: a save
+// that needs room drops a hub leaf at once, where it used to write it to
+// the tier and give up waiting, failing.
+TEST_F(RuntimeWriteFailureTest, AWriteThatFailsSlowlyStopsWritesToTheTierForASecond) {
+  FaultOptions faults;
+  faults.error_rate = 1.0;
+  faults.error = StatusCode::kUnavailable;
+  faults.latency = std::chrono::milliseconds(1100);
+  ASSERT_NO_FATAL_FAILURE(Open(faults));
+  const auto a = ChainKeys({1, 2, 3});
+  sim_->Prefill(a, 0);
+  ASSERT_TRUE(sim_->SaveFrom(a, 0, 0).status().ok());
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());  // A3 and A2 fail, a second later
+  ASSERT_EQ(rt_->Stats().tiers[0].blocks, 1u);
+  const uint64_t errors = rt_->Stats().tiers[1].errors;
+  ASSERT_GT(errors, 0u);
+
+  const auto b = ChainKeys({10, 11, 12});
+  sim_->Prefill(b, 10);
+  ASSERT_TRUE(sim_->SaveFrom(b, 0, 10).status().ok());
+  const auto c = ChainKeys({20});
+  sim_->Prefill(c, 20);
+  Completion saved = sim_->SaveFrom(c, 0, 20);
+  EXPECT_TRUE(saved.status().ok()) << saved.status().ToString();
+  EXPECT_EQ(Hits(c), 1u);
+  EXPECT_EQ(Hits(a), 0u) << "A1 left the hub unwritten";
+  EXPECT_EQ(rt_->Stats().tiers[1].errors, errors) << "a write was sent to the tier";
 }
 
 }  // namespace
