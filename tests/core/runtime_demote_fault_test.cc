@@ -22,12 +22,7 @@ class RuntimeDemoteFaultTest : public ::testing::Test {
     o.tiers.push_back(LowerHostTier("faulty", bb, tier1_blocks));
     o.tiers.back().watermarks = tier1_marks;
     if (with_tier2) o.tiers.push_back(LowerHostTier("below", bb, 32));
-    o.tier_factory = [faults](const TierOptions& t,
-                              const TierContext& c) -> Result<std::unique_ptr<Tier>> {
-      auto inner = CreateTier(t, c);
-      if (!inner.ok() || t.name != "faulty") return inner;
-      return NewFaultInjectingTier(std::move(inner).value(), faults);
-    };
+    o.tier_factory = FaultyTierFactory("faulty", faults);
     auto rt = Runtime::Open(o, setup_.engine);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();

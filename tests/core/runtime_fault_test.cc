@@ -28,12 +28,7 @@ class RuntimeFaultTest : public ::testing::Test {
     o.mover.batch_blocks = batch_blocks;
     o.tiers[0].watermarks = {.high = 0.75, .low = 0.25};
     o.tiers.push_back(LowerHostTier("faulty", bb, 32));
-    o.tier_factory = [faults](const TierOptions& t,
-                              const TierContext& c) -> Result<std::unique_ptr<Tier>> {
-      auto inner = CreateTier(t, c);
-      if (!inner.ok()) return inner.status();
-      return NewFaultInjectingTier(std::move(inner).value(), faults);
-    };
+    o.tier_factory = FaultyTierFactory("faulty", faults);
     auto rt = Runtime::Open(o, setup_.engine);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();

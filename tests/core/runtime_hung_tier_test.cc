@@ -40,12 +40,7 @@ class RuntimeHungTierTest : public ::testing::Test {
     f.stall_reads = reads_;
     f.stall_writes = writes_;
     f.stall_removes = removes_;
-    o.tier_factory = [f](const TierOptions& t,
-                         const TierContext& c) -> Result<std::unique_ptr<Tier>> {
-      auto inner = CreateTier(t, c);
-      if (!inner.ok() || t.name != "faulty") return inner;
-      return NewFaultInjectingTier(std::move(inner).value(), f);
-    };
+    o.tier_factory = FaultyTierFactory("faulty", f);
     auto rt = Runtime::Open(o, setup_.engine);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();

@@ -33,12 +33,7 @@ class RuntimeWriteFailureTest : public ::testing::Test {
     o.log = log_;
     o.tiers[0].watermarks = {.high = 0.5, .low = 0.25};
     o.tiers.push_back(LowerHostTier("below", bb, 32));
-    o.tier_factory = [faults](const TierOptions& t,
-                              const TierContext& c) -> Result<std::unique_ptr<Tier>> {
-      auto inner = CreateTier(t, c);
-      if (!inner.ok() || t.name != "below") return inner;
-      return NewFaultInjectingTier(std::move(inner).value(), faults);
-    };
+    o.tier_factory = FaultyTierFactory("below", faults);
     auto rt = Runtime::Open(o, setup_.engine);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
     rt_ = std::move(rt).value();

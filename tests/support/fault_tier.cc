@@ -6,7 +6,9 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kvtier::testing {
@@ -275,6 +277,15 @@ std::optional<Status> ContainsFaults::Injected(const BlockKey& key) const {
 
 std::unique_ptr<Tier> NewFaultInjectingTier(std::unique_ptr<Tier> inner, FaultOptions options) {
   return std::make_unique<FaultInjectingTier>(std::move(inner), options);
+}
+
+TierFactory FaultyTierFactory(std::string name, FaultOptions options) {
+  return [name = std::move(name), options](const TierOptions& t,
+                                           const TierContext& c) -> Result<std::unique_ptr<Tier>> {
+    auto inner = CreateTier(t, c);
+    if (!inner.ok() || t.name != name) return inner;
+    return NewFaultInjectingTier(std::move(inner).value(), options);
+  };
 }
 
 }  // namespace kvtier::testing

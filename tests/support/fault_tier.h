@@ -13,8 +13,10 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
+#include "kvtier/options.h"
 #include "kvtier/tier.h"
 
 namespace kvtier::testing {
@@ -100,5 +102,9 @@ struct FaultOptions {
 
 // The wrapper owns `inner` and shuts it down with itself.
 std::unique_ptr<Tier> NewFaultInjectingTier(std::unique_ptr<Tier> inner, FaultOptions options);
+
+// A RuntimeOptions::tier_factory building each tier with CreateTier and
+// wrapping the one named `name` with `options`.
+TierFactory FaultyTierFactory(std::string name, FaultOptions options);
 
 }  // namespace kvtier::testing
