@@ -18,35 +18,11 @@ constexpr std::string_view kServerForm =
 // The runtime's own parser (SplitHostPort, which the redis and remote tiers
 // open their servers with), so that an entry the config accepts is one the
 // tier can open.
-Status CheckHostPort(const ConfigNode& node, const std::string& path, std::string_view text) {
+Result<HostPort> CheckHostPort(const ConfigNode& node, const std::string& path,
+                               std::string_view text) {
   Result<HostPort> split = SplitHostPort(text, /*allow_port0=*/false);
-  if (split.ok()) return Status::Ok();
+  if (split.ok()) return split;
   return NodeError(node.where, path + ": " + std::string(split.status().message()), kServerForm);
-}
-
-// A server listed twice would count twice: its slots in the remote tier's
-// capacity check, its share of the keys in the routing.
-Status CheckNoRepeats(const std::vector<const ConfigNode*>& items, const std::string& path,
-                      const std::vector<std::string>& servers) {
-  std::vector<std::pair<std::string, uint16_t>> seen;
-  for (size_t i = 0; i < servers.size(); ++i) {
-    Result<HostPort> hp = SplitHostPort(servers[i], /*allow_port0=*/false);
-    if (!hp.ok()) continue;  // refused by CheckHostPort already
-    std::string host = hp->host;
-    std::transform(host.begin(), host.end(), host.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    auto same = std::find(seen.begin(), seen.end(), std::pair(host, hp->port));
-    if (same != seen.end()) {
-      const auto first = static_cast<size_t>(same - seen.begin());
-      return NodeError(items[i]->where,
-                       path + ".servers." + std::to_string(i) + ": '" + servers[i] +
-                           "' is the server of entry " + std::to_string(first) + " ('" +
-                           servers[first] + "') again",
-                       "each server listed once");
-    }
-    seen.emplace_back(std::move(host), hp->port);
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -77,11 +53,24 @@ Status ReadServers(const ConfigNode& node, const std::string& path, TierOptions*
     return NodeError(p->where, path + ".servers is an empty list",
                      "at least one \"host:port\" entry");
   }
+  // A server listed twice would count twice: its slots in the remote tier's
+  // capacity check, its share of the keys in the routing.
+  std::vector<std::pair<std::string, uint16_t>> seen;  // lowercase host, port
   for (size_t i = 0; i < items.size(); ++i) {
-    KVTIER_RETURN_IF_ERROR(
-        CheckHostPort(*items[i], path + ".servers." + std::to_string(i), t->servers[i]));
+    const std::string at = path + ".servers." + std::to_string(i);
+    KVTIER_ASSIGN_OR_RETURN(HostPort hp, CheckHostPort(*items[i], at, t->servers[i]));
+    std::transform(hp.host.begin(), hp.host.end(), hp.host.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    const auto same = std::find(seen.begin(), seen.end(), std::pair(hp.host, hp.port));
+    if (same != seen.end()) {
+      const auto first = static_cast<size_t>(same - seen.begin());
+      return NodeError(items[i]->where,
+                       at + ": '" + t->servers[i] + "' is the server of entry " +
+                           std::to_string(first) + " ('" + t->servers[first] + "') again",
+                       "each server listed once");
+    }
+    seen.emplace_back(std::move(hp.host), hp.port);
   }
-  KVTIER_RETURN_IF_ERROR(CheckNoRepeats(items, path, t->servers));
   if (const ConfigNode* shared = node.Find("shared")) {
     KVTIER_RETURN_IF_ERROR(ReadBool(*shared, path + ".shared", &t->shared));
   }

@@ -438,15 +438,14 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
       {
         std::lock_guard lock(mu_);
         ++late_calls_;
-        NoteWriteOutcomeLocked(next, /*late=*/true, false);
+        writes_stalled_until_ns_[next] = UINT64_MAX;  // until it ends (NoteWriteEndedLocked)
       }
       w.OnDone([this, tier, moved = std::move(moved), moved_reclaimed = std::move(moved_reclaimed),
                 staging, w, sent_ns] {
         std::optional<std::string> report;
         {
           std::lock_guard lock(mu_);
-          NoteWriteOutcomeLocked(tier + 1, /*late=*/false, TimedOut(w, sent_ns));
-          report = WriteFailureReportLocked(tier + 1, w);
+          report = NoteWriteEndedLocked(tier + 1, w, sent_ns);
           SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
         }
         LogWarning(report);
@@ -459,22 +458,31 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     std::optional<std::string> report;
     {
       std::lock_guard lock(mu_);
-      NoteWriteOutcomeLocked(next, /*late=*/false, TimedOut(w, sent_ns));
-      report = WriteFailureReportLocked(next, w);
+      report = NoteWriteEndedLocked(next, w, sent_ns);
     }
     LogWarning(report);
   }
 }
 
-std::optional<std::string> RuntimeImpl::WriteFailureReportLocked(size_t tier, const Completion& c) {
+std::optional<std::string> RuntimeImpl::NoteWriteEndedLocked(size_t tier, const Completion& c,
+                                                             uint64_t sent_ns) {
   constexpr uint64_t kReportIntervalNs = 60'000'000'000;
+  const uint64_t now = NowNs();
+  // A tier that refuses at once (a server down: Unavailable) costs nothing
+  // to try; one that times out holds its victims for the whole time out.
+  // Tiers say "timed out" in their own words (Redis: Unavailable), so a
+  // failure that took as long as the stall lasts is one too.
+  const bool slow = now - sent_ns >= kWriteStallNs;
+  bool timed_out = false;
   const Status* first = nullptr;
   for (size_t i = 0; i < c.size(); ++i) {
-    if (c.result(i).ok()) continue;
-    if (first == nullptr) first = &c.result(i);
+    const Status& st = c.result(i);
+    if (st.ok()) continue;
+    if (first == nullptr) first = &st;
     ++write_failures_unlogged_[tier];
+    timed_out = timed_out || slow || st.code() == StatusCode::kDeadlineExceeded;
   }
-  const uint64_t now = NowNs();
+  writes_stalled_until_ns_[tier] = timed_out ? now + kWriteStallNs : 0;
   const uint64_t last = write_failure_logged_ns_[tier];
   if (first == nullptr || (last != 0 && now - last < kReportIntervalNs)) return std::nullopt;
   const uint64_t failed = std::exchange(write_failures_unlogged_[tier], 0);
@@ -482,23 +490,6 @@ std::optional<std::string> RuntimeImpl::WriteFailureReportLocked(size_t tier, co
   return "tier '" + lower_[tier - 1]->name() + "': " + std::to_string(failed) +
          " blocks could not be written to it" + (last == 0 ? "" : " since the last report") +
          " (each stays in the tier above, or is lost): " + first->ToString();
-}
-
-void RuntimeImpl::NoteWriteOutcomeLocked(size_t tier, bool late, bool timed_out) {
-  // A tier that refuses at once (a server down: Unavailable) costs nothing
-  // to try; one that times out holds its victims for the whole time out.
-  writes_stalled_until_ns_[tier] = late ? UINT64_MAX : timed_out ? NowNs() + kWriteStallNs : 0;
-}
-
-bool RuntimeImpl::TimedOut(const Completion& c, uint64_t sent_ns) const {
-  // Tiers say "timed out" in their own words (Redis: Unavailable); a
-  // failure that took as long as the stall lasts is one too.
-  const bool slow = NowNs() - sent_ns >= kWriteStallNs;
-  for (size_t i = 0; i < c.size(); ++i) {
-    const StatusCode code = c.result(i).code();
-    if (code == StatusCode::kDeadlineExceeded || (slow && code != StatusCode::kOk)) return true;
-  }
-  return false;
 }
 
 bool RuntimeImpl::FinishedBy(const Completion& c, SteadyTime deadline) {

@@ -7,6 +7,7 @@
 
 #include "core/names.h"
 #include "kvtier/tier.h"
+#include "tiers/host/host_arena.h"
 
 namespace kvtier {
 namespace {
@@ -267,13 +268,13 @@ Status RuntimeOptions::Validate() const {
                                    " bytes is below one block of " + std::to_string(block_bytes) +
                                    " bytes; expected a capacity of at least one block");
     }
-    // A host tier's slots are numbered in 32 bits (HostArena), one kept free.
-    constexpr uint64_t kMaxHostBlocks = UINT32_MAX - 1;
-    if (t.type == "host" && t.capacity_bytes / block_bytes > kMaxHostBlocks) {
+    // The host arena's slot numbers (HostArena::Create refuses it too, at open).
+    if (t.type == "host" && t.capacity_bytes / block_bytes > internal::HostArena::kMaxSlots) {
       return TierError(t.name, "capacity " + std::to_string(t.capacity_bytes) + " bytes is " +
                                    std::to_string(t.capacity_bytes / block_bytes) + " blocks of " +
                                    std::to_string(block_bytes) + " bytes; expected at most " +
-                                   std::to_string(kMaxHostBlocks) + " blocks in one host tier");
+                                   std::to_string(internal::HostArena::kMaxSlots) +
+                                   " blocks in one host tier");
     }
   }
   if (worker_threads == 0) {

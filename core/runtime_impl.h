@@ -405,20 +405,17 @@ class RuntimeImpl final : public Runtime {
     v->moving = false;
     --moving_blocks_;
   }
-  // Notes how a demotion write to `tier` ended: not by its caller's
-  // deadline (`late`), timed out (DeadlineExceeded: kWriteStallNs without
-  // writes to it), or answered. REQUIRES: mu_ held.
-  // Returns a warning to log (outside mu_) when writes of `c` failed: the
-  // first failure at once, then at most one a minute per tier, counting
-  // the blocks that failed in between.
-  void NoteWriteOutcomeLocked(size_t tier, bool late, bool timed_out);
-  std::optional<std::string> WriteFailureReportLocked(size_t tier, const Completion& c);
+  // Notes how a demotion write `c` to `tier`, sent at `sent_ns`, ended: one
+  // that timed out (DeadlineExceeded, or any failure after kWriteStallNs)
+  // stalls writes to the tier for kWriteStallNs, an answer ends the stall.
+  // Returns a warning to log (outside mu_) when items failed: the first
+  // failure at once, then at most one a minute per tier, counting the
+  // blocks that failed in between. REQUIRES: mu_ held.
+  std::optional<std::string> NoteWriteEndedLocked(size_t tier, const Completion& c,
+                                                  uint64_t sent_ns);
   void LogWarning(const std::optional<std::string>& line) const {
     if (line && log_) log_->Log(LogLevel::kWarning, *line);
   }
-  // Whether an item of the finished `c`, sent at `sent_ns`, timed out:
-  // DeadlineExceeded, or any failure after kWriteStallNs.
-  bool TimedOut(const Completion& c, uint64_t sent_ns) const;
   bool WritesStalledLocked(size_t tier) const { return NowNs() < writes_stalled_until_ns_[tier]; }
   // Ends one tier call counted in late_calls_: its callback's last use of
   // this runtime. Under mu_, so Shutdown() cannot return before the callback
@@ -475,12 +472,13 @@ class RuntimeImpl final : public Runtime {
   uint64_t late_calls_ = 0;
   uint64_t moving_blocks_ = 0;               // guarded by mu_: selected by an eviction pass
   // Guarded by mu_: per tier, until when demotions do not write to it
-  // (NowNs; UINT64_MAX while a write to it runs past its caller's deadline).
+  // (NowNs; UINT64_MAX while a write to it runs past its caller's deadline;
+  // NoteWriteEndedLocked sets it when one ends).
   // A tier that stopped answering would otherwise hold every victim written
   // to it, and so the room every save needs, for its whole time out.
   std::array<uint64_t, kMaxTiers> writes_stalled_until_ns_{};
   // Guarded by mu_: per tier, when a failed demotion write was last logged
-  // (0: never) and the blocks that failed since (WriteFailureReportLocked).
+  // (0: never) and the blocks that failed since (NoteWriteEndedLocked).
   std::array<uint64_t, kMaxTiers> write_failure_logged_ns_{};
   std::array<uint64_t, kMaxTiers> write_failures_unlogged_{};
   uint32_t expiring_tiers_ = 0;              // bit t: tier t's copies expire (set at construction)

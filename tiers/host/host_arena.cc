@@ -30,11 +30,11 @@ Result<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& opt
                                    std::to_string(options.capacity_bytes) +
                                    " bytes holds no block of " + std::to_string(stride) + " bytes");
   }
-  if (slots > UINT32_MAX - 1) {
+  if (slots > kMaxSlots) {
     return Status::InvalidArgument(
         "host arena: capacity of " + std::to_string(options.capacity_bytes) + " bytes is " +
         std::to_string(slots) + " blocks of " + std::to_string(stride) + " bytes; at most " +
-        std::to_string(UINT32_MAX - 1) + " fit one tier");
+        std::to_string(kMaxSlots) + " fit one tier");
   }
 
   std::unique_ptr<HostArena> arena(new HostArena());

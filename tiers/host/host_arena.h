@@ -27,6 +27,8 @@ struct HostArenaOptions {
 
 class HostArena {
  public:
+  // Slots are numbered in 32 bits, UINT32_MAX kept for "no slot".
+  static constexpr uint64_t kMaxSlots = UINT32_MAX - 1;
   // InvalidArgument when the capacity holds no slot; ResourceExhausted when
   // the mapping fails.
   static Result<std::unique_ptr<HostArena>> Create(const HostArenaOptions& options,

@@ -92,28 +92,23 @@ void ModelEntries(const KvtierConfig& c, std::vector<Entry>* e) {
 
 void NvmeEntries(const std::string& p, const TierOptions& t, std::vector<Entry>* e) {
   const NvmeTierOptions& n = t.nvme;
-  e->insert(
-      e->end(),
-      {
-          {p + "path", t.path, "data file or block device"},
-          {p + "region_size", Size(t.region_bytes), "log region size"},
-          {p + "io_timeout_ms", U(n.io_timeout_ms), "deadline of every device I/O"},
-          {p + "queue_depth", U(n.queue_depth),
-           "requests in flight in the kernel (io_uring depth)"},
-          {p + "max_queued", U(n.max_queued), "requests accepted but not in flight before Busy"},
-          {p + "index_path", n.index_path.empty() ? "\"\"" : n.index_path,
-           "RocksDB index directory; empty = <path>.index"},
-          {p + "on_mismatch", n.on_mismatch,
-           "store of another format or geometry, or with a damaged index: refuse or wipe"},
-          {p + "reclaim", n.reclaim, "region reclaimed when none is free: fifo or greedy"},
-          {p + "direct_io", Bool(n.direct_io),
-           "open the data file with O_DIRECT (buffered fallback)"},
-          {p + "commit_every_blocks", U(n.commit_every_blocks),
-           "blocks between index group commits"},
-          {p + "commit_interval_ms", U(n.commit_interval_ms), "most a block waits for its commit"},
-          {p + "reinsert_hits", U(n.reinsert_hits),
-           "reclaim keeps blocks read this often, evicts the rest (0: keeps all)"},
-      });
+  e->insert(e->end(), {
+      {p + "path", t.path, "data file or block device"},
+      {p + "region_size", Size(t.region_bytes), "log region size"},
+      {p + "io_timeout_ms", U(n.io_timeout_ms), "deadline of every device I/O"},
+      {p + "queue_depth", U(n.queue_depth), "requests in flight in the kernel (io_uring depth)"},
+      {p + "max_queued", U(n.max_queued), "requests accepted but not in flight before Busy"},
+      {p + "index_path", n.index_path.empty() ? "\"\"" : n.index_path,
+       "RocksDB index directory; empty = <path>.index"},
+      {p + "on_mismatch", n.on_mismatch,
+       "store of another format or geometry, or with a damaged index: refuse or wipe"},
+      {p + "reclaim", n.reclaim, "region reclaimed when none is free: fifo or greedy"},
+      {p + "direct_io", Bool(n.direct_io), "open the data file with O_DIRECT (buffered fallback)"},
+      {p + "commit_every_blocks", U(n.commit_every_blocks), "blocks between index group commits"},
+      {p + "commit_interval_ms", U(n.commit_interval_ms), "most a block waits for its commit"},
+      {p + "reinsert_hits", U(n.reinsert_hits),
+       "reclaim keeps blocks read this often, evicts the rest (0: keeps all)"},
+  });
 }
 
 void RedisEntries(const std::string& p, const TierOptions& t, std::vector<Entry>* e) {
