@@ -118,16 +118,28 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
   // One load at a time waits for pins: two that each need room could
   // otherwise each wait out the other's, and both lose their second.
   bool pin_waiter = false;
+  // A pin that ends after the eviction below chose its victims, before the
+  // wait, makes a block it may take: tried again, not given up on.
+  uint64_t pins_ended = 0;
+  if (own != nullptr) {
+    std::lock_guard lock(mu_);
+    pins_ended = hub_pins_ended_;
+  }
   for (;;) {
     const size_t free = HubFreeSlots();
     const SteadyTime now = std::chrono::steady_clock::now();
     if (free >= slots || now >= deadline) break;
     if (EvictFromTier(0, slots - free, deadline) > 0) continue;
+    if (after_hub_room_try_) after_hub_room_try_();
     // Nothing this thread may take: blocks that another pass (the mover, or
     // another request) is moving out will free their slots shortly, and so
     // may a pin that ends (DropPinLocked wakes the wait; other frees are
     // seen at the next look).
     std::unique_lock lock(mu_);
+    if (own != nullptr && hub_pins_ended_ != pins_ended) {
+      pins_ended = hub_pins_ended_;
+      continue;
+    }
     const bool held = own != nullptr && now < held_until && slots <= arena_->slot_count() &&
                       (pin_waiter || !pin_waiter_taken_) && OthersPinHubLocked(*own);
     if (held && !pin_waiter) pin_waiter = pin_waiter_taken_ = true;
@@ -137,6 +149,7 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
     ++hub_room_waiters_;
     moves_done_.wait_until(lock, until);
     --hub_room_waiters_;
+    pins_ended = hub_pins_ended_;  // the next try sees those
   }
   if (pin_waiter) {
     std::lock_guard lock(mu_);

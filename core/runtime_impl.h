@@ -98,6 +98,11 @@ class RuntimeImpl final : public Runtime {
   void TEST_SetAfterSavedPrefix(std::function<void()> hook) {
     after_saved_prefix_ = std::move(hook);
   }
+  // Tests only: runs in EnsureHubRoom after an eviction freed nothing, with
+  // mu_ released. Set before the first load.
+  void TEST_SetAfterHubRoomTry(std::function<void()> hook) {
+    after_hub_room_try_ = std::move(hook);
+  }
   // Starts the admin endpoint when options.admin_socket is set (admin_runtime.cc).
   Status StartAdmin();
 
@@ -362,6 +367,7 @@ class RuntimeImpl final : public Runtime {
   // A hub block may have become one an eviction can take (its last pin
   // ended): wakes the loads waiting for hub room. REQUIRES: mu_ held.
   void NoteHubRoomLocked() {
+    ++hub_pins_ended_;
     if (hub_room_waiters_ != 0) moves_done_.notify_all();
   }
   // Counts a failed write of `v` below; true once kWriteFailuresToGiveUp
@@ -489,6 +495,7 @@ class RuntimeImpl final : public Runtime {
   bool hub_ending_ = false;
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   uint32_t hub_room_waiters_ = 0;            // guarded by mu_: calls in EnsureHubRoom's wait
+  uint64_t hub_pins_ended_ = 0;              // guarded by mu_: hub blocks whose last pin ended
   bool pin_waiter_taken_ = false;            // guarded by mu_: a load waits for pins (one only)
   std::condition_variable late_calls_done_;  // signalled when late_calls_ drops to 0
   // Signalled (with mu_) when a save's reserved entries are settled, and
@@ -552,6 +559,7 @@ class RuntimeImpl final : public Runtime {
   std::unordered_map<uint64_t, TrackedRequest> tracked_;  // guarded by usage_mu_
   uint32_t engine_free_ = 0, engine_total_ = 0;           // guarded by usage_mu_
   std::function<void()> after_saved_prefix_;              // tests only
+  std::function<void()> after_hub_room_try_;              // tests only
 
   // Some lower tier is asked on a lookup miss (AdoptStoredBlocks): it
   // answers Contains from memory, or other processes write to it.

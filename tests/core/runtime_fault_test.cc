@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/runtime_impl.h"
 #include "tests/core/runtime_test_util.h"
 #include "tests/support/block_data.h"
 #include "tests/support/fault_tier.h"
@@ -293,6 +294,28 @@ TEST_F(RuntimeFaultTest, ALoadWaitsForAnotherRequestsPinsToEnd) {
   });
   c = sim_->Load(a, 30, std::chrono::seconds(5));
   unpin.join();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kOk) << i << ": " << c.result(i).ToString();
+  }
+  ExpectNoWrongBytes(c, a, 30);
+  rt_->Shutdown();
+}
+
+// A pin that ends after the load's eviction found nothing to take, before
+// it looks at who pins the hub, is not missed: with nobody's pin left the
+// load would otherwise give up on room it can now make.
+TEST_F(RuntimeFaultTest, APinEndingBetweenTheEvictionAndTheWaitIsNotMissed) {
+  std::vector<BlockKey> a;
+  Result<PinnedPrefix> pinned = PinnedPrefix();
+  ASSERT_NO_FATAL_FAILURE(PinAFullHub(&a, &pinned));
+  int tries = 0;
+  static_cast<internal::RuntimeImpl*>(rt_.get())->TEST_SetAfterHubRoomTry([&] {
+    if (++tries == 1) pinned = PinnedPrefix();
+  });
+  const auto start = Clock::now();
+  Completion c = sim_->Load(a, 30, std::chrono::seconds(5));
+  EXPECT_LT(Clock::now() - start, Scaled(std::chrono::milliseconds(500)));
+  EXPECT_EQ(tries, 1);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(c.result(i).code(), StatusCode::kOk) << i << ": " << c.result(i).ToString();
   }
