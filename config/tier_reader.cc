@@ -171,6 +171,11 @@ Status ReadTierPolicies(const ConfigNode& node, const std::string& path, TierOpt
         return NodeError(items[i]->where, "unknown admission policy '" + t->admission[i] + "'",
                          "one of: " + JoinNames(AdmissionPolicyNames()));
       }
+      const auto before = t->admission.begin() + static_cast<std::ptrdiff_t>(i);
+      if (std::find(t->admission.begin(), before, t->admission[i]) != before) {
+        return NodeError(items[i]->where, path + ".admission lists '" + t->admission[i] + "' twice",
+                         "each policy once: all of the list must admit a block");
+      }
       if (t->admission[i] == "write_budget" && t->policy.write_budget_bytes_per_day == 0) {
         // The budget's key, when set to 0 (by a --set, say), is the one to blame.
         const ConfigNode* policy = node.Find("policy");

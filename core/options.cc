@@ -1,5 +1,6 @@
 #include "kvtier/options.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <string>
@@ -104,10 +105,16 @@ Status TierOptions::ValidatePolicies() const {
     return TierError(name, "admission list is empty; expected at least one policy");
   }
   const auto admission_names = AdmissionPolicyNames();
-  for (const std::string& a : admission) {
+  for (size_t i = 0; i < admission.size(); ++i) {
+    const std::string& a = admission[i];
     if (!internal::ContainsName(admission_names, a)) {
       return TierError(name, "unknown admission policy '" + a +
                                  "'; expected one of: " + internal::JoinNames(admission_names));
+    }
+    // Each would judge a block on its own: a write budget twice would admit
+    // at the square of its rate, a sketch twice would count every sighting.
+    if (std::find(admission.begin(), admission.begin() + i, a) != admission.begin() + i) {
+      return TierError(name, "admission policy '" + a + "' is listed twice; expected each once");
     }
     if (a == "write_budget" && policy.write_budget_bytes_per_day == 0) {
       return TierError(name,

@@ -92,6 +92,9 @@ TEST(TierOptionsTest, ValidatesEveryField) {
   EXPECT_EQ(Message(t.Validate()),
             "tier 'host': unknown admission policy 'never'; expected one of: " +
                 ListOf(AdmissionPolicyNames()));
+  t.admission = {"frequency", "always", "frequency"};
+  EXPECT_EQ(Message(t.Validate()),
+            "tier 'host': admission policy 'frequency' is listed twice; expected each once");
   t = HostTier("ssd");
   t.type = "nvme";
   EXPECT_NE(Message(t.Validate()).find("nvme tier has no path"), std::string::npos);

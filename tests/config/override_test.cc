@@ -46,12 +46,12 @@ TEST(ConfigOverrideTest, TierByNumericIndex) {
 TEST(ConfigOverrideTest, LaterOverrideWinsAndValuesAreYaml) {
   Result<KvtierConfig> r =
       Load(HostYaml(), {"tiers.host2.watermarks.low=0.5", "tiers.host2.watermarks.low=0.6",
-                        "tiers.host2.admission=[always, always]", "hashing.algorithm=xxh3_128",
+                        "tiers.host2.admission=[frequency, always]", "hashing.algorithm=xxh3_128",
                         "tiers.host2.watermarks={high: 0.7, low: 0.4}"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->runtime.tiers[1].watermarks.high, 0.7);
   EXPECT_EQ(r->runtime.tiers[1].watermarks.low, 0.4);
-  EXPECT_EQ(r->runtime.tiers[1].admission, (std::vector<std::string>{"always", "always"}));
+  EXPECT_EQ(r->runtime.tiers[1].admission, (std::vector<std::string>{"frequency", "always"}));
   EXPECT_EQ(r->runtime.hash, HashAlgorithm::kXxh3_128);
 }
 
