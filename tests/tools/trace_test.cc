@@ -45,6 +45,17 @@ TEST(TraceTest, RejectsMalformedLinesWithPathAndLine) {
       "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n";
   EXPECT_EQ(ParseError(good + "\n{\"timestamp\": 0,\n"), "t.jsonl:3: malformed JSON");
   EXPECT_EQ(ParseError("[1, 2]"), "t.jsonl:1: expected a JSON object");
+  EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+                       "\"hash_ids\": [1], \"timestamp\": 5}"),
+            "t.jsonl:1: field \"timestamp\" appears twice");
+  EXPECT_EQ(ParseError(good + "\n{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+                              "\"hash_ids\": [1], \"hash_ids\": [2]}"),
+            "t.jsonl:3: field \"hash_ids\" appears twice");
+  // A nested object's keys are its own: only the request's fields count.
+  EXPECT_TRUE(ParseMooncakeTrace("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+                                 "\"hash_ids\": [1], \"x\": {\"x\": 1, \"timestamp\": 2}}",
+                                 "t.jsonl", 512)
+                  .ok());
   EXPECT_EQ(ParseError(good + "{\"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}"),
             "t.jsonl:2: missing field \"timestamp\"");
   EXPECT_EQ(ParseError("{\"timestamp\": 0, \"output_length\": 1, \"hash_ids\": [1]}"),

@@ -71,9 +71,25 @@ std::string ReadHashIds(const Json& obj, std::vector<uint64_t>* ids) {
 
 // Parses one non-blank line; returns what is wrong with it, or "".
 std::string ParseLine(std::string_view line, uint32_t block_tokens, TraceRequest* req) {
-  Json obj = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  // JSON leaves a key named twice to the reader (the parser keeps the last):
+  // a line with two timestamps or two hash_ids is refused, not half read.
+  std::vector<std::string> keys;
+  std::string repeated;
+  auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::key && depth == 1 && repeated.empty()) {
+      std::string key = parsed.get<std::string>();
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+        repeated = std::move(key);
+      } else {
+        keys.push_back(std::move(key));
+      }
+    }
+    return true;
+  };
+  Json obj = Json::parse(line.begin(), line.end(), on_event, /*allow_exceptions=*/false);
   if (obj.is_discarded()) return "malformed JSON";
   if (!obj.is_object()) return "expected a JSON object";
+  if (!repeated.empty()) return "field \"" + repeated + "\" appears twice";
   constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
   // Simulators take the time in nanoseconds as a double and back: 10^13 ms
   // (317 years) keeps that in range of a uint64_t.
