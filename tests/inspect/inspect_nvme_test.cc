@@ -6,6 +6,7 @@
 #include <rocksdb/db.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -285,6 +286,29 @@ TEST_F(InspectNvme, EntriesTheTierDropsAreNotCounted) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)->Stats().recovered_blocks, 9u);
   EXPECT_EQ((*t)->Stats().dropped_on_open, 5u);
+}
+
+// The summary reads the index alone: an --index of another store with the
+// same layout is caught by the headers of a few blocks it lists.
+TEST_F(InspectNvme, SummaryRefusesAnotherStoresIndex) {
+  TierOptions other = NvmeOptions(dir_.path() + "/other", 16, kBlock);
+  std::filesystem::create_directories(dir_.path() + "/other");
+  {
+    auto t = CreateTier(other, TierContext{kBlock});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE(WriteBlocks(**t, kNsA, 500, std::vector<uint64_t>(10, kBlock)).ok());
+    (*t)->Shutdown();
+  }
+  CliRun r = Inspect("nvme " + Data() + " summary --index " + other.path + ".index");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("none of 8 blocks sampled from the index at " + other.path +
+                       ".index has its header in the data file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");
+  // Its own index passes, and so does the other store with its own.
+  EXPECT_EQ(Inspect("nvme " + Data() + " summary --index " + Index()).rc, 0);
+  EXPECT_EQ(Inspect("nvme " + other.path + " summary").rc, 0);
 }
 
 TEST_F(InspectNvme, MissingStoreIsBad) {

@@ -55,11 +55,10 @@ Status NvmeOfflineStore::Scan(
   return index_->Scan(on_region, on_block, bad_records);
 }
 
-Status NvmeOfflineStore::VerifyBlock(const NsKey& id, const BlockLocation& loc) const {
+Status NvmeOfflineStore::ReadAt(const BlockLocation& loc, AlignedBuffer& buf) const {
   if (!LocationFits(loc, meta_.block_bytes, meta_.region_bytes, meta_.regions)) {
     return Status::Corruption("index entry does not fit the store's geometry");
   }
-  AlignedBuffer buf(DiskBytes(loc.payload_bytes));
   uint64_t done = 0;
   while (done < buf.size()) {
     const ssize_t n = pread(fd_, buf.data() + done, buf.size() - done,
@@ -69,10 +68,34 @@ Status NvmeOfflineStore::VerifyBlock(const NsKey& id, const BlockLocation& loc) 
     if (n == 0) return Status::IOError("short read: the data file ends inside the block");
     done += static_cast<uint64_t>(n);
   }
-  KVTIER_ASSIGN_OR_RETURN(BlockHeader h, DecodeBlockHeader(buf.span().first(kBlockHeaderBytes)));
+  return Status::Ok();
+}
+
+namespace {
+
+// The header in `page` against the index entry (id, loc).
+Result<BlockHeader> HeaderOf(std::span<const std::byte> page, const NsKey& id,
+                             const BlockLocation& loc) {
+  KVTIER_ASSIGN_OR_RETURN(BlockHeader h, DecodeBlockHeader(page.first(kBlockHeaderBytes)));
+  KVTIER_RETURN_IF_ERROR(VerifyBlockOwner(h, id.ns, id.key));
   if (h.payload_checksum != loc.checksum || h.payload_bytes != loc.payload_bytes) {
     return Status::Corruption("on-disk header does not match the index entry");
   }
+  return h;
+}
+
+}  // namespace
+
+Status NvmeOfflineStore::VerifyHeader(const NsKey& id, const BlockLocation& loc) const {
+  AlignedBuffer buf(kNvmeAlign);
+  KVTIER_RETURN_IF_ERROR(ReadAt(loc, buf));
+  return HeaderOf(buf.span(), id, loc).status();
+}
+
+Status NvmeOfflineStore::VerifyBlock(const NsKey& id, const BlockLocation& loc) const {
+  AlignedBuffer buf(DiskBytes(loc.payload_bytes));
+  KVTIER_RETURN_IF_ERROR(ReadAt(loc, buf));
+  KVTIER_ASSIGN_OR_RETURN(BlockHeader h, HeaderOf(buf.span(), id, loc));
   return kvtier::VerifyBlock(h, id.ns, id.key, buf.span().subspan(kNvmeAlign, loc.payload_bytes));
 }
 

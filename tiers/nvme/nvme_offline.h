@@ -48,9 +48,16 @@ class NvmeOfflineStore {
   // and `loc`. Corruption with the reason on a mismatch; IOError when the
   // bytes cannot be read.
   Status VerifyBlock(const NsKey& id, const BlockLocation& loc) const;
+  // Reads only the block's header page: Ok when it names `id` and the
+  // payload length and checksum `loc` records. A cheap check that the index
+  // describes this data file; Corruption or IOError as VerifyBlock.
+  Status VerifyHeader(const NsKey& id, const BlockLocation& loc) const;
 
  private:
   NvmeOfflineStore(int fd, std::unique_ptr<NvmeIndex> index, StoreMeta meta, std::string dir);
+  // Reads the first buf.size() bytes of the block at `loc`; Corruption when
+  // `loc` lies outside the store.
+  Status ReadAt(const BlockLocation& loc, AlignedBuffer& buf) const;
   int fd_ = -1;
   std::unique_ptr<NvmeIndex> index_;
   StoreMeta meta_;

@@ -2,6 +2,7 @@
 // block by block (verify). Built when the NVMe tier is.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -84,6 +85,28 @@ Result<StoreView> Load(const NvmeOfflineStore& store) {
     v.blocks.emplace_back(id, loc);
   }
   return v;
+}
+
+// The summary reads the index alone; an index given with --index that
+// belongs to another data file would pass for this one's. A few blocks,
+// spread over the index, have their header pages read: when not one names
+// its entry, the index does not describe this file.
+Status CheckHeadersSampled(const NvmeOfflineStore& store, const StoreView& v) {
+  constexpr size_t kSamples = 8;
+  const size_t n = std::min(kSamples, v.blocks.size());
+  Status first;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [id, loc] = v.blocks[i * v.blocks.size() / n];
+    Status s = store.VerifyHeader(id, loc);
+    if (s.ok()) return s;
+    if (first.ok()) first = s;
+  }
+  if (n == 0) return Status::Ok();
+  return Status::Corruption("none of " + std::to_string(n) + " blocks sampled from the index at " +
+                            store.index_dir() +
+                            " has its header in the data file (first: " + first.ToString() +
+                            "): the index is another store's, or the file was overwritten; "
+                            "'verify' checks every block");
 }
 
 uint64_t RegionsInUse(const StoreView& v) {
@@ -253,7 +276,12 @@ int RunNvme(const NvmeFlags& f, const Output& o) {
     o.err << "kvtier-inspect nvme: " << view.status().ToString() << "\n";
     return kExitBad;
   }
-  return f.action == "verify" ? Verify(**store, *view, o) : PrintSummary(**store, *view, f, o);
+  if (f.action == "verify") return Verify(**store, *view, o);
+  if (Status s = CheckHeadersSampled(**store, *view); !s.ok()) {
+    o.err << "kvtier-inspect nvme: " << s.ToString() << "\n";
+    return kExitBad;
+  }
+  return PrintSummary(**store, *view, f, o);
 }
 
 }  // namespace kvtier::inspect
