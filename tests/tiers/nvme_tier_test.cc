@@ -161,29 +161,85 @@ void ExpectOpensEmpty(const TierOptions& o) {
   (*t)->Shutdown();
 }
 
-// The data file deleted while its index stays (a user removing one file of
-// the pair): the index lists blocks that are gone, so the reopened tier
-// starts empty and answers NotFound instead of Corruption for every block.
-TEST(NvmeTier, AnIndexWhoseDataFileWasDeletedIsDiscarded) {
+// The data file missing while its index lists blocks: a disk not mounted
+// at this start, or a device not found yet. The open is refused, leaves no
+// file at the path, and the store opens whole once the file is back; with
+// on_mismatch: wipe it starts empty instead.
+TEST(NvmeTier, AnIndexWhoseDataFileIsMissingIsRefusedUnlessWiped) {
   ScratchDir dir;
   ASSERT_TRUE(dir.ok());
   TierOptions o = NvmeOptions(dir.path(), 16, 8192);
   ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
+  const std::string away = dir.path() + "/away";
+  ASSERT_EQ(::rename(o.path.c_str(), away.c_str()), 0);
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("lists blocks, but its data file was created anew or found "
+                                      "empty (a disk not mounted"),
+            std::string::npos)
+      << t.status().ToString();
+  struct stat st {};
+  EXPECT_NE(::stat(o.path.c_str(), &st), 0) << "a refused open left a file behind";
+
+  ASSERT_EQ(::rename(away.c_str(), o.path.c_str()), 0);
+  {
+    auto back = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ((*back)->Stats().recovered_blocks, 4u);
+    for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(ReadAndCheck(**back, i, 8192).ok()) << i;
+    (*back)->Shutdown();
+  }
+
   ASSERT_EQ(::unlink(o.path.c_str()), 0);
+  o.nvme.on_mismatch = "wipe";
   ASSERT_NO_FATAL_FAILURE(ExpectOpensEmpty(o));
 }
 
-// An empty data file beside an index: a first open that could not size the
-// file (a full disk) leaves this, and so does a file truncated since. It
-// holds no block, so the index is discarded: a retry with another capacity
-// opens, and nothing the index listed is reported as held.
-TEST(NvmeTier, AnIndexBesideAnEmptyDataFileIsDiscarded) {
+// A device path that does not exist (not found yet, or renamed) is not
+// made into a file on /dev's file system, in memory.
+TEST(NvmeTier, AMissingDeviceIsNotMadeAFile) {
+  struct stat dev {
+  }, root{};
+  ASSERT_EQ(::stat("/dev", &dev), 0);
+  ASSERT_EQ(::stat("/", &root), 0);
+  if (dev.st_dev == root.st_dev) GTEST_SKIP() << "/dev is not a file system of its own here";
   ScratchDir dir;
   ASSERT_TRUE(dir.ok());
   TierOptions o = NvmeOptions(dir.path(), 16, 8192);
-  ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
+  o.path = "/dev/kvtier-no-such-device-" + std::to_string(::getpid());
+  o.nvme.index_path = dir.path() + "/index";
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(t.status().message().find("nvme: no device at " + o.path), std::string::npos)
+      << t.status().ToString();
+  struct stat st {};
+  EXPECT_NE(::stat(o.path.c_str(), &st), 0);
+}
+
+// An empty data file beside an index. A first open that could not size the
+// file (a full disk) leaves one beside an index of no block: the retry, with
+// another capacity, opens. A file emptied since its blocks were written is
+// refused as a missing one is, unless on_mismatch: wipe.
+TEST(NvmeTier, AnEmptyDataFileBesideAnIndexOfBlocksIsRefusedUnlessWiped) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  TierOptions o = NvmeOptions(dir.path(), 16, 8192);
+  {
+    auto t = OpenNvmeTier(o, TierContext{8192});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    (*t)->Shutdown();
+  }
   ASSERT_EQ(::truncate(o.path.c_str(), 0), 0);
   o.capacity_bytes *= 2;
+  ASSERT_NO_FATAL_FAILURE(WriteFourBlocksAndClose(o));
+
+  ASSERT_EQ(::truncate(o.path.c_str(), 0), 0);
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("lists blocks"), std::string::npos) << t.status().ToString();
+  o.nvme.on_mismatch = "wipe";
   ASSERT_NO_FATAL_FAILURE(ExpectOpensEmpty(o));
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <filesystem>
 #include <utility>
 
 #include "tiers/nvme/nvme_lock_fds.h"
@@ -30,6 +31,7 @@ DataFile& DataFile::operator=(DataFile&& other) noexcept {
     block_device_ = other.block_device_;
     preallocated_ = other.preallocated_;
     created_ = other.created_;
+    made_ = other.made_;
     holds_data_ = other.holds_data_;
     size_at_open_ = other.size_at_open_;
   }
@@ -48,6 +50,21 @@ void DataFile::CloseLock() {
   lock_fd_ = -1;
 }
 
+namespace {
+
+// True when `path`'s directory lies on a file system mounted at /dev (not
+// on one mounted below it, such as /dev/shm; nor where /dev is a plain
+// directory of the root file system).
+bool OnDevFs(const std::string& path) {
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  struct stat dir {
+  }, dev{}, root{};
+  return stat(parent.empty() ? "." : parent.c_str(), &dir) == 0 && stat("/dev", &dev) == 0 &&
+         stat("/", &root) == 0 && dev.st_dev != root.st_dev && dir.st_dev == dev.st_dev;
+}
+
+}  // namespace
+
 Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* log) {
   DataFile f;
   f.path_ = path;
@@ -57,6 +74,10 @@ Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* l
   // An empty regular file holds no block (a first open that failed to size
   // it, or a file truncated since): whatever an index says of it is void.
   f.created_ = !existed || (S_ISREG(st.st_mode) && st.st_size == 0);
+  // Nothing is made on /dev's own file system: a device not found yet would
+  // become a file in memory, and the store would be written there.
+  if (!existed && OnDevFs(path)) return Status::NotFound("nvme: no device at " + path);
+  f.made_ = !existed;
   const int base = O_RDWR | O_CLOEXEC | (f.block_device_ ? 0 : O_CREAT);
   f.fd_ = direct ? open(path.c_str(), base | O_DIRECT, 0644) : -1;
   f.direct_ = f.fd_ >= 0;
@@ -98,6 +119,11 @@ Result<DataFile> DataFile::Open(const std::string& path, bool direct, LogSink* l
 
 void DataFile::ForgetCreated() {
   if (created_ && !block_device_ && fd_ >= 0) (void)ftruncate(fd_, 0);
+}
+
+void DataFile::RemoveIfMade() {
+  if (made_) (void)unlink(path_.c_str());
+  made_ = false;
 }
 
 // Growing a file past RLIMIT_FSIZE raises SIGXFSZ, which ends the process

@@ -51,6 +51,9 @@ class DataFile {
   // After a failed Reserve of a file this Open created: empties it, so the
   // next open starts afresh (whatever layout this one recorded is void).
   void ForgetCreated();
+  // After a refused open: removes the file if this Open made it, so that a
+  // path on a disk not mounted leaves nothing behind on the one beneath.
+  void RemoveIfMade();
 
  private:
   void CloseLock();
@@ -63,6 +66,7 @@ class DataFile {
   bool block_device_ = false;
   bool preallocated_ = false;
   bool created_ = false;
+  bool made_ = false;  // the path did not exist before Open
   bool holds_data_ = false;
   uint64_t size_at_open_ = UINT64_MAX;
 };

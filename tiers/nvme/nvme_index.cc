@@ -123,6 +123,14 @@ bool Matches(StoreMeta stored, StoreMeta wanted) {
   return stored == wanted;
 }
 
+// True when the index holds a block record (a store's first open records
+// its meta before any block).
+bool ListsBlocks(rocksdb::DB& db) {
+  std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(rocksdb::ReadOptions()));
+  it->Seek("B");
+  return it->Valid() && it->key().size() > 0 && it->key()[0] == 'B';
+}
+
 // Destroys the index at `dir` (open in `db`) and creates it anew.
 Result<std::unique_ptr<NvmeIndex>> Wipe(std::unique_ptr<rocksdb::DB> db, const std::string& dir,
                                         const StoreMeta& meta, const std::string& why,
@@ -167,8 +175,16 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir, const
   KVTIER_RETURN_IF_ERROR(FromRocks(s, "read meta"));
   std::optional<StoreMeta> stored = DecodeMeta(value);
   if (data == DataFound::kCreated) {
-    return Wipe(std::move(db), dir, meta, "its data file was created anew or found empty", log,
-                wiped, env);
+    const std::string why = "its data file was created anew or found empty";
+    if (!wipe_on_mismatch && ListsBlocks(*db)) {
+      // Data the index lists may still be on a disk not mounted, or a device
+      // not found yet: refused, as a store of another layout is.
+      return Status::InvalidArgument(
+          "nvme store at " + dir + " lists blocks, but " + why +
+          " (a disk not mounted, a device not found yet, or the file deleted or emptied); "
+          "bring the data back, or set 'on_mismatch: wipe' to discard the index and start anew");
+    }
+    return Wipe(std::move(db), dir, meta, why, log, wiped, env);
   }
   if (stored && Matches(*stored, meta)) {
     if (stored->namespace_id == 0 && meta.namespace_id != 0) {

@@ -62,10 +62,11 @@ class NvmeIndex {
   // differs from `meta` is refused with InvalidArgument naming the
   // difference, or destroyed and recreated when `wipe_on_mismatch`.
   // An index found beside a data file created anew (DataFound::kCreated)
-  // lists blocks that are gone: it is destroyed whatever `wipe_on_mismatch`
-  // says. No index beside kData (another program's file, or a store whose
-  // index was deleted) is refused unless `wipe_on_mismatch`: the tier would
-  // write over those bytes.
+  // lists blocks that are gone: one that lists none is recreated, one that
+  // lists some is refused unless `wipe_on_mismatch` (the data file missing
+  // or empty may be a disk not mounted, or a device not found yet). No index beside kData (another
+  // program's file, or a store whose index was deleted) is refused unless `wipe_on_mismatch`: the
+  // tier would write over those bytes.
   // `*wiped` tells the caller that old data must be ignored. RocksDB's own
   // warnings go to `log` (may be null: dropped), never to a file on the
   // index's disk. `env` (tests: a file system that fails) replaces

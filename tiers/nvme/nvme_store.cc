@@ -74,6 +74,7 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   } else if (index.status().code() == StatusCode::kCorruption) {
     KVTIER_RETURN_IF_ERROR(s->ReplaceDamagedIndex(dir, meta, index.status()));
   } else {
+    s->file.RemoveIfMade();
     return index.status();
   }
   // Sized only once the index accepts the store: a refused one stays as it
