@@ -20,19 +20,19 @@
 #include "tests/remote/memd_guard_fixture.h"
 #include "tests/remote/raw_memd_client.h"
 #include "tests/support/recording_log.h"
+#include "tiers/remote/memd_server_impl.h"
 #include "tiers/remote/remote_auth.h"
 #include "tiers/remote/remote_protocol.h"
 
 namespace kvtier::testing {
 namespace {
 
-// Sends GETs of `keys` on `c` without ever reading, until the socket takes
-// no more for a while or `max_frames` went out; returns how many went whole.
-size_t FloodWithGets(RawClient& c, const std::vector<BlockKey>& keys, size_t max_frames) {
+// Sends `frame` on `c` again and again without ever reading, until the
+// socket takes no more for a while or `max_frames` went out; returns how
+// many went whole.
+size_t Flood(RawClient& c, const std::vector<std::byte>& frame, size_t max_frames) {
   const int fd = c.fd();
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  const auto frame =
-      memd::Frame(memd::Opcode::kGet, 9, memd::EncodeBody(memd::KeyBatch{NamespaceId{11}, keys}));
   size_t sent = 0, partial = 0;
   int refusals = 0;
   while (sent < max_frames && refusals < 10) {
@@ -51,6 +51,13 @@ size_t FloodWithGets(RawClient& c, const std::vector<BlockKey>& keys, size_t max
     }
   }
   return sent;
+}
+
+size_t FloodWithGets(RawClient& c, const std::vector<BlockKey>& keys, size_t max_frames) {
+  return Flood(
+      c,
+      memd::Frame(memd::Opcode::kGet, 9, memd::EncodeBody(memd::KeyBatch{NamespaceId{11}, keys})),
+      max_frames);
 }
 
 TEST_F(MemdGuardTest, UnreadRepliesStopTheServerReadingThatConnection) {
@@ -83,6 +90,39 @@ TEST_F(MemdGuardTest, UnreadRepliesStopTheServerReadingThatConnection) {
   flood.reset();
   EXPECT_TRUE(Eventually([&] { return server_->TEST_QueuedReplies() == 0; }))
       << server_->TEST_QueuedReplies();
+}
+
+// Replies with bodies (STATS: one entry per namespace) are the server's own
+// memory, not the pool's: a connection that asks and never reads stops
+// being read once about kMaxQueuedHeapBytes of them wait, well before the
+// 4,096 frames or 64 MiB that bound replies of slot data.
+TEST_F(MemdGuardTest, UnreadStatsRepliesAreBoundedByTheirBytes) {
+  ASSERT_NO_FATAL_FAILURE(StartServer([](memd::MemdServerOptions& o) {
+    o.pool.pool_bytes = 128 * o.pool.slot_bytes;  // a block in each of 128 namespaces
+  }));
+  ASSERT_NO_FATAL_FAILURE(OpenTier(128));
+  std::vector<std::byte> data = BlockBytes(TestKey(0), kBlock);
+  for (uint64_t ns = 1; ns <= 128; ++ns) {
+    WriteOp w{TestKey(0), data};
+    Completion c = tier_->Write(NamespaceId{ns}, std::span(&w, 1));
+    ASSERT_TRUE(c.WaitFor(kWait).ok()) << c.status().ToString();
+  }
+  auto flood = std::make_unique<RawClient>(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(*flood, kSecret));
+  EXPECT_GT(Flood(*flood, memd::Frame(memd::Opcode::kStats, 9, {}), 20000), 0u);
+  const uint64_t reply = memd::EncodeBody(server_->GetStats()).size();
+  ASSERT_GT(reply * memd::kMaxQueuedReplies, 4 * memd::kMaxQueuedHeapBytes) << "replies too small";
+  uint64_t most = 0;
+  size_t frames = 0;
+  for (int i = 0; i < 10; ++i) {
+    most = std::max(most, server_->TEST_QueuedReplyHeapBytes());
+    frames = std::max(frames, server_->TEST_QueuedReplies());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GT(frames, 0u);
+  EXPECT_LE(most, memd::kMaxQueuedHeapBytes + 2 * (reply + memd::kFrameHeaderBytes));
+  flood.reset();
+  EXPECT_TRUE(Eventually([&] { return server_->TEST_QueuedReplyHeapBytes() == 0; }));
 }
 
 // A client that stops reading is closed once its replies make no write

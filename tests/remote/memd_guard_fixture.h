@@ -40,16 +40,16 @@ class MemdGuardTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s).value();
   }
-  // Opens the remote tier (one connection) on the server.
-  void OpenTier() {
-    const Status opened = TryOpenTier();
+  // Opens the remote tier (one connection, `blocks` of capacity) on the server.
+  void OpenTier(uint64_t blocks = 16) {
+    const Status opened = TryOpenTier(blocks);
     ASSERT_TRUE(opened.ok()) << opened.ToString();
   }
-  Status TryOpenTier() {
+  Status TryOpenTier(uint64_t blocks = 16) {
     TierOptions o;
     o.name = "guarded-remote";
     o.type = "remote";
-    o.capacity_bytes = 16 * kBlock;
+    o.capacity_bytes = blocks * kBlock;
     o.servers = {"127.0.0.1:" + std::to_string(server_->port())};
     o.remote.secret = kSecret;
     o.remote.connections = 1;

@@ -2,10 +2,12 @@
 // way to new connections, and a connection refused is told why.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
 #include "tests/remote/memd_guard_fixture.h"
+#include "tests/support/recording_log.h"
 #include "tiers/remote/remote_protocol.h"
 
 namespace kvtier::testing {
@@ -102,6 +104,51 @@ TEST_F(MemdLimitTest, ATierRefusedAtTheLimitSaysWhy) {
                                   "max_connections"),
             std::string_view::npos)
       << opened.ToString();
+}
+
+// Peers can cause the server's warnings at will (a socket over the limit, a
+// malformed frame): each kind is logged at most once a second, saying how
+// many were held back, so the log cannot be flooded from the network.
+TEST_F(MemdLimitTest, WarningsPeersCauseAreLoggedOnceASecond) {
+  auto log = std::make_shared<RecordingLog>(LogLevel::kWarning, "memd: ");
+  ASSERT_NO_FATAL_FAILURE(StartServer([&](memd::MemdServerOptions& o) {
+    o.max_connections = 1;
+    o.log = log;
+  }));
+  auto authed = std::make_unique<RawClient>(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(*authed, kSecret));
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    RawClient late(server_->port());
+    std::string error;
+    EXPECT_EQ(Hello(late, &error), memd::Opcode::kError);
+  }
+  authed.reset();
+  std::vector<std::byte> frame = memd::Frame(memd::Opcode::kStats, 1, {});
+  frame[0] = std::byte{0};  // not the magic
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(Eventually([&] { return server_->TEST_Connections() == 0; }));
+    RawClient bad(server_->port());
+    bad.Send(frame);
+    auto reply = bad.ReadFrame();
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->first.opcode, memd::Opcode::kError);
+  }
+  if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(900)) {
+    GTEST_SKIP() << "too slow here to fall within one second";
+  }
+  // One for the connections refused; one for the connections closed (those
+  // refused, told so at their HELLO, then those with a bad frame).
+  size_t refused = 0, closed = 0;
+  std::string all;
+  for (const std::string& line : log->lines()) {
+    refused += line.find("; refusing a client") != std::string::npos;
+    closed += line.find("; closing the connection") != std::string::npos;
+    all += line + "\n";
+  }
+  EXPECT_EQ(refused, 1u) << all;
+  EXPECT_EQ(closed, 1u) << all;
+  EXPECT_EQ(log->lines().size(), 2u) << all;
 }
 
 }  // namespace

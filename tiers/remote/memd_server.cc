@@ -17,7 +17,6 @@ constexpr auto kLeaseTick = std::chrono::milliseconds(20);
 // long: the pending connection stays queued, and retrying at once would
 // fail the same way in a busy loop.
 constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
-constexpr uint64_t kAcceptWarnIntervalMs = 1000;
 
 // How often deadlines are checked: a quarter of the shortest, 5 to 250 ms,
 // so a deadline is overrun by at most that.
@@ -86,13 +85,20 @@ void MemdServer::Impl::MakeRoomFor(Session* fresh) {
     if (s == fresh || s->turned_away() || !s->handshaking()) continue;
     if (oldest == nullptr || s->accepted_ms() < oldest->accepted_ms()) oldest = s;
   }
+  uint64_t held = 0;
+  const bool warn = limit_warnings_.Pass(NowMs(), &held);
   if (oldest != nullptr) {
-    log_->Log(LogLevel::kWarning, "memd: " + limit +
-                                      "; a connection still in its handshake gives way to a new "
-                                      "one");
+    if (warn) {
+      log_->Log(LogLevel::kWarning, "memd: " + limit +
+                                        "; a connection still in its handshake gives way to a "
+                                        "new one" +
+                                        WarningGate::Held(held));
+    }
     return TurnAway(oldest, limit + " before this connection completed its handshake");
   }
-  log_->Log(LogLevel::kWarning, "memd: " + limit + "; refusing a client");
+  if (warn)
+    log_->Log(LogLevel::kWarning,
+              "memd: " + limit + "; refusing a client" + WarningGate::Held(held));
   TurnAway(fresh, limit + "; retry later or raise max_connections");
 }
 
@@ -103,15 +109,10 @@ void MemdServer::Impl::TurnAway(Session* s, const std::string& why) {
 }
 
 void MemdServer::Impl::AcceptFailed(const boost::system::error_code& ec) {
-  ++accept_failures_;
-  const uint64_t now = NowMs();
-  if (accept_warned_ms_ == 0 || now - accept_warned_ms_ >= kAcceptWarnIntervalMs) {
-    log_->Log(LogLevel::kWarning, "memd: " + FromAsio(ec, "accept").ToString() + " (" +
-                                      std::to_string(accept_failures_) +
-                                      " failed since the last such warning); retrying every " +
-                                      std::to_string(kAcceptRetry.count()) + " ms");
-    accept_failures_ = 0;
-    accept_warned_ms_ = now;
+  if (uint64_t held = 0; accept_warnings_.Pass(NowMs(), &held)) {
+    log_->Log(LogLevel::kWarning, "memd: " + FromAsio(ec, "accept").ToString() +
+                                      "; retrying every " + std::to_string(kAcceptRetry.count()) +
+                                      " ms" + WarningGate::Held(held));
   }
   accept_timer_.expires_after(kAcceptRetry);
   accept_timer_.async_wait([this](const boost::system::error_code& waited) {
@@ -238,6 +239,14 @@ size_t MemdServer::TEST_QueuedReplies() {
   size_t n = 0;
   const Status ran = impl_->loop_.Call([&] {
     for (auto& [p, s] : impl_->sessions_) n += s->queued_replies();
+  });
+  return ran.ok() ? n : 0;
+}
+
+uint64_t MemdServer::TEST_QueuedReplyHeapBytes() {
+  uint64_t n = 0;
+  const Status ran = impl_->loop_.Call([&] {
+    for (auto& [p, s] : impl_->sessions_) n += s->queued_heap_bytes();
   });
   return ran.ok() ? n : 0;
 }

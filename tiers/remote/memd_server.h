@@ -89,6 +89,8 @@ class MemdServer {
   // Frames queued or being written to clients, over every connection; 0
   // once stopped.
   size_t TEST_QueuedReplies();
+  // Tests only: bytes of reply headers and bodies queued on every connection.
+  uint64_t TEST_QueuedReplyHeapBytes();
   // Open connections; 0 once stopped.
   size_t TEST_Connections();
 

@@ -13,7 +13,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "io/asio_loop.h"
 #include "tiers/remote/memd_reservations.h"
@@ -39,6 +41,11 @@ constexpr uint32_t kMaxHandshakeBodyBytes = 64;
 // and bytes of header, body and block data. Reading resumes below both.
 constexpr size_t kMaxQueuedReplies = kMaxBatchItems;
 constexpr uint64_t kMaxQueuedReplyBytes = 64ull << 20;
+// Of those, the bytes of headers and bodies: memory of the server's own
+// besides the pool, where block data is sent from the slots. Without it a
+// connection sending STATS (a body per namespace) and reading nothing held
+// up to kMaxQueuedReplyBytes of heap, and max_connections of them 16 GiB.
+constexpr uint64_t kMaxQueuedHeapBytes = 1ull << 20;
 // How long a connection that was sent an ERROR may take to read it before it
 // is closed regardless.
 constexpr uint64_t kCloseGraceMs = 1000;
@@ -57,6 +64,32 @@ inline size_t MaxReservedSlots(uint64_t slot_count) {
 
 // Milliseconds on the steady clock: the time leases are measured in.
 uint64_t NowMs();
+
+// Lets a kind of warning out at most once a second, whatever peers on the
+// network do to cause it, and counts those held back in between.
+class WarningGate {
+ public:
+  // True when a warning may go out at `now_ms`; *held then gets how many
+  // were held back since the last one.
+  bool Pass(uint64_t now_ms, uint64_t* held) {
+    if (last_ms_ != 0 && now_ms - last_ms_ < kIntervalMs) {
+      ++held_;
+      return false;
+    }
+    *held = std::exchange(held_, 0);
+    last_ms_ = now_ms;
+    return true;
+  }
+  // " (N more since the last)" when some were held back.
+  static std::string Held(uint64_t held) {
+    return held == 0 ? "" : " (" + std::to_string(held) + " more since the last such warning)";
+  }
+
+ private:
+  static constexpr uint64_t kIntervalMs = 1000;
+  uint64_t held_ = 0;
+  uint64_t last_ms_ = 0;  // 0: none yet
+};
 
 // Turns on TCP keepalive (probes after 30 s idle, every 10 s, 3 unanswered
 // end it) and a 60 s TCP user timeout on an accepted socket: a peer that
@@ -118,8 +151,8 @@ class MemdServer::Impl {
   asio::steady_timer lease_timer_;
   asio::steady_timer deadline_timer_;
   asio::steady_timer accept_timer_;
-  uint64_t accept_failures_ = 0;   // since the last warning about them
-  uint64_t accept_warned_ms_ = 0;  // NowMs of that warning; 0: none yet
+  // Loop thread only: warnings that peers can cause at will.
+  WarningGate accept_warnings_, limit_warnings_, protocol_warnings_;
   uint16_t port_ = 0;
   std::once_flag stopped_;
 };
@@ -156,6 +189,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // or an ERROR it was sent is not taken within kCloseGraceMs.
   void CheckDeadlines(uint64_t now_ms);
   size_t queued_replies() const { return queue_.size() + writing_.size(); }
+  uint64_t queued_heap_bytes() const { return out_heap_bytes_; }
 
  private:
   enum class Phase { kHello, kAuth, kReady };
@@ -204,6 +238,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // When the write of writing_ began or last moved bytes (NowMs).
   uint64_t write_progress_ms_ = 0;
   uint64_t out_bytes_ = 0;      // bytes of queue_ and writing_
+  uint64_t out_heap_bytes_ = 0;  // of those, headers and bodies (not slot data)
   bool read_paused_ = false;    // no read is pending: replies are backlogged
   bool reading_block_ = false;  // a PUT_DATA is being read into its slot
   // Puts of both paths. Declared before rdma_, which grants from it and

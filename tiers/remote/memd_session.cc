@@ -39,6 +39,7 @@ bool IsRequest(Opcode op) {
 }
 
 uint64_t OutBytes(const auto& out) { return out.header.size() + out.body.size() + out.data.size(); }
+uint64_t HeapBytes(const auto& out) { return out.header.size() + out.body.size(); }
 
 constexpr int kKeepIdleS = 30;
 constexpr int kKeepIntervalS = 10;
@@ -79,7 +80,8 @@ void Session::ReadNext() {
 }
 
 bool Session::Backlogged() const {
-  return queued_replies() >= kMaxQueuedReplies || out_bytes_ >= kMaxQueuedReplyBytes;
+  return queued_replies() >= kMaxQueuedReplies || out_bytes_ >= kMaxQueuedReplyBytes ||
+         out_heap_bytes_ >= kMaxQueuedHeapBytes;
 }
 
 bool Session::Alive(const boost::system::error_code& ec, const char* what) {
@@ -175,6 +177,7 @@ void Session::Send(Opcode op, std::vector<std::byte> body, uint16_t item) {
 
 void Session::Enqueue(Out out) {
   out_bytes_ += OutBytes(out);
+  out_heap_bytes_ += HeapBytes(out);
   queue_.push_back(std::move(out));
 }
 
@@ -183,6 +186,7 @@ void Session::DropQueued() {
   for (const Out& o : queue_) {
     if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
     out_bytes_ -= OutBytes(o);
+    out_heap_bytes_ -= HeapBytes(o);
   }
   queue_.clear();
 }
@@ -215,6 +219,7 @@ void Session::Pump() {
                       for (const Out& o : writing_) {
                         if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
                         out_bytes_ -= OutBytes(o);
+                        out_heap_bytes_ -= HeapBytes(o);
                       }
                       writing_.clear();
                       if (closed_) return;
@@ -228,7 +233,10 @@ void Session::Pump() {
 }
 
 void Session::ProtocolError(StatusCode code, const std::string& why) {
-  srv_.log_->Log(LogLevel::kWarning, "memd: " + peer_ + ": " + why + "; closing the connection");
+  if (uint64_t held = 0; srv_.protocol_warnings_.Pass(NowMs(), &held)) {
+    srv_.log_->Log(LogLevel::kWarning, "memd: " + peer_ + ": " + why + "; closing the connection" +
+                                           WarningGate::Held(held));
+  }
   // RDMA grants wait for Close(): the peer may still be writing into them
   // until the queue pair is destroyed.
   reservations_.Cancel(PutPath::kTcp);
@@ -275,7 +283,10 @@ void Session::CheckDeadlines(uint64_t now_ms) {
 // is told why first.
 void Session::Expire(const std::string& why) {
   if (reading_block_) {
-    srv_.log_->Log(LogLevel::kWarning, "memd: " + peer_ + ": " + why + "; closing the connection");
+    if (uint64_t held = 0; srv_.protocol_warnings_.Pass(NowMs(), &held)) {
+      srv_.log_->Log(LogLevel::kWarning, "memd: " + peer_ + ": " + why +
+                                             "; closing the connection" + WarningGate::Held(held));
+    }
     return Close();
   }
   ProtocolError(StatusCode::kDeadlineExceeded, why);
