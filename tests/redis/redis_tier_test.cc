@@ -312,6 +312,40 @@ TEST_F(RedisAuthTest, TtlWithAUserWhoMayNotRunGetexIsRefusedAtOpen) {
   (*good)->Shutdown();
 }
 
+// The commands the documentation lists are enough: a user allowed exactly
+// those opens and round-trips; one without PING is refused, told so.
+TEST_F(RedisAuthTest, AUserAllowedTheListedCommandsOnlyWorks) {
+  ASSERT_TRUE(server_
+                  ->Command({"ACL", "SETUSER", "least", "on", ">pw", "~*", "+ping", "+get", "+set",
+                             "+exists", "+del"})
+                  .ok());
+  ASSERT_TRUE(server_
+                  ->Command({"ACL", "SETUSER", "noping", "on", ">pw", "~*", "+get", "+set",
+                             "+exists", "+del"})
+                  .ok());
+  TierOptions o = RedisTierOptionsFor({server_->endpoint()}, 16 * kBlock);
+  o.redis.password = "pw";
+  o.redis.ttl_s = 0;
+  o.redis.user = "least";
+  auto good = MakeRedisTier(o, kBlock);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
+  WriteOp op{TestKey(1), data};
+  ASSERT_TRUE((*good)->Write(kNs, std::span(&op, 1)).Wait().ok());
+  std::vector<std::byte> back(kBlock);
+  ReadOp r{TestKey(1), back};
+  EXPECT_TRUE((*good)->Read(kNs, std::span(&r, 1)).Wait().ok());
+  EXPECT_EQ(back, data);
+  (*good)->Shutdown();
+  o.redis.user = "noping";
+  auto bad = MakeRedisTier(o, kBlock);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("the tier needs PING, and GET, SET, EXISTS and DEL"),
+            std::string_view::npos)
+      << bad.status().ToString();
+}
+
 // An ACL that keeps the user off the keys under key_prefix, or off a command
 // the tier runs, fails the open naming the rule to add, with or without
 // ttl_s: else every write fails and nothing says why.

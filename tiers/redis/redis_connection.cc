@@ -41,9 +41,10 @@ Status FromRedisError(std::string_view e, std::string_view op) {
   if (StartsWith(e, "OOM")) return Status::ResourceExhausted(msg + " (server maxmemory reached)");
   if (StartsWith(e, "NOPERM")) {
     return Status::InvalidArgument(msg +
-                                   " (the redis user's ACL refuses it; the tier needs GET, SET, "
-                                   "EXISTS and DEL, and GETEX with ttl_s set, on the keys under "
-                                   "key_prefix)");
+                                   " (the redis user's ACL refuses it; the tier needs PING, "
+                                   "and GET, SET, EXISTS and DEL on the keys under key_prefix; "
+                                   "GETEX too with ttl_s set, SELECT with db set, CLUSTER SLOTS "
+                                   "with cluster: true)");
   }
   if (StartsWith(e, "WRONGPASS") || StartsWith(e, "NOAUTH") ||
       e.find("invalid password") != std::string_view::npos ||
