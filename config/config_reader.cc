@@ -13,6 +13,7 @@
 #include "kvtier/block_key.h"
 #include "kvtier/kv_layout.h"
 #include "kvtier/tier.h"
+#include "tiers/host/host_arena.h"
 #include "tiers/nvme/nvme_format.h"
 
 namespace kvtier::internal {
@@ -355,6 +356,15 @@ Status CheckTierSizes(const ConfigNode& root, const RuntimeOptions& rt) {
                            " bytes is below one block of the model (" +
                            std::to_string(rt.block_bytes) + " bytes)",
                        "a capacity of at least one block");
+    }
+    if (t.type == "host" && t.capacity_bytes / rt.block_bytes > internal::HostArena::kMaxSlots) {
+      const ConfigNode* cap = item.Find("capacity");
+      return NodeError(Blame(cap, model_set, item).where,
+                       "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
+                           " bytes is " + std::to_string(t.capacity_bytes / rt.block_bytes) +
+                           " blocks of the model (" + std::to_string(rt.block_bytes) +
+                           " bytes), more than one host tier holds",
+                       "at most " + std::to_string(internal::HostArena::kMaxSlots) + " blocks");
     }
     const uint64_t block_disk = DiskBytes(rt.block_bytes);
     if (t.type == "nvme" && t.region_bytes < block_disk) {
