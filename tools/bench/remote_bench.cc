@@ -137,15 +137,18 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// The in-process kvtier-memd: room for every block in flight twice over, so
-// overwriting a key never waits for eviction.
+// The in-process kvtier-memd holds every block in flight this many times
+// over, so overwriting a key never waits for eviction; the tier's capacity
+// says the same (more would be warned about at open: the servers hold less).
+constexpr uint64_t kRoomInFlight = 2;
+
 Result<std::unique_ptr<internal::memd::MemdServer>> StartLocalMemd(const RemoteBenchOptions& o) {
   internal::memd::MemdServerOptions m;
   m.listen = "127.0.0.1:0";
   m.secret = kLocalSecret;
   m.pool.slot_bytes = o.block_bytes + kBlockHeaderBytes;
-  m.pool.pool_bytes =
-      2ull * o.queue_depth * o.batches_in_flight * ((m.pool.slot_bytes + 4095) / 4096 * 4096);
+  m.pool.pool_bytes = kRoomInFlight * o.queue_depth * o.batches_in_flight *
+                      ((m.pool.slot_bytes + 4095) / 4096 * 4096);
   m.log = StderrLogSink(LogLevel::kWarning);
   return internal::memd::MemdServer::Start(m);
 }
@@ -163,7 +166,7 @@ Result<RemoteBenchResult> RunRemoteBench(const RemoteBenchOptions& o) {
   TierOptions t;
   t.name = "remote";
   t.type = "remote";
-  t.capacity_bytes = 4 * in_flight_bytes;
+  t.capacity_bytes = kRoomInFlight * in_flight_bytes;
   t.servers = o.servers;
   t.remote.connections = o.connections;
   t.remote.op_timeout_ms = 10000;
