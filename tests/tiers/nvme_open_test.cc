@@ -342,5 +342,38 @@ TEST(NvmeOpen, ASlowWriterReachesTheIndexWithinTheCommitInterval) {
   (*t)->Shutdown();
 }
 
+// A file system that cannot reserve space (ext2 has no fallocate) leaves
+// the file sparse: a capacity beyond its free space is refused at open, not
+// found out when writes and index commits fail on a full disk. Needs root
+// and a loop device; skipped without.
+TEST(NvmeOpen, ACapacityBeyondTheFreeSpaceOfASparseFileSystemIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a loop file system needs root";
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string image = dir.path() + "/fs.img", mnt = dir.path() + "/mnt";
+  std::filesystem::create_directory(mnt);
+  const std::string make = "truncate -s 24M " + image + " && mkfs.ext2 -q -F " + image +
+                           " >/dev/null 2>&1 && mount -o loop " + image + " " + mnt +
+                           " >/dev/null 2>&1";
+  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "no loop mount of ext2 here";
+  struct Unmount {
+    std::string at;
+    ~Unmount() { (void)std::system(("umount " + at + " >/dev/null 2>&1").c_str()); }
+  } unmount{mnt};
+  TierOptions o = NvmeOptions(mnt, 4096, 8192);  // 32 MiB of blocks on 24 MiB
+  auto big = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(big.status().message().find("cannot reserve space (no fallocate)"), std::string::npos)
+      << big.status().ToString();
+  EXPECT_NE(big.status().message().find("lower the capacity or free space"), std::string::npos);
+  o.capacity_bytes = 256 * 8192;  // 2 MiB: fits, sparse
+  auto t = OpenNvmeTier(o, TierContext{8192});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WriteBlocks(**t, 0, 4, 8192);
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(ReadAndCheck(**t, i, 8192).ok()) << i;
+  (*t)->Shutdown();
+}
+
 }  // namespace
 }  // namespace kvtier::testing

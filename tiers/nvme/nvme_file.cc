@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -161,6 +162,18 @@ Status DataFile::Reserve(uint64_t bytes, LogSink* log) {
   if (errno != EOPNOTSUPP) return FromErrno(errno, "fallocate " + path_);
   struct stat now {};
   if (fstat(fd_, &now) == 0 && static_cast<uint64_t>(now.st_size) >= bytes) return Status::Ok();
+  // Nothing can be reserved, so at least the space must be free now: a tier
+  // larger than its disk would fail its writes, and its index's, once full.
+  struct statvfs fs {};
+  const uint64_t held = static_cast<uint64_t>(now.st_blocks) * 512;
+  if (fstatvfs(fd_, &fs) == 0 && bytes > held &&
+      bytes - held > static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) {
+    return Status::ResourceExhausted(
+        "nvme: " + path_ + ": the file system cannot reserve space (no fallocate) and has " +
+        std::to_string(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize) +
+        " bytes free, less than the " + std::to_string(bytes - held) +
+        " more the tier's file needs; lower the capacity or free space");
+  }
   if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return FromErrno(errno, "ftruncate " + path_);
   if (log) {
     log->Log(LogLevel::kWarning, "nvme: " + path_ +
