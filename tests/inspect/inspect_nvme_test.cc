@@ -231,7 +231,8 @@ TEST_F(InspectNvme, VerifyFailsOnUndecodableIndexRecords) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(r.out,
             "verified 10 blocks: 10 good, 0 corrupt\nindex: 1 bad records, 0 dropped entries "
-            "(outside the store's geometry or overlapping another); the tier discards them\n");
+            "(outside the store's geometry or the file, or overlapping another); the tier "
+            "discards them\n");
   r = Inspect("nvme " + Data() + " summary --json");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["bad_records"], 1);
@@ -286,6 +287,33 @@ TEST_F(InspectNvme, EntriesTheTierDropsAreNotCounted) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)->Stats().recovered_blocks, 9u);
   EXPECT_EQ((*t)->Stats().dropped_on_open, 5u);
+}
+
+// A data file truncated since: blocks past its end are dropped entries,
+// as the tier drops them, not blocks the summary counts as held.
+TEST_F(InspectNvme, BlocksPastATruncatedFileAreDroppedEntries) {
+  std::vector<internal::NsKey> ids;
+  for (uint64_t i = 0; i < 6; ++i) ids.push_back({kNsA, Key(i)});
+  for (uint64_t i = 100; i < 104; ++i) ids.push_back({kNsB, Key(i)});
+  uint64_t last = 0;  // the file offset of the block that lies last
+  for (const internal::NsKey& id : ids) {
+    auto loc = internal::DecodeLocation(GetRecord(Index(), internal::BlockRecordKey(id)));
+    ASSERT_TRUE(loc.has_value());
+    last = std::max(last, uint64_t{loc->region} * options_.region_bytes + loc->offset);
+  }
+  ASSERT_EQ(::truncate(Data().c_str(), static_cast<off_t>(last)), 0);
+  CliRun r = Inspect("nvme " + Data() + " summary --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["blocks"], 9);
+  EXPECT_EQ(j["dropped_entries"], 1);
+  r = Inspect("nvme " + Data() + " verify");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("verified 9 blocks: 9 good, 0 corrupt"), std::string::npos) << r.out;
+  auto t = internal::OpenNvmeTier(options_, TierContext{kBlock});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Stats().recovered_blocks, 9u);
+  EXPECT_EQ((*t)->Stats().dropped_on_open, 1u);
 }
 
 // The summary reads the index alone: an --index of another store with the

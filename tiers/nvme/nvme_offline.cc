@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,8 +45,11 @@ Result<std::unique_ptr<NvmeOfflineStore>> NvmeOfflineStore::Open(const std::stri
     close(fd);
     return index.status();
   }
-  return std::unique_ptr<NvmeOfflineStore>(
+  auto store = std::unique_ptr<NvmeOfflineStore>(
       new NvmeOfflineStore(fd, std::move(index).value(), meta, dir));
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) store->file_size_ = st.st_size;
+  return store;
 }
 
 Status NvmeOfflineStore::Scan(

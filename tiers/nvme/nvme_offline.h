@@ -30,6 +30,12 @@ class NvmeOfflineStore {
 
   const StoreMeta& meta() const { return meta_; }
   const std::string& index_dir() const { return index_dir_; }
+  // The data file's length when opened (a block device: UINT64_MAX). A block
+  // that ends past it was cut off by a truncation; the tier drops it.
+  uint64_t file_size() const { return file_size_; }
+  bool Holds(const BlockLocation& loc) const {
+    return FileOffset(loc) + DiskBytes(loc.payload_bytes) <= file_size_;
+  }
 
   // Every region record and block entry of the index, in key order (see
   // NvmeIndex::Scan). Entries are reported as stored, stale ones included.
@@ -62,6 +68,7 @@ class NvmeOfflineStore {
   std::unique_ptr<NvmeIndex> index_;
   StoreMeta meta_;
   std::string index_dir_;
+  uint64_t file_size_ = UINT64_MAX;
 };
 
 }  // namespace kvtier::internal

@@ -39,8 +39,9 @@ struct NsView {
 
 // The index as the tier would load it. Entries whose generation is not their
 // region's are stale (left behind when a region is reused; the tier drops
-// them on open); entries outside the store's geometry or overlapping another
-// on disk are damage the tier drops too; records that do not decode are bad.
+// them on open); entries outside the store's geometry, past the end of a
+// truncated file or overlapping another on disk are damage the tier drops
+// too; records that do not decode are bad.
 // Each is counted apart and none is a block.
 struct StoreView {
   std::vector<RegionView> regions;
@@ -62,7 +63,8 @@ Result<StoreView> Load(const NvmeOfflineStore& store) {
   const internal::StoreMeta& m = store.meta();
   internal::IndexEntries current;
   for (auto& [id, loc] : all) {
-    if (!internal::LocationFits(loc, m.block_bytes, m.region_bytes, m.regions)) {
+    if (!internal::LocationFits(loc, m.block_bytes, m.region_bytes, m.regions) ||
+        !store.Holds(loc)) {
       ++v.dropped;
     } else if (loc.generation == 0 || loc.generation != v.regions[loc.region].generation) {
       ++v.stale;
@@ -251,7 +253,8 @@ int Verify(const NvmeOfflineStore& store, const StoreView& v, const Output& o) {
           << " corrupt\n";
     if (v.dropped != 0 || v.bad_records != 0) {
       o.out << "index: " << v.bad_records << " bad records, " << v.dropped
-            << " dropped entries (outside the store's geometry or overlapping another); the "
+            << " dropped entries (outside the store's geometry or the file, or overlapping "
+               "another); the "
                "tier discards them\n";
     }
     if (!bad.empty()) o.out << t.Render();
