@@ -254,8 +254,7 @@ int Verify(const NvmeOfflineStore& store, const StoreView& v, const Output& o) {
     if (v.dropped != 0 || v.bad_records != 0) {
       o.out << "index: " << v.bad_records << " bad records, " << v.dropped
             << " dropped entries (outside the store's geometry or the file, or overlapping "
-               "another); the "
-               "tier discards them\n";
+               "another); the tier discards them\n";
     }
     if (!bad.empty()) o.out << t.Render();
   }
