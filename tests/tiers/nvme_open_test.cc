@@ -342,6 +342,48 @@ TEST(NvmeOpen, ASlowWriterReachesTheIndexWithinTheCommitInterval) {
   (*t)->Shutdown();
 }
 
+// index_path set to another store's index of the same layout: its entries
+// fit this file, but no block it lists is there. The open is refused as for
+// a damaged index (each block would otherwise fail only when read), and
+// with on_mismatch: wipe the tier starts empty.
+TEST(NvmeOpen, AnotherStoresIndexIsRefusedUnlessWiped) {
+  ScratchDir dir;
+  ASSERT_TRUE(dir.ok());
+  std::filesystem::create_directory(dir.path() + "/a");
+  std::filesystem::create_directory(dir.path() + "/b");
+  TierOptions a = NvmeOptions(dir.path() + "/a", 16, 8192);
+  TierOptions b = NvmeOptions(dir.path() + "/b", 16, 8192);
+  for (auto [o, first] : {std::pair{&a, 0}, std::pair{&b, 100}}) {
+    auto t = OpenNvmeTier(*o, TierContext{8192});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    WriteBlocks(**t, first, 4, 8192);
+    (*t)->Shutdown();
+  }
+  TierOptions mixed = a;
+  mixed.nvme.index_path = b.path + ".index";
+  auto refused = OpenNvmeTier(mixed, TierContext{8192});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(refused.status().message().find(
+                "none of 4 blocks sampled from it has its header in the data file"),
+            std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("set 'on_mismatch: wipe'"), std::string::npos);
+  // Each store still opens whole with its own index.
+  for (auto [o, first] : {std::pair{&a, 0}, std::pair{&b, 100}}) {
+    auto t = OpenNvmeTier(*o, TierContext{8192});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ((*t)->Stats().recovered_blocks, 4u);
+    for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(ReadAndCheck(**t, first + i, 8192).ok());
+    (*t)->Shutdown();
+  }
+  mixed.nvme.on_mismatch = "wipe";
+  auto wiped = OpenNvmeTier(mixed, TierContext{8192});
+  ASSERT_TRUE(wiped.ok()) << wiped.status().ToString();
+  EXPECT_EQ((*wiped)->Stats().recovered_blocks, 0u);
+  (*wiped)->Shutdown();
+}
+
 // A file system that cannot reserve space (ext2 has no fallocate) leaves
 // the file sparse: a capacity beyond its free space is refused at open, not
 // found out when writes and index commits fail on a full disk. Needs root

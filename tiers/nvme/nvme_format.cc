@@ -109,6 +109,16 @@ std::string DescribeMismatch(const StoreMeta& stored, const StoreMeta& wanted) {
   return hex;
 }
 
+Result<BlockHeader> HeaderMatching(std::span<const std::byte> page, const NsKey& id,
+                                   const BlockLocation& loc) {
+  KVTIER_ASSIGN_OR_RETURN(BlockHeader h, DecodeBlockHeader(page.first(kBlockHeaderBytes)));
+  if (h.payload_checksum != loc.checksum || h.payload_bytes != loc.payload_bytes) {
+    return Status::Corruption("header does not match the index entry");
+  }
+  KVTIER_RETURN_IF_ERROR(VerifyBlockOwner(h, id.ns, id.key));
+  return h;
+}
+
 std::string RegionRecordKey(uint32_t region) {
   std::string s = "R";
   PutBe(s, region, 4);

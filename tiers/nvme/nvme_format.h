@@ -22,6 +22,7 @@
 #include <string>
 
 #include "core/ns_key.h"
+#include "kvtier/block_header.h"
 #include "kvtier/status.h"
 
 namespace kvtier::internal {
@@ -70,6 +71,12 @@ struct StoreMeta {
   uint64_t namespace_id = 0;
   friend bool operator==(const StoreMeta&, const StoreMeta&) = default;
 };
+
+// The header at the start of `page` (a block's header page, or the block)
+// decoded and checked against its index entry: the payload length and
+// checksum `loc` records, and `id` as its owner. Corruption with the reason.
+Result<BlockHeader> HeaderMatching(std::span<const std::byte> page, const NsKey& id,
+                                   const BlockLocation& loc);
 
 // The most regions a store may have: the tier keeps a record of each in
 // memory (2^25 of 64 MiB hold 2 PiB), and the format counts them in 32 bits.

@@ -75,31 +75,16 @@ Status NvmeOfflineStore::ReadAt(const BlockLocation& loc, AlignedBuffer& buf) co
   return Status::Ok();
 }
 
-namespace {
-
-// The header in `page` against the index entry (id, loc).
-Result<BlockHeader> HeaderOf(std::span<const std::byte> page, const NsKey& id,
-                             const BlockLocation& loc) {
-  KVTIER_ASSIGN_OR_RETURN(BlockHeader h, DecodeBlockHeader(page.first(kBlockHeaderBytes)));
-  KVTIER_RETURN_IF_ERROR(VerifyBlockOwner(h, id.ns, id.key));
-  if (h.payload_checksum != loc.checksum || h.payload_bytes != loc.payload_bytes) {
-    return Status::Corruption("on-disk header does not match the index entry");
-  }
-  return h;
-}
-
-}  // namespace
-
 Status NvmeOfflineStore::VerifyHeader(const NsKey& id, const BlockLocation& loc) const {
   AlignedBuffer buf(kNvmeAlign);
   KVTIER_RETURN_IF_ERROR(ReadAt(loc, buf));
-  return HeaderOf(buf.span(), id, loc).status();
+  return HeaderMatching(buf.span(), id, loc).status();
 }
 
 Status NvmeOfflineStore::VerifyBlock(const NsKey& id, const BlockLocation& loc) const {
   AlignedBuffer buf(DiskBytes(loc.payload_bytes));
   KVTIER_RETURN_IF_ERROR(ReadAt(loc, buf));
-  KVTIER_ASSIGN_OR_RETURN(BlockHeader h, HeaderOf(buf.span(), id, loc));
+  KVTIER_ASSIGN_OR_RETURN(BlockHeader h, HeaderMatching(buf.span(), id, loc));
   return kvtier::VerifyBlock(h, id.ns, id.key, buf.span().subspan(kNvmeAlign, loc.payload_bytes));
 }
 

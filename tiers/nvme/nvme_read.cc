@@ -41,14 +41,8 @@ void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSour
   if (st.ok()) {
     payload = c.direct ? std::span<const std::byte>(c.dst.data(), c.loc.payload_bytes)
                        : std::span<const std::byte>(c.buf.data() + kNvmeAlign, c.loc.payload_bytes);
-    Result<BlockHeader> h = DecodeBlockHeader(c.buf.span().first(kBlockHeaderBytes));
-    if (!h.ok()) {
-      st = h.status();
-    } else if (h->payload_checksum != c.loc.checksum || h->payload_bytes != c.loc.payload_bytes) {
-      st = Status::Corruption("header does not match the index entry");
-    } else {
-      st = VerifyBlock(*h, c.id.ns, c.id.key, payload);
-    }
+    Result<BlockHeader> h = HeaderMatching(c.buf.span(), c.id, c.loc);
+    st = h.ok() ? VerifyBlock(*h, c.id.ns, c.id.key, payload) : h.status();
     if (!st.ok()) {
       st = Status::Corruption(BlockName(c.id, c.loc) + ": " + std::string(st.message()));
     }

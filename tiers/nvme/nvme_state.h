@@ -140,6 +140,7 @@ struct NvmeTier::State {
   static Result<std::unique_ptr<State>> Open(const TierOptions& options, const TierContext& context,
                                              std::unique_ptr<IoEngine> engine);
   Status Recover();
+  Status CheckHeadersSampled(const IndexEntries& kept);
   // Recover, and when the index proves damaged (Corruption) with
   // on_mismatch: wipe, a fresh index at `dir` and an empty store.
   Status RecoverOrWipe(const std::string& dir, const StoreMeta& meta);

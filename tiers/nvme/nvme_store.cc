@@ -174,6 +174,7 @@ Status NvmeTier::State::Recover() {
                                      std::to_string(cut_off) + " blocks past that were dropped");
   }
   DropOverlaps(kept, drops);
+  KVTIER_RETURN_IF_ERROR(CheckHeadersSampled(kept));
   for (const auto& [id, loc] : kept) {
     Region& r = regions[loc.region];
     r.live_bytes += DiskBytes(loc.payload_bytes);
@@ -206,6 +207,33 @@ Status NvmeTier::State::Recover() {
         return r.state == RegionState::kFree;
       }));
   return index->Apply(drops);
+}
+
+// An index_path set to another store's index of the same layout would pass
+// for this file's: each of its blocks would fail its check only when read.
+// The header pages of a few blocks spread over the index are read; when
+// every one read fails its check, the index does not describe this file
+// (Corruption, which RecoverOrWipe refuses or wipes). A block whose read
+// fails (an I/O error) proves nothing either way.
+Status NvmeTier::State::CheckHeadersSampled(const IndexEntries& kept) {
+  constexpr size_t kSamples = 8;
+  const size_t n = std::min(kSamples, kept.size());
+  size_t checked = 0;
+  Status first;
+  AlignedBuffer page(kNvmeAlign);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [id, loc] = kept[i * kept.size() / n];
+    if (!SyncIo(IoOp::kRead, FileOffset(loc), page.span()).ok()) continue;
+    Status st = HeaderMatching(page.span(), id, loc).status();
+    if (st.ok()) return st;
+    if (first.ok()) first = st;
+    ++checked;
+  }
+  if (checked == 0) return Status::Ok();
+  return Status::Corruption("none of " + std::to_string(checked) +
+                            " blocks sampled from it has its header in the data file (first: " +
+                            std::string(first.message()) +
+                            "): it is another store's index, or the file was overwritten");
 }
 
 // Every region holds something (possible only after a crash left many
