@@ -279,18 +279,26 @@ TEST(NvmeOpen, AForkedChildDoesNotKeepTheStoreLocked) {
   const TierOptions o = NvmeOptions(dir.path(), 16, 8192);
   auto t = OpenNvmeTier(o, TierContext{8192});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  std::array<int, 2> gate{};
+  std::array<int, 2> gate{}, ready{};
   ASSERT_EQ(pipe2(gate.data(), O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(ready.data(), O_CLOEXEC), 0);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(gate[1]);
+    // The fork handler has let go of the lock before fork returned here;
+    // until the child has run that far, it still shares the parent's.
+    (void)!write(ready[1], "r", 1);
     char c = 0;
     (void)!read(gate[0], &c, 1);  // returns once the parent closes its end
     _exit(0);
   }
   close(gate[0]);
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
   (*t)->Shutdown();
   auto again = OpenNvmeTier(o, TierContext{8192});
   close(gate[1]);
