@@ -1,7 +1,9 @@
 #include "core/admin_server.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 namespace kvtier::internal {
 namespace {
@@ -132,6 +135,17 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& socke
                                    std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
   }
   std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  // The probe, the unlink of a stale file and the bind are three steps: two
+  // runtimes starting on one path at once could each find it stale, and the
+  // second's unlink would take the first's new socket from it. Runtimes
+  // starting in the socket's directory take their turns; one that finds the
+  // path live after its turn comes is refused.
+  const std::string dir = std::filesystem::path(socket_path).parent_path().string();
+  UniqueFd turn(open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (turn.valid()) {
+    while (flock(turn.get(), LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
   KVTIER_RETURN_IF_ERROR(ClearStaleSocket(socket_path, addr));
 
   UniqueFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));

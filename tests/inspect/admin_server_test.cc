@@ -197,6 +197,39 @@ TEST(AdminEndpoint, SocketPathRules) {
   EXPECT_EQ(unreachable.status().code(), StatusCode::kUnavailable);
 }
 
+// Two runtimes starting at once on the path of a stale socket file: each
+// probe found it stale, and the second's unlink took the first's new socket
+// from it, so both started and one could not be reached. Exactly one starts.
+TEST(AdminEndpoint, TwoStartingOnAStaleSocketAtOnceStartOne) {
+  TempDir dir;
+  const std::string path = dir.File("race.sock");
+  auto handler = [](std::string_view) { return internal::AdminResponse{.body = "up\n"}; };
+  for (int round = 0; round < 300; ++round) {
+    {
+      UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, path.data(), path.size());
+      ASSERT_EQ(bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    }
+    std::atomic<int> ready{0};
+    auto start = [&] {
+      ++ready;
+      while (ready.load() < 2) {
+      }
+      return internal::AdminServer::Start(path, handler, nullptr);
+    };
+    auto other = std::async(std::launch::async, start);
+    auto mine = start();
+    auto theirs = other.get();
+    ASSERT_EQ(mine.ok() + theirs.ok(), 1) << "round " << round;
+    ASSERT_EQ(access(path.c_str(), F_OK), 0) << "round " << round << ": the socket lost its name";
+    const Status refused = mine.ok() ? theirs.status() : mine.status();
+    EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.ToString();
+  }
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "the last one removes its file";
+}
+
 // A listener that accepts nothing (a stuck process) with its backlog full:
 // opening a runtime on its path must not hang in the stale-socket probe,
 // and a fetch must end at its deadline.
