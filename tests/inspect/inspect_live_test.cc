@@ -71,6 +71,12 @@ TEST_F(InspectLive, ForeignDocumentsAreRefusedNotFatal) {
   for (const char* cmd : {"stats", "tiers", "top --interval-ms 1", "watch --count 1"}) {
     run(R"({"tiers":[1]})", cmd, 1);
   }
+  // Nested deeper than any stats document: printing it back recursed once
+  // per level and overflowed the stack.
+  const std::string deep =
+      R"({"tiers":[],"x":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  run(deep, "stats --json", 1);
+  run(deep, "stats", 1);
   for (const char* body : {R"({"tiers":{}})", R"([1,2])", "nonsense", R"({"tiers":[],"moves":3})",
                            R"({"tiers":[],"errors":[[]]})", R"({"tiers":[],"save_latency":[]})"}) {
     run(body, "stats", 1);
@@ -89,6 +95,17 @@ TEST_F(InspectLive, ForeignDocumentsAreRefusedNotFatal) {
        {"stats", "tiers", "top --interval-ms 1", "watch --count 1", "top --json --interval-ms 1"}) {
     run(odd, cmd, 0);
   }
+}
+
+// A reply far larger than any runtime's is cut off, not read into memory
+// for as long as the peer sends.
+TEST_F(InspectLive, AnOversizedReplyIsRefused) {
+  FakeRuntime rt(Socket());
+  rt.Answer(R"({"tiers":[],"x":")" + std::string(20u << 20, 'a') + R"("})");
+  CliRun r = Inspect("stats --socket " + Socket());
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("the reply passed 16 MiB; not an admin endpoint"), std::string::npos)
+      << r.err.substr(0, 300);
 }
 
 // The value column of the table row labelled `label`; "" when none.

@@ -23,7 +23,14 @@ int RemainingMs(Clock::time_point deadline) {
   return left.count() <= 0 ? 0 : static_cast<int>(left.count());
 }
 
+// The largest reply read: /stats and /metrics of a runtime with many tiers
+// and namespaces are tens of KiB.
+constexpr size_t kMaxReplyBytes = 16u << 20;
+
 Status WaitFor(int fd, short events, Clock::time_point deadline, const std::string& what) {
+  // Past the deadline poll(0) still reports queued bytes: a peer that never
+  // stops sending would hold the read loop for as long as it sends.
+  if (Clock::now() >= deadline) return Status::DeadlineExceeded(what + ": no answer in time");
   for (;;) {
     pollfd p{fd, events, 0};
     const int r = poll(&p, 1, RemainingMs(deadline));
@@ -100,6 +107,10 @@ Result<std::string> FetchAdmin(const std::string& socket_path, std::string_view 
     if (n < 0) return FromErrno(errno, what + ": read");
     if (n == 0) break;
     raw.append(buf, static_cast<size_t>(n));
+    if (raw.size() > kMaxReplyBytes) {
+      return Status::IOError(what + ": the reply passed " + std::to_string(kMaxReplyBytes >> 20) +
+                             " MiB; not an admin endpoint (a /stats reply is a few KiB)");
+    }
   }
   return ParseReply(raw, what);
 }

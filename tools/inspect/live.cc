@@ -27,8 +27,17 @@ bool ArrayOfObjects(const json& j) {
 Result<json> FetchStats(const LiveFlags& f) {
   KVTIER_ASSIGN_OR_RETURN(std::string body,
                           FetchAdmin(f.socket, "/stats", std::chrono::milliseconds(f.timeout_ms)));
-  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // Nested deeper than a stats document ever is, it is refused while
+  // parsing: printing it back would recurse once per level.
+  constexpr int kMaxDepth = 16;
+  bool too_deep = false;
+  auto depth_check = [&](int depth, json::parse_event_t, json&) {
+    too_deep = too_deep || depth > kMaxDepth;
+    return !too_deep;
+  };
+  json doc = json::parse(body, depth_check, /*allow_exceptions=*/false);
   const std::string what = "admin socket " + f.socket + ": /stats is not a stats document";
+  if (too_deep) return Status::IOError(what + " (nested too deep)");
   if (doc.is_discarded() || !doc.is_object()) return Status::IOError(what);
   if (!doc.contains("tiers") || !ArrayOfObjects(doc["tiers"])) {
     return Status::IOError(what + " ('tiers' must be an array of objects)");
