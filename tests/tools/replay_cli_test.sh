@@ -87,4 +87,21 @@ done
 refusing=$(run --set "tiers.host.admission=[frequency]")
 check "bytes_saved (refusing hub) = host bytes written" "$(field bytes_saved "$refusing")" -eq \
   "$(grep -o '"bytes_written":[0-9]*' <<<"$refusing" | head -n 1 | cut -d: -f2)"
+# SIGINT stops a long replay after its request in progress: exit 130, the
+# report says so, and the runtime shut down (its admin socket file is gone).
+tmp=$(mktemp -d)
+"$bench" replay --config "$src/config/examples/default.yaml" "${small_model[@]}" \
+  --gen sessions=4000,steps=100 --admin-socket "$tmp/a.sock" >"$tmp/out" 2>&1 &
+pid=$!
+for _ in $(seq 200); do [ -S "$tmp/a.sock" ] && break; sleep 0.05; done
+[ -S "$tmp/a.sock" ] || { echo "FAIL: the replay never opened its admin socket" >&2; exit 1; }
+kill -INT "$pid"
+set +e
+wait "$pid"
+rc=$?
+set -e
+check "exit code after SIGINT" "$rc" -eq 130
+grep -q "^interrupted:    by signal 2 after" "$tmp/out" || { echo "FAIL: no interrupted line:" >&2; cat "$tmp/out" >&2; exit 1; }
+check "admin socket left after SIGINT" "$(ls "$tmp" | grep -c sock || true)" -eq 0
+rm -rf "$tmp"
 echo "replay_cli_test: all checks passed"

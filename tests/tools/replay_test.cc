@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <thread>
 
@@ -318,6 +320,32 @@ TEST(ReplayTest, LimitStopsEarlyAndProgressIsReported) {
   EXPECT_EQ(r->blocks, 9u);
   EXPECT_EQ(r->block_hits, 4u);  // 0 + 2 + 2
   EXPECT_EQ(done, (std::vector<uint64_t>{1, 2, 3}));
+}
+
+// A signal during a replay (SIGINT from the terminal, SIGTERM from a
+// supervisor) stops it after the request in progress: the runtime shuts down
+// as at the end, and the report, its infinite-cache reference included,
+// covers the requests that ran; the exit status says which signal.
+TEST(ReplayTest, AnInterruptStopsAfterTheRequestInProgress) {
+  const Trace trace = TinyTrace();
+  ReplayOptions options;
+  std::atomic<int> interrupt{0};
+  options.interrupt = &interrupt;
+  options.progress = [&](uint64_t done, uint64_t) {
+    if (done == 2) interrupt = SIGTERM;
+  };
+  Result<ReplayReport> r = ReplayTrace(TinyConfig(64), trace, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 2u);
+  EXPECT_EQ(r->interrupted_by, SIGTERM);
+  EXPECT_EQ(r->planned_requests, trace.requests.size());
+  EXPECT_EQ(r->infinite.requests, 2u);
+  EXPECT_EQ(r->verify_failures, 0u);
+  EXPECT_EQ(ReplayExitCode(*r), 143);
+  EXPECT_NE(FormatReplayReport(*r).find("interrupted:    by signal 15 after 2 of " +
+                                        std::to_string(trace.requests.size()) + " requests"),
+            std::string::npos)
+      << FormatReplayReport(*r);
 }
 
 TEST(ReplayTest, RunReplayWithExampleConfigAndGenerator) {

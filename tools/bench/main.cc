@@ -1,10 +1,13 @@
 // kvtier-bench: trace replay against a configured Runtime, and the host tier
 // against memcpy. Exit codes: 0 success, 1 a loaded block had wrong bytes,
 // 2 bad usage, config or trace, 3 (replay) no wrong bytes but some loads,
-// saves or lookups failed (ReplayExitCode).
+// saves or lookups failed, 130 / 143 (replay) stopped by SIGINT / SIGTERM
+// (ReplayExitCode).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -59,6 +62,22 @@ void DrawProgress(uint64_t done, uint64_t total) {
   if (done == total) std::fputc('\n', stderr);
 }
 
+// SIGINT or SIGTERM ends a replay after its request in progress, so that
+// the runtime shuts down as at the end (the shutdown writeback runs, the
+// admin socket file goes); a second one ends the process at once.
+std::atomic<int> g_replay_signal{0};
+
+void OnReplaySignal(int sig) { g_replay_signal.store(sig); }
+
+void HandleReplaySignals() {
+  struct sigaction sa {};
+  sa.sa_handler = OnReplaySignal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 int RunReplayCommand(ReplayFlags& flags) {
   ReplayOptions& options = flags.options;
   if (!flags.gen_spec.empty()) flags.generate = true;
@@ -78,11 +97,14 @@ int RunReplayCommand(ReplayFlags& flags) {
     }
   }
   if (!flags.json && isatty(STDOUT_FILENO)) options.progress = DrawProgress;
+  HandleReplaySignals();
+  options.interrupt = &g_replay_signal;
   kvtier::Result<kvtier::bench::ReplayReport> report = kvtier::bench::RunReplay(options);
   if (!report.ok()) {
     std::cerr << "kvtier-bench replay: " << report.status().ToString() << "\n";
     return kExitUsage;
   }
+  if (report->interrupted_by != 0 && options.progress) std::fputc('\n', stderr);  // the bar's line
   if (flags.json) {
     std::cout << kvtier::bench::ReplayReportJson(*report) << "\n";
   } else {

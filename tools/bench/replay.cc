@@ -333,6 +333,14 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
   const auto start = std::chrono::steady_clock::now();
   ReplayReport before;  // the counts at the restart
   for (size_t i = 0; i < replayed.size(); ++i) {
+    if (options.interrupt != nullptr && options.interrupt->load() != 0) {
+      report.interrupted_by = options.interrupt->load();
+      report.planned_requests = replayed.size();
+      // The reference covers the same requests as the figures.
+      report.infinite = ComputeInfiniteCacheStats(std::span(replayed).first(i), trace.block_tokens,
+                                                  CachedBlocks::kFull);
+      break;
+    }
     if (i == options.restart_at && i != 0) {
       before = report;
       KVTIER_RETURN_IF_ERROR(replayer.Restart(open));

@@ -17,6 +17,7 @@
 // (`always`: every block, `marconi`: branch points and tails).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -46,6 +47,10 @@ struct ReplayOptions {
   uint64_t restart_at = 0;
   // Called after each request with (done, total); may be empty.
   std::function<void(uint64_t done, uint64_t total)> progress;
+  // When it holds a signal number (SIGINT, SIGTERM: set by a handler), the
+  // replay stops after the request in progress and ends as at the last one:
+  // the runtime shuts down as configured, and the report covers what ran.
+  const std::atomic<int>* interrupt = nullptr;
   // InvalidArgument when timeout_ms is above kMaxReplayTimeoutMs.
   Status Validate() const;
 };
@@ -103,6 +108,10 @@ struct ReplayReport {
   uint64_t block_hits_after_restart = 0;
   uint64_t tokens_after_restart = 0;
   uint64_t token_hits_after_restart = 0;
+  // The signal that stopped the replay early (ReplayOptions::interrupt), and
+  // how many requests it would have replayed; 0 when it ran to the end.
+  int interrupted_by = 0;
+  uint64_t planned_requests = 0;
   InfiniteCacheStats infinite;  // over the replayed requests only
   RuntimeStats runtime;         // at the end of the replay (of the runtime after a restart)
   std::vector<std::string> warnings;

@@ -70,6 +70,11 @@ std::string FormatReplayReport(const ReplayReport& r) {
   out += Printf("token hits:     %" PRIu64 " (%.2f%%), infinite cache %" PRIu64 " (%.2f%%)\n",
                 r.token_hits, 100 * Ratio(r.token_hits, r.tokens), inf.hit_tokens,
                 100 * Ratio(inf.hit_tokens, inf.tokens));
+  if (r.interrupted_by != 0) {
+    out += Printf("interrupted:    by signal %d after %" PRIu64 " of %" PRIu64
+                  " requests; the figures cover those\n",
+                  r.interrupted_by, r.requests, r.planned_requests);
+  }
   if (r.restart_at != 0) {
     out += Printf(
         "after restart:  %" PRIu64 " requests after the restart at request %" PRIu64
@@ -126,6 +131,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
   j["load_failures"] = r.load_failures;
   j["lookup_failures"] = r.lookup_failures;
   j["restart_at"] = r.restart_at;
+  j["interrupted_by"] = r.interrupted_by;
   j["requests_after_restart"] = r.requests_after_restart;
   j["blocks_after_restart"] = r.blocks_after_restart;
   j["block_hits_after_restart"] = r.block_hits_after_restart;
@@ -171,6 +177,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
 
 int ReplayExitCode(const ReplayReport& r) {
   if (r.verify_failures > 0) return 1;
+  if (r.interrupted_by != 0) return 128 + r.interrupted_by;  // as the shell reports a signal
   if (r.load_failures > 0 || r.save_failures > 0 || r.lookup_failures > 0) return 3;
   return 0;
 }

@@ -27,7 +27,9 @@ std::string ReplayReportJson(const ReplayReport& report);
 // block was loaded, saved and looked up without error; 1 when a loaded block
 // had wrong bytes (whatever else failed); 3 when there were no wrong bytes
 // but some load, save or lookup failed (the rates and hit counts then
-// include those failures). 2, usage and setup errors, never comes from here.
+// include those failures); 128 + the signal when one stopped it early (130
+// for SIGINT, 143 for SIGTERM) and nothing was wrong. 2, usage and setup
+// errors, never comes from here.
 int ReplayExitCode(const ReplayReport& report);
 
 std::string FormatHostBench(const std::vector<HostBenchRow>& rows);
