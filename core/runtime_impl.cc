@@ -138,6 +138,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
   if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
   relay_ = std::move(relay);
   blocks_saving_.reset(new std::atomic<uint32_t>[engine_->layout().num_blocks]());
+  blocks_loading_.reset(new std::atomic<uint32_t>[engine_->layout().num_blocks]());
   if (relay_) {
     std::lock_guard lock(relay_->mu);
     relay_->runtime = this;
@@ -180,6 +181,18 @@ Status RuntimeImpl::CheckBlocks(std::span<const BlockKey> keys,
       return Status::InvalidArgument("engine block " + std::to_string(b) +
                                      " is out of range (the cache has " + std::to_string(n) +
                                      " blocks)");
+    }
+  }
+  // One engine block holds one key's KV: a save from it twice would store
+  // the first key's bytes under the second, a load into it twice lose one.
+  std::unordered_map<uint32_t, size_t> first_at;  // engine block -> its first position
+  first_at.reserve(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    auto [it, fresh] = first_at.emplace(blocks[i], i);
+    if (!fresh) {
+      return Status::InvalidArgument("engine block " + std::to_string(blocks[i]) +
+                                     " appears twice, for keys " + std::to_string(it->second) +
+                                     " and " + std::to_string(i));
     }
   }
   return Status::Ok();
@@ -268,6 +281,9 @@ Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
   if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
     return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st.WithContext("save"));
   }
+  if (Status st = CheckNotLoading(engine_blocks); !st.ok()) {
+    return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st);
+  }
   return SubmitSave(ns, parent, {keys.begin(), keys.end()},
                     {engine_blocks.begin(), engine_blocks.end()}, options, /*checkpoint=*/false);
 }
@@ -296,17 +312,7 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
   if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
     return Refuse(RuntimeMetrics::Op::kLoad, keys.size(), st.WithContext("load"));
   }
-  std::unordered_map<uint32_t, size_t> first_at;  // engine block -> its first position
-  first_at.reserve(engine_blocks.size());
   for (size_t i = 0; i < engine_blocks.size(); ++i) {
-    auto [it, fresh] = first_at.emplace(engine_blocks[i], i);
-    if (!fresh) {
-      return Refuse(
-          RuntimeMetrics::Op::kLoad, keys.size(),
-          Status::InvalidArgument("load: engine block " + std::to_string(engine_blocks[i]) +
-                                  " appears twice, for keys " + std::to_string(it->second) +
-                                  " and " + std::to_string(i)));
-    }
     if (blocks_saving_[engine_blocks[i]].load(std::memory_order_acquire) != 0) {
       return Refuse(RuntimeMetrics::Op::kLoad, keys.size(),
                     Status::InvalidArgument(
@@ -321,15 +327,44 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
   const auto deadline = timeout >= std::chrono::steady_clock::time_point::max() - now
                             ? std::chrono::steady_clock::time_point::max()
                             : now + timeout;
+  // Marked as loading, atomically against another load of the same block.
+  for (size_t i = 0; i < engine_blocks.size(); ++i) {
+    if (blocks_loading_[engine_blocks[i]].fetch_add(1, std::memory_order_acq_rel) == 0) continue;
+    for (size_t j = 0; j <= i; ++j) {
+      blocks_loading_[engine_blocks[j]].fetch_sub(1, std::memory_order_release);
+    }
+    return Refuse(
+        RuntimeMetrics::Op::kLoad, keys.size(),
+        Status::InvalidArgument("load: engine block " + std::to_string(engine_blocks[i]) +
+                                " is still being loaded into by another load; wait for that load's "
+                                "completion before loading into the block again"));
+  }
   std::vector<BlockKey> k(keys.begin(), keys.end());
   std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
+  std::vector<uint32_t> loading = b;
   const size_t n = k.size();  // read before k is moved into the job
-  return Submit(RuntimeMetrics::Op::kLoad, n,
-                [this, ns, deadline, on_layer = std::move(on_layer), k = std::move(k),
-                 b = std::move(b)](CompletionSource& done, uint64_t start) {
-                  RunLoad(ns, k, b, deadline, on_layer, done);
-                  metrics_.RecordRequest(RuntimeMetrics::Op::kLoad, done, NowNs() - start);
-                });
+  Completion c = Submit(RuntimeMetrics::Op::kLoad, n,
+                        [this, ns, deadline, on_layer = std::move(on_layer), k = std::move(k),
+                         b = std::move(b)](CompletionSource& done, uint64_t start) {
+                          RunLoad(ns, k, b, deadline, on_layer, done);
+                          metrics_.RecordRequest(RuntimeMetrics::Op::kLoad, done, NowNs() - start);
+                        });
+  c.OnDone([counts = blocks_loading_, loading = std::move(loading)] {
+    for (uint32_t b : loading) counts[b].fetch_sub(1, std::memory_order_release);
+  });
+  return c;
+}
+
+Status RuntimeImpl::CheckNotLoading(std::span<const uint32_t> blocks) const {
+  for (uint32_t b : blocks) {
+    if (blocks_loading_[b].load(std::memory_order_acquire) != 0) {
+      return Status::InvalidArgument(
+          "save: engine block " + std::to_string(b) +
+          " is still being loaded into; wait for that load's completion before saving from the "
+          "block (the save would store bytes the load is still writing)");
+    }
+  }
+  return Status::Ok();
 }
 
 Result<LookupResult> RuntimeImpl::Lookup(NamespaceId ns, std::span<const BlockKey> keys,

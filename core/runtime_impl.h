@@ -122,6 +122,8 @@ class RuntimeImpl final : public Runtime {
   };
 
   Status CheckBlocks(std::span<const BlockKey> keys, std::span<const uint32_t> blocks) const;
+  // InvalidArgument naming the first of `blocks` a load is still writing.
+  Status CheckNotLoading(std::span<const uint32_t> blocks) const;
   // Queues `job`, a save or load (`op`) of `items` blocks; refused (shut
   // down, queue full) every item fails and is counted as Refuse counts.
   // The job gets the time it was queued (NowNs), for its latency.
@@ -529,6 +531,9 @@ class RuntimeImpl final : public Runtime {
   // queued saves) and store the loaded bytes under the saved key. Shared
   // with the saves' done callbacks, which may outlive the runtime.
   std::shared_ptr<std::atomic<uint32_t>[]> blocks_saving_;
+  // Per engine block: loads into it not yet completed. Another load into
+  // it, or a save from it, is refused: the copies would interleave.
+  std::shared_ptr<std::atomic<uint32_t>[]> blocks_loading_;
   // Removes from lower tiers that landed while an adoption was asking them
   // (the mover's evictions, whose keys left the index first): key -> tiers.
   // A tier may have reported such a key as held just before it went, so an

@@ -39,7 +39,40 @@ class GatedCopyEngine final : public CopyEngine {
     inner_->Gather(copies, std::move(done));
   }
   void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) override {
+    {
+      std::lock_guard lock(mu_);
+      if (hold_next_scatter_) {
+        hold_next_scatter_ = false;
+        held_scatter_.assign(copies.begin(), copies.end());
+        held_on_layer_ = std::move(on_layer);
+        held_scatter_done_ = std::move(done);
+        cv_.notify_all();
+        return;
+      }
+    }
     inner_->Scatter(copies, std::move(on_layer), std::move(done));
+  }
+  void HoldNextScatter() {
+    std::lock_guard lock(mu_);
+    hold_next_scatter_ = true;
+  }
+  bool WaitScatterHeld() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(5),
+                        [&] { return held_scatter_done_ != nullptr; });
+  }
+  // Makes the held Scatter's copies.
+  void ReleaseScatter() {
+    CopyDone done;
+    LayerDone on_layer;
+    std::vector<BlockCopy> copies;
+    {
+      std::lock_guard lock(mu_);
+      done = std::exchange(held_scatter_done_, nullptr);
+      on_layer = std::move(held_on_layer_);
+      copies = std::move(held_scatter_);
+    }
+    if (done) inner_->Scatter(copies, std::move(on_layer), std::move(done));
   }
 
   void HoldNextGather() {
@@ -76,6 +109,10 @@ class GatedCopyEngine final : public CopyEngine {
   bool hold_next_ = false;
   std::vector<BlockCopy> held_copies_;
   CopyDone held_done_;
+  bool hold_next_scatter_ = false;
+  std::vector<BlockCopy> held_scatter_;
+  LayerDone held_on_layer_;
+  CopyDone held_scatter_done_;
 };
 
 class SaveOverlapTest : public ::testing::Test {
@@ -92,6 +129,7 @@ class SaveOverlapTest : public ::testing::Test {
   // A held Gather must end before the runtime's workers are joined.
   void TearDown() override {
     if (engine_) engine_->Release(/*fail=*/true);
+    if (engine_) engine_->ReleaseScatter();
     rt_.reset();
   }
   // Saves keys[0] alone with its Gather held (request B), then the chain
@@ -250,6 +288,58 @@ TEST_F(SaveOverlapTest, ALoadIntoABlockStillBeingSavedIsRefused) {
   EXPECT_TRUE(sim_->Holds(5, keys_[0]));
   EXPECT_TRUE(sim_->Load(other, 9).status().ok());
   EXPECT_TRUE(sim_->Holds(9, other[0])) << "the save stored other bytes than its block's";
+}
+
+// A load still copying into an engine block: another load into it would
+// interleave its copies with the first's, and a save from it would store
+// bytes the load is still writing. Both are refused until the load ends.
+TEST_F(SaveOverlapTest, ALoadOrASaveOfABlockStillBeingLoadedIsRefused) {
+  sim_->Prefill(keys_, 0);
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+  const std::vector<BlockKey> first(keys_.begin(), keys_.begin() + 1);
+  const std::vector<uint32_t> into{5};
+  engine_->HoldNextScatter();
+  Completion load = rt_->Load(kTestNs, first, into, std::chrono::seconds(5));
+  ASSERT_TRUE(engine_->WaitScatterHeld());
+
+  Completion again = rt_->Load(kTestNs, first, into, std::chrono::seconds(5));
+  ASSERT_TRUE(again.Poll());
+  EXPECT_EQ(again.result(0).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(again.result(0).message().find("engine block 5 is still being loaded into by "
+                                           "another load"),
+            std::string::npos)
+      << again.result(0).ToString();
+  const auto other = ChainKeys({7});
+  Completion save = rt_->Save(kTestNs, std::nullopt, other, into);
+  ASSERT_TRUE(save.Poll());
+  EXPECT_EQ(save.result(0).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(save.result(0).message().find("engine block 5 is still being loaded into"),
+            std::string::npos)
+      << save.result(0).ToString();
+  EXPECT_FALSE(rt_->IsSaved(kTestNs, other));
+  const std::vector<uint32_t> elsewhere{6};
+  EXPECT_TRUE(rt_->Load(kTestNs, first, elsewhere, std::chrono::seconds(5)).Wait().ok());
+
+  engine_->ReleaseScatter();
+  ASSERT_TRUE(load.Wait().ok()) << load.status().ToString();
+  EXPECT_TRUE(sim_->Holds(5, keys_[0]));
+  EXPECT_TRUE(sim_->Load(first, 5).status().ok()) << "still refused after the load ended";
+}
+
+// One engine block holds one key's KV: a save naming a block twice would
+// store the first key's bytes under the second key too. Refused whole.
+TEST_F(SaveOverlapTest, ASaveFromOneEngineBlockTwiceIsRefused) {
+  sim_->Prefill(keys_, 0);
+  const std::vector<uint32_t> twice{3, 3};
+  Completion c = rt_->Save(kTestNs, std::nullopt, std::span(keys_).first(2), twice);
+  ASSERT_TRUE(c.Poll());
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(c.result(i).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c.result(i).message(), "save: engine block 3 appears twice, for keys 0 and 1");
+  }
+  auto found = rt_->Lookup(kTestNs, keys_);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->hit_blocks, 0u);
 }
 
 TEST(SaveAdmissionRetryTest, AKeyIsAskedOnceWhenTheSaveWaitsForAnotherFill) {
