@@ -283,6 +283,17 @@ TEST_F(RedisAuthTest, AclUserAndPassword) {
   EXPECT_NE(bad.status().message().find("WRONGPASS"), std::string_view::npos);
 }
 
+// One block written through `t` reads back byte for byte.
+void ExpectRoundTrip(Tier& t) {
+  std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
+  WriteOp op{TestKey(1), data};
+  ASSERT_TRUE(t.Write(kNs, std::span(&op, 1)).Wait().ok());
+  std::vector<std::byte> back(kBlock);
+  ReadOp r{TestKey(1), back};
+  EXPECT_TRUE(t.Read(kNs, std::span(&r, 1)).Wait().ok());
+  EXPECT_EQ(back, data);
+}
+
 // With ttl_s set, reads are GETEX, a write command: a user allowed GET but
 // not GETEX is refused at open, naming the fix, not on every read later.
 TEST_F(RedisAuthTest, TtlWithAUserWhoMayNotRunGetexIsRefusedAtOpen) {
@@ -302,13 +313,7 @@ TEST_F(RedisAuthTest, TtlWithAUserWhoMayNotRunGetexIsRefusedAtOpen) {
   o.redis.ttl_s = 0;
   auto good = MakeRedisTier(o, kBlock);
   ASSERT_TRUE(good.ok()) << good.status().ToString();
-  std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
-  WriteOp op{TestKey(1), data};
-  ASSERT_TRUE((*good)->Write(kNs, std::span(&op, 1)).Wait().ok());
-  std::vector<std::byte> back(kBlock);
-  ReadOp r{TestKey(1), back};
-  EXPECT_TRUE((*good)->Read(kNs, std::span(&r, 1)).Wait().ok());
-  EXPECT_EQ(back, data);
+  ASSERT_NO_FATAL_FAILURE(ExpectRoundTrip(**good));
   (*good)->Shutdown();
 }
 
@@ -329,13 +334,7 @@ TEST_F(RedisAuthTest, AUserAllowedTheListedCommandsOnlyWorks) {
   o.redis.user = "least";
   auto good = MakeRedisTier(o, kBlock);
   ASSERT_TRUE(good.ok()) << good.status().ToString();
-  std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
-  WriteOp op{TestKey(1), data};
-  ASSERT_TRUE((*good)->Write(kNs, std::span(&op, 1)).Wait().ok());
-  std::vector<std::byte> back(kBlock);
-  ReadOp r{TestKey(1), back};
-  EXPECT_TRUE((*good)->Read(kNs, std::span(&r, 1)).Wait().ok());
-  EXPECT_EQ(back, data);
+  ASSERT_NO_FATAL_FAILURE(ExpectRoundTrip(**good));
   (*good)->Shutdown();
   o.redis.user = "noping";
   auto bad = MakeRedisTier(o, kBlock);
