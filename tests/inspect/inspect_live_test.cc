@@ -2,10 +2,15 @@
 // test chooses: documents of a foreign shape, zero-valued flags, and output
 // that cannot be written.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -106,6 +111,40 @@ TEST_F(InspectLive, AnOversizedReplyIsRefused) {
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_NE(r.err.find("the reply passed 16 MiB; not an admin endpoint"), std::string::npos)
       << r.err.substr(0, 300);
+}
+
+// watch follows a runtime to its end: one that shuts down (its socket file
+// removed) ends the watch with success; one killed, whose file stays with
+// nobody listening, ends it with exit 1.
+TEST_F(InspectLive, WatchTellsAShutdownFromACrash) {
+  for (const bool crash : {false, true}) {
+    auto rt = std::make_unique<FakeRuntime>(Socket());
+    rt->Answer(R"({"tiers":[]})");
+    auto watch = std::async(std::launch::async, [&] {
+      return Inspect("watch --json --interval-ms 20 --socket " + Socket());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    rt.reset();   // shut down: the file goes
+    if (crash) {  // a file left behind, nobody listening
+      internal::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, Socket().data(), Socket().size());
+      ASSERT_EQ(bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    }
+    ASSERT_EQ(watch.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    CliRun r = watch.get();
+    if (crash) {
+      EXPECT_EQ(r.rc, 1) << r.err;
+      EXPECT_NE(r.err.find("left its socket file: it ended without shutting down"),
+                std::string::npos)
+          << r.err;
+      ASSERT_EQ(unlink(Socket().c_str()), 0);
+    } else {
+      EXPECT_EQ(r.rc, 0) << r.err;
+      EXPECT_NE(r.err.find("shut down after"), std::string::npos) << r.err;
+    }
+  }
 }
 
 // The value column of the table row labelled `label`; "" when none.

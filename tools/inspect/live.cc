@@ -1,10 +1,12 @@
 // stats, tiers, top and watch: views of a running runtime's /stats document.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "tools/inspect/admin_client.h"
@@ -265,20 +267,39 @@ int RunTop(const LiveFlags& f, const Output& o) {
   return kExitOk;
 }
 
+// How long watch waits for a runtime that shut down to open again (a
+// restart) before it ends as the run did.
+constexpr std::chrono::seconds kReopenWait{2};
+
 int RunWatch(const LiveFlags& f, const Output& o) {
   const bool tty = !o.json && &o.out == &std::cout && isatty(STDOUT_FILENO);
   auto next = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> gone_since;
+  uint64_t shown = 0;
   for (uint64_t i = 0; f.count == 0 || i < f.count; ++i) {
     if (i > 0) std::this_thread::sleep_until(next);
     next += std::chrono::milliseconds(f.interval_ms);
     Result<json> doc = FetchStats(f);
-    if (!doc.ok() && i > 0 && doc.status().code() == StatusCode::kUnavailable) {
-      // Following a run to its end (a replay that finished) is a success.
-      o.err << "kvtier-inspect watch: the runtime at " << f.socket << " went away after " << i
+    if (!doc.ok() && shown > 0 && doc.status().code() == StatusCode::kUnavailable) {
+      struct stat st {};
+      if (lstat(f.socket.c_str(), &st) == 0) {
+        // A runtime that shuts down removes its socket file; one killed or
+        // crashed leaves it behind.
+        o.err << "kvtier-inspect watch: the runtime at " << f.socket << " stopped answering after "
+              << shown << " refreshes and left its socket file: it ended without shutting down\n";
+        return kExitBad;
+      }
+      // Shut down: the end of a run, or a restart that opens it again soon.
+      const auto now = std::chrono::steady_clock::now();
+      if (!gone_since) gone_since = now;
+      if (now - *gone_since < kReopenWait) continue;
+      o.err << "kvtier-inspect watch: the runtime at " << f.socket << " shut down after " << shown
             << " refreshes\n";
-      return kExitOk;
+      return kExitOk;  // following a run to its end is a success
     }
     if (!doc.ok()) return Fail(o, doc.status());
+    gone_since.reset();
+    ++shown;
     if (!o.out) return Fail(o, Status::IOError("cannot write to the output"));
     if (o.json) {
       o.out << JsonText(*doc) << std::endl;  // one JSON document per line
@@ -286,7 +307,7 @@ int RunWatch(const LiveFlags& f, const Output& o) {
     }
     if (tty) o.out << "\033[H\033[2J";  // redraw in place
     const double asked = Num(*doc, "lookup_blocks"), hits = Num(*doc, "lookup_hit_blocks");
-    o.out << "kvtier runtime at " << f.socket << " (refresh " << (i + 1) << ")\n"
+    o.out << "kvtier runtime at " << f.socket << " (refresh " << shown << ")\n"
           << "lookups " << Int(Num(*doc, "lookups")) << ", hit blocks " << Int(hits) << " of "
           << Int(asked) << " (" << Percent(hits, asked) << "), saved "
           << Int(Num(*doc, "saved_blocks")) << ", loaded " << Int(Num(*doc, "loaded_blocks"))

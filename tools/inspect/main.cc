@@ -70,7 +70,10 @@ void AddCommands(CLI::App& app, Flags& f) {
       ->check(kUnsigned32)
       ->check(kPositive)
       ->capture_default_str();
-  CLI::App* watch = Live(app, "watch", "refresh the tier table every interval", f);
+  CLI::App* watch = Live(app, "watch",
+                         "refresh the tier table every interval; ends 0 when the runtime shuts "
+                         "down, 1 when it stops answering without shutting down",
+                         f);
   watch->add_option("--interval-ms", f.live.interval_ms, "refresh period")
       ->check(kUnsigned32)
       ->check(kPositive)
