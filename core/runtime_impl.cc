@@ -18,7 +18,7 @@ PinnedPrefix::PinnedPrefix(PinnedPrefix&& other) noexcept
     : runtime_(std::exchange(other.runtime_, nullptr)),
       ns_(other.ns_),
       keys_(std::move(other.keys_)),
-      result_(std::move(other.result_)) {}
+      result_(std::exchange(other.result_, LookupResult{})) {}
 
 PinnedPrefix& PinnedPrefix::operator=(PinnedPrefix&& other) noexcept {
   if (this != &other) {
@@ -26,7 +26,7 @@ PinnedPrefix& PinnedPrefix::operator=(PinnedPrefix&& other) noexcept {
     runtime_ = std::exchange(other.runtime_, nullptr);
     ns_ = other.ns_;
     keys_ = std::move(other.keys_);
-    result_ = std::move(other.result_);
+    result_ = std::exchange(other.result_, LookupResult{});  // it holds no pin now
   }
   return *this;
 }

@@ -133,7 +133,10 @@ TEST_F(RuntimeTest, PinnedBlocksSurviveAndAFullyPinnedHubRefusesSaves) {
   sim_->Prefill(keys, 0);
   Completion c = sim_->SaveFrom(keys, 0, 0);
   EXPECT_EQ(c.result(0).code(), StatusCode::kResourceExhausted);
-  b = PinnedPrefix();  // unpin 3, 4
+  PinnedPrefix moved = std::move(b).value();
+  EXPECT_EQ(b->hit_blocks(), 0u) << "a moved-from pin still reports hits it no longer holds";
+  EXPECT_EQ(moved.hit_blocks(), 2u);
+  moved = PinnedPrefix();  // unpin 3, 4
   c = sim_->SaveFrom(keys, 0, 0);
   EXPECT_TRUE(c.result(0).ok()) << c.result(0).ToString();
   EXPECT_EQ(Hits(ChainKeys({1, 2})), 2u) << "pinned chain kept";
