@@ -406,9 +406,12 @@ TEST(NvmeOpen, ACapacityBeyondTheFreeSpaceOfASparseFileSystemIsRefused) {
                            " >/dev/null 2>&1 && mount -o loop " + image + " " + mnt +
                            " >/dev/null 2>&1";
   if (std::system(make.c_str()) != 0) GTEST_SKIP() << "no loop mount of ext2 here";
+  // Lazily: the kernel may still hold the tier's files for a moment after
+  // it closed them (io_uring tears its ring down in the background), and a
+  // plain umount would then fail and leave the mount behind.
   struct Unmount {
     std::string at;
-    ~Unmount() { (void)std::system(("umount " + at + " >/dev/null 2>&1").c_str()); }
+    ~Unmount() { (void)std::system(("umount -l " + at + " >/dev/null 2>&1").c_str()); }
   } unmount{mnt};
   TierOptions o = NvmeOptions(mnt, 4096, 8192);  // 32 MiB of blocks on 24 MiB
   auto big = OpenNvmeTier(o, TierContext{8192});
