@@ -33,6 +33,7 @@ class FakeRuntime {
         path,
         [this](std::string_view) {
           std::lock_guard<std::mutex> l(mu_);
+          ++answered_;
           return internal::AdminResponse{.body = body_};
         },
         nullptr);
@@ -43,10 +44,15 @@ class FakeRuntime {
     std::lock_guard<std::mutex> l(mu_);
     body_ = std::move(body);
   }
+  uint64_t answered() {
+    std::lock_guard<std::mutex> l(mu_);
+    return answered_;
+  }
 
  private:
   std::mutex mu_;
   std::string body_;
+  uint64_t answered_ = 0;
   std::unique_ptr<internal::AdminServer> server_;  // last: stopped before the rest goes
 };
 
@@ -123,7 +129,11 @@ TEST_F(InspectLive, WatchTellsAShutdownFromACrash) {
     auto watch = std::async(std::launch::async, [&] {
       return Inspect("watch --json --interval-ms 20 --socket " + Socket());
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Once watch has shown a refresh (a sanitizer build starts it slowly).
+    for (int i = 0; i < 1000 && rt->answered() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_GT(rt->answered(), 0u);
     rt.reset();   // shut down: the file goes
     if (crash) {  // a file left behind, nobody listening
       internal::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
