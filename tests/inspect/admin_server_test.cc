@@ -169,13 +169,7 @@ TEST(AdminEndpoint, SocketPathRules) {
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "Shutdown removes the socket file";
 
   // A socket file nobody listens on (a crashed process) is replaced.
-  {
-    UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.data(), path.size());
-    ASSERT_EQ(bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
-  }
+  ASSERT_TRUE(LeaveStaleSocket(path));
   ASSERT_EQ(access(path.c_str(), F_OK), 0);
   {
     auto s = OpenScenario(path);
@@ -205,13 +199,7 @@ TEST(AdminEndpoint, TwoStartingOnAStaleSocketAtOnceStartOne) {
   const std::string path = dir.File("race.sock");
   auto handler = [](std::string_view) { return internal::AdminResponse{.body = "up\n"}; };
   for (int round = 0; round < 300; ++round) {
-    {
-      UniqueFd fd(socket(AF_UNIX, SOCK_STREAM, 0));
-      sockaddr_un addr{};
-      addr.sun_family = AF_UNIX;
-      std::memcpy(addr.sun_path, path.data(), path.size());
-      ASSERT_EQ(bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
-    }
+    ASSERT_TRUE(LeaveStaleSocket(path));
     std::atomic<int> ready{0};
     auto start = [&] {
       ++ready;

@@ -1,7 +1,12 @@
 #include "tests/inspect/inspect_test_util.h"
 
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 namespace kvtier::testing {
@@ -44,6 +49,17 @@ void RunScenario(Scenario& s) {
   EXPECT_EQ(sim.Load(keys, 8).ok_count(), 4u);
   const std::vector<BlockKey> unknown = ChainKeys({7, 8});
   EXPECT_EQ(sim.Load(unknown, 12).ok_count(), 0u);
+}
+
+bool LeaveStaleSocket(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), std::min(path.size(), sizeof(addr.sun_path) - 1));
+  const bool bound = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return bound;
 }
 
 }  // namespace kvtier::testing

@@ -41,6 +41,10 @@ Result<Scenario> OpenScenario(const std::string& admin_socket = "");
 // the 4 (one staged cold -> host) and loads 2 unknown keys (2 not_found).
 void RunScenario(Scenario& s);
 
+// Leaves a socket file at `path` that nobody listens on, as a process that
+// was killed does. True when it was made.
+bool LeaveStaleSocket(const std::string& path);
+
 // Block size of the scenario's runtime.
 inline constexpr uint64_t kScenarioBlockBytes = 4096;
 

@@ -261,6 +261,25 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& di
 // Sorted by region and offset, an entry overlaps an earlier one when it starts
 // before the furthest end so far, and a later one when the next starts before
 // its own end.
+HeaderSample SampleHeaders(
+    const IndexEntries& entries,
+    const std::function<std::optional<Status>(const NsKey&, const BlockLocation&)>& read_header) {
+  constexpr size_t kSamples = 8;
+  const size_t n = std::min(kSamples, entries.size());
+  HeaderSample sample;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [id, loc] = entries[i * entries.size() / n];
+    std::optional<Status> st = read_header(id, loc);
+    if (!st) continue;
+    if (st->ok()) {
+      sample.matched = true;
+      return sample;
+    }
+    if (sample.failed++ == 0) sample.first = *st;
+  }
+  return sample;
+}
+
 void DropOverlaps(IndexEntries& kept, std::vector<IndexUpdate>& drops) {
   std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
     return std::pair(a.second.region, a.second.offset) <

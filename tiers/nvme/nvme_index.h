@@ -49,6 +49,19 @@ using IndexEntries = std::vector<std::pair<NsKey, BlockLocation>>;
 // The tier's open and the offline tools both judge an index by it.
 void DropOverlaps(IndexEntries& kept, std::vector<IndexUpdate>& drops);
 
+// Whether an index describes its data file, judged from a few entries spread
+// over `entries`: `read_header(id, loc)` checks one block's header page, or
+// answers nullopt when it cannot be read (that proves nothing either way).
+// `matched` when one passed; else how many failed and the first failure.
+struct HeaderSample {
+  bool matched = false;
+  size_t failed = 0;
+  Status first;
+};
+HeaderSample SampleHeaders(
+    const IndexEntries& entries,
+    const std::function<std::optional<Status>(const NsKey&, const BlockLocation&)>& read_header);
+
 // What the tier found at its data path before the index was opened.
 enum class DataFound {
   kCreated,  // a regular file made by this open, or empty: no block is in it

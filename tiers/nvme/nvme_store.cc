@@ -216,23 +216,16 @@ Status NvmeTier::State::Recover() {
 // (Corruption, which RecoverOrWipe refuses or wipes). A block whose read
 // fails (an I/O error) proves nothing either way.
 Status NvmeTier::State::CheckHeadersSampled(const IndexEntries& kept) {
-  constexpr size_t kSamples = 8;
-  const size_t n = std::min(kSamples, kept.size());
-  size_t checked = 0;
-  Status first;
   AlignedBuffer page(kNvmeAlign);
-  for (size_t i = 0; i < n; ++i) {
-    const auto& [id, loc] = kept[i * kept.size() / n];
-    if (!SyncIo(IoOp::kRead, FileOffset(loc), page.span()).ok()) continue;
-    Status st = HeaderMatching(page.span(), id, loc).status();
-    if (st.ok()) return st;
-    if (first.ok()) first = st;
-    ++checked;
-  }
-  if (checked == 0) return Status::Ok();
-  return Status::Corruption("none of " + std::to_string(checked) +
+  const HeaderSample sample =
+      SampleHeaders(kept, [&](const NsKey& id, const BlockLocation& loc) -> std::optional<Status> {
+        if (!SyncIo(IoOp::kRead, FileOffset(loc), page.span()).ok()) return std::nullopt;
+        return HeaderMatching(page.span(), id, loc).status();
+      });
+  if (sample.matched || sample.failed == 0) return Status::Ok();
+  return Status::Corruption("none of " + std::to_string(sample.failed) +
                             " blocks sampled from it has its header in the data file (first: " +
-                            std::string(first.message()) +
+                            std::string(sample.first.message()) +
                             "): it is another store's index, or the file was overwritten");
 }
 

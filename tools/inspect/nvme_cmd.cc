@@ -94,19 +94,14 @@ Result<StoreView> Load(const NvmeOfflineStore& store) {
 // spread over the index, have their header pages read: when not one names
 // its entry, the index does not describe this file.
 Status CheckHeadersSampled(const NvmeOfflineStore& store, const StoreView& v) {
-  constexpr size_t kSamples = 8;
-  const size_t n = std::min(kSamples, v.blocks.size());
-  Status first;
-  for (size_t i = 0; i < n; ++i) {
-    const auto& [id, loc] = v.blocks[i * v.blocks.size() / n];
-    Status s = store.VerifyHeader(id, loc);
-    if (s.ok()) return s;
-    if (first.ok()) first = s;
-  }
-  if (n == 0) return Status::Ok();
-  return Status::Corruption("none of " + std::to_string(n) + " blocks sampled from the index at " +
-                            store.index_dir() +
-                            " has its header in the data file (first: " + first.ToString() +
+  const internal::HeaderSample sample = internal::SampleHeaders(
+      v.blocks, [&](const NsKey& id, const BlockLocation& loc) -> std::optional<Status> {
+        return store.VerifyHeader(id, loc);
+      });
+  if (sample.matched || sample.failed == 0) return Status::Ok();
+  return Status::Corruption("none of " + std::to_string(sample.failed) +
+                            " blocks sampled from the index at " + store.index_dir() +
+                            " has its header in the data file (first: " + sample.first.ToString() +
                             "): the index is another store's, or the file was overwritten; "
                             "'verify' checks every block");
 }
