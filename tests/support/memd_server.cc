@@ -108,6 +108,10 @@ void MemdProcess::Pause() {
   }
 }
 
+void MemdProcess::Resume() {
+  if (pid_ > 0) kill(pid_, SIGCONT);
+}
+
 Status MemdProcess::Restart() {
   Kill();
   return Launch(port_);

@@ -45,6 +45,8 @@ class MemdProcess {
   void Kill();
   // SIGSTOP: the server keeps its sockets but answers nothing.
   void Pause();
+  // SIGCONT: a paused server answers again.
+  void Resume();
   // Kills it (as Kill(), failing the test if it had ended on its own) and
   // starts it again, empty, on the same port.
   Status Restart();

@@ -12,6 +12,7 @@ namespace kvtier::internal::memd {
 void ClientImpl::OnReady(ServerState& s, Channel& ch, Link* l, uint64_t instance) {
   ch.backoff_ms = 0;
   s.last_failure.clear();
+  s.silent = false;
   if (s.seen && s.instance != instance) {
     log_->Log(LogLevel::kWarning,
               "remote server " + s.endpoint + " restarted; its blocks are gone");
@@ -82,12 +83,19 @@ void ClientImpl::RouteOnLoop(size_t server, const RequestPtr& r) {
     if (link->ready()) return link->Submit(r);
     if (!connecting) connecting = link;
   }
-  if (connecting) return connecting->Submit(r);
+  if (connecting && !s.silent) return connecting->Submit(r);
   auto soonest = SteadyClock::time_point::max();
   for (size_t k = 0; k < n; ++k) {
     Channel& ch = s.channels[(first + k) % n];
-    if (now >= ch.next_attempt) return Open(s, ch)->Submit(r);
+    if (!ch.link && now >= ch.next_attempt) {
+      if (!s.silent) return Open(s, ch)->Submit(r);
+      Open(s, ch);  // reconnects meanwhile; the request does not wait for it
+    }
     soonest = std::min(soonest, ch.next_attempt);
+  }
+  if (s.silent) {
+    return r->FailAll(Status::Unavailable("remote server " + s.endpoint +
+                                          " answered nothing within its timeout; reconnecting"));
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(soonest - now);
   r->FailAll(Status::Unavailable("remote server " + s.endpoint +

@@ -120,6 +120,12 @@ struct ServerState {
   // Why the last connection attempt failed, as logged; empty once one
   // succeeds. A failed reconnect is logged only when its reason changes.
   std::string last_failure;
+  // The last connection lost was given up for silence: no reply, or no
+  // handshake, within its timeout (a server stopped or wedged keeps its
+  // sockets open and answers nothing). Until a connection is ready again,
+  // a request with no ready connection fails at once instead of waiting on
+  // one still connecting, which would take the whole connect timeout.
+  bool silent = false;
   // The slot size of the server's last refusal of a block too large for
   // it (Link::FitSlots), logged once for each size.
   uint64_t slot_refusal_logged = 0;

@@ -134,6 +134,7 @@ void Link::Tick() {
     if (dead_) return;
     const auto now = SteadyClock::now();
     if (!ready_ && now >= connect_deadline_) {
+      s_.silent = true;
       return Abort(Status::Unavailable(Prefix() + "no connection within " +
                                        std::to_string(c_.o_.connect_timeout_ms) + " ms"));
     }
@@ -149,6 +150,7 @@ void Link::Tick() {
       const Status own = Status::DeadlineExceeded(Prefix() + "no reply within " + ms);
       const Status dropped = Status::Unavailable(
           Prefix() + "connection dropped: an earlier request on it got no reply within " + ms);
+      s_.silent = true;
       return Abort(own, [&](uint32_t id) { return late.count(id) != 0 ? own : dropped; });
     }
     // RDMA operations a full completion queue held back are retried on each
