@@ -231,6 +231,7 @@ TEST_F(InspectCli, TraceOfTheShippedArxivTrace) {
   for (const char* want : {"\nrequests                                 1000\n",
                            "\nblocks                                  19686\n",
                            "\nunique blocks                           12207\n",
+                           "\nblocks under an id used for another         0\n",
                            "\ninfinite-cache block hit rate          0.3799\n",
                            "\ninfinite-cache full-block hits           7468\n",
                            "\ninfinite-cache full-block token hits  3823616\n",
@@ -243,6 +244,7 @@ TEST_F(InspectCli, TraceOfTheShippedArxivTrace) {
   EXPECT_EQ(j["requests"], 1000);
   EXPECT_EQ(j["blocks"], 19686);
   EXPECT_EQ(j["unique_blocks"], 12207);
+  EXPECT_EQ(j["renamed_blocks"], 0);
   EXPECT_EQ(j["infinite_cache_hit_blocks"], 7479);
   EXPECT_EQ(j["infinite_cache_full_hit_blocks"], 7468);
   EXPECT_EQ(j["infinite_cache_full_hit_tokens"], 3823616);
@@ -253,10 +255,10 @@ TEST_F(InspectCli, TraceOfTheShippedArxivTrace) {
 }
 
 TEST_F(InspectCli, TraceReuseDistancesOfAHandBuiltTrace) {
-  // Blocks: A B | A C | A B. Distances: A cold, B cold, A 1 (B between),
-  // C cold, A 1 (C), B 2 (A and C).
+  // Blocks: A B | A C | A B, B partial (488 tokens) both times. Distances:
+  // A cold, B cold, A 1 (B between), C cold, A 1 (C), B 2 (A and C).
   const std::string t = Write("t.jsonl",
-                              "{\"timestamp\":0,\"input_length\":1024,\"output_length\":1,"
+                              "{\"timestamp\":0,\"input_length\":1000,\"output_length\":1,"
                               "\"hash_ids\":[1,2]}\n"
                               "{\"timestamp\":1,\"input_length\":1024,\"output_length\":1,"
                               "\"hash_ids\":[1,3]}\n"
@@ -271,7 +273,7 @@ TEST_F(InspectCli, TraceReuseDistancesOfAHandBuiltTrace) {
                             {"min":2,"max":3,"accesses":1}])"));
   EXPECT_EQ(j["infinite_cache_hit_blocks"], 3);
   EXPECT_EQ(j["infinite_cache_hit_tokens"], 512 + 1000);
-  // Full blocks: the last request's B (488 tokens) is partial, so only A hits.
+  // Full blocks: B is partial, so only A hits.
   EXPECT_EQ(j["infinite_cache_full_hit_blocks"], 2);
   EXPECT_EQ(j["infinite_cache_full_hit_tokens"], 512 + 512);
   r = Inspect("trace " + Write("bad.jsonl", "{\"timestamp\": -1}\n"));

@@ -81,7 +81,7 @@ TEST(ReplayTest, LargeHostTierHitsEveryCachedPrefix) {
   EXPECT_EQ(r->tokens, 8584u);
   EXPECT_EQ(r->token_hits, 4096u);
   EXPECT_EQ(r->infinite.hit_blocks, 8u);
-  EXPECT_EQ(r->infinite.unique_blocks, 10u);  // ids of the trace, partial ones too
+  EXPECT_EQ(r->infinite.unique_blocks, 11u);  // blocks of the trace, partial ones too
   EXPECT_EQ(r->verify_failures, 0u);
   EXPECT_EQ(r->load_failures, 0u);
   EXPECT_EQ(r->save_failures, 0u);
@@ -96,6 +96,26 @@ TEST(ReplayTest, LargeHostTierHitsEveryCachedPrefix) {
   ASSERT_EQ(r->runtime.tiers.size(), 1u);
   EXPECT_EQ(r->runtime.tiers[0].name, "host");
   EXPECT_EQ(r->runtime.tiers[0].blocks, 8u);
+}
+
+TEST(ReplayTest, AnIdUsedAgainUnderAnotherPrefixIsCountedAsTheReplayFindsIt) {
+  // 2 alone, and 3 after 1, are other blocks than 2 after 1 and 3 after 2:
+  // the replay and its reference agree on 3 hits (the reference said 5).
+  auto line = [](uint64_t ts, uint32_t tokens, const std::string& ids) {
+    return "{\"timestamp\": " + std::to_string(ts) +
+           ", \"input_length\": " + std::to_string(tokens) +
+           ", \"output_length\": 1, \"hash_ids\": [" + ids + "]}\n";
+  };
+  Result<Trace> trace = ParseMooncakeTrace(
+      line(0, 1024, "1, 2") + line(1, 512, "2") + line(2, 1536, "1, 2, 3") + line(3, 1024, "1, 3"),
+      "mem");
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  Result<ReplayReport> r = ReplayTrace(TinyConfig(64), *trace, ReplayOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->block_hits, 3u);
+  EXPECT_EQ(r->infinite.hit_blocks, 3u);
+  EXPECT_EQ(r->infinite.unique_blocks, 5u);
+  EXPECT_EQ(r->verify_failures, 0u);
 }
 
 TEST(ReplayTest, TinyHostTierHitsLessButNeverReturnsWrongBytes) {

@@ -163,14 +163,16 @@ TEST(TraceTest, InfiniteCacheOnTinyTrace) {
   EXPECT_EQ(s.requests, 7u);
   EXPECT_EQ(s.blocks, 20u);
   EXPECT_EQ(s.hit_blocks, 9u);
-  EXPECT_EQ(s.unique_blocks, 10u);
+  // Line 7's 2 follows 11, not 1: another block, with an id of its own.
+  EXPECT_EQ(t->renamed_blocks, 1u);
+  EXPECT_EQ(s.unique_blocks, 11u);
   EXPECT_EQ(s.tokens, 8584u);
   EXPECT_EQ(s.hit_tokens, 4160u);
   // A cache of full blocks: line 5's partial 5 is no hit.
   s = ComputeInfiniteCacheStats(t->requests, t->block_tokens, CachedBlocks::kFull);
   EXPECT_EQ(s.blocks, 20u);
   EXPECT_EQ(s.hit_blocks, 8u);
-  EXPECT_EQ(s.unique_blocks, 10u);
+  EXPECT_EQ(s.unique_blocks, 11u);
   EXPECT_EQ(s.tokens, 8584u);
   EXPECT_EQ(s.hit_tokens, 4096u);
 }
@@ -188,7 +190,60 @@ TEST(TraceTest, InfiniteCacheCountsOnlyPrefixesSeenInEarlierRequests) {
   EXPECT_EQ(s.blocks, 7u);
   EXPECT_EQ(s.hit_blocks, 2u);
   EXPECT_EQ(s.hit_tokens, 1024u);
-  EXPECT_EQ(s.unique_blocks, 4u);
+  EXPECT_EQ(s.unique_blocks, 5u);  // 5 after 6 is not the 5 after 4
+}
+
+std::string Line(uint64_t ts, uint32_t tokens, const std::string& ids) {
+  return "{\"timestamp\": " + std::to_string(ts) + ", \"input_length\": " + std::to_string(tokens) +
+         ", \"output_length\": 1, \"hash_ids\": [" + ids + "]}\n";
+}
+
+TEST(TraceTest, AnIdUsedAgainUnderAnotherPrefixNamesAnotherBlock) {
+  // Before, the reference and the sweep keyed blocks by the file's id alone:
+  // they counted 5 hits here (2 alone at line 2 as the 2 after 1; 3 after 1
+  // as the 3 after 2) where a replay found 3.
+  Result<Trace> t = ParseMooncakeTrace(
+      Line(0, 1024, "1, 2") + Line(1, 512, "2") + Line(2, 1536, "1, 2, 3") + Line(3, 1024, "1, 3"),
+      "mem");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->renamed_blocks, 2u);
+  // Ids the file does not use, from 0 up; the same block keeps its id.
+  EXPECT_EQ(t->requests[0].hash_ids, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(t->requests[1].hash_ids, (std::vector<uint64_t>{0}));
+  EXPECT_EQ(t->requests[2].hash_ids, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(t->requests[3].hash_ids, (std::vector<uint64_t>{1, 4}));
+  InfiniteCacheStats s = ComputeInfiniteCacheStats(*t);
+  EXPECT_EQ(s.hit_blocks, 3u);  // 1 2 of line 3, 1 of line 4
+  EXPECT_EQ(s.unique_blocks, 5u);
+  // A renamed block that comes back at its own place is a hit.
+  t = ParseMooncakeTrace(Line(0, 1024, "1, 2") + Line(1, 1024, "3, 2") + Line(2, 1024, "3, 2"),
+                         "mem");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->renamed_blocks, 1u);
+  EXPECT_EQ(t->requests[1].hash_ids, t->requests[2].hash_ids);
+  EXPECT_EQ(ComputeInfiniteCacheStats(*t).hit_blocks, 2u);
+}
+
+TEST(TraceTest, APartialBlocksIdUsedForALongerBlockNamesAnotherBlock) {
+  // 7 holds 100 tokens, then 512: the reference counted 512 hit tokens.
+  Result<Trace> t =
+      ParseMooncakeTrace(Line(0, 100, "7") + Line(1, 512, "7") + Line(2, 100, "7"), "mem");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->renamed_blocks, 1u);
+  InfiniteCacheStats s = ComputeInfiniteCacheStats(*t);
+  EXPECT_EQ(s.hit_blocks, 1u);  // line 3: the same 100 tokens as line 1
+  EXPECT_EQ(s.hit_tokens, 100u);
+  EXPECT_EQ(s.unique_blocks, 2u);
+}
+
+TEST(TraceTest, ATraceLargerThanTheBoundIsRefusedByName) {
+  // A wrong path such as /dev/zero read until memory ran out, then ended
+  // the process with an uncaught std::bad_alloc.
+  Result<Trace> t = ReadMooncakeTrace("/dev/zero");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("/dev/zero: larger than 1024 MiB"), std::string::npos)
+      << t.status().ToString();
 }
 
 TEST(TraceTest, InfiniteCacheOnShippedArxivTrace) {
@@ -201,6 +256,7 @@ TEST(TraceTest, InfiniteCacheOnShippedArxivTrace) {
   EXPECT_EQ(s.blocks, 19686u);
   EXPECT_EQ(s.hit_blocks, 7479u);
   EXPECT_EQ(s.unique_blocks, 12207u);
+  EXPECT_EQ(t->renamed_blocks, 0u);  // prefix-chained, as the format says
   s = ComputeInfiniteCacheStats(t->requests, t->block_tokens, CachedBlocks::kFull);
   EXPECT_EQ(s.hit_blocks, 7468u);
   EXPECT_EQ(s.hit_tokens, 3823616u);

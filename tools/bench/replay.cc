@@ -274,6 +274,7 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
   KVTIER_RETURN_IF_ERROR(options.Validate());
   ReplayReport report;
   report.trace_source = trace.source;
+  report.renamed_blocks = trace.renamed_blocks;
   report.config_source = config.source;
   report.block_bytes = config.model.BlockBytes();
   report.block_tokens = trace.block_tokens;

@@ -60,6 +60,7 @@ inline constexpr uint64_t kMaxReplayTimeoutMs = 24ull * 3600 * 1000;  // one day
 struct ReplayReport {
   std::string trace_source;
   std::string config_source;
+  uint64_t renamed_blocks = 0;  // Trace::renamed_blocks
   uint64_t block_bytes = 0;
   uint32_t block_tokens = 0;
   uint64_t requests = 0;          // replayed

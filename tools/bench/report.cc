@@ -63,6 +63,12 @@ std::string FormatReplayReport(const ReplayReport& r) {
                 r.requests, r.hit_requests, r.skipped_requests, r.skipped_blocks);
   out += Printf("blocks:         %" PRIu64 " of %s (%" PRIu64 " unique)\n", r.blocks,
                 FormatBytes(r.block_bytes).c_str(), inf.unique_blocks);
+  if (r.renamed_blocks != 0) {
+    out += Printf("                %" PRIu64
+                  " of the unique blocks under an id the trace used for another block "
+                  "(another prefix or length), counted apart\n",
+                  r.renamed_blocks);
+  }
   out += Printf("block hits:     %" PRIu64 " (%.2f%%), infinite cache %" PRIu64 " (%.2f%%)\n",
                 r.block_hits, 100 * Ratio(r.block_hits, r.blocks), inf.hit_blocks,
                 100 * Ratio(inf.hit_blocks, inf.blocks));
@@ -117,6 +123,7 @@ std::string FormatReplayReport(const ReplayReport& r) {
 std::string ReplayReportJson(const ReplayReport& r) {
   nlohmann::ordered_json j;
   j["trace"] = r.trace_source;
+  j["renamed_blocks"] = r.renamed_blocks;
   j["config"] = r.config_source;
   j["requests"] = r.requests;
   j["skipped_requests"] = r.skipped_requests;

@@ -4,7 +4,9 @@
 #include <cerrno>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -111,6 +113,64 @@ std::string ParseLine(std::string_view line, uint32_t block_tokens, TraceRequest
   return {};
 }
 
+// Where a block is: its parent's id (after renaming; none for a first
+// block) and its tokens. An id names one place only.
+struct Place {
+  bool root = true;
+  uint64_t parent = 0;
+  uint32_t tokens = 0;
+  bool operator==(const Place&) const = default;
+};
+
+struct PlacedId {
+  Place place;
+  uint64_t id = 0;
+  bool operator==(const PlacedId&) const = default;
+};
+
+struct PlacedIdHash {
+  size_t operator()(const PlacedId& p) const {
+    uint64_t h = p.id * 0x9E3779B97F4A7C15ull;
+    h ^= (p.place.parent + (p.place.root ? 1 : 0)) * 0xC2B2AE3D27D4EB4Full + p.place.tokens;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+
+// Renames the ids `trace` uses for more than one block (ParseMooncakeTrace).
+// A consistent trace is left as it is.
+void GiveEachBlockItsOwnId(Trace& trace) {
+  // By id: where the file first used it; nullopt until then. Ids given out
+  // here are entered too, so none is given twice.
+  std::unordered_map<uint64_t, std::optional<Place>> first_place;
+  std::unordered_map<PlacedId, uint64_t, PlacedIdHash> renamed;
+  for (const TraceRequest& req : trace.requests) {
+    for (uint64_t id : req.hash_ids) first_place.emplace(id, std::nullopt);
+  }
+  uint64_t next_free = 0;
+  for (TraceRequest& req : trace.requests) {
+    Place place;
+    for (size_t i = 0; i < req.hash_ids.size(); ++i) {
+      place.tokens = BlockTokensAt(req, i, trace.block_tokens);
+      uint64_t& id = req.hash_ids[i];
+      std::optional<Place>& first = first_place[id];
+      if (!first) {
+        first = place;
+      } else if (!(*first == place)) {
+        auto [at, added] = renamed.emplace(PlacedId{place, id}, 0);
+        if (added) {
+          while (first_place.count(next_free) != 0) ++next_free;
+          at->second = next_free;
+          first_place.emplace(next_free, place);
+          ++trace.renamed_blocks;
+        }
+        id = at->second;
+      }
+      place.root = false;
+      place.parent = id;
+    }
+  }
+}
+
 bool IsBlank(std::string_view line) {
   return std::all_of(line.begin(), line.end(),
                      [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
@@ -163,21 +223,36 @@ Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
     previous_line = line_no;
     trace.requests.push_back(std::move(req));
   }
+  GiveEachBlockItsOwnId(trace);
   return trace;
 }
 
 Result<Trace> ReadMooncakeTrace(const std::string& path, uint32_t block_tokens) {
-  std::string text;
-  bool opened = false;
-  const int err = internal::ReadFileText(path, std::numeric_limits<size_t>::max(), &text, &opened);
-  if (!opened) return FromErrno(err, "open trace " + path);
-  // A directory opens; it must not pass for an empty trace.
-  if (err == EISDIR) {
-    return Status::InvalidArgument("read trace " + path +
-                                   ": is a directory; expected a JSONL trace file");
+  // The whole Mooncake arXiv trace (23,608 requests) is 4.4 MB; a bound keeps
+  // a wrong path (a device, a huge file) from taking all memory.
+  constexpr size_t kMaxTraceBytes = size_t{1} << 30;
+  // A trace too large for the memory there is says so rather than ending
+  // the process (std::bad_alloc has no handler in the tools).
+  try {
+    std::string text;
+    bool opened = false;
+    const int err = internal::ReadFileText(path, kMaxTraceBytes, &text, &opened);
+    if (!opened) return FromErrno(err, "open trace " + path);
+    // A directory opens; it must not pass for an empty trace.
+    if (err == EISDIR) {
+      return Status::InvalidArgument("read trace " + path +
+                                     ": is a directory; expected a JSONL trace file");
+    }
+    if (err == EFBIG) {
+      return Status::InvalidArgument("read trace " + path + ": larger than " +
+                                     std::to_string(kMaxTraceBytes >> 20) +
+                                     " MiB; split it, or keep its first requests");
+    }
+    if (err != 0) return FromErrno(err, "read trace " + path);
+    return ParseMooncakeTrace(text, path, block_tokens);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("read trace " + path + ": not enough memory to hold it");
   }
-  if (err != 0) return FromErrno(err, "read trace " + path);
-  return ParseMooncakeTrace(text, path, block_tokens);
 }
 
 InfiniteCacheStats ComputeInfiniteCacheStats(std::span<const TraceRequest> requests,

@@ -30,6 +30,11 @@ struct Trace {
   std::string source;  // file path or generator description
   uint32_t block_tokens = kMooncakeBlockTokens;
   std::vector<TraceRequest> requests;
+  // Blocks whose id the file had already used for another block: under
+  // another prefix, or as a block of another length (a partial last block's
+  // id used again for a longer block). ParseMooncakeTrace gives each such
+  // block an id of its own, so every reader of the trace counts it apart.
+  uint64_t renamed_blocks = 0;
 };
 
 // Tokens covered by block `index` of `request`: block_tokens, or fewer for a
@@ -43,7 +48,10 @@ uint32_t FullBlocks(const TraceRequest& request, uint32_t block_tokens);
 // Empty (or all-blank) lines are skipped; other fields are ignored. Every
 // other line must hold exactly those fields as non-negative integers, with
 // len(hash_ids) == ceil(input_length / block_tokens). The first bad line fails
-// the whole parse with InvalidArgument("<source>:<line>: <what>").
+// the whole parse with InvalidArgument("<source>:<line>: <what>"). An id
+// stands for its whole prefix: one the file uses again for another block
+// (see Trace::renamed_blocks) is replaced there by an id the file does not
+// use, the same one wherever that block comes back.
 Result<Trace> ParseMooncakeTrace(std::string_view text, std::string_view source,
                                  uint32_t block_tokens = kMooncakeBlockTokens);
 

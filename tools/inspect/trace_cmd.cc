@@ -100,6 +100,7 @@ int RunTrace(const std::string& file, uint32_t block_tokens, const Output& o) {
                        {"requests", s.requests},
                        {"blocks", s.blocks},
                        {"unique_blocks", s.unique_blocks},
+                       {"renamed_blocks", trace->renamed_blocks},
                        {"tokens", s.tokens},
                        {"infinite_cache_hit_blocks", s.hit_blocks},
                        {"infinite_cache_hit_tokens", s.hit_tokens},
@@ -118,6 +119,7 @@ int RunTrace(const std::string& file, uint32_t block_tokens, const Output& o) {
   t.Row({"requests", std::to_string(s.requests)});
   t.Row({"blocks", std::to_string(s.blocks)});
   t.Row({"unique blocks", std::to_string(s.unique_blocks)});
+  t.Row({"blocks under an id used for another", std::to_string(trace->renamed_blocks)});
   t.Row({"tokens", std::to_string(s.tokens)});
   t.Row({"infinite-cache block hits", std::to_string(s.hit_blocks)});
   t.Row({"infinite-cache block hit rate", Fixed(Ratio(s.hit_blocks, s.blocks), 4)});
