@@ -71,6 +71,20 @@ for bad in -1 18446744073709551616 12x; do
   grep -q -- "--limit" <<<"$err" || { echo "FAIL: error does not name --limit: $err" >&2; exit 1; }
 done
 
+# sweep's and host's whole numbers take it too: 0x3 and +3 ran as 3, '' as 0.
+tiny="$src/traces/tiny.jsonl"
+for args in "sweep --trace $tiny --points 1:0 --policies lru --limit 0x3" \
+            "sweep --trace $tiny --points 1:0 --policies lru --gpu-pool-blocks +2" \
+            "host --rounds 0x2" "host --queue-depth -1"; do
+  set +e
+  # shellcheck disable=SC2086 # the words of $args are the arguments
+  err=$("$bench" $args 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  check "exit code for $args" "$rc" -eq 2
+  grep -q -- "is not a whole number" <<<"$err" || { echo "FAIL: $args: $err" >&2; exit 1; }
+done
+
 # growth's sizes take the same check: -1 was read as 2^64 - 1 and refused
 # as "at most 2^23", not as the negative number it is.
 for flag in --blocks --blocks-per-request; do

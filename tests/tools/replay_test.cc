@@ -156,9 +156,22 @@ TEST(ReplayTest, NothingToReplayIsAnError) {
   EXPECT_EQ(r.status().ToString(),
             "invalid_argument: no request fits the engine pool: all 7 need more than "
             "engine.pool_blocks 1");
-  r = ReplayTrace(TinyConfig(64), Trace(), ReplayOptions());
+  Trace empty;
+  empty.source = "empty.jsonl";
+  r = ReplayTrace(TinyConfig(64), empty, ReplayOptions());
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().ToString(), "invalid_argument: the trace has no requests");
+  EXPECT_EQ(r.status().ToString(), "invalid_argument: the trace empty.jsonl has no requests");
+  // Requests, but of no tokens: they name no block.
+  Result<Trace> zero = ParseMooncakeTrace(
+      "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": []}\n"
+      "{\"timestamp\": 1, \"input_length\": 0, \"output_length\": 9, \"hash_ids\": []}\n",
+      "zero.jsonl");
+  ASSERT_TRUE(zero.ok()) << zero.status().ToString();
+  r = ReplayTrace(TinyConfig(64), *zero, ReplayOptions());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().ToString(),
+            "invalid_argument: the trace zero.jsonl names no block: all 2 requests have "
+            "input_length 0");
 }
 
 // A hybrid model with a 2-block state: the engine offers a checkpoint at

@@ -95,7 +95,10 @@ TEST(SweepArgs, EngineFlagsAreFiniteAndInRange) {
     return std::string(s.message());
   };
   EXPECT_EQ(message([](SweepFlags& f) { f.gpu_tflops = 0; }),
-            "--gpu-tflops is 0; expected a finite number > 0");
+            "--gpu-tflops is 0; expected 0.001 to 1e6");
+  // Far below, the modeled times left the clock's range (a TTFT of 3e62 s).
+  EXPECT_EQ(message([](SweepFlags& f) { f.gpu_tflops = 1e-300; }),
+            "--gpu-tflops is 1e-300; expected 0.001 to 1e6");
   EXPECT_EQ(message([](SweepFlags& f) { f.watermark = 1.5; }),
             "--watermark is 1.5; expected a fraction in [0, 1); 0 = off");
   EXPECT_EQ(message([](SweepFlags& f) { f.gpu_pool_blocks = 0; }),
@@ -114,6 +117,70 @@ TEST(SweepArgs, EngineFlagsAreFiniteAndInRange) {
   EXPECT_EQ(nan_point.rfind("--points: bad point 'nan:0'", 0), 0u) << nan_point;
   message([](SweepFlags& f) { f.points = {}; });
   message([](SweepFlags& f) { f.knobs = {"reuse_min_samples=-1"}; });
+}
+
+// Flags only a row not asked for reads were accepted and ignored; a policy
+// name no row knows was found only after the rows before it had run.
+TEST(SweepArgs, FlagsForRowsNotRunAndUnknownPoliciesAreRefusedFirst) {
+  const auto message = [](auto set) {
+    SweepFlags f;
+    set(f);
+    Status s = ValidateSweepFlags(f);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  };
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"lru", "kvtier", "no_such_set"};
+            }).rfind("--policies: unknown sweep policy 'no_such_set'", 0),
+            0u);
+  EXPECT_EQ(
+      message([](SweepFlags& f) {
+        f.policies = {"lru", "custom"};
+        f.custom = "lru:always:fifo";
+      })
+          .rfind("--policies lru:always:fifo: unknown eviction policy 'fifo'; expected one of: "
+                 "lru, ",
+                 0),
+      0u);
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"custom"};
+              f.custom = "lru:always+maybe:lru";
+            }).rfind("--policies lru:always+maybe:lru: unknown admission policy 'maybe'", 0),
+            0u);
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"lru"};
+              f.probation = 0.5;
+            }),
+            "--probation sets the marconi admission's probation; expected a policy set that "
+            "admits with marconi in --policies");
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"marconi"};
+              f.probation = -5;
+            }),
+            "--probation is -5; expected 0 to 1");
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.policies = {"lru"};
+              f.write_budget_gib_per_day = 5;
+            })
+                .rfind("--write-budget-gib-per-day and --write-budget-lru-share set the "
+                       "write_budget admission's budget; expected a policy set that admits with "
+                       "write_budget",
+                       0),
+            0u);
+  EXPECT_EQ(message([](SweepFlags& f) { f.hybrid_state_mib = 7; }),
+            "--hybrid-kv-kib-per-token and --hybrid-state-mib describe the model of the hybrid "
+            "table; expected --hybrid");
+  // Below a byte per token the model's blocks were 0 bytes.
+  EXPECT_EQ(message([](SweepFlags& f) {
+              f.hybrid = true;
+              f.hybrid_kv_kib_per_token = 0.0009;
+            }),
+            "--hybrid-kv-kib-per-token is 0.0009; expected 1/1024 (a byte) to 1048576");
+  SweepFlags f;
+  f.policies = {"marconi", "custom"};
+  f.custom = "flop_aware:marconi+cost:reuse";
+  f.probation = 0;
+  EXPECT_TRUE(ValidateSweepFlags(f).ok()) << ValidateSweepFlags(f).message();
 }
 
 // A host share under one block was refused by the engine as "host capacity

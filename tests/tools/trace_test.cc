@@ -43,7 +43,9 @@ TEST(TraceTest, ParsesRequestsAndSkipsBlankLines) {
 TEST(TraceTest, RejectsMalformedLinesWithPathAndLine) {
   const std::string good =
       "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n";
-  EXPECT_EQ(ParseError(good + "\n{\"timestamp\": 0,\n"), "t.jsonl:3: malformed JSON");
+  EXPECT_EQ(ParseError(good + "\n{\"timestamp\": 0,\n"),
+            "t.jsonl:3: malformed JSON: parse error at line 1, column 17: syntax error while "
+            "parsing object key - unexpected end of input; expected string literal");
   EXPECT_EQ(ParseError("[1, 2]"), "t.jsonl:1: expected a JSON object");
   EXPECT_EQ(ParseError("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
                        "\"hash_ids\": [1], \"timestamp\": 5}"),

@@ -27,6 +27,7 @@
 namespace {
 
 using kvtier::bench::HostBenchOptions;
+using kvtier::bench::kUnsigned32;
 using kvtier::bench::kUnsigned64;
 using kvtier::bench::ReplayOptions;
 
@@ -182,8 +183,11 @@ void AddHost(CLI::App& app, HostFlags& f) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--total", f.total, "bytes moved per measurement")->capture_default_str();
-  cmd->add_option("--queue-depth", f.queue_depth, "blocks per batch")->capture_default_str();
+  cmd->add_option("--queue-depth", f.queue_depth, "blocks per batch")
+      ->check(kUnsigned32)
+      ->capture_default_str();
   cmd->add_option("--rounds", f.rounds, "alternating measurements; best kept")
+      ->check(kUnsigned32)
       ->capture_default_str();
   cmd->add_flag("--json", f.json, "print one JSON object");
 }

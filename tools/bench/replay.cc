@@ -1,5 +1,6 @@
 #include "tools/bench/replay.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -316,11 +317,20 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
   }
   // A replay of nothing measures nothing: it must not pass for a clean run.
   if (replayed.empty()) {
-    if (report.skipped_requests == 0) return Status::InvalidArgument("the trace has no requests");
+    if (report.skipped_requests == 0) {
+      return Status::InvalidArgument("the trace " + trace.source + " has no requests");
+    }
     return Status::InvalidArgument(
         "no request fits the engine pool: all " + std::to_string(report.skipped_requests) +
         " need more than engine.pool_blocks " + std::to_string(config.gpu_pool_blocks) +
         (report.state_blocks > 0 ? " (less the state checkpoint's blocks)" : std::string()));
+  }
+  // Requests of no tokens name no block: nothing would be looked up.
+  if (std::all_of(replayed.begin(), replayed.end(),
+                  [](const TraceRequest& r) { return r.hash_ids.empty(); })) {
+    return Status::InvalidArgument("the trace " + trace.source + " names no block: all " +
+                                   std::to_string(replayed.size()) +
+                                   " requests have input_length 0");
   }
   report.infinite = ComputeInfiniteCacheStats(replayed, trace.block_tokens, CachedBlocks::kFull);
   if (options.restart_at >= replayed.size() && options.restart_at != 0) {

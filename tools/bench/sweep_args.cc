@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <span>
 
 #include "tools/bench/sweep.h"
 
@@ -27,6 +28,32 @@ Status OutOfRange(std::string_view flag, double v, std::string_view expected) {
   std::snprintf(text, sizeof(text), "%g", v);
   return Status::InvalidArgument(std::string(flag) + " is " + text + "; expected " +
                                  std::string(expected));
+}
+
+// The policy names of a set are ones the product builds; `set` names it.
+Status KnownPolicies(const SweepPolicy& p, const std::string& set) {
+  if (p.oracle) return Status::Ok();
+  const auto known = [](std::span<const std::string_view> names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  const auto list = [](std::span<const std::string_view> names) {
+    std::string out;
+    for (std::string_view n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+    return out;
+  };
+  for (const std::string* e : {&p.host_eviction, &p.nvme_eviction}) {
+    if (!known(PolicyEvictionNames(), *e)) {
+      return Status::InvalidArgument("--policies " + set + ": unknown eviction policy '" + *e +
+                                     "'; expected one of: " + list(PolicyEvictionNames()));
+    }
+  }
+  for (const std::string& a : p.nvme_admission) {
+    if (!known(PolicyAdmissionNames(), a)) {
+      return Status::InvalidArgument("--policies " + set + ": unknown admission policy '" + a +
+                                     "'; expected one of: " + list(PolicyAdmissionNames()));
+    }
+  }
+  return Status::Ok();
 }
 
 // A whole number in [0, max] (written as a number, "1e5" included).
@@ -142,10 +169,12 @@ Result<PolicyKnobs> SweepKnobs(const SweepFlags& f) {
     return OutOfRange("--write-budget-gib-per-day", f.write_budget_gib_per_day,
                       "at least one byte per day (9.32e-10 GiB)");
   }
-  if (std::isnan(f.probation) || f.probation > 1) {
-    return OutOfRange("--probation", f.probation, "0 to 1 (negative: the default)");
+  if (f.probation) {
+    if (!(*f.probation >= 0 && *f.probation <= 1)) {
+      return OutOfRange("--probation", *f.probation, "0 to 1");
+    }
+    knobs.marconi_probation = *f.probation;
   }
-  if (f.probation >= 0) knobs.marconi_probation = f.probation;
   for (const std::string& spec : f.knobs) KVTIER_RETURN_IF_ERROR(ApplySweepKnob(spec, &knobs));
   if (!(knobs.marconi_probation >= 0 && knobs.marconi_probation <= 1)) {
     return OutOfRange("marconi_probation", knobs.marconi_probation, "0 to 1");
@@ -158,11 +187,12 @@ Result<PolicyKnobs> SweepKnobs(const SweepFlags& f) {
 
 Status ValidateSweepFlags(const SweepFlags& f) {
   if (f.gpu_pool_blocks == 0) return OutOfRange("--gpu-pool-blocks", 0, "at least 1");
-  if (!(f.gpu_tflops > 0 && std::isfinite(f.gpu_tflops))) {
-    return OutOfRange("--gpu-tflops", f.gpu_tflops, "a finite number > 0");
+  // Beyond these the modeled times leave what a clock in nanoseconds holds.
+  if (!(f.gpu_tflops >= 1e-3 && f.gpu_tflops <= 1e6)) {
+    return OutOfRange("--gpu-tflops", f.gpu_tflops, "0.001 to 1e6");
   }
-  if (!(f.decode_ms >= 0 && std::isfinite(f.decode_ms))) {
-    return OutOfRange("--decode-ms", f.decode_ms, "a finite number >= 0");
+  if (!(f.decode_ms >= 0 && f.decode_ms <= 1e6)) {
+    return OutOfRange("--decode-ms", f.decode_ms, "0 to 1e6");
   }
   if (!(f.watermark >= 0 && f.watermark < 1)) {
     return OutOfRange("--watermark", f.watermark, "a fraction in [0, 1); 0 = off");
@@ -170,11 +200,19 @@ Status ValidateSweepFlags(const SweepFlags& f) {
   if (!(f.write_budget_lru_share >= 0 && std::isfinite(f.write_budget_lru_share))) {
     return OutOfRange("--write-budget-lru-share", f.write_budget_lru_share, "a finite number >= 0");
   }
-  if (!(f.hybrid_kv_kib_per_token > 0 && f.hybrid_kv_kib_per_token <= 0x1p20)) {
-    return OutOfRange("--hybrid-kv-kib-per-token", f.hybrid_kv_kib_per_token, "(0, 1048576]");
+  // At least one byte per token: less is cut to 0 bytes per block.
+  if (!(f.hybrid_kv_kib_per_token >= 1.0 / 1024 && f.hybrid_kv_kib_per_token <= 0x1p20)) {
+    return OutOfRange("--hybrid-kv-kib-per-token", f.hybrid_kv_kib_per_token,
+                      "1/1024 (a byte) to 1048576");
   }
   if (!(f.hybrid_state_mib > 0 && f.hybrid_state_mib <= 0x1p20)) {
     return OutOfRange("--hybrid-state-mib", f.hybrid_state_mib, "(0, 1048576]");
+  }
+  if (!f.hybrid && (f.hybrid_kv_kib_per_token != SweepFlags{}.hybrid_kv_kib_per_token ||
+                    f.hybrid_state_mib != SweepFlags{}.hybrid_state_mib)) {
+    return Status::InvalidArgument(
+        "--hybrid-kv-kib-per-token and --hybrid-state-mib describe the model of the hybrid "
+        "table; expected --hybrid");
   }
   if (f.points.empty()) return Status::InvalidArgument("--points: no capacity point");
   for (const std::string& point : f.points) {
@@ -186,6 +224,28 @@ Status ValidateSweepFlags(const SweepFlags& f) {
     return Status::InvalidArgument("--custom " + f.custom +
                                    " sets the 'custom' row's policies; expected custom in "
                                    "--policies");
+  }
+  // Every row's policies resolve before the first row runs (a long one).
+  if (f.policies.empty()) return Status::InvalidArgument("--policies: no policy set");
+  bool marconi = false, write_budget = false;
+  for (const std::string& name : f.policies) {
+    Result<SweepPolicy> p = name == "custom" ? CustomSweepPolicy(f.custom) : NamedSweepPolicy(name);
+    if (!p.ok()) return Status::InvalidArgument("--policies: " + std::string(p.status().message()));
+    KVTIER_RETURN_IF_ERROR(KnownPolicies(*p, name == "custom" ? f.custom : name));
+    for (const std::string& a : p->nvme_admission) {
+      marconi |= a == "marconi";
+      write_budget |= a == "write_budget";
+    }
+  }
+  if (f.probation && !marconi) {
+    return Status::InvalidArgument(
+        "--probation sets the marconi admission's probation; expected a policy set that admits "
+        "with marconi in --policies");
+  }
+  if (!write_budget && (f.write_budget_gib_per_day != 0 || f.write_budget_lru_share != 0)) {
+    return Status::InvalidArgument(
+        "--write-budget-gib-per-day and --write-budget-lru-share set the write_budget "
+        "admission's budget; expected a policy set that admits with write_budget in --policies");
   }
   // The knobs first: a budget out of range is told so, not taken for none.
   KVTIER_RETURN_IF_ERROR(SweepKnobs(f).status());

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,7 +27,7 @@ struct SweepFlags {
   double write_budget_gib_per_day = 0;  // [0, 10^9]; 0 = unset
   double write_budget_lru_share = 0;    // > 0: budget = share x lru's NVMe bytes per modeled day
   uint32_t limit = 0;
-  double probation = -1;  // marconi_probation override in [0, 1]; negative = default
+  std::optional<double> probation;  // marconi_probation override in [0, 1]
   // The "custom" policy set: host eviction, NVMe admission chain, NVMe eviction.
   std::string custom = "lru:always:lru";
   std::vector<std::string> knobs;       // NAME=VALUE overrides of PolicyKnobs
@@ -58,11 +59,12 @@ Status ApplySweepKnob(std::string_view spec, PolicyKnobs* knobs);
 // order; InvalidArgument when a flag or the result is out of range.
 Result<PolicyKnobs> SweepKnobs(const SweepFlags& flags);
 
-// Every flag but the trace file, the policy names and --custom (checked when
-// a row is built): engine numbers, points, knobs, the hybrid model, and the
-// write budget: one of --write-budget-gib-per-day and --write-budget-lru-share
-// when a policy set admits with write_budget, never both, and the share only
-// with lru in --policies.
+// Every flag but the trace file: engine numbers, points, the policy names
+// and --custom's policies, knobs, the hybrid model, and the write budget: one
+// of --write-budget-gib-per-day and --write-budget-lru-share when a policy
+// set admits with write_budget, never both, and the share only with lru in
+// --policies. A flag that only a row not asked for would read (a budget, a
+// probation, the hybrid model without --hybrid) is refused, not ignored.
 Status ValidateSweepFlags(const SweepFlags& flags);
 
 }  // namespace kvtier::bench

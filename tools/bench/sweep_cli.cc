@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "tools/bench/cli_checks.h"
 #include "tools/bench/sweep.h"
 #include "tools/bench/sweep_hybrid.h"
 #include "tools/bench/sweep_point.h"
@@ -23,6 +24,7 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--gpu-pool-blocks", f.gpu_pool_blocks, "engine KV pool in blocks")
+      ->check(kUnsigned32)
       ->capture_default_str();
   cmd->add_option("--gpu-tflops", f.gpu_tflops, "achieved prefill TFLOP/s")->capture_default_str();
   cmd->add_option("--decode-ms", f.decode_ms, "one decode step, ms")->capture_default_str();
@@ -37,8 +39,10 @@ void AddSweepCommand(CLI::App& app, SweepFlags& f) {
                   "write_budget admission: budget = this share of admit-all+LRU's NVMe bytes per "
                   "modeled day at the same point (needs lru in --policies, anywhere; the lru row "
                   "runs first; not with --write-budget-gib-per-day)");
-  cmd->add_option("--limit", f.limit, "first N requests only (0 = all)");
-  cmd->add_option("--probation", f.probation, "marconi: share of once-seen blocks admitted");
+  cmd->add_option("--limit", f.limit, "first N requests only (0 = all)")->check(kUnsigned32);
+  cmd->add_option("--probation", f.probation,
+                  "marconi: share of once-seen blocks admitted, 0 to 1 (default: the "
+                  "marconi_probation knob's)");
   cmd->add_option(
          "--custom", f.custom,
          "the 'custom' policy set: HOST_EVICTION:NVME_ADMISSION[+ADMISSION...]:NVME_EVICTION")

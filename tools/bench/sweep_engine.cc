@@ -27,6 +27,13 @@ uint64_t PoolBlocksFor(uint64_t tokens, uint32_t block_tokens) {
 
 constexpr uint64_t kGeneratedBit = 1ULL << 63;
 
+// The policies' clock: model seconds in nanoseconds, held at 2^63 rather
+// than cast out of range (undefined) by a model that runs that long.
+uint64_t ClockNs(double seconds) {
+  const double ns = seconds * 1e9;
+  return ns < 0x1p63 ? static_cast<uint64_t>(ns) : uint64_t{1} << 63;
+}
+
 struct ReqState {
   std::vector<SimBlock> chain;  // prompt blocks
   uint32_t full_blocks = 0;
@@ -142,7 +149,7 @@ double Engine::Prefill(size_t r) {
   const bool first = !s.started;
   s.started = true;
   const TraceRequest& tr = trace_.requests[r];
-  const uint64_t now_ns = static_cast<uint64_t>(now_s_ * 1e9);
+  const uint64_t now_ns = ClockNs(now_s_);
   std::vector<SimBlock> chain = first ? s.chain : ResumeChain(r, /*saving=*/false);
   if (first) {
     cache_.ObserveRequest(tr.hash_ids, s.full_blocks, RequestHints{}, now_ns);
@@ -213,7 +220,7 @@ void Engine::Preempt() {
     if (e_.save_on_preempt) {  // saved before the engine frees the blocks
       std::vector<SimBlock> chain = ResumeChain(r, /*saving=*/true);
       std::vector<uint8_t> tier_of;
-      cache_.Use(chain, cache_.Lookup(chain, &tier_of), uint64_t(now_s_ * 1e9));
+      cache_.Use(chain, cache_.Lookup(chain, &tier_of), ClockNs(now_s_));
     }
     free_ += it->blocks;
     running_.erase(it);
@@ -229,7 +236,7 @@ void Engine::DecodeStep() {
     const TraceRequest& tr = trace_.requests[run.idx];
     if (++req_[run.idx].generated >= tr.output_length) {
       // The engine learns the output length when decoding ends, not before.
-      cache_.ObserveFinish(tr.hash_ids, tr.output_length, static_cast<uint64_t>(now_s_ * 1e9));
+      cache_.ObserveFinish(tr.hash_ids, tr.output_length, ClockNs(now_s_));
       free_ += run.blocks;
       running_.erase(running_.begin() + static_cast<long>(i));
       ++finished_;

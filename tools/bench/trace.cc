@@ -89,7 +89,17 @@ std::string ParseLine(std::string_view line, uint32_t block_tokens, TraceRequest
     return true;
   };
   Json obj = Json::parse(line.begin(), line.end(), on_event, /*allow_exceptions=*/false);
-  if (obj.is_discarded()) return "malformed JSON";
+  if (obj.is_discarded()) {
+    // Parsed again for the parser's own account of where and why.
+    try {
+      (void)Json::parse(line.begin(), line.end());
+    } catch (const Json::parse_error& e) {
+      std::string why = e.what();
+      const size_t tag = why.find("] ");  // "[json.exception.parse_error.101] "
+      return "malformed JSON: " + (tag == std::string::npos ? why : why.substr(tag + 2));
+    }
+    return "malformed JSON";
+  }
   if (!obj.is_object()) return "expected a JSON object";
   if (!repeated.empty()) return "field \"" + repeated + "\" appears twice";
   constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
