@@ -1,24 +1,42 @@
 """Python values to the C arrays and structs the calls take."""
 
 import array
+import collections.abc
 import ctypes
 import math
 import numbers
+import operator
 
 from ._lib import _KEYS, _Hints, _Key
 
 
-class Keys:
+class Keys(collections.abc.Sequence):
     """Block keys in one C array, as key_chain returns them: a sequence of
     (hi, lo) tuples that calls take without converting, and whose slices
-    (step 1) share the array."""
+    (step 1) share the array. Keys pickle as the list of their tuples and
+    come back as Keys (to send a request's keys to another process).
+
+    Made by the runtime's calls: the constructor takes only such an array
+    (of the binding's key structs). A list of (hi, lo) tuples needs no Keys:
+    pass it where keys go."""
 
     __slots__ = ("_array", "_start", "_len")
 
     def __init__(self, array, start=0, length=None):
+        if not (isinstance(array, ctypes.Array) and array._type_ is _Key):
+            raise TypeError("Keys wraps the C array of keys the runtime's calls return, not "
+                            f"a {type(array).__name__}: pass a list of (hi, lo) tuples "
+                            "where keys go as it is")
+        start = operator.index(start)
+        length = len(array) - start if length is None else operator.index(length)
+        # C reads `length` keys from `start` on: past the array, it reads
+        # whatever memory follows.
+        if not (0 <= start <= len(array) and 0 <= length <= len(array) - start):
+            raise ValueError(f"keys [{start}, {start + length}) are not all in an array of "
+                             f"{len(array)} keys")
         self._array = array
         self._start = start
-        self._len = len(array) - start if length is None else length
+        self._len = length
 
     def __len__(self):
         return self._len
@@ -51,11 +69,20 @@ class Keys:
     def __repr__(self):
         return f"Keys({list(self)!r})"
 
+    def __reduce__(self):
+        # The array's class is made on the fly and cannot be pickled by name.
+        return (_keys_from_list, (list(self),))
+
     def _pointer(self):
         if self._len == 0:
             return None
         offset = self._start * ctypes.sizeof(_Key)
         return ctypes.cast(ctypes.byref(self._array, offset), _KEYS)
+
+
+def _keys_from_list(pairs):
+    """Keys holding `pairs`, (hi, lo) tuples: how pickled Keys come back."""
+    return Keys(_keys(pairs))
 
 
 def _uint(value, bits, what):
@@ -129,18 +156,21 @@ def _ints(values, ctype, typecodes, what, check):
                                                 else view.tobytes())
 
 
-def _key_ptr(key):
-    """A pointer to the parent key: None, a (hi, lo) pair, or a sequence of
-    exactly one such pair (keys[i:i+1] as well as keys[i])."""
+def _key_ptr(key, what="parent"):
+    """A pointer to the parent key (or the key `what` names): None, a (hi, lo)
+    pair, or a sequence of exactly one such pair (keys[i:i+1] as well as keys[i])."""
     if key is None:
         return None
+    if isinstance(key, numbers.Number):
+        raise TypeError(f"a {what} is one key, a (hi, lo) pair, not {type(key).__name__}: "
+                        "pass keys[i] or keys[i:i+1]")
     if isinstance(key, Keys) or (len(key) and not isinstance(key[0], numbers.Number)):
         if len(key) != 1:
-            raise ValueError(f"a parent is one key, not {len(key)}: pass keys[i] or keys[i:i+1]")
+            raise ValueError(f"a {what} is one key, not {len(key)}: pass keys[i] or keys[i:i+1]")
         key = key[0]
     if len(key) != 2:
-        raise ValueError(f"a parent is one key, a (hi, lo) pair, not {len(key)} values")
-    return ctypes.pointer(_Key(*_key(key, "the parent")))
+        raise ValueError(f"a {what} is one key, a (hi, lo) pair, not {len(key)} values")
+    return ctypes.pointer(_Key(*_key(key, f"the {what}")))
 
 
 def _bytes(data, what):

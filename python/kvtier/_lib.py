@@ -127,6 +127,7 @@ _SIGNATURES = {
 }
 
 _lib = None
+_lib_path = None  # the path _lib was loaded from
 
 
 def lib():
@@ -298,11 +299,25 @@ def _installed_library():
     return os.path.join(libdir, names[0]) if names else None
 
 
+def _same_library(path, loaded_path):
+    if path == loaded_path:
+        return True
+    try:
+        return os.path.samefile(path, loaded_path)
+    except OSError:  # a name the loader searched for, or a file since gone
+        return False
+
+
 def load_library(path=None):
     """Loads libkvtier once: `path`, else $KVTIER_LIBRARY, else the one installed
-    beside this module, else the system's."""
-    global _lib
+    beside this module, else the system's. Once one is loaded, a `path` naming
+    another raises OSError: a process uses one (a runtime would silently open
+    in the one loaded first)."""
+    global _lib, _lib_path
     if _lib is not None:
+        if path is not None and not _same_library(os.fspath(path), _lib_path):
+            raise OSError(f"libkvtier is loaded from {_lib_path} already; {os.fspath(path)} "
+                          "cannot be loaded too (one per process)")
         return _lib
     path = (path or os.environ.get("KVTIER_LIBRARY") or _installed_library()
             or ctypes.util.find_library("kvtier"))
@@ -318,7 +333,7 @@ def load_library(path=None):
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
-    _lib = lib
+    _lib, _lib_path = lib, os.fspath(path)
     return lib
 
 

@@ -7,7 +7,7 @@ import itertools
 import threading
 
 from ._convert import _callable, _ns
-from ._lib import OK, KvtierError, _DoneFn, _Scoped, _check, lib
+from ._lib import DEADLINE_EXCEEDED, OK, KvtierError, _DoneFn, _Scoped, _check, lib
 
 # Callbacks of completions freed before their work ended, by a key passed to
 # kvtier as the done callback's `user`: kept until that callback drops them.
@@ -24,6 +24,10 @@ def _drop_orphan(user):
     del dropped
 
 
+# The load whose on_layer this thread is running (`load`), if any: a wait
+# for that load there would wait for the callback it is in.
+_in_layer = threading.local()
+
 # Lives as long as the module: it is the one callback never freed while it
 # runs (the callbacks it drops have all returned by then).
 _DROP_ORPHAN = _DoneFn(_drop_orphan)
@@ -35,15 +39,35 @@ class Completion(_Scoped):
 
     _ENDED = "completion is freed"
 
-    def __init__(self, handle, keepalive=None):
+    def __init__(self, handle, keepalive=None, load=None):
         super().__init__(handle)
         # Callbacks kvtier may still call: kept alive until the work is done.
         self._keepalive = [keepalive] if keepalive is not None else []
+        self._load = load  # what on_layer marks its thread with (_in_layer)
 
     def wait(self, timeout_s=None):
-        """Waits (at most timeout_s; None: no limit) and returns the call's code:
-        OK, the first block's failure, or DEADLINE_EXCEEDED while still running."""
-        return self._call(lib().kvtier_completion_wait, _ns(timeout_s))
+        """Waits (at most timeout_s; None: no limit) and returns the call's
+        code once every block has its result: OK, or the first block's
+        failure. None if it is still running at timeout_s (the work goes on):
+        a block's own failure may be DEADLINE_EXCEEDED (a load's timeout_s),
+        so that code does not mean "not done", and a poll loop is
+        `while c.wait(0.01) is None: ...`. UNAVAILABLE in a process forked
+        while the work ran, which no thread there will finish."""
+        ns = _ns(timeout_s)
+        if ns < 0 or ns == 2**63 - 1:  # no limit, or one C waits out like none
+            self._refuse_own_layer("wait() without a limit")
+        code = self._call(lib().kvtier_completion_wait, ns)
+        # C answers DEADLINE_EXCEEDED both at the timeout and for work that
+        # ended so; whether it is done tells which. Done by now, it may have
+        # ended since the timeout: the code is asked for again, at once.
+        if code != DEADLINE_EXCEEDED or ns < 0:
+            return code
+        return self._call(lib().kvtier_completion_wait, 0) if self.done else None
+
+    def _refuse_own_layer(self, what):
+        if self._load is not None and getattr(_in_layer, "load", None) is self._load:
+            raise RuntimeError(f"{what} in a load's own on_layer would never return: the load "
+                               "ends after on_layer returns (add_done_callback runs once it has)")
 
     @property
     def done(self):
@@ -54,7 +78,8 @@ class Completion(_Scoped):
         return self._call(lib().kvtier_completion_layers_done)
 
     def results(self):
-        """[(code, bytes)] per block; waits for the completion first."""
+        """[(code, bytes)] per block; waits for the completion first. In a
+        process forked while it ran, raises KvtierError (UNAVAILABLE)."""
         return [(code, nbytes) for code, nbytes, _ in self._results()]
 
     def errors(self):
@@ -64,7 +89,12 @@ class Completion(_Scoped):
                 for code, _, message in self._results()]
 
     def _results(self):
-        self.wait()
+        self._refuse_own_layer("results() or errors()")
+        code = self.wait()
+        if not self.done:
+            # A wait without a limit returns before the end only in a process
+            # forked while the work ran: C would answer each block "not done".
+            raise KvtierError(code, lib().kvtier_last_error().decode(errors="replace"))
         out = []
         for i in range(self._call(lib().kvtier_completion_size)):
             nbytes = ctypes.c_uint64(0)
@@ -91,7 +121,14 @@ class Completion(_Scoped):
         done = loop.create_future()
 
         def wake():
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+            try:
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+            except RuntimeError:
+                # A wait_async cancelled (wait_for's timeout, a task cancelled
+                # at shutdown) whose work ends after its loop closed: nothing
+                # is left to wake.
+                if not loop.is_closed():
+                    raise
 
         self.add_done_callback(wake)
         await done

@@ -8,11 +8,11 @@ import threading
 import weakref
 
 from ._convert import (Keys, _bytes, _c_string, _callable, _hints, _i32s, _key_ptr, _keys, _ns,
-                       _u32, _u32s, _u64)
+                       _u32, _u32s, _u64, _uint)
 from ._lib import (INVALID_ARGUMENT, LOG_DEBUG, LOG_ERROR, LOG_INFO, LOG_WARNING, OK,
                    RESOURCE_EXHAUSTED, KvtierError, _CudaCache, _Key, _LayerFn, _LogFn, _P,
                    _check, _foreign_thread, _Scoped, lib, load_library)
-from .completion import Completion, Pin
+from .completion import Completion, Pin, _in_layer
 
 
 def logging_sink(logger):
@@ -37,17 +37,23 @@ def _close_open_runtimes():
             pass
 
 
-def _layer_callback(on_layer):
+def _layer_callback(on_layer, load):
     """on_layer as a C callback. What it raises would only be printed by
     ctypes, and the load would report its blocks OK: kvtier is told instead,
     so they end INTERNAL ("on_layer failed: ...") and no later layer is
-    reported, as for a C++ on_layer that throws."""
+    reported, as for a C++ on_layer that throws. While it runs, the thread
+    is marked as inside `load`'s on_layer, where a wait for that load would
+    wait for itself."""
     def call(_user, layer):
+        outer = getattr(_in_layer, "load", None)
+        _in_layer.load = load
         try:
             on_layer(layer)
         except BaseException as e:  # nothing may pass back into C
             why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             lib().kvtier_layer_failed(why.encode(errors="replace"))
+        finally:
+            _in_layer.load = outer
     return _LayerFn(call)
 
 
@@ -95,14 +101,19 @@ class Runtime(_Scoped):
         c_sets = (ctypes.c_char_p * len(sets))(*sets) if sets else None
         cuda = None
         if cuda_tensors is not None:
-            ptrs = (ctypes.c_void_p * len(cuda_tensors))(*cuda_tensors)
+            # Addresses are checked like every other integer: ctypes would
+            # pass -1 on as 2**64 - 1, and device 2**32 as device 0.
+            bits = 8 * ctypes.sizeof(ctypes.c_void_p)
+            ptrs = (ctypes.c_void_p * len(cuda_tensors))(
+                *(_uint(p, bits, f"cuda_tensors[{i}]") for i, p in enumerate(cuda_tensors)))
+            stream = None if cuda_stream is None else _uint(cuda_stream, bits, "cuda_stream")
             shape = ((ctypes.c_uint64 * len(cuda_shape))(*(_u64(d, "a cuda_shape dimension")
                                                           for d in cuda_shape))
                      if cuda_shape else None)
             cuda = ctypes.pointer(_CudaCache(ptrs, len(cuda_tensors),
                                              _u32(cuda_num_blocks, "cuda_num_blocks"),
-                                             cuda_device, cuda_stream, shape,
-                                             len(cuda_shape) if cuda_shape else 0))
+                                             _uint(cuda_device, 31, "cuda_device"), stream,
+                                             shape, len(cuda_shape) if cuda_shape else 0))
         handle = _P()
         _check(clib.kvtier_open(_c_string(os.fsencode(config_path), "config_path")
                                if config_path is not None else None,
@@ -189,7 +200,8 @@ class Runtime(_Scoped):
         hashes = [_bytes(h, "each engine hash") for h in hashes]
         size = len(hashes[0]) if hashes else 0
         if any(len(h) != size for h in hashes):
-            raise KvtierError(INVALID_ARGUMENT, "engine hashes must all have one length")
+            raise KvtierError(INVALID_ARGUMENT,
+                              "invalid_argument: engine hashes must all have one length")
         out = (_Key * len(hashes))()
         _check(self._call(lib().kvtier_keys_from_engine_hashes, _key_ptr(parent),
                           b"".join(hashes), size, len(hashes), out if hashes else None))
@@ -219,7 +231,7 @@ class Runtime(_Scoped):
              bypass_admission=False):
         """Starts copying engine_blocks[i] in as keys[i]; returns a Completion."""
         if len(engine_blocks) != len(keys):
-            raise KvtierError(INVALID_ARGUMENT, "save: one engine block per key")
+            raise KvtierError(INVALID_ARGUMENT, "invalid_argument: save: one engine block per key")
         handle = _P()
         _check(self._call(lib().kvtier_save, _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
                           len(keys), _hints(session_id, 0, expected_reuse, bypass_admission),
@@ -230,17 +242,22 @@ class Runtime(_Scoped):
         """Starts copying keys[i] into engine_blocks[i]; on_layer(layer) runs, on
         a kvtier thread, as each layer lands. It takes the GIL, and the copy
         engine's thread waits for it meanwhile: keep it short (set an event).
-        If it raises, it is not called again and the copied blocks end
-        INTERNAL ("on_layer failed: <exception>"). Returns a Completion."""
+        It must not wait for this load, which ends only after it returns:
+        results(), errors() and wait() without a limit raise RuntimeError
+        there. Nor may it wait for another save or load, which may need the
+        thread it holds. If it raises, it is not called again and the copied
+        blocks end INTERNAL ("on_layer failed: <exception>"). Returns a
+        Completion."""
         if len(engine_blocks) != len(keys):
-            raise KvtierError(INVALID_ARGUMENT, "load: one engine block per key")
+            raise KvtierError(INVALID_ARGUMENT, "invalid_argument: load: one engine block per key")
         if on_layer is not None:
             _callable(on_layer, "on_layer")
-        callback = _layer_callback(on_layer) if on_layer else _LayerFn()
+        load = object()  # names this load to its on_layer before its Completion exists
+        callback = _layer_callback(on_layer, load) if on_layer else _LayerFn()
         handle = _P()
         _check(self._call(lib().kvtier_load, _keys(keys), _u32s(engine_blocks), len(keys),
                           _ns(timeout_s), callback, None, ctypes.byref(handle)))
-        return Completion(handle, callback if on_layer else None)
+        return Completion(handle, callback if on_layer else None, load)
 
     def save_state(self, boundary, engine_blocks, session_id=0, expected_reuse=None,
                    bypass_admission=False):
@@ -249,7 +266,8 @@ class Runtime(_Scoped):
         `boundary` in as its state checkpoint; lookups then answer only
         prefixes whose last block has one. Returns a Completion."""
         handle = _P()
-        _check(self._call(lib().kvtier_save_state, _key_ptr(boundary), _u32s(engine_blocks),
+        _check(self._call(lib().kvtier_save_state, _key_ptr(boundary, "boundary"),
+                          _u32s(engine_blocks),
                           len(engine_blocks),
                           _hints(session_id, 0, expected_reuse, bypass_admission),
                           ctypes.byref(handle)))
@@ -259,7 +277,8 @@ class Runtime(_Scoped):
         """Starts copying the state checkpoint of `boundary` into engine_blocks;
         returns a Completion (NOT_FOUND per block when none is stored)."""
         handle = _P()
-        _check(self._call(lib().kvtier_load_state, _key_ptr(boundary), _u32s(engine_blocks),
+        _check(self._call(lib().kvtier_load_state, _key_ptr(boundary, "boundary"),
+                          _u32s(engine_blocks),
                           len(engine_blocks), _ns(timeout_s), ctypes.byref(handle)))
         return Completion(handle)
 

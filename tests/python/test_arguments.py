@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import kvtier
@@ -95,6 +96,42 @@ class ArgumentTest(unittest.TestCase):
         self.assertEqual(self.rt.propose_preemption(8), [])
         self.rt.track_request(2**64 - 1, self.keys, 4)  # the largest id is one
         self.assertEqual(self.rt.propose_preemption(8), [2**64 - 1])
+
+    def test_cuda_values_out_of_range_are_refused(self):
+        # ctypes passed device 2**32 on as device 0, and address -1 as
+        # 2**64 - 1; refused here before any driver is asked.
+        fake = [0x1000] * 4
+        for kwargs, name in (({"cuda_device": 2**32}, "cuda_device is 4294967296"),
+                             ({"cuda_device": -1}, "cuda_device is -1"),
+                             ({"cuda_tensors": [0x1000, -1, 0x1000, 0x1000]},
+                              "cuda_tensors[1] is -1"),
+                             ({"cuda_tensors": [2**64] * 4}, f"cuda_tensors[0] is {2**64}"),
+                             ({"cuda_stream": -1}, "cuda_stream is -1")):
+            with self.subTest(**kwargs):
+                with self.assertRaises(OverflowError) as e:
+                    kvtier.Runtime(config_text=CONFIG, **dict({"cuda_tensors": fake}, **kwargs))
+                self.assertIn(name, str(e.exception))
+        with self.assertRaises(TypeError) as e:
+            kvtier.Runtime(config_text=CONFIG, cuda_tensors=fake, cuda_device="0")
+        self.assertIn("cuda_device must be an int, not str", str(e.exception))
+
+    def test_a_second_library_is_refused_once_one_is_loaded(self):
+        # library= was ignored once a library was loaded: a runtime opened in
+        # the first one loaded, whatever build the engine asked for.
+        lib = kvtier.load_library()
+        loaded = lib._name  # the path it was loaded from
+        with self.assertRaises(OSError) as e:
+            kvtier.Runtime(config_text=CONFIG, library="/nonexistent/libkvtier-other.so")
+        self.assertIn(f"libkvtier is loaded from {loaded} already", str(e.exception))
+        with self.assertRaises(OSError):
+            kvtier.load_library("/nonexistent/libkvtier-other.so")
+        self.assertIs(kvtier.load_library(loaded), lib)
+        with tempfile.TemporaryDirectory() as tmp:  # the same file by another name
+            link = os.path.join(tmp, "libkvtier.so")
+            os.symlink(os.path.abspath(loaded), link)
+            self.assertIs(kvtier.load_library(link), lib)
+            with kvtier.Runtime(config_text=CONFIG, library=link) as rt:
+                self.assertEqual(rt.block_bytes, 8192)
 
     def test_keys_out_of_range_are_refused(self):
         for key in ((-1, 0), (0, 2**64), (1.5, 2)):

@@ -4,9 +4,11 @@ PYTHONPATH set; `python3 tests/python/test_kvtier.py` does the same by hand."""
 
 import array
 import asyncio
+import collections.abc
 import logging
 import os
 import pathlib
+import pickle
 import signal
 import subprocess
 import sys
@@ -52,6 +54,14 @@ class KvtierBindingTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=timeout)
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
         return run
+
+    def poll(self, completion):
+        """The loop wait()'s docstring gives, bounded: the code it ends with."""
+        for _ in range(1000):
+            code = completion.wait(0.01)
+            if code is not None:
+                return code
+        self.fail("the poll loop did not end")
 
     def test_geometry_and_keys(self):
         self.assertEqual(self.rt.block_bytes, 8192)
@@ -165,6 +175,11 @@ class KvtierBindingTest(unittest.TestCase):
             self.assertEqual(miss.wait(), kvtier.NOT_FOUND)
             self.assertEqual(miss.results(), [(kvtier.NOT_FOUND, 0)] * 2)
             self.assertEqual(rt.save_state(keys[2], [3]).wait(), kvtier.INVALID_ARGUMENT)
+            for call in (rt.save_state, rt.load_state):
+                with self.subTest(call=call.__name__):
+                    with self.assertRaises(ValueError) as e:  # used to say "a parent is ..."
+                        call(keys[:2], [3, 4])
+                    self.assertIn("a boundary is one key, not 2", str(e.exception))
         finally:
             rt.close()
         off = self.rt.save_state(self.rt.key_chain(list(range(16)))[0], [0, 1])
@@ -304,6 +319,15 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(e.exception.code, kvtier.INVALID_ARGUMENT)
         with self.assertRaises(OverflowError):  # an engine block id below 0
             self.rt.load(self.rt.key_chain(list(range(16))), [-1])
+        # Refused before the C call, with the code's name first like C's messages.
+        for call in (lambda: self.rt.save(self.rt.key_chain(list(range(16))), [0, 1]),
+                     lambda: self.rt.load(self.rt.key_chain(list(range(16))), [0, 1]),
+                     lambda: self.rt.keys_from_engine_hashes([b"a", b"bc"])):
+            with self.assertRaises(kvtier.KvtierError) as e:
+                call()
+            self.assertEqual(e.exception.code, kvtier.INVALID_ARGUMENT)
+            self.assertTrue(e.exception.message.startswith("invalid_argument: "),
+                            e.exception.message)
         self.assertEqual(kvtier.code_name(kvtier.CORRUPTION), "corruption")
         fake = [0x1000] * 4  # not device memory: refused after the shape check
         with self.assertRaises(kvtier.KvtierError) as e:
@@ -618,6 +642,9 @@ class KvtierBindingTest(unittest.TestCase):
                 with self.assertRaises(ValueError) as e:
                     self.rt.key_chain(tokens[16:], parent=parent)
                 self.assertIn("parent is one key", str(e.exception))
+        with self.assertRaises(TypeError) as e:  # used to say "object of type 'int' has no len()"
+            self.rt.key_chain(tokens[16:], parent=5)
+        self.assertIn("a parent is one key, a (hi, lo) pair, not int", str(e.exception))
 
     def test_one_key_where_keys_go_is_a_clear_type_error(self):
         keys = self.rt.key_chain(list(range(16)))
@@ -753,6 +780,155 @@ class KvtierBindingTest(unittest.TestCase):
             "rt.close()\n"
         )
         self.run_script(script, timeout=30)
+
+    def test_keys_are_a_sequence_that_pickles(self):
+        # Keys sent from a scheduler process to a worker: the array's class is
+        # made on the fly, and pickle could not find it by name.
+        keys = self.rt.key_chain(list(range(5 * 16)))
+        self.assertIsInstance(keys, collections.abc.Sequence)
+        self.assertEqual(keys.index(keys[3]), 3)
+        self.assertEqual(keys.count(keys[1]), 1)
+        self.assertIn(keys[4], keys)
+        self.assertEqual(list(reversed(keys)), list(keys)[::-1])
+        for part in (keys, keys[1:4], keys[:0]):
+            with self.subTest(len=len(part)):
+                back = pickle.loads(pickle.dumps(part))
+                self.assertIsInstance(back, kvtier.Keys)
+                self.assertEqual(back, part)
+        self.assertEqual(self.rt.save(keys[:2], [0, 1]).wait(), kvtier.OK)
+        self.assertEqual(self.rt.lookup(pickle.loads(pickle.dumps(keys))), (2, [0, 0]))
+
+    def test_keys_are_made_only_over_the_runtimes_arrays_and_within_them(self):
+        keys = self.rt.key_chain(list(range(2 * 16)))
+        self.assertEqual(kvtier.Keys(keys._array, 1, 1), keys[1:])
+        self.assertEqual(kvtier.Keys(keys._array, 2), [])
+        # C read `length` keys whatever the array held: past it, other memory
+        # or a crash.
+        for start, length in ((0, 10**7), (0, 3), (-1, 1), (3, None), (1, -1)):
+            with self.subTest(start=start, length=length):
+                with self.assertRaises(ValueError) as e:
+                    kvtier.Keys(keys._array, start, length)
+                self.assertIn("are not all in an array of 2 keys", str(e.exception))
+        # A list of tuples used to fail only when read ("'tuple' object has no
+        # attribute 'hi'"); calls take the list itself.
+        with self.assertRaises(TypeError) as e:
+            kvtier.Keys([(1, 2)])
+        self.assertIn("pass a list of (hi, lo) tuples where keys go", str(e.exception))
+        self.assertEqual(self.rt.lookup([(1, 2)]), (0, []))
+
+    def test_a_loads_on_layer_cannot_wait_for_that_load(self):
+        # The load ends after on_layer returns: results(), errors() or wait()
+        # without a limit there waited forever, and close() after them.
+        script = (
+            "import math, threading, kvtier\n"
+            f"CONFIG = {CONFIG!r}\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "keys = rt.key_chain(list(range(32)))\n"
+            "assert rt.save(keys, [0, 1]).wait() == kvtier.OK\n"
+            "box, ready, seen = {}, threading.Event(), []\n"
+            "def on_layer(layer):\n"
+            "    ready.wait(5)\n"
+            "    if layer:\n"
+            "        return\n"
+            "    load = box['load']\n"
+            "    for call in (load.results, load.errors, load.wait, lambda: load.wait(math.inf)):\n"
+            "        try:\n"
+            "            call()\n"
+            "            seen.append('returned')\n"
+            "        except RuntimeError as e:\n"
+            "            seen.append('on_layer' in str(e))\n"
+            "    seen.append(load.wait(0))  # a poll answers at once\n"
+            "box['load'] = rt.load(keys, [2, 3], on_layer=on_layer)\n"
+            "ready.set()\n"
+            "assert box['load'].wait(10) == kvtier.OK\n"
+            "assert seen == [True, True, True, True, None], seen\n"
+            "assert box['load'].results() == [(kvtier.OK, 8192)] * 2\n"
+            "rt.close()\n"
+        )
+        self.run_script(script, timeout=30)
+
+    def test_a_poll_loop_ends_once_the_work_ends_whatever_its_code(self):
+        # wait(timeout) answered DEADLINE_EXCEEDED while the load ran and
+        # also once its blocks had ended DEADLINE_EXCEEDED: a loop waiting
+        # for the work to end could not tell the two apart.
+        keys = self.rt.key_chain(list(range(1300, 1300 + 16)))
+        self.assertEqual(self.rt.save(keys, [0]).wait(), kvtier.OK)
+        release = threading.Event()
+        running = self.rt.load(keys, [1], on_layer=lambda layer: release.wait(10))
+        try:
+            self.assertIsNone(running.wait(0.01))
+            self.assertIsNone(running.wait(0))
+        finally:
+            release.set()
+        self.assertEqual(self.poll(running), kvtier.OK)
+        # Blocks of a lower tier, loaded with no time to read them, end
+        # DEADLINE_EXCEEDED.
+        two_tiers = CONFIG.replace("capacity: 1MiB", "capacity: 40KiB") + (
+            "  - name: lower\n    type: host\n    capacity: 1MiB\n"
+            "    hugepages: false\n    mlock: false\n")
+        with kvtier.Runtime(config_text=two_tiers) as rt:
+            old = rt.key_chain(list(range(1000, 1064)))
+            self.assertEqual(rt.save(old, [0, 1, 2, 3]).wait(), kvtier.OK)
+            for j in range(2):  # pushes `old` down to the lower tier
+                newer = rt.key_chain(list(range(j * 64, j * 64 + 64)))
+                self.assertEqual(rt.save(newer, [4, 5, 6, 7]).wait(), kvtier.OK)
+            self.assertEqual(rt.lookup(old), (4, [1, 1, 1, 1]))
+            late = rt.load(old, [8, 9, 10, 11], timeout_s=0)
+            self.assertEqual(self.poll(late), kvtier.DEADLINE_EXCEEDED)
+            self.assertTrue(late.done)
+            self.assertIn((kvtier.DEADLINE_EXCEEDED, 0), late.results())
+            self.assertEqual(late.wait(0.01), kvtier.DEADLINE_EXCEEDED)
+
+    def test_a_forked_child_cannot_read_results_still_running_in_the_parent(self):
+        # The child has no thread to finish the load: results() used to answer
+        # each block INVALID_ARGUMENT ("the completion is not done yet").
+        keys = self.rt.key_chain(list(range(1400, 1400 + 2 * 16)))
+        self.assertEqual(self.rt.save(keys, [0, 1]).wait(), kvtier.OK)
+        release = threading.Event()
+        load = self.rt.load(keys, [2, 3], on_layer=lambda layer: release.wait(10))
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = 2 if load.wait() != kvtier.UNAVAILABLE else 0
+                for call in (load.results, load.errors):
+                    try:
+                        call()
+                        code = 3
+                    except kvtier.KvtierError as e:
+                        if e.code != kvtier.UNAVAILABLE or "forked" not in e.message:
+                            code = 4
+            finally:
+                os._exit(code)
+        release.set()
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(load.results(), [(kvtier.OK, 8192)] * 2)
+
+    def test_a_cancelled_wait_async_ends_quietly_after_its_loop_closed(self):
+        # The load ends after asyncio.run closed the loop: its done callback
+        # used to raise "Event loop is closed" inside ctypes, printed at exit.
+        script = (
+            "import asyncio, threading, kvtier\n"
+            f"CONFIG = {CONFIG!r}\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "keys = rt.key_chain(list(range(32)))\n"
+            "assert rt.save(keys, [0, 1]).wait() == kvtier.OK\n"
+            "release = threading.Event()\n"
+            "load = rt.load(keys, [2, 3], on_layer=lambda layer: release.wait(10))\n"
+            "async def main():\n"
+            "    try:\n"
+            "        await asyncio.wait_for(load.wait_async(), 0.05)\n"
+            "    except asyncio.TimeoutError:\n"
+            "        print('timed out', flush=True)\n"
+            "asyncio.run(main())\n"
+            "release.set()\n"
+            "assert load.wait(10) == kvtier.OK\n"
+            "rt.close()\n"
+        )
+        run = self.run_script(script, timeout=30)
+        self.assertEqual(run.stdout, "timed out\n")
+        self.assertEqual(run.stderr, "")
 
 
 if __name__ == "__main__":
