@@ -89,7 +89,11 @@ TEST(ReplayReportTest, RatesAreOverLoadAndSaveTime) {
   EXPECT_NE(text.find("(4.000 GB/s over 0.250 s in Save+Wait)"), std::string::npos) << text;
   const std::string json = ReplayReportJson(r);
   EXPECT_NE(json.find("\"load_s\":1.5,\"save_s\":0.25"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"skipped_requests\":0,\"hit_requests\":4,"), std::string::npos) << json;
+  // Every count of the text is in the JSON too.
+  EXPECT_NE(json.find("\"skipped_requests\":0,\"skipped_blocks\":0,\"hit_requests\":4,"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"planned_requests\":0,"), std::string::npos) << json;
 }
 
 // The checkpoint lines appear for hybrid models only.

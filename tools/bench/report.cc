@@ -127,6 +127,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
   j["config"] = r.config_source;
   j["requests"] = r.requests;
   j["skipped_requests"] = r.skipped_requests;
+  j["skipped_blocks"] = r.skipped_blocks;
   j["hit_requests"] = r.hit_requests;
   j["blocks"] = r.blocks;
   j["block_hits"] = r.block_hits;
@@ -139,6 +140,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
   j["lookup_failures"] = r.lookup_failures;
   j["restart_at"] = r.restart_at;
   j["interrupted_by"] = r.interrupted_by;
+  j["planned_requests"] = r.planned_requests;
   j["requests_after_restart"] = r.requests_after_restart;
   j["blocks_after_restart"] = r.blocks_after_restart;
   j["block_hits_after_restart"] = r.block_hits_after_restart;
