@@ -100,6 +100,11 @@ Status FromRedisReply(const redisReply* reply, std::string_view op) {
   return FromRedisError(std::string_view(reply->str, reply->len), op);
 }
 
+bool IsRedisTimeout(const Status& s) {
+  return s.code() == StatusCode::kUnavailable &&
+         s.message().find("timed out") != std::string_view::npos;
+}
+
 RedisConnection::RedisConnection(RedisEndpoint endpoint, redisContext* ctx, uint32_t timeout_ms)
     : endpoint_(std::move(endpoint)), ctx_(ctx), timeout_ms_(timeout_ms), in_(kInBufferBytes) {}
 

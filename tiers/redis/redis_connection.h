@@ -86,6 +86,10 @@ struct RespLimits {
   uint64_t max_total_bytes = 64 * 1024;  // the whole reply as sent
 };
 
+// Whether `s` is a connection's timeout (connect, a send, a reply): each
+// says "timed out", as Unavailable.
+bool IsRedisTimeout(const Status& s);
+
 class RedisConnection {
  public:
   // Connects, runs the TLS handshake when `tls` is given (options.tls),

@@ -77,9 +77,26 @@ void RedisNode::Submit(RedisJob job) {
 }
 
 void RedisNode::Loop(Worker* w) {
+  const bool control = w == workers_.back().get();
   std::unique_lock lock(w->mu);
   for (;;) {
-    w->cv.wait(lock, [w] { return w->stop || !w->queue.empty(); });
+    // A silent server: the control worker, between its jobs, tries a
+    // connection each time its backoff has passed.
+    if (control && silent_.load(std::memory_order_relaxed) && !w->stop && w->queue.empty()) {
+      const uint64_t now = NowNs();
+      if (now < w->retry_at_ns) {
+        w->cv.wait_for(lock, std::chrono::nanoseconds(w->retry_at_ns - now));
+      } else {
+        lock.unlock();
+        Probe(w);
+        lock.lock();
+      }
+      continue;
+    }
+    w->cv.wait(lock, [&] {
+      return w->stop || !w->queue.empty() || (control && silent_.load(std::memory_order_relaxed));
+    });
+    if (w->queue.empty() && !w->stop) continue;  // silent: probed above
     if (w->queue.empty()) break;  // stopping, nothing left
     RedisJob job = std::move(w->queue.front());
     w->queue.pop_front();
@@ -96,6 +113,34 @@ void RedisNode::Loop(Worker* w) {
   w->conn.reset();
 }
 
+void RedisNode::MarkSilent(const Status& why) {
+  if (silent_.exchange(true)) return;
+  if (log_) {
+    log_->Log(LogLevel::kWarning, "redis " + endpoint_.ToString() +
+                                      " answered nothing in time; its keys miss until it "
+                                      "answers again: " +
+                                      why.ToString());
+  }
+  Worker* control = workers_.back().get();
+  std::lock_guard lock(control->mu);
+  control->cv.notify_one();
+}
+
+void RedisNode::Probe(Worker* w) {
+  w->conn.reset();
+  auto conn = RedisConnection::Open(endpoint_, options_, tls_.get());
+  if (!conn.ok()) {
+    w->backoff_ms = std::clamp<uint64_t>(w->backoff_ms * 2, kFirstBackoffMs, kMaxBackoffMs);
+    w->retry_at_ns = NowNs() + w->backoff_ms * 1000000;
+    return;
+  }
+  w->conn = std::move(conn).value();
+  w->backoff_ms = 0;
+  w->retry_at_ns = 0;
+  silent_.store(false);
+  if (log_) log_->Log(LogLevel::kInfo, "redis " + endpoint_.ToString() + ": answers again");
+}
+
 Status RedisNode::EnsureConnected(Worker* w, bool* reused) {
   *reused = w->conn && w->conn->Reusable();
   if (*reused) return Status::Ok();
@@ -110,6 +155,7 @@ Status RedisNode::EnsureConnected(Worker* w, bool* reused) {
   if (!conn.ok()) {
     w->backoff_ms = std::clamp<uint64_t>(w->backoff_ms * 2, kFirstBackoffMs, kMaxBackoffMs);
     w->retry_at_ns = NowNs() + w->backoff_ms * 1000000;
+    if (IsRedisTimeout(conn.status())) MarkSilent(conn.status());
     return conn.status();
   }
   if (w->backoff_ms != 0 && log_) {
@@ -122,6 +168,14 @@ Status RedisNode::EnsureConnected(Worker* w, bool* reused) {
 }
 
 void RedisNode::Run(Worker* w, RedisJob job) {
+  if (silent_.load(std::memory_order_relaxed)) {
+    FailRedisJob(this, std::move(job),
+                 Status::Unavailable("redis " + endpoint_.ToString() +
+                                     ": an earlier command timed out; its keys miss until "
+                                     "the server answers again"),
+                 /*unreachable=*/true);
+    return;
+  }
   bool reused = false;
   Status st = EnsureConnected(w, &reused);
   // Unavailable: refused, timed out or in backoff (not a refused password).
@@ -199,6 +253,7 @@ bool RedisNode::Execute(Worker* w, RedisJob& job, std::vector<RedisOpResult>& re
     results[i] = RedisOpResult{broken};
     results[i].unreachable = lost;
   }
+  if (lost && IsRedisTimeout(broken)) MarkSilent(broken);
   const bool closed_unanswered =
       conn.broken() && conn.closed_by_peer() && conn.received_bytes() == received_before;
   // Closed now, not on the next job: a server streaming junk stops being read.

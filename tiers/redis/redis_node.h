@@ -9,7 +9,11 @@
 // A thread whose connection broke reconnects on its next job; after a failed
 // connect it waits (backoff doubling from 20 ms to 1 s) before trying again,
 // and jobs that arrive meanwhile fail at once with Unavailable, so a dead
-// server costs its keys a fast miss rather than a stall. A connection the
+// server costs its keys a fast miss rather than a stall. A server that
+// answers nothing within a timeout (stopped or wedged: it keeps its sockets,
+// so connects succeed and commands hang) makes the node silent: every job
+// fails at once with Unavailable, and the control thread tries a connection
+// in the background (same backoff) until the server answers again. A connection the
 // server closed while idle is replaced before a job uses it, and a job whose
 // reused connection turns out closed before any reply arrived is run once
 // more on a new one (its commands are idempotent).
@@ -95,6 +99,12 @@ class RedisNode {
   };
 
   void Loop(Worker* w);
+  // The server answered nothing within a timeout: jobs fail at once, and the
+  // control worker is woken to probe.
+  void MarkSilent(const Status& why);
+  // Control worker, node silent: one connection attempt; the server answers
+  // again when it succeeds, else the next attempt waits the backoff.
+  void Probe(Worker* w);
   void Run(Worker* w, RedisJob job);
   // *reused: the connection was open before this call.
   Status EnsureConnected(Worker* w, bool* reused);
@@ -109,6 +119,7 @@ class RedisNode {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<uint32_t> next_{0};
   std::atomic<uint64_t> reply_bytes_{0};
+  std::atomic<bool> silent_{false};
 };
 
 // Fails every op of `job` with `st` and delivers the results, marked
