@@ -10,12 +10,12 @@
 
 #include "tests/redis/redis_test_util.h"
 #include "tests/support/block_data.h"
+#include "tests/support/silent_reads.h"
 #include "tests/support/time_scale.h"
 
 namespace kvtier::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr NamespaceId kNs{0x78};
 constexpr uint64_t kBlock = 64 * 1024;
 
@@ -32,48 +32,18 @@ TEST(RedisSilentTest, ReadsFailAtOnceWhileTheServerIsSilentThenItServesAgain) {
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   Tier& tier = **made;
   const std::vector<std::byte> data = BlockBytes(TestKey(1), kBlock);
-  WriteOp w{TestKey(1), data};
-  ASSERT_TRUE(tier.Write(kNs, std::span(&w, 1)).Wait().ok());
   std::vector<std::byte> out(kBlock);
   ReadOp r{TestKey(1), out};
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(tier.Read(kNs, std::span(&r, 1)).Wait().ok());
+  WriteAndReadOnEachConnection(tier, kNs, TestKey(1), data, r, 2);
 
   (*server)->Pause();
-  // Several reconnect cycles long. Before, each job after a timeout
-  // reconnected on its own thread and waited a connect timeout (or the
-  // backoff's fast failure), so most reads took a whole timeout.
-  const auto window = std::chrono::milliseconds(timeout_ms * 8);
-  const auto slow = std::chrono::milliseconds(timeout_ms / 3);
-  const auto start = Clock::now();
-  int reads = 0, slow_reads = 0;
-  Status last;
-  while (Clock::now() - start < window) {
-    const auto t0 = Clock::now();
-    Completion c = tier.Read(kNs, std::span(&r, 1));
-    ASSERT_TRUE(c.WaitFor(std::chrono::milliseconds(timeout_ms * 3)).ok() || c.Poll());
-    last = c.result(0);
-    ASSERT_FALSE(last.ok()) << "a paused server served a read";
-    ++reads;
-    slow_reads += Clock::now() - t0 >= slow ? 1 : 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  // Each data connection holds one read to its timeout at most.
-  EXPECT_LE(slow_reads, 2) << "of " << reads << " reads";
-  EXPECT_GE(reads - slow_reads, 20);
-  EXPECT_EQ(last.code(), StatusCode::kUnavailable) << last.ToString();
-  EXPECT_NE(last.message().find("until the server answers again"), std::string::npos)
-      << last.ToString();
+  // Before, each job after a timeout reconnected on its own thread and
+  // waited a connect timeout, so most reads took a whole timeout. Each data
+  // connection holds one read to its timeout at most.
+  ExpectFastFailuresWhileSilent(tier, kNs, r, timeout_ms, 2, "until the server answers again");
 
   (*server)->Resume();
-  const auto until = Clock::now() + Scaled(std::chrono::seconds(5));
-  Status st;
-  do {
-    std::fill(out.begin(), out.end(), std::byte{0});
-    st = tier.Read(kNs, std::span(&r, 1)).Wait();
-    if (!st.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (!st.ok() && Clock::now() < until);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_EQ(out, data);
+  ExpectServesAgain(tier, kNs, r, data);
   tier.Shutdown();
 }
 

@@ -17,6 +17,16 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// ValidateSweepFlags' refusal of the default flags as `set` changes them.
+template <class Set>
+std::string RefusalOf(Set set) {
+  SweepFlags f;
+  set(f);
+  Status s = ValidateSweepFlags(f);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  return std::string(s.message());
+}
+
 TEST(SweepArgs, PointsAreTwoFiniteFractions) {
   Result<SweepPoint> p = ParseSweepPoint("0.05:0.30");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
@@ -87,54 +97,40 @@ TEST(SweepArgs, KnobsTakeOneFiniteNumberInRange) {
 
 TEST(SweepArgs, EngineFlagsAreFiniteAndInRange) {
   EXPECT_TRUE(ValidateSweepFlags(SweepFlags()).ok());
-  const auto message = [](auto set) {
-    SweepFlags f;
-    set(f);
-    Status s = ValidateSweepFlags(f);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    return std::string(s.message());
-  };
-  EXPECT_EQ(message([](SweepFlags& f) { f.gpu_tflops = 0; }),
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) { f.gpu_tflops = 0; }),
             "--gpu-tflops is 0; expected 0.001 to 1e6");
   // Far below, the modeled times left the clock's range (a TTFT of 3e62 s).
-  EXPECT_EQ(message([](SweepFlags& f) { f.gpu_tflops = 1e-300; }),
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) { f.gpu_tflops = 1e-300; }),
             "--gpu-tflops is 1e-300; expected 0.001 to 1e6");
-  EXPECT_EQ(message([](SweepFlags& f) { f.watermark = 1.5; }),
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) { f.watermark = 1.5; }),
             "--watermark is 1.5; expected a fraction in [0, 1); 0 = off");
-  EXPECT_EQ(message([](SweepFlags& f) { f.gpu_pool_blocks = 0; }),
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) { f.gpu_pool_blocks = 0; }),
             "--gpu-pool-blocks is 0; expected at least 1");
-  message([](SweepFlags& f) { f.gpu_tflops = kNaN; });
-  message([](SweepFlags& f) { f.gpu_tflops = kInf; });
-  message([](SweepFlags& f) { f.decode_ms = -1; });
-  message([](SweepFlags& f) { f.watermark = kNaN; });
-  message([](SweepFlags& f) { f.write_budget_gib_per_day = kNaN; });
-  message([](SweepFlags& f) { f.write_budget_gib_per_day = 1e30; });
-  message([](SweepFlags& f) { f.write_budget_lru_share = kInf; });
-  message([](SweepFlags& f) { f.probation = kNaN; });
-  message([](SweepFlags& f) { f.hybrid_state_mib = 0; });
-  message([](SweepFlags& f) { f.hybrid_kv_kib_per_token = kNaN; });
-  const std::string nan_point = message([](SweepFlags& f) { f.points = {"0.05:0.30", "nan:0"}; });
+  RefusalOf([](SweepFlags& f) { f.gpu_tflops = kNaN; });
+  RefusalOf([](SweepFlags& f) { f.gpu_tflops = kInf; });
+  RefusalOf([](SweepFlags& f) { f.decode_ms = -1; });
+  RefusalOf([](SweepFlags& f) { f.watermark = kNaN; });
+  RefusalOf([](SweepFlags& f) { f.write_budget_gib_per_day = kNaN; });
+  RefusalOf([](SweepFlags& f) { f.write_budget_gib_per_day = 1e30; });
+  RefusalOf([](SweepFlags& f) { f.write_budget_lru_share = kInf; });
+  RefusalOf([](SweepFlags& f) { f.probation = kNaN; });
+  RefusalOf([](SweepFlags& f) { f.hybrid_state_mib = 0; });
+  RefusalOf([](SweepFlags& f) { f.hybrid_kv_kib_per_token = kNaN; });
+  const std::string nan_point = RefusalOf([](SweepFlags& f) { f.points = {"0.05:0.30", "nan:0"}; });
   EXPECT_EQ(nan_point.rfind("--points: bad point 'nan:0'", 0), 0u) << nan_point;
-  message([](SweepFlags& f) { f.points = {}; });
-  message([](SweepFlags& f) { f.knobs = {"reuse_min_samples=-1"}; });
+  RefusalOf([](SweepFlags& f) { f.points = {}; });
+  RefusalOf([](SweepFlags& f) { f.knobs = {"reuse_min_samples=-1"}; });
 }
 
 // Flags only a row not asked for reads were accepted and ignored; a policy
 // name no row knows was found only after the rows before it had run.
 TEST(SweepArgs, FlagsForRowsNotRunAndUnknownPoliciesAreRefusedFirst) {
-  const auto message = [](auto set) {
-    SweepFlags f;
-    set(f);
-    Status s = ValidateSweepFlags(f);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    return std::string(s.message());
-  };
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"lru", "kvtier", "no_such_set"};
             }).rfind("--policies: unknown sweep policy 'no_such_set'", 0),
             0u);
   EXPECT_EQ(
-      message([](SweepFlags& f) {
+      RefusalOf([](SweepFlags& f) {
         f.policies = {"lru", "custom"};
         f.custom = "lru:always:fifo";
       })
@@ -142,23 +138,23 @@ TEST(SweepArgs, FlagsForRowsNotRunAndUnknownPoliciesAreRefusedFirst) {
                  "lru, ",
                  0),
       0u);
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"custom"};
               f.custom = "lru:always+maybe:lru";
             }).rfind("--policies lru:always+maybe:lru: unknown admission policy 'maybe'", 0),
             0u);
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"lru"};
               f.probation = 0.5;
             }),
             "--probation sets the marconi admission's probation; expected a policy set that "
             "admits with marconi in --policies");
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"marconi"};
               f.probation = -5;
             }),
             "--probation is -5; expected 0 to 1");
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"lru"};
               f.write_budget_gib_per_day = 5;
             })
@@ -167,11 +163,11 @@ TEST(SweepArgs, FlagsForRowsNotRunAndUnknownPoliciesAreRefusedFirst) {
                        "write_budget",
                        0),
             0u);
-  EXPECT_EQ(message([](SweepFlags& f) { f.hybrid_state_mib = 7; }),
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) { f.hybrid_state_mib = 7; }),
             "--hybrid-kv-kib-per-token and --hybrid-state-mib describe the model of the hybrid "
             "table; expected --hybrid");
   // Below a byte per token the model's blocks were 0 bytes.
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.hybrid = true;
               f.hybrid_kv_kib_per_token = 0.0009;
             }),
@@ -203,18 +199,13 @@ TEST(SweepArgs, APointOfNoHostBlockNamesThePointAndTheTrace) {
 }
 
 TEST(SweepArgs, WriteBudgetComesFromExactlyOneFlag) {
-  const auto message = [](auto set) {
-    SweepFlags f;
-    set(f);
-    return std::string(ValidateSweepFlags(f).message());
-  };
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"lru", "write_budget"};
             }),
             "--policies write_budget admits with write_budget, which needs a budget; expected "
             "--write-budget-gib-per-day GIB or --write-budget-lru-share SHARE (with lru in "
             "--policies)");
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"custom"};
               f.custom = "lru:frequency+write_budget:lru";
             })
@@ -222,27 +213,27 @@ TEST(SweepArgs, WriteBudgetComesFromExactlyOneFlag) {
                        "write_budget, which needs a budget",
                        0),
             0u);
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"lru", "write_budget"};
               f.write_budget_gib_per_day = 2;
               f.write_budget_lru_share = 0.5;
             }),
             "--write-budget-gib-per-day and --write-budget-lru-share both set the write_budget "
             "admission's budget; expected one of them");
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"oracle", "write_budget"};
               f.write_budget_lru_share = 0.5;
             }),
             "--write-budget-lru-share is a share of the lru row's NVMe writes; expected lru in "
             "--policies");
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"lru", "kvtier"};
               f.custom = "lru:reuse:lru";
             }),
             "--custom lru:reuse:lru sets the 'custom' row's policies; expected custom in "
             "--policies");
   // A negative budget is out of range, not missing.
-  EXPECT_EQ(message([](SweepFlags& f) {
+  EXPECT_EQ(RefusalOf([](SweepFlags& f) {
               f.policies = {"lru", "write_budget"};
               f.write_budget_gib_per_day = -5;
             }).rfind("--write-budget-gib-per-day is -5; expected 0 to 1e9", 0),
