@@ -151,7 +151,8 @@ void AddReplay(CLI::App& app, ReplayFlags& f) {
   CLI::App* cmd = app.add_subcommand(
       "replay",
       "replay a request trace against a runtime; exit 1: a loaded block had wrong bytes, "
-      "3: some loads, saves or lookups failed");
+      "2: bad arguments, config or trace, or a runtime that cannot open with them, 3: some "
+      "loads, saves or lookups failed, 128+N: stopped by signal N");
   cmd->add_option("--config", f.options.config_path, "YAML config file")->required();
   cmd->add_option("--trace", f.options.trace_path, "Mooncake JSONL trace");
   cmd->add_flag("--generate", f.generate, "replay a synthetic agentic trace instead");
