@@ -126,7 +126,10 @@ TEST(NvmeReinsert, ReclaimRewritesHotBlocksAndEvictsColdOnes) {
   constexpr uint64_t kBytes = 16 * 1024, kDisk = 20 * 1024;
   TierOptions o = NvmeOptions(dir.path(), 12, kBytes, 3 * kDisk);
   o.nvme.reinsert_hits = 2;
-  auto t = OpenNvmeTier(o, TierContext{kBytes});
+  LostCopies lost;
+  TierContext context{kBytes};
+  context.copies_lost = lost.Sink();
+  auto t = OpenNvmeTier(o, context);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_EQ((*t)->Stats().regions, 6u);
   WriteBlocks(**t, 0, 12, kBytes);
@@ -148,6 +151,9 @@ TEST(NvmeReinsert, ReclaimRewritesHotBlocksAndEvictsColdOnes) {
   EXPECT_EQ(st.bytes_reclaimed, 2 * kDisk);  // the victim's 3 blocks less the rewritten one
   EXPECT_EQ(st.corruptions, 0u);
   EXPECT_EQ((*t)->Usage().blocks, 10u);  // 0, 3..7, 12..15
+  // The evicted blocks are reported lost: the runtime still indexed them here.
+  EXPECT_EQ(lost.Taken(),
+            (std::vector<std::pair<NamespaceId, BlockKey>>{{kNs, TestKey(1)}, {kNs, TestKey(2)}}));
   auto expect_after = [&](Tier& tier) {
     for (uint64_t i : {0, 3, 4, 5, 6, 7, 12, 13, 14, 15}) {
       EXPECT_TRUE(ReadAndCheck(tier, i, kBytes).ok()) << i;

@@ -37,7 +37,7 @@ class NvmeReclaimFaultTest : public ::testing::Test {
     ASSERT_TRUE(dir_.ok());
     TierOptions o = NvmeOptions(dir_.path(), capacity_blocks, kBytes, kRegionBytes);
     o.nvme.io_timeout_ms = timeout_ms;
-    auto t = OpenNvmeWithFaults(o, kBytes, &faults_);
+    auto t = OpenNvmeWithFaults(o, kBytes, &faults_, lost_.Sink());
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     tier_ = std::move(t).value();
   }
@@ -84,6 +84,7 @@ class NvmeReclaimFaultTest : public ::testing::Test {
 
   ScratchDir dir_;
   IoFaults faults_;
+  LostCopies lost_;
   std::unique_ptr<NvmeTier> tier_;
 };
 
@@ -110,6 +111,9 @@ TEST_F(NvmeReclaimFaultTest, EioOnEveryReadDropsOnlyTheUnreadableBlocks) {
   faults_.read_errno = 0;
   EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(tier_->Stats().unreadable_blocks, 2u);
+  // The runtime is told, or its lookups would go on finding them here.
+  EXPECT_EQ(lost_.Taken(), (std::vector<std::pair<NamespaceId, BlockKey>>{{kNvmeNs, TestKey(1)},
+                                                                          {kNvmeNs, TestKey(2)}}));
   EXPECT_EQ(ReadAndCheck(*tier_, 1, kBytes).code(), StatusCode::kNotFound);
   EXPECT_EQ(ReadAndCheck(*tier_, 2, kBytes).code(), StatusCode::kNotFound);
   EXPECT_TRUE(ReadAndCheck(*tier_, 0, kBytes, 6).ok());

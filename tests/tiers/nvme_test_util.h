@@ -6,7 +6,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io/io_engine.h"
 #include "kvtier/options.h"
@@ -60,15 +65,33 @@ inline TierOptions NvmeOptions(const std::string& dir, uint64_t capacity_blocks,
 }
 
 // The tier of `o` over io_uring (queue depth 16, o's I/O timeout) behind
-// NewFaultIoEngine; `faults` must outlive the tier.
-inline Result<std::unique_ptr<internal::NvmeTier>> OpenNvmeWithFaults(const TierOptions& o,
-                                                                      uint64_t block_bytes,
-                                                                      IoFaults* faults) {
+// NewFaultIoEngine; `faults` must outlive the tier. `copies_lost` is the
+// context's (TierContext::copies_lost).
+inline Result<std::unique_ptr<internal::NvmeTier>> OpenNvmeWithFaults(
+    const TierOptions& o, uint64_t block_bytes, IoFaults* faults,
+    std::function<void(NamespaceId, std::span<const BlockKey>)> copies_lost = {}) {
   auto inner =
       internal::NewUringEngine({.queue_depth = 16, .timeout_ms = o.nvme.io_timeout_ms});
   if (!inner.ok()) return inner.status();
-  return internal::OpenNvmeTier(o, TierContext{block_bytes},
-                                NewFaultIoEngine(std::move(inner).value(), faults));
+  TierContext context{block_bytes};
+  context.copies_lost = std::move(copies_lost);
+  return internal::OpenNvmeTier(o, context, NewFaultIoEngine(std::move(inner).value(), faults));
 }
+
+// Collects what a tier reports lost (TierContext::copies_lost), from any thread.
+struct LostCopies {
+  std::mutex mu;
+  std::vector<std::pair<NamespaceId, BlockKey>> keys;
+  std::function<void(NamespaceId, std::span<const BlockKey>)> Sink() {
+    return [this](NamespaceId ns, std::span<const BlockKey> lost) {
+      std::lock_guard lock(mu);
+      for (const BlockKey& k : lost) keys.emplace_back(ns, k);
+    };
+  }
+  std::vector<std::pair<NamespaceId, BlockKey>> Taken() {
+    std::lock_guard lock(mu);
+    return keys;
+  }
+};
 
 }  // namespace kvtier::testing

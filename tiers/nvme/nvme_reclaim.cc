@@ -93,6 +93,26 @@ Status NvmeTier::State::Reclaim(uint64_t disk) {
   return reinserted > 0 ? CommitSpareMoves() : Status::Ok();
 }
 
+void NvmeTier::State::ReportLostCopies() {
+  std::vector<NsKey> lost;
+  {
+    std::lock_guard lock(mu);
+    lost.swap(lost_unreported);
+  }
+  if (lost.empty() || !copies_lost) return;
+  // One call per namespace.
+  std::sort(lost.begin(), lost.end(),
+            [](const NsKey& a, const NsKey& b) { return a.ns.value < b.ns.value; });
+  std::vector<BlockKey> keys;
+  for (size_t i = 0; i < lost.size(); ++i) {
+    keys.push_back(lost[i].key);
+    if (i + 1 == lost.size() || !(lost[i + 1].ns == lost[i].ns)) {
+      copies_lost(lost[i].ns, keys);
+      keys.clear();
+    }
+  }
+}
+
 // A failed commit leaves the moves pending, and the index pointing at the
 // old copies in the spare; writing over the spare (after durably giving it
 // a new generation) would orphan those entries, and a crash would lose
@@ -265,6 +285,7 @@ uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_
       }
       DropLocked(b.id, *e, true);
       map.Erase(b.id);
+      lost_unreported.push_back(b.id);
       continue;
     }
     BlockLocation moved = e->loc;

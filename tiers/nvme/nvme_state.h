@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -77,6 +78,10 @@ struct NvmeTier::State {
   }
   uint64_t disk_budget = 0;  // disk bytes of live blocks the capacity allows
   std::shared_ptr<LogSink> log;
+  // TierContext::copies_lost: told of the blocks reclaim drops (cold ones
+  // evicted, ones that fail their check or cannot be read), which the
+  // runtime still indexes here. May be empty.
+  std::function<void(NamespaceId, std::span<const BlockKey>)> copies_lost;
   DataFile file;
   std::unique_ptr<NvmeIndex> index;
   std::unique_ptr<IoEngine> engine;
@@ -118,6 +123,7 @@ struct NvmeTier::State {
   uint64_t used_payload = 0;   // guarded: indexed + in-flight payload bytes
   uint64_t live_disk = 0;      // guarded: indexed + in-flight disk bytes
   uint64_t since_commit = 0;   // guarded: blocks installed since the last commit
+  std::vector<NsKey> lost_unreported;  // guarded: dropped by reclaim, for copies_lost
   NvmeStats stats;             // guarded
   WriteTotals totals_at_open;  // lifetime totals recorded before this open
   // Unclaimed entries (Entry::unclaimed): their payload bytes and count, and
@@ -176,6 +182,8 @@ struct NvmeTier::State {
   // Frees a region, unless one is free or the active region has room for
   // `disk` bytes by the time it may start. On error nothing was moved.
   Status Reclaim(uint64_t disk);
+  // Tells copies_lost of lost_unreported, with no lock held.
+  void ReportLostCopies();
   int PickVictimLocked() const;
   Status Relocate(int victim, std::vector<LiveBlock>& live, uint64_t* reinserted);
   // Commits, when the spare still holds what the index knows of blocks moved

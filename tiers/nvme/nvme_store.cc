@@ -57,6 +57,7 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   s->region_bytes = options.region_bytes;
   s->disk_budget = g.disk_budget;
   s->log = context.log;
+  s->copies_lost = context.copies_lost;
   KVTIER_ASSIGN_OR_RETURN(s->file,
                           DataFile::Open(options.path, options.nvme.direct_io, s->log.get()));
   const std::string dir =
@@ -329,6 +330,7 @@ Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, ui
     }
     lock.unlock();
     Status st = Reclaim(disk);
+    ReportLostCopies();
     lock.lock();
     if (!st.ok()) return st.WithContext("tier '" + name + "': reclaim");
   }
