@@ -23,7 +23,7 @@ void MakePlan(const CudaCopyEngineOptions& options, uint64_t layer_run_bytes, Ba
   plan.pinned = true;
   for (size_t i = 0; i < copies.size(); ++i) {
     if (!batch.results[i].ok()) continue;
-    void* dev = MappedDevicePointer(copies[i].host.data());
+    void* dev = MappedDeviceRange(copies[i].host.data(), copies[i].host.size());
     plan.pinned = plan.pinned && dev != nullptr;
     host[i] = reinterpret_cast<uint64_t>(dev);
   }

@@ -108,6 +108,14 @@ class CudaCopyEngine final : public CopyEngine {
     if (IsStickyError(e.err)) health_.MarkLost(st);
     return st;
   }
+  // Waits out what `stream` holds. Its error is the batch's own, already
+  // failed; but a sticky one first seen here must still mark the device
+  // lost, or later batches would be issued to a dead context.
+  void Drain(cudaStream_t stream) {
+    if (const cudaError_t err = cudaStreamSynchronize(stream); err != cudaSuccess) {
+      (void)Broken({err, "cudaStreamSynchronize"});
+    }
+  }
 
   const CudaCopyEngineOptions options_;
   const cudaStream_t compute_;
@@ -165,7 +173,7 @@ void CudaCopyEngine::Submit(std::span<const BlockCopy> copies, bool gather, Laye
         if (poller_.Add(pending)) return;
         // Nothing will watch these copies: wait them out here, so that
         // `done` never runs while one may still touch a buffer.
-        cudaStreamSynchronize((gather ? save_ : load_).stream.get());
+        Drain((gather ? save_ : load_).stream.get());
         const Status st = Status::ResourceExhausted("out of memory to track the copy");
         for (size_t i = 0; i < pending->results.size(); ++i) {
           if (!pending->results[i].ok()) continue;
@@ -252,7 +260,7 @@ Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
       st = Status::Internal(std::string("issuing copies threw: ") + e.what());
     }
     if (!st.ok()) {
-      cudaStreamSynchronize(lane.stream.get());
+      Drain(lane.stream.get());
       ReportLanded(*pending);
       // Segment s did not land for any copy: none still live is complete.
       batch.FailLive(s, st);

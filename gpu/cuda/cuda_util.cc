@@ -1,5 +1,6 @@
 #include "gpu/cuda/cuda_util.h"
 
+#include <cstddef>
 #include <string>
 #include <utility>
 
@@ -50,6 +51,13 @@ bool IsStickyError(cudaError_t err) {
     case cudaErrorContextIsDestroyed:
     case cudaErrorExternalDevice:
     case cudaErrorUnknown:
+#if CUDART_VERSION >= 12080
+    // Hopper's error containment, and the other codes the runtime documents
+    // as leaving the process unable to use the device.
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+#endif
       return true;
     default:
       return false;
@@ -220,6 +228,17 @@ void* MappedDevicePointer(const void* host) {
   }
   if (attr.type != cudaMemoryTypeHost) return nullptr;
   return attr.devicePointer;
+}
+
+void* MappedDeviceRange(const void* host, size_t size) {
+  void* first = MappedDevicePointer(host);
+  if (first == nullptr || size <= 1) return first;
+  void* last = MappedDevicePointer(static_cast<const std::byte*>(host) + (size - 1));
+  if (last == nullptr || static_cast<std::byte*>(last) - static_cast<std::byte*>(first) !=
+                             static_cast<std::ptrdiff_t>(size - 1)) {
+    return nullptr;
+  }
+  return first;
 }
 
 }  // namespace kvtier::cuda

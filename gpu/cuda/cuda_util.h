@@ -169,5 +169,10 @@ class RegisteredHostMemory final : public HostMemoryPin {
 // The device address through which kernels reach host byte `host`, or null
 // when `host` is not in page-locked, mapped memory (e.g. plain malloc).
 void* MappedDevicePointer(const void* host);
+// The device address of host bytes [host, host + size), or null unless the
+// last byte is mapped too, at the same distance: a buffer that starts in a
+// registered range and runs past it would have a kernel read unmapped device
+// addresses, an illegal-address fault that ends the whole CUDA context.
+void* MappedDeviceRange(const void* host, size_t size);
 
 }  // namespace kvtier::cuda

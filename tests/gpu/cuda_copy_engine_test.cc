@@ -251,6 +251,33 @@ TEST_P(CudaCopyEngineTest, RegisteredHostMemoryIsUsable) {
   munmap(m, bytes);
 }
 
+// A buffer that starts in a registered range and runs past its end is not
+// taken as mapped: a kernel would read unmapped device addresses beyond the
+// registration, an illegal-address fault that ends the CUDA context. The copy
+// takes the unmapped path and lands whole.
+TEST_P(CudaCopyEngineTest, ABufferRunningPastItsRegistrationIsNotTakenAsMapped) {
+  const size_t block = layout_.BlockBytes();
+  const size_t registered = (block + 4095) / 4096 * 4096;
+  const size_t bytes = 2 * registered;
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  std::span<std::byte> all(static_cast<std::byte*>(m), bytes);
+  {
+    auto pin = engine_->PinHostMemory(all.first(registered));
+    ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+    EXPECT_EQ(cuda::MappedDeviceRange(all.data(), block), cuda::MappedDevicePointer(all.data()));
+    EXPECT_NE(cuda::MappedDeviceRange(all.data(), block), nullptr);
+    const std::span<std::byte> straddling = all.subspan(registered - 64, block);
+    EXPECT_NE(cuda::MappedDevicePointer(straddling.data()), nullptr);
+    EXPECT_EQ(cuda::MappedDeviceRange(straddling.data(), straddling.size()), nullptr);
+    ASSERT_TRUE(testing::GatherAndWait(*engine_, std::vector<BlockCopy>{{1, straddling}}).ok());
+    std::vector<std::byte> want(block);
+    ASSERT_TRUE(ref_->ReadBlock(1, want).ok());
+    EXPECT_EQ(std::memcmp(straddling.data(), want.data(), want.size()), 0);
+  }
+  munmap(m, bytes);
+}
+
 std::vector<Case> AllCases() {
   std::vector<Case> out;
   for (KvLayoutKind kind : kAllKvLayoutKinds) {
