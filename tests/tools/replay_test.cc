@@ -10,6 +10,7 @@
 
 #include "tests/support/fault_tier.h"
 #include "tests/support/tier_view.h"
+#include "tests/tools/trace_line.h"
 #include "tools/bench/block_content.h"
 #include "tools/bench/report.h"
 
@@ -101,14 +102,10 @@ TEST(ReplayTest, LargeHostTierHitsEveryCachedPrefix) {
 TEST(ReplayTest, AnIdUsedAgainUnderAnotherPrefixIsCountedAsTheReplayFindsIt) {
   // 2 alone, and 3 after 1, are other blocks than 2 after 1 and 3 after 2:
   // the replay and its reference agree on 3 hits (the reference said 5).
-  auto line = [](uint64_t ts, uint32_t tokens, const std::string& ids) {
-    return "{\"timestamp\": " + std::to_string(ts) +
-           ", \"input_length\": " + std::to_string(tokens) +
-           ", \"output_length\": 1, \"hash_ids\": [" + ids + "]}\n";
-  };
-  Result<Trace> trace = ParseMooncakeTrace(
-      line(0, 1024, "1, 2") + line(1, 512, "2") + line(2, 1536, "1, 2, 3") + line(3, 1024, "1, 3"),
-      "mem");
+  Result<Trace> trace =
+      ParseMooncakeTrace(TraceLine(0, 1024, "1, 2") + TraceLine(1, 512, "2") +
+                             TraceLine(2, 1536, "1, 2, 3") + TraceLine(3, 1024, "1, 3"),
+                         "mem");
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();
   Result<ReplayReport> r = ReplayTrace(TinyConfig(64), *trace, ReplayOptions());
   ASSERT_TRUE(r.ok()) << r.status().ToString();

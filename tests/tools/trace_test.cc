@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "tests/tools/trace_line.h"
+
 namespace kvtier::bench {
 namespace {
 
@@ -195,18 +197,14 @@ TEST(TraceTest, InfiniteCacheCountsOnlyPrefixesSeenInEarlierRequests) {
   EXPECT_EQ(s.unique_blocks, 5u);  // 5 after 6 is not the 5 after 4
 }
 
-std::string Line(uint64_t ts, uint32_t tokens, const std::string& ids) {
-  return "{\"timestamp\": " + std::to_string(ts) + ", \"input_length\": " + std::to_string(tokens) +
-         ", \"output_length\": 1, \"hash_ids\": [" + ids + "]}\n";
-}
-
 TEST(TraceTest, AnIdUsedAgainUnderAnotherPrefixNamesAnotherBlock) {
   // Before, the reference and the sweep keyed blocks by the file's id alone:
   // they counted 5 hits here (2 alone at line 2 as the 2 after 1; 3 after 1
   // as the 3 after 2) where a replay found 3.
-  Result<Trace> t = ParseMooncakeTrace(
-      Line(0, 1024, "1, 2") + Line(1, 512, "2") + Line(2, 1536, "1, 2, 3") + Line(3, 1024, "1, 3"),
-      "mem");
+  Result<Trace> t =
+      ParseMooncakeTrace(TraceLine(0, 1024, "1, 2") + TraceLine(1, 512, "2") +
+                             TraceLine(2, 1536, "1, 2, 3") + TraceLine(3, 1024, "1, 3"),
+                         "mem");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->renamed_blocks, 2u);
   // Ids the file does not use, from 0 up; the same block keeps its id.
@@ -218,8 +216,8 @@ TEST(TraceTest, AnIdUsedAgainUnderAnotherPrefixNamesAnotherBlock) {
   EXPECT_EQ(s.hit_blocks, 3u);  // 1 2 of line 3, 1 of line 4
   EXPECT_EQ(s.unique_blocks, 5u);
   // A renamed block that comes back at its own place is a hit.
-  t = ParseMooncakeTrace(Line(0, 1024, "1, 2") + Line(1, 1024, "3, 2") + Line(2, 1024, "3, 2"),
-                         "mem");
+  t = ParseMooncakeTrace(
+      TraceLine(0, 1024, "1, 2") + TraceLine(1, 1024, "3, 2") + TraceLine(2, 1024, "3, 2"), "mem");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->renamed_blocks, 1u);
   EXPECT_EQ(t->requests[1].hash_ids, t->requests[2].hash_ids);
@@ -228,8 +226,8 @@ TEST(TraceTest, AnIdUsedAgainUnderAnotherPrefixNamesAnotherBlock) {
 
 TEST(TraceTest, APartialBlocksIdUsedForALongerBlockNamesAnotherBlock) {
   // 7 holds 100 tokens, then 512: the reference counted 512 hit tokens.
-  Result<Trace> t =
-      ParseMooncakeTrace(Line(0, 100, "7") + Line(1, 512, "7") + Line(2, 100, "7"), "mem");
+  Result<Trace> t = ParseMooncakeTrace(
+      TraceLine(0, 100, "7") + TraceLine(1, 512, "7") + TraceLine(2, 100, "7"), "mem");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->renamed_blocks, 1u);
   InfiniteCacheStats s = ComputeInfiniteCacheStats(*t);

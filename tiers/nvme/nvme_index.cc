@@ -258,9 +258,6 @@ Result<std::unique_ptr<NvmeIndex>> NvmeIndex::OpenReadOnly(const std::string& di
   return std::unique_ptr<NvmeIndex>(new NvmeIndex(db.release()));
 }
 
-// Sorted by region and offset, an entry overlaps an earlier one when it starts
-// before the furthest end so far, and a later one when the next starts before
-// its own end.
 HeaderSample SampleHeaders(
     const IndexEntries& entries,
     const std::function<std::optional<Status>(const NsKey&, const BlockLocation&)>& read_header) {
@@ -280,6 +277,9 @@ HeaderSample SampleHeaders(
   return sample;
 }
 
+// Sorted by region and offset, an entry overlaps an earlier one when it starts
+// before the furthest end so far, and a later one when the next starts before
+// its own end.
 void DropOverlaps(IndexEntries& kept, std::vector<IndexUpdate>& drops) {
   std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
     return std::pair(a.second.region, a.second.offset) <

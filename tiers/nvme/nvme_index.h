@@ -57,6 +57,8 @@ struct HeaderSample {
   bool matched = false;
   size_t failed = 0;
   Status first;
+  // Every header read failed its check: the index is not this file's.
+  bool Mismatched() const { return !matched && failed > 0; }
 };
 HeaderSample SampleHeaders(
     const IndexEntries& entries,

@@ -223,7 +223,7 @@ Status NvmeTier::State::CheckHeadersSampled(const IndexEntries& kept) {
         if (!SyncIo(IoOp::kRead, FileOffset(loc), page.span()).ok()) return std::nullopt;
         return HeaderMatching(page.span(), id, loc).status();
       });
-  if (sample.matched || sample.failed == 0) return Status::Ok();
+  if (!sample.Mismatched()) return Status::Ok();
   return Status::Corruption("none of " + std::to_string(sample.failed) +
                             " blocks sampled from it has its header in the data file (first: " +
                             std::string(sample.first.message()) +

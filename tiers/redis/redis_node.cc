@@ -88,7 +88,8 @@ void RedisNode::Loop(Worker* w) {
         w->cv.wait_for(lock, std::chrono::nanoseconds(w->retry_at_ns - now));
       } else {
         lock.unlock();
-        Probe(w);
+        w->conn.reset();
+        (void)Connect(w);
         lock.lock();
       }
       continue;
@@ -126,19 +127,23 @@ void RedisNode::MarkSilent(const Status& why) {
   control->cv.notify_one();
 }
 
-void RedisNode::Probe(Worker* w) {
-  w->conn.reset();
+Status RedisNode::Connect(Worker* w) {
   auto conn = RedisConnection::Open(endpoint_, options_, tls_.get());
   if (!conn.ok()) {
     w->backoff_ms = std::clamp<uint64_t>(w->backoff_ms * 2, kFirstBackoffMs, kMaxBackoffMs);
     w->retry_at_ns = NowNs() + w->backoff_ms * 1000000;
-    return;
+    if (IsRedisTimeout(conn.status())) MarkSilent(conn.status());
+    return conn.status();
   }
-  w->conn = std::move(conn).value();
+  const bool was_silent = silent_.exchange(false);
+  if (log_ && (was_silent || w->backoff_ms != 0)) {
+    log_->Log(LogLevel::kInfo,
+              "redis " + endpoint_.ToString() + (was_silent ? ": answers again" : ": reconnected"));
+  }
   w->backoff_ms = 0;
   w->retry_at_ns = 0;
-  silent_.store(false);
-  if (log_) log_->Log(LogLevel::kInfo, "redis " + endpoint_.ToString() + ": answers again");
+  w->conn = std::move(conn).value();
+  return Status::Ok();
 }
 
 Status RedisNode::EnsureConnected(Worker* w, bool* reused) {
@@ -151,20 +156,7 @@ Status RedisNode::EnsureConnected(Worker* w, bool* reused) {
                                " is unreachable; next connect attempt in " +
                                std::to_string((w->retry_at_ns - now) / 1000000) + " ms");
   }
-  auto conn = RedisConnection::Open(endpoint_, options_, tls_.get());
-  if (!conn.ok()) {
-    w->backoff_ms = std::clamp<uint64_t>(w->backoff_ms * 2, kFirstBackoffMs, kMaxBackoffMs);
-    w->retry_at_ns = NowNs() + w->backoff_ms * 1000000;
-    if (IsRedisTimeout(conn.status())) MarkSilent(conn.status());
-    return conn.status();
-  }
-  if (w->backoff_ms != 0 && log_) {
-    log_->Log(LogLevel::kInfo, "redis " + endpoint_.ToString() + ": reconnected");
-  }
-  w->backoff_ms = 0;
-  w->retry_at_ns = 0;
-  w->conn = std::move(conn).value();
-  return Status::Ok();
+  return Connect(w);
 }
 
 void RedisNode::Run(Worker* w, RedisJob job) {

@@ -102,9 +102,10 @@ class RedisNode {
   // The server answered nothing within a timeout: jobs fail at once, and the
   // control worker is woken to probe.
   void MarkSilent(const Status& why);
-  // Control worker, node silent: one connection attempt; the server answers
-  // again when it succeeds, else the next attempt waits the backoff.
-  void Probe(Worker* w);
+  // One connection attempt for `w`. On failure the next one waits the
+  // backoff, and a timeout makes the node silent; a success ends both (the
+  // control worker's attempts are how a silent node finds its server again).
+  Status Connect(Worker* w);
   void Run(Worker* w, RedisJob job);
   // *reused: the connection was open before this call.
   Status EnsureConnected(Worker* w, bool* reused);

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <span>
 
+#include "core/names.h"
 #include "tools/bench/sweep.h"
 
 namespace kvtier::bench {
@@ -33,24 +33,18 @@ Status OutOfRange(std::string_view flag, double v, std::string_view expected) {
 // The policy names of a set are ones the product builds; `set` names it.
 Status KnownPolicies(const SweepPolicy& p, const std::string& set) {
   if (p.oracle) return Status::Ok();
-  const auto known = [](std::span<const std::string_view> names, const std::string& name) {
-    return std::find(names.begin(), names.end(), name) != names.end();
-  };
-  const auto list = [](std::span<const std::string_view> names) {
-    std::string out;
-    for (std::string_view n : names) out += (out.empty() ? "" : ", ") + std::string(n);
-    return out;
-  };
   for (const std::string* e : {&p.host_eviction, &p.nvme_eviction}) {
-    if (!known(PolicyEvictionNames(), *e)) {
-      return Status::InvalidArgument("--policies " + set + ": unknown eviction policy '" + *e +
-                                     "'; expected one of: " + list(PolicyEvictionNames()));
+    if (!internal::ContainsName(PolicyEvictionNames(), *e)) {
+      return Status::InvalidArgument(
+          "--policies " + set + ": unknown eviction policy '" + *e +
+          "'; expected one of: " + internal::JoinNames(PolicyEvictionNames()));
     }
   }
   for (const std::string& a : p.nvme_admission) {
-    if (!known(PolicyAdmissionNames(), a)) {
-      return Status::InvalidArgument("--policies " + set + ": unknown admission policy '" + a +
-                                     "'; expected one of: " + list(PolicyAdmissionNames()));
+    if (!internal::ContainsName(PolicyAdmissionNames(), a)) {
+      return Status::InvalidArgument(
+          "--policies " + set + ": unknown admission policy '" + a +
+          "'; expected one of: " + internal::JoinNames(PolicyAdmissionNames()));
     }
   }
   return Status::Ok();

@@ -4,12 +4,14 @@
 #include <cerrno>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/file_text.h"
 
@@ -88,17 +90,14 @@ std::string ParseLine(std::string_view line, uint32_t block_tokens, TraceRequest
     }
     return true;
   };
-  Json obj = Json::parse(line.begin(), line.end(), on_event, /*allow_exceptions=*/false);
-  if (obj.is_discarded()) {
-    // Parsed again for the parser's own account of where and why.
-    try {
-      (void)Json::parse(line.begin(), line.end());
-    } catch (const Json::parse_error& e) {
-      std::string why = e.what();
-      const size_t tag = why.find("] ");  // "[json.exception.parse_error.101] "
-      return "malformed JSON: " + (tag == std::string::npos ? why : why.substr(tag + 2));
-    }
-    return "malformed JSON";
+  Json obj;
+  try {
+    obj = Json::parse(line.begin(), line.end(), on_event);
+  } catch (const Json::parse_error& e) {
+    // The parser's own account of where and why.
+    std::string why = e.what();
+    const size_t tag = why.find("] ");  // "[json.exception.parse_error.101] "
+    return "malformed JSON: " + (tag == std::string::npos ? why : why.substr(tag + 2));
   }
   if (!obj.is_object()) return "expected a JSON object";
   if (!repeated.empty()) return "field \"" + repeated + "\" appears twice";
@@ -129,21 +128,7 @@ struct Place {
   bool root = true;
   uint64_t parent = 0;
   uint32_t tokens = 0;
-  bool operator==(const Place&) const = default;
-};
-
-struct PlacedId {
-  Place place;
-  uint64_t id = 0;
-  bool operator==(const PlacedId&) const = default;
-};
-
-struct PlacedIdHash {
-  size_t operator()(const PlacedId& p) const {
-    uint64_t h = p.id * 0x9E3779B97F4A7C15ull;
-    h ^= (p.place.parent + (p.place.root ? 1 : 0)) * 0xC2B2AE3D27D4EB4Full + p.place.tokens;
-    return static_cast<size_t>(h ^ (h >> 29));
-  }
+  auto operator<=>(const Place&) const = default;
 };
 
 // Renames the ids `trace` uses for more than one block (ParseMooncakeTrace).
@@ -152,7 +137,7 @@ void GiveEachBlockItsOwnId(Trace& trace) {
   // By id: where the file first used it; nullopt until then. Ids given out
   // here are entered too, so none is given twice.
   std::unordered_map<uint64_t, std::optional<Place>> first_place;
-  std::unordered_map<PlacedId, uint64_t, PlacedIdHash> renamed;
+  std::map<std::pair<Place, uint64_t>, uint64_t> renamed;  // (place, file's id) -> id given
   for (const TraceRequest& req : trace.requests) {
     for (uint64_t id : req.hash_ids) first_place.emplace(id, std::nullopt);
   }
@@ -166,7 +151,7 @@ void GiveEachBlockItsOwnId(Trace& trace) {
       if (!first) {
         first = place;
       } else if (!(*first == place)) {
-        auto [at, added] = renamed.emplace(PlacedId{place, id}, 0);
+        auto [at, added] = renamed.emplace(std::pair(place, id), 0);
         if (added) {
           while (first_place.count(next_free) != 0) ++next_free;
           at->second = next_free;

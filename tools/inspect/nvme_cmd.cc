@@ -98,7 +98,7 @@ Status CheckHeadersSampled(const NvmeOfflineStore& store, const StoreView& v) {
       v.blocks, [&](const NsKey& id, const BlockLocation& loc) -> std::optional<Status> {
         return store.VerifyHeader(id, loc);
       });
-  if (sample.matched || sample.failed == 0) return Status::Ok();
+  if (!sample.Mismatched()) return Status::Ok();
   return Status::Corruption("none of " + std::to_string(sample.failed) +
                             " blocks sampled from the index at " + store.index_dir() +
                             " has its header in the data file (first: " + sample.first.ToString() +
