@@ -102,10 +102,7 @@ TEST(ReplayTest, LargeHostTierHitsEveryCachedPrefix) {
 TEST(ReplayTest, AnIdUsedAgainUnderAnotherPrefixIsCountedAsTheReplayFindsIt) {
   // 2 alone, and 3 after 1, are other blocks than 2 after 1 and 3 after 2:
   // the replay and its reference agree on 3 hits (the reference said 5).
-  Result<Trace> trace =
-      ParseMooncakeTrace(TraceLine(0, 1024, "1, 2") + TraceLine(1, 512, "2") +
-                             TraceLine(2, 1536, "1, 2, 3") + TraceLine(3, 1024, "1, 3"),
-                         "mem");
+  Result<Trace> trace = ParseMooncakeTrace(IdsUsedUnderOtherPrefixes(), "mem");
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();
   Result<ReplayReport> r = ReplayTrace(TinyConfig(64), *trace, ReplayOptions());
   ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -201,10 +201,7 @@ TEST(TraceTest, AnIdUsedAgainUnderAnotherPrefixNamesAnotherBlock) {
   // Before, the reference and the sweep keyed blocks by the file's id alone:
   // they counted 5 hits here (2 alone at line 2 as the 2 after 1; 3 after 1
   // as the 3 after 2) where a replay found 3.
-  Result<Trace> t =
-      ParseMooncakeTrace(TraceLine(0, 1024, "1, 2") + TraceLine(1, 512, "2") +
-                             TraceLine(2, 1536, "1, 2, 3") + TraceLine(3, 1024, "1, 3"),
-                         "mem");
+  Result<Trace> t = ParseMooncakeTrace(IdsUsedUnderOtherPrefixes(), "mem");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->renamed_blocks, 2u);
   // Ids the file does not use, from 0 up; the same block keeps its id.
