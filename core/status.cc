@@ -23,37 +23,61 @@ std::string_view StatusCodeName(StatusCode code) {
   return "unknown";
 }
 
-Status::Status(StatusCode code, std::string_view message) {
-  // An OK code never carries state: ok() must stay a null check.
-  if (code != StatusCode::kOk) state_ = std::make_unique<State>(State{code, std::string(message)});
+namespace {
+
+// The message on the heap, or null when it is empty or memory is short: a
+// Status keeps its code whatever the allocator says.
+std::unique_ptr<std::string> CopyMessage(std::string_view m) noexcept {
+  if (m.empty()) return nullptr;
+  try {
+    return std::make_unique<std::string>(m);
+  } catch (...) {
+    return nullptr;
+  }
 }
 
-Status::Status(const Status& other)
-    : state_(other.state_ ? std::make_unique<State>(*other.state_) : nullptr) {}
+}  // namespace
 
-Status& Status::operator=(const Status& other) {
-  if (this != &other) state_ = other.state_ ? std::make_unique<State>(*other.state_) : nullptr;
+Status::Status(StatusCode code, std::string_view message) noexcept
+    : code_(code), message_(code == StatusCode::kOk ? nullptr : CopyMessage(message)) {}
+
+Status::Status(const Status& other) noexcept
+    : code_(other.code_), message_(other.message_ ? CopyMessage(*other.message_) : nullptr) {}
+
+Status& Status::operator=(const Status& other) noexcept {
+  if (this != &other) {
+    code_ = other.code_;
+    message_ = other.message_ ? CopyMessage(*other.message_) : nullptr;
+  }
+  return *this;
+}
+
+Status& Status::operator=(Status&& other) noexcept {
+  if (this != &other) {
+    code_ = std::exchange(other.code_, StatusCode::kOk);
+    message_ = std::move(other.message_);
+  }
   return *this;
 }
 
 std::string_view Status::message() const {
-  return state_ ? std::string_view(state_->message) : std::string_view();
+  return message_ ? std::string_view(*message_) : std::string_view();
 }
 
 std::string Status::ToString() const {
-  if (!state_) return "ok";
-  std::string out(StatusCodeName(state_->code));
+  if (ok()) return "ok";
+  std::string out(StatusCodeName(code_));
   out += ": ";
-  out += state_->message;
+  out += message();
   return out;
 }
 
 Status Status::WithContext(std::string_view context) const {
-  if (!state_) return {};
+  if (ok()) return {};
   std::string m(context);
   m += ": ";
-  m += state_->message;
-  return {state_->code, m};
+  m += message();
+  return {code_, m};
 }
 
 Status FromErrno(int err, std::string_view operation) {

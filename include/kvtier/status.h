@@ -1,7 +1,9 @@
 // kvtier::Status and kvtier::Result<T>: the one error type of the library.
 //
-// A Status is a single pointer, null when OK, so passing an OK status costs
-// nothing. Result<T> holds either a value or a non-OK Status, never an OK
+// A Status is a code and a message, the message allocated only when there is
+// one. Building or copying a Status never throws: when memory is short the
+// copy keeps its code and loses its message, so a destructor or a completion
+// can always report what happened. Result<T> holds either a value or a non-OK Status, never an OK
 // status without a value. No exception crosses the public API: every fallible
 // call returns one of these.
 #pragma once
@@ -38,11 +40,13 @@ KVTIER_EXPORT std::string_view StatusCodeName(StatusCode code);
 class [[nodiscard]] KVTIER_EXPORT Status {
  public:
   Status() noexcept = default;
-  Status(StatusCode code, std::string_view message);
-  Status(const Status& other);
-  Status& operator=(const Status& other);
-  Status(Status&&) noexcept = default;
-  Status& operator=(Status&&) noexcept = default;
+  Status(StatusCode code, std::string_view message) noexcept;
+  Status(const Status& other) noexcept;
+  Status& operator=(const Status& other) noexcept;
+  // A moved-from Status is OK.
+  Status(Status&& other) noexcept
+      : code_(std::exchange(other.code_, StatusCode::kOk)), message_(std::move(other.message_)) {}
+  Status& operator=(Status&& other) noexcept;
   ~Status() = default;
 
   static Status Ok() { return Status(); }
@@ -62,9 +66,9 @@ class [[nodiscard]] KVTIER_EXPORT Status {
   }
   static Status Internal(std::string_view m) { return {StatusCode::kInternal, m}; }
 
-  bool ok() const { return state_ == nullptr; }
-  StatusCode code() const { return state_ ? state_->code : StatusCode::kOk; }
-  // The message without the code; empty when OK.
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  // The message without the code; empty when OK, or when memory was short.
   std::string_view message() const;
   // "not_found: <message>", or "ok".
   std::string ToString() const;
@@ -73,11 +77,8 @@ class [[nodiscard]] KVTIER_EXPORT Status {
   Status WithContext(std::string_view context) const;
 
  private:
-  struct State {
-    StatusCode code;
-    std::string message;
-  };
-  std::unique_ptr<State> state_;
+  StatusCode code_ = StatusCode::kOk;
+  std::unique_ptr<std::string> message_;  // null when OK or empty
 };
 
 // Converts an errno value into a Status naming the operation, e.g.

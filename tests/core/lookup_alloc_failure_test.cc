@@ -1,43 +1,17 @@
-// Lookup and LookupAndPin when memory runs out: this binary replaces the
-// global operator new so that the N-th allocation after arming throws
-// bad_alloc, and tries every N of one lookup. Each try must answer a Status
+// Lookup and LookupAndPin when memory runs out: every N-th allocation of one
+// lookup is made to throw bad_alloc (tests/core/alloc_failure.h), on
+// whichever thread makes it, for each N in turn. Each try must answer a Status
 // (never throw into the engine), take no pin it does not hand back, and
 // leave the runtime answering the next lookup exactly.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <new>
 #include <optional>
 #include <vector>
 
+#include "tests/core/alloc_failure.h"
 #include "tests/core/runtime_test_util.h"
-
-namespace {
-
-// < 0: disarmed. Else the number of allocations to let through before one
-// throws; it then disarms itself, so a failure is injected once per arming.
-std::atomic<long> g_allocs_left{-1};
-
-void* Allocate(std::size_t n) {
-  if (g_allocs_left.load(std::memory_order_relaxed) >= 0 &&
-      g_allocs_left.fetch_sub(1, std::memory_order_relaxed) == 0) {
-    throw std::bad_alloc();
-  }
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-
-}  // namespace
-
-void* operator new(std::size_t n) { return Allocate(n); }
-void* operator new[](std::size_t n) { return Allocate(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace kvtier::testing {
 namespace {
@@ -74,13 +48,13 @@ class LookupAllocFailureTest : public ::testing::Test {
       bool threw = false;
       Status st;
       size_t hits = 0;
-      g_allocs_left.store(n);
+      FailAllocationAfter(n);
       try {
         st = lookup(&hits);
       } catch (...) {
         threw = true;
       }
-      const bool injected = g_allocs_left.exchange(-1) < 0;
+      const bool injected = DisarmAllocationFailures();
       release_();
       EXPECT_FALSE(threw) << "an exception reached the caller at allocation " << n;
       if (st.ok()) {

@@ -13,7 +13,22 @@ TEST(Status, OkIsCheapAndPrintsOk) {
   EXPECT_EQ(s.code(), StatusCode::kOk);
   EXPECT_EQ(s.ToString(), "ok");
   EXPECT_TRUE(s.WithContext("x").ok());
-  EXPECT_EQ(sizeof(Status), sizeof(void*));
+  EXPECT_TRUE(Status(StatusCode::kOk, "ignored").message().empty());
+}
+
+TEST(Status, AMovedFromStatusIsOk) {
+  Status a = Status::IOError("disk");
+  Status b = std::move(a);
+  EXPECT_TRUE(a.ok());  // NOLINT(bugprone-use-after-move): the documented state
+  EXPECT_EQ(a.ToString(), "ok");
+  EXPECT_EQ(b.ToString(), "io_error: disk");
+  Status c = Status::Busy("queue");
+  c = std::move(b);
+  EXPECT_TRUE(b.ok());  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(c.ToString(), "io_error: disk");
+  Status empty(StatusCode::kCancelled, "");
+  EXPECT_EQ(empty.ToString(), "cancelled: ");
+  EXPECT_EQ(Status(empty).code(), StatusCode::kCancelled);
 }
 
 TEST(Status, CarriesCodeMessageAndContext) {

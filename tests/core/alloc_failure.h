@@ -1,0 +1,17 @@
+// Allocation failures on demand, for the binaries that link alloc_failure.cc:
+// it replaces the global operator new, so that an armed allocation throws
+// std::bad_alloc on whichever thread makes it.
+#pragma once
+
+namespace kvtier::testing {
+
+// The n-th allocation from now (0: the next one) throws, once.
+void FailAllocationAfter(long n);
+// Every allocation throws until DisarmAllocationFailures().
+void FailEveryAllocation();
+// Every n-th allocation (n >= 1) throws until DisarmAllocationFailures().
+void FailEveryNthAllocation(long n);
+// Allocations succeed again. Returns whether one was failed since arming.
+bool DisarmAllocationFailures();
+
+}  // namespace kvtier::testing
