@@ -49,13 +49,24 @@ void Tier::EndCall() {
   if (--in_flight_ == 0) drained_.notify_all();
 }
 
-Completion Tier::Track(OpKind kind, Completion c) {
-  c.OnDone([this, kind, c] {
-    Count(kind, c);
+CompletionSource Tier::Track(OpKind kind, size_t items, Completion* c) {
+  try {
+    CompletionSource src(items);
+    const Completion done = src.completion();
+    done.OnDone([this, kind, done] {
+      Count(kind, done);
+      std::lock_guard lock(mu_);
+      if (--in_flight_ == 0) drained_.notify_all();
+    });
+    *c = done;
+    return src;
+  } catch (...) {
+    // The source, if made, ended with nothing registered: both counts end here.
     std::lock_guard lock(mu_);
-    if (--in_flight_ == 0) drained_.notify_all();
-  });
-  return c;
+    in_flight_ -= 2;
+    if (in_flight_ == 0) drained_.notify_all();
+    throw;
+  }
 }
 
 void Tier::Count(OpKind kind, const Completion& c) {
@@ -89,8 +100,8 @@ void Tier::Count(OpKind kind, const Completion& c) {
 
 Completion Tier::Read(NamespaceId ns, std::span<const ReadOp> ops) {
   if (auto refused = Refuse(ops.size(), OpKind::kRead)) return *refused;
-  CompletionSource src(ops.size());
-  Completion c = Track(OpKind::kRead, src.completion());
+  Completion c;
+  CompletionSource src = Track(OpKind::kRead, ops.size(), &c);
   CallBackend([&] { DoRead(ns, ops, std::move(src)); });
   EndCall();
   return c;
@@ -111,8 +122,8 @@ Completion Tier::Write(NamespaceId ns, std::span<const WriteOp> ops) {
     }
   }
   if (auto refused = Refuse(ops.size(), OpKind::kWrite)) return *refused;
-  CompletionSource src(ops.size());
-  Completion c = Track(OpKind::kWrite, src.completion());
+  Completion c;
+  CompletionSource src = Track(OpKind::kWrite, ops.size(), &c);
   CallBackend([&] { DoWrite(ns, ops, std::move(src)); });
   EndCall();
   return c;
@@ -120,8 +131,8 @@ Completion Tier::Write(NamespaceId ns, std::span<const WriteOp> ops) {
 
 Completion Tier::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
   if (auto refused = Refuse(keys.size(), OpKind::kRemove)) return *refused;
-  CompletionSource src(keys.size());
-  Completion c = Track(OpKind::kRemove, src.completion());
+  Completion c;
+  CompletionSource src = Track(OpKind::kRemove, keys.size(), &c);
   CallBackend([&] { DoRemove(ns, keys, std::move(src)); });
   EndCall();
   return c;
@@ -129,8 +140,8 @@ Completion Tier::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
 
 Completion Tier::Contains(NamespaceId ns, std::span<const BlockKey> keys) {
   if (auto refused = Refuse(keys.size(), OpKind::kContains)) return *refused;
-  CompletionSource src(keys.size());
-  Completion c = Track(OpKind::kContains, src.completion());
+  Completion c;
+  CompletionSource src = Track(OpKind::kContains, keys.size(), &c);
   CallBackend([&] { DoContains(ns, keys, std::move(src)); });
   EndCall();
   return c;

@@ -31,18 +31,18 @@
 namespace kvtier {
 
 struct TierCapabilities {
-  bool persistent = false;          // contents survive a process restart
-  bool shared = false;              // other processes or hosts see the same blocks: when
-                                    // also checksummed, the runtime asks it on a lookup
-                                    // miss, as a local_index tier, to find the blocks
-                                    // they saved (one that fails or is late to answer
-                                    // is left out for 1 s)
-  bool checksummed = false;         // blocks carry a BlockHeader; corruption is detected
+  bool persistent = false;   // contents survive a process restart
+  bool shared = false;       // other processes or hosts see the same blocks: when
+                             // also checksummed, the runtime asks it on a lookup
+                             // miss, as a local_index tier, to find the blocks
+                             // they saved (one that fails or is late to answer
+                             // is left out for 1 s)
+  bool checksummed = false;  // blocks carry a BlockHeader; corruption is detected
   // Contains() answers from memory without I/O, so the runtime may ask it on
   // a lookup miss (how a restarted runtime finds what a persistent tier kept).
   bool local_index = false;
-  uint32_t max_batch_blocks = 4096; // larger batches are refused (InvalidArgument)
-  uint64_t max_block_bytes = 0;     // largest payload; 0 = no limit beyond capacity
+  uint32_t max_batch_blocks = 4096;  // larger batches are refused (InvalidArgument)
+  uint64_t max_block_bytes = 0;      // largest payload; 0 = no limit beyond capacity
   // A copy neither written nor read for this long may be gone (a TTL): the
   // runtime writes such a block again before it lets its last other copy
   // go. 0: copies stay until removed or evicted.
@@ -62,14 +62,14 @@ struct TierUsage {
 
 // Counters kept by the Tier base class for every backend.
 struct TierCounters {
-  uint64_t read_blocks = 0;     // read ops attempted
-  uint64_t read_hits = 0;       // read ops that returned data
+  uint64_t read_blocks = 0;  // read ops attempted
+  uint64_t read_hits = 0;    // read ops that returned data
   uint64_t bytes_read = 0;
-  uint64_t write_blocks = 0;    // write ops that stored data
+  uint64_t write_blocks = 0;  // write ops that stored data
   uint64_t bytes_written = 0;
   uint64_t removed_blocks = 0;
-  uint64_t errors = 0;          // results other than OK and NotFound
-  uint64_t corruptions = 0;     // Corruption results
+  uint64_t errors = 0;       // results other than OK and NotFound
+  uint64_t corruptions = 0;  // Corruption results
 };
 
 struct ReadOp {
@@ -129,9 +129,7 @@ class KVTIER_EXPORT Tier {
   // io_uring fixed buffers). Returns the bytes registered; 0 when the backend
   // registers nothing or the kernel refused (buffers then work unregistered).
   // `memory` must stay mapped until Shutdown(). Call before the I/O that uses it.
-  uint64_t RegisterHostMemory(std::span<std::byte> memory) {
-    return DoRegisterHostMemory(memory);
-  }
+  uint64_t RegisterHostMemory(std::span<std::byte> memory) { return DoRegisterHostMemory(memory); }
 
   // Refuses new work (Unavailable), waits for in-flight batches and for
   // every Do* call to return (a backend may finish a batch before it lets go
@@ -144,8 +142,7 @@ class KVTIER_EXPORT Tier {
   // Each Do* must eventually Set every item and Finish `done`, on any thread.
   virtual void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) = 0;
   virtual void DoWrite(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) = 0;
-  virtual void DoRemove(NamespaceId ns, std::span<const BlockKey> keys,
-                        CompletionSource done) = 0;
+  virtual void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) = 0;
   virtual void DoContains(NamespaceId ns, std::span<const BlockKey> keys,
                           CompletionSource done) = 0;
   // Releases backend resources; called once, with nothing in flight.
@@ -157,7 +154,10 @@ class KVTIER_EXPORT Tier {
   enum class OpKind { kRead, kWrite, kRemove, kContains };
   // Checks the batch; returns a finished completion when it must not run.
   std::optional<Completion> Refuse(size_t items, OpKind kind);
-  Completion Track(OpKind kind, Completion c);
+  // The source of a batch Refuse let through, its completion (`*c`)
+  // counted and ending the batch's count when it finishes. Memory running
+  // out undoes Refuse's counts and throws, so Shutdown cannot wait for them.
+  CompletionSource Track(OpKind kind, size_t items, Completion* c);
   // Ends the count a call holds while its Do* runs (Refuse takes it).
   void EndCall();
   void Count(OpKind kind, const Completion& c);
@@ -168,7 +168,7 @@ class KVTIER_EXPORT Tier {
 
   mutable std::mutex mu_;
   std::condition_variable drained_;
-  uint64_t in_flight_ = 0;  // guarded by mu_
+  uint64_t in_flight_ = 0;      // guarded by mu_
   bool shutting_down_ = false;  // guarded by mu_
   bool shut_down_ = false;      // guarded by mu_
   TierCounters counters_;       // guarded by mu_
@@ -176,7 +176,7 @@ class KVTIER_EXPORT Tier {
 
 // What a tier factory may use besides its options.
 struct TierContext {
-  uint64_t block_bytes = 0;           // payload size of one block
+  uint64_t block_bytes = 0;  // payload size of one block
   std::shared_ptr<Clock> clock;
   std::shared_ptr<LogSink> log;
   // Called when the tier learns that copies it stored are gone without a
@@ -191,6 +191,6 @@ struct TierContext {
 // not include (naming the CMake switch), InvalidArgument for an unknown type
 // or bad options.
 KVTIER_EXPORT Result<std::unique_ptr<Tier>> CreateTier(const TierOptions& options,
-                                                      const TierContext& context);
+                                                       const TierContext& context);
 
 }  // namespace kvtier
