@@ -27,10 +27,12 @@ IndexEntry* BlockIndex::Insert(const NsKey& id, IndexEntry* parent, uint64_t byt
   entry->bytes = bytes;
   entry->depth = parent != nullptr ? parent->depth + 1 : 0;
   entry->is_checkpoint = part;
-  if (parent != nullptr) ++parent->children;
-  if (FirstPart(*entry)) parent->first_part_indexed = true;
   IndexEntry* raw = entry.get();
+  // Indexed before the parent counts it: an insert that runs out of memory
+  // leaves the parent as it was.
   map_.TryEmplace(id, std::move(entry));
+  if (parent != nullptr) ++parent->children;
+  if (FirstPart(*raw)) parent->first_part_indexed = true;
   return raw;
 }
 
@@ -59,6 +61,12 @@ void BlockIndex::Erase(IndexEntry* e) {
 
 void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
   if (e->In(tier)) return;
+  // The leaf node is allocated before anything changes: out of memory
+  // leaves the index as it was. Only the observer (a policy) may throw
+  // after, with the copy indexed.
+  const uint64_t stamp = clock_ + 1;
+  std::map<uint64_t, IndexEntry*> one;
+  auto node = one.extract(one.emplace(stamp, e).first);
   // Stored anew: a use. A copy made from another tier (a move, or staging
   // for a load) is not: what it was used for is the Touch that follows.
   if (e->locations == 0) e->deepest_use_ns = now_ns;
@@ -70,8 +78,8 @@ void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
   ++blocks_in_[tier];
   bytes_in_[tier] += e->bytes;
   e->last_access_ns = now_ns;
-  e->stamp[tier] = ++clock_;
-  if (IsLeaf(*e, tier)) leaves_[tier].emplace_hint(leaves_[tier].end(), e->stamp[tier], e);
+  e->stamp[tier] = clock_ = stamp;
+  if (IsLeaf(*e, tier)) leaves_[tier].insert(leaves_[tier].end(), std::move(node));
   if (observer_ != nullptr) observer_->OnAdd(*e, tier);
 }
 

@@ -10,7 +10,12 @@ namespace kvtier {
 namespace internal {
 
 struct CompletionState {
-  explicit CompletionState(size_t n) : results(n), bytes(n, 0), set(n, false) {}
+  // Room for two callbacks (the runtime's and an engine's or binding's):
+  // registering them allocates nothing, so a producer that registers one
+  // after taking a resource cannot fail to give it back.
+  explicit CompletionState(size_t n) : results(n), bytes(n, 0), set(n, false) {
+    callbacks.reserve(2);
+  }
 
   mutable std::mutex mu;
   std::condition_variable cv;
@@ -43,7 +48,8 @@ struct CompletionState {
 
 namespace {
 const Status kEmptyOk;
-}
+const Status kNoSuchItem(StatusCode::kInvalidArgument, "no such item in this completion");
+}  // namespace
 
 bool Completion::Poll() const { return !state_ || state_->DoneHere(); }
 
@@ -71,9 +77,17 @@ Status Completion::WaitFor(std::chrono::nanoseconds timeout) const {
 
 size_t Completion::size() const { return state_ ? state_->results.size() : 0; }
 
-const Status& Completion::result(size_t i) const { return state_ ? state_->results[i] : kEmptyOk; }
+const Status& Completion::result(size_t i) const {
+  if (!state_) return kEmptyOk;
+  if (i < state_->results.size()) return state_->results[i];
+  // A call refused with fewer items than it was asked for (out of memory
+  // even for its answer): every item it was asked for failed that way.
+  return state_->refused.ok() ? kNoSuchItem : state_->refused;
+}
 
-uint64_t Completion::bytes(size_t i) const { return state_ ? state_->bytes[i] : 0; }
+uint64_t Completion::bytes(size_t i) const {
+  return state_ && i < state_->bytes.size() ? state_->bytes[i] : 0;
+}
 
 Status Completion::status() const {
   if (!state_) return Status::Ok();

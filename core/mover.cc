@@ -39,7 +39,10 @@ void RuntimeImpl::MoverLoop() {
     // running out) would end the process; the pass has settled its victims
     // (WritebackAndDrop), so the next one starts clean.
     Result<size_t> pass = TryMoverPass();
-    if (!pass.ok() && log_) log_->Log(LogLevel::kError, pass.status().ToString());
+    try {
+      if (!pass.ok() && log_) log_->Log(LogLevel::kError, pass.status().ToString());
+    } catch (...) {  // out of memory for the log line: the next pass goes on
+    }
     lock.lock();
   }
 }
@@ -49,8 +52,11 @@ Result<size_t> RuntimeImpl::TEST_RunMoverOnce() { return TryMoverPass(); }
 Result<size_t> RuntimeImpl::TryMoverPass() {
   try {
     return MoverPass();
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("mover pass ran out of memory");
   } catch (const std::exception& e) {
-    return Status::Internal(std::string("mover pass failed with an exception: ") + e.what());
+    // Built where memory may be short: without it, the status alone.
+    return Status::Internal(e.what()).WithContext("mover pass failed with an exception");
   } catch (...) {
     return Status::Internal("mover pass failed with an exception");
   }
@@ -318,11 +324,25 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
 size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& victims,
                                      SteadyTime deadline) {
   const size_t next = tier + 1;
-  std::vector<bool> written(victims.size(), false), reclaimed(victims.size(), false);
-  std::vector<bool> refresh(victims.size(), false);
-  std::vector<bool> late(victims.size(), false);  // settled by SettleLateWriteLocked
-  std::vector<Status> read_status(victims.size());
-  std::vector<bool> tried(victims.size(), false);  // written below, or its write failed
+  const size_t n = victims.size();
+  std::vector<bool> written, reclaimed, refresh;
+  std::vector<bool> late;  // settled by SettleLateWriteLocked
+  std::vector<Status> read_status;
+  std::vector<bool> tried;  // written below, or its write failed
+  try {
+    written.assign(n, false);
+    reclaimed.assign(n, false);
+    refresh.assign(n, false);
+    late.assign(n, false);
+    read_status.resize(n);
+    tried.assign(n, false);
+  } catch (...) {
+    // Out of memory before anything moved: the victims stay, not moving.
+    std::lock_guard lock(mu_);
+    for (IndexEntry* v : victims) EndMoveLocked(v);
+    NotifyMovesSettledLocked();
+    throw;
+  }
   if (next < tier_count()) {
     try {
       tried = DecideAdmission(tier, victims, reclaimed, refresh);
@@ -336,7 +356,10 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       for (size_t i = 0; i < victims.size(); ++i) {
         if (late[i]) continue;
         EndMoveLocked(victims[i]);
-        if (written[i]) index_.AddLocation(victims[i], next, now);
+        try {
+          if (written[i]) index_.AddLocation(victims[i], next, now);
+        } catch (...) {  // out of memory: that copy below is not indexed
+        }
       }
       NotifyMovesSettledLocked();
       throw;
@@ -353,48 +376,57 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
       IndexEntry* v = victims[i];
       if (late[i]) continue;  // still being written
       EndMoveLocked(v);
-      if (written[i]) {
-        written_bytes += IndexDemotedLocked(v, tier, now);
-      } else if (reclaimed[i]) {
-        (void)QueueRemoveLocked(next, v->id, /*running=*/false);  // the old copy may be there
-      }
-      const StatusCode read = read_status[i].code();
-      if (read == StatusCode::kNotFound || read == StatusCode::kCorruption) {
-        // The tier lost this copy (expired, evicted, corrupt): forget it, as
-        // a failed load does; a corrupt one still takes room there.
-        index_.DropLocation(v, tier);
-        if (read == StatusCode::kCorruption) removals.push_back(v->id);
+      // Memory running out while one victim is settled leaves it where it
+      // is; the others are settled all the same.
+      try {
+        if (written[i]) {
+          written_bytes += IndexDemotedLocked(v, tier, now);
+        } else if (reclaimed[i]) {
+          (void)QueueRemoveLocked(next, v->id, /*running=*/false);  // the old copy may be there
+        }
+        const StatusCode read = read_status[i].code();
+        if (read == StatusCode::kNotFound || read == StatusCode::kCorruption) {
+          // The tier lost this copy (expired, evicted, corrupt): forget it, as
+          // a failed load does; a corrupt one still takes room there.
+          index_.DropLocation(v, tier);
+          if (read == StatusCode::kCorruption) removals.push_back(v->id);
+          ++dropped;
+          EraseIfUnheldLocked(v);
+          continue;
+        }
+        if (!read_status[i].ok()) continue;  // tier unreachable now: keep its copy
+        // A write below that fails again and again (that tier down, or full of
+        // what it cannot evict) would keep a block here for as long as that
+        // lasts, and such blocks would fill this tier. After
+        // kWriteFailuresToGiveUp failures in a row it goes, as a leaf whose
+        // write failed does at once: a parent becomes a link with no copy (its
+        // children below are unreachable until the engine's next save of it
+        // gives it a copy again), a copy below that may have expired is left
+        // for a load to find or miss.
+        const bool give_up = tried[i] && !written[i] && WriteFailedTooOften(v);
+        if (refresh[i] && !written[i] && !give_up) {
+          ++tier_counts_[tier].rejected;  // its copies below may be gone: kept until rewritten
+          continue;
+        }
+        const bool other_copy = (v->locations & ~(1U << tier)) != 0;
+        if (v->pins != v->save_holds ||
+            (!other_copy && (v->save_holds != 0 || (v->children != 0 && !give_up)))) {
+          ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children
+          continue;
+        }
+        ++tier_counts_[tier].evicted;
         ++dropped;
-        EraseIfUnheldLocked(v);
-        continue;
+        v->failed_writes = 0;  // a copy it gets again starts afresh
+        DropCopyLocked(v, tier, &removals);
+      } catch (...) {
       }
-      if (!read_status[i].ok()) continue;  // tier unreachable now: keep its copy
-      // A write below that fails again and again (that tier down, or full of
-      // what it cannot evict) would keep a block here for as long as that
-      // lasts, and such blocks would fill this tier. After
-      // kWriteFailuresToGiveUp failures in a row it goes, as a leaf whose
-      // write failed does at once: a parent becomes a link with no copy (its
-      // children below are unreachable until the engine's next save of it
-      // gives it a copy again), a copy below that may have expired is left
-      // for a load to find or miss.
-      const bool give_up = tried[i] && !written[i] && WriteFailedTooOften(v);
-      if (refresh[i] && !written[i] && !give_up) {
-        ++tier_counts_[tier].rejected;  // its copies below may be gone: kept until rewritten
-        continue;
-      }
-      const bool other_copy = (v->locations & ~(1U << tier)) != 0;
-      if (v->pins != v->save_holds ||
-          (!other_copy && (v->save_holds != 0 || (v->children != 0 && !give_up)))) {
-        ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children
-        continue;
-      }
-      ++tier_counts_[tier].evicted;
-      ++dropped;
-      v->failed_writes = 0;  // a copy it gets again starts afresh
-      DropCopyLocked(v, tier, &removals);
     }
-    if (next < tier_count()) policies_->OnWritten(next, written_bytes, now);
-    for (const NsKey& k : removals) (void)QueueRemoveLocked(tier, k, /*running=*/true);
+    try {
+      if (next < tier_count()) policies_->OnWritten(next, written_bytes, now);
+      for (const NsKey& k : removals) (void)QueueRemoveLocked(tier, k, /*running=*/true);
+    } catch (...) {  // a copy whose remove is not listed stays taking room there
+      removals.clear();
+    }
     NotifyMovesSettledLocked();
   }
   if (removals.empty()) return dropped;

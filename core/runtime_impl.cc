@@ -139,6 +139,7 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
   relay_ = std::move(relay);
   blocks_saving_.reset(new std::atomic<uint32_t>[engine_->layout().num_blocks]());
   blocks_loading_.reset(new std::atomic<uint32_t>[engine_->layout().num_blocks]());
+  out_of_memory_ = CompletionSource::Done(0, Status::ResourceExhausted("out of memory"));
   if (relay_) {
     std::lock_guard lock(relay_->mu);
     relay_->runtime = this;
@@ -217,8 +218,16 @@ Completion RuntimeImpl::Refuse(RuntimeMetrics::Op op, size_t items, const Status
   return CompletionSource::Done(items, status);
 }
 
-void RuntimeImpl::FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src,
-                                const std::string& why, uint64_t start_ns) {
+Completion RuntimeImpl::OutOfMemory(RuntimeMetrics::Op op, size_t items) noexcept {
+  try {
+    return Refuse(op, items, Status::ResourceExhausted("out of memory building the request"));
+  } catch (...) {
+    return out_of_memory_;
+  }
+}
+
+void RuntimeImpl::FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src, const Status& why,
+                                uint64_t start_ns) noexcept {
   // An item keeps its first result: those the job had not answered end
   // Internal, and are the failures it did not count itself.
   auto failures = [&] {
@@ -227,7 +236,7 @@ void RuntimeImpl::FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src,
     return n;
   };
   const size_t before = failures();
-  src.SetAll(Status::Internal(why));
+  src.SetAll(why);
   const size_t failed = failures() - before;
   {
     std::lock_guard lock(mu_);
@@ -237,32 +246,48 @@ void RuntimeImpl::FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src,
 }
 
 Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
-                               std::function<void(CompletionSource&, uint64_t)> job) {
-  if (items == 0) return Completion();
-  if (shut_down_.load(std::memory_order_acquire)) {
-    return Refuse(op, items, Status::Unavailable("runtime is shut down"));
+                               std::function<void(CompletionSource&, uint64_t)> job,
+                               std::function<void()> on_done) noexcept {
+  std::shared_ptr<CompletionSource> src;
+  try {
+    if (items == 0 || shut_down_.load(std::memory_order_acquire)) {
+      if (on_done) on_done();
+      return items == 0 ? Completion()
+                        : Refuse(op, items, Status::Unavailable("runtime is shut down"));
+    }
+    src = std::make_shared<CompletionSource>(items);
+  } catch (...) {
+    if (on_done) on_done();
+    return OutOfMemory(op, items);
   }
-  auto src = std::make_shared<CompletionSource>(items);
   Completion c = src->completion();
+  // From here `src` answers, and so runs on_done, whatever happens: when the
+  // job finishes, or when the last reference to it is dropped (refused).
+  if (on_done) c.OnDone(std::move(on_done));  // room reserved: allocates nothing
   // Loads are urgent: an engine waits on them with a deadline, and a save
   // may hold its worker for its wait for hub room.
   const auto lane =
       op == RuntimeMetrics::Op::kLoad ? WorkerPool::Lane::kUrgent : WorkerPool::Lane::kOrdinary;
-  Status st = workers_->TrySubmit(
-      [this, op, src, job = std::move(job), start = NowNs()] {
-        // A throw is a bug, but the caller must still get an answer, not wait
-        // forever: every item without a result ends Internal.
-        try {
-          job(*src, start);
-        } catch (const std::exception& e) {
-          FailThrownJob(op, *src, std::string("request failed with an exception: ") + e.what(),
-                        start);
-        } catch (...) {
-          FailThrownJob(op, *src, "request failed with an exception", start);
-        }
-        src->Finish();
-      },
-      lane);
+  Status st;
+  try {
+    st = workers_->TrySubmit(
+        [this, op, src, job = std::move(job), start = NowNs()] {
+          // A throw is a bug or memory running out, but the caller must
+          // still get an answer, not wait forever: every item without a
+          // result ends Internal (or ResourceExhausted).
+          try {
+            job(*src, start);
+          } catch (const std::bad_alloc&) {
+            FailThrownJob(op, *src, Status::ResourceExhausted("request ran out of memory"), start);
+          } catch (...) {
+            FailThrownJob(op, *src, Status::Internal("request failed with an exception"), start);
+          }
+          src->Finish();
+        },
+        lane);
+  } catch (...) {
+    st = Status::ResourceExhausted("out of memory queueing the request");
+  }
   if (!st.ok()) {
     {
       std::lock_guard lock(mu_);
@@ -278,81 +303,98 @@ Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
 Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
                              std::span<const BlockKey> keys,
                              std::span<const uint32_t> engine_blocks, const SaveOptions& options) {
-  if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
-    return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st.WithContext("save"));
-  }
-  if (Status st = CheckNotLoading(engine_blocks); !st.ok()) {
-    return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st);
-  }
-  return SubmitSave(ns, parent, {keys.begin(), keys.end()},
-                    {engine_blocks.begin(), engine_blocks.end()}, options, /*checkpoint=*/false);
+  return Guarded(RuntimeMetrics::Op::kSave, keys.size(), [&] {
+    if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
+      return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st.WithContext("save"));
+    }
+    if (Status st = CheckNotLoading(engine_blocks); !st.ok()) {
+      return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st);
+    }
+    return SubmitSave(ns, parent, {keys.begin(), keys.end()},
+                      {engine_blocks.begin(), engine_blocks.end()}, options, /*checkpoint=*/false);
+  });
 }
 
 Completion RuntimeImpl::SubmitSave(NamespaceId ns, std::optional<BlockKey> parent,
                                    std::vector<BlockKey> keys, std::vector<uint32_t> blocks,
                                    const SaveOptions& options, bool checkpoint) {
   const size_t n = keys.size();  // read before keys is moved into the job
+  // Everything that allocates is built before the blocks are marked as
+  // being saved: once marked, Submit unmarks them however the call ends.
+  std::function<void(CompletionSource&, uint64_t)> job;
+  std::function<void()> unmark;
+  try {
+    unmark = [counts = blocks_saving_, saving = blocks] {
+      for (uint32_t b : saving) counts[b].fetch_sub(1, std::memory_order_release);
+    };
+    job = [this, ns, parent, k = std::move(keys), b = blocks, options, checkpoint](
+              CompletionSource& done, uint64_t start) {
+      RunSave(ns, parent, k, b, options, checkpoint, done);
+      metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
+    };
+  } catch (...) {
+    return OutOfMemory(RuntimeMetrics::Op::kSave, n);
+  }
   for (uint32_t b : blocks) blocks_saving_[b].fetch_add(1, std::memory_order_relaxed);
-  std::vector<uint32_t> saving = blocks;
-  Completion c = Submit(RuntimeMetrics::Op::kSave, n,
-                        [this, ns, parent, k = std::move(keys), b = std::move(blocks), options,
-                         checkpoint](CompletionSource& done, uint64_t start) {
-                          RunSave(ns, parent, k, b, options, checkpoint, done);
-                          metrics_.RecordRequest(RuntimeMetrics::Op::kSave, done, NowNs() - start);
-                        });
-  c.OnDone([counts = blocks_saving_, saving = std::move(saving)] {
-    for (uint32_t b : saving) counts[b].fetch_sub(1, std::memory_order_release);
-  });
-  return c;
+  return Submit(RuntimeMetrics::Op::kSave, n, std::move(job), std::move(unmark));
 }
 
 Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
                              std::span<const uint32_t> engine_blocks,
                              std::chrono::nanoseconds timeout, LayerDone on_layer) {
-  if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
-    return Refuse(RuntimeMetrics::Op::kLoad, keys.size(), st.WithContext("load"));
-  }
-  for (size_t i = 0; i < engine_blocks.size(); ++i) {
-    if (blocks_saving_[engine_blocks[i]].load(std::memory_order_acquire) != 0) {
+  return Guarded(RuntimeMetrics::Op::kLoad, keys.size(), [&] {
+    if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
+      return Refuse(RuntimeMetrics::Op::kLoad, keys.size(), st.WithContext("load"));
+    }
+    for (size_t i = 0; i < engine_blocks.size(); ++i) {
+      if (blocks_saving_[engine_blocks[i]].load(std::memory_order_acquire) != 0) {
+        return Refuse(RuntimeMetrics::Op::kLoad, keys.size(),
+                      Status::InvalidArgument(
+                          "load: engine block " + std::to_string(engine_blocks[i]) +
+                          " is still being saved; wait for that save's completion before "
+                          "loading into the block (the load would overwrite what it saves)"));
+      }
+    }
+    // Saturated: a timeout of nanoseconds::max() ("no deadline") must not wrap
+    // into the past.
+    const auto now = std::chrono::steady_clock::now();
+    const auto deadline = timeout >= std::chrono::steady_clock::time_point::max() - now
+                              ? std::chrono::steady_clock::time_point::max()
+                              : now + timeout;
+    // Marked as loading, atomically against another load of the same block.
+    for (size_t i = 0; i < engine_blocks.size(); ++i) {
+      if (blocks_loading_[engine_blocks[i]].fetch_add(1, std::memory_order_acq_rel) == 0) continue;
+      for (size_t j = 0; j <= i; ++j) {
+        blocks_loading_[engine_blocks[j]].fetch_sub(1, std::memory_order_release);
+      }
       return Refuse(RuntimeMetrics::Op::kLoad, keys.size(),
                     Status::InvalidArgument(
                         "load: engine block " + std::to_string(engine_blocks[i]) +
-                        " is still being saved; wait for that save's completion before "
-                        "loading into the block (the load would overwrite what it saves)"));
+                        " is still being loaded into by another load; wait for that load's "
+                        "completion before loading into the block again"));
     }
-  }
-  // Saturated: a timeout of nanoseconds::max() ("no deadline") must not wrap
-  // into the past.
-  const auto now = std::chrono::steady_clock::now();
-  const auto deadline = timeout >= std::chrono::steady_clock::time_point::max() - now
-                            ? std::chrono::steady_clock::time_point::max()
-                            : now + timeout;
-  // Marked as loading, atomically against another load of the same block.
-  for (size_t i = 0; i < engine_blocks.size(); ++i) {
-    if (blocks_loading_[engine_blocks[i]].fetch_add(1, std::memory_order_acq_rel) == 0) continue;
-    for (size_t j = 0; j <= i; ++j) {
-      blocks_loading_[engine_blocks[j]].fetch_sub(1, std::memory_order_release);
+    // Marked: Submit unmarks them however the call ends, once it has the
+    // callback that does; until then a failure unmarks them here.
+    std::function<void(CompletionSource&, uint64_t)> job;
+    std::function<void()> unmark;
+    try {
+      job = [this, ns, deadline, on_layer = std::move(on_layer),
+             k = std::vector<BlockKey>(keys.begin(), keys.end()),
+             b = std::vector<uint32_t>(engine_blocks.begin(), engine_blocks.end())](
+                CompletionSource& done, uint64_t start) {
+        RunLoad(ns, k, b, deadline, on_layer, done);
+        metrics_.RecordRequest(RuntimeMetrics::Op::kLoad, done, NowNs() - start);
+      };
+      unmark = [counts = blocks_loading_,
+                loading = std::vector<uint32_t>(engine_blocks.begin(), engine_blocks.end())] {
+        for (uint32_t b : loading) counts[b].fetch_sub(1, std::memory_order_release);
+      };
+    } catch (...) {
+      for (uint32_t b : engine_blocks) blocks_loading_[b].fetch_sub(1, std::memory_order_release);
+      return OutOfMemory(RuntimeMetrics::Op::kLoad, keys.size());
     }
-    return Refuse(
-        RuntimeMetrics::Op::kLoad, keys.size(),
-        Status::InvalidArgument("load: engine block " + std::to_string(engine_blocks[i]) +
-                                " is still being loaded into by another load; wait for that load's "
-                                "completion before loading into the block again"));
-  }
-  std::vector<BlockKey> k(keys.begin(), keys.end());
-  std::vector<uint32_t> b(engine_blocks.begin(), engine_blocks.end());
-  std::vector<uint32_t> loading = b;
-  const size_t n = k.size();  // read before k is moved into the job
-  Completion c = Submit(RuntimeMetrics::Op::kLoad, n,
-                        [this, ns, deadline, on_layer = std::move(on_layer), k = std::move(k),
-                         b = std::move(b)](CompletionSource& done, uint64_t start) {
-                          RunLoad(ns, k, b, deadline, on_layer, done);
-                          metrics_.RecordRequest(RuntimeMetrics::Op::kLoad, done, NowNs() - start);
-                        });
-  c.OnDone([counts = blocks_loading_, loading = std::move(loading)] {
-    for (uint32_t b : loading) counts[b].fetch_sub(1, std::memory_order_release);
+    return Submit(RuntimeMetrics::Op::kLoad, keys.size(), std::move(job), std::move(unmark));
   });
-  return c;
 }
 
 Status RuntimeImpl::CheckNotLoading(std::span<const uint32_t> blocks) const {

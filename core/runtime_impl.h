@@ -127,16 +127,34 @@ class RuntimeImpl final : public Runtime {
   // Queues `job`, a save or load (`op`) of `items` blocks; refused (shut
   // down, queue full) every item fails and is counted as Refuse counts.
   // The job gets the time it was queued (NowNs), for its latency.
+  // `on_done` runs once the request is answered, however it ends: queued,
+  // refused or out of memory; Submit never throws.
   Completion Submit(RuntimeMetrics::Op op, size_t items,
-                    std::function<void(CompletionSource&, uint64_t start_ns)> job);
+                    std::function<void(CompletionSource&, uint64_t start_ns)> job,
+                    std::function<void()> on_done = {}) noexcept;
   // A call that fails before it is queued (bad arguments): every item ends
   // `status`, counted in the statistics as the failures the engine is told.
   Completion Refuse(RuntimeMetrics::Op op, size_t items, const Status& status);
+  // A call that could not be built for lack of memory: Refuse with
+  // ResourceExhausted, or, when even that answer cannot be allocated, a
+  // completion of no items that answers every index ResourceExhausted.
+  Completion OutOfMemory(RuntimeMetrics::Op op, size_t items) noexcept;
+  // Runs `call`, the body of a public save or load: what it throws (memory
+  // running out while the request is built) answers every item
+  // OutOfMemory instead of reaching the engine.
+  template <typename Call>
+  Completion Guarded(RuntimeMetrics::Op op, size_t items, const Call& call) noexcept {
+    try {
+      return call();
+    } catch (...) {
+      return OutOfMemory(op, items);
+    }
+  }
   void CountRefusedLocked(RuntimeMetrics::Op op, size_t items, StatusCode code);
   // A queued job threw (a bug): its unanswered items end Internal(why), and
   // the request is recorded and counted as one that ran.
-  void FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src, const std::string& why,
-                     uint64_t start_ns);
+  void FailThrownJob(RuntimeMetrics::Op op, CompletionSource& src, const Status& why,
+                     uint64_t start_ns) noexcept;
   // Queues RunSave of `keys` from `blocks` (`checkpoint`: the parts of
   // `parent`'s state checkpoint), timed as a save.
   Completion SubmitSave(NamespaceId ns, std::optional<BlockKey> parent, std::vector<BlockKey> keys,
@@ -179,12 +197,13 @@ class RuntimeImpl final : public Runtime {
                          std::vector<IndexEntry*>& fresh, std::vector<size_t>& fresh_item,
                          std::vector<std::pair<size_t, size_t>>& repeats);
   // Publishes the reserved entries whose bytes were copied (copied[j] for
-  // fresh[j]) and undoes the others; a repeat ends as its first occurrence.
-  // REQUIRES: mu_ held.
+  // fresh[j], rewritten with what each ends as) and undoes the others; a
+  // repeat ends as its first occurrence. Never throws: memory running out
+  // fails a block rather than leave it reserved. REQUIRES: mu_ held.
   void FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
                         const std::vector<size_t>& fresh_item,
                         const std::vector<std::pair<size_t, size_t>>& repeats,
-                        const std::vector<Status>& copied, CompletionSource& done);
+                        std::span<Status> copied, CompletionSource& done) noexcept;
   // Answers a lookup into `r` (empty on entry), appending the hit entries to
   // *found when given, and counts it; unless it repeats a request id seen
   // before, also the sightings of its keys and the policies' view of the
@@ -214,8 +233,12 @@ class RuntimeImpl final : public Runtime {
                            const std::vector<size_t>& items, const Completion& c,
                            std::vector<uint32_t>& staged, std::vector<Status>& results,
                            std::vector<BlockKey>& corrupt);
-  std::vector<Status> RunCopy(bool gather, std::span<const BlockCopy> copies,
-                              const LayerDone& on_layer);
+  // Runs one Gather (save) or Scatter (load) and waits for it: the result
+  // of copies[i] lands in results[i] (results.size() == copies.size()).
+  // Never throws: an engine that throws, or memory running out before the
+  // copy is issued, fails every copy Internal.
+  void RunCopy(bool gather, std::span<const BlockCopy> copies, const LayerDone& on_layer,
+               std::span<Status> results) noexcept;
 
   // runtime_adopt.cc: indexes the leading keys that persistent tiers hold;
   // keys[parts_from..] are the parts of a state checkpoint.
@@ -534,6 +557,9 @@ class RuntimeImpl final : public Runtime {
   // Per engine block: loads into it not yet completed. Another load into
   // it, or a save from it, is refused: the copies would interleave.
   std::shared_ptr<std::atomic<uint32_t>[]> blocks_loading_;
+  // Built at Open: the answer to a call when memory is too short to build
+  // even its refusal (OutOfMemory).
+  Completion out_of_memory_;
   // Removes from lower tiers that landed while an adoption was asking them
   // (the mover's evictions, whose keys left the index first): key -> tiers.
   // A tier may have reported such a key as held just before it went, so an

@@ -11,6 +11,32 @@
 #include "kvtier/block_header.h"
 
 namespace kvtier::internal {
+namespace {
+
+// "<prefix><detail>", or the prefix alone when memory is too short to join
+// them: a load answers each block, whatever the allocator says.
+Status Joined(StatusCode code, std::string_view prefix, std::string_view detail,
+              std::string_view suffix = {}) noexcept {
+  try {
+    std::string m(prefix);
+    m += detail;
+    m += suffix;
+    return Status(code, m);
+  } catch (...) {
+    return Status(code, prefix);
+  }
+}
+
+Status NotStored(const BlockKey& key) noexcept {
+  try {
+    return Joined(StatusCode::kNotFound, "load: block ", ToHex(key), " is not stored");
+  } catch (...) {
+    return Status(StatusCode::kNotFound, "load: block is not stored");
+  }
+}
+
+}  // namespace
+
 void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                           const std::vector<uint32_t>& blocks,
                           std::chrono::steady_clock::time_point deadline, const LayerDone& on_layer,
@@ -20,28 +46,48 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
   std::vector<uint32_t> source_tier(n, 0);
   std::vector<Status> results(n);
   size_t below_hub = 0;
+  std::vector<BlockCopy> copies;
+  std::vector<size_t> copy_item;
+  std::vector<Status> copied;
+  copies.reserve(n);
+  copy_item.reserve(n);
+  copied.reserve(n);
+  // What throws after the pins are taken (memory running out, a policy)
+  // fails the job, and must let go of them, which would otherwise keep the
+  // blocks for good. REQUIRES: mu_ held.
+  auto drop_pins = [&] {
+    for (IndexEntry*& e : entries) {
+      if (e != nullptr) DropPinLocked(e);
+      e = nullptr;
+    }
+  };
   {
     std::lock_guard lock(mu_);
     stats_.load_blocks += n;
     const uint64_t now = NowNs();
-    for (size_t i = n; i-- > 0;) {  // deepest first: see RunSave
-      IndexEntry* e = index_.Find({ns, keys[i]});
-      if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) {
-        results[i] = Status::NotFound("load: block " + ToHex(keys[i]) + " is not stored");
-        continue;
+    try {
+      for (size_t i = n; i-- > 0;) {  // deepest first: see RunSave
+        IndexEntry* e = index_.Find({ns, keys[i]});
+        if (e == nullptr || e->state != EntryState::kReady || e->locations == 0) {
+          results[i] = NotStored(keys[i]);
+          continue;
+        }
+        ++e->pins;
+        entries[i] = e;
+        source_tier[i] = e->FastestTier();
+        below_hub += e->In(0) ? 0 : 1;
       }
-      ++e->pins;
-      entries[i] = e;
-      source_tier[i] = e->FastestTier();
-      below_hub += e->In(0) ? 0 : 1;
-    }
-    // The hit the use ended at: the last of the leading run found (a tier
-    // that refreshes only the deepest hit leaves the prefix above it as it
-    // was). Touched deepest first, as found.
-    size_t lead = 0;
-    while (lead < n && entries[lead] != nullptr) ++lead;
-    for (size_t i = n; i-- > 0;) {
-      if (entries[i] != nullptr) index_.Touch(entries[i], now, i + 1 == lead);
+      // The hit the use ended at: the last of the leading run found (a tier
+      // that refreshes only the deepest hit leaves the prefix above it as it
+      // was). Touched deepest first, as found.
+      size_t lead = 0;
+      while (lead < n && entries[lead] != nullptr) ++lead;
+      for (size_t i = n; i-- > 0;) {
+        if (entries[i] != nullptr) index_.Touch(entries[i], now, i + 1 == lead);
+      }
+    } catch (...) {
+      drop_pins();
+      throw;
     }
   }
 
@@ -60,14 +106,12 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
       std::lock_guard lock(mu_);
       for (size_t i = 0; i < n; ++i) {
         if (staged[i] != kNoSlot && issued[i] == 0) arena_->Free(staged[i]);
-        if (entries[i] != nullptr) DropPinLocked(entries[i]);
       }
+      drop_pins();
       throw;
     }
   }
 
-  std::vector<BlockCopy> copies;
-  std::vector<size_t> copy_item;
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < n; ++i) {
@@ -75,10 +119,10 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
       // A pinned entry keeps the hub copy it was found with or given; checked
       // all the same: the slot of an entry not ready in the hub is not its.
       if (entries[i]->state != EntryState::kReady || !entries[i]->In(0)) {
-        results[i] = Status::NotFound("load: block " + ToHex(keys[i]) + " is not stored");
+        results[i] = NotStored(keys[i]);
         continue;
       }
-      copies.push_back({blocks[i], arena_->Slot(entries[i]->host_slot)});
+      copies.push_back({blocks[i], arena_->Slot(entries[i]->host_slot)});  // reserved
       copy_item.push_back(i);
     }
   }
@@ -87,20 +131,31 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
   // this load's pins held. Its blocks end Internal; the copy itself runs on.
   std::atomic<bool> threw{false};
   std::string thrown;
-  std::vector<Status> copied = RunCopy(/*gather=*/false, copies, [&](uint32_t layer) {
-    done.SetLayersDone(layer + 1);
-    if (!on_layer || threw.load(std::memory_order_relaxed)) return;
+  auto note = [&](const char* what) {
+    if (threw.exchange(true)) return;
     try {
-      on_layer(layer);
-    } catch (const std::exception& e) {
-      if (!threw.exchange(true)) thrown = e.what();
-    } catch (...) {
-      if (!threw.exchange(true)) thrown = "an exception that is not a std::exception";
+      thrown = what;
+    } catch (...) {  // out of memory for the message: the failure alone
     }
-  });
+  };
+  copied.resize(copies.size());  // within what was reserved: allocates nothing
+  RunCopy(/*gather=*/false, copies,
+          [&](uint32_t layer) {
+            done.SetLayersDone(layer + 1);
+            if (!on_layer || threw.load(std::memory_order_relaxed)) return;
+            try {
+              on_layer(layer);
+            } catch (const std::exception& e) {
+              note(e.what());
+            } catch (...) {
+              note("an exception that is not a std::exception");
+            }
+          },
+          copied);
   if (threw) {
+    const Status failed = Joined(StatusCode::kInternal, "on_layer failed: ", thrown);
     for (Status& st : copied) {
-      if (st.ok()) st = Status::Internal("on_layer failed: " + thrown);
+      if (st.ok()) st = failed;
     }
   }
 

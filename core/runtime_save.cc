@@ -55,44 +55,50 @@ Status StillUnsettled(const IndexEntry& e, const char* what) {
 
 }  // namespace
 
-std::vector<Status> RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies,
-                                         const LayerDone& on_layer) {
-  if (copies.empty()) return {};
-  // Shared with `done`: an engine that throws yet still runs `done` later
-  // must find the promise alive.
-  auto promise = std::make_shared<std::promise<std::vector<Status>>>();
-  std::future<std::vector<Status>> result = promise->get_future();
-  auto done = [promise](std::vector<Status> st) { promise->set_value(std::move(st)); };
+void RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies, const LayerDone& on_layer,
+                          std::span<Status> results) noexcept {
+  auto fail_all = [&](std::string_view why) {
+    const Status st(StatusCode::kInternal, why);
+    std::fill(results.begin(), results.end(), st);
+  };
+  if (copies.empty()) return;
   // The engine is the caller's code. A throw must not skip the settling of
   // this call's entries (RunSave reserved them kFilling and pinned, RunLoad
   // pinned them): every copy fails as Internal and the caller settles them
   // as after any failed copy. An engine that throws is taken to have
   // issued nothing: both engines here catch what is thrown once a copy is
-  // in flight.
-  std::optional<std::string> thrown;
+  // in flight. Memory running out before the copy is issued fails it too.
+  std::vector<Status> got;
   try {
-    if (gather) {
-      engine_->Gather(copies, done);
-    } else {
-      engine_->Scatter(copies, on_layer, done);
+    // Shared with `done`: an engine that throws yet still runs `done` later
+    // must find the promise alive.
+    auto promise = std::make_shared<std::promise<std::vector<Status>>>();
+    std::future<std::vector<Status>> result = promise->get_future();
+    auto done = [promise](std::vector<Status> st) { promise->set_value(std::move(st)); };
+    try {
+      if (gather) {
+        engine_->Gather(copies, done);
+      } else {
+        engine_->Scatter(copies, on_layer, done);
+      }
+    } catch (const std::bad_alloc&) {
+      return fail_all(gather ? "copy engine Gather ran out of memory"
+                             : "copy engine Scatter ran out of memory");
+    } catch (const std::exception& e) {
+      const Status st = Status::Internal(e.what()).WithContext(
+          gather ? "copy engine Gather threw" : "copy engine Scatter threw");
+      return std::fill(results.begin(), results.end(), st);
+    } catch (...) {
+      return fail_all(gather ? "copy engine Gather threw" : "copy engine Scatter threw");
     }
-  } catch (const std::exception& e) {
-    thrown = e.what();
+    got = result.get();
   } catch (...) {
-    thrown = "an exception that is not a std::exception";
+    return fail_all("out of memory issuing the copy");
   }
-  if (thrown) {
-    return std::vector<Status>(
-        copies.size(), Status::Internal(std::string("copy engine ") +
-                                        (gather ? "Gather" : "Scatter") + " threw: " + *thrown));
+  if (got.size() != copies.size()) {  // a broken engine must not index out of range
+    return fail_all("copy engine returned a result count other than its copies'");
   }
-  std::vector<Status> results = result.get();
-  if (results.size() != copies.size()) {  // a broken engine must not index out of range
-    results.assign(copies.size(),
-                   Status::Internal("copy engine returned " + std::to_string(results.size()) +
-                                    " results for " + std::to_string(copies.size()) + " copies"));
-  }
-  return results;
+  std::move(got.begin(), got.end(), results.begin());
 }
 
 void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
@@ -130,6 +136,7 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   std::vector<size_t> fresh_item;
   std::vector<std::pair<size_t, size_t>> repeats;  // (item, its key's index in fresh)
   std::vector<BlockCopy> copies;
+  std::vector<Status> copied(keys.size());
   std::vector<Decision> decided(keys.size(), Decision::kUndecided);
   fresh.reserve(keys.size());
   fresh_item.reserve(keys.size());
@@ -178,14 +185,25 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         std::chrono::steady_clock::now() < fill_deadline) {
       continue;  // (or another save stored the parent meanwhile: admit again)
     }
-    ReserveSaveLocked(ns, parent, keys, admitted, hints, checkpoint, done, fresh, fresh_item,
-                      repeats);
+    try {
+      ReserveSaveLocked(ns, parent, keys, admitted, hints, checkpoint, done, fresh, fresh_item,
+                        repeats);
+    } catch (...) {
+      // Memory ran out part way: what was reserved is settled as a failed
+      // copy (its slot freed, its entry dropped), and the job fails the rest.
+      copied.resize(fresh.size());
+      std::fill(copied.begin(), copied.end(),
+                Status::ResourceExhausted("save: out of memory reserving the block"));
+      FinishSaveLocked(fresh, fresh_item, repeats, copied, done);
+      throw;
+    }
     break;
   }
   for (size_t j = 0; j < fresh.size(); ++j) {
     copies.push_back({blocks[fresh_item[j]], arena_->Slot(fresh[j]->host_slot)});
   }
-  const std::vector<Status> copied = RunCopy(/*gather=*/true, copies, {});
+  copied.resize(copies.size());  // shrinks: allocates nothing
+  RunCopy(/*gather=*/true, copies, {}, copied);
   {
     std::lock_guard lock(mu_);
     FinishSaveLocked(fresh, fresh_item, repeats, copied, done);
@@ -368,7 +386,12 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       // be written (and checked) with them.
       e->checksum.reset();
     } else {
-      e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes, checkpoint);
+      try {
+        e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes, checkpoint);
+      } catch (...) {
+        arena_->Free(*slot);
+        throw;
+      }
       if (prev != nullptr) ++prev->filling_children;
     }
     e->host_slot = *slot;
@@ -385,16 +408,21 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
 void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
                                    const std::vector<size_t>& fresh_item,
                                    const std::vector<std::pair<size_t, size_t>>& repeats,
-                                   const std::vector<Status>& copied, CompletionSource& done) {
+                                   std::span<Status> result, CompletionSource& done) noexcept {
   // A block whose parent's copy failed fails too: it would hang off a
-  // missing block. fresh[] is in chain order, so parents come first.
-  std::vector<Status> result = copied;
-  std::unordered_set<const IndexEntry*> failed;
+  // missing block. fresh[] is in chain order, so parents come first; a
+  // parent in fresh is most often the entry before.
+  auto parent_failed = [&](size_t j) {
+    const IndexEntry* p = fresh[j]->parent;
+    for (size_t k = j; k-- > 0;) {
+      if (fresh[k] == p) return !result[k].ok();
+    }
+    return false;
+  };
   for (size_t j = 0; j < fresh.size(); ++j) {
-    if (result[j].ok() && failed.contains(fresh[j]->parent)) {
+    if (result[j].ok() && parent_failed(j)) {
       result[j] = Status::Cancelled("its parent block was not copied");
     }
-    if (!result[j].ok()) failed.insert(fresh[j]);
   }
   const uint64_t now = NowNs();
   uint64_t written = 0;
@@ -406,9 +434,17 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
     if (e->parent != nullptr) --e->parent->filling_children;
     if (result[j].ok()) {
       e->state = EntryState::kReady;
+      try {
+        index_.AddLocation(e, 0, now);
+      } catch (...) {
+        // Out of memory before the index changed, or a policy's observer
+        // threw after: the copy is stored if the index has it.
+        if (!e->In(0)) result[j] = Status::ResourceExhausted("out of memory indexing the block");
+      }
+    }
+    if (result[j].ok()) {
       e->inserted_ns = now;
       written += e->bytes;
-      index_.AddLocation(e, 0, now);
       done.Set(fresh_item[j], Status::Ok(), e->bytes);
       ++stats_.saved_blocks;
       ++tier_counts_[0].hub_blocks_in;
@@ -433,7 +469,10 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
       ++stats_.save_failures;
     }
   }
-  policies_->OnWritten(0, written, now);
+  try {
+    policies_->OnWritten(0, written, now);
+  } catch (...) {  // a write budget that could not record it: the saves stand
+  }
   // Saves waiting for these fills to end (RunSave); under the lock, so a
   // waiter cannot miss it between its check and its wait.
   if (!fresh.empty()) fills_done_.notify_all();

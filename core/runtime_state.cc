@@ -120,27 +120,32 @@ Completion RuntimeImpl::SaveState(NamespaceId ns, const BlockKey& boundary,
                                   const SaveOptions& options) {
   // An error covers at least one item, so that an empty call reports it too.
   const size_t items = std::max<size_t>(1, engine_blocks.size());
-  if (Status st = CheckStateBlocks(engine_blocks, "save state"); !st.ok()) {
-    return Refuse(RuntimeMetrics::Op::kSave, items, st);
-  }
-  std::vector<BlockKey> k = StateParts(ns, boundary);
-  if (Status st = CheckBlocks(k, engine_blocks); !st.ok()) {
-    return Refuse(RuntimeMetrics::Op::kSave, items, st.WithContext("save state"));
-  }
-  if (Status st = CheckNotLoading(engine_blocks); !st.ok()) {
-    return Refuse(RuntimeMetrics::Op::kSave, items, st);
-  }
-  return SubmitSave(ns, boundary, std::move(k), {engine_blocks.begin(), engine_blocks.end()},
-                    options, /*checkpoint=*/true);
+  return Guarded(RuntimeMetrics::Op::kSave, items, [&] {
+    if (Status st = CheckStateBlocks(engine_blocks, "save state"); !st.ok()) {
+      return Refuse(RuntimeMetrics::Op::kSave, items, st);
+    }
+    std::vector<BlockKey> k = StateParts(ns, boundary);
+    if (Status st = CheckBlocks(k, engine_blocks); !st.ok()) {
+      return Refuse(RuntimeMetrics::Op::kSave, items, st.WithContext("save state"));
+    }
+    if (Status st = CheckNotLoading(engine_blocks); !st.ok()) {
+      return Refuse(RuntimeMetrics::Op::kSave, items, st);
+    }
+    return SubmitSave(ns, boundary, std::move(k), {engine_blocks.begin(), engine_blocks.end()},
+                      options, /*checkpoint=*/true);
+  });
 }
 
 Completion RuntimeImpl::LoadState(NamespaceId ns, const BlockKey& boundary,
                                   std::span<const uint32_t> engine_blocks,
                                   std::chrono::nanoseconds timeout) {
-  if (Status st = CheckStateBlocks(engine_blocks, "load state"); !st.ok()) {
-    return Refuse(RuntimeMetrics::Op::kLoad, std::max<size_t>(1, engine_blocks.size()), st);
-  }
-  return Load(ns, StateParts(ns, boundary), engine_blocks, timeout, {});
+  const size_t items = std::max<size_t>(1, engine_blocks.size());
+  return Guarded(RuntimeMetrics::Op::kLoad, items, [&] {
+    if (Status st = CheckStateBlocks(engine_blocks, "load state"); !st.ok()) {
+      return Refuse(RuntimeMetrics::Op::kLoad, items, st);
+    }
+    return Load(ns, StateParts(ns, boundary), engine_blocks, timeout, {});
+  });
 }
 
 }  // namespace kvtier::internal

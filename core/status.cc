@@ -7,18 +7,30 @@ namespace kvtier {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kResourceExhausted: return "resource_exhausted";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kBusy: return "busy";
-    case StatusCode::kIOError: return "io_error";
-    case StatusCode::kCorruption: return "corruption";
-    case StatusCode::kNotSupported: return "not_supported";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kDeadlineExceeded: return "deadline_exceeded";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case StatusCode::kResourceExhausted:
+      return "resource_exhausted";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kBusy:
+      return "busy";
+    case StatusCode::kIOError:
+      return "io_error";
+    case StatusCode::kCorruption:
+      return "corruption";
+    case StatusCode::kNotSupported:
+      return "not_supported";
+    case StatusCode::kCancelled:
+      return "cancelled";
+    case StatusCode::kDeadlineExceeded:
+      return "deadline_exceeded";
+    case StatusCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }
@@ -72,12 +84,16 @@ std::string Status::ToString() const {
   return out;
 }
 
-Status Status::WithContext(std::string_view context) const {
+Status Status::WithContext(std::string_view context) const noexcept {
   if (ok()) return {};
-  std::string m(context);
-  m += ": ";
-  m += message();
-  return {code_, m};
+  try {
+    std::string m(context);
+    m += ": ";
+    m += message();
+    return {code_, m};
+  } catch (...) {
+    return *this;  // memory is short: the status without its context
+  }
 }
 
 Status FromErrno(int err, std::string_view operation) {
@@ -85,21 +101,31 @@ Status FromErrno(int err, std::string_view operation) {
   m += ": ";
   m += std::strerror(err);
   switch (err) {
-    case 0: return Status::Internal(m + " (errno 0)");
-    case ENOENT: return Status::NotFound(m);
-    case EINVAL: return Status::InvalidArgument(m);
+    case 0:
+      return Status::Internal(m + " (errno 0)");
+    case ENOENT:
+      return Status::NotFound(m);
+    case EINVAL:
+      return Status::InvalidArgument(m);
     case ENOMEM:
     case ENOSPC:
-    case EDQUOT: return Status::ResourceExhausted(m);
-    case EAGAIN: return Status::Busy(m);
-    case ETIMEDOUT: return Status::DeadlineExceeded(m);
-    case ECANCELED: return Status::Cancelled(m);
-    case EOPNOTSUPP: return Status::NotSupported(m);
+    case EDQUOT:
+      return Status::ResourceExhausted(m);
+    case EAGAIN:
+      return Status::Busy(m);
+    case ETIMEDOUT:
+      return Status::DeadlineExceeded(m);
+    case ECANCELED:
+      return Status::Cancelled(m);
+    case EOPNOTSUPP:
+      return Status::NotSupported(m);
     case ECONNREFUSED:
     case ECONNRESET:
     case EPIPE:
-    case EHOSTUNREACH: return Status::Unavailable(m);
-    default: return Status::IOError(m);
+    case EHOSTUNREACH:
+      return Status::Unavailable(m);
+    default:
+      return Status::IOError(m);
   }
 }
 

@@ -36,7 +36,9 @@ class KVTIER_EXPORT Completion {
   Status WaitFor(std::chrono::nanoseconds timeout) const;
 
   size_t size() const;
-  // REQUIRES: Poll(). Result and byte count of item i.
+  // REQUIRES: Poll(). Result and byte count of item i. Past size(): the
+  // call's refusal (a call refused before its items could be allocated has
+  // size() 0 and answers each index with why), else InvalidArgument.
   const Status& result(size_t i) const;
   uint64_t bytes(size_t i) const;
   // REQUIRES: Poll(). OK when every item is OK, else the first failure; a

@@ -74,7 +74,8 @@ class [[nodiscard]] KVTIER_EXPORT Status {
   std::string ToString() const;
 
   // Returns a copy whose message is "<context>: <message>"; OK stays OK.
-  Status WithContext(std::string_view context) const;
+  // Never throws: without memory for the longer message, a plain copy.
+  Status WithContext(std::string_view context) const noexcept;
 
  private:
   StatusCode code_ = StatusCode::kOk;
