@@ -52,6 +52,30 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
   copies.reserve(n);
   copy_item.reserve(n);
   copied.reserve(n);
+  // on_layer is the engine's code: an exception from it must not unwind
+  // through the copy engine (with whatever copy engine runs it) or leave
+  // this load's pins held. Its blocks end Internal; the copy itself runs on.
+  // Built before anything is pinned: the std::function allocates.
+  std::atomic<bool> threw{false};
+  std::string thrown;
+  auto note = [&](const char* what) {
+    if (threw.exchange(true)) return;
+    try {
+      thrown = what;
+    } catch (...) {  // out of memory for the message: the failure alone
+    }
+  };
+  const LayerDone layer_done = [&](uint32_t layer) {
+    done.SetLayersDone(layer + 1);
+    if (!on_layer || threw.load(std::memory_order_relaxed)) return;
+    try {
+      on_layer(layer);
+    } catch (const std::exception& e) {
+      note(e.what());
+    } catch (...) {
+      note("an exception that is not a std::exception");
+    }
+  };
   // What throws after the pins are taken (memory running out, a policy)
   // fails the job, and must let go of them, which would otherwise keep the
   // blocks for good. REQUIRES: mu_ held.
@@ -126,32 +150,8 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
       copy_item.push_back(i);
     }
   }
-  // on_layer is the engine's code: an exception from it must not unwind
-  // through the copy engine (with whatever copy engine runs it) or leave
-  // this load's pins held. Its blocks end Internal; the copy itself runs on.
-  std::atomic<bool> threw{false};
-  std::string thrown;
-  auto note = [&](const char* what) {
-    if (threw.exchange(true)) return;
-    try {
-      thrown = what;
-    } catch (...) {  // out of memory for the message: the failure alone
-    }
-  };
   copied.resize(copies.size());  // within what was reserved: allocates nothing
-  RunCopy(/*gather=*/false, copies,
-          [&](uint32_t layer) {
-            done.SetLayersDone(layer + 1);
-            if (!on_layer || threw.load(std::memory_order_relaxed)) return;
-            try {
-              on_layer(layer);
-            } catch (const std::exception& e) {
-              note(e.what());
-            } catch (...) {
-              note("an exception that is not a std::exception");
-            }
-          },
-          copied);
+  RunCopy(/*gather=*/false, copies, layer_done, copied);
   if (threw) {
     const Status failed = Joined(StatusCode::kInternal, "on_layer failed: ", thrown);
     for (Status& st : copied) {
