@@ -85,13 +85,29 @@ void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
 
 void BlockIndex::DropLocation(IndexEntry* e, size_t tier) {
   if (!e->In(tier)) return;
-  if (IsLeaf(*e, tier)) leaves_[tier].erase(e->stamp[tier]);
+  IndexEntry* p = e->parent;
+  // Left with no child in the tier, the parent becomes a leaf there. Its
+  // node is the entry's own when the entry was a leaf (blocks leave leaves
+  // first), else allocated before anything changes: out of memory leaves
+  // the index as it was.
+  const bool parent_leaf = p != nullptr && p->In(tier) && p->children_in[tier] == 1;
+  std::map<uint64_t, IndexEntry*>::node_type node;
+  if (IsLeaf(*e, tier)) {
+    node = leaves_[tier].extract(e->stamp[tier]);
+  } else if (parent_leaf) {
+    std::map<uint64_t, IndexEntry*> one;
+    node = one.extract(one.emplace(p->stamp[tier], p).first);
+  }
   e->locations &= ~(1U << tier);
-  if (IndexEntry* p = e->parent; p != nullptr) {
+  if (p != nullptr) {
     --p->children_in[tier];
     // The parent keeps the recency it had: its place among the leaves is
     // where its last use puts it.
-    if (IsLeaf(*p, tier)) leaves_[tier].emplace(p->stamp[tier], p);
+    if (parent_leaf) {
+      node.key() = p->stamp[tier];
+      node.mapped() = p;
+      leaves_[tier].insert(std::move(node));
+    }
   }
   --blocks_in_[tier];
   bytes_in_[tier] -= e->bytes;

@@ -96,7 +96,8 @@ class IndexObserver {
  public:
   virtual ~IndexObserver() = default;
   virtual void OnAdd(const IndexEntry& e, size_t tier) = 0;
-  virtual void OnDrop(const IndexEntry& e, size_t tier) = 0;
+  // Must not throw: the index has let the copy go by then.
+  virtual void OnDrop(const IndexEntry& e, size_t tier) noexcept = 0;
   virtual void OnTouch(const IndexEntry& e, size_t tier) = 0;
 };
 
@@ -123,6 +124,8 @@ class BlockIndex {
   // pin. REQUIRES: no children, no locations, no pins.
   void Erase(IndexEntry* e);
 
+  // DropLocation throws (out of memory) only before it changes anything: a
+  // copy's room (a hub slot) is given back after it, never before.
   void AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns);
   void DropLocation(IndexEntry* e, size_t tier);
   // Marks a use: the entry becomes most recent in every tier holding it,

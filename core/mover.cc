@@ -124,6 +124,17 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
   // One load at a time waits for pins: two that each need room could
   // otherwise each wait out the other's, and both lose their second.
   bool pin_waiter = false;
+  // Given up however the wait ends: one that threw (memory running out in
+  // OthersPinHubLocked) would otherwise keep every later load from waiting.
+  struct GiveUpWaiter {
+    RuntimeImpl& rt;
+    const bool& waiter;
+    ~GiveUpWaiter() {
+      if (!waiter) return;
+      std::lock_guard lock(rt.mu_);
+      rt.pin_waiter_taken_ = false;
+    }
+  } give_up{*this, pin_waiter};
   // A pin that ends after the eviction below chose its victims, before the
   // wait, makes a block it may take: tried again, not given up on.
   uint64_t pins_ended = 0;
@@ -156,10 +167,6 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
     moves_done_.wait_until(lock, until);
     --hub_room_waiters_;
     pins_ended = hub_pins_ended_;  // the next try sees those
-  }
-  if (pin_waiter) {
-    std::lock_guard lock(mu_);
-    pin_waiter_taken_ = false;
   }
   if (HubAboveHigh()) WakeMover();
 }
@@ -329,7 +336,9 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
   std::vector<bool> late;  // settled by SettleLateWriteLocked
   std::vector<Status> read_status;
   std::vector<bool> tried;  // written below, or its write failed
+  std::vector<NsKey> removals;
   try {
+    removals.reserve(n);  // at most one per victim
     written.assign(n, false);
     reclaimed.assign(n, false);
     refresh.assign(n, false);
@@ -367,7 +376,6 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
   }
 
   size_t dropped = 0;
-  std::vector<NsKey> removals;
   {
     std::lock_guard lock(mu_);
     const uint64_t now = NowNs();
@@ -414,10 +422,10 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
           ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children
           continue;
         }
+        v->failed_writes = 0;                // a copy it gets again starts afresh
+        DropCopyLocked(v, tier, &removals);  // may erase v
         ++tier_counts_[tier].evicted;
         ++dropped;
-        v->failed_writes = 0;  // a copy it gets again starts afresh
-        DropCopyLocked(v, tier, &removals);
       } catch (...) {
       }
     }
@@ -471,33 +479,12 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     const uint64_t sent_ns = NowNs();
     Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
     if (!FinishedBy(w, deadline)) {
-      // The write goes on without this caller, reading the pinned hub slots
-      // or `staging`, which it keeps; it settles its victims when it ends.
-      std::vector<IndexEntry*> moved;
-      std::vector<bool> moved_reclaimed;
-      for (size_t i : op_item) {
-        (*late)[i] = true;
-        moved.push_back(victims[i]);
-        moved_reclaimed.push_back((*reclaimed)[i]);
+      if (HandOverLateWrite(tier, w, victims, op_item, *reclaimed, staging, sent_ns, *late)) {
+        continue;
       }
-      {
-        std::lock_guard lock(mu_);
-        ++late_calls_;
-        writes_stalled_until_ns_[next] = UINT64_MAX;  // until it ends (NoteWriteEndedLocked)
-      }
-      w.OnDone([this, tier, moved = std::move(moved), moved_reclaimed = std::move(moved_reclaimed),
-                staging, w, sent_ns] {
-        std::optional<std::string> report;
-        {
-          std::lock_guard lock(mu_);
-          report = NoteWriteEndedLocked(tier + 1, w, sent_ns);
-          SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
-        }
-        LogWarning(report);
-        std::lock_guard lock(mu_);  // the callback's last use of this runtime
-        EndLateCallLocked();
-      });
-      continue;
+      // Out of memory to hand the write over: waited for instead, so that
+      // its victims do not settle while it may still read them.
+      (void)w.Wait();
     }
     for (size_t k = 0; k < ops.size(); ++k) written[op_item[k]] = w.result(k).ok();
     std::optional<std::string> report;
@@ -547,6 +534,54 @@ bool RuntimeImpl::FinishedBy(const Completion& c, SteadyTime deadline) {
   return c.WaitFor(left).ok() || c.Poll();
 }
 
+bool RuntimeImpl::HandOverLateWrite(size_t tier, const Completion& w,
+                                    const std::vector<IndexEntry*>& victims,
+                                    const std::vector<size_t>& op_item,
+                                    const std::vector<bool>& reclaimed, const Staging& staging,
+                                    uint64_t sent_ns, std::vector<bool>& late) noexcept {
+  try {
+    // The write goes on without this caller, reading the pinned hub slots
+    // or `staging`, which it keeps; it settles its victims when it ends.
+    std::vector<IndexEntry*> moved;
+    std::vector<bool> moved_reclaimed;
+    moved.reserve(op_item.size());
+    moved_reclaimed.reserve(op_item.size());
+    for (size_t i : op_item) {
+      moved.push_back(victims[i]);
+      moved_reclaimed.push_back(reclaimed[i]);
+    }
+    std::function<void()> settle = [this, tier, moved = std::move(moved),
+                                    moved_reclaimed = std::move(moved_reclaimed), staging, w,
+                                    sent_ns] {
+      std::optional<std::string> report;
+      {
+        std::lock_guard lock(mu_);
+        try {
+          report = NoteWriteEndedLocked(tier + 1, w, sent_ns);
+        } catch (...) {  // out of memory for the report: the write is settled all the same
+        }
+        SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
+      }
+      try {
+        LogWarning(report);
+      } catch (...) {
+      }
+      std::lock_guard lock(mu_);  // the callback's last use of this runtime
+      EndLateCallLocked();
+    };
+    {
+      std::lock_guard lock(mu_);
+      ++late_calls_;
+      writes_stalled_until_ns_[tier + 1] = UINT64_MAX;  // until it ends (NoteWriteEndedLocked)
+    }
+    w.OnDone(std::move(settle));  // allocates nothing: room is kept for it
+  } catch (...) {
+    return false;
+  }
+  for (size_t i : op_item) late[i] = true;
+  return true;
+}
+
 void RuntimeImpl::SettleLateWriteLocked(size_t tier, const std::vector<IndexEntry*>& moved,
                                         const std::vector<bool>& reclaimed, const Completion& w) {
   const uint64_t now = NowNs();
@@ -554,15 +589,23 @@ void RuntimeImpl::SettleLateWriteLocked(size_t tier, const std::vector<IndexEntr
   for (size_t k = 0; k < moved.size(); ++k) {
     IndexEntry* v = moved[k];
     EndMoveLocked(v);
-    if (w.result(k).ok()) {
-      bytes += IndexDemotedLocked(v, tier, now);
-      continue;
+    // Memory running out for one leaves its copy below unindexed (or its
+    // old copy's Remove unlisted); the others are settled all the same.
+    try {
+      if (w.result(k).ok()) {
+        bytes += IndexDemotedLocked(v, tier, now);
+        continue;
+      }
+      if (reclaimed[k]) (void)QueueRemoveLocked(tier + 1, v->id, /*running=*/false);
+    } catch (...) {
     }
-    if (reclaimed[k]) (void)QueueRemoveLocked(tier + 1, v->id, /*running=*/false);
     (void)WriteFailedTooOften(v);  // stays for now; a later pass lets it go
     EraseIfUnheldLocked(v);        // a load may have found its copy lost meanwhile
   }
-  policies_->OnWritten(tier + 1, bytes, now);
+  try {
+    policies_->OnWritten(tier + 1, bytes, now);
+  } catch (...) {  // a policy's write accounting misses these bytes
+  }
   NotifyMovesSettledLocked();
 }
 
@@ -650,13 +693,15 @@ void RuntimeImpl::MakeRoomBelow(size_t tier, size_t blocks, SteadyTime deadline)
 }
 
 void RuntimeImpl::DropCopyLocked(IndexEntry* e, size_t tier, std::vector<NsKey>* lower_removals) {
+  // Forgotten before its room is given back: a slot freed while still
+  // indexed could be filled with another block's bytes.
+  index_.DropLocation(e, tier);
   if (tier == 0) {
     arena_->Free(e->host_slot);
     e->host_slot = kNoSlot;
   } else {
-    lower_removals->push_back(e->id);
+    lower_removals->push_back(e->id);  // reserved by the caller
   }
-  index_.DropLocation(e, tier);
   EraseIfUnheldLocked(e);  // one with children stays, as a link
 }
 

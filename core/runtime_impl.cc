@@ -5,6 +5,7 @@
 #include <new>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace kvtier {
 
@@ -539,6 +540,17 @@ void RuntimeImpl::EraseIfUnheldLocked(IndexEntry* e) {
 }
 
 Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
+  try {
+    return RemoveBlocks(ns, keys);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(
+        "remove: out of memory; some of the blocks may not be removed (retry)");
+  } catch (...) {  // a policy's exception
+    return Status::Internal("remove failed with an exception; some of the blocks may remain");
+  }
+}
+
+Status RuntimeImpl::RemoveBlocks(NamespaceId ns, std::span<const BlockKey> keys) {
   if (shut_down_.load(std::memory_order_acquire)) {
     return Status::Unavailable("runtime is shut down");
   }
@@ -595,10 +607,41 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
                                        " stored children not removed in the same call");
       }
     }
+    // Every lower tier is asked for every key, indexed there or not: a
+    // persistent tier may hold copies this run has not adopted (saved before
+    // a restart, or behind a newer hub copy). Listed as pending removes
+    // before the entries go: no write of a key there while its Remove runs,
+    // no lookup adopts it back, and the mover retries a failed one. Listing
+    // allocates; should memory run out, the call ends with every block still
+    // stored and nothing it listed left listed.
+    struct Listed {
+      size_t tier;
+      const NsKey* key;
+      bool fresh;  // not listed before this call
+    };
+    std::vector<Listed> listed;
+    listed.reserve((tier_count() - 1) * lower_keys.size());
+    try {
+      for (size_t t = 1; t < tier_count(); ++t) {
+        for (const NsKey& k : lower_keys) {
+          const bool fresh = !pending_removes_[t].contains(k);
+          if (QueueRemoveLocked(t, k, /*running=*/true)) listed.push_back({t, &k, fresh});
+        }
+      }
+    } catch (...) {
+      for (const Listed& l : listed) {
+        auto& list = pending_removes_[l.tier];
+        const auto it = list.find(*l.key);
+        if (--it->second.running == 0 && l.fresh) list.erase(it);
+      }
+      throw;
+    }
     // Leaves first: an entry becomes erasable once its children are gone.
     // Each entry is pinned until its turn: erasing a child also erases a
     // parent that is left with no copy and no child (a link kept only for
-    // the chain), which would free an entry still listed here.
+    // the chain), which would free an entry still listed here. Allocates
+    // nothing: an entry with no child is a leaf in every tier it is in, and
+    // DropLocation reuses its node.
     for (auto& [e, n] : removing) ++e->pins;
     while (!removing.empty()) {
       for (auto it = removing.begin(); it != removing.end();) {
@@ -607,20 +650,15 @@ Status RuntimeImpl::Remove(NamespaceId ns, std::span<const BlockKey> keys) {
           ++it;
           continue;
         }
-        if (e->In(0)) arena_->Free(e->host_slot);
-        for (size_t t = 0; t < tier_count(); ++t) index_.DropLocation(e, t);
+        for (size_t t = 0; t < tier_count(); ++t) {
+          const bool hub = t == 0 && e->In(0);
+          index_.DropLocation(e, t);  // before its slot goes: see DropLocation
+          if (hub) arena_->Free(std::exchange(e->host_slot, kNoSlot));
+        }
         --e->pins;
         index_.Erase(e);
         it = removing.erase(it);
       }
-    }
-    // Every lower tier is asked for every key, indexed there or not: a
-    // persistent tier may hold copies this run has not adopted (saved before
-    // a restart, or behind a newer hub copy). Listed as pending removes as
-    // the entries go: no write of a key there while its Remove runs, no
-    // lookup adopts it back, and the mover retries a failed one.
-    for (size_t t = 1; t < tier_count(); ++t) {
-      for (const NsKey& k : lower_keys) (void)QueueRemoveLocked(t, k, /*running=*/true);
     }
     ++removes_running_;
   }

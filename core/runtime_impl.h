@@ -73,7 +73,10 @@ class RuntimeImpl final : public Runtime {
   Completion Load(NamespaceId ns, std::span<const BlockKey> keys,
                   std::span<const uint32_t> engine_blocks, std::chrono::nanoseconds timeout,
                   LayerDone on_layer) override;
+  // Remove, answering ResourceExhausted when memory runs out (RemoveBlocks
+  // then throws, leaving what it did not remove as it was).
   Status Remove(NamespaceId ns, std::span<const BlockKey> keys) override;
+  Status RemoveBlocks(NamespaceId ns, std::span<const BlockKey> keys);
   // runtime_state.cc
   Completion SaveState(NamespaceId ns, const BlockKey& boundary,
                        std::span<const uint32_t> engine_blocks,
@@ -216,7 +219,8 @@ class RuntimeImpl final : public Runtime {
                const std::vector<uint32_t>& blocks, std::chrono::steady_clock::time_point deadline,
                const LayerDone& on_layer, CompletionSource& done);
   // Reads blocks held only below the hub into fresh hub slots. issued[i]
-  // is set once a read into staged_slot[i] may have gone out.
+  // is set while a read may still land in staged_slot[i], which is then not
+  // to be given back (a late read hands it over and clears staged_slot[i]).
   void StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& entries,
                            std::vector<uint32_t>& staged_slot, std::vector<char>& issued,
                            std::chrono::steady_clock::time_point deadline,
@@ -227,6 +231,11 @@ class RuntimeImpl final : public Runtime {
                  const std::vector<size_t>& items, std::vector<uint32_t>& staged,
                  std::vector<char>& issued, std::chrono::steady_clock::time_point deadline,
                  std::vector<Status>& results);
+  // Hands a read that missed the load's deadline its staged slots, freed
+  // when it ends, and fails its items DeadlineExceeded; false, with nothing
+  // handed over, when memory runs out first.
+  bool HandOverLateRead(const Tier& t, const Completion& c, const std::vector<size_t>& items,
+                        std::vector<uint32_t>& staged, std::vector<Status>& results) noexcept;
   // Checks what one tier's read returned and moves good blocks into the hub;
   // corrupt keys are appended to `corrupt`. REQUIRES: mu_ held.
   void InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,
@@ -320,6 +329,14 @@ class RuntimeImpl final : public Runtime {
                    const std::vector<bool>& write, std::vector<bool>& written,
                    std::vector<Status>& read_status, SteadyTime deadline = SteadyTime::max(),
                    std::vector<bool>* late = nullptr, const std::vector<bool>* reclaimed = nullptr);
+  // Hands a write into tier + 1 that missed its caller's deadline its
+  // victims (those of op_item), settled when it ends (SettleLateWriteLocked),
+  // and marks them late; false, with nothing handed over, when memory runs
+  // out first.
+  bool HandOverLateWrite(size_t tier, const Completion& w, const std::vector<IndexEntry*>& victims,
+                         const std::vector<size_t>& op_item, const std::vector<bool>& reclaimed,
+                         const Staging& staging, uint64_t sent_ns,
+                         std::vector<bool>& late) noexcept;
   // Settles the victims `moved` of a write into tier + 1 that ended after
   // its caller's deadline (completion `w`, op k for moved[k]): each stops
   // moving and, when written, is indexed below; its hub copy stays (backed,
@@ -360,8 +377,16 @@ class RuntimeImpl final : public Runtime {
   // copy is gone), naming the block and the tier; OK when there is none.
   Status RemoveFailure(const RemoveBatch& b, const Completion& c) const;
   // RunRemoves without the wait: the removes settle when they end (counted
-  // in late_calls_ until then), for a caller with a deadline.
-  void StartRemoves(size_t tier, const std::vector<NsKey>& keys);
+  // in late_calls_ until then), for a caller with a deadline. Those memory
+  // runs out for stay listed, for a mover pass to retry.
+  void StartRemoves(size_t tier, const std::vector<NsKey>& keys) noexcept;
+  // Sends one Remove batch and has `settle_locked` (run with mu_ held) see
+  // its completion when it ends, counted in late_calls_ until then. Throws
+  // (out of memory) only when the batch was not sent.
+  void IssueRemove(const RemoveBatch& b, std::function<void(const Completion&)> settle_locked);
+  // A batch of keys listed as running removes from `tier` that was never
+  // sent: listed again as awaiting a retry. REQUIRES: mu_ held.
+  void AbandonRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys);
   // Runtime::Remove's part below the hub: removes `keys` from every lower
   // tier at once and waits for them at most kRemoveWait; ends this remove
   // (removes_running_) when the last of them has settled, however late.

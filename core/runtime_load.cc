@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "core/runtime_impl.h"
 #include "kvtier/block_header.h"
@@ -42,6 +43,8 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                           std::chrono::steady_clock::time_point deadline, const LayerDone& on_layer,
                           CompletionSource& done) {
   const size_t n = keys.size();
+  // All that the load needs is allocated before the first pin: from there
+  // on, whatever throws must let go of the pins (drop_pins).
   std::vector<IndexEntry*> entries(n, nullptr);
   std::vector<uint32_t> source_tier(n, 0);
   std::vector<Status> results(n);
@@ -49,6 +52,8 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
   std::vector<BlockCopy> copies;
   std::vector<size_t> copy_item;
   std::vector<Status> copied;
+  std::vector<uint32_t> staged(n, kNoSlot);
+  std::vector<char> issued(n, 0);
   copies.reserve(n);
   copy_item.reserve(n);
   copied.reserve(n);
@@ -115,8 +120,6 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
     }
   }
 
-  std::vector<uint32_t> staged(n, kNoSlot);
-  std::vector<char> issued(n, 0);
   if (below_hub > 0) {
     try {
       StageFromLowerTiers(ns, entries, staged, issued, deadline, results);
@@ -252,33 +255,22 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
                             std::vector<Status>& results) {
   Tier& t = *lower_[tier - 1];
   std::vector<ReadOp> ops;
+  ops.reserve(items.size());
   for (size_t i : items) ops.push_back({entries[i]->id.key, arena_->Slot(staged[i])});
+  Completion c = t.Read(ns, ops);  // throws only before the read goes out
   for (size_t i : items) issued[i] = 1;
-  Completion c = t.Read(ns, ops);
   if (!FinishedBy(c, deadline)) {
-    // Still running: the slots belong to the read until it ends.
-    std::vector<uint32_t> late;
-    for (size_t i : items) {
-      results[i] = Status::DeadlineExceeded("load: block not read from tier '" + t.name() +
-                                            "' before the deadline");
-      late.push_back(staged[i]);
-      staged[i] = kNoSlot;
-    }
-    {
-      std::lock_guard lock(mu_);
-      ++late_calls_;
-    }
-    c.OnDone([this, late] {
-      std::lock_guard lock(mu_);
-      for (uint32_t s : late) arena_->Free(s);
-      EndLateCallLocked();
-    });
-    return;
+    if (HandOverLateRead(t, c, items, staged, results)) return;
+    // Out of memory to hand the read over: waited for instead, so that no
+    // slot is given back while it may still be read into.
+    (void)c.Wait();
   }
+  for (size_t i : items) issued[i] = 0;  // the read has ended
   std::vector<NsKey> corrupt;
   {
     std::lock_guard lock(mu_);
     std::vector<BlockKey> found;
+    found.reserve(items.size());
     InstallStagedLocked(tier, entries, items, c, staged, results, found);
     if (found.empty()) return;
     // A corrupt copy is useless but still takes room in the tier, which
@@ -291,6 +283,35 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
     }
   }
   StartRemoves(tier, corrupt);
+}
+
+bool RuntimeImpl::HandOverLateRead(const Tier& t, const Completion& c,
+                                   const std::vector<size_t>& items, std::vector<uint32_t>& staged,
+                                   std::vector<Status>& results) noexcept {
+  try {
+    // Still running: the slots belong to the read until it ends.
+    std::vector<uint32_t> late;
+    late.reserve(items.size());
+    for (size_t i : items) late.push_back(staged[i]);
+    std::function<void()> free_slots = [this, late = std::move(late)] {
+      std::lock_guard lock(mu_);
+      for (uint32_t s : late) arena_->Free(s);
+      EndLateCallLocked();
+    };
+    {
+      std::lock_guard lock(mu_);
+      ++late_calls_;
+    }
+    c.OnDone(std::move(free_slots));  // allocates nothing: room is kept for it
+  } catch (...) {
+    return false;
+  }
+  for (size_t i : items) {
+    results[i] = Joined(StatusCode::kDeadlineExceeded, "load: block not read from tier '", t.name(),
+                        "' before the deadline");
+    staged[i] = kNoSlot;
+  }
+  return true;
 }
 
 void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& entries,
@@ -307,8 +328,7 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
       // the slot being filled is the save's, and the save decides the bytes.
       results[i] = Status::NotFound("load: block " + ToHex(e->id.key) +
                                     " lost its copy while being read; it is being saved again");
-      arena_->Free(staged[i]);
-      staged[i] = kNoSlot;
+      arena_->Free(std::exchange(staged[i], kNoSlot));
       continue;
     }
     Status st = c.result(j);
@@ -335,25 +355,34 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
       }
     }
     if (st.ok()) TouchExpiringLocked(e, tier, now);  // the read restarted its expiry
+    // A slot is given back, or handed to the entry, at once: should what
+    // follows throw, the load gives back only the slots still staged.
     if (!st.ok()) {
       results[i] = st;
-      arena_->Free(staged[i]);
+      arena_->Free(std::exchange(staged[i], kNoSlot));
       // The tier no longer has a usable copy (lost or corrupt): forget it.
       if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kCorruption) {
         index_.DropLocation(e, tier);
       }
-      if (st.code() == StatusCode::kCorruption) corrupt.push_back(e->id.key);
+      if (st.code() == StatusCode::kCorruption) corrupt.push_back(e->id.key);  // reserved
     } else if (e->In(0)) {
-      arena_->Free(staged[i]);  // another load promoted it meanwhile
+      arena_->Free(std::exchange(staged[i], kNoSlot));  // another load promoted it meanwhile
     } else {
       if (theirs) e->checksum = theirs;
       e->host_slot = staged[i];
-      index_.AddLocation(e, 0, now);
+      try {
+        index_.AddLocation(e, 0, now);
+      } catch (...) {
+        // Out of memory before the index took it, or a policy's observer
+        // threw after: the slot is the entry's if the index has it.
+        if (e->In(0)) staged[i] = kNoSlot;
+        throw;
+      }
+      staged[i] = kNoSlot;
       ++tier_counts_[0].hub_blocks_in;
       tier_counts_[0].hub_bytes_in += e->bytes;
       metrics_.AddMove(tier, 0, 1, e->bytes);
     }
-    staged[i] = kNoSlot;
   }
 }
 

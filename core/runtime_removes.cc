@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -67,18 +69,61 @@ Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
   return first_failure;
 }
 
-void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys) {
-  for (RemoveBatch& b : SplitRemoves(tier, keys)) {
-    {
-      std::lock_guard lock(mu_);
-      ++late_calls_;
+void RuntimeImpl::IssueRemove(const RemoveBatch& b,
+                              std::function<void(const Completion&)> settle_locked) {
+  // Built before the call goes out: once it has, it must be settled.
+  auto issued = std::make_shared<Completion>();
+  std::function<void()> settle = [this, issued, settle_locked = std::move(settle_locked)] {
+    std::lock_guard lock(mu_);
+    try {
+      settle_locked(*issued);
+    } catch (...) {  // out of memory: what was not settled is retried
     }
-    Completion c = lower_[tier - 1]->Remove(b.ns, b.keys);
-    c.OnDone([this, b = std::move(b), c] {
-      std::lock_guard lock(mu_);
-      SettleRemovesLocked(b.tier, b.ns, b.keys, c);
-      EndLateCallLocked();
-    });
+    EndLateCallLocked();
+  };
+  {
+    std::lock_guard lock(mu_);
+    ++late_calls_;
+  }
+  try {
+    *issued = lower_[b.tier - 1]->Remove(b.ns, b.keys);
+  } catch (...) {  // not issued
+    std::lock_guard lock(mu_);
+    EndLateCallLocked();
+    throw;
+  }
+  issued->OnDone(std::move(settle));  // allocates nothing: room is kept for it
+}
+
+void RuntimeImpl::AbandonRemovesLocked(size_t tier, NamespaceId ns,
+                                       std::span<const BlockKey> keys) {
+  auto& list = pending_removes_[tier];
+  for (const BlockKey& k : keys) {
+    const auto it = list.find({ns, k});
+    if (it != list.end() && it->second.running > 0) --it->second.running;
+  }
+}
+
+void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys) noexcept {
+  std::vector<RemoveBatch> batches;
+  size_t next = 0;  // the first batch not issued
+  try {
+    batches = SplitRemoves(tier, keys);
+    for (; next < batches.size(); ++next) {
+      const RemoveBatch& b = batches[next];
+      IssueRemove(b,
+                  [this, b](const Completion& c) { SettleRemovesLocked(b.tier, b.ns, b.keys, c); });
+    }
+  } catch (...) {
+    // Out of memory: the keys not issued stay listed, and a mover pass
+    // retries them.
+    std::lock_guard lock(mu_);
+    if (batches.empty()) {
+      for (const NsKey& k : keys) AbandonRemovesLocked(tier, k.ns, {&k.key, 1});
+    }
+    for (; next < batches.size(); ++next) {
+      AbandonRemovesLocked(tier, batches[next].ns, batches[next].keys);
+    }
   }
 }
 
@@ -98,38 +143,70 @@ Status RuntimeImpl::RemoveFromLowerTiers(const std::vector<NsKey>& keys) {
     Status first_failure;
   };
   std::vector<RemoveBatch> batches;
-  for (size_t t = 1; t < tier_count(); ++t) {
-    std::vector<RemoveBatch> part = SplitRemoves(t, keys);
-    std::move(part.begin(), part.end(), std::back_inserter(batches));
+  std::shared_ptr<Call> call;
+  try {
+    for (size_t t = 1; t < tier_count(); ++t) {
+      std::vector<RemoveBatch> part = SplitRemoves(t, keys);
+      std::move(part.begin(), part.end(), std::back_inserter(batches));
+    }
+    call = std::make_shared<Call>();
+    call->unanswered.assign(tier_count(), 0);
+  } catch (...) {  // out of memory: the keys stay listed, and mover passes retry them
+    std::lock_guard lock(mu_);
+    for (size_t t = 1; t < tier_count(); ++t) {
+      for (const NsKey& k : keys) AbandonRemovesLocked(t, k.ns, {&k.key, 1});
+    }
+    --removes_running_;
+    ++removes_ended_;
+    throw;
   }
-  auto call = std::make_shared<Call>();
-  call->unanswered.assign(tier_count(), 0);
   {
     std::lock_guard lock(mu_);
     call->pending = batches.size();
     for (const RemoveBatch& b : batches) ++call->unanswered[b.tier];
-    late_calls_ += batches.size();
     if (batches.empty()) {
       --removes_running_;
       ++removes_ended_;
       return Status::Ok();
     }
   }
-  for (RemoveBatch& b : batches) {
-    Completion c = lower_[b.tier - 1]->Remove(b.ns, b.keys);
-    c.OnDone([this, call, b = std::move(b), c] {
+  // REQUIRES: mu_ held.
+  auto answered = [this, call](const RemoveBatch& b) {
+    --call->unanswered[b.tier];
+    if (--call->pending == 0) {
+      --removes_running_;
+      ++removes_ended_;
+    }
+    removes_done_.notify_all();
+  };
+  std::exception_ptr failed;
+  for (const RemoveBatch& b : batches) {
+    if (failed) {  // memory ran out for an earlier batch: these are not issued
       std::lock_guard lock(mu_);
-      SettleRemovesLocked(b.tier, b.ns, b.keys, c);
-      if (call->first_failure.ok()) call->first_failure = RemoveFailure(b, c);
-      --call->unanswered[b.tier];
-      if (--call->pending == 0) {
-        --removes_running_;
-        ++removes_ended_;
-      }
-      removes_done_.notify_all();
-      EndLateCallLocked();
-    });
+      AbandonRemovesLocked(b.tier, b.ns, b.keys);
+      answered(b);
+      continue;
+    }
+    try {
+      IssueRemove(b, [this, call, b, answered](const Completion& c) {
+        try {
+          SettleRemovesLocked(b.tier, b.ns, b.keys, c);
+          if (call->first_failure.ok()) call->first_failure = RemoveFailure(b, c);
+        } catch (...) {  // out of memory: what was not settled is retried
+          if (call->first_failure.ok()) {
+            call->first_failure = Status::ResourceExhausted("remove: out of memory settling it");
+          }
+        }
+        answered(b);
+      });
+    } catch (...) {
+      failed = std::current_exception();
+      std::lock_guard lock(mu_);
+      AbandonRemovesLocked(b.tier, b.ns, b.keys);
+      answered(b);
+    }
   }
+  if (failed) std::rethrow_exception(failed);
   std::unique_lock lock(mu_);
   if (removes_done_.wait_for(lock, kRemoveWait, [&] { return call->pending == 0; })) {
     return call->first_failure;

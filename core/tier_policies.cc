@@ -259,8 +259,14 @@ void TierPolicies::OnAdd(const IndexEntry& e, size_t tier) {
   if (!tiers_[tier].lru) tiers_[tier].eviction->OnInsert(MetaOf(e, tier));
 }
 
-void TierPolicies::OnDrop(const IndexEntry& e, size_t tier) {
-  if (!tiers_[tier].lru) tiers_[tier].eviction->OnRemove(PolicyId(e.id));
+void TierPolicies::OnDrop(const IndexEntry& e, size_t tier) noexcept {
+  if (tiers_[tier].lru) return;
+  try {
+    tiers_[tier].eviction->OnRemove(PolicyId(e.id));
+  } catch (...) {
+    // Out of memory for what the policy keeps of departed blocks (a ghost
+    // history): a hint lost. The index has let the copy go all the same.
+  }
 }
 
 void TierPolicies::OnTouch(const IndexEntry& e, size_t tier) {

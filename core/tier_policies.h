@@ -115,7 +115,7 @@ class TierPolicies final : public IndexObserver {
 
   // IndexObserver: keeps each tier's eviction policy in step with the index.
   void OnAdd(const IndexEntry& e, size_t tier) override;
-  void OnDrop(const IndexEntry& e, size_t tier) override;
+  void OnDrop(const IndexEntry& e, size_t tier) noexcept override;
   void OnTouch(const IndexEntry& e, size_t tier) override;
 
  private:
