@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -43,6 +44,17 @@ int RemainingMs(SteadyTime deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   return left.count() <= 0 ? 0 : static_cast<int>(left.count());
+}
+
+// Logs the line `line()` builds; memory running out for it loses the line,
+// never the server thread.
+template <typename Line>
+void LogQuietly(const std::shared_ptr<LogSink>& log, LogLevel level, const Line& line) noexcept {
+  if (!log) return;
+  try {
+    log->Log(level, line());
+  } catch (...) {
+  }
 }
 
 std::string_view ReasonPhrase(int status) {
@@ -185,8 +197,9 @@ AdminServer::AdminServer(std::string path, UniqueFd listener, UniqueFd wake, Han
 
 void AdminServer::RequestStop() {
   const uint64_t one = 1;
-  if (write(wake_.get(), &one, sizeof(one)) != sizeof(one) && log_) {
-    log_->Log(LogLevel::kError, "admin socket: cannot wake the server thread");
+  if (write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
+    LogQuietly(log_, LogLevel::kError,
+               [] { return "admin socket: cannot wake the server thread"; });
   }
 }
 
@@ -204,7 +217,9 @@ void AdminServer::Loop() {
     pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      if (log_) log_->Log(LogLevel::kError, FromErrno(errno, "admin socket poll").ToString());
+      const int err = errno;
+      LogQuietly(log_, LogLevel::kError,
+                 [err] { return FromErrno(err, "admin socket poll").ToString(); });
       return;
     }
     if (fds[1].revents != 0) {
@@ -221,10 +236,11 @@ void AdminServer::Loop() {
     }
     const int err = errno;
     if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED) continue;
-    if (!accept_failing_ && log_) {
-      log_->Log(LogLevel::kWarning, FromErrno(err, "admin socket accept").ToString() +
-                                        "; retrying every " + std::to_string(kAcceptBackoffMs) +
-                                        " ms");
+    if (!accept_failing_) {
+      LogQuietly(log_, LogLevel::kWarning, [err] {
+        return FromErrno(err, "admin socket accept").ToString() + "; retrying every " +
+               std::to_string(kAcceptBackoffMs) + " ms";
+      });
     }
     accept_failing_ = true;  // logged once per run of failures
     pollfd wake = {wake_.get(), POLLIN, 0};
@@ -311,7 +327,23 @@ void AdminServer::WriteAll(int fd, std::string_view data) {
   }
 }
 
-void AdminServer::Serve(int fd) {
+void AdminServer::Serve(int fd) noexcept {
+  try {
+    Answer(fd);
+  } catch (...) {
+    // Built without allocating: memory is what most likely ran out.
+    static constexpr char kBody[] = "admin endpoint: out of memory, or its handler threw; retry\n";
+    char reply[256];
+    const int n =
+        std::snprintf(reply, sizeof(reply),
+                      "HTTP/1.0 500 Internal Server Error\r\nContent-Type: text/plain; "
+                      "charset=utf-8\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                      sizeof(kBody) - 1, kBody);
+    if (n > 0) (void)send(fd, reply, std::min<size_t>(size_t(n), sizeof(reply) - 1), MSG_NOSIGNAL);
+  }
+}
+
+void AdminServer::Answer(int fd) {
   std::string head;
   const ReadResult read = ReadRequest(fd, &head);
   if (read == ReadResult::kGone) return;

@@ -80,7 +80,10 @@ class AdminServer {
   void Loop();
   // Answers the connections queued on the listener; at most the backlog.
   void DrainQueued();
-  void Serve(int fd);
+  // Answers one client; never throws: a reply that runs out of memory, or
+  // a handler that throws, gets a fixed 500 and the thread serves on.
+  void Serve(int fd) noexcept;
+  void Answer(int fd);
   // Reads the request head: kGone when the client stalls or closes first,
   // kTooLarge past kMaxRequestBytes.
   enum class ReadResult { kComplete, kTooLarge, kGone };

@@ -15,7 +15,9 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -411,6 +413,33 @@ TEST(AdminEndpoint, ClosedWithoutAReplyIsUnavailable) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
   EXPECT_EQ(r.status().message(),
             "admin socket " + path + ": the runtime closed the connection without answering");
+}
+
+// A reply that runs out of memory (or a handler that throws) is answered
+// with a fixed 500 instead of ending the process, and the next is served.
+TEST(AdminEndpoint, AHandlerThatRunsOutOfMemoryGetsA500AndTheServerGoesOn) {
+  TempDir dir;
+  const std::string path = dir.File("oom.sock");
+  auto server = internal::AdminServer::Start(
+      path,
+      [](std::string_view p) {
+        if (p == "/oom") throw std::bad_alloc();
+        if (p == "/throw") throw std::runtime_error("handler bug");
+        return internal::AdminResponse{.body = "up\n"};
+      },
+      nullptr);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  for (const char* p : {"/oom", "/throw"}) {
+    auto failed = FetchAdmin(path, p, kTimeout);
+    ASSERT_FALSE(failed.ok()) << p;
+    EXPECT_NE(failed.status().message().find(
+                  "HTTP 500: admin endpoint: out of memory, or its handler threw; retry"),
+              std::string::npos)
+        << failed.status().ToString();
+    auto up = FetchAdmin(path, "/health", kTimeout);
+    ASSERT_TRUE(up.ok()) << up.status().ToString();
+    EXPECT_EQ(*up, "up\n");
+  }
 }
 
 TEST(AdminEndpoint, ParsesRequestLines) {
