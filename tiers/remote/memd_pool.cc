@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <list>
+#include <new>
 #include <string>
 
 namespace kvtier::internal::memd {
@@ -117,11 +119,31 @@ Status MemdPool::Commit(NamespaceId ns, const BlockKey& key, uint32_t slot, uint
     return Status::Corruption(bad.message());
   }
   const FullKey fk{ns, key};
-  if (auto it = index_.find(fk); it != index_.end()) Erase(it);
-  lru_.push_front(fk);
-  auto [it, inserted] = index_.emplace(fk, Entry{slot, stored_bytes, lru_.begin()});
-  meta_[slot].entry = &*it;
-  NamespaceUsage& u = usage_[ns.value];
+  if (auto it = index_.find(fk); it != index_.end()) Erase(it);  // the older copy goes
+  // Out of memory (a fixed message: building one would need memory) leaves
+  // the pool consistent, without the block, its slot given back.
+  static const Status kOutOfMemory =
+      Status::ResourceExhausted("kvtier-memd: out of memory storing the block");
+  NamespaceUsage* usage = nullptr;
+  std::list<FullKey> node;
+  try {
+    usage = &usage_[ns.value];
+    node.push_back(fk);
+  } catch (const std::bad_alloc&) {
+    Release(slot);
+    return kOutOfMemory;
+  }
+  lru_.splice(lru_.begin(), node);
+  try {
+    auto [it, inserted] = index_.emplace(fk, Entry{slot, stored_bytes, lru_.begin()});
+    meta_[slot].entry = &*it;
+  } catch (const std::bad_alloc&) {
+    lru_.pop_front();
+    if (usage->blocks == 0) usage_.erase(ns.value);
+    Release(slot);
+    return kOutOfMemory;
+  }
+  NamespaceUsage& u = *usage;
   u.ns = ns.value;
   u.blocks += 1;
   u.bytes += stored_bytes - kBlockHeaderBytes;
