@@ -101,8 +101,8 @@ class UringEngine final : public IoEngine {
         batch.push_back(std::move(f));
       }
     } catch (const std::bad_alloc&) {
-      return Status::ResourceExhausted("io engine: out of memory queueing " +
-                                       std::to_string(requests.size()) + " requests");
+      // A fixed message: building one would need the memory that ran out.
+      return Status::ResourceExhausted("io engine: out of memory queueing requests");
     }
     {
       std::lock_guard lock(mu_);
@@ -271,7 +271,8 @@ class UringEngine final : public IoEngine {
       if (stop && in_flight_ == 0) break;
       int rc = Wait(next_expiry);
       if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -ETIME) {
-        FailAll(FromErrno(-rc, "io_uring_submit_and_wait"));
+        FailAll(Described(StatusCode::kIOError,
+                          [&] { return FromErrno(-rc, "io_uring_submit_and_wait"); }));
         continue;
       }
       Reap(retry);
@@ -289,10 +290,30 @@ class UringEngine final : public IoEngine {
     return io_uring_submit_and_wait_timeout(ring_.get(), &cqe, 1, &ts, nullptr);
   }
 
-  Status NeverIssued(const Inflight& f) const {
-    return Status::DeadlineExceeded(
-        Where(f.req) + ": never issued: waited " + std::to_string(f.queue_wait_ms) +
-        " ms while all " + std::to_string(options_.queue_depth) + " slots held earlier I/O");
+  // The status `describe()` builds, or `code` with a fixed message when
+  // memory runs out building it: the loop's thread must not throw.
+  template <typename Describe>
+  static Status Described(StatusCode code, const Describe& describe) noexcept {
+    try {
+      return describe();
+    } catch (...) {
+      return Status(code, "io engine: request failed (out of memory describing how)");
+    }
+  }
+
+  Status NeverIssued(const Inflight& f) const noexcept {
+    return Described(StatusCode::kDeadlineExceeded, [&] {
+      return Status::DeadlineExceeded(
+          Where(f.req) + ": never issued: waited " + std::to_string(f.queue_wait_ms) +
+          " ms while all " + std::to_string(options_.queue_depth) + " slots held earlier I/O");
+    });
+  }
+
+  Status TimedOut(const IoRequest& r) const noexcept {
+    return Described(StatusCode::kDeadlineExceeded, [&] {
+      return Status::DeadlineExceeded(Where(r) + ": no completion within " +
+                                      std::to_string(options_.timeout_ms) + " ms");
+    });
   }
 
   // Puts one request (and its linked timeout) into the ring, or completes it
@@ -306,8 +327,7 @@ class UringEngine final : public IoEngine {
     }
     const auto left = f->deadline - now;
     if (left <= SteadyClock::duration::zero()) {
-      Finish(f, Status::DeadlineExceeded(Where(f->req) + ": no completion within " +
-                                         std::to_string(options_.timeout_ms) + " ms"));
+      Finish(f, TimedOut(f->req));
       return;
     }
     f->ts = ToTimespec(left);
@@ -358,12 +378,11 @@ class UringEngine final : public IoEngine {
       return;
     }
     if (res == -ECANCELED) {
-      Finish(f, Status::DeadlineExceeded(Where(r) + ": no completion within " +
-                                         std::to_string(options_.timeout_ms) + " ms"));
+      Finish(f, TimedOut(r));
       return;
     }
     if (res < 0) {
-      Finish(f, FromErrno(-res, Where(r)));
+      Finish(f, Described(StatusCode::kIOError, [&] { return FromErrno(-res, Where(r)); }));
       return;
     }
     f->moved += static_cast<uint64_t>(res);
@@ -372,9 +391,11 @@ class UringEngine final : public IoEngine {
       return;
     }
     if (res == 0) {  // end of file or a device that moves nothing
-      Finish(f, Status::IOError(Where(r) + ": short " + std::string(IoOpName(r.op)) + ": " +
-                                std::to_string(f->moved) + " of " + std::to_string(f->expected) +
-                                " bytes"));
+      Finish(f, Described(StatusCode::kIOError, [&] {
+               return Status::IOError(Where(r) + ": short " + std::string(IoOpName(r.op)) + ": " +
+                                      std::to_string(f->moved) + " of " +
+                                      std::to_string(f->expected) + " bytes");
+             }));
       return;
     }
     Advance(f->req.iov, static_cast<uint64_t>(res));

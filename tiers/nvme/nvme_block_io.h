@@ -107,12 +107,16 @@ inline Status SubmitWhenRoom(IoEngine& engine, const std::vector<IoRequest>& req
       // Submit consumes its argument even when it refuses it: keep `reqs`.
       st = engine.Submit(reqs);
     } catch (const std::bad_alloc&) {
-      return Status::ResourceExhausted("nvme: out of memory queueing " +
-                                       std::to_string(reqs.size()) + " I/O requests");
+      // A fixed message: building one would need the memory that ran out.
+      return Status::ResourceExhausted("nvme: out of memory queueing I/O requests");
     }
     if (st.code() != StatusCode::kBusy) return st;
     if (Clock::now() >= deadline) {
-      return st.WithContext("nvme: still full after waiting " + std::to_string(wait_ms) + " ms");
+      try {
+        return st.WithContext("nvme: still full after waiting " + std::to_string(wait_ms) + " ms");
+      } catch (const std::bad_alloc&) {
+        return st;
+      }
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));

@@ -2,6 +2,7 @@
 // allocation, and the group-commit thread. Reclaim is in nvme_reclaim.cc.
 #include <algorithm>
 #include <chrono>
+#include <new>
 
 #include "tiers/nvme/nvme_block_io.h"
 #include "tiers/nvme/nvme_state.h"
@@ -419,7 +420,15 @@ void NvmeTier::State::CommitLoop() {
     commit_requested = false;
     const uint64_t epoch = ++commits_started;
     std::vector<IndexUpdate> updates;
-    updates.reserve(pending.size());
+    try {
+      updates.reserve(pending.size());
+    } catch (const std::bad_alloc&) {
+      // Nothing taken yet: the entries stay pending for the next commit.
+      last_commit = Status::ResourceExhausted("nvme: out of memory committing the index");
+      commits_done = epoch;
+      commit_cv.notify_all();
+      continue;
+    }
     for (auto& [id, loc] : pending) updates.push_back({id, loc});
     pending.clear();
     since_commit = 0;
@@ -428,8 +437,14 @@ void NvmeTier::State::CommitLoop() {
     lock.unlock();
     Status st;
     if (!updates.empty()) {
-      st = SyncIo(IoOp::kFsync, 0, {}).WithContext("nvme data sync");
-      if (st.ok()) st = index->Apply(updates, &totals);
+      try {
+        st = SyncIo(IoOp::kFsync, 0, {}).WithContext("nvme data sync");
+        if (st.ok()) st = index->Apply(updates, &totals);
+      } catch (const std::bad_alloc&) {
+        st = Status::ResourceExhausted("nvme: out of memory committing the index");
+      } catch (...) {
+        st = Status::Internal("nvme: committing the index threw");
+      }
     }
     lock.lock();
     if (!updates.empty()) {
@@ -437,8 +452,17 @@ void NvmeTier::State::CommitLoop() {
         ++stats.index_commits;
       } else {
         ++stats.commit_failures;
-        for (IndexUpdate& u : updates) pending.try_emplace(u.id, u.location);
-        if (log) log->Log(LogLevel::kError, "nvme tier '" + name + "': " + st.ToString());
+        try {
+          for (IndexUpdate& u : updates) pending.try_emplace(u.id, u.location);
+        } catch (const std::bad_alloc&) {
+          // Those not put back stay readable here but are never made
+          // durable: after a restart they are misses, as after a crash
+          // before their commit.
+        }
+        try {
+          if (log) log->Log(LogLevel::kError, "nvme tier '" + name + "': " + st.ToString());
+        } catch (...) {
+        }
       }
     }
     last_commit = st;

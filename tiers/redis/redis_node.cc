@@ -45,16 +45,25 @@ RedisNode::RedisNode(RedisEndpoint endpoint, const RedisTierOptions& options,
     workers_.push_back(std::make_unique<Worker>());
   }
   workers_[0]->conn = std::move(first);
-  for (auto& w : workers_) w->thread = std::thread([this, p = w.get()] { Loop(p); });
+  try {
+    for (auto& w : workers_) w->thread = std::thread([this, p = w.get()] { Loop(p); });
+  } catch (...) {  // a thread that cannot start: those started stop first
+    StopWorkers();
+    throw;
+  }
 }
 
-RedisNode::~RedisNode() {
+RedisNode::~RedisNode() { StopWorkers(); }
+
+void RedisNode::StopWorkers() noexcept {
   for (auto& w : workers_) {
     std::lock_guard lock(w->mu);
     w->stop = true;
     w->cv.notify_one();
   }
-  for (auto& w : workers_) w->thread.join();
+  for (auto& w : workers_) {
+    if (w->thread.joinable()) w->thread.join();
+  }
 }
 
 void RedisNode::Submit(RedisJob job) {
@@ -89,7 +98,10 @@ void RedisNode::Loop(Worker* w) {
       } else {
         lock.unlock();
         w->conn.reset();
-        (void)Connect(w);
+        try {
+          (void)Connect(w);
+        } catch (...) {  // out of memory: tried again after the backoff
+        }
         lock.lock();
       }
       continue;
@@ -103,10 +115,16 @@ void RedisNode::Loop(Worker* w) {
     w->queue.pop_front();
     const bool stopping = w->stop;
     lock.unlock();
-    if (stopping) {
-      FailRedisJob(this, std::move(job), Status::Unavailable("redis tier is shutting down"));
-    } else {
-      Run(w, std::move(job));
+    try {
+      if (stopping) {
+        FailRedisJob(this, std::move(job), Status::Unavailable("redis tier is shutting down"));
+      } else {
+        Run(w, std::move(job));
+      }
+    } catch (...) {
+      // Out of memory: the job is dropped, and its batch answers what it
+      // had not settled (Cancelled) once its last job lets go of it. The
+      // worker serves on.
     }
     lock.lock();
   }

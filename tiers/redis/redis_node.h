@@ -99,6 +99,8 @@ class RedisNode {
   };
 
   void Loop(Worker* w);
+  // Stops every worker and joins those started.
+  void StopWorkers() noexcept;
   // The server answered nothing within a timeout: jobs fail at once, and the
   // control worker is woken to probe.
   void MarkSilent(const Status& why);

@@ -279,12 +279,13 @@ std::set<std::string> RedisRouter::ListedMasters(RedisConnection& conn) {
 
 RedisNode* RedisRouter::NodeAtLocked(const RedisEndpoint& endpoint,
                                      std::unique_ptr<RedisConnection> conn) {
-  auto& node = nodes_[endpoint.ToString()];
-  if (!node) {
-    node = std::make_unique<RedisNode>(endpoint, options_, tls_, std::move(conn), log_);
-    node->LimitRepliesInFlight(replies_in_flight_bytes());
-  }
-  return node.get();
+  const std::string name = endpoint.ToString();
+  if (auto it = nodes_.find(name); it != nodes_.end()) return it->second.get();
+  // Built before it is listed: a node that fails to start (out of memory,
+  // no thread) leaves no empty entry for a later refresh to trip over.
+  auto node = std::make_unique<RedisNode>(endpoint, options_, tls_, std::move(conn), log_);
+  node->LimitRepliesInFlight(replies_in_flight_bytes());
+  return nodes_.emplace(name, std::move(node)).first->second.get();
 }
 
 RedisNode* RedisRouter::KnownNode(const RedisEndpoint& endpoint) {
