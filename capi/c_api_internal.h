@@ -87,7 +87,11 @@ int Guard(Body&& body) noexcept {
   } catch (const std::bad_alloc&) {
     return Report(Status::ResourceExhausted("out of memory"));
   } catch (const std::length_error& e) {
-    return Report(Status::ResourceExhausted(std::string("out of memory: ") + e.what()));
+    try {
+      return Report(Status::ResourceExhausted(std::string("out of memory: ") + e.what()));
+    } catch (...) {  // no memory for the message either
+      return Report(Status::ResourceExhausted("out of memory"));
+    }
   } catch (const std::exception& e) {
     return Report(Status::Internal(e.what()));
   } catch (...) {

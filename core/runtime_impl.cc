@@ -136,7 +136,6 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
   adopt_skip_until_ = std::make_unique<std::atomic<uint64_t>[]>(1 + lower_.size());
   workers_ = std::make_unique<WorkerPool>(options_.worker_threads, options_.max_queued_requests,
                                           options_.log);
-  if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
   relay_ = std::move(relay);
   blocks_saving_.reset(new std::atomic<uint32_t>[engine_->layout().num_blocks]());
   blocks_loading_.reset(new std::atomic<uint32_t>[engine_->layout().num_blocks]());
@@ -145,6 +144,9 @@ RuntimeImpl::RuntimeImpl(RuntimeOptions options, std::shared_ptr<CopyEngine> eng
     std::lock_guard lock(relay_->mu);
     relay_->runtime = this;
   }
+  // Last: anything above that throws (out of memory) must not leave a
+  // joinable thread behind, which would end the process.
+  if (options_.mover.start_thread) mover_thread_ = std::thread([this] { MoverLoop(); });
 }
 
 RuntimeImpl::~RuntimeImpl() { Shutdown(); }

@@ -19,15 +19,18 @@ WorkerPool::WorkerPool(size_t threads, size_t max_queued, std::shared_ptr<LogSin
     threads_.reserve(threads);
     for (size_t i = 0; i < threads; ++i) threads_.emplace_back(start([this] { Run(); }));
   } catch (const std::system_error& e) {
-    start_error_ =
-        Status::ResourceExhausted("worker pool: thread " + std::to_string(threads_.size() + 1) +
-                                  " of " + std::to_string(threads) + " did not start: " + e.what());
+    start_error_ = Status(StatusCode::kResourceExhausted, "worker pool: a thread did not start");
+    try {  // the details, if there is memory for them: nothing may throw past here
+      start_error_ = Status::ResourceExhausted(
+          "worker pool: thread " + std::to_string(threads_.size() + 1) + " of " +
+          std::to_string(threads) + " did not start: " + e.what());
+    } catch (...) {
+    }
   } catch (const std::length_error&) {
-    start_error_ = Status::InvalidArgument("worker pool: " + std::to_string(threads) +
-                                           " threads is more than a vector can hold");
+    start_error_ =
+        Status(StatusCode::kInvalidArgument, "worker pool: more threads than a vector can hold");
   } catch (const std::bad_alloc&) {
-    start_error_ = Status::ResourceExhausted("worker pool: out of memory for " +
-                                             std::to_string(threads) + " threads");
+    start_error_ = Status(StatusCode::kResourceExhausted, "worker pool: out of memory for threads");
   }
   started_ = threads_.size();
   {
@@ -35,8 +38,11 @@ WorkerPool::WorkerPool(size_t threads, size_t max_queued, std::shared_ptr<LogSin
     ordinary_limit_ = started_ > 1 ? started_ - 1 : 1;
   }
   if (!start_error_.ok() && log_ != nullptr) {
-    log_->Log(LogLevel::kError, std::string(start_error_.message()) + "; serving with " +
-                                    std::to_string(started_) + " threads");
+    try {
+      log_->Log(LogLevel::kError, std::string(start_error_.message()) + "; serving with " +
+                                      std::to_string(started_) + " threads");
+    } catch (...) {  // the line is lost, not the pool
+    }
   }
 }
 

@@ -107,8 +107,8 @@ Result<RdmaStagingPool::Lease> RdmaStagingPool::Acquire(size_t bytes) {
     try {
       lease.buffer_ = std::make_unique_for_overwrite<std::byte[]>(n);
     } catch (const std::bad_alloc&) {
-      return fail(Status::ResourceExhausted("RDMA staging: out of memory for " + std::to_string(n) +
-                                            " bytes"));
+      // A fixed message: building one would need the memory that ran out.
+      return fail(Status::ResourceExhausted("RDMA staging: out of memory for a staging buffer"));
     }
     auto mr = device_.Register({lease.buffer_.get(), n});
     if (!mr.ok()) return fail(mr.status().WithContext("registering RDMA staging memory"));
