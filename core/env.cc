@@ -1,5 +1,8 @@
 #include "kvtier/env.h"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -22,14 +25,16 @@ class StderrSink final : public LogSink {
   explicit StderrSink(LogLevel min) : min_(min) {}
   void Log(LogLevel level, std::string_view message) override {
     if (level < min_) return;
-    static constexpr const char* kNames[] = {"debug", "info", "warning", "error"};
-    std::string line = "kvtier ";
-    line += kNames[static_cast<int>(level)];
-    line += ": ";
-    line += message;
-    line += '\n';
-    // One fwrite per line keeps concurrent lines whole.
-    std::fwrite(line.data(), 1, line.size(), stderr);
+    static constexpr std::string_view kNames[] = {"debug", "info", "warning", "error"};
+    const std::string_view name = kNames[static_cast<int>(level)];
+    // One writev per line keeps concurrent lines whole, and allocates
+    // nothing: a line about memory running out still gets out.
+    iovec parts[] = {{const_cast<char*>("kvtier "), 7},
+                     {const_cast<char*>(name.data()), name.size()},
+                     {const_cast<char*>(": "), 2},
+                     {const_cast<char*>(message.data()), message.size()},
+                     {const_cast<char*>("\n"), 1}};
+    (void)writev(STDERR_FILENO, parts, 5);
   }
 
  private:

@@ -376,7 +376,10 @@ void RedisRouter::RefreshLoop() {
     if (refresh_stop_) return;
     refresh_wanted_ = false;
     lock.unlock();
-    RefreshSlots();
+    try {
+      RefreshSlots();
+    } catch (...) {  // out of memory: the slots stay as they were until the next refresh
+    }
     lock.lock();
   }
 }

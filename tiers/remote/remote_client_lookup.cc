@@ -46,8 +46,17 @@ void ClientImpl::LookUp(ServerState& s) {
   s.lookup_running = true;
   try {
     std::thread([this, &s, resolve = o_.resolve, entry = s.endpoint, post = gate_.post()] {
-      auto found = LookUpEntry(resolve, entry);
-      post([this, &s, found = std::move(found)]() mutable { LookedUp(s, std::move(found)); });
+      try {
+        auto found = LookUpEntry(resolve, entry);
+        post([this, &s, found = std::move(found)]() mutable { LookedUp(s, std::move(found)); });
+      } catch (...) {
+        // Out of memory (or a resolver that threw): the server keeps the
+        // address it had, and a later reconnect looks it up again.
+        try {
+          post([&s] { s.lookup_running = false; });
+        } catch (...) {  // no memory to say so: this server is not looked up again
+        }
+      }
     }).detach();
   } catch (const std::system_error& e) {
     s.lookup_running = false;
