@@ -57,10 +57,8 @@ Status StillUnsettled(const IndexEntry& e, const char* what) {
 
 void RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies, const LayerDone& on_layer,
                           std::span<Status> results) noexcept {
-  auto fail_all = [&](std::string_view why) {
-    const Status st(StatusCode::kInternal, why);
-    std::fill(results.begin(), results.end(), st);
-  };
+  auto fail_all = [&](const Status& st) { std::fill(results.begin(), results.end(), st); };
+  auto internal = [](std::string_view why) { return Status(StatusCode::kInternal, why); };
   if (copies.empty()) return;
   // The engine is the caller's code. A throw must not skip the settling of
   // this call's entries (RunSave reserved them kFilling and pinned, RunLoad
@@ -82,21 +80,20 @@ void RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies, const 
         engine_->Scatter(copies, on_layer, done);
       }
     } catch (const std::bad_alloc&) {
-      return fail_all(gather ? "copy engine Gather ran out of memory"
-                             : "copy engine Scatter ran out of memory");
+      return fail_all(internal(gather ? "copy engine Gather ran out of memory"
+                                      : "copy engine Scatter ran out of memory"));
     } catch (const std::exception& e) {
-      const Status st = Status::Internal(e.what()).WithContext(
-          gather ? "copy engine Gather threw" : "copy engine Scatter threw");
-      return std::fill(results.begin(), results.end(), st);
+      return fail_all(Status::Internal(e.what()).WithContext(gather ? "copy engine Gather threw"
+                                                                    : "copy engine Scatter threw"));
     } catch (...) {
-      return fail_all(gather ? "copy engine Gather threw" : "copy engine Scatter threw");
+      return fail_all(internal(gather ? "copy engine Gather threw" : "copy engine Scatter threw"));
     }
     got = result.get();
   } catch (...) {
-    return fail_all("out of memory issuing the copy");
+    return fail_all(internal("out of memory issuing the copy"));
   }
   if (got.size() != copies.size()) {  // a broken engine must not index out of range
-    return fail_all("copy engine returned a result count other than its copies'");
+    return fail_all(internal("copy engine returned a result count other than its copies'"));
   }
   std::move(got.begin(), got.end(), results.begin());
 }
