@@ -61,25 +61,39 @@ void BlockIndex::Erase(IndexEntry* e) {
 
 void BlockIndex::AddLocation(IndexEntry* e, size_t tier, uint64_t now_ns) {
   if (e->In(tier)) return;
-  // The leaf node is allocated before anything changes: out of memory
-  // leaves the index as it was. Only the observer (a policy) may throw
-  // after, with the copy indexed.
   const uint64_t stamp = clock_ + 1;
-  std::map<uint64_t, IndexEntry*> one;
-  auto node = one.extract(one.emplace(stamp, e).first);
+  IndexEntry* p = e->parent;
+  const bool leaf = e->children_in[tier] == 0;  // a leaf there once added
+  const bool parent_was_leaf = p != nullptr && IsLeaf(*p, tier);
+  // Its leaf node: the parent's, which stops being a leaf (a chain growing
+  // by its tail allocates nothing), else allocated before anything changes:
+  // out of memory leaves the index as it was. Only the observer (a policy)
+  // may throw after, with the copy indexed.
+  std::map<uint64_t, IndexEntry*>::node_type node;
+  if (leaf && !parent_was_leaf) {
+    std::map<uint64_t, IndexEntry*> one;
+    node = one.extract(one.emplace(stamp, e).first);
+  }
   // Stored anew: a use. A copy made from another tier (a move, or staging
   // for a load) is not: what it was used for is the Touch that follows.
   if (e->locations == 0) e->deepest_use_ns = now_ns;
   e->locations |= 1U << tier;
-  if (IndexEntry* p = e->parent; p != nullptr) {
-    if (IsLeaf(*p, tier)) leaves_[tier].erase(p->stamp[tier]);
+  if (p != nullptr) {
+    if (parent_was_leaf) {
+      auto parents = leaves_[tier].extract(p->stamp[tier]);
+      if (leaf) node = std::move(parents);
+    }
     ++p->children_in[tier];
   }
   ++blocks_in_[tier];
   bytes_in_[tier] += e->bytes;
   e->last_access_ns = now_ns;
   e->stamp[tier] = clock_ = stamp;
-  if (IsLeaf(*e, tier)) leaves_[tier].insert(leaves_[tier].end(), std::move(node));
+  if (leaf) {
+    node.key() = stamp;
+    node.mapped() = e;
+    leaves_[tier].insert(leaves_[tier].end(), std::move(node));
+  }
   if (observer_ != nullptr) observer_->OnAdd(*e, tier);
 }
 

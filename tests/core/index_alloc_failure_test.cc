@@ -1,7 +1,8 @@
 // The block index when memory runs out (tests/core/alloc_failure.h): a
-// location dropped either goes whole or not at all, so the runtime can give
-// a hub slot back after DropLocation and never index a freed slot; dropping
-// a leaf, as Remove and eviction do, allocates nothing at all.
+// location added or dropped either goes whole or not at all, so the runtime
+// can give a hub slot back after DropLocation and never index a freed slot;
+// dropping a leaf (as Remove and eviction do) and adding a chain's next
+// block allocate nothing at all.
 #include <gtest/gtest.h>
 
 #include <new>
@@ -36,6 +37,45 @@ TEST(IndexAllocFailure, DroppingALeafAllocatesNothing) {
   EXPECT_EQ(idx.blocks_in(0), 1u);
   EXPECT_EQ(idx.leaves_in(0), 1u);
   EXPECT_EQ(a->children_in[0], 0u);
+}
+
+TEST(IndexAllocFailure, AddingAChainsNextBlockAllocatesNothing) {
+  BlockIndex idx(2);
+  IndexEntry* a = AddReady(idx, 1, nullptr, 0);
+  IndexEntry* b = idx.Insert(K(2), a, 100);
+  b->state = EntryState::kReady;
+  FailEveryAllocation();
+  idx.AddLocation(b, 0, 2);  // takes the place of a, which stops being a leaf
+  const bool injected = DisarmAllocationFailures();
+  EXPECT_FALSE(injected);
+  EXPECT_TRUE(b->In(0));
+  EXPECT_EQ(idx.leaves_in(0), 1u);
+  auto v = idx.Victims(0, 10, 10, [](const IndexEntry&, uint32_t) { return true; });
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0], b);  // the leaf first, then its parent
+  EXPECT_EQ(v[1], a);
+}
+
+TEST(IndexAllocFailure, AnAddThatRunsOutOfMemoryChangesNothing) {
+  BlockIndex idx(2);
+  IndexEntry* a = AddReady(idx, 1, nullptr, 0);
+  IndexEntry* b = idx.Insert(K(2), nullptr, 100);  // a root of its own: a new leaf
+  b->state = EntryState::kReady;
+  FailEveryAllocation();
+  bool threw = false;
+  try {
+    idx.AddLocation(b, 0, 2);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  DisarmAllocationFailures();
+  ASSERT_TRUE(threw);
+  EXPECT_FALSE(b->In(0));
+  EXPECT_EQ(idx.blocks_in(0), 1u);
+  EXPECT_EQ(idx.leaves_in(0), 1u);
+  idx.AddLocation(b, 0, 2);
+  EXPECT_EQ(idx.leaves_in(0), 2u);
+  EXPECT_TRUE(a->In(0));
 }
 
 TEST(IndexAllocFailure, ADropThatRunsOutOfMemoryChangesNothing) {
