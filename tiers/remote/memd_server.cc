@@ -165,10 +165,15 @@ void MemdServer::Impl::Stop() {
       lease_timer_.cancel();
       deadline_timer_.cancel();
       accept_timer_.cancel();
-      auto all = sessions_;
-      for (auto& [p, s] : all) s->Close();
+      closed_.swap(sessions_);
+      for (auto& [p, s] : closed_) s->Close();
     });
-    if (!closed.ok()) log_->Log(LogLevel::kWarning, "kvtier-memd stop: " + closed.ToString());
+    if (!closed.ok()) {
+      try {
+        log_->Log(LogLevel::kWarning, "kvtier-memd stop: " + closed.ToString());
+      } catch (...) {  // the line is lost, not the stop
+      }
+    }
     loop_.Stop();
   });
 }
