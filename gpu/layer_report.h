@@ -13,7 +13,7 @@ namespace kvtier::internal {
 
 // Runs on_layer(layer). An exception becomes Internal "on_layer(<layer>)
 // threw: <what>"; the engine then fails the copies still in flight.
-Status ReportLayer(const LayerDone& on_layer, uint32_t layer);
+Status ReportLayer(const LayerDone& on_layer, uint32_t layer) noexcept;
 
 // Runs done(results), if set. An exception is dropped: the copies are over
 // and there is nobody left to tell.

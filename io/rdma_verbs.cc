@@ -256,6 +256,21 @@ void CqPoller::Forget(uint64_t owner) {
   }
 }
 
+namespace {
+
+// A work completion's result, built on the poller's thread: a fixed message
+// when memory runs out for the detailed one.
+Status CompletionStatus(ibv_wc_status status) noexcept {
+  if (status == IBV_WC_SUCCESS) return Status::Ok();
+  try {
+    return Status::IOError(std::string("RDMA completion: ") + ibv_wc_status_str(status));
+  } catch (...) {
+    return Status(StatusCode::kIOError, "RDMA completion failed");
+  }
+}
+
+}  // namespace
+
 void CqPoller::Run() {
   ibv_wc wc[16];
   while (true) {
@@ -285,11 +300,7 @@ void CqPoller::Run() {
         callbacks_.erase(it);
       }
       free_slots_.fetch_add(1, std::memory_order_acq_rel);
-      Deliver(cb,
-              wc[i].status == IBV_WC_SUCCESS ? Status::Ok()
-                                             : Status::IOError(std::string("RDMA completion: ") +
-                                                               ibv_wc_status_str(wc[i].status)),
-              wc[i].byte_len);
+      Deliver(cb, CompletionStatus(wc[i].status), wc[i].byte_len);
     }
   }
 }

@@ -1,6 +1,7 @@
 #include "gpu/cuda/event_poller.h"
 
 #include <chrono>
+#include <list>
 #include <string>
 #include <utility>
 
@@ -54,7 +55,11 @@ void EventPoller::Fail(PendingCopy& c, size_t event, const Status& why) {
   if (c.per_layer) layer = static_cast<uint32_t>(event);
   for (size_t i = 0; i < c.results.size(); ++i) {
     if (!c.results[i].ok()) continue;
-    c.results[i] = why.WithContext(CopyName(!c.per_layer, c.blocks[i], layer));
+    try {
+      c.results[i] = why.WithContext(CopyName(!c.per_layer, c.blocks[i], layer));
+    } catch (...) {  // out of memory for the copy's name: the failure alone
+      c.results[i] = why;
+    }
   }
   c.lease.reset();
   internal::ReportDone(c.done, std::move(c.results));
@@ -108,15 +113,12 @@ bool EventPoller::Advance(Tracked& t) {
 // that no callback is lost and no host buffer is released while in use.
 void EventPoller::Loop() {
   cudaSetDevice(device_);
-  std::deque<Tracked> active;
+  std::list<Tracked> active;
   for (;;) {
     {
       std::unique_lock lock(mu_);
       if (active.empty()) cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
-      while (!incoming_.empty()) {
-        active.push_back(std::move(incoming_.front()));
-        incoming_.pop_front();
-      }
+      active.splice(active.end(), incoming_);
       if (stop_ && active.empty()) return;
     }
     bool progressed = false;

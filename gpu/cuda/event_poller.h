@@ -6,7 +6,7 @@
 #pragma once
 
 #include <condition_variable>
-#include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -81,7 +81,8 @@ class EventPoller {
   DeviceHealth* const health_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Tracked> incoming_;  // guarded by mu_
+  // A list: the poller thread takes it whole (splice), allocating nothing.
+  std::list<Tracked> incoming_;   // guarded by mu_
   bool stop_ = false;             // guarded by mu_
   std::thread thread_;
 };
