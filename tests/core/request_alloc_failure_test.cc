@@ -1,11 +1,12 @@
-// Load and Remove when memory runs out, at every allocation they make: the
-// n-th allocation of one call throws bad_alloc (tests/core/alloc_failure.h),
-// for n = 0, 1, ... until a call makes fewer. The load stages its blocks from
-// a lower tier, evicting the hub's to make room, so the failure lands in the
-// pinning, the staging, the eviction and the copy in turn. Each call must
-// answer a Status (never throw into the engine), load no wrong bytes, and
-// leave nothing pinned or taken: once memory is back, everything removes
-// and the hub is empty.
+// Save, Load and Remove when memory runs out, at every allocation they
+// make: the n-th allocation of one call throws bad_alloc
+// (tests/core/alloc_failure.h), for n = 0, 1, ... until a call makes fewer.
+// The save finds the hub full and demotes to make room; the load stages its
+// blocks from a lower tier, evicting the hub's; so the failure lands in the
+// admission, the reservation, the eviction, the staging and the copy in
+// turn. Each call must answer a Status (never throw into the engine), store
+// or load no wrong bytes, and leave nothing pinned or taken: once memory is
+// back, everything removes and the hub is empty.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -22,7 +23,7 @@ constexpr uint32_t kHubBlocks = 4;
 constexpr uint32_t kScratch = 16;  // engine blocks a load lands in
 constexpr auto kAnswer = std::chrono::seconds(20);
 
-class LoadRemoveAllocFailureTest : public ::testing::Test {
+class RequestAllocFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const uint64_t bb = setup_.layout.BlockBytes();
@@ -65,7 +66,7 @@ class LoadRemoveAllocFailureTest : public ::testing::Test {
   std::vector<BlockKey> all_;
 };
 
-TEST_F(LoadRemoveAllocFailureTest, LoadAnswersEveryBlockAndKeepsNothingWhereverMemoryRunsOut) {
+TEST_F(RequestAllocFailureTest, LoadAnswersEveryBlockAndKeepsNothingWhereverMemoryRunsOut) {
   Store();
   const std::vector<uint32_t> scratch = {kScratch, kScratch + 1, kScratch + 2, kScratch + 3};
   int failed = 0;
@@ -103,7 +104,49 @@ TEST_F(LoadRemoveAllocFailureTest, LoadAnswersEveryBlockAndKeepsNothingWhereverM
   std::printf("load: %d blocks failed over every allocation\n", failed);
 }
 
-TEST_F(LoadRemoveAllocFailureTest, RemoveAnswersAStatusWhereverMemoryRunsOut) {
+TEST_F(RequestAllocFailureTest, SaveAnswersEveryBlockAndKeepsNothingWhereverMemoryRunsOut) {
+  const std::vector<uint32_t> blocks = {kHubBlocks, kHubBlocks + 1, kHubBlocks + 2, kHubBlocks + 3};
+  int failed = 0;
+  for (long n = 0; n < 100000; ++n) {
+    ASSERT_TRUE(sim_->SaveFrom(below_, 0, 0).status().ok());  // fills the hub
+    bool threw = false;
+    bool answered = true;
+    Completion save;
+    FailAllocationAfter(n);
+    try {
+      save = rt_->Save(kTestNs, std::nullopt, hub_, blocks);
+      answered = save.WaitFor(kAnswer).code() != StatusCode::kDeadlineExceeded || save.Poll();
+    } catch (...) {
+      threw = true;
+    }
+    const bool injected = DisarmAllocationFailures();
+    ASSERT_FALSE(threw) << "an exception reached the engine at allocation " << n;
+    ASSERT_TRUE(answered) << "the save never finished at allocation " << n;
+    ASSERT_EQ(save.size(), hub_.size()) << n;
+    // What it stored loads back whole; a block it failed is not found.
+    const size_t stored = rt_->Lookup(kTestNs, hub_)->hit_blocks;
+    for (uint32_t i = 0; i < save.size(); ++i) failed += save.result(i).ok() ? 0 : 1;
+    if (stored > 0) {
+      sim_->Scrub(kScratch, kHubBlocks);
+      const std::vector<BlockKey> prefix(hub_.begin(), hub_.begin() + stored);
+      ASSERT_TRUE(sim_->Load(prefix, kScratch).status().ok()) << n;
+      for (size_t i = 0; i < stored; ++i) {
+        EXPECT_TRUE(sim_->Holds(kScratch + i, hub_[i])) << "wrong bytes at allocation " << n;
+      }
+    }
+    ExpectNothingLeft(n);
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(rt_->Remove(kTestNs, all_).ok());
+    if (!injected) {
+      EXPECT_TRUE(save.status().ok()) << save.status().ToString();
+      break;
+    }
+  }
+  EXPECT_GT(failed, 0) << "no injected failure reached the save's answer";
+  std::printf("save: %d blocks failed over every allocation\n", failed);
+}
+
+TEST_F(RequestAllocFailureTest, RemoveAnswersAStatusWhereverMemoryRunsOut) {
   int failed = 0;
   for (long n = 0; n < 100000; ++n) {
     Store();
