@@ -118,8 +118,9 @@ size_t RuntimeImpl::MoverPass() {
 void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
                                 const std::vector<IndexEntry*>* own) {
   // Pins end within milliseconds in a working engine, so a load waits for
-  // room that blocks pinned by others hold; but not past kHubRoomWait, as
-  // the pins of an engine that holds them while it waits would never end.
+  // room that blocks pinned by others hold, or that saves are filling; but
+  // not past kHubRoomWait, as the pins of an engine that holds them while it
+  // waits would never end.
   const SteadyTime held_until = std::min(deadline, std::chrono::steady_clock::now() + kHubRoomWait);
   // One load at a time waits for pins: two that each need room could
   // otherwise each wait out the other's, and both lose their second.
@@ -158,7 +159,8 @@ void RuntimeImpl::EnsureHubRoom(size_t slots, SteadyTime deadline,
       continue;
     }
     const bool held = own != nullptr && now < held_until && slots <= arena_->slot_count() &&
-                      (pin_waiter || !pin_waiter_taken_) && OthersPinHubLocked(*own);
+                      (pin_waiter || !pin_waiter_taken_) &&
+                      (filling_slots_ != 0 || OthersPinHubLocked(*own));
     if (held && !pin_waiter) pin_waiter = pin_waiter_taken_ = true;
     if (moving_blocks_ == 0 && !held) break;
     const SteadyTime until =

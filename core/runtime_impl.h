@@ -546,6 +546,11 @@ class RuntimeImpl final : public Runtime {
   std::condition_variable moves_done_;       // signalled when moving blocks are settled
   uint32_t hub_room_waiters_ = 0;            // guarded by mu_: calls in EnsureHubRoom's wait
   uint64_t hub_pins_ended_ = 0;              // guarded by mu_: hub blocks whose last pin ended
+  // Guarded by mu_: hub slots that saves are filling (reserved by
+  // ReserveSaveLocked, settled by FinishSaveLocked). A load waits for them
+  // as for pins: each becomes a block it may take, or a free slot, within
+  // one engine copy.
+  uint64_t filling_slots_ = 0;
   bool pin_waiter_taken_ = false;            // guarded by mu_: a load waits for pins (one only)
   std::condition_variable late_calls_done_;  // signalled when late_calls_ drops to 0
   // Signalled (with mu_) when a save's reserved entries are settled, and

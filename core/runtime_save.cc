@@ -392,6 +392,7 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
       if (prev != nullptr) ++prev->filling_children;
     }
     e->host_slot = *slot;
+    ++filling_slots_;
     ++e->pins;
     e->session_id = hints.session_id;
     e->expected_reuse = hints.expected_reuse;
@@ -427,6 +428,7 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
   // and the least recent end of the list holds leaves.
   for (size_t j = fresh.size(); j-- > 0;) {
     IndexEntry* e = fresh[j];
+    --filling_slots_;
     --e->pins;
     if (e->parent != nullptr) --e->parent->filling_children;
     if (result[j].ok()) {
@@ -472,7 +474,10 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
   }
   // Saves waiting for these fills to end (RunSave); under the lock, so a
   // waiter cannot miss it between its check and its wait.
-  if (!fresh.empty()) fills_done_.notify_all();
+  if (!fresh.empty()) {
+    fills_done_.notify_all();
+    NoteHubRoomLocked();  // a block a load may take, or a free slot
+  }
 }
 
 }  // namespace kvtier::internal
