@@ -573,10 +573,9 @@ bool RuntimeImpl::HandOverLateWrite(size_t tier, const Completion& w,
     };
     {
       std::lock_guard lock(mu_);
-      ++late_calls_;
       writes_stalled_until_ns_[tier + 1] = UINT64_MAX;  // until it ends (NoteWriteEndedLocked)
     }
-    w.OnDone(std::move(settle));  // allocates nothing: room is kept for it
+    AddLateCallback(w, std::move(settle));
   } catch (...) {
     return false;
   }

@@ -218,19 +218,18 @@ class RuntimeImpl final : public Runtime {
   void RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
                const std::vector<uint32_t>& blocks, std::chrono::steady_clock::time_point deadline,
                const LayerDone& on_layer, CompletionSource& done);
-  // Reads blocks held only below the hub into fresh hub slots. issued[i]
-  // is set while a read may still land in staged_slot[i], which is then not
-  // to be given back (a late read hands it over and clears staged_slot[i]).
+  // Reads blocks held only below the hub into fresh hub slots. A slot left
+  // in staged_slot[i] is never one a read may still land in: a late read is
+  // handed its slots, which are cleared here (HandOverLateRead).
   void StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& entries,
-                           std::vector<uint32_t>& staged_slot, std::vector<char>& issued,
+                           std::vector<uint32_t>& staged_slot,
                            std::chrono::steady_clock::time_point deadline,
                            std::vector<Status>& results);
   // One tier read of `items` (at most the tier's batch limit) into their
   // staged slots; installs what arrives in time.
   void ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntry*>& entries,
                  const std::vector<size_t>& items, std::vector<uint32_t>& staged,
-                 std::vector<char>& issued, std::chrono::steady_clock::time_point deadline,
-                 std::vector<Status>& results);
+                 std::chrono::steady_clock::time_point deadline, std::vector<Status>& results);
   // Hands a read that missed the load's deadline its staged slots, freed
   // when it ends, and fails its items DeadlineExceeded; false, with nothing
   // handed over, when memory runs out first.
@@ -478,6 +477,16 @@ class RuntimeImpl final : public Runtime {
   // has let go of it. REQUIRES: mu_ held.
   void EndLateCallLocked() {
     if (--late_calls_ == 0) late_calls_done_.notify_all();
+  }
+  // Counts the tier call `c` in late_calls_ and has `fn`, which must end
+  // with EndLateCallLocked, run when it ends. Allocates nothing: a
+  // completion keeps room for the runtime's callback.
+  void AddLateCallback(const Completion& c, std::function<void()> fn) {
+    {
+      std::lock_guard lock(mu_);
+      ++late_calls_;
+    }
+    c.OnDone(std::move(fn));
   }
   // Wakes what waits for a pass's victims to settle: evictions waiting for
   // slots (moves_done_) and saves of a victim whose copy was found lost

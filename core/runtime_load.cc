@@ -53,7 +53,6 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
   std::vector<size_t> copy_item;
   std::vector<Status> copied;
   std::vector<uint32_t> staged(n, kNoSlot);
-  std::vector<char> issued(n, 0);
   copies.reserve(n);
   copy_item.reserve(n);
   copied.reserve(n);
@@ -122,17 +121,17 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
 
   if (below_hub > 0) {
     try {
-      StageFromLowerTiers(ns, entries, staged, issued, deadline, results);
+      StageFromLowerTiers(ns, entries, staged, deadline, results);
     } catch (...) {
       // The eviction that made room threw (a lower tier's Usage() or a
       // policy with a bug), or memory ran out: the job ends Internal
       // (Submit), and the load lets go of its pins, which would otherwise
-      // keep the blocks for good, and of the slots no read went into. A
-      // slot a read may still land in stays taken: reused, it would be
-      // overwritten under its new block.
+      // keep the blocks for good, and of the slots still staged. None of
+      // them is one a read may still land in: a read ends, or is handed its
+      // slots (ReadBatch), before anything can throw.
       std::lock_guard lock(mu_);
-      for (size_t i = 0; i < n; ++i) {
-        if (staged[i] != kNoSlot && issued[i] == 0) arena_->Free(staged[i]);
+      for (uint32_t slot : staged) {
+        if (slot != kNoSlot) arena_->Free(slot);
       }
       drop_pins();
       throw;
@@ -185,7 +184,7 @@ void RuntimeImpl::RunLoad(NamespaceId ns, const std::vector<BlockKey>& keys,
 }
 
 void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& entries,
-                                      std::vector<uint32_t>& staged, std::vector<char>& issued,
+                                      std::vector<uint32_t>& staged,
                                       std::chrono::steady_clock::time_point deadline,
                                       std::vector<Status>& results) {
   // A key loaded into several engine blocks is staged once; its later items
@@ -240,7 +239,7 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
     for (size_t from = 0; from < all.size(); from += batch) {
       const std::vector<size_t> items(all.begin() + from,
                                       all.begin() + std::min(all.size(), from + batch));
-      ReadBatch(ns, tier, entries, items, staged, issued, deadline, results);
+      ReadBatch(ns, tier, entries, items, staged, deadline, results);
     }
   }
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -250,7 +249,6 @@ void RuntimeImpl::StageFromLowerTiers(NamespaceId ns, std::vector<IndexEntry*>& 
 
 void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntry*>& entries,
                             const std::vector<size_t>& items, std::vector<uint32_t>& staged,
-                            std::vector<char>& issued,
                             std::chrono::steady_clock::time_point deadline,
                             std::vector<Status>& results) {
   Tier& t = *lower_[tier - 1];
@@ -258,14 +256,12 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
   ops.reserve(items.size());
   for (size_t i : items) ops.push_back({entries[i]->id.key, arena_->Slot(staged[i])});
   Completion c = t.Read(ns, ops);  // throws only before the read goes out
-  for (size_t i : items) issued[i] = 1;
   if (!FinishedBy(c, deadline)) {
     if (HandOverLateRead(t, c, items, staged, results)) return;
     // Out of memory to hand the read over: waited for instead, so that no
     // slot is given back while it may still be read into.
     (void)c.Wait();
   }
-  for (size_t i : items) issued[i] = 0;  // the read has ended
   std::vector<NsKey> corrupt;
   {
     std::lock_guard lock(mu_);
@@ -298,11 +294,7 @@ bool RuntimeImpl::HandOverLateRead(const Tier& t, const Completion& c,
       for (uint32_t s : late) arena_->Free(s);
       EndLateCallLocked();
     };
-    {
-      std::lock_guard lock(mu_);
-      ++late_calls_;
-    }
-    c.OnDone(std::move(free_slots));  // allocates nothing: room is kept for it
+    AddLateCallback(c, std::move(free_slots));
   } catch (...) {
     return false;
   }
