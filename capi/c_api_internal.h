@@ -87,11 +87,9 @@ int Guard(Body&& body) noexcept {
   } catch (const std::bad_alloc&) {
     return Report(Status::ResourceExhausted("out of memory"));
   } catch (const std::length_error& e) {
-    try {
-      return Report(Status::ResourceExhausted(std::string("out of memory: ") + e.what()));
-    } catch (...) {  // no memory for the message either
-      return Report(Status::ResourceExhausted("out of memory"));
-    }
+    return Report(DescribedStatus(StatusCode::kResourceExhausted, "out of memory", [&] {
+      return Status::ResourceExhausted(std::string("out of memory: ") + e.what());
+    }));
   } catch (const std::exception& e) {
     return Report(Status::Internal(e.what()));
   } catch (...) {

@@ -18,22 +18,18 @@ namespace {
 // them: a load answers each block, whatever the allocator says.
 Status Joined(StatusCode code, std::string_view prefix, std::string_view detail,
               std::string_view suffix = {}) noexcept {
-  try {
+  return DescribedStatus(code, prefix, [&] {
     std::string m(prefix);
     m += detail;
     m += suffix;
     return Status(code, m);
-  } catch (...) {
-    return Status(code, prefix);
-  }
+  });
 }
 
 Status NotStored(const BlockKey& key) noexcept {
-  try {
+  return DescribedStatus(StatusCode::kNotFound, "load: block is not stored", [&] {
     return Joined(StatusCode::kNotFound, "load: block ", ToHex(key), " is not stored");
-  } catch (...) {
-    return Status(StatusCode::kNotFound, "load: block is not stored");
-  }
+  });
 }
 
 }  // namespace

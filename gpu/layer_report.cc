@@ -6,28 +6,26 @@
 
 namespace kvtier::internal {
 
+namespace {
+
+Status Threw(uint32_t layer, const char* what) noexcept {
+  return DescribedStatus(StatusCode::kInternal, "on_layer threw", [&] {
+    return Status::Internal("on_layer(" + std::to_string(layer) + ") threw: " + what);
+  });
+}
+
+}  // namespace
+
 Status ReportLayer(const LayerDone& on_layer, uint32_t layer) noexcept {
   // Runs on a copy engine's own thread: whatever the callback throws, and
   // memory running out while saying what, ends as a Status.
-  std::string what;
   try {
     on_layer(layer);
     return Status::Ok();
   } catch (const std::exception& e) {
-    try {
-      what = e.what();
-    } catch (...) {
-    }
+    return Threw(layer, e.what());
   } catch (...) {
-    try {
-      what = "an exception that is not a std::exception";
-    } catch (...) {
-    }
-  }
-  try {
-    return Status::Internal("on_layer(" + std::to_string(layer) + ") threw: " + what);
-  } catch (...) {
-    return Status(StatusCode::kInternal, "on_layer threw");
+    return Threw(layer, "an exception that is not a std::exception");
   }
 }
 

@@ -262,11 +262,9 @@ namespace {
 // when memory runs out for the detailed one.
 Status CompletionStatus(ibv_wc_status status) noexcept {
   if (status == IBV_WC_SUCCESS) return Status::Ok();
-  try {
+  return DescribedStatus(StatusCode::kIOError, "RDMA completion failed", [&] {
     return Status::IOError(std::string("RDMA completion: ") + ibv_wc_status_str(status));
-  } catch (...) {
-    return Status(StatusCode::kIOError, "RDMA completion failed");
-  }
+  });
 }
 
 }  // namespace

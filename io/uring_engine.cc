@@ -294,11 +294,8 @@ class UringEngine final : public IoEngine {
   // memory runs out building it: the loop's thread must not throw.
   template <typename Describe>
   static Status Described(StatusCode code, const Describe& describe) noexcept {
-    try {
-      return describe();
-    } catch (...) {
-      return Status(code, "io engine: request failed (out of memory describing how)");
-    }
+    return DescribedStatus(code, "io engine: request failed (out of memory describing how)",
+                           describe);
   }
 
   Status NeverIssued(const Inflight& f) const noexcept {

@@ -19,13 +19,13 @@ WorkerPool::WorkerPool(size_t threads, size_t max_queued, std::shared_ptr<LogSin
     threads_.reserve(threads);
     for (size_t i = 0; i < threads; ++i) threads_.emplace_back(start([this] { Run(); }));
   } catch (const std::system_error& e) {
-    start_error_ = Status(StatusCode::kResourceExhausted, "worker pool: a thread did not start");
-    try {  // the details, if there is memory for them: nothing may throw past here
-      start_error_ = Status::ResourceExhausted(
-          "worker pool: thread " + std::to_string(threads_.size() + 1) + " of " +
-          std::to_string(threads) + " did not start: " + e.what());
-    } catch (...) {
-    }
+    // The details, if there is memory for them: nothing may throw past here.
+    start_error_ =
+        DescribedStatus(StatusCode::kResourceExhausted, "worker pool: a thread did not start", [&] {
+          return Status::ResourceExhausted("worker pool: thread " +
+                                           std::to_string(threads_.size() + 1) + " of " +
+                                           std::to_string(threads) + " did not start: " + e.what());
+        });
   } catch (const std::length_error&) {
     start_error_ =
         Status(StatusCode::kInvalidArgument, "worker pool: more threads than a vector can hold");

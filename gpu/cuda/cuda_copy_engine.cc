@@ -257,11 +257,10 @@ Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
       // Earlier segments are queued: this batch is abandoned like any other.
       st = Status::ResourceExhausted("out of memory while issuing copies");
     } catch (const std::exception& e) {
-      st = Status(StatusCode::kInternal, "issuing copies threw");
-      try {  // with what it said, if there is memory for it: the stream is drained below
-        st = Status::Internal(std::string("issuing copies threw: ") + e.what());
-      } catch (...) {
-      }
+      // With what it said, if there is memory for it: the stream is drained below.
+      st = DescribedStatus(StatusCode::kInternal, "issuing copies threw", [&] {
+        return Status::Internal(std::string("issuing copies threw: ") + e.what());
+      });
     }
     if (!st.ok()) {
       Drain(lane.stream.get());

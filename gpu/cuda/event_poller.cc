@@ -55,11 +55,10 @@ void EventPoller::Fail(PendingCopy& c, size_t event, const Status& why) {
   if (c.per_layer) layer = static_cast<uint32_t>(event);
   for (size_t i = 0; i < c.results.size(); ++i) {
     if (!c.results[i].ok()) continue;
-    try {
-      c.results[i] = why.WithContext(CopyName(!c.per_layer, c.blocks[i], layer));
-    } catch (...) {  // out of memory for the copy's name: the failure alone
-      c.results[i] = why;
-    }
+    // Out of memory for the copy's name: the failure alone.
+    c.results[i] = DescribedStatus(why.code(), why.message(), [&] {
+      return why.WithContext(CopyName(!c.per_layer, c.blocks[i], layer));
+    });
   }
   c.lease.reset();
   internal::ReportDone(c.done, std::move(c.results));

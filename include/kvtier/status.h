@@ -86,6 +86,19 @@ class [[nodiscard]] KVTIER_EXPORT Status {
 // FromErrno(ENOSPC, "host arena mmap") -> ResourceExhausted.
 KVTIER_EXPORT Status FromErrno(int err, std::string_view operation);
 
+// The status `describe()` builds, or Status(code, fallback) when building it
+// throws: a detailed message needs memory, and a thread or handler that
+// reports a failure must report it whatever the allocator says.
+template <typename Describe>
+Status DescribedStatus(StatusCode code, std::string_view fallback,
+                       const Describe& describe) noexcept {
+  try {
+    return describe();
+  } catch (...) {
+    return Status(code, fallback);
+  }
+}
+
 template <typename T>
 class [[nodiscard]] Result {
  public:

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <new>
+#include <stdexcept>
 
 namespace kvtier {
 namespace {
@@ -46,6 +48,18 @@ TEST(Status, FromErrnoMapsCodesAndNamesTheOperation) {
   EXPECT_EQ(FromErrno(ENOSPC, "nvme write").code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(FromErrno(ECONNREFUSED, "connect").code(), StatusCode::kUnavailable);
   EXPECT_EQ(FromErrno(EIO, "nvme read").ToString(), "io_error: nvme read: Input/output error");
+}
+
+TEST(Status, DescribedStatusFallsBackToTheFixedMessageWhenDescribingThrows) {
+  const Status detailed = DescribedStatus(StatusCode::kIOError, "read failed",
+                                          [] { return Status::IOError("read failed: block 7"); });
+  EXPECT_EQ(detailed.ToString(), "io_error: read failed: block 7");
+  const Status fixed = DescribedStatus(StatusCode::kIOError, "read failed",
+                                       []() -> Status { throw std::bad_alloc(); });
+  EXPECT_EQ(fixed.ToString(), "io_error: read failed");
+  const Status other = DescribedStatus(StatusCode::kInternal, "threw",
+                                       []() -> Status { throw std::length_error("too long"); });
+  EXPECT_EQ(other.ToString(), "internal: threw");
 }
 
 TEST(Result, HoldsValueOrError) {

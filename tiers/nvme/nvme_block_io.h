@@ -112,11 +112,9 @@ inline Status SubmitWhenRoom(IoEngine& engine, const std::vector<IoRequest>& req
     }
     if (st.code() != StatusCode::kBusy) return st;
     if (Clock::now() >= deadline) {
-      try {
+      return DescribedStatus(st.code(), st.message(), [&] {
         return st.WithContext("nvme: still full after waiting " + std::to_string(wait_ms) + " ms");
-      } catch (const std::bad_alloc&) {
-        return st;
-      }
+      });
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
