@@ -106,6 +106,11 @@ class RuntimeImpl final : public Runtime {
   void TEST_SetAfterHubRoomTry(std::function<void()> hook) {
     after_hub_room_try_ = std::move(hook);
   }
+  // Tests only: runs in each Save after its admission, with mu_ released.
+  // Set while no save is being admitted.
+  void TEST_SetAfterSaveAdmission(std::function<void()> hook) {
+    after_save_admission_ = std::move(hook);
+  }
   // Starts the admin endpoint when options.admin_socket is set (admin_runtime.cc).
   Status StartAdmin();
 
@@ -184,17 +189,19 @@ class RuntimeImpl final : public Runtime {
   // both). `decided` (one per key, kUndecided at first) keeps each answer:
   // a save that asks again after waiting for another's fill reuses it, so
   // that the policies and the admission counts see each key once. Sets
-  // *parent_missing when `parent` has no copy: nothing is admitted then.
+  // *parent_blocked when `parent` has no copy or is unsettled: nothing is
+  // admitted or asked about then.
   // REQUIRES: mu_ held.
   size_t AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey> parent,
                               const std::vector<BlockKey>& keys, const SaveOptions& hints,
                               bool checkpoint, size_t* missing, std::vector<IndexEntry*>* held,
-                              std::vector<Decision>* decided, bool* parent_missing);
+                              std::vector<Decision>* decided, bool* parent_blocked);
   // Indexes keys[0, admitted) that are new as kFilling entries with hub slots
   // (fresh / fresh_item), lists the later items repeating one of them
   // (repeats: item, index in fresh), and settles every other item.
+  // `parent_blocked`: admission stopped at the parent (AdmittedPrefixLocked).
   // REQUIRES: mu_ held.
-  void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,
+  void ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent, bool parent_blocked,
                          const std::vector<BlockKey>& keys, size_t admitted,
                          const SaveOptions& hints, bool checkpoint, CompletionSource& done,
                          std::vector<IndexEntry*>& fresh, std::vector<size_t>& fresh_item,
@@ -630,6 +637,7 @@ class RuntimeImpl final : public Runtime {
   uint32_t engine_free_ = 0, engine_total_ = 0;           // guarded by usage_mu_
   std::function<void()> after_saved_prefix_;              // tests only
   std::function<void()> after_hub_room_try_;              // tests only
+  std::function<void()> after_save_admission_;            // tests only
 
   // Some lower tier is asked on a lookup miss (AdoptStoredBlocks): it
   // answers Contains from memory, or other processes write to it.

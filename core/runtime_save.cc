@@ -149,7 +149,7 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
   // Past the deadline the reservation fails the keys from one still
   // unsettled on (ReserveSaveLocked).
   const SteadyTime fill_deadline = std::chrono::steady_clock::now() + kSaveRoomWait;
-  bool parent_missing = false;
+  bool parent_blocked = false;
   for (;;) {
     try {
       {
@@ -157,10 +157,11 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         fills_done_.wait_until(lock, fill_deadline,
                                [&] { return !AnyUnsettled(index_, ns, parent, keys); });
         admitted = AdmittedPrefixLocked(ns, parent, keys, hints, checkpoint, &missing, &held,
-                                        &decided, &parent_missing);
+                                        &decided, &parent_blocked);
       }
       // A save has no deadline of its own; this bounds how long it waits for
       // slots that other threads are freeing.
+      if (after_save_admission_) after_save_admission_();
       EnsureHubRoom(missing, std::chrono::steady_clock::now() + kSaveRoomWait);
     } catch (...) {
       // A policy or an eviction threw (the job fails as Internal): the holds
@@ -178,13 +179,13 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
     // a copy was found lost under the mover): wait for it too (what was
     // admitted is looked at again).
     if ((AnyUnsettled(index_, ns, parent, keys) ||
-         (parent_missing && !NeedsCopy(index_.Find({ns, *parent})))) &&
+         (parent_blocked && !NeedsCopy(index_.Find({ns, *parent})))) &&
         std::chrono::steady_clock::now() < fill_deadline) {
       continue;  // (or another save stored the parent meanwhile: admit again)
     }
     try {
-      ReserveSaveLocked(ns, parent, keys, admitted, hints, checkpoint, done, fresh, fresh_item,
-                        repeats);
+      ReserveSaveLocked(ns, parent, parent_blocked, keys, admitted, hints, checkpoint, done, fresh,
+                        fresh_item, repeats);
     } catch (...) {
       // Memory ran out part way: what was reserved is settled as a failed
       // copy (its slot freed, its entry dropped), and the job fails the rest.
@@ -212,9 +213,9 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
                                          const std::vector<BlockKey>& keys,
                                          const SaveOptions& hints, bool checkpoint, size_t* missing,
                                          std::vector<IndexEntry*>* held,
-                                         std::vector<Decision>* decided, bool* parent_missing) {
+                                         std::vector<Decision>* decided, bool* parent_blocked) {
   *missing = 0;
-  *parent_missing = false;
+  *parent_blocked = false;
   // Holds an entry with a copy in some tier: a link or an entry being filled
   // has none for eviction to take. Recorded first, so that a throw later
   // in admission leaves no hold unreleased.
@@ -243,8 +244,8 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
     // The save fails as a whole (ReserveSaveLocked), absent or a link with
     // no copy (one unsettled past the wait fails too): no room to make, and
     // nothing admitted should the parent be stored by the reservation.
-    *parent_missing = NeedsCopy(p);
-    if (*parent_missing || Unsettled(p)) return 0;
+    *parent_blocked = NeedsCopy(p) || Unsettled(p);
+    if (*parent_blocked) return 0;
     depth = p->depth + 1;
     hold(p);
   }
@@ -297,8 +298,8 @@ size_t RuntimeImpl::AdmittedPrefixLocked(NamespaceId ns, std::optional<BlockKey>
 }
 
 void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> parent,
-                                    const std::vector<BlockKey>& keys, size_t admitted,
-                                    const SaveOptions& hints, bool checkpoint,
+                                    bool parent_blocked, const std::vector<BlockKey>& keys,
+                                    size_t admitted, const SaveOptions& hints, bool checkpoint,
                                     CompletionSource& done, std::vector<IndexEntry*>& fresh,
                                     std::vector<size_t>& fresh_item,
                                     std::vector<std::pair<size_t, size_t>>& repeats) {
@@ -320,6 +321,14 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
                      : "save: parent block " + ToHex(*parent) +
                            " is not stored (never saved, or evicted since); save the chain "
                            "from its first block, with no parent");
+    } else if (parent_blocked) {
+      // Stored since admission stopped at it (RunSave's wait had ended):
+      // no key was asked about, so none is refused, and none may be stored
+      // unasked. Failed as if the parent had stayed unsettled a moment longer.
+      broken = Status::DeadlineExceeded(
+          "save: parent block " + ToHex(*parent) +
+          " was not stored yet when the save was admitted (another save was still copying it, "
+          "or it had no copy); save the keys again");
     }
   }
   // The parent is looked up again too: RunSave dropped mu_ since admission.

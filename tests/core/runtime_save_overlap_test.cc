@@ -3,6 +3,7 @@
 // made again from the waiting Save's own engine block.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/runtime_impl.h"
 #include "tests/core/gated_copy_engine.h"
 #include "tests/core/gated_runtime.h"
 #include "tests/core/runtime_test_util.h"
@@ -157,12 +159,35 @@ TEST_F(SaveOverlapTest, ASaveUnderAParentStillBeingCopiedAfterItsWaitFails) {
   EXPECT_FALSE(rt_->IsSaved(kTestNs, std::span(keys_).first(1)));
 }
 
-// A save that waits for another's fill after making room asks the hub's
-// admission again only about keys it has not asked about: each key counts
-// once. Hub of 5 over a gated tier; X1..X4 fill 4 slots. A (Y1, Y2) is
-// admitted and evicts X4 into the closed gate; meanwhile B takes the free
-// slot for Y1 and holds its copy; once the gate opens A sees Y1 filling
-// and waits, then takes B's copy and asks about nothing again.
+// The parent's copy ends just after the wait, between the child's admission
+// (which stopped at the parent, asking nothing) and its reservation: the
+// child fails as in the test above. It used to be answered OK, counted as
+// not admitted, and not stored.
+TEST_F(SaveOverlapTest, ASaveWhoseParentIsStoredJustAfterItsAdmissionFailsTheChild) {
+  std::atomic<bool> released{false};
+  sim_->Prefill(keys_, 0);
+  engine_->HoldNextGather();
+  const std::vector<uint32_t> b_block{0};
+  b_ = rt_->Save(kTestNs, std::nullopt, std::span(keys_).first(1), b_block);
+  ASSERT_TRUE(engine_->WaitHeld());
+  static_cast<internal::RuntimeImpl*>(rt_.get())->TEST_SetAfterSaveAdmission([&] {
+    if (released.exchange(true)) return;
+    engine_->Release(/*fail=*/false);
+    (void)b_.WaitFor(std::chrono::seconds(5));
+  });
+  const std::vector<uint32_t> a_block{1};
+  a_ = rt_->Save(kTestNs, keys_[0], std::span(keys_).subspan(1), a_block);
+  (void)a_.WaitFor(std::chrono::seconds(5));
+  ASSERT_TRUE(a_.Poll()) << "A did not answer";
+  ASSERT_TRUE(released.load());
+  ASSERT_TRUE(b_.Poll() && b_.status().ok()) << b_.status().ToString();
+  const size_t stored = rt_->Lookup(kTestNs, keys_)->hit_blocks;
+  EXPECT_EQ(a_.result(0).ok(), stored == 2u)
+      << a_.result(0).ToString() << " with " << stored << " blocks stored";
+  EXPECT_EQ(a_.result(0).code(), StatusCode::kDeadlineExceeded) << a_.result(0).ToString();
+  EXPECT_EQ(rt_->Stats().save_not_admitted, 0u);
+}
+
 // A load into an engine block a save is still copying from would be served
 // first (loads go ahead of queued saves) and the save would store the
 // loaded bytes under its own key: such a load is refused until the save ends.
@@ -247,6 +272,12 @@ TEST_F(SaveOverlapTest, ASaveFromOneEngineBlockTwiceIsRefused) {
   EXPECT_EQ(found->hit_blocks, 0u);
 }
 
+// A save that waits for another's fill after making room asks the hub's
+// admission again only about keys it has not asked about: each key counts
+// once. Hub of 5 over a gated tier; X1..X4 fill 4 slots. A (Y1, Y2) is
+// admitted and evicts X4 into the closed gate; meanwhile B takes the free
+// slot for Y1 and holds its copy; once the gate opens A sees Y1 filling
+// and waits, then takes B's copy and asks about nothing again.
 TEST(SaveAdmissionRetryTest, AKeyIsAskedOnceWhenTheSaveWaitsForAnotherFill) {
   EngineSetup setup = MakeEngine(64);
   ASSERT_TRUE(setup.engine);
