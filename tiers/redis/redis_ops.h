@@ -27,6 +27,7 @@ struct RedisOp {
   std::string key;                                    // the Redis key
   std::array<std::byte, kBlockHeaderBytes> header{};  // kSet: encoded block header
   std::span<const std::byte> payload;                 // kSet: caller's bytes
+  uint64_t account = 0;  // kSet: the tier's record of the key it was accounted under
   std::span<std::byte> dst;                           // kGet: caller's buffer
 };
 

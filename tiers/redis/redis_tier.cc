@@ -104,13 +104,15 @@ class RedisTier final : public Tier {
   }
   void RunKeys(RedisOp::Kind kind, NamespaceId ns, std::span<const BlockKey> keys,
                CompletionSource done);
-  // Accounts `bytes` for (ns, key) before its SET. ResourceExhausted when a
-  // new key does not fit.
-  Status Reserve(const NsKey& k, uint64_t bytes);
-  // A SET of `k` ended. Once none is running, a key no SET has stored is
-  // freed: the writes of it (several, in one batch or in overlapping ones)
-  // all failed.
-  void WriteEnded(const NsKey& k, bool ok);
+  // Accounts `bytes` for (ns, key) before its SET, setting *account to the
+  // record's id. ResourceExhausted when a new key does not fit.
+  Status Reserve(const NsKey& k, uint64_t bytes, uint64_t* account);
+  // A SET of `k`, accounted under record `account`, ended. Once none is
+  // running, a key no SET has stored is freed: the writes of it (several,
+  // in one batch or in overlapping ones) all failed. A SET of a record
+  // removed since (a DEL settled while it ran) counts for none: the key's
+  // newer record belongs to the writes after that DEL.
+  void WriteEnded(const NsKey& k, uint64_t account, bool ok);
   // A read found `k` missing: the server lost it (expired, evicted, or a
   // restart without persistence), unless a SET of it was under way or ended
   // after the read was issued (the read may have overtaken it).
@@ -122,6 +124,7 @@ class RedisTier final : public Tier {
     uint32_t writing = 0;     // SETs in flight
     bool stored = false;      // a SET of it succeeded since it was accounted
     uint64_t settled_at = 0;  // write_clock_ when the last SET ended
+    uint64_t id = 0;          // from next_account_: this record, not the key's next one
   };
   const TierOptions options_;
   const uint64_t block_bytes_;
@@ -130,6 +133,7 @@ class RedisTier final : public Tier {
   std::unordered_map<NsKey, Held, NsKeyHash> held_;  // guarded by usage_mu_
   uint64_t used_bytes_ = 0;                          // guarded by usage_mu_
   uint64_t write_clock_ = 0;                         // guarded: counts ended SETs
+  uint64_t next_account_ = 0;                        // guarded: ids of Held records
 };
 
 void Batch::Dispatch(std::vector<RedisOp> ops) {
@@ -220,7 +224,7 @@ void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
   const NsKey k{batch.ns(), op.block};
   switch (batch.kind()) {
     case RedisOp::Kind::kSet:
-      WriteEnded(k, result.status.ok());
+      WriteEnded(k, op.account, result.status.ok());
       break;
     case RedisOp::Kind::kDel: {
       // Whatever the DEL's outcome, the caller has forgotten the block (the
@@ -241,13 +245,14 @@ void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
   batch.done().Set(op.index, std::move(result.status), result.bytes);
 }
 
-Status RedisTier::Reserve(const NsKey& k, uint64_t bytes) {
+Status RedisTier::Reserve(const NsKey& k, uint64_t bytes, uint64_t* account) {
   std::lock_guard lock(usage_mu_);
   auto it = held_.find(k);
   if (it != held_.end()) {
     used_bytes_ = used_bytes_ - it->second.bytes + bytes;
     it->second.bytes = bytes;
     ++it->second.writing;
+    *account = it->second.id;
     return Status::Ok();
   }
   if (used_bytes_ + bytes > options_.capacity_bytes) {
@@ -255,15 +260,16 @@ Status RedisTier::Reserve(const NsKey& k, uint64_t bytes) {
                                      std::to_string(used_bytes_) + " of " +
                                      std::to_string(options_.capacity_bytes) + " bytes used)");
   }
-  held_.emplace(k, Held{.bytes = bytes, .writing = 1});
+  *account = ++next_account_;
+  held_.emplace(k, Held{.bytes = bytes, .writing = 1, .id = *account});
   used_bytes_ += bytes;
   return Status::Ok();
 }
 
-void RedisTier::WriteEnded(const NsKey& k, bool ok) {
+void RedisTier::WriteEnded(const NsKey& k, uint64_t account, bool ok) {
   std::lock_guard lock(usage_mu_);
   auto it = held_.find(k);
-  if (it == held_.end()) return;  // removed meanwhile
+  if (it == held_.end() || it->second.id != account) return;  // removed meanwhile
   if (it->second.writing > 0) --it->second.writing;
   it->second.settled_at = ++write_clock_;
   if (ok) it->second.stored = true;
@@ -289,12 +295,14 @@ void RedisTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, Completion
   std::vector<RedisOp> out;
   out.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    Status st = Reserve(NsKey{ns, ops[i].key}, ops[i].src.size());
+    uint64_t account = 0;
+    Status st = Reserve(NsKey{ns, ops[i].key}, ops[i].src.size(), &account);
     if (!st.ok()) {
       batch->done().Set(i, std::move(st));
       continue;
     }
     RedisOp op = MakeOp(RedisOp::Kind::kSet, ns, ops[i].key, i);
+    op.account = account;
     EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].src, ops[i].checksum), op.header);
     op.payload = ops[i].src;
     out.push_back(std::move(op));
@@ -339,6 +347,7 @@ void RedisTier::DoClaim(NamespaceId ns, std::span<const BlockKey> keys) {
     it->second.bytes = block_bytes_;
     it->second.stored = true;
     it->second.settled_at = write_clock_;
+    it->second.id = ++next_account_;
     used_bytes_ += block_bytes_;
   }
 }
