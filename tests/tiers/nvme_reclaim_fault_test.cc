@@ -158,6 +158,29 @@ TEST_F(NvmeReclaimFaultTest, StalledWriteOfTheMovedBlocksKeepsVictimAndSpare) {
   ASSERT_NO_FATAL_FAILURE(Churn(7));
 }
 
+// A device that moves one block within nvme.io_timeout_ms but not a region
+// (a slow or busy disk, or large regions): reclaim reads and writes the
+// victim's blocks a piece at a time, each request in its own time, and the
+// write that needed the room succeeds. With the region in one request it
+// timed out, and so did every later write that needed room.
+TEST_F(NvmeReclaimFaultTest, AVictimMovesInPiecesOnADeviceTooSlowForAWholeRegion) {
+  ASSERT_NO_FATAL_FAILURE(Open(kBlocks, /*timeout_ms=*/200));
+  tier_->TEST_SetReclaimIoChunk(DiskBytes(kBytes));
+  ASSERT_NO_FATAL_FAILURE(FillUpToReclaim());
+  faults_.min_bytes = DiskBytes(kBytes) + 1;  // a request larger than a block never ends
+  faults_.stall_reads = true;
+  faults_.stall_writes = true;
+  Status st = Rewrite0(6);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(tier_->Stats().reclaims, 1u);
+  EXPECT_EQ(faults_.injected.load(), 0u) << "a request larger than a block was made";
+  ExpectAllBlocks(6);
+  ASSERT_NO_FATAL_FAILURE(Churn(7));
+  EXPECT_EQ(faults_.injected.load(), 0u);
+  faults_.stall_reads = false;
+  faults_.stall_writes = false;
+}
+
 // Three regions: the spare and two to write. The throw leaves a reservation
 // in the first; once the second is full, reclaim must take the first.
 TEST_F(NvmeReclaimFaultTest, ReservationIsGivenBackWhenBuildingTheWriteThrows) {

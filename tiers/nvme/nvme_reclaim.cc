@@ -37,6 +37,15 @@ int NvmeTier::State::PickVictimLocked() const {
 }
 
 Status NvmeTier::State::SyncIo(IoOp op, uint64_t offset, std::span<std::byte> buf) {
+  if (op == IoOp::kFsync || buf.size() <= sync_io_chunk) return SyncIoOnce(op, offset, buf);
+  for (uint64_t at = 0; at < buf.size(); at += sync_io_chunk) {
+    const uint64_t n = std::min<uint64_t>(sync_io_chunk, buf.size() - at);
+    KVTIER_RETURN_IF_ERROR(SyncIoOnce(op, offset + at, buf.subspan(at, n)));
+  }
+  return Status::Ok();
+}
+
+Status NvmeTier::State::SyncIoOnce(IoOp op, uint64_t offset, std::span<std::byte> buf) {
   std::promise<IoCompletion> p;
   auto f = p.get_future();
   std::vector<IoRequest> reqs(1);

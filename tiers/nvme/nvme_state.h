@@ -61,6 +61,10 @@ struct LiveBlock {
   uint32_t new_offset = 0;  // in the target region, when kept
 };
 
+// The largest request reclaim's reads and writes make (NvmeTier::State::SyncIo),
+// unless one block is larger.
+inline constexpr uint64_t kSyncIoChunkBytes = uint64_t{4} << 20;
+
 // Where a new block goes.
 struct Placement {
   BlockLocation loc;
@@ -72,6 +76,9 @@ struct NvmeTier::State {
   TierOptions options;
   uint64_t block_bytes = 0;
   uint64_t region_bytes = 0;
+  // The largest request SyncIo makes: 4 MiB, or one block's disk bytes
+  // when larger. Set at open (tests may lower it before any write).
+  uint64_t sync_io_chunk = 0;
   // Where a block's header starts in the file.
   uint64_t FileOffset(const BlockLocation& loc) const {
     return uint64_t{loc.region} * region_bytes + loc.offset;
@@ -194,7 +201,13 @@ struct NvmeTier::State {
   Status WritePacked(const AlignedBuffer& buf, uint64_t packed, int* target, uint64_t* gen);
   uint64_t InstallRelocatedLocked(int victim, int target, uint64_t gen,
                                   const std::vector<LiveBlock>& live);
+  // One read or write of `buf` at `offset` (or a sync), waited for. A span
+  // longer than sync_io_chunk goes as requests of at most that, one after
+  // another: each request has the device time of one block
+  // (nvme.io_timeout_ms), and a region must move on any device that moves a
+  // block in time.
   Status SyncIo(IoOp op, uint64_t offset, std::span<std::byte> buf);
+  Status SyncIoOnce(IoOp op, uint64_t offset, std::span<std::byte> buf);
 };
 
 // One completion for a batch of I/Os: finishes when the last one is done.

@@ -56,6 +56,7 @@ Result<std::unique_ptr<NvmeTier::State>> NvmeTier::State::Open(const TierOptions
   s->options = options;
   s->block_bytes = context.block_bytes;
   s->region_bytes = options.region_bytes;
+  s->sync_io_chunk = std::max<uint64_t>(kSyncIoChunkBytes, DiskBytes(context.block_bytes));
   s->disk_budget = g.disk_budget;
   s->log = context.log;
   s->copies_lost = context.copies_lost;

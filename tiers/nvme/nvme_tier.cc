@@ -82,6 +82,8 @@ void NvmeTier::TEST_SetBeforeReclaim(std::function<void()> hook) {
   s_->before_reclaim = std::move(hook);
 }
 
+void NvmeTier::TEST_SetReclaimIoChunk(uint64_t bytes) { s_->sync_io_chunk = bytes; }
+
 void NvmeTier::TEST_SetDuringReclaimScan(std::function<void()> hook) {
   s_->during_reclaim_scan = std::move(hook);
 }

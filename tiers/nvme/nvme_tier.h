@@ -108,6 +108,9 @@ class NvmeTier final : public Tier {
   // with the tier lock released: reads, lookups and removes may run in it.
   // REQUIRES: no write in flight.
   void TEST_SetDuringReclaimScan(std::function<void()> hook);
+  // Reclaim reads and writes a region in requests of at most `bytes` (a
+  // multiple of 4 KiB) instead of 4 MiB. REQUIRES: no write in flight.
+  void TEST_SetReclaimIoChunk(uint64_t bytes);
 
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
