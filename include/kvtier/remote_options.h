@@ -21,7 +21,7 @@ struct RemoteTierOptions {
   std::string secret;                        // the secret itself; wins over secret_file
   uint32_t connections = 2;                  // TCP connections per server, 1 to 16
   uint32_t connect_timeout_ms = 1000;        // bound on connect plus handshake
-  uint32_t op_timeout_ms = 2000;             // deadline of every request
+  uint32_t op_timeout_ms = 2000;             // reply deadline (later on a busy connection)
   uint32_t reconnect_backoff_ms = 50;        // first wait after a failure; doubles
   uint32_t reconnect_backoff_max_ms = 2000;  // cap of that wait
 

@@ -43,15 +43,7 @@ constexpr size_t kPayloadBytesOffset = 32;
 BlockKey Key(size_t i) { return TestKey(i); }
 std::vector<std::byte> Payload(size_t i) { return BlockBytes(Key(i), kPayloadBytes); }
 
-// BlockHeader + payload, as the server stores and sends it, under `ns`/`key`.
-std::vector<std::byte> StoredBlock(NamespaceId ns, const BlockKey& key,
-                                   const std::vector<std::byte>& payload) {
-  std::vector<std::byte> b(kBlockHeaderBytes + payload.size());
-  EncodeBlockHeader(MakeBlockHeader(ns, key, payload), std::span(b).first(kBlockHeaderBytes));
-  std::copy(payload.begin(), payload.end(), b.begin() + kBlockHeaderBytes);
-  return b;
-}
-std::vector<std::byte> StoredBlock(size_t i) { return StoredBlock(kNs, Key(i), Payload(i)); }
+std::vector<std::byte> StoredBlock(size_t i) { return EncodeStoredBlock(kNs, Key(i), Payload(i)); }
 
 std::vector<std::byte> Flipped(std::vector<std::byte> b, size_t at) {
   b[at] ^= std::byte{0x01};
@@ -309,8 +301,8 @@ TEST_F(RemoteClientDataFaultTest, AFlippedHeaderByteIsCorruptionNeverData) {
       [](ScriptedConn& c, uint32_t id) {
         c.Send(GetData(id, 0, Flipped(StoredBlock(0), kKeyHiOffset)));
         c.Send(GetData(id, 1, Flipped(StoredBlock(1), kPayloadBytesOffset)));
-        c.Send(GetData(id, 2, StoredBlock(kNs, Key(7), Payload(2))));
-        c.Send(GetData(id, 3, StoredBlock(NamespaceId{kNs.value + 1}, Key(3), Payload(3))));
+        c.Send(GetData(id, 2, EncodeStoredBlock(kNs, Key(7), Payload(2))));
+        c.Send(GetData(id, 3, EncodeStoredBlock(NamespaceId{kNs.value + 1}, Key(3), Payload(3))));
         c.Send(GetData(id, 4, StoredBlock(4)));
       },
       Then::kKeepLink);
@@ -358,7 +350,8 @@ TEST_F(RemoteClientDataFaultTest, AGetDataForAnItemTwiceKeepsTheFirstAnswerAndIt
       2,
       [](ScriptedConn& c, uint32_t id) {
         c.Send(GetData(id, 0, StoredBlock(0)));
-        c.Send(GetData(id, 0, StoredBlock(kNs, Key(0), BlockBytes(Key(0), kPayloadBytes, 1))));
+        c.Send(
+            GetData(id, 0, EncodeStoredBlock(kNs, Key(0), BlockBytes(Key(0), kPayloadBytes, 1))));
         c.Send(GetData(id, 1, StoredBlock(1)));
       },
       Then::kExpectClosed);

@@ -15,6 +15,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvtier/block_header.h"
 #include "tiers/remote/remote_auth.h"
 #include "tiers/remote/remote_client.h"
 #include "tiers/remote/remote_protocol.h"
@@ -34,6 +36,15 @@
 namespace kvtier::testing {
 
 namespace memd = ::kvtier::internal::memd;
+
+// BlockHeader + payload, as a server stores and sends it, under `ns`/`key`.
+inline std::vector<std::byte> EncodeStoredBlock(NamespaceId ns, const BlockKey& key,
+                                                std::span<const std::byte> payload) {
+  std::vector<std::byte> b(kBlockHeaderBytes + payload.size());
+  EncodeBlockHeader(MakeBlockHeader(ns, key, payload), std::span(b).first(kBlockHeaderBytes));
+  std::copy(payload.begin(), payload.end(), b.begin() + kBlockHeaderBytes);
+  return b;
+}
 using ClientFrame = std::pair<memd::FrameHeader, std::vector<std::byte>>;
 
 // The server's end of one accepted connection.

@@ -6,9 +6,13 @@
 // reconnect_backoff_ms up to reconnect_backoff_max_ms). Requests go to the
 // server's ready connections first, so they fail at once with Unavailable
 // only while none of its connections can be used. Every request has a
-// deadline (op_timeout_ms); a connection whose oldest request passes it is
-// closed and everything on it fails with DeadlineExceeded, so no caller waits
-// longer than the deadline plus one timer tick.
+// deadline (op_timeout_ms). Past it, once the connection has also moved no
+// byte for op_timeout_ms (a server that stopped), the connection is closed
+// and everything on it fails, the late requests with DeadlineExceeded: a
+// server that stops fails its requests op_timeout_ms after its last byte
+// (plus one timer tick), not before their deadlines. A connection still
+// moving bytes (large blocks, many queued ahead) keeps a late request until
+// its cap: the deadline plus its bytes and those queued ahead of it at 4 MiB/s.
 //
 // Buffers: a request's source and destination memory is touched only until
 // its callback has run for every item (the socket is closed before a failing
@@ -36,7 +40,7 @@ struct RemoteClientOptions {
   std::string secret;
   uint32_t connections = 2;            // per server
   uint32_t connect_timeout_ms = 1000;  // TCP connect plus handshake
-  uint32_t op_timeout_ms = 2000;       // deadline of every request
+  uint32_t op_timeout_ms = 2000;       // deadline of every request (see above)
   uint32_t reconnect_backoff_ms = 50;
   uint32_t reconnect_backoff_max_ms = 2000;
   // tcp, or rdma: each connection also connects a queue pair (RDMA_HELLO)

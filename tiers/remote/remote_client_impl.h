@@ -53,7 +53,12 @@ struct Request {
   size_t remaining = 0;
   ItemDone cb;
   std::function<void(const Stats&)> on_stats;
+  // When its reply is late (op_timeout_ms from submission), and the latest
+  // it may be while the connection keeps moving bytes: the deadline plus its
+  // bytes and those queued ahead of it at kFloorBytesPerSecond (Link::Tick).
   SteadyClock::time_point deadline;
+  SteadyClock::time_point cap;
+  uint64_t bytes = 0;  // payload bytes it moves, counted in Link::owed_bytes_
   Await await = Await::kNothing;
   // Its frames queued or being written. Each holds a reference to the
   // request, and no reply is taken until they are all out: PUT_DATA points
@@ -200,6 +205,11 @@ class Link : public std::enable_shared_from_this<Link> {
   // Every pending request by deadline, then id: ids wrap, so the smallest
   // id is not the oldest request.
   std::set<std::pair<SteadyClock::time_point, uint32_t>> deadlines_;
+  uint64_t owed_bytes_ = 0;  // payload bytes of the pending requests
+  // When a byte last went out or came in: a request past its deadline is
+  // failed only once the connection has moved nothing for op_timeout_ms (or
+  // at its cap).
+  SteadyClock::time_point last_progress_;
   std::vector<uint32_t> waiting_;  // submitted while connecting
   // transport: rdma. The server holds a slot reservation for every item of
   // a PUT_BEGIN until its PUT_COMMIT and cuts off a connection that holds

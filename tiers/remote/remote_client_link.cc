@@ -138,14 +138,20 @@ void Link::Tick() {
       return Abort(Status::Unavailable(Prefix() + "no connection within " +
                                        std::to_string(c_.o_.connect_timeout_ms) + " ms"));
     }
-    if (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    // A reply past its deadline is late once the connection has moved no
+    // byte for op_timeout_ms (a server that stopped), or past its cap: a
+    // connection busy with large blocks may take longer than op_timeout_ms
+    // for a request and those queued ahead of it, but not forever.
+    const bool stalled = now - last_progress_ >= std::chrono::milliseconds(c_.o_.op_timeout_ms);
+    std::set<uint32_t> late;
+    for (const auto& [when, id] : deadlines_) {
+      if (when > now) break;
+      const auto it = pending_.find(id);
+      if (stalled || it == pending_.end() || it->second->cap <= now) late.insert(id);
+    }
+    if (!late.empty()) {
       // The connection is given up for the late ones; requests whose own
       // time is not up fail as a dropped connection, saying why.
-      std::set<uint32_t> late;
-      for (const auto& [when, id] : deadlines_) {
-        if (when > now) break;
-        late.insert(id);
-      }
       const std::string ms = std::to_string(c_.o_.op_timeout_ms) + " ms";
       const Status own = Status::DeadlineExceeded(Prefix() + "no reply within " + ms);
       const Status dropped = Status::Unavailable(
@@ -176,6 +182,7 @@ void Link::Abort(const Status& s, const std::function<Status(uint32_t id)>& stat
   std::map<uint32_t, RequestPtr> pending;
   pending.swap(pending_);
   deadlines_.clear();
+  owed_bytes_ = 0;
   waiting_.clear();
   held_puts_.clear();
   begun_items_ = 0;

@@ -9,6 +9,20 @@ namespace kvtier::internal::memd {
 namespace {
 
 constexpr size_t kMaxFramesPerWrite = 64;
+// The slowest a connection may move a request's bytes, and those queued
+// ahead of it, and still have it wait past op_timeout_ms: far below any
+// network a block store runs on, and still seconds, not hours, for a batch
+// of large blocks.
+constexpr uint64_t kFloorBytesPerSecond = uint64_t{4} << 20;
+
+// A read's completion condition that records each part of it as progress.
+auto ReadProgress(SteadyClock::time_point& last) {
+  return [&last](const boost::system::error_code& ec, size_t) -> size_t {
+    if (ec) return 0;
+    last = SteadyClock::now();
+    return size_t{1} << 30;
+  };
+}
 
 }  // namespace
 
@@ -18,7 +32,11 @@ void Link::Submit(RequestPtr r) {
   // request 2^32 ids old) is not reused.
   while (next_id_ == 0 || pending_.count(next_id_) != 0) ++next_id_;
   r->id = next_id_++;
+  for (const auto& s : r->srcs) r->bytes += s.size();
+  for (const auto& d : r->dsts) r->bytes += d.size();
+  owed_bytes_ += r->bytes;
   r->deadline = SteadyClock::now() + std::chrono::milliseconds(c_.o_.op_timeout_ms);
+  r->cap = r->deadline + std::chrono::milliseconds(owed_bytes_ * 1000 / kFloorBytesPerSecond);
   Request& req = *r;
   deadlines_.emplace(r->deadline, r->id);
   pending_.emplace(r->id, std::move(r));
@@ -183,6 +201,7 @@ void Link::Pump() {
   // still going out.
   auto sent = [this](const boost::system::error_code& ec, size_t bytes) -> size_t {
     if (ec) return 0;
+    last_progress_ = SteadyClock::now();
     Sent(bytes);
     return size_t{1} << 30;
   };
@@ -205,7 +224,7 @@ void Link::Sent(size_t bytes) {
 
 void Link::ReadHeader() {
   auto self = shared_from_this();
-  asio::async_read(sock_, asio::buffer(in_header_), TransferAllBulk(),
+  asio::async_read(sock_, asio::buffer(in_header_), ReadProgress(last_progress_),
                    [this, self](const boost::system::error_code& ec, size_t) {
                      if (Live(ec, "read")) OnHeader();
                    });
@@ -267,7 +286,7 @@ void Link::OnGetData(Request& r, const FrameHeader& h) {
   }
   std::array<asio::mutable_buffer, 2> bufs = {asio::buffer(r.headers[item]),
                                               asio::buffer(r.dsts[item].data(), payload)};
-  asio::async_read(sock_, bufs, TransferAllBulk(),
+  asio::async_read(sock_, bufs, ReadProgress(last_progress_),
                    [this, self, id, item, payload](const boost::system::error_code& ec, size_t) {
                      if (!Live(ec, "read block")) return;
                      Request* req = Find(id, Opcode::kGet, item);
@@ -362,6 +381,7 @@ void Link::Done(Request& r) {
   // A PUT is done at its STATUS_REPLY: the server has dropped its
   // reservations.
   const size_t begun = r.begun;
+  owed_bytes_ -= r.bytes;
   deadlines_.erase({r.deadline, r.id});
   pending_.erase(r.id);  // may destroy r
   if (begun == 0) return;
