@@ -159,9 +159,9 @@ void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
         admitted = AdmittedPrefixLocked(ns, parent, keys, hints, checkpoint, &missing, &held,
                                         &decided, &parent_blocked);
       }
+      if (after_save_admission_) after_save_admission_();
       // A save has no deadline of its own; this bounds how long it waits for
       // slots that other threads are freeing.
-      if (after_save_admission_) after_save_admission_();
       EnsureHubRoom(missing, std::chrono::steady_clock::now() + kSaveRoomWait);
     } catch (...) {
       // A policy or an eviction threw (the job fails as Internal): the holds

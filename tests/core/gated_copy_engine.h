@@ -75,6 +75,11 @@ class GatedCopyEngine final : public CopyEngine {
     std::lock_guard lock(mu_);
     hold_next_ = true;
   }
+  // True while a Gather is held.
+  bool Held() {
+    std::lock_guard lock(mu_);
+    return held_done_ != nullptr;
+  }
   // True once a held Gather has arrived (within 5 s).
   bool WaitHeld() {
     std::unique_lock lock(mu_);
