@@ -618,14 +618,24 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
                                               SteadyTime deadline) {
   std::vector<std::vector<std::byte>>& staging = *staging_buffers;
   std::vector<WriteOp> ops;
+  // Read under the lock: a load that takes another writer's bytes from a
+  // shared tier sets a block's checksum while this reads the block.
+  std::vector<std::optional<uint64_t>> sums;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i : items) sums.push_back(victims[i]->checksum);
+  }
   if (tier == 0) {
-    for (size_t i : items) {
-      IndexEntry* v = victims[i];
+    for (size_t j = 0; j < items.size(); ++j) {
+      IndexEntry* v = victims[items[j]];
       auto payload = arena_->Slot(v->host_slot).first(v->bytes);
-      // Pinned and moving: nobody else touches the checksum now.
-      if (!v->checksum) v->checksum = PayloadChecksum(ChecksumKind::kXxh3_64, payload);
-      ops.push_back({v->id.key, payload, v->checksum});
-      op_item.push_back(i);
+      if (!sums[j]) sums[j] = PayloadChecksum(ChecksumKind::kXxh3_64, payload);  // first leaving
+      ops.push_back({v->id.key, payload, sums[j]});
+      op_item.push_back(items[j]);
+    }
+    std::lock_guard lock(mu_);
+    for (size_t j = 0; j < items.size(); ++j) {
+      if (!victims[items[j]]->checksum) victims[items[j]]->checksum = sums[j];
     }
     return ops;
   }
@@ -657,8 +667,8 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
                               std::to_string(r.bytes(j)) + " bytes for a " +
                               std::to_string(v->bytes) + "-byte block");
       ++corrupt;
-    } else if (st.ok() && v->checksum &&
-               PayloadChecksum(ChecksumKind::kXxh3_64, staging[j]) != *v->checksum) {
+    } else if (st.ok() && sums[j] &&
+               PayloadChecksum(ChecksumKind::kXxh3_64, staging[j]) != *sums[j]) {
       if (SharedTier(tier)) {
         // Another writer's bytes for the key (InstallStagedLocked): not this
         // block's, not corrupt either, and not to be removed from under it.
@@ -674,7 +684,7 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
       read_status[items[j]] = std::move(st);
       continue;
     }
-    ops.push_back({v->id.key, staging[j], v->checksum});
+    ops.push_back({v->id.key, staging[j], sums[j]});
     op_item.push_back(items[j]);
   }
   if (corrupt != 0) {
