@@ -310,9 +310,6 @@ Completion RuntimeImpl::Save(NamespaceId ns, std::optional<BlockKey> parent,
     if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
       return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st.WithContext("save"));
     }
-    if (Status st = CheckNotLoading(engine_blocks); !st.ok()) {
-      return Refuse(RuntimeMetrics::Op::kSave, keys.size(), st);
-    }
     return SubmitSave(ns, parent, {keys.begin(), keys.end()},
                       {engine_blocks.begin(), engine_blocks.end()}, options, /*checkpoint=*/false);
   });
@@ -338,7 +335,15 @@ Completion RuntimeImpl::SubmitSave(NamespaceId ns, std::optional<BlockKey> paren
   } catch (...) {
     return OutOfMemory(RuntimeMetrics::Op::kSave, n);
   }
-  for (uint32_t b : blocks) blocks_saving_[b].fetch_add(1, std::memory_order_relaxed);
+  // Marked, then checked against loads, each seq_cst: a load does the same
+  // the other way round, so of a save and a load of one block that overlap,
+  // at least one sees the other and is refused.
+  for (uint32_t b : blocks) blocks_saving_[b].fetch_add(1, std::memory_order_seq_cst);
+  if (after_save_marked_) after_save_marked_();
+  if (Status st = CheckNotLoading(blocks); !st.ok()) {
+    unmark();
+    return Refuse(RuntimeMetrics::Op::kSave, n, st);
+  }
   return Submit(RuntimeMetrics::Op::kSave, n, std::move(job), std::move(unmark));
 }
 
@@ -349,24 +354,16 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
     if (Status st = CheckBlocks(keys, engine_blocks); !st.ok()) {
       return Refuse(RuntimeMetrics::Op::kLoad, keys.size(), st.WithContext("load"));
     }
-    for (size_t i = 0; i < engine_blocks.size(); ++i) {
-      if (blocks_saving_[engine_blocks[i]].load(std::memory_order_acquire) != 0) {
-        return Refuse(RuntimeMetrics::Op::kLoad, keys.size(),
-                      Status::InvalidArgument(
-                          "load: engine block " + std::to_string(engine_blocks[i]) +
-                          " is still being saved; wait for that save's completion before "
-                          "loading into the block (the load would overwrite what it saves)"));
-      }
-    }
     // Saturated: a timeout of nanoseconds::max() ("no deadline") must not wrap
     // into the past.
     const auto now = std::chrono::steady_clock::now();
     const auto deadline = timeout >= std::chrono::steady_clock::time_point::max() - now
                               ? std::chrono::steady_clock::time_point::max()
                               : now + timeout;
-    // Marked as loading, atomically against another load of the same block.
+    // Marked as loading, atomically against another load of the same block,
+    // then checked against saves (seq_cst, as a save marks and checks).
     for (size_t i = 0; i < engine_blocks.size(); ++i) {
-      if (blocks_loading_[engine_blocks[i]].fetch_add(1, std::memory_order_acq_rel) == 0) continue;
+      if (blocks_loading_[engine_blocks[i]].fetch_add(1, std::memory_order_seq_cst) == 0) continue;
       for (size_t j = 0; j <= i; ++j) {
         blocks_loading_[engine_blocks[j]].fetch_sub(1, std::memory_order_release);
       }
@@ -375,6 +372,15 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
                         "load: engine block " + std::to_string(engine_blocks[i]) +
                         " is still being loaded into by another load; wait for that load's "
                         "completion before loading into the block again"));
+    }
+    for (size_t i = 0; i < engine_blocks.size(); ++i) {
+      if (blocks_saving_[engine_blocks[i]].load(std::memory_order_seq_cst) == 0) continue;
+      for (uint32_t b : engine_blocks) blocks_loading_[b].fetch_sub(1, std::memory_order_release);
+      return Refuse(RuntimeMetrics::Op::kLoad, keys.size(),
+                    Status::InvalidArgument(
+                        "load: engine block " + std::to_string(engine_blocks[i]) +
+                        " is still being saved; wait for that save's completion before "
+                        "loading into the block (the load would overwrite what it saves)"));
     }
     // Marked: Submit unmarks them however the call ends, once it has the
     // callback that does; until then a failure unmarks them here.
@@ -402,7 +408,7 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
 
 Status RuntimeImpl::CheckNotLoading(std::span<const uint32_t> blocks) const {
   for (uint32_t b : blocks) {
-    if (blocks_loading_[b].load(std::memory_order_acquire) != 0) {
+    if (blocks_loading_[b].load(std::memory_order_seq_cst) != 0) {
       return Status::InvalidArgument(
           "save: engine block " + std::to_string(b) +
           " is still being loaded into; wait for that load's completion before saving from the "

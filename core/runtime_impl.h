@@ -111,6 +111,9 @@ class RuntimeImpl final : public Runtime {
   void TEST_SetAfterSaveAdmission(std::function<void()> hook) {
     after_save_admission_ = std::move(hook);
   }
+  // Tests only: runs in each Save once its engine blocks are marked as being
+  // saved, before it checks that no load is filling them. Set while no save runs.
+  void TEST_SetAfterSaveMarked(std::function<void()> hook) { after_save_marked_ = std::move(hook); }
   // Starts the admin endpoint when options.admin_socket is set (admin_runtime.cc).
   Status StartAdmin();
 
@@ -638,6 +641,7 @@ class RuntimeImpl final : public Runtime {
   std::function<void()> after_saved_prefix_;              // tests only
   std::function<void()> after_hub_room_try_;              // tests only
   std::function<void()> after_save_admission_;            // tests only
+  std::function<void()> after_save_marked_;               // tests only
 
   // Some lower tier is asked on a lookup miss (AdoptStoredBlocks): it
   // answers Contains from memory, or other processes write to it.

@@ -128,9 +128,6 @@ Completion RuntimeImpl::SaveState(NamespaceId ns, const BlockKey& boundary,
     if (Status st = CheckBlocks(k, engine_blocks); !st.ok()) {
       return Refuse(RuntimeMetrics::Op::kSave, items, st.WithContext("save state"));
     }
-    if (Status st = CheckNotLoading(engine_blocks); !st.ok()) {
-      return Refuse(RuntimeMetrics::Op::kSave, items, st);
-    }
     return SubmitSave(ns, boundary, std::move(k), {engine_blocks.begin(), engine_blocks.end()},
                       options, /*checkpoint=*/true);
   });

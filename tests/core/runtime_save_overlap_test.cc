@@ -215,6 +215,34 @@ TEST_F(SaveOverlapTest, ALoadIntoABlockStillBeingSavedIsRefused) {
   EXPECT_TRUE(sim_->Holds(9, other[0])) << "the save stored other bytes than its block's";
 }
 
+// A load into an engine block that arrives just as a save from the block
+// has marked it, before the save checks for loads: the load is refused and
+// the save stores the block's own bytes. (Had each checked the other before
+// marking its own, both would have gone ahead.)
+TEST_F(SaveOverlapTest, ALoadArrivingAsASaveMarksItsBlockIsRefused) {
+  sim_->Prefill(keys_, 0);
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+  const auto other = ChainKeys({7});
+  sim_->Prefill(other, 5);
+  const std::vector<BlockKey> first(keys_.begin(), keys_.begin() + 1);
+  const std::vector<uint32_t> block{5};
+  std::optional<Completion> load;
+  auto* impl = static_cast<internal::RuntimeImpl*>(rt_.get());
+  impl->TEST_SetAfterSaveMarked([&] {
+    if (!load) load = rt_->Load(kTestNs, first, block, std::chrono::seconds(5));
+  });
+  Completion save = rt_->Save(kTestNs, std::nullopt, other, block);
+  ASSERT_TRUE(load.has_value()) << "the hook did not run";
+  ASSERT_TRUE(save.Wait().ok()) << save.status().ToString();
+  (void)load->Wait();
+  EXPECT_EQ(load->result(0).code(), StatusCode::kInvalidArgument) << load->result(0).ToString();
+  EXPECT_NE(load->result(0).message().find("engine block 5 is still being saved"),
+            std::string::npos)
+      << load->result(0).ToString();
+  EXPECT_TRUE(sim_->Load(other, 9).status().ok());
+  EXPECT_TRUE(sim_->Holds(9, other[0])) << "the save stored other bytes than its block's";
+}
+
 // A load still copying into an engine block: another load into it would
 // interleave its copies with the first's, and a save from it would store
 // bytes the load is still writing. Both are refused until the load ends.
