@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_set>
+#include <vector>
 
 #include "core/runtime_impl.h"
 
@@ -88,18 +89,32 @@ void RuntimeImpl::WriteBackHub() {
         if (refused != 0) metrics_.AddAdmission(1, false, refused);
       }
       WriteToNext(0, victims, write, written, read_status);
-      std::lock_guard lock(mu_);
-      const uint64_t now = NowNs();
-      uint64_t bytes = 0;
-      for (size_t i = 0; i < victims.size(); ++i) {
-        if (!written[i]) {
-          going.erase(victims[i]);
-          continue;
+      std::vector<NsKey> unreachable;
+      {
+        std::lock_guard lock(mu_);
+        const uint64_t now = NowNs();
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < victims.size(); ++i) {
+          if (!written[i]) {
+            going.erase(victims[i]);
+            continue;
+          }
+          const IndexEntry* p = victims[i]->parent;
+          if (p != nullptr && (p->locations & ~1U) == 0 && going.count(p) == 0) {
+            // Written in the batch whose write of its parent (earlier in
+            // it) failed: no lookup reaches it, so its copy goes again.
+            going.erase(victims[i]);
+            bytes += victims[i]->bytes;
+            (void)QueueRemoveLocked(1, victims[i]->id, /*running=*/true);
+            unreachable.push_back(victims[i]->id);
+            continue;
+          }
+          bytes += IndexDemotedLocked(victims[i], 0, now);
+          ++written_blocks;
         }
-        bytes += IndexDemotedLocked(victims[i], 0, now);
-        ++written_blocks;
+        policies_->OnWritten(1, bytes, now);
       }
-      policies_->OnWritten(1, bytes, now);
+      if (!unreachable.empty()) StartRemoves(1, unreachable);
     }
   } catch (const std::exception& e) {
     if (log_) log_->Log(LogLevel::kError, std::string("shutdown writeback failed: ") + e.what());

@@ -178,6 +178,27 @@ TEST_F(ShutdownWritebackTest, NoBlockIsWrittenBelowAParentThatIsNot) {
   EXPECT_EQ(std::max(found_a, found_b), 3u);
 }
 
+// One batch holds the chain, root first, and the write of its second block
+// fails while the others succeed: a lookup stops at the missing block, so
+// the two written below it are removed again, not left taking room no
+// lookup can reach.
+TEST_F(ShutdownWritebackTest, BlocksWrittenBelowAParentWhoseWriteFailedAreRemoved) {
+  shutdown_writeback_ms_ = 10000;
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  std::unique_ptr<Runtime> rt = OpenOver(
+      8, {.high = 0.95, .low = 0.9}, TierCapabilities{.persistent = true, .local_index = true},
+      TierViewHooks{.write_op_status = [&](const BlockKey& k) {
+        return k == keys[1] ? Status::IOError("injected") : Status::Ok();
+      }});
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
+  rt->Shutdown();
+  EXPECT_EQ(disk_->Usage().blocks, 1u) << "blocks no lookup can reach stayed in the disk";
+  EXPECT_EQ(rt->Stats().tiers[0].demoted_blocks, 1u);
+  rt.reset();
+  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 1u);
+}
+
 // The disk is full with A (1..4), which the hub holds too (read back); B
 // (5, 6) continues A in the hub alone. Making room for B evicted A's leaves
 // from the disk, counting their hub copies, which end with the process: the

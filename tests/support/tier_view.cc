@@ -1,5 +1,8 @@
 #include "tests/support/tier_view.h"
 
+#include <utility>
+#include <vector>
+
 namespace kvtier::testing {
 namespace {
 
@@ -30,6 +33,10 @@ class TierView final : public Tier {
         return;
       }
     }
+    if (hooks_.write_op_status) {
+      WriteSome(ns, ops, std::move(done));
+      return;
+    }
     Forward(inner_->Write(ns, ops), std::move(done));
   }
   void DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) override {
@@ -55,6 +62,33 @@ class TierView final : public Tier {
     auto src = std::make_shared<CompletionSource>(std::move(done));
     c.OnDone([c, src] {
       for (size_t i = 0; i < c.size(); ++i) src->Set(i, c.result(i), c.bytes(i));
+      src->Finish();
+    });
+  }
+
+  // Writes the ops write_op_status lets through; the others fail with its error.
+  void WriteSome(NamespaceId ns, std::span<const WriteOp> ops, CompletionSource done) {
+    std::vector<WriteOp> kept;
+    std::vector<size_t> kept_at;
+    std::vector<std::pair<size_t, Status>> failed;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Status st = hooks_.write_op_status(ops[i].key);
+      if (st.ok()) {
+        kept.push_back(ops[i]);
+        kept_at.push_back(i);
+      } else {
+        failed.emplace_back(i, std::move(st));
+      }
+    }
+    auto src = std::make_shared<CompletionSource>(std::move(done));
+    for (auto& [i, st] : failed) src->Set(i, st);
+    if (kept.empty()) {
+      src->Finish();
+      return;
+    }
+    Completion c = inner_->Write(ns, kept);
+    c.OnDone([c, src, kept_at = std::move(kept_at)] {
+      for (size_t j = 0; j < c.size(); ++j) src->Set(kept_at[j], c.result(j), c.bytes(j));
       src->Finish();
     });
   }

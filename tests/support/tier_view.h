@@ -25,6 +25,9 @@ struct TierViewHooks {
   // Before a Write is passed to `inner` (a slow device: it may sleep); an
   // error fails every op of the write with it instead, and `inner` is not asked.
   std::function<Status()> before_write;
+  // Then per op of that Write: an error fails that op with it, and only the
+  // ops it answers OK for are passed to `inner`.
+  std::function<Status(const BlockKey&)> write_op_status;
   // Before a Remove is passed to `inner` (a slow device: it may block).
   std::function<void()> before_remove;
   // Before a Claim is passed to `inner`.
