@@ -243,6 +243,7 @@ void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<con
     // Another Remove still running could land after a new write: stay listed.
     if (p.running == 0 && p.gone) list.erase(it);  // else retried by the next pass
   }
+  removes_done_.notify_all();  // a shutdown writeback may wait for these keys
 }
 
 void RuntimeImpl::ForgetLostCopies(size_t tier, NamespaceId ns, std::span<const BlockKey> keys) {

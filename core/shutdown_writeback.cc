@@ -69,7 +69,16 @@ void RuntimeImpl::WriteBackHub() {
       TierUsage usage;
       if (!admits_all) usage = lower_[0]->Usage();
       {
-        std::lock_guard lock(mu_);
+        std::unique_lock lock(mu_);
+        // A Remove of a victim from the tier that still runs would land after
+        // the victim's write and take its new copy: waited for up to the
+        // deadline, and a victim whose Remove outlasts it is not written.
+        auto removing = [this](const IndexEntry* v) {
+          const auto it = pending_removes_[1].find(v->id);
+          return it != pending_removes_[1].end() && it->second.running != 0;
+        };
+        removes_done_.wait_until(
+            lock, deadline, [&] { return std::none_of(victims.begin(), victims.end(), removing); });
         const TierState state =
             admits_all ? TierState{}
                        : policies_->StateOf(1, usage.capacity_bytes, usage.used_bytes, NowNs());
@@ -78,6 +87,7 @@ void RuntimeImpl::WriteBackHub() {
           const IndexEntry* p = victims[i]->parent;
           // A block below a parent no tier below holds could never be found.
           if (p != nullptr && (p->locations & ~1U) == 0 && going.count(p) == 0) continue;
+          if (removing(victims[i])) continue;
           // A checkpoint is admitted once, at its first part: the rest follow.
           const bool later_part = victims[i]->is_checkpoint && p->is_checkpoint;
           write[i] = admits_all || later_part ||

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "tests/core/disk_view_fixture.h"
@@ -195,6 +197,46 @@ TEST_F(ShutdownWritebackTest, BlocksWrittenBelowAParentWhoseWriteFailedAreRemove
   rt->Shutdown();
   EXPECT_EQ(disk_->Usage().blocks, 1u) << "blocks no lookup can reach stayed in the disk";
   EXPECT_EQ(rt->Stats().tiers[0].demoted_blocks, 1u);
+  rt.reset();
+  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 1u);
+}
+
+// A Remove of K is still running in the disk (held there) when K, saved
+// again, is written back at shutdown: written first, K's new copy was taken
+// by the Remove landing after it, and a restart found nothing. The
+// writeback waits for the Remove, then writes K.
+TEST_F(ShutdownWritebackTest, AWritebackWaitsForARemoveOfTheKeyStillRunningBelow) {
+  shutdown_writeback_ms_ = 10000;
+  const auto keys = ChainKeys({1});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  std::unique_ptr<Runtime> rt = OpenOver(
+      8, {.high = 0.95, .low = 0.9}, TierCapabilities{.persistent = true, .local_index = true},
+      TierViewHooks{.before_remove = [&] {
+        std::unique_lock lock(mu);
+        held = true;
+        cv.notify_all();
+        cv.wait_for(lock, std::chrono::seconds(5), [&] { return release; });
+      }});
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
+  std::thread remover([&] { EXPECT_TRUE(rt->Remove(kTestNs, keys).ok()); });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return held; }));
+  }
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::lock_guard lock(mu);
+    release = true;
+    cv.notify_all();
+  });
+  rt->Shutdown();
+  releaser.join();
+  remover.join();
+  EXPECT_EQ(disk_->Usage().blocks, 1u) << "the Remove took the copy written at shutdown";
   rt.reset();
   EXPECT_EQ(FoundOnDiskAfterRestart(keys), 1u);
 }
