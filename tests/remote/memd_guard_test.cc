@@ -3,10 +3,16 @@
 // sockets, puts begun and never finished, and STATS with more namespaces
 // than one reply can list.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
+#include <span>
+#include <thread>
+#include <vector>
 
+#include "kvtier/block_header.h"
 #include "tests/remote/memd_guard_fixture.h"
 #include "tiers/remote/remote_protocol.h"
 
@@ -110,6 +116,51 @@ TEST_F(MemdGuardTest, APutDataStalledMidBlockIsCutOffAtItsDeadline) {
   ASSERT_NO_FATAL_FAILURE(OpenTier());
   ASSERT_NO_FATAL_FAILURE(Put(0));
   ASSERT_NO_FATAL_FAILURE(ExpectStored(0));
+}
+
+// A large item on a slow link: its data comes in pieces over more than
+// put_timeout_ms, but faster than the floor rate (4 MiB/s). The put is
+// committed; it used to be cut off put_timeout_ms after its PUT_DATA header.
+TEST_F(MemdGuardTest, APutDataArrivingSlowlyButSteadilyIsNotCutOff) {
+  constexpr uint64_t kItem = 8 << 20;
+  ASSERT_NO_FATAL_FAILURE(StartServer([](memd::MemdServerOptions& o) {
+    o.put_timeout_ms = 300;
+    o.pool.slot_bytes = 9 << 20;
+    o.pool.pool_bytes = 2 * o.pool.slot_bytes;
+  }));
+  RawClient c(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(c, kSecret));
+  const BlockKey key = TestKey(7);
+  c.Send(memd::Frame(memd::Opcode::kPutBegin, 2,
+                     memd::EncodeBody(memd::PutBegin{kNs, {{key, kItem}}})));
+  auto begun = c.ReadFrame();
+  ASSERT_TRUE(begun.has_value() && begun->first.opcode == memd::Opcode::kBeginReply);
+  const std::vector<std::byte> payload = BlockBytes(key, kItem);
+  std::vector<std::byte> body(kBlockHeaderBytes + kItem);
+  EncodeBlockHeader(MakeBlockHeader(kNs, key, payload), std::span(body).first(kBlockHeaderBytes));
+  std::copy(payload.begin(), payload.end(), body.begin() + kBlockHeaderBytes);
+  c.Send(
+      memd::EncodeFrameHeader({memd::Opcode::kPutData, 0, 2, static_cast<uint32_t>(body.size())}));
+  // Eight pieces 100 ms apart: 0.7 s in all, about 11 MiB/s (due in 2.3 s).
+  const size_t piece = (body.size() + 7) / 8;
+  for (size_t at = 0; at < body.size(); at += piece) {
+    if (at != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::span<const std::byte> part =
+        std::span(body).subspan(at, std::min(piece, body.size() - at));
+    while (!part.empty()) {  // no SIGPIPE should the server close: that would end the binary
+      const ssize_t n = send(c.fd(), part.data(), part.size(), MSG_NOSIGNAL);
+      ASSERT_GT(n, 0) << "the server closed the connection " << at << " bytes into the item";
+      part = part.subspan(static_cast<size_t>(n));
+    }
+  }
+  c.Send(memd::Frame(memd::Opcode::kPutCommit, 2, {}));
+  auto r = c.ReadFrame();
+  ASSERT_TRUE(r.has_value()) << "the connection was closed";
+  ASSERT_EQ(r->first.opcode, memd::Opcode::kStatusReply);
+  auto codes = memd::DecodeStatusList(r->second);
+  ASSERT_TRUE(codes.ok()) << codes.status().ToString();
+  EXPECT_EQ(codes->codes, std::vector<StatusCode>{StatusCode::kOk});
+  EXPECT_EQ(server_->GetStats().used_slots, 1u);
 }
 
 TEST(MemdStatsReplyTest, ManyNamespacesFitOneReplyLargestFirst) {

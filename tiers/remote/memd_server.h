@@ -49,7 +49,8 @@ struct MemdServerOptions {
   // accepted is closed, so idle sockets cannot hold every connection.
   uint32_t handshake_timeout_ms = 5000;
   // A begun put (PUT_BEGIN not yet committed) that sees none of its PUT_DATA
-  // and no PUT_COMMIT this long is cancelled and its connection closed.
+  // and no PUT_COMMIT this long is cancelled and its connection closed; the
+  // bytes of a PUT_DATA have this long more, and a second per 4 MiB.
   uint32_t put_timeout_ms = 10000;
   // Replies queued or being written that see no byte taken by the peer this
   // long close the connection: a client that stops reading cannot keep the

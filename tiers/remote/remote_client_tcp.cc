@@ -9,11 +9,6 @@ namespace kvtier::internal::memd {
 namespace {
 
 constexpr size_t kMaxFramesPerWrite = 64;
-// The slowest a connection may move a request's bytes, and those queued
-// ahead of it, and still have it wait past op_timeout_ms: far below any
-// network a block store runs on, and still seconds, not hours, for a batch
-// of large blocks.
-constexpr uint64_t kFloorBytesPerSecond = uint64_t{4} << 20;
 
 // A read's completion condition that records each part of it as progress.
 auto ReadProgress(SteadyClock::time_point& last) {

@@ -61,6 +61,10 @@ inline constexpr size_t kMaxBegunPutItems = 4 * kMaxBatchItems;
 // largest by bytes; its totals still count every block, and the format has
 // no room to say how many namespaces were left out.
 inline constexpr uint32_t kMaxStatsNamespaces = (kMaxControlBodyBytes - 36) / 24;
+// The slowest a connection may move block bytes and still have both ends
+// wait for them past their timeouts: far below any network a block store
+// runs on, and still seconds, not hours, for a batch of large blocks.
+inline constexpr uint64_t kFloorBytesPerSecond = uint64_t{4} << 20;
 
 enum class Opcode : uint8_t {
   kHello = 1,
