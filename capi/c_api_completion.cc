@@ -44,7 +44,11 @@ int kvtier_completion_result(const kvtier_completion* c, size_t i, uint64_t* byt
   return Guard([&]() -> Status {
     KVTIER_RETURN_IF_ERROR(Required(c, "completion"));
     if (!c->completion.Poll()) return Status::InvalidArgument("the completion is not done yet");
-    if (i >= c->completion.size()) {
+    const size_t n = c->completion.size();
+    // A call refused before its blocks could be listed (out of memory) has
+    // none: each block it was asked for failed the way the call did.
+    if (i >= n && n == 0 && !c->completion.status().ok()) return c->completion.status();
+    if (i >= n) {
       return Status::InvalidArgument("result " + std::to_string(i) + " of a completion of " +
                                      std::to_string(c->completion.size()));
     }

@@ -277,7 +277,8 @@ KVTIER_C_EXPORT int kvtier_completion_done(const kvtier_completion* c);
 KVTIER_C_EXPORT size_t kvtier_completion_size(const kvtier_completion* c);
 /* Block i's result and, if `bytes` is not NULL, its byte count.
  * KVTIER_INVALID_ARGUMENT (with `*bytes` 0) for i out of range or a
- * completion not done yet. */
+ * completion not done yet; a call refused before it could list its blocks
+ * (size 0, out of memory) answers every i with its refusal. */
 KVTIER_C_EXPORT int kvtier_completion_result(const kvtier_completion* c, size_t i, uint64_t* bytes);
 /* Loads: layers landed for every block being copied. */
 KVTIER_C_EXPORT uint32_t kvtier_completion_layers_done(const kvtier_completion* c);

@@ -39,8 +39,11 @@ class Completion(_Scoped):
 
     _ENDED = "completion is freed"
 
-    def __init__(self, handle, keepalive=None, load=None):
+    def __init__(self, handle, keepalive=None, load=None, blocks=0):
         super().__init__(handle)
+        # Blocks the call was asked for: a call refused before C could list
+        # them (out of memory) has none, and answers each with its refusal.
+        self._blocks = blocks
         # Callbacks kvtier may still call: kept alive until the work is done.
         self._keepalive = [keepalive] if keepalive is not None else []
         self._load = load  # what on_layer marks its thread with (_in_layer)
@@ -96,7 +99,8 @@ class Completion(_Scoped):
             # forked while the work ran: C would answer each block "not done".
             raise KvtierError(code, lib().kvtier_last_error().decode(errors="replace"))
         out = []
-        for i in range(self._call(lib().kvtier_completion_size)):
+        size = self._call(lib().kvtier_completion_size)
+        for i in range(size if size != 0 or code == OK else self._blocks):
             nbytes = ctypes.c_uint64(0)
             code = self._call(lib().kvtier_completion_result, i, ctypes.byref(nbytes))
             # The block's own message: the C call leaves it as this thread's

@@ -236,7 +236,7 @@ class Runtime(_Scoped):
         _check(self._call(lib().kvtier_save, _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
                           len(keys), _hints(session_id, 0, expected_reuse, bypass_admission),
                           ctypes.byref(handle)))
-        return Completion(handle)
+        return Completion(handle, blocks=len(keys))
 
     def load(self, keys, engine_blocks, timeout_s=None, on_layer=None):
         """Starts copying keys[i] into engine_blocks[i]; on_layer(layer) runs, on
@@ -253,11 +253,12 @@ class Runtime(_Scoped):
         if on_layer is not None:
             _callable(on_layer, "on_layer")
         load = object()  # names this load to its on_layer before its Completion exists
-        callback = _layer_callback(on_layer, load) if on_layer else _LayerFn()
+        callback = _layer_callback(on_layer, load) if on_layer is not None else _LayerFn()
         handle = _P()
         _check(self._call(lib().kvtier_load, _keys(keys), _u32s(engine_blocks), len(keys),
                           _ns(timeout_s), callback, None, ctypes.byref(handle)))
-        return Completion(handle, callback if on_layer else None, load)
+        return Completion(handle, callback if on_layer is not None else None, load,
+                          blocks=len(keys))
 
     def save_state(self, boundary, engine_blocks, session_id=0, expected_reuse=None,
                    bypass_admission=False):
@@ -271,7 +272,7 @@ class Runtime(_Scoped):
                           len(engine_blocks),
                           _hints(session_id, 0, expected_reuse, bypass_admission),
                           ctypes.byref(handle)))
-        return Completion(handle)
+        return Completion(handle, blocks=len(engine_blocks))
 
     def load_state(self, boundary, engine_blocks, timeout_s=None):
         """Starts copying the state checkpoint of `boundary` into engine_blocks;
@@ -280,7 +281,7 @@ class Runtime(_Scoped):
         _check(self._call(lib().kvtier_load_state, _key_ptr(boundary, "boundary"),
                           _u32s(engine_blocks),
                           len(engine_blocks), _ns(timeout_s), ctypes.byref(handle)))
-        return Completion(handle)
+        return Completion(handle, blocks=len(engine_blocks))
 
     def request_finished(self, keys, output_tokens):
         _check(self._call(lib().kvtier_request_finished, _keys(keys), len(keys),

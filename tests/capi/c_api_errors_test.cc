@@ -283,6 +283,24 @@ TEST(CApiErrorsTest, HostBlocksAreCheckedAndResultsBounded) {
   EXPECT_EQ(kvtier_completion_wait(c, -1), KVTIER_INVALID_ARGUMENT);
 }
 
+// A call refused before it could list its blocks (out of memory: the
+// runtime answers with a completion of no items) answers every block with
+// its refusal, not "out of range": an engine walking the results recomputes
+// them all.
+TEST(CApiErrorsTest, ACallRefusedBeforeListingItsBlocksAnswersEachWithTheRefusal) {
+  kvtier_completion refused{
+      CompletionSource::Done(0, Status::ResourceExhausted("load: out of memory for the request"))};
+  ASSERT_EQ(kvtier_completion_size(&refused), 0u);
+  for (size_t i : {size_t{0}, size_t{3}}) {
+    uint64_t bytes = 5;
+    EXPECT_EQ(kvtier_completion_result(&refused, i, &bytes), KVTIER_RESOURCE_EXHAUSTED) << i;
+    EXPECT_EQ(bytes, 0u);
+    EXPECT_STREQ(kvtier_last_error(), "resource_exhausted: load: out of memory for the request");
+  }
+  kvtier_completion empty{CompletionSource::Done(0, Status::Ok())};  // a call of no blocks
+  EXPECT_EQ(kvtier_completion_result(&empty, 0, nullptr), KVTIER_INVALID_ARGUMENT);
+}
+
 TEST(CApiErrorsTest, LogLinesFromInfoUpReachTheCallbackTerminated) {
   std::vector<std::pair<int, std::string>> lines;
   auto collect = [](void* user, int level, const char* message) {

@@ -186,6 +186,28 @@ class ArgumentTest(unittest.TestCase):
         self.assertEqual(missing.errors()[0].code, kvtier.NOT_FOUND)
         self.assertNotEqual(missing.errors()[0].message, "")
 
+    def test_a_call_refused_before_listing_its_blocks_fails_each_block(self):
+        # Out of memory before C could list a call's blocks, its completion has
+        # none: results() and errors() were empty, and an engine walking them
+        # recomputed nothing. C's side is a C API test; here it is stood in for.
+        script = (
+            "import kvtier\n"
+            "from kvtier._lib import lib\n"
+            "from test_kvtier import CONFIG\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "save = rt.save(rt.key_chain(list(range(64))), [0, 1, 2, 3])\n"
+            "assert save.wait() == kvtier.OK\n"
+            "c = lib()\n"
+            "c.kvtier_completion_wait = lambda h, ns: kvtier.RESOURCE_EXHAUSTED\n"
+            "c.kvtier_completion_size = lambda h: 0\n"
+            "c.kvtier_completion_result = lambda h, i, b: kvtier.RESOURCE_EXHAUSTED\n"
+            "print(save.results())\n"
+            "print([e.code for e in save.errors()])\n"
+        )
+        run = run_script(script)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertEqual(run.stdout, "[(3, 0), (3, 0), (3, 0), (3, 0)]\n[3, 3, 3, 3]\n")
+
     def test_engine_blocks_are_ints_whatever_holds_them(self):
         for b in range(4):
             self.rt.host_block_write(b, pattern(8192, b))
