@@ -13,10 +13,11 @@ std::atomic<bool> g_fail_all{false};
 std::atomic<long> g_every_nth{0};  // 0: off
 std::atomic<long> g_count{0};
 std::atomic<bool> g_injected{false};
+thread_local bool t_fail_here = false;
 
 void* Allocate(std::size_t n) {
   const long nth = g_every_nth.load(std::memory_order_relaxed);
-  if (g_fail_all.load(std::memory_order_relaxed) ||
+  if (t_fail_here || g_fail_all.load(std::memory_order_relaxed) ||
       (nth > 0 && g_count.fetch_add(1, std::memory_order_relaxed) % nth == nth - 1) ||
       (g_allocs_left.load(std::memory_order_relaxed) >= 0 &&
        g_allocs_left.fetch_sub(1, std::memory_order_relaxed) == 0)) {
@@ -41,6 +42,8 @@ namespace kvtier::testing {
 void FailAllocationAfter(long n) { g_allocs_left.store(n); }
 
 void FailEveryAllocation() { g_fail_all.store(true); }
+
+void FailAllocationsOnThisThread(bool on) { t_fail_here = on; }
 
 void FailEveryNthAllocation(long n) {
   g_count.store(0);

@@ -11,6 +11,9 @@ void FailAllocationAfter(long n);
 void FailEveryAllocation();
 // Every n-th allocation (n >= 1) throws until DisarmAllocationFailures().
 void FailEveryNthAllocation(long n);
+// Every allocation on the calling thread throws while `on` (other threads
+// are not touched), until called again with false.
+void FailAllocationsOnThisThread(bool on);
 // Allocations succeed again. Returns whether one was failed since arming.
 bool DisarmAllocationFailures();
 

@@ -52,6 +52,13 @@ class FaultIoEngine final : public ForwardingIoEngine {
       if (r.op == IoOp::kWrite && faults_->stall_writes.load()) Stall(r, write_pipe_[1]);
       if (r.op == IoOp::kRead && faults_->torn_reads.load()) Tear(r);
       if (r.op == IoOp::kRead && faults_->short_reads.load()) Shorten(r);
+      if (auto* around = faults_->around_read_done.load(); around && r.op == IoOp::kRead) {
+        r.done = [done = std::move(r.done), around](const IoCompletion& c) {
+          around(true);
+          done(c);
+          around(false);
+        };
+      }
       if (r.op == IoOp::kWrite && faults_->short_writes.load()) Shorten(r);
     }
     // One batch, so the inner engine still takes all of it or none.

@@ -19,6 +19,9 @@
 //                             inner engine's DeadlineExceeded
 //   min_bytes                 reads and writes of fewer bytes pass untouched
 //                             (e.g. to fail only reclaim's large reads)
+//   around_read_done          called with true just before a read's
+//                             completion runs and false just after, on the
+//                             engine's thread (e.g. to fail allocations there)
 //
 // Every fault completes the way the inner engine completes any request: on
 // its thread, after Submit has returned, never inside Submit. An errno fault
@@ -44,6 +47,7 @@ struct IoFaults {
   std::atomic<bool> stall_writes{false};
   std::atomic<bool> stall_fsync{false};
   std::atomic<uint64_t> min_bytes{0};
+  std::atomic<void (*)(bool)> around_read_done{nullptr};
   std::atomic<uint64_t> injected{0};  // requests a fault was applied to
 };
 

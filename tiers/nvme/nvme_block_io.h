@@ -70,12 +70,14 @@ inline std::vector<IoRequest> BlockRequests(const IoEngine& engine, IoOp op, int
 // not get half a block installed as written, nor a good block dropped as
 // corrupt because half of it was read.
 inline Status CompletionStatus(IoOp op, uint64_t offset, uint64_t expected,
-                               const IoCompletion& io) {
+                               const IoCompletion& io) noexcept {
   if (!io.status.ok() || op == IoOp::kFsync || io.bytes >= expected) return io.status;
-  const std::string name(IoOpName(op));
-  return Status::IOError("nvme " + name + " at offset " + std::to_string(offset) + ": short " +
-                         name + ": " + std::to_string(io.bytes) + " of " +
-                         std::to_string(expected) + " bytes");
+  return DescribedStatus(StatusCode::kIOError, "nvme: short transfer", [&] {
+    const std::string name(IoOpName(op));
+    return Status::IOError("nvme " + name + " at offset " + std::to_string(offset) + ": short " +
+                           name + ": " + std::to_string(io.bytes) + " of " +
+                           std::to_string(expected) + " bytes");
+  });
 }
 
 // Wires each request of one block to `parts`; `finish(status)` runs once,

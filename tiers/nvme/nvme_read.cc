@@ -35,17 +35,22 @@ struct ReadCtx {
 // Checks the header and checksum; only a block that passes both reaches the
 // caller as OK. A block that fails is dropped from the index (a later read
 // misses) unless it was replaced meanwhile.
-void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSource& done) {
+// Never throws: out of memory for a failure's message, the block still
+// fails (a fixed message), and the region's pin is always released, or
+// reclaim of the region would wait for it for good.
+void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSource& done) noexcept {
   Status st = io;
   std::span<const std::byte> payload;
   if (st.ok()) {
     payload = c.direct ? std::span<const std::byte>(c.dst.data(), c.loc.payload_bytes)
                        : std::span<const std::byte>(c.buf.data() + kNvmeAlign, c.loc.payload_bytes);
-    Result<BlockHeader> h = HeaderMatching(c.buf.span(), c.id, c.loc);
-    st = h.ok() ? VerifyBlock(*h, c.id.ns, c.id.key, payload) : h.status();
-    if (!st.ok()) {
-      st = Status::Corruption(BlockName(c.id, c.loc) + ": " + std::string(st.message()));
-    }
+    // Only a failing block builds messages.
+    st = DescribedStatus(StatusCode::kCorruption, "nvme read: the block fails its checks", [&] {
+      Result<BlockHeader> h = HeaderMatching(c.buf.span(), c.id, c.loc);
+      Status v = h.ok() ? VerifyBlock(*h, c.id.ns, c.id.key, payload) : h.status();
+      return v.ok() ? v
+                    : Status::Corruption(BlockName(c.id, c.loc) + ": " + std::string(v.message()));
+    });
   }
   if (st.ok() && !c.direct) std::memcpy(c.dst.data(), payload.data(), payload.size());
   {
@@ -63,9 +68,12 @@ void FinishRead(NvmeTier::State& s, ReadCtx& c, const Status& io, CompletionSour
     if (st.code() == StatusCode::kCorruption) {
       ++s.stats.corruptions;
       const Entry* e = s.map.Find(c.id);
-      if (e != nullptr && e->seq == c.seq && e->loc == c.loc) {
-        s.DropLocked(c.id, *e, true);
-        s.map.Erase(c.id);
+      try {
+        if (e != nullptr && e->seq == c.seq && e->loc == c.loc) {
+          s.DropLocked(c.id, *e, true);
+          s.map.Erase(c.id);
+        }
+      } catch (...) {  // out of memory to record the drop: it stays, and fails its next read too
       }
     }
   }

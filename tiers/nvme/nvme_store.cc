@@ -350,12 +350,12 @@ Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, ui
 }
 
 void NvmeTier::State::DropLocked(const NsKey& id, const Entry& e, bool record_delete) {
+  if (record_delete) pending[id] = std::nullopt;  // first: should it throw, nothing changed
   const uint64_t disk = DiskBytes(e.loc.payload_bytes);
   regions[e.loc.region].live_bytes -= disk;
   used_payload -= e.loc.payload_bytes;
   live_disk -= disk;
   if (e.unclaimed) UncountUnclaimedLocked(e.loc.payload_bytes);
-  if (record_delete) pending[id] = std::nullopt;
 }
 
 void NvmeTier::State::ClaimLocked(Entry& e) {
