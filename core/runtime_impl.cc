@@ -51,6 +51,14 @@ Result<std::unique_ptr<Runtime>> Runtime::Open(RuntimeOptions options,
         "runtime: the copy engine's block is " + std::to_string(engine->layout().BlockBytes()) +
         " bytes but options.block_bytes is " + std::to_string(options.block_bytes));
   }
+  // A checkpoint is saved from, and loaded into, state_blocks engine blocks
+  // of their own, beside at least one holding KV.
+  if (options.state_blocks > 0 && engine->layout().num_blocks <= options.state_blocks) {
+    return Status::InvalidArgument(
+        "runtime: state_blocks " + std::to_string(options.state_blocks) +
+        " needs an engine pool of more blocks than that; the copy engine has " +
+        std::to_string(engine->layout().num_blocks));
+  }
   if (!options.clock) options.clock = SystemClock();
   if (!options.log) options.log = StderrLogSink();
 

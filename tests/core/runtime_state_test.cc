@@ -178,6 +178,17 @@ TEST_F(RuntimeStateTest, BadStateCallsAreRefusedWithTheReason) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("at least 3 blocks"), std::string::npos) << st.ToString();
   EXPECT_TRUE(Options(3).Validate().ok());
+  // An engine pool no larger than a checkpoint leaves no block for KV: every
+  // SaveState would be refused, and every lookup cut to nothing.
+  RuntimeOptions big_state = Options(128);
+  big_state.state_blocks = 64;
+  auto refused = Runtime::Open(big_state, setup_.engine);  // a pool of 64 blocks
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().ToString(),
+            "invalid_argument: runtime: state_blocks 64 needs an engine pool of more blocks than "
+            "that; the copy engine has 64");
+  big_state.state_blocks = 63;
+  EXPECT_TRUE(Runtime::Open(big_state, setup_.engine).ok());
 }
 
 TEST_F(RuntimeStateTest, RemoveTakesTheCheckpointWithItsKey) {
