@@ -178,11 +178,13 @@ TEST(SweepEngineTest, OracleIsTheCeilingOfAdmitAllLru) {
 // Two long requests of `prompt` tokens (2 blocks) preempt each other in a
 // GPU pool of 8 blocks; then 200 one-block requests cycle over 20 ids. The
 // run under `policy` with a hub of `hub_blocks`.
+// With `shared`, both long requests have the same prompt.
 Result<SweepResult> RunPreempting(uint32_t prompt, const char* policy, uint64_t hub_blocks,
-                                  bool save_on_preempt = true) {
+                                  bool save_on_preempt = true, bool shared = false) {
   Trace trace;
   trace.requests.push_back({0, prompt, 1100, {1, 2}});
-  trace.requests.push_back({0, prompt, 1100, {3, 4}});
+  trace.requests.push_back(
+      {0, prompt, 1100, shared ? std::vector<uint64_t>{1, 2} : std::vector<uint64_t>{3, 4}});
   for (uint64_t i = 0; i < 200; ++i)
     trace.requests.push_back({1000000 + i * 1000, 512, 1, {100 + i % 20}});
   SweepEngine engine;
@@ -202,6 +204,19 @@ TEST(SweepEngineTest, OracleStaysTheCeilingWhenPreemptedRequestsSave) {
   ASSERT_GT(lru->preemptions, 0u);
   EXPECT_GE(oracle->HitRate(), lru->HitRate());
   EXPECT_GT(lru->HitRate(), 0.5);
+}
+
+// The two long requests share their prompt, and the first resumes after
+// the second began: its prompt's next use, as built (the second request),
+// had passed, and the oracle kept those blocks as if needed next for the
+// rest of the run, in 2 of the hub's 20 slots that the cycle of 20 ids
+// after them needs.
+TEST(SweepEngineTest, OracleStaysTheCeilingWhenAResumedRequestsNextUsesHavePassed) {
+  auto lru = RunPreempting(1024, "lru", 20, true, /*shared=*/true);
+  auto oracle = RunPreempting(1024, "oracle", 20, true, /*shared=*/true);
+  ASSERT_TRUE(lru.ok() && oracle.ok());
+  ASSERT_GT(lru->preemptions, 0u);
+  EXPECT_GE(oracle->HitRate(), lru->HitRate());
 }
 
 // A prompt that does not end on a block boundary: its KV, and what was

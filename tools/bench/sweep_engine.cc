@@ -62,6 +62,9 @@ class Engine {
 
  private:
   void BuildChains();
+  // The first request past every one begun so far that names block `id`
+  // (UINT64_MAX: none): its next use as the oracle sees it from now.
+  uint64_t NextNamer(uint64_t id) const;
   std::vector<SimBlock> ResumeChain(size_t r, bool saving) const;
   double Prefill(size_t r);
   void DecodeStep();
@@ -85,6 +88,8 @@ class Engine {
   TieredCache& cache_;
   GpuWatermark wm_;
   std::vector<ReqState> req_;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> namers_;  // block id -> requests, ascending
+  size_t begun_ = 0;  // requests whose first prefill has run: the highest index + 1
   std::deque<size_t> waiting_;
   std::vector<Running> running_;
   uint32_t free_ = 0;
@@ -114,6 +119,16 @@ void Engine::BuildChains() {
     }
     for (uint64_t id : tr.hash_ids) next[id] = r;
   }
+  for (size_t r = 0; r < n; ++r) {
+    for (uint64_t id : trace_.requests[r].hash_ids) namers_[id].push_back(static_cast<uint32_t>(r));
+  }
+}
+
+uint64_t Engine::NextNamer(uint64_t id) const {
+  const auto it = namers_.find(id);
+  if (it == namers_.end() || begun_ == 0) return UINT64_MAX;
+  const auto past = std::upper_bound(it->second.begin(), it->second.end(), begun_ - 1);
+  return past == it->second.end() ? UINT64_MAX : *past;
 }
 
 // The chain a preempted request resumes with. Without save_on_preempt, its
@@ -151,6 +166,14 @@ double Engine::Prefill(size_t r) {
   const TraceRequest& tr = trace_.requests[r];
   const uint64_t now_ns = ClockNs(now_s_);
   std::vector<SimBlock> chain = first ? s.chain : ResumeChain(r, /*saving=*/false);
+  if (first) begun_ = std::max(begun_, r + 1);
+  // A request resumed after later ones began: the next uses it was built
+  // with may have passed (those requests used the blocks or missed them).
+  // Left so, they would rank as the most urgent blocks in the oracle's
+  // tiers for the rest of the run.
+  for (SimBlock& b : chain) {
+    if (b.next_use != UINT64_MAX && b.next_use < begun_) b.next_use = NextNamer(b.id);
+  }
   if (first) {
     cache_.ObserveRequest(tr.hash_ids, s.full_blocks, RequestHints{}, now_ns);
   }
