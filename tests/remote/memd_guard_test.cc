@@ -118,14 +118,47 @@ TEST_F(MemdGuardTest, APutDataStalledMidBlockIsCutOffAtItsDeadline) {
   ASSERT_NO_FATAL_FAILURE(ExpectStored(0));
 }
 
+// A put's reservations expire at its own deadline whatever another put of
+// the connection sends: data for a put refused whole (an item every 100 ms)
+// kept every put of the connection alive while the connection was the unit.
+TEST_F(MemdGuardTest, DataForAnotherPutDoesNotKeepAStalledPutsReservations) {
+  ASSERT_NO_FATAL_FAILURE(StartServer([](memd::MemdServerOptions& o) { o.put_timeout_ms = 300; }));
+  RawClient c(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(c, kSecret));
+  std::vector<StatusCode> codes = BeginPut(c, 2, 16);
+  ASSERT_EQ(std::count(codes.begin(), codes.end(), StatusCode::kOk), 12);
+  // Past kMaxBegunPutItems begun items, the fourth of these is refused
+  // whole: its data is read and dropped however often it comes.
+  for (uint32_t id = 3; id <= 6; ++id) {
+    memd::PutBegin m{kNs, {}};
+    for (uint64_t i = 0; i < memd::kMaxBatchItems; ++i) {
+      m.items.push_back({TestKey(id * 10000 + i), 1000});
+    }
+    c.Send(memd::Frame(memd::Opcode::kPutBegin, id, memd::EncodeBody(m)));
+    auto r = c.ReadFrame();
+    ASSERT_TRUE(r.has_value() && r->first.opcode == memd::Opcode::kBeginReply);
+  }
+  bool released = false;
+  const std::vector<std::byte> trickle =
+      memd::Frame(memd::Opcode::kPutData, 6, std::vector<std::byte>(10 + kBlockHeaderBytes), 0);
+  for (int i = 0; i < 20 && !released; ++i) {  // 2 s, far past the 300 ms deadline
+    (void)send(c.fd(), trickle.data(), trickle.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    released = server_->GetStats().used_slots == 0;
+  }
+  EXPECT_TRUE(released) << "the stalled put still held " << server_->GetStats().used_slots
+                        << " slots";
+  c.ExpectError("a put made no progress for 300 ms; its reservations are cancelled");
+}
+
 // A large item on a slow link: its data comes in pieces over more than
 // put_timeout_ms, but faster than the floor rate (4 MiB/s). The put is
 // committed; it used to be cut off put_timeout_ms after its PUT_DATA header.
 TEST_F(MemdGuardTest, APutDataArrivingSlowlyButSteadilyIsNotCutOff) {
-  constexpr uint64_t kItem = 8 << 20;
+  constexpr uint64_t kItem = 16 << 20;
   ASSERT_NO_FATAL_FAILURE(StartServer([](memd::MemdServerOptions& o) {
     o.put_timeout_ms = 300;
-    o.pool.slot_bytes = 9 << 20;
+    o.pool.slot_bytes = 17 << 20;
     o.pool.pool_bytes = 2 * o.pool.slot_bytes;
   }));
   RawClient c(server_->port());
@@ -141,7 +174,7 @@ TEST_F(MemdGuardTest, APutDataArrivingSlowlyButSteadilyIsNotCutOff) {
   std::copy(payload.begin(), payload.end(), body.begin() + kBlockHeaderBytes);
   c.Send(
       memd::EncodeFrameHeader({memd::Opcode::kPutData, 0, 2, static_cast<uint32_t>(body.size())}));
-  // Eight pieces 100 ms apart: 0.7 s in all, about 11 MiB/s (due in 2.3 s).
+  // Eight pieces 100 ms apart: 0.7 s in all, about 23 MiB/s (due in 4.3 s).
   const size_t piece = (body.size() + 7) / 8;
   for (size_t at = 0; at < body.size(); at += piece) {
     if (at != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -112,7 +112,10 @@ Result<Reservation> MemdReservations::Fill(uint32_t request_id, uint32_t item, u
     return Status::InvalidArgument("PUT_DATA repeats an item or its size differs from PUT_BEGIN");
   }
   r.filled = true;
-  put->second.progress_ms = now_ms_();
+  // The item's bytes may take a while on a slow link: they are its put's
+  // progress until due at the floor rate (each item is filled once, so a
+  // peer cannot hold its reservations longer than its items' bytes take).
+  put->second.progress_ms = now_ms_() + bytes * 1000 / kFloorBytesPerSecond;
   return r;
 }
 

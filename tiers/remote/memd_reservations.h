@@ -92,7 +92,9 @@ class MemdReservations {
   size_t reserved_slots() const { return reserved_slots_; }
   size_t open_puts() const { return puts_.size(); }
   // When the open put that progressed least recently last did (its
-  // PUT_BEGIN or, TCP, its latest PUT_DATA); nullopt when none is open.
+  // PUT_BEGIN or, TCP, its latest PUT_DATA, whose bytes count as progress
+  // until they are due at kFloorBytesPerSecond: a time that may be ahead of
+  // now); nullopt when none is open.
   std::optional<uint64_t> OldestProgressMs() const;
 
  private:

@@ -245,7 +245,6 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t out_heap_bytes_ = 0;  // of those, headers and bodies (not slot data)
   bool read_paused_ = false;    // no read is pending: replies are backlogged
   bool reading_block_ = false;  // a PUT_DATA is being read into its slot
-  uint64_t put_data_due_ms_ = 0;  // the last PUT_DATA's bytes are due by then
   // Puts of both paths. Declared before rdma_, which grants from it and
   // cancels its grants only once its queue pair is gone.
   MemdReservations reservations_;

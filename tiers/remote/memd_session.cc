@@ -143,10 +143,6 @@ void Session::ReadBody() {
 void Session::ReadPutData() {
   auto r = reservations_.Fill(frame_.request_id, frame_.item, frame_.body_bytes);
   if (!r.ok()) return ProtocolError(r.status().code(), std::string(r.status().message()));
-  // The item's bytes may take a while on a slow link: no put of this
-  // connection is cut off while they can still arrive at the floor rate.
-  put_data_due_ms_ = NowMs() + srv_.options_.put_timeout_ms +
-                     uint64_t{frame_.body_bytes} * 1000 / kFloorBytesPerSecond;
   if (r->slot < 0) return Discard(frame_.body_bytes);
   auto self = shared_from_this();
   std::span<std::byte> dst = srv_.pool_->SlotBytes(static_cast<uint32_t>(r->slot), r->stored_bytes);
@@ -275,7 +271,7 @@ void Session::CheckDeadlines(uint64_t now_ms) {
                   " ms");
   }
   std::optional<uint64_t> put = reservations_.OldestProgressMs();
-  if (put && now_ms - *put >= o.put_timeout_ms && now_ms >= put_data_due_ms_) {
+  if (put && now_ms >= *put + o.put_timeout_ms) {
     Expire("a put made no progress for " + std::to_string(o.put_timeout_ms) +
            " ms; its reservations are cancelled");
   }
