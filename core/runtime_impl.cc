@@ -347,10 +347,17 @@ Completion RuntimeImpl::SubmitSave(NamespaceId ns, std::optional<BlockKey> paren
   // the other way round, so of a save and a load of one block that overlap,
   // at least one sees the other and is refused.
   for (uint32_t b : blocks) blocks_saving_[b].fetch_add(1, std::memory_order_seq_cst);
-  if (after_save_marked_) after_save_marked_();
-  if (Status st = CheckNotLoading(blocks); !st.ok()) {
+  Status loading;
+  try {
+    if (after_save_marked_) after_save_marked_();
+    loading = CheckNotLoading(blocks);  // its message allocates
+  } catch (...) {
     unmark();
-    return Refuse(RuntimeMetrics::Op::kSave, n, st);
+    throw;
+  }
+  if (!loading.ok()) {
+    unmark();
+    return Refuse(RuntimeMetrics::Op::kSave, n, loading);
   }
   return Submit(RuntimeMetrics::Op::kSave, n, std::move(job), std::move(unmark));
 }

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -241,6 +242,26 @@ TEST_F(SaveOverlapTest, ALoadArrivingAsASaveMarksItsBlockIsRefused) {
       << load->result(0).ToString();
   EXPECT_TRUE(sim_->Load(other, 9).status().ok());
   EXPECT_TRUE(sim_->Holds(9, other[0])) << "the save stored other bytes than its block's";
+}
+
+// Out of memory between marking a save's engine blocks and its check for
+// loads (whose refusal builds a message): the save is refused, and its
+// marks go with it. Left, every later load into the block would have been
+// refused as overtaking a save.
+TEST_F(SaveOverlapTest, ASaveOutOfMemoryAfterMarkingItsBlocksLeavesNoMark) {
+  sim_->Prefill(keys_, 0);
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+  const auto other = ChainKeys({7});
+  sim_->Prefill(other, 5);
+  auto* impl = static_cast<internal::RuntimeImpl*>(rt_.get());
+  impl->TEST_SetAfterSaveMarked([] { throw std::bad_alloc(); });
+  const std::vector<uint32_t> block{5};
+  Completion save = rt_->Save(kTestNs, std::nullopt, other, block);
+  impl->TEST_SetAfterSaveMarked(nullptr);
+  EXPECT_EQ(save.Wait().code(), StatusCode::kResourceExhausted) << save.status().ToString();
+  const std::vector<BlockKey> first(keys_.begin(), keys_.begin() + 1);
+  EXPECT_TRUE(sim_->Load(first, 5).status().ok()) << "the refused save's mark stayed";
+  EXPECT_TRUE(sim_->Holds(5, keys_[0]));
 }
 
 // A load still copying into an engine block: another load into it would
