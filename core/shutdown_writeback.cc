@@ -23,6 +23,7 @@ void RuntimeImpl::WriteBackHub() {
   if (ms == 0 || tier_count() < 2) return;
   const auto start = std::chrono::steady_clock::now();
   const SteadyTime deadline = start + std::chrono::milliseconds(ms);
+  const SteadyTime remove_wait_end = start + std::chrono::milliseconds(ms) / 2;
   std::vector<IndexEntry*> pending;
   {
     std::lock_guard lock(mu_);
@@ -71,14 +72,17 @@ void RuntimeImpl::WriteBackHub() {
       {
         std::unique_lock lock(mu_);
         // A Remove of a victim from the tier that still runs would land after
-        // the victim's write and take its new copy: waited for up to the
-        // deadline, and a victim whose Remove outlasts it is not written.
+        // the victim's write and take its new copy: waited for, through the
+        // first half of the time at most (a Remove that hangs must not cost
+        // every later batch), and a victim whose Remove outlasts that wait is
+        // not written.
         auto removing = [this](const IndexEntry* v) {
           const auto it = pending_removes_[1].find(v->id);
           return it != pending_removes_[1].end() && it->second.running != 0;
         };
-        removes_done_.wait_until(
-            lock, deadline, [&] { return std::none_of(victims.begin(), victims.end(), removing); });
+        removes_done_.wait_until(lock, remove_wait_end, [&] {
+          return std::none_of(victims.begin(), victims.end(), removing);
+        });
         const TierState state =
             admits_all ? TierState{}
                        : policies_->StateOf(1, usage.capacity_bytes, usage.used_bytes, NowNs());

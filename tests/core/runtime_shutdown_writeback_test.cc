@@ -241,6 +241,49 @@ TEST_F(ShutdownWritebackTest, AWritebackWaitsForARemoveOfTheKeyStillRunningBelow
   EXPECT_EQ(FoundOnDiskAfterRestart(keys), 1u);
 }
 
+// A Remove of K that hangs for the whole shutdown: K's batch waits half of
+// the writeback's time for it, not all of it, and the batches after it (the
+// chain Y, one block a batch) are still written.
+TEST_F(ShutdownWritebackTest, ARemoveThatHangsCostsTheWritebackHalfItsTimeAtMost) {
+  shutdown_writeback_ms_ = 600;
+  const auto k = ChainKeys({1});
+  const auto y = ChainKeys({5, 6});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  std::unique_ptr<Runtime> rt =
+      OpenOver(8, {.high = 0.95, .low = 0.9},
+               TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = 1},
+               TierViewHooks{.before_remove = [&] {
+                 std::unique_lock lock(mu);
+                 held = true;
+                 cv.notify_all();
+                 cv.wait_for(lock, std::chrono::seconds(10), [&] { return release; });
+               }});
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), k));
+  std::thread remover([&] { (void)rt->Remove(kTestNs, k); });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return held; }));
+  }
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), k));
+  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), y));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the deadline
+    std::lock_guard lock(mu);
+    release = true;
+    cv.notify_all();
+  });
+  rt->Shutdown();  // the tiers' shutdown waits for the held Remove
+  releaser.join();
+  remover.join();
+  EXPECT_EQ(disk_->Usage().blocks, 2u) << "Y was not written";
+  rt.reset();
+  EXPECT_EQ(FoundOnDiskAfterRestart(y), 2u);
+  EXPECT_EQ(FoundOnDiskAfterRestart(k), 0u);
+}
+
 // The disk is full with A (1..4), which the hub holds too (read back); B
 // (5, 6) continues A in the hub alone. Making room for B evicted A's leaves
 // from the disk, counting their hub copies, which end with the process: the
