@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <tuple>
+#include <vector>
 
 #include "policy/policy_build.h"
 #include "policy/policy_internal.h"
@@ -54,10 +56,13 @@ class FlopAwareEviction final : public EvictionPolicy {
   double alpha_;
 };
 
-// S3-FIFO over leaves: new blocks enter a small FIFO; a block hit while there
-// moves to the main FIFO; main blocks that were hit are reinserted (their
-// count decremented) instead of evicted; blocks evicted from the small FIFO
-// leave a ghost, and a ghost that comes back goes straight to main.
+// S3-FIFO over leaves: new blocks enter a small FIFO; blocks evicted from it
+// leave a ghost, and a ghost that comes back goes straight to the main FIFO.
+// Evicting from a FIFO passes over the blocks ahead of the victim that were
+// hit since they entered it: a small one moves to main, a main one goes to
+// main's tail with its count lowered. Order only ranks (a ranking evicts
+// nothing, and is asked for over every leaf); the passing over happens as a
+// block leaves, to the hit blocks the last ranking saw ahead of it in its FIFO.
 class S3FifoEviction final : public EvictionPolicy {
  public:
   explicit S3FifoEviction(double small_fraction) : small_fraction_(small_fraction) {}
@@ -77,6 +82,7 @@ class S3FifoEviction final : public EvictionPolicy {
   void OnRemove(uint64_t id) override {
     const Entry* e = state_.Find(id);
     if (e == nullptr) return;
+    PassOver(e->main, e->seq);
     if (e->main) {
       --main_;
     } else {
@@ -91,23 +97,21 @@ class S3FifoEviction final : public EvictionPolicy {
     state_.Erase(id);
   }
 
+  // The FIFO evicted from first, then the other. Within main: blocks by how
+  // often they will be passed over first (their count), then FIFO order.
+  // Small blocks that were hit go to main's tail when passed over.
   void Order(std::span<BlockMeta> c, uint64_t) override {
     const bool small_first =
         main_ == 0 || double(small_) > small_fraction_ * double(small_ + main_);
-    internal::OrderByKeys(c, [&](const BlockMeta& b) -> std::pair<int, uint64_t> {
-      Entry* found = state_.Find(b.id);
-      if (found == nullptr) return {0, 0};  // unknown to the policy: first to go
-      Entry& e = *found;
-      if (e.freq > 0) {  // promoted from small, or reinserted in main
-        if (!e.main) {
-          --small_;
-          ++main_;
-        }
-        e.main = true;
-        --e.freq;
-        e.seq = ++seq_;
-      }
-      return {e.main == small_first ? 2 : 1, e.seq};
+    passed_.clear();
+    internal::OrderByKeys(c, [&](const BlockMeta& b) -> std::tuple<int, int, uint64_t> {
+      const Entry* e = state_.Find(b.id);
+      if (e == nullptr) return {0, 0, 0};  // unknown to the policy: first to go
+      if (e->freq > 0) passed_.push_back(b.id);
+      if (e->main) return {small_first ? 2 : 1, e->freq, e->seq};
+      if (!small_first) return {2, e->freq, e->seq};
+      if (e->freq == 0) return {1, 0, e->seq};
+      return {2, e->freq - 1, seq_ + e->seq};  // moves to main's tail first
     });
   }
 
@@ -117,6 +121,22 @@ class S3FifoEviction final : public EvictionPolicy {
     uint8_t freq = 0;
     uint64_t seq = 0;
   };
+  // A block of `main`'s FIFO (or small's) with `seq` leaves: the hit blocks
+  // of that FIFO the last ranking saw ahead of it were passed over.
+  void PassOver(bool main, uint64_t seq) {
+    for (uint64_t id : passed_) {
+      Entry* p = state_.Find(id);
+      if (p == nullptr || p->main != main || p->freq == 0 || p->seq >= seq) continue;
+      if (!p->main) {
+        --small_;
+        ++main_;
+        p->main = true;
+      }
+      --p->freq;
+      p->seq = ++seq_;
+    }
+  }
+
   double small_fraction_;
   uint64_t seq_ = 0;
   size_t small_ = 0;
@@ -124,6 +144,7 @@ class S3FifoEviction final : public EvictionPolicy {
   internal::ShardedMap<uint64_t, Entry> state_;
   internal::ShardedMap<uint64_t, bool> ghost_;  // a set: the value is unused
   std::deque<uint64_t> ghost_fifo_;
+  std::vector<uint64_t> passed_;  // hit blocks the last Order saw
 };
 
 // Segmented LRU with a ghost history: a block named by two or more requests

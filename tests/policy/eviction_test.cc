@@ -66,14 +66,55 @@ TEST(EvictionTest, S3FifoEvictsOneHitWondersFirstAndKeepsHitBlocks) {
   p->OnAccess(Leaf(2, 0));  // 2 is hit while in the small FIFO
   std::vector<BlockMeta> c = {Leaf(1, 0), Leaf(2, 0), Leaf(3, 0), Leaf(4, 0)};
   p->Order(c, 0);
-  // 2 moves to main; small (3 of 4) is over its share: small FIFO order first.
+  // Small holds all: its blocks in FIFO order, 2 (to be moved to main) last.
   EXPECT_EQ(Ids(c), (std::vector<uint64_t>{1, 3, 4, 2}));
-  p->OnRemove(1);           // leaves a ghost
+  p->OnRemove(1);           // leaves a ghost; 2, behind it, is not passed over
   p->OnInsert(Leaf(1, 0));  // a returning ghost goes straight to main
   std::vector<BlockMeta> d = {Leaf(1, 0), Leaf(2, 0), Leaf(3, 0)};
   p->Order(d, 0);
-  // small = {3, 4}, main = {2, 1}: small holds half, not more: main first.
-  EXPECT_EQ(Ids(d), (std::vector<uint64_t>{2, 1, 3}));
+  // small = {2, 3, 4} is over its half: 3 first, then main (1), then 2.
+  EXPECT_EQ(Ids(d), (std::vector<uint64_t>{3, 1, 2}));
+  p->OnRemove(3);  // passes 2 over: it moves to main
+  std::vector<BlockMeta> e = {Leaf(1, 0), Leaf(2, 0), Leaf(4, 0)};
+  p->Order(e, 0);
+  // small = {4}, main = {1, 2}: main first, in FIFO order.
+  EXPECT_EQ(Ids(e), (std::vector<uint64_t>{1, 2, 4}));
+  // 1 is hit twice: evicting from main passes it over twice; one eviction
+  // (of 2) passes it once, to main's tail with one count left.
+  p->OnAccess(Leaf(1, 0));
+  p->OnAccess(Leaf(1, 0));
+  p->Order(e, 0);
+  EXPECT_EQ(Ids(e), (std::vector<uint64_t>{2, 1, 4}));
+  p->OnRemove(2);
+  std::vector<BlockMeta> f = {Leaf(1, 0), Leaf(4, 0)};
+  p->Order(f, 0);
+  EXPECT_EQ(Ids(f), (std::vector<uint64_t>{1, 4}));
+}
+
+// Ranking is not evicting: a main block hit three times keeps its count
+// over any number of rankings. Each ranking used to lower the count of every
+// hit candidate, so after three the block was first to go among newer ones.
+TEST(EvictionTest, S3FifoRankingsDoNotUseUpAHitBlocksCount) {
+  PolicyKnobs k;
+  k.s3fifo_small_fraction = 0.1;
+  auto p = Make("s3fifo", k);
+  auto to_main = [&](uint64_t id) {  // in, out (a ghost), and back: main
+    p->OnInsert(Leaf(id, 0));
+    p->OnRemove(id);
+    p->OnInsert(Leaf(id, 0));
+  };
+  for (uint64_t id = 1; id <= 3; ++id) to_main(id);
+  for (int i = 0; i < 3; ++i) p->OnAccess(Leaf(1, 0));
+  std::vector<BlockMeta> c = {Leaf(1, 0), Leaf(2, 0), Leaf(3, 0)};
+  for (int i = 0; i < 5; ++i) {
+    p->Order(c, 0);
+    EXPECT_EQ(Ids(c), (std::vector<uint64_t>{2, 3, 1})) << i;
+  }
+  to_main(4);
+  to_main(5);
+  std::vector<BlockMeta> d = {Leaf(1, 0), Leaf(4, 0), Leaf(5, 0)};
+  p->Order(d, 0);
+  EXPECT_EQ(Ids(d), (std::vector<uint64_t>{4, 5, 1}));
 }
 
 // One window request: its blocks' ids and FLOPs, one byte each.
