@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -15,6 +16,36 @@
 
 namespace kvtier::testing {
 namespace {
+
+// Holds the disk's Removes (TierViewHooks::before_remove) until released.
+struct RemoveGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, released = false;
+
+  // The hook: a Remove waits in it until Release(), at most `limit`.
+  std::function<void()> Hook(std::chrono::seconds limit) {
+    return [this, limit] {
+      std::unique_lock lock(mu);
+      held = true;
+      cv.notify_all();
+      cv.wait_for(lock, limit, [&] { return released; });
+    };
+  }
+  bool WaitHeld() {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(5), [&] { return held; });
+  }
+  // Releases the held Removes `after` from now, on a thread of its own.
+  std::thread ReleaseAfter(std::chrono::milliseconds after) {
+    return std::thread([this, after] {
+      std::this_thread::sleep_for(after);
+      std::lock_guard lock(mu);
+      released = true;
+      cv.notify_all();
+    });
+  }
+};
 
 class ShutdownWritebackTest : public DiskViewTest {
  protected:
@@ -208,31 +239,16 @@ TEST_F(ShutdownWritebackTest, BlocksWrittenBelowAParentWhoseWriteFailedAreRemove
 TEST_F(ShutdownWritebackTest, AWritebackWaitsForARemoveOfTheKeyStillRunningBelow) {
   shutdown_writeback_ms_ = 10000;
   const auto keys = ChainKeys({1});
-  std::mutex mu;
-  std::condition_variable cv;
-  bool held = false, release = false;
+  RemoveGate gate;
   std::unique_ptr<Runtime> rt = OpenOver(
       8, {.high = 0.95, .low = 0.9}, TierCapabilities{.persistent = true, .local_index = true},
-      TierViewHooks{.before_remove = [&] {
-        std::unique_lock lock(mu);
-        held = true;
-        cv.notify_all();
-        cv.wait_for(lock, std::chrono::seconds(5), [&] { return release; });
-      }});
+      TierViewHooks{.before_remove = gate.Hook(std::chrono::seconds(5))});
   ASSERT_NE(rt, nullptr);
   ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
   std::thread remover([&] { EXPECT_TRUE(rt->Remove(kTestNs, keys).ok()); });
-  {
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return held; }));
-  }
+  ASSERT_TRUE(gate.WaitHeld());
   ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    std::lock_guard lock(mu);
-    release = true;
-    cv.notify_all();
-  });
+  std::thread releaser = gate.ReleaseAfter(std::chrono::milliseconds(200));
   rt->Shutdown();
   releaser.join();
   remover.join();
@@ -248,34 +264,20 @@ TEST_F(ShutdownWritebackTest, ARemoveThatHangsCostsTheWritebackHalfItsTimeAtMost
   shutdown_writeback_ms_ = 600;
   const auto k = ChainKeys({1});
   const auto y = ChainKeys({5, 6});
-  std::mutex mu;
-  std::condition_variable cv;
-  bool held = false, release = false;
+  RemoveGate gate;
   std::unique_ptr<Runtime> rt =
       OpenOver(8, {.high = 0.95, .low = 0.9},
                TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = 1},
-               TierViewHooks{.before_remove = [&] {
-                 std::unique_lock lock(mu);
-                 held = true;
-                 cv.notify_all();
-                 cv.wait_for(lock, std::chrono::seconds(10), [&] { return release; });
-               }});
+               TierViewHooks{.before_remove = gate.Hook(std::chrono::seconds(10))});
   ASSERT_NE(rt, nullptr);
   ASSERT_NO_FATAL_FAILURE(Save(rt.get(), k));
   std::thread remover([&] { (void)rt->Remove(kTestNs, k); });
-  {
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return held; }));
-  }
+  ASSERT_TRUE(gate.WaitHeld());
   ASSERT_NO_FATAL_FAILURE(Save(rt.get(), k));
   ASSERT_NO_FATAL_FAILURE(Save(rt.get(), y));
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the deadline
-    std::lock_guard lock(mu);
-    release = true;
-    cv.notify_all();
-  });
-  rt->Shutdown();  // the tiers' shutdown waits for the held Remove
+  // Past the deadline: the tiers' shutdown waits for the held Remove.
+  std::thread releaser = gate.ReleaseAfter(std::chrono::milliseconds(1500));
+  rt->Shutdown();
   releaser.join();
   remover.join();
   EXPECT_EQ(disk_->Usage().blocks, 2u) << "Y was not written";
