@@ -65,6 +65,26 @@ class ShutdownWritebackTest : public DiskViewTest {
     ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
   }
 
+  // Saves `k`, has a Remove of it held in the disk by `gate`, saves `k`
+  // again and then `more`, and shuts `rt` down, the Remove released
+  // `release_after` after the shutdown began.
+  void ShutDownWithARemoveHeld(Runtime* rt, RemoveGate& gate, const std::vector<BlockKey>& k,
+                               const std::vector<BlockKey>& more,
+                               std::chrono::milliseconds release_after) {
+    ASSERT_NO_FATAL_FAILURE(Save(rt, k));
+    std::thread remover([&] { (void)rt->Remove(kTestNs, k); });
+    const bool held = gate.WaitHeld();
+    if (held) {
+      Save(rt, k);
+      if (!more.empty()) Save(rt, more);
+    }
+    std::thread releaser = gate.ReleaseAfter(held ? release_after : std::chrono::milliseconds(0));
+    rt->Shutdown();
+    releaser.join();
+    remover.join();
+    ASSERT_TRUE(held) << "the Remove never reached the disk";
+  }
+
   // After a restart: the blocks of `keys` a lookup finds, each in the disk
   // and loaded byte for byte.
   size_t FoundOnDiskAfterRestart(const std::vector<BlockKey>& keys) {
@@ -244,14 +264,8 @@ TEST_F(ShutdownWritebackTest, AWritebackWaitsForARemoveOfTheKeyStillRunningBelow
       8, {.high = 0.95, .low = 0.9}, TierCapabilities{.persistent = true, .local_index = true},
       TierViewHooks{.before_remove = gate.Hook(std::chrono::seconds(5))});
   ASSERT_NE(rt, nullptr);
-  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
-  std::thread remover([&] { EXPECT_TRUE(rt->Remove(kTestNs, keys).ok()); });
-  ASSERT_TRUE(gate.WaitHeld());
-  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), keys));
-  std::thread releaser = gate.ReleaseAfter(std::chrono::milliseconds(200));
-  rt->Shutdown();
-  releaser.join();
-  remover.join();
+  ASSERT_NO_FATAL_FAILURE(
+      ShutDownWithARemoveHeld(rt.get(), gate, keys, {}, std::chrono::milliseconds(200)));
   EXPECT_EQ(disk_->Usage().blocks, 1u) << "the Remove took the copy written at shutdown";
   rt.reset();
   EXPECT_EQ(FoundOnDiskAfterRestart(keys), 1u);
@@ -270,16 +284,9 @@ TEST_F(ShutdownWritebackTest, ARemoveThatHangsCostsTheWritebackHalfItsTimeAtMost
                TierCapabilities{.persistent = true, .local_index = true, .max_batch_blocks = 1},
                TierViewHooks{.before_remove = gate.Hook(std::chrono::seconds(10))});
   ASSERT_NE(rt, nullptr);
-  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), k));
-  std::thread remover([&] { (void)rt->Remove(kTestNs, k); });
-  ASSERT_TRUE(gate.WaitHeld());
-  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), k));
-  ASSERT_NO_FATAL_FAILURE(Save(rt.get(), y));
-  // Past the deadline: the tiers' shutdown waits for the held Remove.
-  std::thread releaser = gate.ReleaseAfter(std::chrono::milliseconds(1500));
-  rt->Shutdown();
-  releaser.join();
-  remover.join();
+  // Released past the deadline: the tiers' shutdown waits for it.
+  ASSERT_NO_FATAL_FAILURE(
+      ShutDownWithARemoveHeld(rt.get(), gate, k, y, std::chrono::milliseconds(1500)));
   EXPECT_EQ(disk_->Usage().blocks, 2u) << "Y was not written";
   rt.reset();
   EXPECT_EQ(FoundOnDiskAfterRestart(y), 2u);

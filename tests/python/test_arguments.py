@@ -25,6 +25,11 @@ def run_script(script):
 
 
 class ArgumentTest(unittest.TestCase):
+    def assert_script_prints(self, script, expected):
+        run = run_script(script)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertEqual(run.stdout, expected)
+
     def setUp(self):
         self.rt = kvtier.Runtime(config_text=CONFIG)
         self.keys = self.rt.key_chain(list(range(64)))
@@ -204,9 +209,7 @@ class ArgumentTest(unittest.TestCase):
             "print(save.results())\n"
             "print([e.code for e in save.errors()])\n"
         )
-        run = run_script(script)
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-        self.assertEqual(run.stdout, "[(3, 0), (3, 0), (3, 0), (3, 0)]\n[3, 3, 3, 3]\n")
+        self.assert_script_prints(script, "[(3, 0), (3, 0), (3, 0), (3, 0)]\n[3, 3, 3, 3]\n")
 
     def test_engine_blocks_are_ints_whatever_holds_them(self):
         for b in range(4):
@@ -269,9 +272,7 @@ class ArgumentTest(unittest.TestCase):
             "save.add_done_callback(lambda: print('done', flush=True))\n"
         )
         for _ in range(3):  # it failed every time, but the timing is the threads'
-            run = run_script(script)
-            self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-            self.assertEqual(run.stdout, "done\n")
+            self.assert_script_prints(script, "done\n")
 
     def test_a_done_callback_may_read_its_own_results(self):
         # results() waits first: from the callback, on the kvtier thread that
@@ -290,9 +291,7 @@ class ArgumentTest(unittest.TestCase):
             "print([code for code, _ in got[0]], flush=True)\n"
             "rt.close()\n"
         )
-        run = run_script(script)
-        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-        self.assertEqual(run.stdout, "%d True\n[0, 0, 0, 0]\n" % kvtier.OK)
+        self.assert_script_prints(script, "%d True\n[0, 0, 0, 0]\n" % kvtier.OK)
 
 
 if __name__ == "__main__":
