@@ -82,7 +82,9 @@ class S3FifoEviction final : public EvictionPolicy {
   void OnRemove(uint64_t id) override {
     const Entry* e = state_.Find(id);
     if (e == nullptr) return;
-    PassOver(e->main, e->seq);
+    // Only a block the last ranking offered is evicted (a Remove of another
+    // passes nothing over).
+    if (e->ranked == ranking_) PassOver(e->main, e->seq);
     if (e->main) {
       --main_;
     } else {
@@ -103,16 +105,22 @@ class S3FifoEviction final : public EvictionPolicy {
   void Order(std::span<BlockMeta> c, uint64_t) override {
     const bool small_first =
         main_ == 0 || double(small_) > small_fraction_ * double(small_ + main_);
-    passed_.clear();
+    ++ranking_;
+    for (Hit& h : hits_) {
+      h.fifo.clear();
+      h.next = 0;
+    }
     internal::OrderByKeys(c, [&](const BlockMeta& b) -> std::tuple<int, int, uint64_t> {
-      const Entry* e = state_.Find(b.id);
+      Entry* e = state_.Find(b.id);
       if (e == nullptr) return {0, 0, 0};  // unknown to the policy: first to go
-      if (e->freq > 0) passed_.push_back(b.id);
+      e->ranked = ranking_;
+      if (e->freq > 0) hits_[e->main].fifo.emplace_back(e->seq, b.id);
       if (e->main) return {small_first ? 2 : 1, e->freq, e->seq};
       if (!small_first) return {2, e->freq, e->seq};
       if (e->freq == 0) return {1, 0, e->seq};
       return {2, e->freq - 1, seq_ + e->seq};  // moves to main's tail first
     });
+    for (Hit& h : hits_) std::sort(h.fifo.begin(), h.fifo.end());
   }
 
  private:
@@ -120,13 +128,23 @@ class S3FifoEviction final : public EvictionPolicy {
     bool main = false;
     uint8_t freq = 0;
     uint64_t seq = 0;
+    uint64_t ranked = 0;  // the last ranking that offered it
+  };
+  // The hit blocks of one FIFO the last ranking offered, in FIFO order;
+  // those before `next` were passed over.
+  struct Hit {
+    std::vector<std::pair<uint64_t, uint64_t>> fifo;  // (seq, id)
+    size_t next = 0;
   };
   // A block of `main`'s FIFO (or small's) with `seq` leaves: the hit blocks
-  // of that FIFO the last ranking saw ahead of it were passed over.
+  // of that FIFO the last ranking saw ahead of it are passed over, in order.
   void PassOver(bool main, uint64_t seq) {
-    for (uint64_t id : passed_) {
+    Hit& h = hits_[main];
+    for (; h.next < h.fifo.size() && h.fifo[h.next].first < seq; ++h.next) {
+      const auto [was, id] = h.fifo[h.next];
       Entry* p = state_.Find(id);
-      if (p == nullptr || p->main != main || p->freq == 0 || p->seq >= seq) continue;
+      // Gone, or moved since the ranking: not this FIFO's to pass over now.
+      if (p == nullptr || p->main != main || p->freq == 0 || p->seq != was) continue;
       if (!p->main) {
         --small_;
         ++main_;
@@ -144,7 +162,8 @@ class S3FifoEviction final : public EvictionPolicy {
   internal::ShardedMap<uint64_t, Entry> state_;
   internal::ShardedMap<uint64_t, bool> ghost_;  // a set: the value is unused
   std::deque<uint64_t> ghost_fifo_;
-  std::vector<uint64_t> passed_;  // hit blocks the last Order saw
+  uint64_t ranking_ = 0;  // Order calls so far
+  Hit hits_[2];           // [0]: small, [1]: main
 };
 
 // Segmented LRU with a ghost history: a block named by two or more requests

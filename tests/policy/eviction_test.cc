@@ -91,9 +91,10 @@ TEST(EvictionTest, S3FifoEvictsOneHitWondersFirstAndKeepsHitBlocks) {
   EXPECT_EQ(Ids(f), (std::vector<uint64_t>{1, 4}));
 }
 
-// Ranking is not evicting: a main block hit three times keeps its count
-// over any number of rankings. Each ranking used to lower the count of every
-// hit candidate, so after three the block was first to go among newer ones.
+// Ranking is not evicting, nor is a Remove: a main block hit three times
+// keeps its count over any number of rankings and of Removes of blocks no
+// ranking offered. Each ranking used to lower the count of every hit
+// candidate, so after three the block was first to go among newer ones.
 TEST(EvictionTest, S3FifoRankingsDoNotUseUpAHitBlocksCount) {
   PolicyKnobs k;
   k.s3fifo_small_fraction = 0.1;
@@ -110,11 +111,17 @@ TEST(EvictionTest, S3FifoRankingsDoNotUseUpAHitBlocksCount) {
     p->Order(c, 0);
     EXPECT_EQ(Ids(c), (std::vector<uint64_t>{2, 3, 1})) << i;
   }
-  to_main(4);
-  to_main(5);
-  std::vector<BlockMeta> d = {Leaf(1, 0), Leaf(4, 0), Leaf(5, 0)};
+  // Removes of main blocks no ranking offered are not evictions: they pass
+  // nothing over.
+  for (uint64_t id = 4; id <= 6; ++id) {
+    to_main(id);
+    p->OnRemove(id);
+  }
+  to_main(7);
+  to_main(8);
+  std::vector<BlockMeta> d = {Leaf(1, 0), Leaf(7, 0), Leaf(8, 0)};
   p->Order(d, 0);
-  EXPECT_EQ(Ids(d), (std::vector<uint64_t>{4, 5, 1}));
+  EXPECT_EQ(Ids(d), (std::vector<uint64_t>{7, 8, 1}));
 }
 
 // One window request: its blocks' ids and FLOPs, one byte each.
