@@ -98,7 +98,7 @@ Result<std::span<const Reservation>> MemdReservations::RefuseWhole(uint32_t requ
 Result<Reservation> MemdReservations::Fill(uint32_t request_id, uint32_t item, uint64_t bytes) {
   auto put = puts_.find(request_id);
   if (put != puts_.end() && put->second.path == PutPath::kTcp && item < put->second.refused_items) {
-    put->second.progress_ms = now_ms_();
+    put->second.progress_ms = now_ms_() + bytes * 1000 / kFloorBytesPerSecond;  // read and dropped
     Reservation dropped;
     dropped.stored_bytes = bytes;
     dropped.code = StatusCode::kResourceExhausted;
