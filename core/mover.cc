@@ -481,7 +481,7 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     const uint64_t sent_ns = NowNs();
     Completion w = lower_[next - 1]->Write(NamespaceId{ns}, ops);
     if (!FinishedBy(w, deadline)) {
-      if (HandOverLateWrite(tier, w, victims, op_item, *reclaimed, staging, sent_ns, *late)) {
+      if (HandOverLateWrite(tier, w, ops, victims, op_item, *reclaimed, staging, sent_ns, *late)) {
         continue;
       }
       // Out of memory to hand the write over: waited for instead, so that
@@ -493,6 +493,10 @@ void RuntimeImpl::WriteToNext(size_t tier, const std::vector<IndexEntry*>& victi
     {
       std::lock_guard lock(mu_);
       report = NoteWriteEndedLocked(next, w, sent_ns);
+      for (size_t k = 0; k < ops.size(); ++k) {
+        const size_t i = op_item[k];
+        if (written[i]) written[i] = WrittenCopyIsCurrentLocked(*victims[i], next, ops[k].checksum);
+      }
     }
     LogWarning(report);
   }
@@ -537,6 +541,7 @@ bool RuntimeImpl::FinishedBy(const Completion& c, SteadyTime deadline) {
 }
 
 bool RuntimeImpl::HandOverLateWrite(size_t tier, const Completion& w,
+                                    const std::vector<WriteOp>& ops,
                                     const std::vector<IndexEntry*>& victims,
                                     const std::vector<size_t>& op_item,
                                     const std::vector<bool>& reclaimed, const Staging& staging,
@@ -545,14 +550,17 @@ bool RuntimeImpl::HandOverLateWrite(size_t tier, const Completion& w,
     // The write goes on without this caller, reading the pinned hub slots
     // or `staging`, which it keeps; it settles its victims when it ends.
     std::vector<IndexEntry*> moved;
+    std::vector<std::optional<uint64_t>> sent;
     std::vector<bool> moved_reclaimed;
     moved.reserve(op_item.size());
+    sent.reserve(op_item.size());
     moved_reclaimed.reserve(op_item.size());
-    for (size_t i : op_item) {
-      moved.push_back(victims[i]);
-      moved_reclaimed.push_back(reclaimed[i]);
+    for (size_t k = 0; k < op_item.size(); ++k) {
+      moved.push_back(victims[op_item[k]]);
+      sent.push_back(ops[k].checksum);
+      moved_reclaimed.push_back(reclaimed[op_item[k]]);
     }
-    std::function<void()> settle = [this, tier, moved = std::move(moved),
+    std::function<void()> settle = [this, tier, moved = std::move(moved), sent = std::move(sent),
                                     moved_reclaimed = std::move(moved_reclaimed), staging, w,
                                     sent_ns] {
       std::optional<std::string> report;
@@ -562,7 +570,7 @@ bool RuntimeImpl::HandOverLateWrite(size_t tier, const Completion& w,
           report = NoteWriteEndedLocked(tier + 1, w, sent_ns);
         } catch (...) {  // out of memory for the report: the write is settled all the same
         }
-        SettleLateWriteLocked(tier, moved, moved_reclaimed, w);
+        SettleLateWriteLocked(tier, moved, sent, moved_reclaimed, w);
       }
       try {
         LogWarning(report);
@@ -584,6 +592,7 @@ bool RuntimeImpl::HandOverLateWrite(size_t tier, const Completion& w,
 }
 
 void RuntimeImpl::SettleLateWriteLocked(size_t tier, const std::vector<IndexEntry*>& moved,
+                                        const std::vector<std::optional<uint64_t>>& sent,
                                         const std::vector<bool>& reclaimed, const Completion& w) {
   const uint64_t now = NowNs();
   uint64_t bytes = 0;
@@ -593,7 +602,7 @@ void RuntimeImpl::SettleLateWriteLocked(size_t tier, const std::vector<IndexEntr
     // Memory running out for one leaves its copy below unindexed (or its
     // old copy's Remove unlisted); the others are settled all the same.
     try {
-      if (w.result(k).ok()) {
+      if (w.result(k).ok() && WrittenCopyIsCurrentLocked(*v, tier + 1, sent[k])) {
         bytes += IndexDemotedLocked(v, tier, now);
         continue;
       }
@@ -608,6 +617,16 @@ void RuntimeImpl::SettleLateWriteLocked(size_t tier, const std::vector<IndexEntr
   } catch (...) {  // a policy's write accounting misses these bytes
   }
   NotifyMovesSettledLocked();
+}
+
+bool RuntimeImpl::WrittenCopyIsCurrentLocked(const IndexEntry& v, size_t tier,
+                                             const std::optional<uint64_t>& sent) {
+  if (v.checksum == sent) return true;
+  try {
+    (void)QueueRemoveLocked(tier, v.id, /*running=*/false);
+  } catch (...) {  // out of memory: the stale copy takes room there until evicted
+  }
+  return false;
 }
 
 std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<IndexEntry*>& victims,

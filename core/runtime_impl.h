@@ -342,7 +342,8 @@ class RuntimeImpl final : public Runtime {
   // victims (those of op_item), settled when it ends (SettleLateWriteLocked),
   // and marks them late; false, with nothing handed over, when memory runs
   // out first.
-  bool HandOverLateWrite(size_t tier, const Completion& w, const std::vector<IndexEntry*>& victims,
+  bool HandOverLateWrite(size_t tier, const Completion& w, const std::vector<WriteOp>& ops,
+                         const std::vector<IndexEntry*>& victims,
                          const std::vector<size_t>& op_item, const std::vector<bool>& reclaimed,
                          const Staging& staging, uint64_t sent_ns,
                          std::vector<bool>& late) noexcept;
@@ -351,7 +352,14 @@ class RuntimeImpl final : public Runtime {
   // moving and, when written, is indexed below; its hub copy stays (backed,
   // so it is the next to leave). REQUIRES: mu_ held.
   void SettleLateWriteLocked(size_t tier, const std::vector<IndexEntry*>& moved,
+                             const std::vector<std::optional<uint64_t>>& sent,
                              const std::vector<bool>& reclaimed, const Completion& w);
+  // Whether the copy of `v` written to `tier` with checksum `sent` is still
+  // the block's: a load may have taken another writer's bytes (and their
+  // checksum) for it from a shared tier while it was written. One that is
+  // not is listed for a Remove there (the mover retries it). REQUIRES: mu_.
+  bool WrittenCopyIsCurrentLocked(const IndexEntry& v, size_t tier,
+                                  const std::optional<uint64_t>& sent);
   // True when `c` has finished by `deadline` (waits at most until then).
   static bool FinishedBy(const Completion& c, SteadyTime deadline);
   // Which victims go to tier + 1: asks its admission about each one no deeper
