@@ -346,7 +346,9 @@ void RuntimeImpl::InstallStagedLocked(uint32_t tier, std::vector<IndexEntry*>& e
     // A slot is given back, or handed to the entry, at once: should what
     // follows throw, the load gives back only the slots still staged.
     if (!st.ok()) {
-      results[i] = st;
+      // Another load installed the block in the hub meanwhile (and this one
+      // holds it pinned): served from there, whatever this read found.
+      if (!e->In(0)) results[i] = st;
       arena_->Free(std::exchange(staged[i], kNoSlot));
       // The tier no longer has a usable copy (lost or corrupt): forget it.
       if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kCorruption) {
