@@ -872,7 +872,11 @@ class KvtierBindingTest(unittest.TestCase):
             for j in range(2):  # pushes `old` down to the lower tier
                 newer = rt.key_chain(list(range(j * 64, j * 64 + 64)))
                 self.assertEqual(rt.save(newer, [4, 5, 6, 7]).wait(), kvtier.OK)
-            self.assertEqual(rt.lookup(old), (4, [1, 1, 1, 1]))
+            # Which of `old`'s blocks the hub keeps depends on when the mover
+            # ran; the hub cannot keep them all, and one below takes a read.
+            hits, tiers = rt.lookup(old)
+            self.assertEqual(hits, 4)
+            self.assertIn(1, tiers)
             late = rt.load(old, [8, 9, 10, 11], timeout_s=0)
             self.assertEqual(self.poll(late), kvtier.DEADLINE_EXCEEDED)
             self.assertTrue(late.done)
