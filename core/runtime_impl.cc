@@ -388,9 +388,12 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
                         " is still being loaded into by another load; wait for that load's "
                         "completion before loading into the block again"));
     }
+    auto unmark_here = [&] {
+      for (uint32_t b : engine_blocks) blocks_loading_[b].fetch_sub(1, std::memory_order_release);
+    };
     for (size_t i = 0; i < engine_blocks.size(); ++i) {
       if (blocks_saving_[engine_blocks[i]].load(std::memory_order_seq_cst) == 0) continue;
-      for (uint32_t b : engine_blocks) blocks_loading_[b].fetch_sub(1, std::memory_order_release);
+      unmark_here();
       return Refuse(RuntimeMetrics::Op::kLoad, keys.size(),
                     Status::InvalidArgument(
                         "load: engine block " + std::to_string(engine_blocks[i]) +
@@ -414,7 +417,7 @@ Completion RuntimeImpl::Load(NamespaceId ns, std::span<const BlockKey> keys,
         for (uint32_t b : loading) counts[b].fetch_sub(1, std::memory_order_release);
       };
     } catch (...) {
-      for (uint32_t b : engine_blocks) blocks_loading_[b].fetch_sub(1, std::memory_order_release);
+      unmark_here();
       return OutOfMemory(RuntimeMetrics::Op::kLoad, keys.size());
     }
     return Submit(RuntimeMetrics::Op::kLoad, keys.size(), std::move(job), std::move(unmark));

@@ -47,6 +47,12 @@ void RuntimeImpl::WriteBackHub() {
   const size_t batch = std::min<size_t>(options_.mover.batch_blocks, BatchLimit(*lower_[0]));
   size_t written_blocks = 0, next = 0;
   std::unordered_set<const IndexEntry*> going;  // written below in this writeback
+  // A block below a parent that no tier below holds, nor gets in this
+  // writeback, could never be found. REQUIRES: mu_ held.
+  auto parent_below = [&going](const IndexEntry* v) {
+    const IndexEntry* p = v->parent;
+    return p == nullptr || (p->locations & ~1U) != 0 || going.count(p) != 0;
+  };
   // pending[i] is the next part of the checkpoint pending[i - 1] is part of.
   auto next_part = [&](size_t i) {
     return i > 0 && i < pending.size() && pending[i]->is_checkpoint &&
@@ -88,10 +94,8 @@ void RuntimeImpl::WriteBackHub() {
                        : policies_->StateOf(1, usage.capacity_bytes, usage.used_bytes, NowNs());
         uint64_t admitted = 0, refused = 0;
         for (size_t i = 0; i < victims.size(); ++i) {
+          if (!parent_below(victims[i]) || removing(victims[i])) continue;
           const IndexEntry* p = victims[i]->parent;
-          // A block below a parent no tier below holds could never be found.
-          if (p != nullptr && (p->locations & ~1U) == 0 && going.count(p) == 0) continue;
-          if (removing(victims[i])) continue;
           // A checkpoint is admitted once, at its first part: the rest follow.
           const bool later_part = victims[i]->is_checkpoint && p->is_checkpoint;
           write[i] = admits_all || later_part ||
@@ -113,8 +117,7 @@ void RuntimeImpl::WriteBackHub() {
             going.erase(victims[i]);
             continue;
           }
-          const IndexEntry* p = victims[i]->parent;
-          if (p != nullptr && (p->locations & ~1U) == 0 && going.count(p) == 0) {
+          if (!parent_below(victims[i])) {
             // Written in the batch whose write of its parent (earlier in
             // it) failed: no lookup reaches it, so its copy goes again.
             going.erase(victims[i]);

@@ -40,6 +40,15 @@ class SaveOverlapTest : public ::testing::Test {
     if (engine_) engine_->ReleaseScatter();
     rt_.reset();
   }
+  // Stores keys_ (from engine blocks 0..) and writes another key's block
+  // into engine block 5; returns that key's chain.
+  std::vector<BlockKey> StoreChainThenFillBlock5() {
+    sim_->Prefill(keys_, 0);
+    EXPECT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
+    const std::vector<BlockKey> other = ChainKeys({7});
+    sim_->Prefill(other, 5);
+    return other;
+  }
   // Saves keys[0] alone with its Gather held (request B), then the chain
   // keys[0..2) (request A) as a preemption victim's save would be.
   void StartOverlappingSaves() {
@@ -188,10 +197,7 @@ TEST_F(SaveOverlapTest, ASaveWhoseParentIsStoredJustAfterItsAdmissionFailsTheChi
 // first (loads go ahead of queued saves) and the save would store the
 // loaded bytes under its own key: such a load is refused until the save ends.
 TEST_F(SaveOverlapTest, ALoadIntoABlockStillBeingSavedIsRefused) {
-  sim_->Prefill(keys_, 0);
-  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
-  const auto other = ChainKeys({7});
-  sim_->Prefill(other, 5);
+  const std::vector<BlockKey> other = StoreChainThenFillBlock5();
   engine_->HoldNextGather();
   const std::vector<uint32_t> from{5};
   Completion save = rt_->Save(kTestNs, std::nullopt, other, from);
@@ -221,10 +227,7 @@ TEST_F(SaveOverlapTest, ALoadIntoABlockStillBeingSavedIsRefused) {
 // the save stores the block's own bytes. (Had each checked the other before
 // marking its own, both would have gone ahead.)
 TEST_F(SaveOverlapTest, ALoadArrivingAsASaveMarksItsBlockIsRefused) {
-  sim_->Prefill(keys_, 0);
-  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
-  const auto other = ChainKeys({7});
-  sim_->Prefill(other, 5);
+  const std::vector<BlockKey> other = StoreChainThenFillBlock5();
   const std::vector<BlockKey> first(keys_.begin(), keys_.begin() + 1);
   const std::vector<uint32_t> block{5};
   std::optional<Completion> load;
@@ -249,10 +252,7 @@ TEST_F(SaveOverlapTest, ALoadArrivingAsASaveMarksItsBlockIsRefused) {
 // marks go with it. Left, every later load into the block would have been
 // refused as overtaking a save.
 TEST_F(SaveOverlapTest, ASaveOutOfMemoryAfterMarkingItsBlocksLeavesNoMark) {
-  sim_->Prefill(keys_, 0);
-  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());
-  const auto other = ChainKeys({7});
-  sim_->Prefill(other, 5);
+  const std::vector<BlockKey> other = StoreChainThenFillBlock5();
   auto* impl = static_cast<internal::RuntimeImpl*>(rt_.get());
   impl->TEST_SetAfterSaveMarked([] { throw std::bad_alloc(); });
   const std::vector<uint32_t> block{5};

@@ -98,7 +98,7 @@ Result<std::span<const Reservation>> MemdReservations::RefuseWhole(uint32_t requ
 Result<Reservation> MemdReservations::Fill(uint32_t request_id, uint32_t item, uint64_t bytes) {
   auto put = puts_.find(request_id);
   if (put != puts_.end() && put->second.path == PutPath::kTcp && item < put->second.refused_items) {
-    put->second.progress_ms = now_ms_() + bytes * 1000 / kFloorBytesPerSecond;  // read and dropped
+    put->second.progress_ms = DueMs(bytes);  // read and dropped
     Reservation dropped;
     dropped.stored_bytes = bytes;
     dropped.code = StatusCode::kResourceExhausted;
@@ -115,7 +115,7 @@ Result<Reservation> MemdReservations::Fill(uint32_t request_id, uint32_t item, u
   // The item's bytes may take a while on a slow link: they are its put's
   // progress until due at the floor rate (each item is filled once, so a
   // peer cannot hold its reservations longer than its items' bytes take).
-  put->second.progress_ms = now_ms_() + bytes * 1000 / kFloorBytesPerSecond;
+  put->second.progress_ms = DueMs(bytes);
   return r;
 }
 

@@ -109,6 +109,8 @@ class MemdReservations {
   Result<std::span<const Reservation>> RefuseWhole(uint32_t request_id, PutPath path,
                                                    const PutBegin& m);
   void Drop(std::unordered_map<uint32_t, Put>::iterator it);
+  // When `bytes` of a PUT_DATA are due at kFloorBytesPerSecond from now.
+  uint64_t DueMs(uint64_t bytes) const { return now_ms_() + bytes * 1000 / kFloorBytesPerSecond; }
 
   MemdPool& pool_;
   const size_t max_items_;
