@@ -40,10 +40,14 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 using ThreadStarter = std::function<std::thread(std::function<void()> body)>;
+// Tests: a nonzero answer replaces one submit-and-wait's result unsubmitted.
+using WaitFault = std::function<int()>;
 
 // user_data tags that are not request pointers (those are 8-byte aligned).
 constexpr uint64_t kWakeTag = 1;
 constexpr uint64_t kTimeoutTag = 3;
+// Longest pause between submits the kernel refused for want of memory.
+constexpr int kMaxSubmitPauseMs = 16;
 
 struct Inflight {
   IoRequest req;
@@ -80,8 +84,9 @@ void Advance(std::vector<iovec>& iov, uint64_t n) {
 
 class UringEngine final : public IoEngine {
  public:
-  UringEngine(const UringEngineOptions& o, Ring ring, int wake_fd, const ThreadStarter& start)
-      : options_(o), ring_(std::move(ring)), wake_fd_(wake_fd) {
+  UringEngine(const UringEngineOptions& o, Ring ring, int wake_fd, const ThreadStarter& start,
+              WaitFault wait_fault)
+      : options_(o), ring_(std::move(ring)), wake_fd_(wake_fd), wait_fault_(std::move(wait_fault)) {
     thread_ = start ? start([this] { Loop(); }) : std::thread([this] { Loop(); });
   }
   ~UringEngine() override {
@@ -239,6 +244,7 @@ class UringEngine final : public IoEngine {
     retry.reserve(options_.queue_depth);
     batch.reserve(options_.queue_depth);
     std::list<std::unique_ptr<Inflight>> expired;
+    auto pause = std::chrono::milliseconds(1);
     for (;;) {
       bool stop;
       auto next_expiry = SteadyClock::time_point::max();
@@ -270,6 +276,17 @@ class UringEngine final : public IoEngine {
       batch.clear();
       if (stop && in_flight_ == 0) break;
       int rc = Wait(next_expiry);
+      if (rc == -EAGAIN || rc == -ENOMEM) {
+        // The kernel had no memory for the new entries and took none of
+        // them: what it already holds completes as usual, the entries stay
+        // in the ring for the next submit, and queued requests keep their
+        // never-issued deadlines.
+        Reap(retry);
+        std::this_thread::sleep_for(pause);
+        pause = std::min(2 * pause, std::chrono::milliseconds(kMaxSubmitPauseMs));
+        continue;
+      }
+      pause = std::chrono::milliseconds(1);
       if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -ETIME) {
         FailAll(Described(StatusCode::kIOError,
                           [&] { return FromErrno(-rc, "io_uring_submit_and_wait"); }));
@@ -283,6 +300,9 @@ class UringEngine final : public IoEngine {
   // requests must be failed even though every slot holds I/O the kernel
   // cannot cancel).
   int Wait(SteadyClock::time_point until) {
+    if (wait_fault_) {
+      if (int rc = wait_fault_(); rc != 0) return rc;
+    }
     if (until == SteadyClock::time_point::max()) return io_uring_submit_and_wait(ring_.get(), 1);
     __kernel_timespec ts =
         ToTimespec(std::max(until - SteadyClock::now(), SteadyClock::duration::zero()));
@@ -431,6 +451,7 @@ class UringEngine final : public IoEngine {
   const int wake_fd_;
   eventfd_t wake_buf_ = 0;
   bool rearm_wake_ = false;
+  const WaitFault wait_fault_;
   uint32_t in_flight_ = 0;  // thread_ only
 
   std::mutex register_mu_;      // serialises registrations
@@ -450,9 +471,9 @@ class UringEngine final : public IoEngine {
 
 }  // namespace
 
-// `start` null: a plain std::thread.
+// `start` null: a plain std::thread; `wait_fault` null: none.
 Result<std::unique_ptr<IoEngine>> TEST_NewUringEngine(const UringEngineOptions& options,
-                                                      ThreadStarter start) {
+                                                      ThreadStarter start, WaitFault wait_fault) {
   if (options.queue_depth == 0 || options.max_queued == 0 || options.timeout_ms == 0) {
     return Status::InvalidArgument("io engine: queue_depth, max_queued and timeout_ms must be > 0");
   }
@@ -462,7 +483,8 @@ Result<std::unique_ptr<IoEngine>> TEST_NewUringEngine(const UringEngineOptions& 
   int fd = eventfd(0, EFD_CLOEXEC);
   if (fd < 0) return FromErrno(errno, "eventfd");
   try {
-    return std::unique_ptr<IoEngine>(new UringEngine(options, std::move(ring), fd, start));
+    return std::unique_ptr<IoEngine>(
+        new UringEngine(options, std::move(ring), fd, start, std::move(wait_fault)));
   } catch (const std::exception& e) {  // std::system_error from the thread, or bad_alloc
     close(fd);
     return Status::ResourceExhausted(std::string("io engine: could not start its thread: ") +
@@ -471,7 +493,7 @@ Result<std::unique_ptr<IoEngine>> TEST_NewUringEngine(const UringEngineOptions& 
 }
 
 Result<std::unique_ptr<IoEngine>> NewUringEngine(const UringEngineOptions& options) {
-  return TEST_NewUringEngine(options, nullptr);
+  return TEST_NewUringEngine(options, nullptr, nullptr);
 }
 
 }  // namespace kvtier::internal

@@ -1,5 +1,6 @@
 // The io_uring engine under failure: allocation failing inside Submit, a
-// completion callback that throws, and an owner thread that does not start.
+// completion callback that throws, an owner thread that does not start, and
+// a kernel that refuses submits for want of memory.
 // Global operator new is replaced in this binary so a test can make the
 // n-th allocation of its own thread fail.
 #include <dirent.h>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "io/io_engine.h"
@@ -51,6 +53,8 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace kvtier::internal {
 namespace {
+
+std::chrono::steady_clock::time_point SteadyClockNow() { return std::chrono::steady_clock::now(); }
 
 IoRequest Write(int fd, uint64_t offset, iovec buf, uint64_t id,
                 std::function<void(const IoCompletion&)> done) {
@@ -131,6 +135,50 @@ TEST(UringEngineFault, CallbackThatThrowsDoesNotEndTheEngine) {
   EXPECT_EQ(c.id, 3u);
   e->Shutdown();
 }
+
+// The kernel refusing a submit for want of memory (-EAGAIN, -ENOMEM) is
+// waited out: the entries stay in the ring, the requests queued behind them
+// are not failed, and every write lands.
+void SubmitRefusedThenTaken(int refusal) {
+  ScratchFile f;
+  std::atomic<int> calls{0};
+  auto e = TEST_NewUringEngine({.queue_depth = 2}, nullptr, [&calls, refusal] {
+    // Call 1 is the loop's first wait, before anything is submitted.
+    const int n = calls.fetch_add(1) + 1;
+    return n >= 2 && n <= 7 ? -refusal : 0;
+  });
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const auto until = SteadyClockNow() + kvtier::testing::Scaled(std::chrono::seconds(5));
+  while (calls.load() == 0 && SteadyClockNow() < until) std::this_thread::yield();
+  constexpr int kWrites = 6;
+  std::vector<std::vector<char>> bufs;
+  std::vector<std::promise<IoCompletion>> done(kWrites);
+  std::vector<IoRequest> reqs(kWrites);
+  for (int i = 0; i < kWrites; ++i) {
+    bufs.emplace_back(4096, static_cast<char>('a' + i));
+    reqs[i] = Write(f.fd, uint64_t(i) * 4096, {bufs.back().data(), 4096}, i,
+                    [&done, i](const IoCompletion& c) { done[i].set_value(c); });
+  }
+  ASSERT_TRUE((*e)->Submit(std::move(reqs)).ok());
+  for (int i = 0; i < kWrites; ++i) {
+    auto fut = done[i].get_future();
+    ASSERT_EQ(fut.wait_until(until), std::future_status::ready) << "write " << i;
+    IoCompletion c = fut.get();
+    EXPECT_TRUE(c.status.ok()) << "write " << i << ": " << c.status.ToString();
+    EXPECT_EQ(c.bytes, 4096u);
+  }
+  EXPECT_GE(calls.load(), 8) << "the refusals were not all seen";
+  (*e)->Shutdown();
+  std::vector<char> back(4096);
+  for (int i = 0; i < kWrites; ++i) {
+    ASSERT_EQ(pread(f.fd, back.data(), back.size(), i * 4096), 4096);
+    EXPECT_EQ(back, bufs[i]) << "write " << i;
+  }
+}
+
+TEST(UringEngineFault, SubmitRefusedWithEagainIsRetried) { SubmitRefusedThenTaken(EAGAIN); }
+
+TEST(UringEngineFault, SubmitRefusedWithEnomemIsRetried) { SubmitRefusedThenTaken(ENOMEM); }
 
 // A thread the system refuses to start is an error from the factory, not an
 // exception, and leaves no file descriptor behind.

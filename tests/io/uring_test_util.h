@@ -20,9 +20,15 @@ namespace kvtier::internal {
 // as std::thread does.
 using UringThreadStarter = std::function<std::thread(std::function<void()> body)>;
 
-// NewUringEngine with the owner thread started by `start`.
+// Called before each submit-and-wait of the engine's loop; a nonzero answer
+// (-errno) is taken as that call's result, and nothing is submitted.
+using UringWaitFault = std::function<int()>;
+
+// NewUringEngine with the owner thread started by `start` (null: a plain
+// std::thread) and each submit-and-wait preceded by `wait_fault`.
 Result<std::unique_ptr<IoEngine>> TEST_NewUringEngine(const UringEngineOptions& options,
-                                                      UringThreadStarter start);
+                                                      UringThreadStarter start,
+                                                      UringWaitFault wait_fault = nullptr);
 
 // A file of its own in the build directory, removed with the object.
 struct ScratchFile {
