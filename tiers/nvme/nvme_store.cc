@@ -132,8 +132,15 @@ Status NvmeTier::State::RecoverOrWipe(const std::string& dir, const StoreMeta& m
   const Status recovered = Recover();
   if (recovered.code() != StatusCode::kCorruption) return recovered;
   KVTIER_RETURN_IF_ERROR(ReplaceDamagedIndex(dir, meta, recovered));
-  for (Region& r : regions) r = Region{};  // as the failed scan may have left them
-  next_generation = 1;
+  // The failed pass may have set region generations, or (when the index
+  // failed only at its last write) indexed every block it found.
+  for (Region& r : regions) r = Region{};
+  map.EraseIf([](const NsKey&, const Entry&) { return true; });
+  used_payload = live_disk = 0;
+  unclaimed_payload = unclaimed_disk = unclaimed_blocks = 0;
+  unclaimed_order.clear();
+  next_generation = next_order = 1;
+  spare = -1;
   return Recover();
 }
 
