@@ -269,7 +269,9 @@ TEST_F(RedisClusterTest, UserDeniedClusterNodesRoutesBySlotsAndSaysSoOnce) {
   ASSERT_EQ(log->lines().size(), 1u);
   EXPECT_NE(log->lines()[0].find("NOPERM"), std::string::npos) << log->lines()[0];
   EXPECT_NE((*router)->Route(Name(0)), nullptr);
-  EXPECT_EQ((*router)->RedirectTarget({"127.0.0.1", 1}), nullptr);
+  auto target = (*router)->RedirectTarget({"127.0.0.1", 1});
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  EXPECT_EQ(*target, nullptr);
   (*router)->Shutdown();
   auto tier = Open();
   ASSERT_TRUE(tier);

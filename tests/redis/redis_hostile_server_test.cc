@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "kvtier/block_header.h"
@@ -17,6 +18,7 @@
 #include "tests/redis/scripted_redis.h"
 #include "tests/support/block_data.h"
 #include "tests/support/time_scale.h"
+#include "tiers/redis/redis_router.h"
 
 namespace kvtier::testing {
 namespace {
@@ -275,6 +277,46 @@ TEST(RedisHostileServer, ClusterRedirectOutsideTheSlotMapIsNotFollowed) {
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_TRUE(Has(st, elsewhere->endpoint() + " is not a master the cluster names"))
       << st.ToString();
+  EXPECT_EQ(elsewhere->accepted(), 0);
+  tier->Shutdown();
+}
+
+// A redirect to a master the cluster names, whose node cannot be started
+// (the system has no thread to give): the op fails with that reason and its
+// SET is settled, so the tier counts nothing for it.
+TEST(RedisHostileServer, RedirectToANodeThatCannotStartFailsTheOpAndFreesItsRoom) {
+  auto elsewhere = ScriptedRedis::Start(Always("+OK\r\n"));
+  ASSERT_TRUE(elsewhere);
+  auto self = std::make_shared<std::atomic<uint16_t>>(0);
+  const std::string moved = "MOVED 0 " + elsewhere->endpoint();
+  const std::string nodes = "a1 127.0.0.1:" + std::string("%SELF%") +
+                            "@1 myself,master - 0 0 1 connected 0-16383\n"
+                            "b2 " +
+                            elsewhere->endpoint() + "@2 master - 0 0 2 connected\n";
+  auto server = ScriptedRedis::Start([self, moved, nodes](const Argv& argv) {
+    Answer a;
+    if (argv.size() == 2 && argv[0] == "CLUSTER" && argv[1] == "NODES") {
+      std::string text = nodes;
+      text.replace(text.find("%SELF%"), 6, std::to_string(self->load()));
+      a.bytes = "$" + std::to_string(text.size()) + "\r\n" + text + "\r\n";
+    } else if (!ScriptedRedis::Handshake(argv, self->load(), &a)) {
+      a.bytes = "-" + moved + "\r\n";
+    }
+    return a;
+  });
+  ASSERT_TRUE(server);
+  self->store(server->port());
+  auto tier = Open(Options(*server, /*cluster=*/true));
+  ASSERT_TRUE(tier);
+  internal::TEST_SetBeforeNewRedisNode([] {
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+  });
+  const Status st = WriteOne(*tier, 1);
+  internal::TEST_SetBeforeNewRedisNode(nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_TRUE(Has(st, "could not start a node for " + elsewhere->endpoint())) << st.ToString();
+  EXPECT_EQ(tier->Usage().blocks, 0u);
+  EXPECT_EQ(tier->Usage().used_bytes, 0u);
   EXPECT_EQ(elsewhere->accepted(), 0);
   tier->Shutdown();
 }

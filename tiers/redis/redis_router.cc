@@ -12,6 +12,11 @@ namespace {
 
 constexpr uint64_t kRefreshIntervalNs = 100'000'000;
 
+std::function<void()>& BeforeNewNode() {
+  static std::function<void()> hook;
+  return hook;
+}
+
 uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -19,6 +24,8 @@ uint64_t NowNs() {
 }
 
 }  // namespace
+
+void TEST_SetBeforeNewRedisNode(std::function<void()> hook) { BeforeNewNode() = std::move(hook); }
 
 uint64_t RedisRouter::max_value_bytes() const {
   return max_value_bytes_read_ == 0 ? kDefaultMaxValueBytes : max_value_bytes_read_;
@@ -283,6 +290,7 @@ RedisNode* RedisRouter::NodeAtLocked(const RedisEndpoint& endpoint,
   if (auto it = nodes_.find(name); it != nodes_.end()) return it->second.get();
   // Built before it is listed: a node that fails to start (out of memory,
   // no thread) leaves no empty entry for a later refresh to trip over.
+  if (BeforeNewNode()) BeforeNewNode()();
   auto node = std::make_unique<RedisNode>(endpoint, options_, tls_, std::move(conn), log_);
   node->LimitRepliesInFlight(replies_in_flight_bytes());
   return nodes_.emplace(name, std::move(node)).first->second.get();
@@ -297,14 +305,21 @@ RedisNode* RedisRouter::KnownNode(const RedisEndpoint& endpoint) {
 // In cluster mode nodes_ holds only masters the cluster reported (slot map
 // or CLUSTER NODES), so the nodes, and their threads, are bounded by what the
 // cluster says, whatever redirects say.
-RedisNode* RedisRouter::RedirectTarget(const RedisEndpoint& endpoint) {
+// It runs on a node's I/O thread, delivering replies: what it throws would
+// leave the rest of the batch unsettled.
+Result<RedisNode*> RedisRouter::RedirectTarget(const RedisEndpoint& endpoint) {
   if (!cluster_) return nullptr;
   if (RedisNode* node = KnownNode(endpoint)) return node;
   RefreshSlots();
-  std::lock_guard lock(nodes_mu_);
-  const std::string name = endpoint.ToString();
-  if (auto it = nodes_.find(name); it != nodes_.end()) return it->second.get();
-  return listed_masters_.count(name) != 0 ? NodeAtLocked(endpoint) : nullptr;
+  try {
+    std::lock_guard lock(nodes_mu_);
+    const std::string name = endpoint.ToString();
+    if (auto it = nodes_.find(name); it != nodes_.end()) return it->second.get();
+    return listed_masters_.count(name) != 0 ? NodeAtLocked(endpoint) : nullptr;
+  } catch (const std::exception& e) {
+    return Status::Unavailable("could not start a node for " + endpoint.ToString() + ": " +
+                               e.what());
+  }
 }
 
 RedisNode* RedisRouter::Route(std::string_view key) {
@@ -348,7 +363,16 @@ void RedisRouter::RefreshSlots(const RedisNode* avoid) {
   for (const RedisEndpoint& ep : seeds_) add(ep);
   for (const RedisEndpoint& ep : candidates) {
     auto conn = RedisConnection::Open(ep, options_, tls_.get());
-    if (conn.ok() && LoadSlots(**conn).ok()) return;
+    try {
+      if (conn.ok() && LoadSlots(**conn).ok()) return;
+    } catch (const std::exception& e) {  // a new master's node could not start
+      if (log_) {
+        log_->Log(LogLevel::kWarning, std::string("redis cluster: the slot map from ") +
+                                          ep.ToString() + " was not installed: " + e.what() +
+                                          "; the old one stays");
+      }
+      return;
+    }
   }
   if (log_) log_->Log(LogLevel::kWarning, "redis cluster: no node answered CLUSTER SLOTS");
 }

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,10 @@
 #include "tiers/redis/redis_routing.h"
 
 namespace kvtier::internal {
+
+// Tests only: runs before the router builds a node; may throw what building
+// one can (std::system_error, std::bad_alloc). Null: nothing.
+void TEST_SetBeforeNewRedisNode(std::function<void()> hook);
 
 class RedisRouter {
  public:
@@ -53,14 +58,16 @@ class RedisRouter {
   // master of a slot map read from the cluster nor a master its CLUSTER NODES
   // lists (both re-read once, at most every 100 ms, when it is unknown).
   // Redirects thus never make the tier connect to hosts the cluster does not
-  // name as its masters, or send them the password.
-  RedisNode* RedirectTarget(const RedisEndpoint& endpoint);
+  // name as its masters, or send them the password. Never throws: a node
+  // that cannot be started (no thread, no memory) is Unavailable.
+  Result<RedisNode*> RedirectTarget(const RedisEndpoint& endpoint);
   bool cluster() const { return cluster_; }
   // Re-reads the cluster slot map (at most every 100 ms) from the first node
   // that answers: the masters of the current map, then those of earlier
   // maps, then the configured servers; never `avoid` (a node that just
   // failed), and at most one connect attempt each. No-op without cluster.
-  // Blocks the caller while it connects.
+  // Blocks the caller while it connects. Never throws: a map that cannot be
+  // installed (a node of it cannot be started) is logged, the old one kept.
   void RefreshSlots(const RedisNode* avoid = nullptr);
   // RefreshSlots on the router's own thread (started on first use), for a
   // caller that must not block: requests made while one runs coalesce.

@@ -186,14 +186,17 @@ void Batch::Deliver(RedisNode* node, std::vector<RedisOp> ops, std::vector<Redis
     }
     if (r.redirected && ops[i].redirects < kMaxRedirects) {
       moved |= !r.asking;
-      if (RedisNode* target = router.RedirectTarget(r.target)) {
+      Result<RedisNode*> target = router.RedirectTarget(r.target);
+      if (target.ok() && *target != nullptr) {
         ops[i].asking = r.asking;
         ++ops[i].redirects;
-        redirected[target].push_back(std::move(ops[i]));
+        redirected[*target].push_back(std::move(ops[i]));
         continue;
       }
-      r.status = Status::Unavailable(std::string(r.status.message()) + "; not followed: " +
-                                     r.target.ToString() + " is not a master the cluster names");
+      r.status = Status::Unavailable(
+          std::string(r.status.message()) + "; not followed: " +
+          (target.ok() ? r.target.ToString() + " is not a master the cluster names"
+                       : std::string(target.status().message())));
     }
     tier_->Settle(*this, ops[i], std::move(r));
   }
