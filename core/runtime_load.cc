@@ -251,6 +251,8 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
   std::vector<ReadOp> ops;
   ops.reserve(items.size());
   for (size_t i : items) ops.push_back({entries[i]->id.key, arena_->Slot(staged[i])});
+  std::vector<NsKey> corrupt;
+  corrupt.reserve(items.size());   // listing a corrupt copy below allocates nothing
   Completion c = t.Read(ns, ops);  // throws only before the read goes out
   if (!FinishedBy(c, deadline)) {
     if (HandOverLateRead(t, c, items, staged, results)) return;
@@ -258,7 +260,6 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
     // slot is given back while it may still be read into.
     (void)c.Wait();
   }
-  std::vector<NsKey> corrupt;
   {
     std::lock_guard lock(mu_);
     std::vector<BlockKey> found;
@@ -269,9 +270,15 @@ void RuntimeImpl::ReadBatch(NamespaceId ns, uint32_t tier, std::vector<IndexEntr
     // evicts only what the index names: have the tier drop it. Listed while
     // it runs (nothing writes the key there meanwhile) and, should it fail,
     // until a mover pass retries it. Not waited for (the load has a deadline).
+    // Out of memory listing one: it and the rest stay in the tier unnamed,
+    // and no key is left marked running without a Remove to end it.
     for (const BlockKey& k : found) {
+      try {
+        (void)QueueRemoveLocked(tier, {ns, k}, /*running=*/true);
+      } catch (...) {
+        break;
+      }
       corrupt.push_back({ns, k});
-      (void)QueueRemoveLocked(tier, corrupt.back(), /*running=*/true);
     }
   }
   StartRemoves(tier, corrupt);
