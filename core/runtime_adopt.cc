@@ -10,10 +10,6 @@
 namespace kvtier::internal {
 namespace {
 
-// A Contains on a local index is a memory lookup, and one on a shared tier a
-// round trip to its server; this bounds a tier that misbehaves or a server
-// that is slow or down, so a lookup never waits long.
-constexpr std::chrono::milliseconds kContainsWait(50);
 // A shared tier whose Contains failed or was late is left out of adoption
 // for this long: a lookup does not wait on a server that is down each time.
 constexpr std::chrono::seconds kSharedTierBackoff(1);
@@ -44,7 +40,7 @@ bool MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const B
 }  // namespace
 
 void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
-                                    size_t parts_from) {
+                                    size_t parts_from, SteadyTime until) {
   if (!has_adoptable_tier_) return;
   size_t first = 0;
   uint64_t removes_before = 0;
@@ -113,7 +109,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
       // for rest[from] already (it lacks it).
       if (!answered[t] || (from != 0 && stop[t] >= from)) continue;
       if (deadline[t] == SteadyTime::max()) {
-        deadline[t] = std::chrono::steady_clock::now() + kContainsWait;
+        deadline[t] = std::min(std::chrono::steady_clock::now() + kAdoptWait, until);
       }
       answered[t] = MarkLeadingHeld(*lower_[t - 1], BatchLimit(*lower_[t - 1]), ns, rest, from,
                                     1U << t, deadline[t], present, &stop[t]);

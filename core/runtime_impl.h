@@ -259,9 +259,15 @@ class RuntimeImpl final : public Runtime {
                std::span<Status> results) noexcept;
 
   // runtime_adopt.cc: indexes the leading keys that persistent tiers hold;
-  // keys[parts_from..] are the parts of a state checkpoint.
+  // keys[parts_from..] are the parts of a state checkpoint. A tier is
+  // waited for until kAdoptWait from its first question, or `until` if
+  // sooner.
   void AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
-                         size_t parts_from = SIZE_MAX);
+                         size_t parts_from = SIZE_MAX, SteadyTime until = SteadyTime::max());
+  // How long one adoption waits for a tier's Contains answers (a local index
+  // answers from memory, a shared tier after a round trip): a tier that
+  // misbehaves, or a server slow or down, never holds a lookup long.
+  static constexpr std::chrono::milliseconds kAdoptWait{50};
 
   // runtime_state.cc: hybrid state checkpoints (options_.state_blocks > 0).
   // The keys of the parts of the checkpoint of `boundary`, in order.

@@ -52,8 +52,13 @@ void RuntimeImpl::AdoptState(NamespaceId ns, std::span<const BlockKey> keys) {
       if (e->state_unasked) unasked.push_back(i);
     }
   }
-  // Deepest first, each asked once, until one is found.
+  // Deepest first, each asked once, until one is found. One wait bounds
+  // them all, as it bounds a chain's adoption: a chain of many adopted
+  // blocks with no checkpoint stored would otherwise hold the lookup for a
+  // wait each. Those not asked in time are asked by later lookups.
+  const SteadyTime until = std::chrono::steady_clock::now() + kAdoptWait;
   for (auto it = unasked.rbegin(); it != unasked.rend(); ++it) {
+    if (std::chrono::steady_clock::now() >= until) return;
     const size_t j = *it;
     {
       std::lock_guard lock(mu_);
@@ -64,7 +69,7 @@ void RuntimeImpl::AdoptState(NamespaceId ns, std::span<const BlockKey> keys) {
     std::vector<BlockKey> chain(keys.begin(), keys.begin() + j + 1);
     const std::vector<BlockKey> parts = StateParts(ns, keys[j]);
     chain.insert(chain.end(), parts.begin(), parts.end());
-    AdoptStoredBlocks(ns, chain, j + 1);
+    AdoptStoredBlocks(ns, chain, j + 1, until);
     std::lock_guard lock(mu_);
     const IndexEntry* e = index_.Find({ns, keys[j]});
     if (e != nullptr && StateStoredLocked(*e, nullptr)) return;

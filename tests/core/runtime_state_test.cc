@@ -6,8 +6,13 @@
 // restart.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "tests/core/disk_view_fixture.h"
 #include "tests/core/runtime_test_util.h"
+#include "tests/support/block_data.h"
 
 namespace kvtier::testing {
 namespace {
@@ -471,6 +476,44 @@ TEST_F(RuntimeStateRestartTest, ACheckpointIsAdoptedAfterARestart) {
   // Removing the boundary takes its adopted checkpoint off the disk too.
   ASSERT_TRUE(rt->Remove(kTestNs, std::span(keys).subspan(1)).ok());
   EXPECT_EQ(disk_->Usage().blocks, 0u);
+}
+
+// A restart adopts a long chain none of whose blocks has a checkpoint: a
+// lookup asks for the checkpoints deepest first, and one wait bounds all of
+// them, as it bounds the chain's adoption. With each question taking 20 ms,
+// at most 3 fit the 50 ms wait (asking all 12 would hold the lookup
+// 240 ms); the next lookup asks the next ones.
+TEST_F(RuntimeStateRestartTest, OneWaitBoundsTheCheckpointsALookupAsksFor) {
+  state_blocks_ = kStateBlocks;
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 1; i <= 13; ++i) ids.push_back(i);
+  const auto keys = ChainKeys(ids);
+  for (size_t i = 1; i < keys.size(); ++i) {
+    std::vector<std::byte> bytes = BlockBytes(keys[i], bb_);
+    WriteOp w{keys[i], bytes};
+    ASSERT_TRUE(disk_->Write(kTestNs, std::span(&w, 1)).Wait().ok());
+  }
+  auto asked = std::make_shared<std::atomic<int>>(0);
+  TierViewHooks hooks{.instead_of_contains = [asked](size_t n, CompletionSource&) {
+    if (n == kStateBlocks) {
+      asked->fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }};
+  std::unique_ptr<Runtime> rt =
+      OpenOver(16, {.high = 0.95, .low = 0.85}, {.persistent = true, .local_index = true}, hooks);
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Prefill({keys[0]}, 0);
+  ASSERT_TRUE(sim.SaveFrom({keys[0]}, 0, 0).status().ok());
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);  // no checkpoint anywhere
+  EXPECT_EQ(rt->Stats().adopted_blocks, 12u);
+  const int first = asked->load();
+  EXPECT_GE(first, 1);
+  EXPECT_LE(first, 3) << "a question per adopted block, past the wait";
+  EXPECT_EQ(rt->Lookup(kTestNs, keys)->hit_blocks, 0u);
+  EXPECT_GT(asked->load(), first) << "the next lookup asks the checkpoints not asked yet";
 }
 
 }  // namespace
