@@ -87,6 +87,12 @@ TEST(MemdReservationsTest, APutPastTheItemLimitIsRefusedWholeNotAnError) {
   auto f = t.Fill(2, 1, kStored);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(f->slot, -1);
+  // Its data is bounded by what its items declared: one more item's worth
+  // fits, a byte past that is an error.
+  ASSERT_TRUE(t.Fill(2, 1, kStored - 1).ok());
+  EXPECT_EQ(t.Fill(2, 0, 2).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(t.Fill(2, 0, 1).ok());
+  EXPECT_EQ(t.Fill(2, 0, 1).status().code(), StatusCode::kInvalidArgument);
   auto c = t.Commit(2);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->codes, (std::vector<StatusCode>{StatusCode::kResourceExhausted,

@@ -82,7 +82,9 @@ Result<std::span<const Reservation>> MemdReservations::RefuseWhole(uint32_t requ
                                    " puts refused for it still open");
   }
   refused_.clear();
+  uint64_t declared = 0;
   for (const PutItem& it : m.items) {
+    declared += it.payload_bytes + kBlockHeaderBytes;
     Reservation r;
     r.key = it.key;
     r.stored_bytes = it.payload_bytes + kBlockHeaderBytes;
@@ -90,7 +92,7 @@ Result<std::span<const Reservation>> MemdReservations::RefuseWhole(uint32_t requ
     r.filled = path == PutPath::kRdma;
     refused_.push_back(r);
   }
-  puts_.emplace(request_id, Put{m.ns, path, now_ms_(), {}, m.items.size()});
+  puts_.emplace(request_id, Put{m.ns, path, now_ms_(), {}, m.items.size(), declared});
   ++refused_puts_;
   return std::span<const Reservation>(refused_);
 }
@@ -98,6 +100,11 @@ Result<std::span<const Reservation>> MemdReservations::RefuseWhole(uint32_t requ
 Result<Reservation> MemdReservations::Fill(uint32_t request_id, uint32_t item, uint64_t bytes) {
   auto put = puts_.find(request_id);
   if (put != puts_.end() && put->second.path == PutPath::kTcp && item < put->second.refused_items) {
+    if (bytes > put->second.refused_bytes_left) {
+      return Status::InvalidArgument(
+          "PUT_DATA of a refused put sends more than its items declared");
+    }
+    put->second.refused_bytes_left -= bytes;
     put->second.progress_ms = DueMs(bytes);  // read and dropped
     Reservation dropped;
     dropped.stored_bytes = bytes;

@@ -104,6 +104,10 @@ class MemdReservations {
     uint64_t progress_ms = 0;
     std::vector<Reservation> items;  // empty when refused whole
     size_t refused_items = 0;        // refused whole: how many items it had
+    // Refused whole: the bytes its items declared that no PUT_DATA has
+    // sent yet. Data past them is an error, so a put that holds no slot
+    // cannot be kept open by data without end.
+    uint64_t refused_bytes_left = 0;
   };
   // Opens `request_id` as a put refused whole; its items, for the reply.
   Result<std::span<const Reservation>> RefuseWhole(uint32_t request_id, PutPath path,
