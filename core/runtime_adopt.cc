@@ -181,20 +181,29 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
   // index's copy in it before the Claim (evicted, or found missing by a
   // load) would stay counted there for good: it is removed again, which
   // frees the count (a remove of an absent key is harmless).
+  // Listed as pending removes while they run, as any other, so that a
+  // failed one is retried and a write of the key meanwhile waits for it.
   if (!shared_claims) return;
-  std::vector<std::vector<BlockKey>> gone(tier_count());
+  std::vector<std::vector<NsKey>> gone(tier_count());
+  for (size_t t = 1; t < tier_count(); ++t) gone[t].reserve(claims[t].size());
   {
     std::lock_guard lock(mu_);
     for (size_t t = 1; t < tier_count(); ++t) {
       if (!adopt_shared_[t]) continue;
       for (const BlockKey& key : claims[t]) {
         const IndexEntry* e = index_.Find({ns, key});
-        if (e == nullptr || ((e->locations >> t) & 1U) == 0) gone[t].push_back(key);
+        if (e != nullptr && ((e->locations >> t) & 1U) != 0) continue;
+        try {
+          (void)QueueRemoveLocked(t, {ns, key}, /*running=*/true);
+        } catch (...) {  // out of memory: this key stays counted there
+          continue;
+        }
+        gone[t].push_back({ns, key});  // reserved: allocates nothing
       }
     }
   }
   for (size_t t = 1; t < tier_count(); ++t) {
-    if (!gone[t].empty()) (void)lower_[t - 1]->Remove(ns, gone[t]);
+    if (!gone[t].empty()) StartRemoves(t, gone[t]);
   }
 }
 

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "tests/core/runtime_test_util.h"
+#include "tests/support/block_data.h"
+#include "tests/support/fault_tier.h"
 #include "tests/support/tier_view.h"
 #include "tests/support/time_scale.h"
 
@@ -87,8 +89,14 @@ class SharedAdoptTest : public ::testing::Test {
       hooks.instead_of_contains = [this, i](size_t keys, CompletionSource& done) {
         return faults_[i].Take(keys, done);
       };
-      return NewTierView(inner_, TierCapabilities{.shared = true, .checksummed = true},
-                         std::move(hooks));
+      hooks.before_claim = [this, i] {
+        if (auto f = std::exchange(before_claim_[i], nullptr)) f();
+      };
+      auto view = NewTierView(inner_, TierCapabilities{.shared = true, .checksummed = true},
+                              std::move(hooks));
+      if (!stall_removes_) return view;
+      return NewFaultInjectingTier(std::move(view),
+                                   FaultOptions{.stall_removes = remove_stalls_[i]});
     };
     auto rt = Runtime::Open(o, setup_[i].engine);
     ASSERT_TRUE(rt.ok()) << rt.status().ToString();
@@ -107,10 +115,18 @@ class SharedAdoptTest : public ::testing::Test {
 
   void TearDown() override {
     for (ContainsFaults& f : faults_) f.Release();
+    for (auto& stall : remove_stalls_) stall->Release();
   }
 
   EngineSetup setup_[2] = {MakeEngine(64), MakeEngine(64)};
   ContainsFaults faults_[2];
+  // Runs once, in the next Claim of runtime `i`'s shared tier.
+  std::function<void()> before_claim_[2];
+  // The shared tier's removes can be held (remove_stalls_); its other
+  // calls then wait for the view's answers.
+  bool stall_removes_ = false;
+  std::shared_ptr<CallStall> remove_stalls_[2] = {std::make_shared<CallStall>(),
+                                                  std::make_shared<CallStall>()};
   bool private_[2] = {false, false};  // TierOptions::shared = false for that runtime
   std::shared_ptr<Tier> inner_;
   std::unique_ptr<Runtime> rt_[2];
@@ -211,6 +227,44 @@ TEST_F(SharedAdoptTest, AnAdoptedBlockRemovedByOneRuntimeIsGoneForTheOther) {
   EXPECT_TRUE(c.result(1).ok());
   EXPECT_FALSE(c.result(2).ok()) << "runtime 0 loaded a block runtime 1 removed";
   EXPECT_FALSE(sim_[0]->Holds(12, keys_[2]));
+}
+
+// A block removed between its adoption and the Claim is removed from the
+// shared tier again after the Claim (see RedisSharedRuntimeClaimTest). While
+// that Remove runs, the block saved anew is not written there (the mover
+// lets it go instead): the Remove, landing after the write, would take the
+// copy the index names, and a lookup would promise a block that cannot load.
+class SharedAdoptRemoveTest : public SharedAdoptTest {
+ protected:
+  SharedAdoptRemoveTest() { stall_removes_ = true; }
+};
+
+TEST_F(SharedAdoptRemoveTest, ABlockSavedAgainWaitsForTheRemoveAfterItsClaim) {
+  before_claim_[1] = [this] {
+    ASSERT_TRUE(rt_[1]->Remove(kTestNs, std::span(keys_).last(1)).ok());
+    remove_stalls_[1]->Stall();  // holds the Remove after the Claim
+  };
+  ASSERT_EQ(rt_[1]->Lookup(kTestNs, keys_)->hit_blocks, 2u);
+  ASSERT_EQ(remove_stalls_[1]->held(), 1u);
+  // Runtime 1 saves the chain again, and another, which puts its hub over
+  // the high watermark; its mover demotes what it may.
+  sim_[1]->Prefill(keys_, 0);
+  ASSERT_TRUE(sim_[1]->SaveFrom(keys_, 0, 0).status().ok());
+  const std::vector<BlockKey> other = ChainKeys({7, 8});
+  sim_[1]->Prefill(other, 3);
+  ASSERT_TRUE(sim_[1]->SaveFrom(other, 0, 3).status().ok());
+  ASSERT_TRUE(rt_[1]->TEST_RunMoverOnce().ok());
+  remove_stalls_[1]->Release();
+  // Every block a lookup reports loads, byte for byte.
+  const size_t hits = rt_[1]->Lookup(kTestNs, keys_)->hit_blocks;
+  EXPECT_GE(hits, 2u);
+  const std::vector<BlockKey> found(keys_.begin(), keys_.begin() + hits);
+  sim_[1]->Scrub(0, 64);
+  Completion c = sim_[1]->Load(found, 10);
+  for (size_t i = 0; i < found.size(); ++i) {
+    EXPECT_TRUE(c.result(i).ok()) << i << ": " << c.result(i).ToString();
+    EXPECT_TRUE(sim_[1]->Holds(10 + i, keys_[i])) << i;
+  }
 }
 
 // After a restart over two persistent tiers, a chain whose head one holds
