@@ -124,6 +124,14 @@ TEST(TraceTest, RejectsRequestsOutOfOrderRepeatedIdsAndHugeIntegers) {
             "t.jsonl:1: hash_ids[0] is out of range");
   EXPECT_EQ(ParseError(line("0", "1e300")), "t.jsonl:1: hash_ids[0] is out of range");
   EXPECT_EQ(ParseError(line("0", "2.5")), "t.jsonl:1: hash_ids[0] must be an integer");
+  // A number no double holds is refused by the parser itself (it used to
+  // throw past the reader, ending the process), in any field.
+  const std::string huge = "t.jsonl:1: malformed JSON: number overflow parsing '1e400'";
+  EXPECT_EQ(ParseError(line("0", "1e400")), huge);
+  EXPECT_EQ(ParseError(line("1e400", "1")), huge);
+  EXPECT_EQ(ParseError("{\"extra\": 1e400, \"timestamp\": 0, \"input_length\": 10, "
+                       "\"output_length\": 1, \"hash_ids\": [1]}"),
+            huge);
   // Equal timestamps are in order.
   EXPECT_TRUE(ParseMooncakeTrace(line("5", "1") + line("5", "1"), "t").ok());
 }

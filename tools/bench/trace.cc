@@ -93,8 +93,10 @@ std::string ParseLine(std::string_view line, uint32_t block_tokens, TraceRequest
   Json obj;
   try {
     obj = Json::parse(line.begin(), line.end(), on_event);
-  } catch (const Json::parse_error& e) {
-    // The parser's own account of where and why.
+  } catch (const Json::exception& e) {
+    // The parser's own account of where and why: a syntax error
+    // (parse_error), or a number no double holds, such as 1e400
+    // (out_of_range).
     std::string why = e.what();
     const size_t tag = why.find("] ");  // "[json.exception.parse_error.101] "
     return "malformed JSON: " + (tag == std::string::npos ? why : why.substr(tag + 2));
