@@ -375,6 +375,26 @@ TEST(ReplayTest, AnInterruptStopsAfterTheRequestInProgress) {
       << FormatReplayReport(*r);
 }
 
+// Interrupted before its restart, a replay reports no restart (it used to
+// count every request as after one).
+TEST(ReplayTest, AnInterruptBeforeTheRestartReportsNoRestart) {
+  ReplayOptions options;
+  options.restart_at = 3;
+  std::atomic<int> interrupt{0};
+  options.interrupt = &interrupt;
+  options.progress = [&](uint64_t done, uint64_t) {
+    if (done == 2) interrupt = SIGINT;
+  };
+  Result<ReplayReport> r = ReplayTrace(TinyConfig(64), TinyTrace(), options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->requests, 2u);
+  EXPECT_EQ(r->restart_at, 0u);
+  EXPECT_EQ(r->requests_after_restart, 0u);
+  EXPECT_EQ(r->block_hits_after_restart, 0u);
+  EXPECT_EQ(FormatReplayReport(*r).find("after restart:"), std::string::npos)
+      << FormatReplayReport(*r);
+}
+
 TEST(ReplayTest, RunReplayWithExampleConfigAndGenerator) {
   ReplayOptions options;
   options.config_path = kSourceDir + "/config/examples/default.yaml";

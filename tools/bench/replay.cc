@@ -338,8 +338,6 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
                                    " is not before the last of the " +
                                    std::to_string(replayed.size()) + " requests replayed");
   }
-  report.restart_at = options.restart_at;
-
   Replayer replayer(config, engine, std::move(runtime), options, &report);
   const auto start = std::chrono::steady_clock::now();
   ReplayReport before;  // the counts at the restart
@@ -355,6 +353,7 @@ Result<ReplayReport> ReplayTrace(const KvtierConfig& config, const Trace& trace,
     if (i == options.restart_at && i != 0) {
       before = report;
       KVTIER_RETURN_IF_ERROR(replayer.Restart(open));
+      report.restart_at = i;  // a replay interrupted before it reports no restart
     }
     replayer.Request(replayed[i], trace.block_tokens);
     if (options.progress) options.progress(i + 1, replayed.size());
