@@ -103,12 +103,15 @@ check "bytes_saved (refusing hub) = host bytes written" "$(field bytes_saved "$r
   "$(grep -o '"bytes_written":[0-9]*' <<<"$refusing" | head -n 1 | cut -d: -f2)"
 # SIGINT stops a long replay after its request in progress: exit 130, the
 # report says so, and the runtime shut down (its admin socket file is gone).
+# The socket's path is taken as given, not read as YAML (" #" would start a
+# comment there).
 tmp=$(mktemp -d)
+sock="$tmp/a #\"1\\.sock"
 "$bench" replay --config "$src/config/examples/default.yaml" "${small_model[@]}" \
-  --gen sessions=4000,steps=100 --admin-socket "$tmp/a.sock" >"$tmp/out" 2>&1 &
+  --gen sessions=4000,steps=100 --admin-socket "$sock" >"$tmp/out" 2>&1 &
 pid=$!
-for _ in $(seq 200); do [ -S "$tmp/a.sock" ] && break; sleep 0.05; done
-[ -S "$tmp/a.sock" ] || { echo "FAIL: the replay never opened its admin socket" >&2; exit 1; }
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+[ -S "$sock" ] || { echo "FAIL: the replay never opened its admin socket at $sock:" >&2; ls "$tmp" >&2; exit 1; }
 kill -INT "$pid"
 set +e
 wait "$pid"

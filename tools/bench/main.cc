@@ -79,11 +79,33 @@ void HandleReplaySignals() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+// `text` as a YAML double-quoted scalar: a path given on the command line
+// is taken as it is, not as YAML (where " #" starts a comment and "~" is
+// null).
+std::string YamlQuoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 int RunReplayCommand(ReplayFlags& flags) {
   ReplayOptions& options = flags.options;
   if (!flags.gen_spec.empty()) flags.generate = true;
   if (!flags.admin_socket.empty()) {
-    options.overrides.push_back("runtime.admin_socket=" + flags.admin_socket);
+    options.overrides.push_back("runtime.admin_socket=" + YamlQuoted(flags.admin_socket));
   }
   if (flags.generate == !options.trace_path.empty()) {
     std::cerr << "kvtier-bench replay: give exactly one of --trace FILE and --generate/--gen\n";
