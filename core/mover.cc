@@ -433,9 +433,14 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     }
     try {
       if (next < tier_count()) policies_->OnWritten(next, written_bytes, now);
+    } catch (...) {
+    }
+    // Out of memory listing one: it and the rest are removed unlisted (a
+    // failure of theirs is not retried), and no key is left marked running
+    // without its Remove.
+    try {
       for (const NsKey& k : removals) (void)QueueRemoveLocked(tier, k, /*running=*/true);
-    } catch (...) {  // a copy whose remove is not listed stays taking room there
-      removals.clear();
+    } catch (...) {
     }
     NotifyMovesSettledLocked();
   }

@@ -59,12 +59,29 @@ Status RuntimeImpl::RemoveFailure(const RemoveBatch& b, const Completion& c) con
 
 Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
   Status first_failure;
-  for (const RemoveBatch& b : SplitRemoves(tier, keys)) {
-    Completion c = lower_[tier - 1]->Remove(b.ns, b.keys);
-    (void)c.Wait();
-    if (first_failure.ok()) first_failure = RemoveFailure(b, c);
+  std::vector<RemoveBatch> batches;
+  size_t next = 0;  // the first batch not settled
+  try {
+    batches = SplitRemoves(tier, keys);
+    for (; next < batches.size(); ++next) {
+      const RemoveBatch& b = batches[next];
+      Completion c = lower_[tier - 1]->Remove(b.ns, b.keys);
+      (void)c.Wait();
+      if (first_failure.ok()) first_failure = RemoveFailure(b, c);
+      std::lock_guard lock(mu_);
+      SettleRemovesLocked(tier, b.ns, b.keys, c);
+    }
+  } catch (...) {
+    // Out of memory: the keys not settled stay listed, no longer running,
+    // and a mover pass retries them.
     std::lock_guard lock(mu_);
-    SettleRemovesLocked(tier, b.ns, b.keys, c);
+    if (batches.empty()) {
+      for (const NsKey& k : keys) AbandonRemovesLocked(tier, k.ns, {&k.key, 1});
+    }
+    for (; next < batches.size(); ++next) {
+      AbandonRemovesLocked(tier, batches[next].ns, batches[next].keys);
+    }
+    return Status::ResourceExhausted("remove: out of memory; retried by the mover");
   }
   return first_failure;
 }
@@ -232,7 +249,12 @@ void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<con
         removed_during_adoption_.clear();
         ++adopt_epoch_;
       }
-      removed_during_adoption_[{ns, keys[k]}] |= 1U << tier;
+      try {
+        removed_during_adoption_[{ns, keys[k]}] |= 1U << tier;
+      } catch (...) {  // out of memory: the adoptions running now adopt nothing
+        removed_during_adoption_.clear();
+        ++adopt_epoch_;
+      }
     }
     const auto it = list.find({ns, keys[k]});
     if (it == list.end()) continue;
@@ -263,6 +285,7 @@ void RuntimeImpl::RetryPendingRemoves() {
   {
     std::lock_guard lock(mu_);
     for (size_t t = 1; t < tier_count(); ++t) {
+      retry[t].reserve(pending_removes_[t].size());  // marking below allocates nothing
       for (auto& [k, p] : pending_removes_[t]) {
         if (p.running != 0) continue;
         ++p.running;

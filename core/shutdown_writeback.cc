@@ -108,6 +108,16 @@ void RuntimeImpl::WriteBackHub() {
       }
       WriteToNext(0, victims, write, written, read_status);
       std::vector<NsKey> unreachable;
+      unreachable.reserve(victims.size());  // listing one below allocates nothing
+      // Issued however the block below ends (with mu_ released): a key
+      // listed as running has its Remove.
+      struct IssueListed {
+        RuntimeImpl* rt;
+        std::vector<NsKey>& keys;
+        ~IssueListed() {
+          if (!keys.empty()) rt->StartRemoves(1, keys);
+        }
+      } issue{this, unreachable};
       {
         std::lock_guard lock(mu_);
         const uint64_t now = NowNs();
@@ -122,7 +132,10 @@ void RuntimeImpl::WriteBackHub() {
             // it) failed: no lookup reaches it, so its copy goes again.
             going.erase(victims[i]);
             bytes += victims[i]->bytes;
-            (void)QueueRemoveLocked(1, victims[i]->id, /*running=*/true);
+            try {
+              (void)QueueRemoveLocked(1, victims[i]->id, /*running=*/true);
+            } catch (...) {  // out of memory: removed unlisted
+            }
             unreachable.push_back(victims[i]->id);
             continue;
           }
@@ -131,7 +144,6 @@ void RuntimeImpl::WriteBackHub() {
         }
         policies_->OnWritten(1, bytes, now);
       }
-      if (!unreachable.empty()) StartRemoves(1, unreachable);
     }
   } catch (const std::exception& e) {
     if (log_) log_->Log(LogLevel::kError, std::string("shutdown writeback failed: ") + e.what());
