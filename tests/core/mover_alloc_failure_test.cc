@@ -1,4 +1,4 @@
-// The mover when memory runs out in its pass: every n-th allocation of one
+// The mover when memory runs out in its pass: the n-th allocation of one
 // pass fails, for each n in turn, while the pass evicts from a lower tier
 // (whose copies it then removes). A Remove cut short must stay listed for the
 // next pass to retry, not counted as running for good: such a copy would
