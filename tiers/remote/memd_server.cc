@@ -67,13 +67,20 @@ void MemdServer::Impl::Accept() {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     // A client that gave up while queued costs nothing to skip.
     if (ec && ec != asio::error::connection_aborted) return AcceptFailed(ec);
-    if (!ec) {
-      auto s = std::make_shared<Session>(*this, std::move(sock));
+    // The next accept is armed first: a connection that cannot be set up
+    // (out of memory) must not stop the listener.
+    Accept();
+    if (ec) return;
+    std::shared_ptr<Session> s;
+    try {
+      s = std::make_shared<Session>(*this, std::move(sock));
       sessions_.emplace(s.get(), s);
       if (sessions_.size() - turned_away_ > options_.max_connections) MakeRoomFor(s.get());
       if (sessions_.contains(s.get())) s->Start();
+    } catch (...) {
+      if (s) s->Close();  // leaves sessions_; a socket not yet in one just closes
+      throw;              // logged by the loop
     }
-    Accept();
   });
 }
 
@@ -139,9 +146,9 @@ void MemdServer::Impl::ExpireLeases() {
   lease_timer_.expires_after(kLeaseTick);
   lease_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !acceptor_.is_open()) return;
+    ExpireLeases();  // first: a tick that throws must not end the ticks
     const uint64_t now = NowMs();
     for (auto& [p, s] : sessions_) s->ExpireLeases(now);
-    ExpireLeases();
   });
 }
 
@@ -149,11 +156,11 @@ void MemdServer::Impl::EnforceDeadlines() {
   deadline_timer_.expires_after(DeadlineTick(options_));
   deadline_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !acceptor_.is_open()) return;
+    EnforceDeadlines();  // first: a tick that throws must not end the ticks
     const uint64_t now = NowMs();
     // A copy: an overdue session is closed and leaves sessions_.
     auto all = sessions_;
     for (auto& [p, s] : all) s->CheckDeadlines(now);
-    EnforceDeadlines();
   });
 }
 
