@@ -155,6 +155,58 @@ TEST_F(MemdGuardTest, RepliesNobodyReadsCloseTheConnection) {
   EXPECT_EQ(server_->GetStats().used_slots, 0u);
 }
 
+// A put whose data waits unread because the server stopped reading the
+// connection (its GET replies backlogged) has not stalled: it is not cut off
+// at put_timeout_ms while the peer takes its time reading the replies (which
+// reply_timeout_ms bounds), and it commits once the server reads again.
+TEST_F(MemdGuardTest, APutTheServerStoppedReadingIsNotCutOff) {
+  ASSERT_NO_FATAL_FAILURE(StartServer([](memd::MemdServerOptions& o) {
+    o.put_timeout_ms = 300;
+    o.reply_timeout_ms = 30000;
+  }));
+  ASSERT_NO_FATAL_FAILURE(OpenTier());
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_NO_FATAL_FAILURE(Put(i));
+    keys.push_back(TestKey(i));
+  }
+  RawClient c(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(c, kSecret));
+  const BlockKey key = TestKey(50);
+  constexpr uint64_t kItem = 1000;
+  const std::vector<std::byte> payload = BlockBytes(key, kItem);
+  std::vector<std::byte> body(kBlockHeaderBytes + kItem);
+  EncodeBlockHeader(MakeBlockHeader(kNs, key, payload), std::span(body).first(kBlockHeaderBytes));
+  std::copy(payload.begin(), payload.end(), body.begin() + kBlockHeaderBytes);
+  c.Send(memd::Frame(memd::Opcode::kPutBegin, 2,
+                     memd::EncodeBody(memd::PutBegin{kNs, {{key, kItem}}})));
+  auto begun = c.ReadFrame();
+  ASSERT_TRUE(begun.has_value() && begun->first.opcode == memd::Opcode::kBeginReply);
+  // 600 GETs of 8 blocks: about 150 MiB of replies, far past what the
+  // server queues (64 MiB) and the sockets hold. Then the put's data.
+  const std::vector<std::byte> get =
+      memd::Frame(memd::Opcode::kGet, 9, memd::EncodeBody(memd::KeyBatch{kNs, keys}));
+  for (int i = 0; i < 600; ++i) c.Send(get);
+  c.Send(memd::Frame(memd::Opcode::kPutData, 2, body, 0));
+  c.Send(memd::Frame(memd::Opcode::kPutCommit, 2, {}));
+  ASSERT_TRUE(Eventually([&] { return server_->TEST_QueuedReplies() > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // past put_timeout_ms
+  for (;;) {
+    auto f = c.ReadFrame();
+    ASSERT_TRUE(f.has_value()) << "the connection was closed";
+    if (f->first.opcode == memd::Opcode::kError) {
+      auto e = memd::DecodeError(f->second);
+      FAIL() << "ERROR: " << (e.ok() ? e->text : e.status().ToString());
+    }
+    if (f->first.opcode != memd::Opcode::kStatusReply || f->first.request_id != 2) continue;
+    auto codes = memd::DecodeStatusList(f->second);
+    ASSERT_TRUE(codes.ok()) << codes.status().ToString();
+    EXPECT_EQ(codes->codes, std::vector<StatusCode>{StatusCode::kOk});
+    break;
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectStored(0));
+}
+
 // CPU time this process has used, user and system.
 std::chrono::microseconds CpuTime() {
   rusage u{};

@@ -161,6 +161,11 @@ std::optional<uint64_t> MemdReservations::OldestProgressMs() const {
   return oldest;
 }
 
+void MemdReservations::RestartProgress() {
+  const uint64_t now = now_ms_();
+  for (auto& [id, put] : puts_) put.progress_ms = std::max(put.progress_ms, now);
+}
+
 void MemdReservations::Cancel() {
   while (!puts_.empty()) Drop(puts_.begin());
 }

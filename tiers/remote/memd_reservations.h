@@ -96,6 +96,10 @@ class MemdReservations {
   // until they are due at kFloorBytesPerSecond: a time that may be ahead of
   // now); nullopt when none is open.
   std::optional<uint64_t> OldestProgressMs() const;
+  // Every open put counts as progressing now: the server stopped reading
+  // the connection (its replies backlogged) and read nothing of theirs
+  // meanwhile.
+  void RestartProgress();
 
  private:
   struct Put {

@@ -226,6 +226,7 @@ void Session::Pump() {
                       if (ec || (closing_ && queue_.empty())) return Close();
                       if (read_paused_ && !closing_ && !Backlogged()) {
                         read_paused_ = false;
+                        reservations_.RestartProgress();
                         ReadHeader();
                       }
                       Pump();
@@ -270,8 +271,11 @@ void Session::CheckDeadlines(uint64_t now_ms) {
     return Expire("handshake not completed within " + std::to_string(o.handshake_timeout_ms) +
                   " ms");
   }
+  // While the server has stopped reading (replies backlogged), a put's
+  // data may wait unread in the socket: that is no stall of the peer's,
+  // whose not reading replies reply_timeout_ms bounds.
   std::optional<uint64_t> put = reservations_.OldestProgressMs();
-  if (put && now_ms >= *put + o.put_timeout_ms) {
+  if (put && !read_paused_ && now_ms >= *put + o.put_timeout_ms) {
     Expire("a put made no progress for " + std::to_string(o.put_timeout_ms) +
            " ms; its reservations are cancelled");
   }
