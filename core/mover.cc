@@ -368,8 +368,14 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
         if (late[i]) continue;
         EndMoveLocked(victims[i]);
         try {
-          if (written[i]) index_.AddLocation(victims[i], next, now);
-        } catch (...) {  // out of memory: that copy below is not indexed
+          if (written[i]) {
+            index_.AddLocation(victims[i], next, now);
+          } else if (reclaimed[i]) {
+            // Its failed Remove's listing, taken over for the write, comes
+            // back: the old copy may still be there.
+            (void)QueueRemoveLocked(next, victims[i]->id, /*running=*/false);
+          }
+        } catch (...) {  // out of memory: that copy below is not indexed (or listed)
         }
       }
       NotifyMovesSettledLocked();
