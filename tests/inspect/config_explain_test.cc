@@ -120,5 +120,28 @@ TEST_F(ConfigExplain, EveryValueReadsBackUnchanged) {
   EXPECT_EQ(after.size(), before.size());
 }
 
+// Byte sizes past 2^53, which a double cannot hold exactly, print exactly
+// and read back: 2^53 + 1 printed as 8PiB, 2^64 - 1 as 16384PiB (which the
+// reader refuses) or, for read_bandwidth, 0B.
+TEST_F(ConfigExplain, HugeByteSizesPrintExactlyAndReadBack) {
+  const std::vector<std::string> huge = {"tiers.ssd.policy.write_budget_per_day=9007199254740993",
+                                         "tiers.ssd.policy.write_max_per_s=18446744073709551615",
+                                         "tiers.ssd.policy.read_bandwidth=18446744073709551615"};
+  const std::map<std::string, std::string> v = Explain(file_, huge);
+  EXPECT_EQ(v.at("tiers.ssd.policy.write_budget_per_day"), "9007199254740993");
+  EXPECT_EQ(v.at("tiers.ssd.policy.write_max_per_s"), "18446744073709551615");
+  EXPECT_EQ(v.at("tiers.ssd.policy.read_bandwidth"), "18446744073709551615");
+  std::vector<std::string> again;
+  for (const char* key : {"tiers.ssd.policy.write_budget_per_day",
+                          "tiers.ssd.policy.write_max_per_s", "tiers.ssd.policy.read_bandwidth"}) {
+    again.push_back(std::string(key) + "=" + v.at(key));
+  }
+  const std::map<std::string, std::string> back = Explain(file_, again);
+  for (const std::string& o : again) {
+    const std::string key = o.substr(0, o.find('='));
+    EXPECT_EQ(back.at(key), v.at(key)) << key;
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::testing

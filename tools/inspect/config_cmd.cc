@@ -1,5 +1,6 @@
 // config validate and config explain.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -42,6 +43,9 @@ std::string Num(Float v) {
   return buf;
 }
 std::string Size(uint64_t bytes) {
+  // Past 2^53 a double no longer holds every integer: the unit form would
+  // round.
+  if (bytes > (uint64_t{1} << 53)) return U(bytes);
   std::string b = Bytes(static_cast<double>(bytes));
   b.erase(std::remove(b.begin(), b.end(), ' '), b.end());
   return b.find('.') == std::string::npos ? b : U(bytes);  // exact, as the reader takes it
@@ -178,7 +182,11 @@ void PolicyEntries(const std::string& tier, const TierOptions& t, std::vector<En
            "write_budget: how often the admit probability is adjusted"},
           {p + "cost_margin", Num(k.cost_margin),
            "cost: admit if load time * margin < recompute time"},
-          {p + "read_bandwidth", Size(static_cast<uint64_t>(t.read_bytes_per_s)),
+          {p + "read_bandwidth",
+           // Read as an integer of at most 2^64 - 1, kept as a double (which
+           // may round it up to 2^64, past any integer cast).
+           t.read_bytes_per_s >= 0x1p64 ? U(UINT64_MAX)
+                                        : Size(static_cast<uint64_t>(t.read_bytes_per_s)),
            "cost: the tier's read bytes per second; 0 = unknown, cost admits"},
           {p + "read_latency_us", Num(t.read_latency_s * 1e6), "cost: latency of one read"},
           {p + "flop_alpha", Num(k.flop_alpha), "flop_aware: weight of FLOPs saved per byte"},
