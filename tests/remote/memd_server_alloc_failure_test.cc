@@ -1,7 +1,8 @@
-// kvtier-memd's recurring work when memory runs out for a while: the
-// deadline and lease ticks throw while every allocation fails. Each must be
-// armed again, so that once memory is back an idle connection still meets
-// its handshake deadline, as does a new one.
+// The recurring deadline checks of kvtier-memd and of the remote client when
+// memory runs out for a while: each tick throws while every allocation
+// fails, and must be armed again, so that once memory is back an idle
+// connection still meets its handshake deadline (server) and an unanswered
+// request still fails at its own (client).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include "tests/core/alloc_failure.h"
 #include "tests/remote/memd_test_options.h"
 #include "tests/remote/raw_memd_client.h"
+#include "tests/remote/scripted_memd.h"
 
 namespace kvtier::testing {
 namespace {
@@ -39,6 +41,28 @@ TEST(MemdServerAllocFailureTest, TicksGoOnAfterTheyThrow) {
   ASSERT_TRUE(later.connected());
   later.ExpectError("handshake not completed within 200 ms");
   server->Stop();
+}
+
+TEST(RemoteClientAllocFailureTest, TheDeadlineTickGoesOnAfterItThrows) {
+  constexpr char kSecret[] = "alloc-test-secret";
+  ScriptedMemd server([&](ScriptedConn& c) {
+    if (!c.Welcome(kSecret, 4096)) return;
+    (void)c.Drain(1 << 20);  // reads the request; answers nothing
+  });
+  auto client = memd::RemoteClient::Create(ScriptedClientOptions(server, kSecret, 300),
+                                           StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ItemResults unanswered(1);
+  (*client)->Exists(0, NamespaceId{11}, {BlockKey{3, 3}}, unanswered.Done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  FailEveryAllocation();
+  // Past the request's deadline: the ticks that run meanwhile throw.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_TRUE(DisarmAllocationFailures());
+  ASSERT_TRUE(unanswered.WaitFor(std::chrono::seconds(3))) << "the request never timed out";
+  EXPECT_EQ(unanswered.status(0).code(), StatusCode::kDeadlineExceeded)
+      << unanswered.status(0).ToString();
+  (*client)->Shutdown();
 }
 
 }  // namespace

@@ -185,6 +185,9 @@ class Link : public std::enable_shared_from_this<Link> {
   void Push(OutFrame f, Request* owner);
   void Sent(size_t bytes);
   void Tick();
+  // One tick's work: fails the requests past their deadlines (or the link,
+  // when it never connected), and arms the next tick while any wait.
+  void CheckDeadlines();
   void Bad(const std::string& why) { Abort(Status::IOError(Prefix() + "bad reply: " + why)); }
   std::string Prefix() const;
   bool Live(const boost::system::error_code& ec, const char* what);

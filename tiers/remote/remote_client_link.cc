@@ -132,39 +132,49 @@ void Link::Tick() {
   timer_.async_wait([this, self](const boost::system::error_code&) {
     ticking_ = false;
     if (dead_) return;
-    const auto now = SteadyClock::now();
-    if (!ready_ && now >= connect_deadline_) {
-      s_.silent = true;
-      return Abort(Status::Unavailable(Prefix() + "no connection within " +
-                                       std::to_string(c_.o_.connect_timeout_ms) + " ms"));
+    try {
+      CheckDeadlines();
+    } catch (...) {
+      // Out of memory building a status: the next tick tries again, or no
+      // deadline of this link would be checked until a new request came.
+      if (!dead_) Tick();
     }
-    // A reply past its deadline is late once the connection has moved no
-    // byte for op_timeout_ms (a server that stopped), or past its cap: a
-    // connection busy with large blocks may take longer than op_timeout_ms
-    // for a request and those queued ahead of it, but not forever.
-    const bool stalled = now - last_progress_ >= std::chrono::milliseconds(c_.o_.op_timeout_ms);
-    std::set<uint32_t> late;
-    for (const auto& [when, id] : deadlines_) {
-      if (when > now) break;
-      const auto it = pending_.find(id);
-      if (stalled || it == pending_.end() || it->second->cap <= now) late.insert(id);
-    }
-    if (!late.empty()) {
-      // The connection is given up for the late ones; requests whose own
-      // time is not up fail as a dropped connection, saying why.
-      const std::string ms = std::to_string(c_.o_.op_timeout_ms) + " ms";
-      const Status own = Status::DeadlineExceeded(Prefix() + "no reply within " + ms);
-      const Status dropped = Status::Unavailable(
-          Prefix() + "connection dropped: an earlier request on it got no reply within " + ms);
-      s_.silent = true;
-      return Abort(own, [&](uint32_t id) { return late.count(id) != 0 ? own : dropped; });
-    }
-    // RDMA operations a full completion queue held back are retried on each
-    // completion of this link; when none is in flight, here.
-    if (rdma_) rdma_->Drain();
-    if (dead_) return;
-    if (!ready_ || !pending_.empty()) Tick();
   });
+}
+
+void Link::CheckDeadlines() {
+  const auto now = SteadyClock::now();
+  if (!ready_ && now >= connect_deadline_) {
+    s_.silent = true;
+    return Abort(Status::Unavailable(Prefix() + "no connection within " +
+                                     std::to_string(c_.o_.connect_timeout_ms) + " ms"));
+  }
+  // A reply past its deadline is late once the connection has moved no
+  // byte for op_timeout_ms (a server that stopped), or past its cap: a
+  // connection busy with large blocks may take longer than op_timeout_ms
+  // for a request and those queued ahead of it, but not forever.
+  const bool stalled = now - last_progress_ >= std::chrono::milliseconds(c_.o_.op_timeout_ms);
+  std::set<uint32_t> late;
+  for (const auto& [when, id] : deadlines_) {
+    if (when > now) break;
+    const auto it = pending_.find(id);
+    if (stalled || it == pending_.end() || it->second->cap <= now) late.insert(id);
+  }
+  if (!late.empty()) {
+    // The connection is given up for the late ones; requests whose own
+    // time is not up fail as a dropped connection, saying why.
+    const std::string ms = std::to_string(c_.o_.op_timeout_ms) + " ms";
+    const Status own = Status::DeadlineExceeded(Prefix() + "no reply within " + ms);
+    const Status dropped = Status::Unavailable(
+        Prefix() + "connection dropped: an earlier request on it got no reply within " + ms);
+    s_.silent = true;
+    return Abort(own, [&](uint32_t id) { return late.count(id) != 0 ? own : dropped; });
+  }
+  // RDMA operations a full completion queue held back are retried on each
+  // completion of this link; when none is in flight, here.
+  if (rdma_) rdma_->Drain();
+  if (dead_) return;
+  if (!ready_ || !pending_.empty()) Tick();
 }
 
 void Link::Abort(const Status& s, const std::function<Status(uint32_t id)>& status_of) {
