@@ -40,7 +40,7 @@ bool MarkLeadingHeld(Tier& tier, size_t batch, NamespaceId ns, std::span<const B
 }  // namespace
 
 void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
-                                    size_t parts_from, SteadyTime until) {
+                                    size_t parts_from) {
   if (!has_adoptable_tier_) return;
   size_t first = 0;
   uint64_t removes_before = 0;
@@ -109,7 +109,7 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
       // for rest[from] already (it lacks it).
       if (!answered[t] || (from != 0 && stop[t] >= from)) continue;
       if (deadline[t] == SteadyTime::max()) {
-        deadline[t] = std::min(std::chrono::steady_clock::now() + kAdoptWait, until);
+        deadline[t] = std::chrono::steady_clock::now() + kAdoptWait;
       }
       answered[t] = MarkLeadingHeld(*lower_[t - 1], BatchLimit(*lower_[t - 1]), ns, rest, from,
                                     1U << t, deadline[t], present, &stop[t]);

@@ -260,10 +260,9 @@ class RuntimeImpl final : public Runtime {
 
   // runtime_adopt.cc: indexes the leading keys that persistent tiers hold;
   // keys[parts_from..] are the parts of a state checkpoint. A tier is
-  // waited for until kAdoptWait from its first question, or `until` if
-  // sooner.
+  // waited for until kAdoptWait from its first question.
   void AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> keys,
-                         size_t parts_from = SIZE_MAX, SteadyTime until = SteadyTime::max());
+                         size_t parts_from = SIZE_MAX);
   // How long one adoption waits for a tier's Contains answers (a local index
   // answers from memory, a shared tier after a round trip): a tier that
   // misbehaves, or a server slow or down, never holds a lookup long.

@@ -52,10 +52,12 @@ void RuntimeImpl::AdoptState(NamespaceId ns, std::span<const BlockKey> keys) {
       if (e->state_unasked) unasked.push_back(i);
     }
   }
-  // Deepest first, each asked once, until one is found. One wait bounds
-  // them all, as it bounds a chain's adoption: a chain of many adopted
+  // Deepest first, each asked once, until one is found. Questions start
+  // only within one wait (each then has its own): a chain of many adopted
   // blocks with no checkpoint stored would otherwise hold the lookup for a
-  // wait each. Those not asked in time are asked by later lookups.
+  // wait each. Those not asked in time are asked by later lookups. (Cutting
+  // the last question's wait short instead would take a shared tier that
+  // answers in a round trip for one that failed to answer.)
   const SteadyTime until = std::chrono::steady_clock::now() + kAdoptWait;
   for (auto it = unasked.rbegin(); it != unasked.rend(); ++it) {
     if (std::chrono::steady_clock::now() >= until) return;
@@ -69,7 +71,7 @@ void RuntimeImpl::AdoptState(NamespaceId ns, std::span<const BlockKey> keys) {
     std::vector<BlockKey> chain(keys.begin(), keys.begin() + j + 1);
     const std::vector<BlockKey> parts = StateParts(ns, keys[j]);
     chain.insert(chain.end(), parts.begin(), parts.end());
-    AdoptStoredBlocks(ns, chain, j + 1, until);
+    AdoptStoredBlocks(ns, chain, j + 1);
     std::lock_guard lock(mu_);
     const IndexEntry* e = index_.Find({ns, keys[j]});
     if (e != nullptr && StateStoredLocked(*e, nullptr)) return;

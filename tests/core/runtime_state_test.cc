@@ -479,10 +479,10 @@ TEST_F(RuntimeStateRestartTest, ACheckpointIsAdoptedAfterARestart) {
 }
 
 // A restart adopts a long chain none of whose blocks has a checkpoint: a
-// lookup asks for the checkpoints deepest first, and one wait bounds all of
-// them, as it bounds the chain's adoption. With each question taking 20 ms,
-// at most 3 fit the 50 ms wait (asking all 12 would hold the lookup
-// 240 ms); the next lookup asks the next ones.
+// lookup asks for the checkpoints deepest first, starting questions only
+// within one wait, as the chain's adoption waits once. With each question
+// taking 20 ms, at most 3 start within the 50 ms wait (asking all 12 would
+// hold the lookup 240 ms); the next lookup asks the next ones.
 TEST_F(RuntimeStateRestartTest, OneWaitBoundsTheCheckpointsALookupAsksFor) {
   state_blocks_ = kStateBlocks;
   std::vector<uint64_t> ids;
