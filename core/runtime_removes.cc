@@ -284,8 +284,10 @@ void RuntimeImpl::RetryPendingRemoves() {
   std::vector<std::vector<NsKey>> retry(tier_count());
   {
     std::lock_guard lock(mu_);
+    // Every list reserved first: marking below allocates nothing, so no key
+    // is marked running without its Remove.
+    for (size_t t = 1; t < tier_count(); ++t) retry[t].reserve(pending_removes_[t].size());
     for (size_t t = 1; t < tier_count(); ++t) {
-      retry[t].reserve(pending_removes_[t].size());  // marking below allocates nothing
       for (auto& [k, p] : pending_removes_[t]) {
         if (p.running != 0) continue;
         ++p.running;
