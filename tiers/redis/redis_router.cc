@@ -309,9 +309,9 @@ RedisNode* RedisRouter::KnownNode(const RedisEndpoint& endpoint) {
 // leave the rest of the batch unsettled.
 Result<RedisNode*> RedisRouter::RedirectTarget(const RedisEndpoint& endpoint) {
   if (!cluster_) return nullptr;
-  if (RedisNode* node = KnownNode(endpoint)) return node;
-  RefreshSlots();
   try {
+    if (RedisNode* node = KnownNode(endpoint)) return node;
+    RefreshSlots();
     std::lock_guard lock(nodes_mu_);
     const std::string name = endpoint.ToString();
     if (auto it = nodes_.find(name); it != nodes_.end()) return it->second.get();
@@ -330,8 +330,22 @@ RedisNode* RedisRouter::Route(std::string_view key) {
   return slots_[RedisHashSlot(key)];
 }
 
-void RedisRouter::RefreshSlots(const RedisNode* avoid) {
+void RedisRouter::RefreshSlots(const RedisNode* avoid) noexcept {
   if (!cluster_) return;
+  try {
+    RefreshSlotsOrThrow(avoid);
+  } catch (const std::exception& e) {
+    try {
+      if (log_) {
+        log_->Log(LogLevel::kWarning, std::string("redis cluster: reading the slot map failed: ") +
+                                          e.what() + "; the old one stays");
+      }
+    } catch (...) {  // out of memory for the message
+    }
+  }
+}
+
+void RedisRouter::RefreshSlotsOrThrow(const RedisNode* avoid) {
   std::vector<const RedisNode*> known;
   {
     std::lock_guard lock(nodes_mu_);

@@ -66,9 +66,10 @@ class RedisRouter {
   // that answers: the masters of the current map, then those of earlier
   // maps, then the configured servers; never `avoid` (a node that just
   // failed), and at most one connect attempt each. No-op without cluster.
-  // Blocks the caller while it connects. Never throws: a map that cannot be
-  // installed (a node of it cannot be started) is logged, the old one kept.
-  void RefreshSlots(const RedisNode* avoid = nullptr);
+  // Blocks the caller while it connects. Never throws: a refresh that fails
+  // (a node of the map cannot be started, memory runs out) is logged, the
+  // old map kept.
+  void RefreshSlots(const RedisNode* avoid = nullptr) noexcept;
   // RefreshSlots on the router's own thread (started on first use), for a
   // caller that must not block: requests made while one runs coalesce.
   void RequestRefresh();
@@ -88,6 +89,8 @@ class RedisRouter {
   Status OpenServers(std::vector<RedisEndpoint> endpoints);
   Status OpenCluster(std::vector<RedisEndpoint> seeds);
   Status LoadSlots(RedisConnection& conn);
+  // RefreshSlots' work; may throw.
+  void RefreshSlotsOrThrow(const RedisNode* avoid);
   // The masters `conn`'s server lists in CLUSTER NODES, as "host:port";
   // empty when it refuses (an ACL) or its answer is malformed, which is
   // logged once per tier (refreshes repeat it at every failover).
