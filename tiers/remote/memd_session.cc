@@ -272,10 +272,12 @@ void Session::CheckDeadlines(uint64_t now_ms) {
                   " ms");
   }
   // While the server has stopped reading (replies backlogged), a put's
-  // data may wait unread in the socket: that is no stall of the peer's,
-  // whose not reading replies reply_timeout_ms bounds.
+  // data may wait unread in the socket: no stall of the peer's, which has
+  // reply_timeout_ms more (a peer taking its replies a byte at a time must
+  // not hold its reservations for ever).
   std::optional<uint64_t> put = reservations_.OldestProgressMs();
-  if (put && !read_paused_ && now_ms >= *put + o.put_timeout_ms) {
+  const uint64_t put_limit_ms = o.put_timeout_ms + (read_paused_ ? o.reply_timeout_ms : 0);
+  if (put && now_ms >= *put + put_limit_ms) {
     Expire("a put made no progress for " + std::to_string(o.put_timeout_ms) +
            " ms; its reservations are cancelled");
   }
