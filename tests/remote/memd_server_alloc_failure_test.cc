@@ -5,6 +5,7 @@
 // request still fails at its own (client).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -33,8 +34,9 @@ TEST(MemdServerAllocFailureTest, TicksGoOnAfterTheyThrow) {
   ASSERT_TRUE(challenge.has_value());
   ASSERT_EQ(challenge->first.opcode, memd::Opcode::kChallenge);
   FailEveryAllocation();
-  // Nothing here allocates: the ticks that run meanwhile throw.
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // Nothing here allocates: the ticks that run meanwhile (one every 50 ms)
+  // throw.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(DisarmAllocationFailures());
   idle.ExpectError("handshake not completed within 200 ms");
   RawClient later(server->port());
@@ -45,16 +47,23 @@ TEST(MemdServerAllocFailureTest, TicksGoOnAfterTheyThrow) {
 
 TEST(RemoteClientAllocFailureTest, TheDeadlineTickGoesOnAfterItThrows) {
   constexpr char kSecret[] = "alloc-test-secret";
+  std::atomic<bool> asked{false};
   ScriptedMemd server([&](ScriptedConn& c) {
     if (!c.Welcome(kSecret, 4096)) return;
-    (void)c.Drain(1 << 20);  // reads the request; answers nothing
+    if (!c.ReadFrame()) return;  // the request, never answered
+    asked = true;
+    (void)c.ClosedWithin(std::chrono::seconds(10));  // allocates nothing while it waits
   });
   auto client = memd::RemoteClient::Create(ScriptedClientOptions(server, kSecret, 300),
                                            StderrLogSink(LogLevel::kError), nullptr);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   ItemResults unanswered(1);
   (*client)->Exists(0, NamespaceId{11}, {BlockKey{3, 3}}, unanswered.Done());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Armed only once the request is out and the server waits allocating
+  // nothing (its thread would end the process on bad_alloc).
+  for (int i = 0; i < 5000 && !asked; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(asked) << "the request never reached the server";
   FailEveryAllocation();
   // Past the request's deadline: the ticks that run meanwhile throw.
   std::this_thread::sleep_for(std::chrono::milliseconds(400));

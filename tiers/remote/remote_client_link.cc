@@ -197,7 +197,10 @@ void Link::Abort(const Status& s, const std::function<Status(uint32_t id)>& stat
   held_puts_.clear();
   begun_items_ = 0;
   auto self = shared_from_this();  // the channel may drop its reference below
-  c_.OnDead(s_, ch_, this, was_ready, s);
+  try {
+    c_.OnDead(s_, ch_, this, was_ready, s);
+  } catch (...) {  // out of memory for its log line: the channel has let go all the same
+  }
   for (auto& [id, r] : pending) r->FailAll(status_of ? status_of(id) : s);
 }
 
