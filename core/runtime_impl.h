@@ -409,6 +409,10 @@ class RuntimeImpl final : public Runtime {
   // A batch of keys listed as running removes from `tier` that was never
   // sent: listed again as awaiting a retry. REQUIRES: mu_ held.
   void AbandonRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys);
+  // Abandons the keys of `batches` from `next` on (all of `keys` when the
+  // split into batches itself failed). REQUIRES: mu_ held.
+  void AbandonUnsentLocked(size_t tier, const std::vector<NsKey>& keys,
+                           const std::vector<RemoveBatch>& batches, size_t next);
   // Runtime::Remove's part below the hub: removes `keys` from every lower
   // tier at once and waits for them at most kRemoveWait; ends this remove
   // (removes_running_) when the last of them has settled, however late.

@@ -75,12 +75,7 @@ Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
     // Out of memory: the keys not settled stay listed, no longer running,
     // and a mover pass retries them.
     std::lock_guard lock(mu_);
-    if (batches.empty()) {
-      for (const NsKey& k : keys) AbandonRemovesLocked(tier, k.ns, {&k.key, 1});
-    }
-    for (; next < batches.size(); ++next) {
-      AbandonRemovesLocked(tier, batches[next].ns, batches[next].keys);
-    }
+    AbandonUnsentLocked(tier, keys, batches, next);
     return Status::ResourceExhausted("remove: out of memory; retried by the mover");
   }
   return first_failure;
@@ -121,6 +116,16 @@ void RuntimeImpl::AbandonRemovesLocked(size_t tier, NamespaceId ns,
   }
 }
 
+void RuntimeImpl::AbandonUnsentLocked(size_t tier, const std::vector<NsKey>& keys,
+                                      const std::vector<RemoveBatch>& batches, size_t next) {
+  if (batches.empty()) {
+    for (const NsKey& k : keys) AbandonRemovesLocked(tier, k.ns, {&k.key, 1});
+  }
+  for (; next < batches.size(); ++next) {
+    AbandonRemovesLocked(tier, batches[next].ns, batches[next].keys);
+  }
+}
+
 void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys) noexcept {
   std::vector<RemoveBatch> batches;
   size_t next = 0;  // the first batch not issued
@@ -135,12 +140,7 @@ void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys) noex
     // Out of memory: the keys not issued stay listed, and a mover pass
     // retries them.
     std::lock_guard lock(mu_);
-    if (batches.empty()) {
-      for (const NsKey& k : keys) AbandonRemovesLocked(tier, k.ns, {&k.key, 1});
-    }
-    for (; next < batches.size(); ++next) {
-      AbandonRemovesLocked(tier, batches[next].ns, batches[next].keys);
-    }
+    AbandonUnsentLocked(tier, keys, batches, next);
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "tests/remote/memd_guard_fixture.h"
 #include "tests/remote/raw_memd_client.h"
+#include "tests/remote/scripted_memd.h"
 #include "tests/support/recording_log.h"
 #include "tiers/remote/memd_server_impl.h"
 #include "tiers/remote/remote_auth.h"
@@ -174,10 +175,7 @@ TEST_F(MemdGuardTest, APutTheServerStoppedReadingIsNotCutOff) {
   ASSERT_NO_FATAL_FAILURE(Authenticate(c, kSecret));
   const BlockKey key = TestKey(50);
   constexpr uint64_t kItem = 1000;
-  const std::vector<std::byte> payload = BlockBytes(key, kItem);
-  std::vector<std::byte> body(kBlockHeaderBytes + kItem);
-  EncodeBlockHeader(MakeBlockHeader(kNs, key, payload), std::span(body).first(kBlockHeaderBytes));
-  std::copy(payload.begin(), payload.end(), body.begin() + kBlockHeaderBytes);
+  const std::vector<std::byte> body = EncodeStoredBlock(kNs, key, BlockBytes(key, kItem));
   c.Send(memd::Frame(memd::Opcode::kPutBegin, 2,
                      memd::EncodeBody(memd::PutBegin{kNs, {{key, kItem}}})));
   auto begun = c.ReadFrame();
