@@ -384,6 +384,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
   }
 
   size_t dropped = 0;
+  size_t listed = 0;  // removals[0, listed) are listed as running removes
   {
     std::lock_guard lock(mu_);
     const uint64_t now = NowNs();
@@ -442,20 +443,31 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     } catch (...) {
     }
     // Out of memory listing one: it and the rest are removed unlisted (a
-    // failure of theirs is not retried), and no key is left marked running
-    // without its Remove.
+    // failure of theirs is not retried, and their Remove leaves the list
+    // alone), and no key is left marked running without its Remove.
     try {
-      for (const NsKey& k : removals) (void)QueueRemoveLocked(tier, k, /*running=*/true);
+      for (; listed < removals.size(); ++listed) {
+        (void)QueueRemoveLocked(tier, removals[listed], /*running=*/true);
+      }
     } catch (...) {
     }
     NotifyMovesSettledLocked();
   }
-  if (removals.empty()) return dropped;
+  std::vector<NsKey> unlisted;
+  if (listed < removals.size()) {
+    try {
+      unlisted.assign(removals.begin() + static_cast<std::ptrdiff_t>(listed), removals.end());
+    } catch (...) {  // out of memory: their copies stay taking room there
+    }
+    removals.resize(listed);
+  }
   // Failures are retried by the mover; a caller with a deadline does not wait.
   if (deadline == SteadyTime::max()) {
-    (void)RunRemoves(tier, removals);
+    if (!removals.empty()) (void)RunRemoves(tier, removals);
+    if (!unlisted.empty()) (void)RunRemoves(tier, unlisted, /*listed=*/false);
   } else {
-    StartRemoves(tier, removals);
+    if (!removals.empty()) StartRemoves(tier, removals);
+    if (!unlisted.empty()) StartRemoves(tier, unlisted, /*listed=*/false);
   }
   return dropped;
 }

@@ -386,13 +386,16 @@ class RuntimeImpl final : public Runtime {
   // stay queued for a retry, the others leave the list. Returns the first
   // failure (NotFound is none: the copy is gone). REQUIRES: each key was
   // queued as running, or the list was full.
-  Status RunRemoves(size_t tier, const std::vector<NsKey>& keys);
+  // `listed` false: keys this caller could not list (out of memory); their
+  // Remove leaves the list as it is (a mark there is another Remove's).
+  Status RunRemoves(size_t tier, const std::vector<NsKey>& keys, bool listed = true);
   // One Remove call to lower tier `tier`: keys of one namespace, at most the
   // tier's batch limit.
   struct RemoveBatch {
     size_t tier;
     NamespaceId ns;
     std::vector<BlockKey> keys;
+    bool listed = true;  // see RunRemoves
   };
   std::vector<RemoveBatch> SplitRemoves(size_t tier, const std::vector<NsKey>& keys) const;
   // The first failure of a finished Remove of `b` (NotFound is none: the
@@ -401,7 +404,7 @@ class RuntimeImpl final : public Runtime {
   // RunRemoves without the wait: the removes settle when they end (counted
   // in late_calls_ until then), for a caller with a deadline. Those memory
   // runs out for stay listed, for a mover pass to retry.
-  void StartRemoves(size_t tier, const std::vector<NsKey>& keys) noexcept;
+  void StartRemoves(size_t tier, const std::vector<NsKey>& keys, bool listed = true) noexcept;
   // Sends one Remove batch and has `settle_locked` (run with mu_ held) see
   // its completion when it ends, counted in late_calls_ until then. Throws
   // (out of memory) only when the batch was not sent.
@@ -419,9 +422,10 @@ class RuntimeImpl final : public Runtime {
   // REQUIRES: removes_running_ counts this call; each key queued as running
   // in every lower tier.
   Status RemoveFromLowerTiers(const std::vector<NsKey>& keys);
-  // Settles a finished Remove of `keys` from `tier`. REQUIRES: mu_ held.
+  // Settles a finished Remove of `keys` from `tier`; `listed` false leaves
+  // the list as it is (see RunRemoves). REQUIRES: mu_ held.
   void SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,
-                           const Completion& c);
+                           const Completion& c, bool listed = true);
   // Retries every failed Remove (start of each mover pass).
   void RetryPendingRemoves();
   // Frees `blocks` blocks of room in lower tier `tier` (>= 1), if it lacks it.

@@ -57,25 +57,26 @@ Status RuntimeImpl::RemoveFailure(const RemoveBatch& b, const Completion& c) con
   return Status::Ok();
 }
 
-Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys) {
+Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys, bool listed) {
   Status first_failure;
   std::vector<RemoveBatch> batches;
   size_t next = 0;  // the first batch not settled
   try {
     batches = SplitRemoves(tier, keys);
+    for (RemoveBatch& b : batches) b.listed = listed;
     for (; next < batches.size(); ++next) {
       const RemoveBatch& b = batches[next];
       Completion c = lower_[tier - 1]->Remove(b.ns, b.keys);
       (void)c.Wait();
       if (first_failure.ok()) first_failure = RemoveFailure(b, c);
       std::lock_guard lock(mu_);
-      SettleRemovesLocked(tier, b.ns, b.keys, c);
+      SettleRemovesLocked(tier, b.ns, b.keys, c, listed);
     }
   } catch (...) {
     // Out of memory: the keys not settled stay listed, no longer running,
     // and a mover pass retries them.
     std::lock_guard lock(mu_);
-    AbandonUnsentLocked(tier, keys, batches, next);
+    if (listed) AbandonUnsentLocked(tier, keys, batches, next);
     return Status::ResourceExhausted("remove: out of memory; retried by the mover");
   }
   return first_failure;
@@ -126,21 +127,23 @@ void RuntimeImpl::AbandonUnsentLocked(size_t tier, const std::vector<NsKey>& key
   }
 }
 
-void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys) noexcept {
+void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys, bool listed) noexcept {
   std::vector<RemoveBatch> batches;
   size_t next = 0;  // the first batch not issued
   try {
     batches = SplitRemoves(tier, keys);
     for (; next < batches.size(); ++next) {
-      const RemoveBatch& b = batches[next];
-      IssueRemove(b,
-                  [this, b](const Completion& c) { SettleRemovesLocked(b.tier, b.ns, b.keys, c); });
+      RemoveBatch& b = batches[next];
+      b.listed = listed;
+      IssueRemove(b, [this, b](const Completion& c) {
+        SettleRemovesLocked(b.tier, b.ns, b.keys, c, b.listed);
+      });
     }
   } catch (...) {
     // Out of memory: the keys not issued stay listed, and a mover pass
     // retries them.
     std::lock_guard lock(mu_);
-    AbandonUnsentLocked(tier, keys, batches, next);
+    if (listed) AbandonUnsentLocked(tier, keys, batches, next);
   }
 }
 
@@ -240,7 +243,7 @@ Status RuntimeImpl::RemoveFromLowerTiers(const std::vector<NsKey>& keys) {
 }
 
 void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<const BlockKey> keys,
-                                      const Completion& c) {
+                                      const Completion& c, bool listed) {
   auto& list = pending_removes_[tier];
   for (size_t k = 0; k < keys.size(); ++k) {
     const StatusCode result = c.result(k).code();
@@ -256,6 +259,7 @@ void RuntimeImpl::SettleRemovesLocked(size_t tier, NamespaceId ns, std::span<con
         ++adopt_epoch_;
       }
     }
+    if (!listed) continue;
     const auto it = list.find({ns, keys[k]});
     if (it == list.end()) continue;
     PendingRemove& p = it->second;

@@ -107,17 +107,21 @@ void RuntimeImpl::WriteBackHub() {
         if (refused != 0) metrics_.AddAdmission(1, false, refused);
       }
       WriteToNext(0, victims, write, written, read_status);
-      std::vector<NsKey> unreachable;
-      unreachable.reserve(victims.size());  // listing one below allocates nothing
+      // Listed as running removes, and not (out of memory listing them).
+      std::vector<NsKey> unreachable, unlisted;
+      unreachable.reserve(victims.size());  // adding one below allocates nothing
+      unlisted.reserve(victims.size());
       // Issued however the block below ends (with mu_ released): a key
       // listed as running has its Remove.
-      struct IssueListed {
+      struct IssueRemoves {
         RuntimeImpl* rt;
-        std::vector<NsKey>& keys;
-        ~IssueListed() {
-          if (!keys.empty()) rt->StartRemoves(1, keys);
+        std::vector<NsKey>& listed;
+        std::vector<NsKey>& unlisted;
+        ~IssueRemoves() {
+          if (!listed.empty()) rt->StartRemoves(1, listed);
+          if (!unlisted.empty()) rt->StartRemoves(1, unlisted, /*listed=*/false);
         }
-      } issue{this, unreachable};
+      } issue{this, unreachable, unlisted};
       {
         std::lock_guard lock(mu_);
         const uint64_t now = NowNs();
@@ -134,9 +138,10 @@ void RuntimeImpl::WriteBackHub() {
             bytes += victims[i]->bytes;
             try {
               (void)QueueRemoveLocked(1, victims[i]->id, /*running=*/true);
+              unreachable.push_back(victims[i]->id);
             } catch (...) {  // out of memory: removed unlisted
+              unlisted.push_back(victims[i]->id);
             }
-            unreachable.push_back(victims[i]->id);
             continue;
           }
           bytes += IndexDemotedLocked(victims[i], 0, now);
