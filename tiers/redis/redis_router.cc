@@ -307,7 +307,7 @@ RedisNode* RedisRouter::KnownNode(const RedisEndpoint& endpoint) {
 // cluster says, whatever redirects say.
 // It runs on a node's I/O thread, delivering replies: what it throws would
 // leave the rest of the batch unsettled.
-Result<RedisNode*> RedisRouter::RedirectTarget(const RedisEndpoint& endpoint) {
+Result<RedisNode*> RedisRouter::RedirectTarget(const RedisEndpoint& endpoint) noexcept {
   if (!cluster_) return nullptr;
   try {
     if (RedisNode* node = KnownNode(endpoint)) return node;
@@ -317,9 +317,14 @@ Result<RedisNode*> RedisRouter::RedirectTarget(const RedisEndpoint& endpoint) {
     if (auto it = nodes_.find(name); it != nodes_.end()) return it->second.get();
     return listed_masters_.count(name) != 0 ? NodeAtLocked(endpoint) : nullptr;
   } catch (const std::exception& e) {
-    return Status::Unavailable("could not start a node for " + endpoint.ToString() + ": " +
-                               e.what());
+    try {
+      return Status::Unavailable("could not start a node for " + endpoint.ToString() + ": " +
+                                 e.what());
+    } catch (...) {  // out of memory for the message
+    }
+  } catch (...) {
   }
+  return Status::Unavailable("could not start a node for the redirect's target");
 }
 
 RedisNode* RedisRouter::Route(std::string_view key) {
@@ -342,6 +347,7 @@ void RedisRouter::RefreshSlots(const RedisNode* avoid) noexcept {
       }
     } catch (...) {  // out of memory for the message
     }
+  } catch (...) {
   }
 }
 

@@ -60,7 +60,7 @@ class RedisRouter {
   // Redirects thus never make the tier connect to hosts the cluster does not
   // name as its masters, or send them the password. Never throws: a node
   // that cannot be started (no thread, no memory) is Unavailable.
-  Result<RedisNode*> RedirectTarget(const RedisEndpoint& endpoint);
+  Result<RedisNode*> RedirectTarget(const RedisEndpoint& endpoint) noexcept;
   bool cluster() const { return cluster_; }
   // Re-reads the cluster slot map (at most every 100 ms) from the first node
   // that answers: the masters of the current map, then those of earlier
