@@ -111,8 +111,8 @@ void MemdServer::Impl::MakeRoomFor(Session* fresh) {
 
 void MemdServer::Impl::TurnAway(Session* s, const std::string& why) {
   if (turned_away_ >= kMaxTurnedAway) return s->Close();
+  s->TurnAway(why);  // first: copying the reason may throw, and Forget counts by the flag
   ++turned_away_;
-  s->TurnAway(why);
 }
 
 void MemdServer::Impl::AcceptFailed(const boost::system::error_code& ec) {

@@ -276,9 +276,10 @@ void Session::CheckDeadlines(uint64_t now_ms) {
   // reply_timeout_ms more (a peer taking its replies a byte at a time must
   // not hold its reservations for ever).
   std::optional<uint64_t> put = reservations_.OldestProgressMs();
-  const uint64_t put_limit_ms = o.put_timeout_ms + (read_paused_ ? o.reply_timeout_ms : 0);
+  const uint64_t put_limit_ms =
+      uint64_t{o.put_timeout_ms} + (read_paused_ ? uint64_t{o.reply_timeout_ms} : 0);
   if (put && now_ms >= *put + put_limit_ms) {
-    Expire("a put made no progress for " + std::to_string(o.put_timeout_ms) +
+    Expire("a put made no progress for " + std::to_string(put_limit_ms) +
            " ms; its reservations are cancelled");
   }
 }
