@@ -383,16 +383,7 @@ void RedisRouter::RefreshSlotsOrThrow(const RedisNode* avoid) {
   for (const RedisEndpoint& ep : seeds_) add(ep);
   for (const RedisEndpoint& ep : candidates) {
     auto conn = RedisConnection::Open(ep, options_, tls_.get());
-    try {
-      if (conn.ok() && LoadSlots(**conn).ok()) return;
-    } catch (const std::exception& e) {  // a new master's node could not start
-      if (log_) {
-        log_->Log(LogLevel::kWarning, std::string("redis cluster: the slot map from ") +
-                                          ep.ToString() + " was not installed: " + e.what() +
-                                          "; the old one stays");
-      }
-      return;
-    }
+    if (conn.ok() && LoadSlots(**conn).ok()) return;
   }
   if (log_) log_->Log(LogLevel::kWarning, "redis cluster: no node answered CLUSTER SLOTS");
 }
@@ -420,10 +411,7 @@ void RedisRouter::RefreshLoop() {
     if (refresh_stop_) return;
     refresh_wanted_ = false;
     lock.unlock();
-    try {
-      RefreshSlots();
-    } catch (...) {  // out of memory: the slots stay as they were until the next refresh
-    }
+    RefreshSlots();  // noexcept: a failure keeps the old map until the next refresh
     lock.lock();
   }
 }
