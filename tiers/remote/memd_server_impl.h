@@ -144,13 +144,16 @@ class MemdServer::Impl {
   std::unique_ptr<RdmaDevice> rdma_;
   std::unique_ptr<RdmaMemory> pool_mr_;
   const uint64_t instance_id_;
+  AsioLoop loop_;
+  // Declared after the loop, so their sockets go before the io_context they
+  // were opened on (a socket that outlives its io_context touches freed
+  // reactor state when it is destroyed).
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;  // loop thread only
   // The sessions Stop closed, moved out of sessions_ (a copy could run out
   // of memory and leave them open, and the loop would never stop); kept
   // until the server goes, as sessions_ would have kept them.
   std::unordered_map<Session*, std::shared_ptr<Session>> closed_;  // loop thread only
   size_t turned_away_ = 0;  // of sessions_, those refused (not counted against the limit)
-  AsioLoop loop_;
   tcp::acceptor acceptor_;
   asio::steady_timer lease_timer_;
   asio::steady_timer deadline_timer_;
