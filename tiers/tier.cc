@@ -169,7 +169,14 @@ void Tier::Shutdown() {
   drained_.wait(lock, [&] { return in_flight_ == 0; });
   if (shut_down_) return;
   shut_down_ = true;
+  // DoShutdown counts as a call in flight (new work is refused by now), so
+  // a second caller waits above until it has returned, thrown or not.
+  ++in_flight_;
   lock.unlock();
+  struct EndShutdown {
+    Tier* tier;
+    ~EndShutdown() { tier->EndCall(); }
+  } end{this};
   DoShutdown();
 }
 

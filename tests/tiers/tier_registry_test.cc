@@ -104,5 +104,47 @@ TEST(TierBase, ShutdownWaitsForTheBackendCallToReturn) {
   reader.join();
 }
 
+// A backend whose DoShutdown blocks until released.
+class SlowShutdownTier final : public Tier {
+ public:
+  SlowShutdownTier() : Tier("slow", "test", TierCapabilities{}) {}
+  ~SlowShutdownTier() override { Shutdown(); }
+  std::promise<void> entered;
+  std::promise<void> let_return;
+  std::atomic<bool> returned{false};
+  TierUsage Usage() const override { return {}; }
+
+ protected:
+  void DoShutdown() override {
+    entered.set_value();
+    let_return.get_future().wait();
+    returned = true;
+  }
+  void DoRead(NamespaceId, std::span<const ReadOp>, CompletionSource) override {}
+  void DoWrite(NamespaceId, std::span<const WriteOp>, CompletionSource) override {}
+  void DoRemove(NamespaceId, std::span<const BlockKey>, CompletionSource) override {}
+  void DoContains(NamespaceId, std::span<const BlockKey>, CompletionSource) override {}
+};
+
+TEST(TierBase, ASecondShutdownWaitsForTheFirstToFinish) {
+  SlowShutdownTier tier;
+  std::thread first([&] { tier.Shutdown(); });
+  tier.entered.get_future().wait();
+  std::atomic<bool> second_done{false};
+  bool backend_returned_first = false;
+  std::thread second([&] {
+    tier.Shutdown();
+    backend_returned_first = tier.returned.load();
+    second_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(second_done.load())
+      << "a second Shutdown returned while the first was still in DoShutdown";
+  tier.let_return.set_value();
+  second.join();
+  first.join();
+  EXPECT_TRUE(backend_returned_first);
+}
+
 }  // namespace
 }  // namespace kvtier
