@@ -36,9 +36,13 @@ std::vector<std::byte> StoredBlock(size_t i) {
 class RemoteClientSlowLinkTest : public ::testing::Test {
  protected:
   // A server that answers a GET of kItems blocks with the first
-  // `sent` of them, `gap` apart, then waits for the client to hang up.
+  // `sent` of them, `gap` apart, then waits for the client to hang up. The
+  // blocks are encoded beforehand, so the gap is the sleep alone, however
+  // loaded the machine.
   void Serve(size_t sent, std::chrono::milliseconds gap) {
-    server_ = std::make_unique<ScriptedMemd>([sent, gap](ScriptedConn& c) {
+    std::vector<std::vector<std::byte>> blocks;
+    for (size_t i = 0; i < sent; ++i) blocks.push_back(StoredBlock(i));
+    server_ = std::make_unique<ScriptedMemd>([sent, gap, blocks](ScriptedConn& c) {
       if (!c.Welcome(kSecret, kSlotBytes)) return;
       auto get = c.ReadFrame();
       if (!get || get->first.opcode != Opcode::kGet) {
@@ -47,9 +51,8 @@ class RemoteClientSlowLinkTest : public ::testing::Test {
       }
       for (size_t i = 0; i < sent; ++i) {
         if (i > 0) std::this_thread::sleep_for(gap);
-        const std::vector<std::byte> block = StoredBlock(i);
-        c.Send(
-            memd::Frame(Opcode::kGetData, get->first.request_id, block, static_cast<uint16_t>(i)));
+        c.Send(memd::Frame(Opcode::kGetData, get->first.request_id, blocks[i],
+                           static_cast<uint16_t>(i)));
       }
       c.Drain(1);  // until the client hangs up
     });
