@@ -30,12 +30,27 @@ class Batch final : public RedisBatch, public std::enable_shared_from_this<Batch
   // issued; see RedisTier::FoundMissing.
   Batch(RedisTier* tier, NamespaceId ns, RedisOp::Kind kind, CompletionSource done,
         uint64_t issued_at = 0)
-      : tier_(tier), ns_(ns), kind_(kind), issued_at_(issued_at), done_(std::move(done)) {}
+      : tier_(tier), ns_(ns), kind_(kind), issued_at_(issued_at), done_(std::move(done)) {
+    if (kind_ == RedisOp::Kind::kSet) owed_ = std::make_unique<Owed[]>(done_.size());
+  }
+  // Memory ran out on the way (a worker drops the job it was running, a
+  // DoWrite throws after its reservations): the SETs never settled end as
+  // failed in the tier's count before the completion answers them
+  // (Cancelled), or their keys would stay counted as being written.
+  ~Batch() override;
 
   NamespaceId ns() const override { return ns_; }
   RedisOp::Kind kind() const { return kind_; }
   uint64_t issued_at() const { return issued_at_; }
   CompletionSource& done() { return done_; }
+  // Item `i`'s SET is accounted under record `account`: ended by Settle or,
+  // failing that, by the destructor.
+  void Owe(size_t i, const BlockKey& block, uint64_t account) {
+    owed_[i] = Owed{block, account, true};
+  }
+  void Settled(size_t i) {
+    if (owed_) owed_[i].open = false;
+  }
 
   void Deliver(RedisNode* node, std::vector<RedisOp> ops,
                std::vector<RedisOpResult> results) override;
@@ -53,6 +68,12 @@ class Batch final : public RedisBatch, public std::enable_shared_from_this<Batch
   const RedisOp::Kind kind_;
   const uint64_t issued_at_;
   CompletionSource done_;
+  struct Owed {
+    BlockKey block;
+    uint64_t account = 0;
+    bool open = false;  // written by the one thread settling the item
+  };
+  std::unique_ptr<Owed[]> owed_;  // kSet: one per item
   // Jobs not yet delivered, plus one held by whoever is dispatching.
   std::atomic<int> pending_{1};
 };
@@ -82,6 +103,8 @@ class RedisTier final : public Tier {
   RedisRouter& router() { return *router_; }
   // Records the outcome of one op in the usage count and the completion.
   void Settle(Batch& batch, const RedisOp& op, RedisOpResult result);
+  // A SET of `k` under record `account` that never settled failed.
+  void AbandonWrite(const NsKey& k, uint64_t account) { WriteEnded(k, account, false); }
 
  protected:
   void DoRead(NamespaceId ns, std::span<const ReadOp> ops, CompletionSource done) override;
@@ -135,6 +158,13 @@ class RedisTier final : public Tier {
   uint64_t write_clock_ = 0;                         // guarded: counts ended SETs
   uint64_t next_account_ = 0;                        // guarded: ids of Held records
 };
+
+Batch::~Batch() {
+  if (!owed_) return;
+  for (size_t i = 0; i < done_.size(); ++i) {
+    if (owed_[i].open) tier_->AbandonWrite(NsKey{ns_, owed_[i].block}, owed_[i].account);
+  }
+}
 
 void Batch::Dispatch(std::vector<RedisOp> ops) {
   RedisRouter& router = tier_->router();
@@ -227,18 +257,11 @@ void RedisTier::Settle(Batch& batch, const RedisOp& op, RedisOpResult result) {
   const NsKey k{batch.ns(), op.block};
   switch (batch.kind()) {
     case RedisOp::Kind::kSet:
+      batch.Settled(op.index);
       WriteEnded(k, op.account, result.status.ok());
       break;
-    case RedisOp::Kind::kDel: {
-      // Whatever the DEL's outcome, the caller has forgotten the block (the
-      // runtime drops it from its index before asking, and only retries the
-      // DEL later), so its room is freed now: a failed DEL leaves at most a
-      // key this tier no longer counts, like any other key it cannot see,
-      // which a retry, its TTL or the server's eviction removes.
-      std::lock_guard lock(usage_mu_);
-      Unaccount(k);
+    case RedisOp::Kind::kDel:  // unaccounted when it was asked for (DoRemove)
       break;
-    }
     case RedisOp::Kind::kGet:
     case RedisOp::Kind::kExists:
       // The runtime forgets a key found missing and never removes it.
@@ -304,6 +327,7 @@ void RedisTier::DoWrite(NamespaceId ns, std::span<const WriteOp> ops, Completion
       batch->done().Set(i, std::move(st));
       continue;
     }
+    batch->Owe(i, ops[i].key, account);
     RedisOp op = MakeOp(RedisOp::Kind::kSet, ns, ops[i].key, i);
     op.account = account;
     EncodeBlockHeader(MakeBlockHeader(ns, ops[i].key, ops[i].src, ops[i].checksum), op.header);
@@ -339,6 +363,16 @@ void RedisTier::RunKeys(RedisOp::Kind kind, NamespaceId ns, std::span<const Bloc
 }
 
 void RedisTier::DoRemove(NamespaceId ns, std::span<const BlockKey> keys, CompletionSource done) {
+  // Whatever the DELs' outcome, the caller has forgotten the blocks (the
+  // runtime drops them from its index before asking, and only retries a DEL
+  // later), so their room is freed now, before anything that can fail: a
+  // failed DEL leaves at most a key this tier no longer counts, like any
+  // other key it cannot see, which a retry, its TTL or the server's
+  // eviction removes.
+  {
+    std::lock_guard lock(usage_mu_);
+    for (const BlockKey& key : keys) Unaccount(NsKey{ns, key});
+  }
   RunKeys(RedisOp::Kind::kDel, ns, keys, std::move(done));
 }
 
