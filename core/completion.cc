@@ -15,6 +15,7 @@ struct CompletionState {
   // after taking a resource cannot fail to give it back.
   explicit CompletionState(size_t n) : results(n), bytes(n, 0), set(n, false) {
     callbacks.reserve(2);
+    running.reserve(2);
   }
 
   mutable std::mutex mu;
@@ -26,6 +27,11 @@ struct CompletionState {
   // must not say OK for a call that was refused.
   Status refused;
   std::vector<std::function<void()>> callbacks;
+  // The callbacks Finish() is running, swapped with `callbacks`, so that
+  // while they run `callbacks` still has room for two (a callback a tier
+  // call's deadline hands it then allocates nothing either). Only the
+  // finishing thread touches it outside a swap.
+  std::vector<std::function<void()>> running;
   // Results are final and the callbacks are running; `done` follows. Guarded
   // by mu.
   bool finishing = false;
@@ -167,7 +173,7 @@ void CompletionSource::SetLayersDone(uint32_t layers) {
 }
 
 void CompletionSource::Finish() {
-  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>& callbacks = state_->running;
   {
     std::lock_guard lock(state_->mu);
     if (state_->finishing) return;

@@ -4,7 +4,9 @@
 // the process from a destructor.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <optional>
+#include <thread>
 
 #include "kvtier/completion.h"
 #include "kvtier/status.h"
@@ -61,6 +63,42 @@ TEST(CompletionAllocFailureTest, FinishingWithItemsUnsetFailsThem) {
   ASSERT_TRUE(c.Poll());
   EXPECT_TRUE(c.result(0).ok());
   EXPECT_EQ(c.result(1).code(), StatusCode::kInternal);
+}
+
+// While Finish() runs the callbacks registered so far, one more (the
+// runtime's, handed a tier call its deadline gave up on) still fits in the
+// room kept for it: its registration used to allocate, and a failure there
+// left the runtime counting a callback that would never run.
+TEST(CompletionAllocFailureTest, ACallbackRegisteredWhileOthersRunAllocatesNothing) {
+  CompletionSource src(1);
+  const Completion c = src.completion();
+  std::promise<void> running;
+  std::promise<void> go_on;
+  std::shared_future<void> released = go_on.get_future().share();
+  c.OnDone([&running, released] {
+    running.set_value();
+    released.wait();
+  });
+  std::thread finisher([&] {
+    src.Set(0, Status::Ok());
+    src.Finish();
+  });
+  running.get_future().wait();
+  bool late_ran = false;
+  FailEveryAllocation();
+  bool threw = false;
+  try {
+    c.OnDone([&late_ran] { late_ran = true; });
+  } catch (...) {
+    threw = true;
+  }
+  const bool injected = DisarmAllocationFailures();
+  go_on.set_value();
+  finisher.join();
+  EXPECT_FALSE(threw) << "registering allocated";
+  EXPECT_FALSE(injected);
+  EXPECT_TRUE(late_ran);
+  EXPECT_TRUE(c.Poll());
 }
 
 }  // namespace
