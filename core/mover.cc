@@ -691,7 +691,13 @@ std::vector<WriteOp> RuntimeImpl::StageWrites(size_t tier, const std::vector<Ind
   Completion r = t.Read(victims[items.front()]->id.ns, reads);
   if (!FinishedBy(r, deadline)) {
     // The read goes on into `staging`, which it keeps; the copies stay.
-    r.OnDone([staging_buffers] {});
+    // Without memory to hand the buffers over, this waits for the read
+    // instead: freeing them under it would corrupt the heap.
+    try {
+      r.OnDone([staging_buffers] {});
+    } catch (...) {
+      (void)r.Wait();
+    }
     for (size_t i : items) {
       read_status[i] =
           Status::DeadlineExceeded("demote: not read from tier '" + t.name() + "' by the deadline");

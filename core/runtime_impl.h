@@ -510,14 +510,21 @@ class RuntimeImpl final : public Runtime {
     if (--late_calls_ == 0) late_calls_done_.notify_all();
   }
   // Counts the tier call `c` in late_calls_ and has `fn`, which must end
-  // with EndLateCallLocked, run when it ends. Allocates nothing: a
-  // completion keeps room for the runtime's callback.
+  // with EndLateCallLocked, run when it ends. A completion keeps room for
+  // the runtime's callback, even while it runs its own; should registering
+  // still throw, `fn` never runs and the count is undone here.
   void AddLateCallback(const Completion& c, std::function<void()> fn) {
     {
       std::lock_guard lock(mu_);
       ++late_calls_;
     }
-    c.OnDone(std::move(fn));
+    try {
+      c.OnDone(std::move(fn));
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      EndLateCallLocked();
+      throw;
+    }
   }
   // Wakes what waits for a pass's victims to settle: evictions waiting for
   // slots (moves_done_) and saves of a victim whose copy was found lost
