@@ -14,10 +14,12 @@ std::atomic<long> g_every_nth{0};  // 0: off
 std::atomic<long> g_count{0};
 std::atomic<bool> g_injected{false};
 thread_local bool t_fail_here = false;
+thread_local long t_allocs_left = -1;  // as g_allocs_left, for this thread's allocations
 
 void* Allocate(std::size_t n) {
   const long nth = g_every_nth.load(std::memory_order_relaxed);
-  if (t_fail_here || g_fail_all.load(std::memory_order_relaxed) ||
+  if (t_fail_here || (t_allocs_left >= 0 && t_allocs_left-- == 0) ||
+      g_fail_all.load(std::memory_order_relaxed) ||
       (nth > 0 && g_count.fetch_add(1, std::memory_order_relaxed) % nth == nth - 1) ||
       (g_allocs_left.load(std::memory_order_relaxed) >= 0 &&
        g_allocs_left.fetch_sub(1, std::memory_order_relaxed) == 0)) {
@@ -45,6 +47,8 @@ void FailEveryAllocation() { g_fail_all.store(true); }
 
 void FailAllocationsOnThisThread(bool on) { t_fail_here = on; }
 
+void FailAllocationAfterOnThisThread(long n) { t_allocs_left = n; }
+
 void FailEveryNthAllocation(long n) {
   g_count.store(0);
   g_every_nth.store(n);
@@ -54,6 +58,7 @@ bool DisarmAllocationFailures() {
   g_fail_all.store(false);
   g_every_nth.store(0);
   g_allocs_left.store(-1);
+  t_allocs_left = -1;
   return g_injected.exchange(false);
 }
 

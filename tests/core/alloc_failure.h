@@ -14,7 +14,12 @@ void FailEveryNthAllocation(long n);
 // Every allocation on the calling thread throws while `on` (other threads
 // are not touched), until called again with false.
 void FailAllocationsOnThisThread(bool on);
-// Allocations succeed again. Returns whether one was failed since arming.
+// The n-th allocation the calling thread makes from now throws, once; other
+// threads are not touched (a library that cannot take a failed allocation
+// may run on them).
+void FailAllocationAfterOnThisThread(long n);
+// Allocations succeed again (this thread's countdown included). Returns whether one was failed
+// since arming.
 bool DisarmAllocationFailures();
 
 }  // namespace kvtier::testing

@@ -88,14 +88,22 @@ Status NvmeTier::State::Reclaim(uint64_t disk) {
   // the tier meanwhile. Between shards nothing enters the victim (no writer
   // is in it, and only this reclaim moves blocks); entries that leave it or
   // change are skipped by InstallRelocatedLocked, as after Relocate's reads.
-  for (size_t shard = 0; shard < map.kShards; ++shard) {
-    {
-      std::lock_guard lock(mu);
-      map.ForEachIn(shard, [&](const NsKey& id, const Entry& e) {
-        if (e.loc.region == static_cast<uint32_t>(victim)) live.push_back({id, e});
-      });
+  try {
+    for (size_t shard = 0; shard < map.kShards; ++shard) {
+      {
+        std::lock_guard lock(mu);
+        map.ForEachIn(shard, [&](const NsKey& id, const Entry& e) {
+          if (e.loc.region == static_cast<uint32_t>(victim)) live.push_back({id, e});
+        });
+      }
+      if (shard == 0 && during_reclaim_scan) during_reclaim_scan();
     }
-    if (shard == 0 && during_reclaim_scan) during_reclaim_scan();
+  } catch (const std::bad_alloc&) {
+    // The victim is taken back, or it would stay reclaiming for good.
+    std::lock_guard lock(mu);
+    regions[victim].state = RegionState::kSealed;
+    return Status::ResourceExhausted("no memory to list the blocks of region " +
+                                     std::to_string(victim));
   }
   uint64_t reinserted = 0;
   KVTIER_RETURN_IF_ERROR(Relocate(victim, live, &reinserted));
@@ -245,12 +253,14 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
   int target = -1;
   uint64_t gen = 0;
   Status st;
+  // WritePacked changes nothing until its write has landed, and allocates
+  // nothing after that.
   try {
     st = PackLive(victim, live, buf, &packed);
+    if (st.ok() && packed > 0) st = WritePacked(buf, packed, &target, &gen);
   } catch (const std::bad_alloc&) {
     st = Status::ResourceExhausted("out of memory for the live blocks");
   }
-  if (st.ok() && packed > 0) st = WritePacked(buf, packed, &target, &gen);
   std::unique_lock lock(mu);
   Region& v = regions[victim];
   if (!st.ok()) {
@@ -276,6 +286,13 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
 // Points the index at the rewritten copies; drops what was evicted, failed
 // its check or could not be read. Blocks replaced or removed meanwhile are
 // left alone. Returns the blocks rewritten. REQUIRES: mu held.
+//
+// Throws nothing: the packed copies have landed and the spare is the active
+// region by now, so every block must be settled. Without memory to record a
+// change for RocksDB, its row keeps naming the old copy in the victim, which
+// recovery takes while the victim still holds it and rejects by generation
+// once the region is written again; a loss that cannot be queued for report
+// surfaces as a miss on the block's next read.
 uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_t gen,
                                                  const std::vector<LiveBlock>& live) {
   uint64_t moved_blocks = 0;
@@ -292,9 +309,16 @@ uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_
         ++stats.evicted_blocks;
         stats.bytes_evicted += disk;
       }
-      DropLocked(b.id, *e, true);
+      try {
+        DropLocked(b.id, *e, true);
+      } catch (const std::bad_alloc&) {  // it threw before changing anything
+        DropLocked(b.id, *e, false);
+      }
       map.Erase(b.id);
-      lost_unreported.push_back(b.id);
+      try {
+        lost_unreported.push_back(b.id);
+      } catch (const std::bad_alloc&) {
+      }
       continue;
     }
     BlockLocation moved = e->loc;
@@ -303,7 +327,10 @@ uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_
     moved.generation = gen;
     e->loc = moved;
     e->hits = 0;  // hot again only if read again
-    pending[b.id] = moved;
+    try {
+      pending[b.id] = moved;
+    } catch (const std::bad_alloc&) {
+    }
     regions[victim].live_bytes -= disk;
     regions[target].live_bytes += disk;
     stats.bytes_reinserted += disk;

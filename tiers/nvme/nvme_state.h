@@ -72,6 +72,12 @@ struct Placement {
 };
 
 struct NvmeTier::State {
+  // A state its tier never took over (building the tier threw) still stops
+  // its committer: a joinable thread destroyed ends the process.
+  ~State() {
+    if (committer.joinable()) Close();
+  }
+
   std::string name;
   TierOptions options;
   uint64_t block_bytes = 0;

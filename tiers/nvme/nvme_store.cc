@@ -343,6 +343,10 @@ Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, ui
     lock.lock();
     if (!st.ok()) return st.WithContext("tier '" + name + "': reclaim");
   }
+  // First, as the one step that allocates: should it throw, nothing has
+  // changed (a writer counted and never ended would keep the region from
+  // reclaim, and a reclaim waiting for it would wait for good).
+  uint32_t& writes_of_id = writing.try_emplace(id, 0).first->second;
   Region& r = regions[active];
   Placement p;
   p.loc = BlockLocation{static_cast<uint32_t>(active), static_cast<uint32_t>(r.write_ptr), payload,
@@ -350,7 +354,7 @@ Result<Placement> NvmeTier::State::Reserve(const NsKey& id, uint64_t payload, ui
   p.seq = ++seq;
   r.write_ptr += disk;
   ++r.writers;
-  ++writing[id];
+  ++writes_of_id;
   used_payload += payload;
   live_disk += disk;
   return p;
