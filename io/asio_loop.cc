@@ -74,7 +74,11 @@ Status AsioLoop::Call(std::function<void()> fn) {
       fn();
       ran.set_value(Status::Ok());
     } catch (const std::exception& e) {
-      ran.set_value(Status::Internal(std::string("loop call threw: ") + e.what()));
+      // Built without letting a second throw escape: the caller waits for
+      // this value.
+      ran.set_value(DescribedStatus(StatusCode::kInternal, "loop call threw", [&] {
+        return Status::Internal(std::string("loop call threw: ") + e.what());
+      }));
     } catch (...) {
       ran.set_value(Status::Internal("loop call threw a non-standard exception"));
     }
