@@ -80,6 +80,11 @@ Result<std::vector<BlockKey>> LookupKeys(const kvtier_runtime* rt, const kvtier_
 // The engine blocks of a save or a load (NULL only when n is 0).
 Result<std::span<const uint32_t>> Blocks(const uint32_t* blocks, size_t n) {
   if (n > 0 && blocks == nullptr) return Status::InvalidArgument("engine_blocks is NULL");
+  // As for keys (Keys): more than an address space holds is a wrong count.
+  if (n > SIZE_MAX / sizeof(uint32_t)) {
+    return Status::InvalidArgument("the count of engine_blocks is " + std::to_string(n) +
+                                   ", more than memory can hold");
+  }
   return std::span<const uint32_t>(blocks, n);
 }
 

@@ -125,8 +125,11 @@ Status RuntimeImpl::CheckStateBlocks(std::span<const uint32_t> blocks, const cha
 Completion RuntimeImpl::SaveState(NamespaceId ns, const BlockKey& boundary,
                                   std::span<const uint32_t> engine_blocks,
                                   const SaveOptions& options) {
-  // An error covers at least one item, so that an empty call reports it too.
-  const size_t items = std::max<size_t>(1, engine_blocks.size());
+  // The items a checkpoint has (engine_blocks of any other count is
+  // refused): a wrong count, such as a negative one cast to size_t, must not
+  // size the answer, nor the failures counted. An error covers at least one
+  // item, so that an empty call reports it too.
+  const size_t items = std::max<size_t>(1, options_.state_blocks);
   return Guarded(RuntimeMetrics::Op::kSave, items, [&] {
     if (Status st = CheckStateBlocks(engine_blocks, "save state"); !st.ok()) {
       return Refuse(RuntimeMetrics::Op::kSave, items, st);
@@ -143,7 +146,7 @@ Completion RuntimeImpl::SaveState(NamespaceId ns, const BlockKey& boundary,
 Completion RuntimeImpl::LoadState(NamespaceId ns, const BlockKey& boundary,
                                   std::span<const uint32_t> engine_blocks,
                                   std::chrono::nanoseconds timeout) {
-  const size_t items = std::max<size_t>(1, engine_blocks.size());
+  const size_t items = std::max<size_t>(1, options_.state_blocks);  // as in SaveState
   return Guarded(RuntimeMetrics::Op::kLoad, items, [&] {
     if (Status st = CheckStateBlocks(engine_blocks, "load state"); !st.ok()) {
       return Refuse(RuntimeMetrics::Op::kLoad, items, st);

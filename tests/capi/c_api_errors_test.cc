@@ -339,6 +339,13 @@ TEST(CApiErrorsTest, ACountNoMemoryCouldHoldIsRefusedByName) {
             KVTIER_INVALID_ARGUMENT);
   EXPECT_TRUE(LastErrorHas("num_keys is 4611686018427387904")) << kvtier_last_error();
   EXPECT_EQ(kvtier_remove(rt.get(), &key, huge), KVTIER_INVALID_ARGUMENT);
+  // A checkpoint's engine blocks: the state calls took such a count as the
+  // size of their answer.
+  EXPECT_EQ(kvtier_save_state(rt.get(), &key, &block, huge, nullptr, &c), KVTIER_INVALID_ARGUMENT);
+  EXPECT_TRUE(LastErrorHas("more than memory can hold")) << kvtier_last_error();
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(kvtier_load_state(rt.get(), &key, &block, huge, -1, &c), KVTIER_INVALID_ARGUMENT);
+  EXPECT_EQ(c, nullptr);
 }
 
 TEST(CApiErrorsTest, ExceptionsBecomeCodes) {

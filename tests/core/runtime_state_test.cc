@@ -163,6 +163,18 @@ TEST_F(RuntimeStateTest, BadStateCallsAreRefusedWithTheReason) {
   c = rt_->SaveState(kTestNs, keys[0], one, {});
   EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(c.status().message().find("takes 2"), std::string::npos) << c.status().ToString();
+  // A wrong count sizes neither the answer nor the failures counted: a
+  // negative one cast to size_t asked for an answer of 2^64 items.
+  const RuntimeStats before = rt_->Stats();
+  const std::vector<uint32_t> thousand(1000, 0);
+  c = rt_->SaveState(kTestNs, keys[0], thousand, {});
+  EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+  EXPECT_EQ(c.size(), 2u);
+  c = rt_->LoadState(kTestNs, keys[0], thousand, std::chrono::seconds(1));
+  EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_EQ(rt_->Stats().save_failures - before.save_failures, 2u);
+  EXPECT_EQ(rt_->Stats().load_failures - before.load_failures, 2u);
   const std::vector<uint32_t> out_of_range = {0, 64};
   c = rt_->SaveState(kTestNs, keys[0], out_of_range, {});
   EXPECT_EQ(c.Wait().code(), StatusCode::kInvalidArgument);
