@@ -40,21 +40,29 @@ Status CheckHints(const kvtier_hints* hints) {
   return Status::Ok();
 }
 
-// What the on_layer running on this thread reported through
-// kvtier_layer_failed; set only while it runs.
-thread_local std::string* layer_failure = nullptr;
+// What an on_layer reported through kvtier_layer_failed. `failed` is set
+// first: without memory for the reason the failure still stands.
+struct LayerFailure {
+  bool failed = false;
+  std::string why;
+};
+// The one of the on_layer running on this thread; set only while it runs.
+thread_local LayerFailure* layer_failure = nullptr;
 
 // Calls a C on_layer. A failure it reports is thrown, which ends the load's
 // blocks Internal as a C++ on_layer that throws does.
 void CallOnLayer(kvtier_layer_fn on_layer, void* user, uint32_t layer) {
-  std::string failure;
+  LayerFailure failure;
   // Restored however on_layer returns: a C++ function passed as one may throw.
   struct Restore {
-    std::string* outer;
+    LayerFailure* outer;
     ~Restore() { layer_failure = outer; }
   } restore{std::exchange(layer_failure, &failure)};
   on_layer(user, layer);
-  if (!failure.empty()) throw std::runtime_error(failure);
+  if (failure.failed) {
+    if (failure.why.empty()) throw std::runtime_error("on_layer failed (no memory for its reason)");
+    throw std::runtime_error(failure.why);
+  }
 }
 
 // Writes a lookup's hit count, and the tier of each hit when `tiers` is set.
@@ -185,11 +193,13 @@ int kvtier_load(kvtier_runtime* rt, const kvtier_key* keys, const uint32_t* engi
 
 int kvtier_layer_failed(const char* why) {
   return Guard([&]() -> Status {
-    std::string* failure = kvtier::capi::layer_failure;
+    kvtier::capi::LayerFailure* failure = kvtier::capi::layer_failure;
     if (failure == nullptr) {
       return Status::InvalidArgument("kvtier_layer_failed: no on_layer is running on this thread");
     }
-    if (failure->empty()) *failure = why != nullptr && *why != 0 ? why : "no reason given";
+    if (failure->failed) return Status::Ok();  // the first reason stands
+    failure->failed = true;
+    failure->why = why != nullptr && *why != 0 ? why : "no reason given";
     return Status::Ok();
   });
 }
