@@ -80,7 +80,7 @@ class HostCopyEngineImpl final : public HostCopyEngine {
     // Runs are rebuilt block by block.
     std::vector<internal::CopyRun> runs;
     if (Reserve(internal::MaxBlockRuns(layout_), runs, results)) GatherAll(copies, runs, results);
-    if (done) done(std::move(results));
+    internal::ReportDone(done, std::move(results));  // what it throws stays with it
   }
 
   void Scatter(std::span<const BlockCopy> copies, LayerDone on_layer, CopyDone done) override {
@@ -91,7 +91,7 @@ class HostCopyEngineImpl final : public HostCopyEngine {
     if (Reserve(internal::MaxLayerRuns(layout_), runs, results)) {
       ScatterAll(copies, on_layer, runs, results);
     }
-    if (done) done(std::move(results));
+    internal::ReportDone(done, std::move(results));  // what it throws stays with it
   }
 
   std::span<std::byte> Tensor(uint32_t index) override {

@@ -56,6 +56,29 @@ TEST(HostCopyEngineCallbackTest, ThrowingOnLayerFailsTheCopiesItConcerns) {
   EXPECT_EQ(back, a);
 }
 
+// `done` is the caller's code: one that throws once the copies have landed
+// must not escape the call (the caller would take every copy as failed),
+// as the CUDA engine's completion thread swallows it too.
+TEST(HostCopyEngineCallbackTest, ADoneThatThrowsStaysInsideTheCall) {
+  const KvLayout layout = SmallLayout(KvLayoutKind::kVllmNhd);
+  auto created = HostCopyEngine::Create(layout);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::unique_ptr<HostCopyEngine> engine = std::move(created).value();
+  std::vector<std::byte> a = RandomBlock(layout, 1);
+  const std::vector<BlockCopy> in = {{1, a}};
+  int calls = 0;
+  auto throwing = [&calls](std::vector<Status>) {
+    ++calls;
+    throw std::runtime_error("caller bug");
+  };
+  EXPECT_NO_THROW(engine->Scatter(in, nullptr, throwing));
+  std::vector<std::byte> back(layout.BlockBytes());
+  const std::vector<BlockCopy> out = {{1, back}};
+  EXPECT_NO_THROW(engine->Gather(out, throwing));
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(back, a) << "the copies landed before done ran";
+}
+
 TEST(HostCopyEngineCallbackTest, LoadWithAThrowingOnLayerCompletesWithInternal) {
   const KvLayout layout{.kind = KvLayoutKind::kVllmNhd,
                         .num_layers = 2,
