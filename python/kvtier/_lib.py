@@ -156,9 +156,20 @@ class _Calls:
     def __init__(self):
         self.lock = threading.Lock()
         self.idle = None  # a Condition on lock, made by the first end that waits
-        self.threads = []  # the thread of each call in flight, once per call
+        self.threads = []  # an _InFlight per call in flight
         self.deferred = None  # a handle the last call in flight is to end
         _every_calls.add(self)
+
+
+class _InFlight:
+    """One call in flight, and its thread. Compared by identity: a thread
+    may have several calls in flight on one handle (one inside a callback
+    of another), and leaving one must never take another's entry."""
+
+    __slots__ = ("thread",)
+
+    def __init__(self, thread):
+        self.thread = thread
 
 
 # A child made by fork() has none of the threads whose calls were in flight
@@ -174,7 +185,7 @@ def _forget_calls_in_child():
     for calls in list(_every_calls):
         calls.lock = threading.Lock()
         calls.idle = None
-        calls.threads = [t for t in calls.threads if t == me]
+        calls.threads = [t for t in calls.threads if t.thread == me]
         if not calls.threads:
             calls.deferred = None  # a parent's handle: the child leaves it be
 
@@ -207,7 +218,7 @@ class _Scoped:
         KvtierError(INVALID_ARGUMENT, _ENDED) rather than passing NULL on
         (whose calls answer 0, False or "is NULL")."""
         calls = self._calls
-        me = threading.get_ident()
+        me = _InFlight(threading.get_ident())
         # Registered inside the try, so that an exception raised by a signal
         # handler (Ctrl-C) at any point after it cannot leave the call counted
         # in flight for good: ending would then wait, or be deferred, forever.
@@ -222,13 +233,26 @@ class _Scoped:
             return fn(handle, *args)
         finally:
             if entered:
+                self._leave_surely(me)
+
+    def _leave_surely(self, me):
+        """_leave(me), run again when an exception (Ctrl-C) cuts it short,
+        until it has run whole; the first such exception is raised after."""
+        interrupted = None
+        while True:
+            try:
                 self._leave(me)
+                break
+            except BaseException as e:  # noqa: B036 - re-raised below
+                interrupted = interrupted or e
+        if interrupted is not None:
+            raise interrupted
 
     def _leave(self, me):
         calls = self._calls
         deferred = None
         with calls.lock:
-            if me in calls.threads:  # absent if interrupted before the append
+            if me in calls.threads:  # absent if interrupted before the append, or left already
                 calls.threads.remove(me)
             if not calls.threads:
                 deferred, calls.deferred = calls.deferred, None
@@ -251,7 +275,8 @@ class _Scoped:
                 # Waiting for its own call would never end; on a kvtier thread
                 # a call may be waiting for it (wait() returns after the done
                 # callbacks).
-                if (not wait or threading.get_ident() in calls.threads
+                me = threading.get_ident()
+                if (not wait or any(t.thread == me for t in calls.threads)
                         or _foreign_thread()):
                     calls.deferred, handle = handle, None
                     return

@@ -7,7 +7,8 @@ import itertools
 import threading
 
 from ._convert import _callable, _ns
-from ._lib import DEADLINE_EXCEEDED, OK, KvtierError, _DoneFn, _Scoped, _check, lib
+from ._lib import (DEADLINE_EXCEEDED, OK, UNAVAILABLE, KvtierError, _DoneFn, _Scoped, _check,
+                   lib)
 
 # Callbacks of completions freed before their work ended, by a key passed to
 # kvtier as the done callback's `user`: kept until that callback drops them.
@@ -156,7 +157,10 @@ class Completion(_Scoped):
             # Runs after every callback registered before it, or at once if
             # the work has ended.
             code = lib().kvtier_completion_on_done(handle, _DROP_ORPHAN, key)
-            if code != 0:  # a runtime left behind by fork(): nothing here calls them
+            # A runtime left behind by fork(): nothing here calls them. Any
+            # other failure (no memory to register the drop) keeps them for
+            # good: the work may still call them.
+            if code == UNAVAILABLE:
                 _drop_orphan(key)
             self._keepalive = []
         lib().kvtier_completion_free(handle)

@@ -207,6 +207,21 @@ class Runtime(_Scoped):
                           b"".join(hashes), size, len(hashes), out if hashes else None))
         return Keys(out)
 
+    def _start(self, own, fn, *args):
+        """fn(handle, *args, &out) for a call that hands back a handle `out`:
+        returns own(out), the object that frees it and keeps what the call
+        uses (an on_layer) alive until it ends. Should an exception (Ctrl-C)
+        come once the C call has issued it, `out` still goes to its owner,
+        whose collection then frees it, before the exception goes on."""
+        handle = _P()
+        try:
+            _check(self._call(fn, *args, ctypes.byref(handle)))
+        except BaseException:  # noqa: B036 - re-raised
+            if handle.value:
+                own(handle)
+            raise
+        return own(handle)
+
     def lookup(self, keys, session_id=0, request_id=0, expected_reuse=None):
         """(leading keys stored, [tier index of each hit, 0 = host hub])."""
         hits = ctypes.c_size_t(0)
@@ -221,22 +236,19 @@ class Runtime(_Scoped):
         Pin is released: look a request up when it is scheduled, load it later."""
         hits = ctypes.c_size_t(0)
         tiers = ctypes.create_string_buffer(len(keys))
-        handle = _P()
-        _check(self._call(lib().kvtier_lookup_and_pin, _keys(keys), len(keys),
-                          _hints(session_id, request_id, expected_reuse, False),
-                          ctypes.byref(hits), tiers, ctypes.byref(handle)))
-        return Pin(handle, hits.value, list(tiers.raw[:hits.value]))
+        return self._start(lambda handle: Pin(handle, hits.value, list(tiers.raw[:hits.value])),
+                           lib().kvtier_lookup_and_pin, _keys(keys), len(keys),
+                           _hints(session_id, request_id, expected_reuse, False),
+                           ctypes.byref(hits), tiers)
 
     def save(self, keys, engine_blocks, parent=None, session_id=0, expected_reuse=None,
              bypass_admission=False):
         """Starts copying engine_blocks[i] in as keys[i]; returns a Completion."""
         if len(engine_blocks) != len(keys):
             raise KvtierError(INVALID_ARGUMENT, "invalid_argument: save: one engine block per key")
-        handle = _P()
-        _check(self._call(lib().kvtier_save, _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
-                          len(keys), _hints(session_id, 0, expected_reuse, bypass_admission),
-                          ctypes.byref(handle)))
-        return Completion(handle, blocks=len(keys))
+        return self._start(lambda handle: Completion(handle, blocks=len(keys)),
+                           lib().kvtier_save, _key_ptr(parent), _keys(keys), _u32s(engine_blocks),
+                           len(keys), _hints(session_id, 0, expected_reuse, bypass_admission))
 
     def load(self, keys, engine_blocks, timeout_s=None, on_layer=None):
         """Starts copying keys[i] into engine_blocks[i]; on_layer(layer) runs, on
@@ -254,11 +266,10 @@ class Runtime(_Scoped):
             _callable(on_layer, "on_layer")
         load = object()  # names this load to its on_layer before its Completion exists
         callback = _layer_callback(on_layer, load) if on_layer is not None else _LayerFn()
-        handle = _P()
-        _check(self._call(lib().kvtier_load, _keys(keys), _u32s(engine_blocks), len(keys),
-                          _ns(timeout_s), callback, None, ctypes.byref(handle)))
-        return Completion(handle, callback if on_layer is not None else None, load,
-                          blocks=len(keys))
+        return self._start(lambda handle: Completion(handle, callback if on_layer is not None
+                                                     else None, load, blocks=len(keys)),
+                           lib().kvtier_load, _keys(keys), _u32s(engine_blocks), len(keys),
+                           _ns(timeout_s), callback, None)
 
     def save_state(self, boundary, engine_blocks, session_id=0, expected_reuse=None,
                    bypass_admission=False):
@@ -266,22 +277,17 @@ class Runtime(_Scoped):
         blocks holding the recurrent state at the end of the stored block
         `boundary` in as its state checkpoint; lookups then answer only
         prefixes whose last block has one. Returns a Completion."""
-        handle = _P()
-        _check(self._call(lib().kvtier_save_state, _key_ptr(boundary, "boundary"),
-                          _u32s(engine_blocks),
-                          len(engine_blocks),
-                          _hints(session_id, 0, expected_reuse, bypass_admission),
-                          ctypes.byref(handle)))
-        return Completion(handle, blocks=len(engine_blocks))
+        return self._start(lambda handle: Completion(handle, blocks=len(engine_blocks)),
+                           lib().kvtier_save_state, _key_ptr(boundary, "boundary"),
+                           _u32s(engine_blocks), len(engine_blocks),
+                           _hints(session_id, 0, expected_reuse, bypass_admission))
 
     def load_state(self, boundary, engine_blocks, timeout_s=None):
         """Starts copying the state checkpoint of `boundary` into engine_blocks;
         returns a Completion (NOT_FOUND per block when none is stored)."""
-        handle = _P()
-        _check(self._call(lib().kvtier_load_state, _key_ptr(boundary, "boundary"),
-                          _u32s(engine_blocks),
-                          len(engine_blocks), _ns(timeout_s), ctypes.byref(handle)))
-        return Completion(handle, blocks=len(engine_blocks))
+        return self._start(lambda handle: Completion(handle, blocks=len(engine_blocks)),
+                           lib().kvtier_load_state, _key_ptr(boundary, "boundary"),
+                           _u32s(engine_blocks), len(engine_blocks), _ns(timeout_s))
 
     def request_finished(self, keys, output_tokens):
         _check(self._call(lib().kvtier_request_finished, _keys(keys), len(keys),

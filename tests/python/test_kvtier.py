@@ -676,6 +676,69 @@ class KvtierBindingTest(unittest.TestCase):
         self.assertEqual(_ns(2**64 / 1e9), 2**63 - 1)  # never wrapped to 0
         self.assertEqual(_ns(1.5), 1_500_000_000)
 
+    def test_an_interrupt_while_a_call_leaves_does_not_leave_it_in_flight(self):
+        # Ctrl-C inside the bookkeeping that ends a call: the call used to
+        # stay counted in flight, and close() on another thread waited for it
+        # forever.
+        class InterruptOnce(list):
+            fired = False
+
+            def remove(self, item):
+                if not InterruptOnce.fired:
+                    InterruptOnce.fired = True
+                    raise KeyboardInterrupt
+                super().remove(item)
+
+        calls = self.rt._calls
+        with calls.lock:
+            calls.threads = InterruptOnce(calls.threads)
+        with self.assertRaises(KeyboardInterrupt):
+            self.rt.lookup(self.rt.key_chain(list(range(16))))
+        self.assertTrue(InterruptOnce.fired)
+        closing = threading.Thread(target=self.rt.close)
+        closing.start()
+        closing.join(5)
+        self.assertFalse(closing.is_alive(), "close() waited for a call that had returned")
+
+    def test_an_interrupt_after_a_load_started_keeps_its_callback_alive(self):
+        # Ctrl-C after kvtier_load had started the load, as its call returned:
+        # the handle and the on_layer thunk were dropped while the load still
+        # ran, and the thunk was called after it was freed. A separate
+        # process, as that may end it.
+        script = (
+            "import gc, threading, kvtier\n"
+            f"CONFIG = {CONFIG!r}\n"
+            "rt = kvtier.Runtime(config_text=CONFIG)\n"
+            "keys = rt.key_chain(list(range(16)))\n"
+            "rt.host_block_write(0, bytes(range(256)) * 32)\n"
+            "assert rt.save(keys, [0]).wait() == kvtier.OK\n"
+            "go = threading.Event()\n"
+            "layers = []\n"
+            "def on_layer(layer):\n"
+            "    go.wait(10)\n"
+            "    layers.append(layer)\n"
+            "leave = rt._leave\n"
+            "def interrupted_leave(me):\n"
+            "    leave(me)\n"
+            "    rt._leave = leave\n"
+            "    raise KeyboardInterrupt\n"
+            "rt._leave = interrupted_leave\n"
+            "try:\n"
+            "    rt.load(keys, [1], on_layer=on_layer)\n"
+            "    raise SystemExit('no interrupt')\n"
+            "except KeyboardInterrupt:\n"
+            "    pass\n"
+            "gc.collect()\n"
+            "go.set()\n"
+            "import time\n"
+            "deadline = time.monotonic() + 10\n"
+            "while len(layers) < 4 and time.monotonic() < deadline:\n"
+            "    time.sleep(0.005)\n"
+            "assert layers == [0, 1, 2, 3], layers\n"
+            "rt.close()\n"
+        )
+        self.run_script(script)
+
     def test_a_runtime_collected_on_its_own_thread_closes(self):
         # A runtime in a reference cycle (its owner's bound method as `log`)
         # collected inside an on_layer callback, on a worker of the runtime:
