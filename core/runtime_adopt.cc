@@ -156,11 +156,19 @@ void RuntimeImpl::AdoptStoredBlocks(NamespaceId ns, std::span<const BlockKey> ke
         e->state = EntryState::kReady;
         e->inserted_ns = now;
         e->state_unasked = options_.state_blocks > 0 && first + j < parts_from;
-        for (size_t t = 1; t < tier_count(); ++t) {
-          if ((present[j] >> t) & 1U) {
-            index_.AddLocation(e, t, now);
-            claims[t].push_back(rest[j]);
+        try {
+          for (size_t t = 1; t < tier_count(); ++t) {
+            if ((present[j] >> t) & 1U) {
+              index_.AddLocation(e, t, now);
+              claims[t].push_back(rest[j]);
+            }
           }
+        } catch (...) {
+          // Out of memory before any copy was recorded: an entry with none
+          // would stop every lookup of the chain, and this key would never
+          // be asked about again (it is "known").
+          EraseIfUnheldLocked(e);
+          throw;
         }
         ++stats_.adopted_blocks;
       }
