@@ -17,21 +17,23 @@ std::string Hex(uint64_t v) {
   return s.str();
 }
 
-// cuMemGetAddressRange through the runtime's driver entry point, so that
-// kvtier links only the CUDA runtime. Null where the driver does not offer it.
+// Driver functions through the runtime's driver entry point, so that kvtier
+// links only the CUDA runtime. Null where the driver does not offer one.
 using GetAddressRange = CUresult (*)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);
+using RetainAllocationHandle = CUresult (*)(CUmemGenericAllocationHandle* handle, void* addr);
+using ReleaseHandle = CUresult (*)(CUmemGenericAllocationHandle handle);
 
-GetAddressRange AddressRangeFunction() {
+void* DriverFunction([[maybe_unused]] const char* name) {
 #if CUDART_VERSION >= 12050
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
       found != cudaDriverEntryPointSuccess) {
     cudaGetLastError();
     return nullptr;
   }
-  return reinterpret_cast<GetAddressRange>(fn);
+  return fn;
 #else
   return nullptr;
 #endif
@@ -61,11 +63,15 @@ Result<CudaCopyPath> ChooseCopyPath(CudaCopyPath requested, cudaError_t kernel_p
 Status CheckTensorRange(size_t index, uint64_t ptr, uint64_t need, const AddressRange& range) {
   uint64_t have = 0;
   uint64_t at = ptr;
+  bool mapped = false;  // of the range before `at`
   while (have < need) {
     uint64_t base = 0, size = 0;
-    if (!range(at, &base, &size) || at < base || at - base >= size) break;
+    bool next_mapped = false;
+    if (!range(at, &base, &size, &next_mapped) || at < base || at - base >= size) break;
+    if (at != ptr && !(mapped && next_mapped)) break;  // another allocation
     have += size - (at - base);
     at = base + size;
+    mapped = next_mapped;
   }
   if (have >= need) return Status::Ok();
   return Status::InvalidArgument("cuda copy engine: tensor " + std::to_string(index) + " at " +
@@ -76,7 +82,19 @@ Status CheckTensorRange(size_t index, uint64_t ptr, uint64_t need, const Address
 
 Status CheckTensors(const CudaCopyEngineOptions& options) {
   const uint64_t need = EngineTensorBytes(options.layout);
-  const GetAddressRange range = AddressRangeFunction();
+  const auto range = reinterpret_cast<GetAddressRange>(DriverFunction("cuMemGetAddressRange"));
+  const auto retain =
+      reinterpret_cast<RetainAllocationHandle>(DriverFunction("cuMemRetainAllocationHandle"));
+  const auto release = reinterpret_cast<ReleaseHandle>(DriverFunction("cuMemRelease"));
+  // Whether `addr` lies in a cuMemMap mapping (the only memory the driver
+  // keeps an allocation handle for); never, where it cannot say.
+  auto is_mapping = [retain, release](CUdeviceptr addr) {
+    if (retain == nullptr || release == nullptr) return false;
+    CUmemGenericAllocationHandle handle{};
+    if (retain(&handle, reinterpret_cast<void*>(addr)) != CUDA_SUCCESS) return false;
+    (void)release(handle);
+    return true;
+  };
   for (size_t i = 0; i < options.tensors.size(); ++i) {
     cudaPointerAttributes attr{};
     Status st =
@@ -90,13 +108,17 @@ Status CheckTensors(const CudaCopyEngineOptions& options) {
     if (!st.ok()) return st.WithContext("cuda copy engine: tensor " + std::to_string(i));
     if (range == nullptr) continue;
     const auto ptr = reinterpret_cast<uint64_t>(options.tensors[i]);
-    KVTIER_RETURN_IF_ERROR(
-        CheckTensorRange(i, ptr, need, [range](uint64_t addr, uint64_t* base, uint64_t* size) {
+    KVTIER_RETURN_IF_ERROR(CheckTensorRange(
+        i, ptr, need,
+        [range, &is_mapping](uint64_t addr, uint64_t* base, uint64_t* size, bool* mapped) {
           CUdeviceptr b = 0;
           size_t n = 0;
-          if (range(&b, &n, static_cast<CUdeviceptr>(addr)) != CUDA_SUCCESS) return false;
+          if (range(&b, &n, static_cast<CUdeviceptr>(addr)) != CUDA_SUCCESS) {
+            return false;
+          }
           *base = b;
           *size = n;
+          *mapped = is_mapping(static_cast<CUdeviceptr>(addr));
           return true;
         }));
   }

@@ -29,12 +29,18 @@ Result<CudaCopyPath> ChooseCopyPath(CudaCopyPath requested, cudaError_t kernel_p
                                     const std::string& device_name, LogSink& log);
 
 // Where the allocation holding device address `addr` starts and how long it
-// is; false when `addr` is in none.
-using AddressRange = std::function<bool(uint64_t addr, uint64_t* base, uint64_t* size)>;
+// is, and whether it is a virtual memory mapping (cuMemMap); false when
+// `addr` is in none.
+using AddressRange =
+    std::function<bool(uint64_t addr, uint64_t* base, uint64_t* size, bool* mapped)>;
 
 // InvalidArgument unless `need` bytes from `ptr` lie in allocations: the one
-// holding `ptr` and those mapped right after it (virtual memory allocators,
-// e.g. PyTorch's expandable segments, map a tensor as several ranges).
+// holding `ptr` and, while it and the next are virtual memory mappings,
+// those mapped right after it (virtual memory allocators, e.g. PyTorch's
+// expandable segments, map a tensor as several ranges). Separate
+// allocations (cudaMalloc) that merely lie back to back are never summed: a
+// tensor too small for the layout would otherwise pass, and its last block
+// be copied into the next allocation.
 // "cuda copy engine: tensor <index> at 0x...: <n> bytes mapped from the
 // pointer; the layout needs <need> (EngineTensorBytes)".
 Status CheckTensorRange(size_t index, uint64_t ptr, uint64_t need, const AddressRange& range);

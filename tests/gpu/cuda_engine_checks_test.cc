@@ -78,13 +78,15 @@ TEST(ChooseCopyPathTest, AKernelThatLoadsKeepsThePathAskedFor) {
   EXPECT_TRUE(log.lines().empty());
 }
 
-// Allocations as [base, base + size) ranges, for CheckTensorRange.
-AddressRange Ranges(std::vector<std::pair<uint64_t, uint64_t>> ranges) {
-  return [ranges](uint64_t addr, uint64_t* base, uint64_t* size) {
+// Allocations as [base, base + size) ranges, for CheckTensorRange: virtual
+// memory mappings, or (`mapped` false) separate allocations.
+AddressRange Ranges(std::vector<std::pair<uint64_t, uint64_t>> ranges, bool mapped = true) {
+  return [ranges, mapped](uint64_t addr, uint64_t* base, uint64_t* size, bool* is_mapping) {
     for (const auto& [b, n] : ranges) {
       if (addr >= b && addr < b + n) {
         *base = b;
         *size = n;
+        *is_mapping = mapped;
         return true;
       }
     }
@@ -115,6 +117,26 @@ TEST(CheckTensorRangeTest, RangesMappedBackToBackCount) {
   EXPECT_EQ(CheckTensorRange(0, 0x1800, 0x1801, chunks).ToString(),
             "invalid_argument: cuda copy engine: tensor 0 at 0x1800: 6144 bytes mapped from the "
             "pointer; the layout needs 6145 (EngineTensorBytes)");
+}
+
+// Separate allocations that merely lie back to back (cudaMalloc'd layer
+// tensors) are not one tensor: one too small for the layout is refused, or
+// its last block would be copied into the next allocation.
+TEST(CheckTensorRangeTest, SeparateAllocationsBackToBackDoNotCount) {
+  const AddressRange apart = Ranges({{0x1000, 0x1000}, {0x2000, 0x1000}}, /*mapped=*/false);
+  EXPECT_TRUE(CheckTensorRange(0, 0x1800, 0x800, apart).ok());
+  EXPECT_EQ(CheckTensorRange(0, 0x1800, 0x1000, apart).ToString(),
+            "invalid_argument: cuda copy engine: tensor 0 at 0x1800: 2048 bytes mapped from the "
+            "pointer; the layout needs 4096 (EngineTensorBytes)");
+  // A mapping followed by an allocation of its own: that one is not summed.
+  const AddressRange mixed = [](uint64_t addr, uint64_t* base, uint64_t* size, bool* mapped) {
+    if (addr < 0x1000 || addr >= 0x3000) return false;
+    *base = addr < 0x2000 ? 0x1000 : 0x2000;
+    *size = 0x1000;
+    *mapped = addr < 0x2000;
+    return true;
+  };
+  EXPECT_FALSE(CheckTensorRange(0, 0x1800, 0x1000, mixed).ok());
 }
 
 // ---- on a device --------------------------------------------------------------
