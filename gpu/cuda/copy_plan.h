@@ -50,6 +50,9 @@ struct Batch {
   bool gather = false;
   std::vector<Status> results;  // one per copy; OK while the copy is live
   Plan plan;
+  // A load abandoned while issuing: its leading layers that landed before,
+  // reported by the caller once it holds no lock (on_layer is the engine's).
+  size_t landed_layers = 0;
 
   // Names copy i; loads name the layer too unless `segment` is kWholeBatch.
   std::string What(size_t i, size_t segment) const {

@@ -69,6 +69,11 @@ class CudaCopyEngine final : public CopyEngine {
     load_.stream = std::move(load);
     load_.ready = std::move(load_ready);
   }
+  // The members go (the poller's thread, the streams, events and pinned
+  // tables) with the engine's device current, on whatever thread destroys
+  // the engine: without it their CUDA calls would create a context on that
+  // thread's default device.
+  ~CudaCopyEngine() override { teardown_device_.emplace(options_.device); }
 
   const KvLayout& layout() const override { return options_.layout; }
 
@@ -81,9 +86,7 @@ class CudaCopyEngine final : public CopyEngine {
   }
 
   Result<std::unique_ptr<HostMemoryPin>> PinHostMemory(std::span<std::byte> memory) override {
-    ScopedDevice device(options_.device);
-    KVTIER_RETURN_IF_ERROR(FromCuda(device.status(), "cudaSetDevice"));
-    KVTIER_ASSIGN_OR_RETURN(auto pin, RegisteredHostMemory::Register(memory));
+    KVTIER_ASSIGN_OR_RETURN(auto pin, RegisteredHostMemory::Register(options_.device, memory));
     return std::unique_ptr<HostMemoryPin>(std::move(pin));
   }
 
@@ -93,7 +96,9 @@ class CudaCopyEngine final : public CopyEngine {
   // (the batch is then final in `batch.results`).
   bool Start(Batch& batch, cuda::PendingCopy* pending);
   Status Issue(Lane& lane, Batch& batch, cuda::PendingCopy* pending);
-  void ReportLanded(PendingCopy& pending);
+  // How many leading layers of an abandoned load landed (0 for a save or
+  // without on_layer).
+  static size_t LandedLayers(const PendingCopy& pending);
   // Logs, once per engine, that copies of unregistered host memory run slowly.
   void WarnPageable();
   Status IssueSegment(Lane& lane, Batch& batch, size_t s, const Table& table);
@@ -117,6 +122,9 @@ class CudaCopyEngine final : public CopyEngine {
     }
   }
 
+  // First, so it is destroyed last: set by the destructor, it restores the
+  // thread's own context once every other member is gone.
+  std::optional<ScopedDevice> teardown_device_;
   const CudaCopyEngineOptions options_;
   const cudaStream_t compute_;
   const uint64_t layer_run_bytes_;
@@ -154,6 +162,8 @@ void CudaCopyEngine::Submit(std::span<const BlockCopy> copies, bool gather, Laye
     return;
   }
   std::vector<Status> results;  // final here when nothing went to the poller
+  LayerDone report_landed;      // a load abandoned while issuing: its landed layers
+  size_t landed = 0;
   {
     // Every CUDA call of the batch runs on the engine's device; not `done`.
     ScopedDevice device(options_.device);
@@ -167,7 +177,12 @@ void CudaCopyEngine::Submit(std::span<const BlockCopy> copies, bool gather, Laye
       // copies in flight with nobody to wait for them.
       pending->blocks.reserve(copies.size());
       for (const BlockCopy& c : copies) pending->blocks.push_back(c.engine_block);
-      if (Start(batch, pending.get())) {
+      const bool started = Start(batch, pending.get());
+      if (!started && batch.landed_layers > 0) {
+        report_landed = std::move(pending->on_layer);
+        landed = batch.landed_layers;
+      }
+      if (started) {
         pending->results = std::move(batch.results);
         pending->done = std::move(done);
         if (poller_.Add(pending)) return;
@@ -184,6 +199,11 @@ void CudaCopyEngine::Submit(std::span<const BlockCopy> copies, bool gather, Laye
       }
     }
     results = std::move(batch.results);
+  }
+  // Here, with no lock held and the caller's device current again: an
+  // on_layer may call the engine.
+  for (size_t l = 0; l < landed; ++l) {
+    if (!internal::ReportLayer(report_landed, static_cast<uint32_t>(l)).ok()) break;
   }
   internal::ReportDone(done, std::move(results));
 }
@@ -264,7 +284,7 @@ Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
     }
     if (!st.ok()) {
       Drain(lane.stream.get());
-      ReportLanded(*pending);
+      batch.landed_layers = LandedLayers(*pending);
       // Segment s did not land for any copy: none still live is complete.
       batch.FailLive(s, st);
       return st;
@@ -276,15 +296,15 @@ Status CudaCopyEngine::Issue(Lane& lane, Batch& batch, PendingCopy* pending) {
 // As the host engine does: the layers that landed before the batch was
 // abandoned are reported, in order, up to the first whose event did not
 // complete (after a sticky error, none).
-void CudaCopyEngine::ReportLanded(PendingCopy& pending) {
-  if (!pending.per_layer || !pending.on_layer) return;
+size_t CudaCopyEngine::LandedLayers(const PendingCopy& pending) {
+  if (!pending.per_layer || !pending.on_layer) return 0;
   for (size_t l = 0; l < pending.events.size(); ++l) {
     if (cudaEventQuery(pending.events[l].get()) != cudaSuccess) {
       cudaGetLastError();
-      return;
+      return l;
     }
-    if (!internal::ReportLayer(pending.on_layer, static_cast<uint32_t>(l)).ok()) return;
   }
+  return pending.events.size();
 }
 
 Status CudaCopyEngine::RecordEvent(Lane& lane, PendingCopy* pending) {

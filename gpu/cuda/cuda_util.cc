@@ -209,16 +209,21 @@ PinnedBuffer::~PinnedBuffer() {
 // ---- RegisteredHostMemory ----------------------------------------------------
 
 Result<std::unique_ptr<RegisteredHostMemory>> RegisteredHostMemory::Register(
-    std::span<std::byte> memory) {
+    int device, std::span<std::byte> memory) {
   if (memory.empty()) return Status::InvalidArgument("cudaHostRegister: empty range");
+  ScopedDevice current(device);
+  KVTIER_RETURN_IF_ERROR(FromCuda(current.status(), "cudaSetDevice"));
   KVTIER_RETURN_IF_ERROR(
       FromCuda(cudaHostRegister(memory.data(), memory.size(),
                                 cudaHostRegisterPortable | cudaHostRegisterMapped),
                "cudaHostRegister of " + std::to_string(memory.size()) + " bytes"));
-  return std::unique_ptr<RegisteredHostMemory>(new RegisteredHostMemory(memory));
+  return std::unique_ptr<RegisteredHostMemory>(new RegisteredHostMemory(device, memory));
 }
 
-RegisteredHostMemory::~RegisteredHostMemory() { cudaHostUnregister(memory_.data()); }
+RegisteredHostMemory::~RegisteredHostMemory() {
+  ScopedDevice current(device_);
+  cudaHostUnregister(memory_.data());
+}
 
 void* MappedDevicePointer(const void* host) {
   cudaPointerAttributes attr{};

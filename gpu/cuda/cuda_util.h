@@ -152,9 +152,13 @@ class PinnedBuffer {
 
 // Host memory allocated elsewhere (the host arena's mmap), registered with
 // cudaHostRegister (portable, mapped) for as long as this object lives.
+// Registered, and unregistered on whatever thread destroys it, with
+// `device` current (ScopedDevice), so that no other device's context is
+// created for it.
 class RegisteredHostMemory final : public HostMemoryPin {
  public:
-  static Result<std::unique_ptr<RegisteredHostMemory>> Register(std::span<std::byte> memory);
+  static Result<std::unique_ptr<RegisteredHostMemory>> Register(int device,
+                                                                std::span<std::byte> memory);
   ~RegisteredHostMemory() override;
   RegisteredHostMemory(const RegisteredHostMemory&) = delete;
   RegisteredHostMemory& operator=(const RegisteredHostMemory&) = delete;
@@ -162,7 +166,9 @@ class RegisteredHostMemory final : public HostMemoryPin {
   std::span<std::byte> memory() const { return memory_; }
 
  private:
-  explicit RegisteredHostMemory(std::span<std::byte> memory) : memory_(memory) {}
+  RegisteredHostMemory(int device, std::span<std::byte> memory)
+      : device_(device), memory_(memory) {}
+  const int device_;
   std::span<std::byte> memory_;
 };
 
