@@ -213,10 +213,15 @@ Status CqPoller::Post(const std::function<int(uint64_t)>& post, Callback done, u
     return Status::Busy("completion queue is full");
   }
   uint64_t id;
-  {
+  try {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
     callbacks_.emplace(id, Pending{owner, std::move(done)});
+  } catch (const std::bad_alloc&) {
+    // Nothing was posted: the entry reserved above is given back, or each
+    // such failure would shrink the queue for good.
+    free_slots_.fetch_add(1, std::memory_order_acq_rel);
+    return Status::ResourceExhausted("no memory to track a work request");
   }
   work_.notify_one();
   if (int err = post(id); err != 0) {
