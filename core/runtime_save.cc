@@ -388,9 +388,9 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
     if (link) {
       if (e->parent != nullptr) ++e->parent->filling_children;
       e->state = EntryState::kFilling;  // a link kept for its children gets its copy back
-      // The new bytes may differ from the lost copy's: its checksum must not
-      // be written (and checked) with them.
-      e->checksum.reset();
+      // The lost copy's checksum stays until the new bytes are in (they may
+      // differ, and then it goes): should this save fail, a load still
+      // reading that copy checks what it gets against it.
     } else {
       try {
         e = index_.Insert({ns, keys[i]}, prev, options_.block_bytes, checkpoint);
@@ -451,6 +451,9 @@ void RuntimeImpl::FinishSaveLocked(const std::vector<IndexEntry*>& fresh,
       }
     }
     if (result[j].ok()) {
+      // The new bytes may differ from a lost copy's: its checksum must not
+      // be written (and checked) with them.
+      e->checksum.reset();
       e->inserted_ns = now;
       written += e->bytes;
       done.Set(fresh_item[j], Status::Ok(), e->bytes);
