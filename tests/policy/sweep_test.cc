@@ -52,6 +52,29 @@ TEST(SweepCacheTest, DemotesChildrenFirstAndReadsThroughTheHub) {
   EXPECT_EQ(cache.blocks_in(1), 2u);
 }
 
+// A block its NVMe admission refuses is written down only while a child on
+// NVMe needs it: once making room there evicted that child, it is refused
+// (it used to be written, and counted as forced, all the same).
+TEST(SweepCacheTest, ARefusedParentIsNotForcedOnceItsNvmeChildLeft) {
+  auto tiers = Tiers(2, 1);
+  std::vector<std::string> cost = {"cost"};
+  tiers[1].admission = std::move(AdmissionChain::Create(cost, {})).value();
+  tiers[1].read_bytes_per_s = 1e9;  // 100 bytes: 0.1 us to load
+  TieredCache cache(std::move(tiers), 100, 1e15, 1);
+  // Block 1 costs 1 FLOP (recomputed faster than loaded: refused); the
+  // others 1e12 (1 ms: admitted).
+  auto block = [](uint64_t id) { return SimBlock{id, 512, id == 1 ? 1.0 : 1e12, UINT64_MAX}; };
+  const std::vector<SimBlock> a = {block(1), block(2)};
+  cache.Use(a, 0, 1);
+  cache.Use(std::vector<SimBlock>{block(3)}, 0, 2);  // 2 goes down: NVMe {2}, hub {1, 3}
+  ASSERT_EQ(cache.counters(1).blocks_written, 1u);
+  cache.Use(std::vector<SimBlock>{block(4)}, 0, 3);  // 1 leaves the hub; NVMe drops 2 for it
+  std::vector<uint8_t> tier_of;
+  EXPECT_EQ(cache.Lookup(a, &tier_of), 0u) << "the refused block was stored";
+  EXPECT_EQ(cache.counters(1).blocks_written, 1u);
+  EXPECT_EQ(cache.counters(1).forced_writes, 0u);
+}
+
 // Request observations and finishes reach the hub's `reuse` eviction: once
 // one request has finished, the blocks of a request still decoding stay and
 // the finished one's leaf leaves, where LRU drops the older unfinished leaf.

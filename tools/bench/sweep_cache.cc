@@ -203,16 +203,18 @@ void TieredCache::Demote(Entry& e, uint64_t now_ns) {
     ++counters_[1].rejected;
     return;
   }
-  if (!admitted) ++counters_[1].forced_writes;
   // The victim is in the hub and so is its parent: nothing MakeRoom(1) drops
   // can strand it.
   busy_.insert(e.meta.id);
   MakeRoom(1, now_ns);
   busy_.erase(e.meta.id);
-  if (blocks_in_[1] >= tiers_[1].capacity_blocks && e.children_in[1] == 0) {
+  // A refused block is written only while a child below still needs it:
+  // MakeRoom may just have evicted that child.
+  if (e.children_in[1] == 0 && (!admitted || blocks_in_[1] >= tiers_[1].capacity_blocks)) {
     ++counters_[1].rejected;
     return;
   }
+  if (!admitted) ++counters_[1].forced_writes;
   AddLocation(e, 1, now_ns);
   counters_[1].bytes_written += block_bytes_;
   ++counters_[1].blocks_written;
