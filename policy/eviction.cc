@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -13,6 +14,41 @@
 
 namespace kvtier {
 namespace {
+
+// Blocks that left a tier, each with a value, remembered up to a bound and
+// forgotten oldest first. A block taken back, or remembered again, leaves
+// its earlier queue entry stale: such an entry forgets nothing (it used to
+// forget the newer record) and counts against no bound but the queue's own.
+template <typename V>
+class Ghosts {
+ public:
+  void Remember(uint64_t id, V value, size_t bound) {
+    map_[id] = Record{value, ++seq_};
+    fifo_.push_back({id, seq_});
+    while (map_.size() > bound || fifo_.size() > 2 * bound) {
+      const auto [old, seq] = fifo_.front();
+      fifo_.pop_front();
+      if (const Record* r = map_.Find(old); r != nullptr && r->seq == seq) map_.Erase(old);
+    }
+  }
+  // Forgets `id`; its value, if it was remembered.
+  std::optional<V> Take(uint64_t id) {
+    const Record* r = map_.Find(id);
+    if (r == nullptr) return std::nullopt;
+    const V value = r->value;
+    map_.Erase(id);
+    return value;
+  }
+
+ private:
+  struct Record {
+    V value;
+    uint64_t seq = 0;  // of the Remember that made it
+  };
+  internal::ShardedMap<uint64_t, Record> map_;
+  std::deque<std::pair<uint64_t, uint64_t>> fifo_;  // (id, seq), oldest first
+  uint64_t seq_ = 0;
+};
 
 class LruEviction final : public EvictionPolicy {
  public:
@@ -71,7 +107,7 @@ class S3FifoEviction final : public EvictionPolicy {
   void OnInsert(const BlockMeta& b) override {
     auto [e, fresh] = state_.TryEmplace(b.id);
     if (!fresh) return;
-    e->second.main = ghost_.Erase(b.id);
+    e->second.main = ghosts_.Take(b.id).has_value();
     e->second.seq = ++seq_;
     ++(e->second.main ? main_ : small_);
   }
@@ -89,12 +125,7 @@ class S3FifoEviction final : public EvictionPolicy {
       --main_;
     } else {
       --small_;
-      ghost_.TryEmplace(id);
-      ghost_fifo_.push_back(id);
-      while (ghost_fifo_.size() > std::max<size_t>(main_ + small_, 16)) {
-        ghost_.Erase(ghost_fifo_.front());
-        ghost_fifo_.pop_front();
-      }
+      ghosts_.Remember(id, true, std::max<size_t>(main_ + small_, 16));
     }
     state_.Erase(id);
   }
@@ -160,8 +191,7 @@ class S3FifoEviction final : public EvictionPolicy {
   size_t small_ = 0;
   size_t main_ = 0;
   internal::ShardedMap<uint64_t, Entry> state_;
-  internal::ShardedMap<uint64_t, bool> ghost_;  // a set: the value is unused
-  std::deque<uint64_t> ghost_fifo_;
+  Ghosts<bool> ghosts_;   // a set: the value is unused
   uint64_t ranking_ = 0;  // Order calls so far
   Hit hits_[2];           // [0]: small, [1]: main
 };
@@ -180,11 +210,7 @@ class SlruEviction final : public EvictionPolicy {
   void OnInsert(const BlockMeta& b) override {
     auto [e, fresh] = seen_.TryEmplace(b.id, 0);
     if (!fresh) return;
-    uint32_t past = 0;
-    if (const uint32_t* g = ghost_.Find(b.id)) {
-      past = *g;
-      ghost_.Erase(b.id);
-    }
+    const uint32_t past = ghosts_.Take(b.id).value_or(0);
     e->second = std::max<uint32_t>(b.sightings, 1) + past;
     if (e->second >= 2) ++protected_;
   }
@@ -197,13 +223,9 @@ class SlruEviction final : public EvictionPolicy {
     const uint32_t* n = seen_.Find(id);
     if (n == nullptr) return;
     if (*n >= 2) --protected_;
-    ghost_[id] = *n;
-    ghost_fifo_.push_back(id);
+    const uint32_t sightings = *n;
     seen_.Erase(id);
-    while (ghost_fifo_.size() > std::max<size_t>(4 * seen_.size(), 64)) {
-      ghost_.Erase(ghost_fifo_.front());
-      ghost_fifo_.pop_front();
-    }
+    ghosts_.Remember(id, sightings, std::max<size_t>(4 * seen_.size(), 64));
   }
   void Order(std::span<BlockMeta> c, uint64_t) override {
     const bool over = double(protected_) > protected_fraction_ * double(seen_.size());
@@ -218,8 +240,7 @@ class SlruEviction final : public EvictionPolicy {
   double protected_fraction_;
   size_t protected_ = 0;
   internal::ShardedMap<uint64_t, uint32_t> seen_;   // in the tier: sightings
-  internal::ShardedMap<uint64_t, uint32_t> ghost_;  // left the tier: sightings
-  std::deque<uint64_t> ghost_fifo_;
+  Ghosts<uint32_t> ghosts_;                         // left the tier: sightings
 };
 
 }  // namespace

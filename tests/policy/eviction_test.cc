@@ -124,6 +124,32 @@ TEST(EvictionTest, S3FifoRankingsDoNotUseUpAHitBlocksCount) {
   EXPECT_EQ(Ids(d), (std::vector<uint64_t>{7, 8, 1}));
 }
 
+// A block ghosted twice keeps its newer ghost record when the queue's entry
+// for the first ghosting comes up: that entry used to erase the record, and
+// the block came back into the small FIFO.
+TEST(EvictionTest, S3FifoAStaleGhostEntryForgetsNothing) {
+  PolicyKnobs k;
+  k.s3fifo_small_fraction = 0.1;
+  auto p = Make("s3fifo", k);
+  const uint64_t x = 100;
+  p->OnInsert(Leaf(x, 0));
+  p->OnRemove(x);                          // a ghost
+  p->OnInsert(Leaf(x, 0));                 // back, to main
+  p->OnRemove(x);                          // from main: no ghost
+  p->OnInsert(Leaf(x, 0));                 // small again
+  p->OnRemove(x);                          // a ghost again
+  for (uint64_t id = 1; id <= 15; ++id) {  // 15 more ghosts: 16 in all, at the bound
+    p->OnInsert(Leaf(id, 0));
+    p->OnRemove(id);
+  }
+  p->OnInsert(Leaf(x, 0));  // a returning ghost: main
+  p->OnInsert(Leaf(200, 0));
+  std::vector<BlockMeta> c = {Leaf(x, 0), Leaf(200, 0)};
+  p->Order(c, 0);
+  // Small ({200}) is over its tenth and goes first; x is in main.
+  EXPECT_EQ(Ids(c), (std::vector<uint64_t>{200, x}));
+}
+
 // One window request: its blocks' ids and FLOPs, one byte each.
 TuneRequest Request(std::vector<std::pair<uint64_t, double>> blocks) {
   TuneRequest r;
