@@ -177,6 +177,31 @@ TEST(RedisHostileServer, TricklingGetValueTimesOut) {
   tier->Shutdown();
 }
 
+// A GET value announced at 4 GB, whose header then trickles in a byte every
+// 400 ms (each within the 500 ms per-read timeout): the announced length
+// buys the server no time before the header has vouched for it. It used to
+// stretch the reply's deadline by 16 minutes, and the header alone took 26 s.
+TEST(RedisHostileServer, AnAnnouncedLengthBuysNoTimeBeforeTheHeader) {
+  auto server = ScriptedRedis::Start([](const Argv& argv) {
+    Answer a;
+    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
+    a.bytes = "$4000000000\r\n";
+    a.flood_bytes = kBlockHeaderBytes;
+    a.flood_gap = 400ms;
+    return a;
+  });
+  ASSERT_TRUE(server);
+  auto tier = Open(Options(*server, /*cluster=*/false));
+  ASSERT_TRUE(tier);
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = ReadOne(*tier, 1);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(st.ok());
+  EXPECT_LT(took, Scaled(1500ms)) << st.ToString();
+  server.reset();
+  tier->Shutdown();
+}
+
 // A script for a one-master cluster whose master (port *self) answers the
 // data command `cmd` with an ASK to itself and ASKING with `asking_reply`.
 ScriptedRedis::Script AskThenAnswer(std::shared_ptr<std::atomic<uint16_t>> self, std::string cmd,

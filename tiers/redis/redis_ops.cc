@@ -40,13 +40,17 @@ RedisOpResult Reject(RedisConnection& conn, uint64_t left, Status st) {
     conn.Abandon();
     return Failed(std::move(st));
   }
+  conn.ExtendReply(left);  // a bounded drain
   Status drained = conn.SkipBody(left);
   if (drained.ok()) drained = conn.EndBody();
   return Failed(drained.ok() ? std::move(st) : std::move(drained));
 }
 
 // A GET hit of `length` bytes: header, length and checksum are checked before
-// the payload counts; any mismatch is Corruption.
+// the payload counts; any mismatch is Corruption. The reply's deadline moves
+// on for the payload only once the header has vouched for it: the length a
+// server announces buys it no time (a header trickled in under an announced
+// 4 GB used to hold the op for minutes).
 RedisOpResult ReadBlockValue(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
                              uint64_t length) {
   const std::string what = Describe(conn, op);
@@ -82,6 +86,7 @@ RedisOpResult ReadBlockValue(RedisConnection& conn, const RedisOp& op, Namespace
                                           " bytes < block of " + std::to_string(payload)));
   }
   std::span<std::byte> out = op.dst.first(payload);
+  conn.ExtendReply(payload);
   st = conn.ReadBody(out);
   if (st.ok()) st = conn.EndBody();
   if (!st.ok()) return Failed(std::move(st));
@@ -128,7 +133,6 @@ RedisOpResult ReadReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns
         return Failed(Status::NotFound("not in redis " + conn.endpoint().ToString()));
       }
       if (head->kind == RespHead::Kind::kBulk) {
-        conn.ExtendReply(static_cast<uint64_t>(head->integer));
         return ReadBlockValue(conn, op, ns, static_cast<uint64_t>(head->integer));
       }
       break;
