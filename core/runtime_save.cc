@@ -101,6 +101,12 @@ void RuntimeImpl::RunCopy(bool gather, std::span<const BlockCopy> copies, const 
 void RuntimeImpl::RunSave(NamespaceId ns, std::optional<BlockKey> parent,
                           const std::vector<BlockKey>& keys, const std::vector<uint32_t>& blocks,
                           const SaveOptions& hints, bool checkpoint, CompletionSource& done) {
+  {
+    // Counted first: should the job throw before its reservation, the
+    // failures it counts are of blocks counted as asked for.
+    std::lock_guard lock(mu_);
+    stats_.save_blocks += keys.size();
+  }
   // Three phases hold mu_, with the lock dropped between them (EnsureHubRoom
   // may evict, the gather runs unlocked); within a phase each key is looked
   // up once. An entry found in one phase may be inserted, evicted or erased
@@ -303,7 +309,6 @@ void RuntimeImpl::ReserveSaveLocked(NamespaceId ns, std::optional<BlockKey> pare
                                     CompletionSource& done, std::vector<IndexEntry*>& fresh,
                                     std::vector<size_t>& fresh_item,
                                     std::vector<std::pair<size_t, size_t>>& repeats) {
-  stats_.save_blocks += keys.size();
   IndexEntry* prev = nullptr;
   Status broken;
   if (parent) {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -191,6 +192,23 @@ TEST_F(SaveOverlapTest, ASaveWhoseParentIsStoredJustAfterItsAdmissionFailsTheChi
       << a_.result(0).ToString() << " with " << stored << " blocks stored";
   EXPECT_EQ(a_.result(0).code(), StatusCode::kDeadlineExceeded) << a_.result(0).ToString();
   EXPECT_EQ(rt_->Stats().save_not_admitted, 0u);
+}
+
+// A save whose job throws before it reserves anything (a policy, or memory
+// running out): its blocks are counted as asked for as well as failed. The
+// failures used to outnumber the blocks asked for.
+TEST_F(SaveOverlapTest, ASaveThatThrowsEarlyCountsItsBlocksAsAskedFor) {
+  static_cast<internal::RuntimeImpl*>(rt_.get())->TEST_SetAfterSaveAdmission(
+      [] { throw std::runtime_error("admission broke"); });
+  const RuntimeStats before = rt_->Stats();
+  const auto keys = ChainKeys({70, 71});
+  const std::vector<uint32_t> from{0, 1};
+  Completion save = rt_->Save(kTestNs, std::nullopt, keys, from);
+  (void)save.Wait();
+  EXPECT_EQ(save.result(0).code(), StatusCode::kInternal) << save.result(0).ToString();
+  const RuntimeStats after = rt_->Stats();
+  EXPECT_EQ(after.save_failures - before.save_failures, 2u);
+  EXPECT_EQ(after.save_blocks - before.save_blocks, 2u);
 }
 
 // A load into an engine block a save is still copying from would be served
