@@ -222,11 +222,12 @@ void RuntimeImpl::CountRefusedLocked(RuntimeMetrics::Op op, size_t items, Status
 }
 
 Completion RuntimeImpl::Refuse(RuntimeMetrics::Op op, size_t items, const Status& status) {
-  {
-    std::lock_guard lock(mu_);
-    CountRefusedLocked(op, items, status.code());
-  }
-  return CompletionSource::Done(items, status);
+  // Built first: without memory for it the caller counts the refusal itself
+  // (OutOfMemory), once.
+  Completion refused = CompletionSource::Done(items, status);
+  std::lock_guard lock(mu_);
+  CountRefusedLocked(op, items, status.code());
+  return refused;
 }
 
 Completion RuntimeImpl::OutOfMemory(RuntimeMetrics::Op op, size_t items) noexcept {
@@ -262,7 +263,8 @@ Completion RuntimeImpl::Submit(RuntimeMetrics::Op op, size_t items,
   std::shared_ptr<CompletionSource> src;
   try {
     if (items == 0 || shut_down_.load(std::memory_order_acquire)) {
-      if (on_done) on_done();
+      // Run once, here: the catch below must not run it again.
+      if (on_done) std::exchange(on_done, nullptr)();
       return items == 0 ? Completion()
                         : Refuse(op, items, Status::Unavailable("runtime is shut down"));
     }
@@ -608,6 +610,13 @@ Status RuntimeImpl::RemoveBlocks(NamespaceId ns, std::span<const BlockKey> keys)
     }
     lower_keys.reserve(keys.size());
     for (const BlockKey& key : keys) lower_keys.push_back({ns, key});
+    // Once each: a key listed twice below would be rolled back once too few
+    // should listing run out of memory, and stay listed for a Remove the
+    // mover then runs against its still-indexed copy.
+    std::sort(lower_keys.begin(), lower_keys.end(), [](const NsKey& a, const NsKey& b) {
+      return a.key < b.key;  // one namespace
+    });
+    lower_keys.erase(std::unique(lower_keys.begin(), lower_keys.end()), lower_keys.end());
     std::unordered_map<IndexEntry*, uint32_t> removing;  // entry -> children also removed
     for (const BlockKey& key : keys) {
       IndexEntry* e = index_.Find({ns, key});
