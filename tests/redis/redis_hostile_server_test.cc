@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "kvtier/block_header.h"
@@ -198,6 +199,36 @@ TEST(RedisHostileServer, AnAnnouncedLengthBuysNoTimeBeforeTheHeader) {
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_FALSE(st.ok());
   EXPECT_LT(took, Scaled(1500ms)) << st.ToString();
+  server.reset();
+  tier->Shutdown();
+}
+
+// A server that answers each of 20 pipelined GETs 400 ms after the last,
+// each within the 500 ms timeout: the chunk's replies share one deadline,
+// so the read fails about a timeout in, not after the 8 s the server takes.
+TEST(RedisHostileServer, RepliesEachJustInTimeShareTheChunksDeadline) {
+  auto server = ScriptedRedis::Start([](const Argv& argv) {
+    Answer a;
+    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
+    std::this_thread::sleep_for(400ms);
+    a.bytes = "$-1\r\n";
+    return a;
+  });
+  ASSERT_TRUE(server);
+  auto tier = Open(Options(*server, /*cluster=*/false));
+  ASSERT_TRUE(tier);
+  constexpr size_t kReads = 20;
+  std::vector<std::vector<std::byte>> out(kReads, std::vector<std::byte>(kBlock));
+  std::vector<ReadOp> ops;
+  for (size_t i = 0; i < kReads; ++i) ops.push_back(ReadOp{TestKey(i), out[i]});
+  const auto start = std::chrono::steady_clock::now();
+  Completion c = tier->Read(kNs, ops);
+  (void)c.WaitFor(20s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(c.Poll());
+  EXPECT_LT(took, Scaled(2000ms));
+  EXPECT_EQ(c.result(kReads - 1).code(), StatusCode::kUnavailable)
+      << c.result(kReads - 1).ToString();
   server.reset();
   tier->Shutdown();
 }

@@ -240,6 +240,8 @@ bool RedisNode::Execute(Worker* w, RedisJob& job, std::vector<RedisOpResult>& re
       }
       broken = conn.Flush();
       lost = !broken.ok();
+      // One deadline for the chunk's replies (moved on by the values read).
+      conn.BeginReply();
       while (answered < end && broken.ok()) {
         results[answered] = ReadRedisOpReply(conn, job.ops[answered], ns, options_.cluster);
         if (conn.broken()) {
@@ -252,6 +254,7 @@ bool RedisNode::Execute(Worker* w, RedisJob& job, std::vector<RedisOpResult>& re
         }
         ++answered;
       }
+      conn.EndReply();
     }
   } catch (const std::exception& e) {
     conn.Abandon();

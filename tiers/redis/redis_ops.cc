@@ -185,10 +185,7 @@ void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s) {
 
 RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
                                bool cluster) {
-  conn.BeginReply();
-  RedisOpResult result = ReadReply(conn, op, ns, cluster);
-  conn.EndReply();
-  return result;
+  return ReadReply(conn, op, ns, cluster);
 }
 
 }  // namespace kvtier::internal

@@ -50,13 +50,14 @@ struct RedisOpResult {
 void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s);
 
 // Reads the reply (or replies, with ASKING) of `op`, which was queued in this
-// order. The reply must be in whole within the connection's timeout (the
-// op timeout), plus RedisConnection::ByteBudgetMs of a GET value's length,
-// from when this starts reading it; past that it is Unavailable and `conn`
-// broken. A transport failure leaves `conn` broken and is Unavailable; a reply
-// that is not Redis's leaves it broken and is Corruption. A MOVED or ASK
-// reply is `redirected` only when `cluster`; otherwise it is InvalidArgument
-// (a server that redirects is a cluster node, or not one to follow).
+// order, within the reply deadline the caller began (BeginReply: one for a
+// pipelined chunk, so that replies each just under the timeout cannot hold
+// the connection for the timeout times the chunk), which a GET value moves
+// on by RedisConnection::ByteBudgetMs of its length once its header has
+// vouched for it; past that it is Unavailable and `conn` broken. A transport failure leaves `conn`
+// broken and is Unavailable; a reply that is not Redis's leaves it broken and is Corruption. A
+// MOVED or ASK reply is `redirected` only when `cluster`; otherwise it is InvalidArgument (a server
+// that redirects is a cluster node, or not one to follow).
 RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
                                bool cluster);
 
