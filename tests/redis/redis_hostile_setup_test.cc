@@ -140,6 +140,22 @@ TEST(RedisHostileSetup, ClusterSlotsOverTheByteLimitFails) {
                         StatusCode::kCorruption, "reply exceeds the limit of 8388608 bytes");
 }
 
+// A slot map of 16,384 one-slot ranges, each with a master of its own, is
+// within the reply's limits but names more masters than a cluster has: it
+// is refused before a node (threads of its own) is started for any.
+TEST(RedisHostileSetup, ClusterSlotsNamingTooManyMastersFails) {
+  std::string reply = "*16384\r\n";
+  for (int slot = 0; slot < 16384; ++slot) {
+    const std::string port = std::to_string(10000 + slot);
+    reply += "*3\r\n:" + std::to_string(slot) + "\r\n:" + std::to_string(slot) +
+             "\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + port + "\r\n";
+  }
+  auto server = ScriptedRedis::Start(AnswerTo("CLUSTER", Answer{reply}));
+  ASSERT_TRUE(server);
+  (void)ExpectOpenFails(Options(*server, /*cluster=*/true, /*password=*/true, kLargeReplyMs),
+                        StatusCode::kCorruption, "the slot map names more than 1000 masters");
+}
+
 TEST(RedisHostileSetup, ClusterSlotsNestedTooDeepFails) {
   auto server =
       ScriptedRedis::Start(AnswerTo("CLUSTER", Answer{"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:0\r\n"}));

@@ -11,6 +11,8 @@ namespace kvtier::internal {
 namespace {
 
 constexpr uint64_t kRefreshIntervalNs = 100'000'000;
+// The most masters a slot map may name.
+constexpr size_t kMaxClusterMasters = 1000;
 
 std::function<void()>& BeforeNewNode() {
   static std::function<void()> hook;
@@ -244,6 +246,17 @@ Status RedisRouter::LoadSlots(RedisConnection& conn) {
   // reset): another may know the map.
   if (ranges->empty()) {
     return Status::Unavailable(where + ": the slot map is empty (no slot is assigned)");
+  }
+  // Each master is a node with its own threads: a map naming more than a
+  // cluster can have (Redis Cluster is built for about 1,000 nodes) would
+  // start tens of thousands of threads on the server's word.
+  std::set<std::string> masters;
+  for (const SlotRange& r : *ranges) {
+    masters.insert(r.master.ToString());
+    if (masters.size() > kMaxClusterMasters) {
+      return Status::Corruption(where + ": the slot map names more than " +
+                                std::to_string(kMaxClusterMasters) + " masters");
+    }
   }
   std::set<std::string> listed = ListedMasters(conn);
   std::array<RedisNode*, kRedisClusterSlots> slots{};
