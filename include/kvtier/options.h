@@ -117,9 +117,8 @@ struct MoverOptions {
   bool start_thread = true;     // false: tests drive Runtime::TEST_RunMoverOnce()
   // At Shutdown, write the blocks only the hub holds to the tier below it
   // (those its admission accepts, root first) for at most this long, so a
-  // persistent tier has them after a restart; a write under way at the end
-  // is waited for as long again at most. 0 = off (the hub's blocks end with
-  // the process); at most 3600000.
+  // persistent tier has them after a restart; 0 = off (the hub's blocks end
+  // with the process); at most 3600000.
   uint64_t shutdown_writeback_ms = 0;
 };
 
