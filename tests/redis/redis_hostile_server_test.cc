@@ -148,34 +148,51 @@ TEST(RedisHostileServer, AHugeValueThatIsNotABlockIsCutOffNotDrained) {
   (void)ExpectFloodCutOff("$4000000000\r\n");
 }
 
+// A tier on a server that answers every GET with `head`, then
+// `flood_bytes` bytes one every `gap`, and the read of one block from it:
+// its status and how long it took (the server kept for a look at the flood).
+struct TrickledRead {
+  std::unique_ptr<ScriptedRedis> server;
+  std::unique_ptr<Tier> tier;
+  Status st;
+  std::chrono::steady_clock::duration took{};
+  ~TrickledRead() {
+    server.reset();  // stops a flood still running, so that the I/O thread ends either way
+    if (tier) tier->Shutdown();
+  }
+};
+void ReadTrickled(std::string head, uint64_t flood_bytes, std::chrono::milliseconds gap,
+                  TrickledRead* r) {
+  r->server = ScriptedRedis::Start([=](const Argv& argv) {
+    Answer a;
+    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
+    a.bytes = head;
+    a.flood_bytes = flood_bytes;
+    a.flood_gap = gap;
+    return a;
+  });
+  ASSERT_TRUE(r->server);
+  r->tier = Open(Options(*r->server, /*cluster=*/false));
+  ASSERT_TRUE(r->tier);
+  const auto start = std::chrono::steady_clock::now();
+  r->st = ReadOne(*r->tier, 1);
+  r->took = std::chrono::steady_clock::now() - start;
+}
+
 // A GET value whose bytes trickle in, each well within the per-read timeout:
 // the reply as a whole must still fail within a small multiple of the op
 // timeout (500 ms here), not after the minutes the server would take, and
 // the connection must be dropped.
 TEST(RedisHostileServer, TricklingGetValueTimesOut) {
   const uint64_t value_bytes = kBlockHeaderBytes + kBlock;
-  auto server = ScriptedRedis::Start([value_bytes](const Argv& argv) {
-    Answer a;
-    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
-    a.bytes = "$" + std::to_string(value_bytes) + "\r\n";
-    a.flood_bytes = value_bytes;
-    a.flood_gap = 100ms;
-    return a;
-  });
-  ASSERT_TRUE(server);
-  auto tier = Open(Options(*server, /*cluster=*/false));
-  ASSERT_TRUE(tier);
-  const auto start = std::chrono::steady_clock::now();
-  const Status st = ReadOne(*tier, 1);
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
-  EXPECT_TRUE(Has(st, "timed out after")) << st.ToString();
-  EXPECT_LT(took, Scaled(1500ms));
-  const ScriptedRedis::Flood flood = server->WaitFlood(Scaled(1s));
+  TrickledRead r;
+  ASSERT_NO_FATAL_FAILURE(
+      ReadTrickled("$" + std::to_string(value_bytes) + "\r\n", value_bytes, 100ms, &r));
+  EXPECT_EQ(r.st.code(), StatusCode::kUnavailable) << r.st.ToString();
+  EXPECT_TRUE(Has(r.st, "timed out after")) << r.st.ToString();
+  EXPECT_LT(r.took, Scaled(1500ms));
+  const ScriptedRedis::Flood flood = r.server->WaitFlood(Scaled(1s));
   EXPECT_TRUE(flood.peer_closed) << "the tier must drop the connection";
-  // Stops a flood still running, so that the I/O thread ends either way.
-  server.reset();
-  tier->Shutdown();
 }
 
 // A GET value announced at 4 GB, whose header then trickles in a byte every
@@ -183,24 +200,10 @@ TEST(RedisHostileServer, TricklingGetValueTimesOut) {
 // buys the server no time before the header has vouched for it. It used to
 // stretch the reply's deadline by 16 minutes, and the header alone took 26 s.
 TEST(RedisHostileServer, AnAnnouncedLengthBuysNoTimeBeforeTheHeader) {
-  auto server = ScriptedRedis::Start([](const Argv& argv) {
-    Answer a;
-    if (ScriptedRedis::Handshake(argv, 0, &a)) return a;
-    a.bytes = "$4000000000\r\n";
-    a.flood_bytes = kBlockHeaderBytes;
-    a.flood_gap = 400ms;
-    return a;
-  });
-  ASSERT_TRUE(server);
-  auto tier = Open(Options(*server, /*cluster=*/false));
-  ASSERT_TRUE(tier);
-  const auto start = std::chrono::steady_clock::now();
-  const Status st = ReadOne(*tier, 1);
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_FALSE(st.ok());
-  EXPECT_LT(took, Scaled(1500ms)) << st.ToString();
-  server.reset();
-  tier->Shutdown();
+  TrickledRead r;
+  ASSERT_NO_FATAL_FAILURE(ReadTrickled("$4000000000\r\n", kBlockHeaderBytes, 400ms, &r));
+  EXPECT_FALSE(r.st.ok());
+  EXPECT_LT(r.took, Scaled(1500ms)) << r.st.ToString();
 }
 
 // A server that answers each of 20 pipelined GETs 400 ms after the last,
