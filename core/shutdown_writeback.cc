@@ -5,10 +5,7 @@
 // block written is reachable again after a restart (a lookup adopts the
 // leading keys a tier holds) and a deadline cuts off whole suffixes. A
 // state checkpoint goes whole or not at all: admitted once, its parts
-// written together, the rest of one begun written past the deadline. A
-// write not ended a further shutdown_writeback_ms after the deadline (after
-// it started, past it) is left running, settled when it ends, so a tier that
-// never answers holds the shutdown no longer.
+// written together, the rest of one begun written past the deadline.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -50,10 +47,6 @@ void RuntimeImpl::WriteBackHub() {
   const size_t batch = std::min<size_t>(options_.mover.batch_blocks, BatchLimit(*lower_[0]));
   size_t written_blocks = 0, next = 0;
   std::unordered_set<const IndexEntry*> going;  // written below in this writeback
-  // Victims of writes left running: their late write's callback ends their
-  // move. Reserved, so noting one allocates nothing.
-  std::vector<const IndexEntry*> handed_over;
-  handed_over.reserve(pending.size());
   // A block below a parent that no tier below holds, nor gets in this
   // writeback, could never be found. REQUIRES: mu_ held.
   auto parent_below = [&going](const IndexEntry* v) {
@@ -113,20 +106,7 @@ void RuntimeImpl::WriteBackHub() {
         if (admitted != 0) metrics_.AddAdmission(1, true, admitted);
         if (refused != 0) metrics_.AddAdmission(1, false, refused);
       }
-      std::vector<bool> late(victims.size(), false), reclaimed(victims.size(), false);
-      struct NoteLate {  // however WriteToNext ends, once it has handed some over
-        const std::vector<IndexEntry*>& victims;
-        const std::vector<bool>& late;
-        std::vector<const IndexEntry*>& out;
-        ~NoteLate() {
-          for (size_t i = 0; i < victims.size(); ++i) {
-            if (late[i]) out.push_back(victims[i]);
-          }
-        }
-      } note_late{victims, late, handed_over};
-      const SteadyTime write_deadline =
-          std::max(deadline, std::chrono::steady_clock::now()) + std::chrono::milliseconds(ms);
-      WriteToNext(0, victims, write, written, read_status, write_deadline, &late, &reclaimed);
+      WriteToNext(0, victims, write, written, read_status);
       // Listed as running removes, and not (out of memory listing them).
       std::vector<NsKey> unreachable, unlisted;
       unreachable.reserve(victims.size());  // adding one below allocates nothing
@@ -176,11 +156,8 @@ void RuntimeImpl::WriteBackHub() {
     if (log_) log_->Log(LogLevel::kError, "shutdown writeback failed with an exception");
   }
   {
-    std::sort(handed_over.begin(), handed_over.end());
     std::lock_guard lock(mu_);
-    for (IndexEntry* v : pending) {
-      if (!std::binary_search(handed_over.begin(), handed_over.end(), v)) EndMoveLocked(v);
-    }
+    for (IndexEntry* v : pending) EndMoveLocked(v);
     NotifyMovesSettledLocked();
   }
   if (log_ && !pending.empty()) {

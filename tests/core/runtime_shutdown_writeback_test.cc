@@ -13,8 +13,6 @@
 #include <thread>
 
 #include "tests/core/disk_view_fixture.h"
-#include "tests/support/fault_tier.h"
-#include "tests/support/recording_log.h"
 
 namespace kvtier::testing {
 namespace {
@@ -106,42 +104,6 @@ class ShutdownWritebackTest : public DiskViewTest {
     return hits;
   }
 };
-
-// The disk never answers the writeback's write: the writeback gives up on
-// it a further shutdown_writeback_ms after its deadline, and the shutdown
-// goes on to the tiers' own (which waits for the write: the test releases
-// it then). It used to wait for the write inside the writeback, for good.
-TEST(ShutdownWritebackHungTierTest, AWriteThatNeverEndsHoldsTheWritebackNoLonger) {
-  EngineSetup setup = MakeEngine(64);
-  const uint64_t bb = setup.layout.BlockBytes();
-  RuntimeOptions o = MakeOptions(bb, 8);
-  o.tiers[0].watermarks = {.high = 0.95, .low = 0.9};
-  o.mover.shutdown_writeback_ms = 100;
-  auto log = std::make_shared<RecordingLog>(LogLevel::kInfo, "shutdown: wrote");
-  o.log = log;
-  o.tiers.push_back(LowerHostTier("disk", bb, 32));
-  auto stall = std::make_shared<CallStall>();
-  o.tier_factory = FaultyTierFactory("disk", FaultOptions{.stall_writes = stall});
-  auto opened = Runtime::Open(o, setup.engine);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::unique_ptr<Runtime> rt = std::move(opened).value();
-  SimEngine sim(rt.get(), setup.engine.get());
-  const auto keys = ChainKeys({1});
-  sim.Prefill(keys, 0);
-  ASSERT_TRUE(sim.SaveFrom(keys, 0, 0).status().ok());
-  stall->Stall();
-  std::thread closer([&] { rt->Shutdown(); });
-  bool logged = false;
-  for (int i = 0; i < 300 && !logged; ++i) {  // 3 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    logged = !log->lines().empty();
-  }
-  stall->Release();
-  closer.join();
-  ASSERT_TRUE(logged) << "the writeback still waited for the write after 3 s";
-  EXPECT_EQ(log->lines().front().rfind("shutdown: wrote 0 of 1 blocks", 0), 0u)
-      << log->lines().front();
-}
 
 TEST_F(ShutdownWritebackTest, TheHubsBlocksSurviveARestartOnlyWhenAsked) {
   const auto keys = ChainKeys({1, 2, 3, 4});
