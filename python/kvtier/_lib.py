@@ -166,10 +166,11 @@ class _InFlight:
     may have several calls in flight on one handle (one inside a callback
     of another), and leaving one must never take another's entry."""
 
-    __slots__ = ("thread",)
+    __slots__ = ("thread", "deferred")
 
     def __init__(self, thread):
         self.thread = thread
+        self.deferred = None  # the handle this call, the last out, is to end
 
 
 # A child made by fork() has none of the threads whose calls were in flight
@@ -245,21 +246,29 @@ class _Scoped:
                 break
             except BaseException as e:  # noqa: B036 - re-raised below
                 interrupted = interrupted or e
-        if interrupted is not None:
-            raise interrupted
+        # Ended once, outside the retries: a handle handed to `me` stays
+        # there until then, however the leaving was cut short.
+        handle, me.deferred = me.deferred, None
+        try:
+            if handle:
+                self._end_handle(handle)
+        finally:
+            if interrupted is not None:
+                raise interrupted
 
     def _leave(self, me):
+        """Takes `me` out of flight; the last call out takes over a handle
+        ended meanwhile (me.deferred). Each step can run again."""
         calls = self._calls
-        deferred = None
         with calls.lock:
             if me in calls.threads:  # absent if interrupted before the append, or left already
                 calls.threads.remove(me)
             if not calls.threads:
-                deferred, calls.deferred = calls.deferred, None
+                if calls.deferred:
+                    me.deferred = calls.deferred
+                    calls.deferred = None
                 if calls.idle is not None:
                     calls.idle.notify_all()
-        if deferred:
-            self._end_handle(deferred)
 
     def _end(self, wait=True):
         """Ends the handle once (again, or from a second thread: returns at
