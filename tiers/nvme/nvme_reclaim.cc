@@ -288,11 +288,12 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
 // left alone. Returns the blocks rewritten. REQUIRES: mu held.
 //
 // Throws nothing: the packed copies have landed and the spare is the active
-// region by now, so every block must be settled. Without memory to record a
-// change for RocksDB, its row keeps naming the old copy in the victim, which
-// recovery takes while the victim still holds it and rejects by generation
-// once the region is written again; a loss that cannot be queued for report
-// surfaces as a miss on the block's next read.
+// region by now, so every block must be settled. A block whose move cannot
+// be recorded for RocksDB (memory) is dropped; one whose drop cannot be,
+// keeps a row naming its old copy in the victim, which recovery takes while
+// the victim still holds it and rejects by generation once the region is
+// written again. A loss that cannot be queued for report surfaces as a miss
+// on the block's next read.
 uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_t gen,
                                                  const std::vector<LiveBlock>& live) {
   uint64_t moved_blocks = 0;
@@ -302,7 +303,22 @@ uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_
       continue;
     }
     const uint64_t disk = DiskBytes(e->loc.payload_bytes);
-    if (b.fate != LiveBlock::kKeep) {
+    BlockLocation moved = e->loc;
+    moved.region = static_cast<uint32_t>(target);
+    moved.offset = b.new_offset;
+    moved.generation = gen;
+    bool keep = b.fate == LiveBlock::kKeep;
+    if (keep) {
+      try {
+        pending[b.id] = moved;
+      } catch (const std::bad_alloc&) {
+        // The move cannot be recorded for RocksDB: a commit would leave the
+        // block's row naming the victim, rewritten once it is the spare, so
+        // a Flush could not vouch for it. It is dropped instead, as lost.
+        keep = false;
+      }
+    }
+    if (!keep) {
       if (b.fate == LiveBlock::kCorrupt) ++stats.corruptions;
       if (b.fate == LiveBlock::kUnreadable) ++stats.unreadable_blocks;
       if (b.fate == LiveBlock::kEvict) {
@@ -321,16 +337,8 @@ uint64_t NvmeTier::State::InstallRelocatedLocked(int victim, int target, uint64_
       }
       continue;
     }
-    BlockLocation moved = e->loc;
-    moved.region = static_cast<uint32_t>(target);
-    moved.offset = b.new_offset;
-    moved.generation = gen;
     e->loc = moved;
     e->hits = 0;  // hot again only if read again
-    try {
-      pending[b.id] = moved;
-    } catch (const std::bad_alloc&) {
-    }
     regions[victim].live_bytes -= disk;
     regions[target].live_bytes += disk;
     stats.bytes_reinserted += disk;
