@@ -101,7 +101,10 @@ RedisOpResult Unexpected(RedisConnection& conn, const RedisOp& op, const RespHea
   return Failed(Status::Corruption(Describe(conn, op) + ": unexpected reply type"));
 }
 
-RedisOpResult ReadReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns, bool cluster) {
+}  // namespace
+
+RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
+                               bool cluster) {
   if (op.asking) {
     auto ok = conn.ReadSimple();
     if (!ok.ok()) return Failed(ok.status());
@@ -150,8 +153,6 @@ RedisOpResult ReadReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns
   return Unexpected(conn, op, *head);
 }
 
-}  // namespace
-
 void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s) {
   if (op.asking) {
     std::string_view asking[] = {"ASKING"};
@@ -181,11 +182,6 @@ void QueueRedisOp(RedisConnection& conn, const RedisOp& op, uint64_t ttl_s) {
   const std::string ttl = std::to_string(ttl_s);
   std::string_view trailing[] = {"EX", ttl};
   conn.QueueWithValue(argv, parts, trailing);
-}
-
-RedisOpResult ReadRedisOpReply(RedisConnection& conn, const RedisOp& op, NamespaceId ns,
-                               bool cluster) {
-  return ReadReply(conn, op, ns, cluster);
 }
 
 }  // namespace kvtier::internal
