@@ -117,21 +117,22 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Open(const RedisEndpoi
                                                                const RedisTierOptions& options,
                                                                const TlsClientContext* tls) {
   const std::string where = endpoint.ToString();
-  redisContext* ctx = redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port,
-                                              ToTimeval(options.connect_timeout_ms));
-  if (ctx == nullptr || ctx->err != 0) {
-    Status st = FromRedisContext(ctx, "connect to redis " + where);
-    redisFree(ctx);
-    return st;
-  }
+  // Owned here until the connection takes it: building either may throw.
+  std::unique_ptr<redisContext, void (*)(redisContext*)> ctx(
+      redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port,
+                              ToTimeval(options.connect_timeout_ms)),
+      redisFree);
+  if (ctx == nullptr || ctx->err != 0)
+    return FromRedisContext(ctx.get(), "connect to redis " + where);
   std::unique_ptr<RedisConnection> conn(
-      new RedisConnection(endpoint, ctx, options.connect_timeout_ms));
+      new RedisConnection(endpoint, ctx.get(), options.connect_timeout_ms));
+  redisContext* const raw = ctx.release();  // the connection frees it now
   if (tls != nullptr) {
     const std::string& name =
         options.tls_server_name.empty() ? endpoint.host : options.tls_server_name;
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms);
-    auto stream = TlsStream::Connect(*tls, ctx->fd, name, deadline, "redis " + where);
+    auto stream = TlsStream::Connect(*tls, raw->fd, name, deadline, "redis " + where);
     if (!stream.ok()) return stream.status();
     conn->tls_ = std::move(stream).value();
   }
