@@ -462,13 +462,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     removals.resize(listed);
   }
   // Failures are retried by the mover; a caller with a deadline does not wait.
-  if (deadline == SteadyTime::max()) {
-    if (!removals.empty()) (void)RunRemoves(tier, removals);
-    if (!unlisted.empty()) (void)RunRemoves(tier, unlisted, /*listed=*/false);
-  } else {
-    if (!removals.empty()) StartRemoves(tier, removals);
-    if (!unlisted.empty()) StartRemoves(tier, unlisted, /*listed=*/false);
-  }
+  SendRemoves(tier, removals, unlisted, /*wait=*/deadline == SteadyTime::max());
   return dropped;
 }
 

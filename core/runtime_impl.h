@@ -397,7 +397,8 @@ class RuntimeImpl final : public Runtime {
     std::vector<BlockKey> keys;
     bool listed = true;  // see RunRemoves
   };
-  std::vector<RemoveBatch> SplitRemoves(size_t tier, const std::vector<NsKey>& keys) const;
+  std::vector<RemoveBatch> SplitRemoves(size_t tier, const std::vector<NsKey>& keys,
+                                        bool listed = true) const;
   // The first failure of a finished Remove of `b` (NotFound is none: the
   // copy is gone), naming the block and the tier; OK when there is none.
   Status RemoveFailure(const RemoveBatch& b, const Completion& c) const;
@@ -405,6 +406,11 @@ class RuntimeImpl final : public Runtime {
   // in late_calls_ until then), for a caller with a deadline. Those memory
   // runs out for stay listed, for a mover pass to retry.
   void StartRemoves(size_t tier, const std::vector<NsKey>& keys, bool listed = true) noexcept;
+  // Removes from `tier` the keys `listed` as running removes and those a
+  // caller could not list (`unlisted`): waited for with `wait` (RunRemoves,
+  // failures left to the mover), else started (StartRemoves).
+  void SendRemoves(size_t tier, const std::vector<NsKey>& listed,
+                   const std::vector<NsKey>& unlisted, bool wait);
   // Sends one Remove batch and has `settle_locked` (run with mu_ held) see
   // its completion when it ends, counted in late_calls_ until then. Throws
   // (out of memory) only when the batch was not sent.

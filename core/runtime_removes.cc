@@ -28,8 +28,9 @@ bool RuntimeImpl::QueueRemoveLocked(size_t tier, const NsKey& k, bool running) {
   return true;
 }
 
-std::vector<RuntimeImpl::RemoveBatch> RuntimeImpl::SplitRemoves(
-    size_t tier, const std::vector<NsKey>& keys) const {
+std::vector<RuntimeImpl::RemoveBatch> RuntimeImpl::SplitRemoves(size_t tier,
+                                                                const std::vector<NsKey>& keys,
+                                                                bool listed) const {
   std::map<uint64_t, std::vector<BlockKey>> by_ns;
   for (const NsKey& k : keys) by_ns[k.ns.value].push_back(k.key);
   const size_t limit = BatchLimit(*lower_[tier - 1]);
@@ -40,7 +41,8 @@ std::vector<RuntimeImpl::RemoveBatch> RuntimeImpl::SplitRemoves(
       batches.push_back(
           {tier,
            NamespaceId{ns},
-           {first, first + static_cast<std::ptrdiff_t>(std::min(limit, all.size() - from))}});
+           {first, first + static_cast<std::ptrdiff_t>(std::min(limit, all.size() - from))},
+           listed});
     }
   }
   return batches;
@@ -62,8 +64,7 @@ Status RuntimeImpl::RunRemoves(size_t tier, const std::vector<NsKey>& keys, bool
   std::vector<RemoveBatch> batches;
   size_t next = 0;  // the first batch not settled
   try {
-    batches = SplitRemoves(tier, keys);
-    for (RemoveBatch& b : batches) b.listed = listed;
+    batches = SplitRemoves(tier, keys, listed);
     for (; next < batches.size(); ++next) {
       const RemoveBatch& b = batches[next];
       Completion c = lower_[tier - 1]->Remove(b.ns, b.keys);
@@ -117,6 +118,17 @@ void RuntimeImpl::AbandonRemovesLocked(size_t tier, NamespaceId ns,
   }
 }
 
+void RuntimeImpl::SendRemoves(size_t tier, const std::vector<NsKey>& listed,
+                              const std::vector<NsKey>& unlisted, bool wait) {
+  if (wait) {
+    if (!listed.empty()) (void)RunRemoves(tier, listed);
+    if (!unlisted.empty()) (void)RunRemoves(tier, unlisted, /*listed=*/false);
+  } else {
+    if (!listed.empty()) StartRemoves(tier, listed);
+    if (!unlisted.empty()) StartRemoves(tier, unlisted, /*listed=*/false);
+  }
+}
+
 void RuntimeImpl::AbandonUnsentLocked(size_t tier, const std::vector<NsKey>& keys,
                                       const std::vector<RemoveBatch>& batches, size_t next) {
   if (batches.empty()) {
@@ -131,10 +143,9 @@ void RuntimeImpl::StartRemoves(size_t tier, const std::vector<NsKey>& keys, bool
   std::vector<RemoveBatch> batches;
   size_t next = 0;  // the first batch not issued
   try {
-    batches = SplitRemoves(tier, keys);
+    batches = SplitRemoves(tier, keys, listed);
     for (; next < batches.size(); ++next) {
-      RemoveBatch& b = batches[next];
-      b.listed = listed;
+      const RemoveBatch& b = batches[next];
       IssueRemove(b, [this, b](const Completion& c) {
         SettleRemovesLocked(b.tier, b.ns, b.keys, c, b.listed);
       });

@@ -117,10 +117,7 @@ void RuntimeImpl::WriteBackHub() {
         RuntimeImpl* rt;
         std::vector<NsKey>& listed;
         std::vector<NsKey>& unlisted;
-        ~IssueRemoves() {
-          if (!listed.empty()) rt->StartRemoves(1, listed);
-          if (!unlisted.empty()) rt->StartRemoves(1, unlisted, /*listed=*/false);
-        }
+        ~IssueRemoves() { rt->SendRemoves(1, listed, unlisted, /*wait=*/false); }
       } issue{this, unreachable, unlisted};
       {
         std::lock_guard lock(mu_);
