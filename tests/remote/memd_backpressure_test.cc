@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "tests/remote/memd_guard_fixture.h"
 #include "tests/remote/raw_memd_client.h"
@@ -203,6 +205,57 @@ TEST_F(MemdGuardTest, APutTheServerStoppedReadingIsNotCutOff) {
     break;
   }
   ASSERT_NO_FATAL_FAILURE(ExpectStored(0));
+}
+
+// A peer that keeps its replies backlogged while taking them steadily makes
+// the server stop and resume reading it over and over: a put whose data
+// never comes is still cancelled once put_timeout_ms of its own time and at
+// most reply_timeout_ms of pauses have passed. Each resume used to restart
+// every open put's clock, so the put held its slots for as long as the
+// peer kept asking.
+TEST_F(MemdGuardTest, RepliesKeptBackloggedDoNotHoldAStalledPutForEver) {
+  auto log = std::make_shared<RecordingLog>(
+      LogLevel::kWarning, "a put made no progress for 300 ms; its reservations are cancelled");
+  ASSERT_NO_FATAL_FAILURE(StartServer([&](memd::MemdServerOptions& o) {
+    o.log = log;
+    o.put_timeout_ms = 300;
+    o.reply_timeout_ms = 600;
+  }));
+  RawClient c(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(c, kSecret));
+  const BlockKey key = TestKey(50);
+  c.Send(memd::Frame(memd::Opcode::kPutBegin, 2,
+                     memd::EncodeBody(memd::PutBegin{kNs, {{key, 1000}}})));
+  auto begun = c.ReadFrame();
+  ASSERT_TRUE(begun.has_value() && begun->first.opcode == memd::Opcode::kBeginReply);
+  ASSERT_EQ(server_->GetStats().used_slots, 1u);
+  // Each GET names as many unknown keys as replies may wait, so the server
+  // stops reading after every one until the peer has taken some.
+  std::vector<BlockKey> misses;
+  for (uint64_t i = 0; i < memd::kMaxBatchItems; ++i) misses.push_back(TestKey(100000 + i));
+  const std::vector<std::byte> get =
+      memd::Frame(memd::Opcode::kGet, 9, memd::EncodeBody(memd::KeyBatch{kNs, misses}));
+  std::thread sender([&] {
+    for (;;) {
+      for (size_t at = 0; at < get.size();) {
+        const ssize_t n = send(c.fd(), get.data() + at, get.size() - at, MSG_NOSIGNAL);
+        if (n <= 0) return;  // closed, by the server or below
+        at += static_cast<size_t>(n);
+      }
+    }
+  });
+  // Replies taken as fast as they come, until the server hangs up (its
+  // ERROR frame may be lost to the reset: the GETs it no longer reads).
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(5) && c.ReadFrame()) {
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  shutdown(c.fd(), SHUT_RDWR);
+  sender.join();
+  EXPECT_LT(took, std::chrono::seconds(5)) << "the connection was still served";
+  EXPECT_EQ(log->lines().size(), 1u) << "the put was not cancelled";
+  EXPECT_TRUE(Eventually([&] { return server_->GetStats().used_slots == 0; }))
+      << server_->GetStats().used_slots;
 }
 
 // CPU time this process has used, user and system.

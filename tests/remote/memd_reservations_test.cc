@@ -236,6 +236,35 @@ TEST(MemdReservationsTest, UnknownRequestsAndItemsAreErrors) {
   EXPECT_EQ(pool->used_slots(), 3u);
 }
 
+// Time the server does not read the connection counts as its puts'
+// progress, up to a cap over each put's life; time it reads does not.
+TEST(MemdReservationsTest, PausesCountAsProgressUpToTheirCap) {
+  auto pool = SmallPool(8, kSlot);
+  uint64_t now = 1000;
+  MemdReservations t(*pool, 8, 8, [&now] { return now; });
+  ASSERT_TRUE(t.Begin(1, PutPath::kTcp, Items(1, 1)).ok());
+  EXPECT_EQ(t.OldestProgressMs(), 1000u);
+  t.PauseProgress(500);
+  now = 1300;
+  EXPECT_EQ(t.OldestProgressMs(), 1300u) << "a pause under way counts as it goes";
+  t.ResumeProgress();
+  now = 1400;  // reading: no credit
+  EXPECT_EQ(t.OldestProgressMs(), 1300u);
+  t.PauseProgress(500);
+  now = 2400;  // a second pause, of 1000 ms: only 200 ms of the cap are left
+  EXPECT_EQ(t.OldestProgressMs(), 1500u);
+  t.ResumeProgress();
+  EXPECT_EQ(t.OldestProgressMs(), 1500u);
+  // A put begun later has its own cap; the first has used all of its own.
+  ASSERT_TRUE(t.Begin(2, PutPath::kTcp, Items(1, 2)).ok());
+  t.PauseProgress(500);
+  now = 2500;
+  t.ResumeProgress();
+  EXPECT_EQ(t.OldestProgressMs(), 1500u);
+  ASSERT_TRUE(t.Commit(1).ok());
+  EXPECT_EQ(t.OldestProgressMs(), 2500u);
+}
+
 }  // namespace
 }  // namespace kvtier::internal::memd
 

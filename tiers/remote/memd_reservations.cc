@@ -154,16 +154,36 @@ Result<StatusList> MemdReservations::Commit(uint32_t request_id) {
 }
 
 std::optional<uint64_t> MemdReservations::OldestProgressMs() const {
+  const uint64_t now = paused_since_ms_ ? now_ms_() : 0;
   std::optional<uint64_t> oldest;
   for (const auto& [id, put] : puts_) {
-    if (!oldest || put.progress_ms < *oldest) oldest = put.progress_ms;
+    const uint64_t progress = put.progress_ms + PauseCredit(put, now);
+    if (!oldest || progress < *oldest) oldest = progress;
   }
   return oldest;
 }
 
-void MemdReservations::RestartProgress() {
+uint64_t MemdReservations::PauseCredit(const Put& put, uint64_t now_ms) const {
+  if (!paused_since_ms_ || now_ms <= *paused_since_ms_) return 0;
+  const uint64_t left = max_credit_ms_ - std::min(max_credit_ms_, put.paused_credit_ms);
+  return std::min(now_ms - *paused_since_ms_, left);
+}
+
+void MemdReservations::PauseProgress(uint64_t max_credit_ms) {
+  if (paused_since_ms_) return;
+  paused_since_ms_ = now_ms_();
+  max_credit_ms_ = max_credit_ms;
+}
+
+void MemdReservations::ResumeProgress() {
+  if (!paused_since_ms_) return;
   const uint64_t now = now_ms_();
-  for (auto& [id, put] : puts_) put.progress_ms = std::max(put.progress_ms, now);
+  for (auto& [id, put] : puts_) {
+    const uint64_t credit = PauseCredit(put, now);
+    put.progress_ms += credit;
+    put.paused_credit_ms += credit;
+  }
+  paused_since_ms_.reset();
 }
 
 void MemdReservations::Cancel() {

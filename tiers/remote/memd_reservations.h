@@ -93,13 +93,17 @@ class MemdReservations {
   size_t open_puts() const { return puts_.size(); }
   // When the open put that progressed least recently last did (its
   // PUT_BEGIN or, TCP, its latest PUT_DATA, whose bytes count as progress
-  // until they are due at kFloorBytesPerSecond: a time that may be ahead of
-  // now); nullopt when none is open.
+  // until they are due at kFloorBytesPerSecond, plus the time the server
+  // did not read it: a time that may be ahead of now); nullopt when none is
+  // open.
   std::optional<uint64_t> OldestProgressMs() const;
-  // Every open put counts as progressing now: the server stopped reading
-  // the connection (its replies backlogged) and read nothing of theirs
-  // meanwhile.
-  void RestartProgress();
+  // The server stopped reading the connection (its replies backlogged), so
+  // the open puts' data may wait unread: until ResumeProgress the time
+  // counts as their progress, up to `max_credit_ms` in all over a put's
+  // life (a peer that keeps its replies backlogged, taking them a little at
+  // a time, must not hold its reservations for ever).
+  void PauseProgress(uint64_t max_credit_ms);
+  void ResumeProgress();
 
  private:
   struct Put {
@@ -112,6 +116,7 @@ class MemdReservations {
     // sent yet. Data past them is an error, so a put that holds no slot
     // cannot be kept open by data without end.
     uint64_t refused_bytes_left = 0;
+    uint64_t paused_credit_ms = 0;  // added to progress_ms for pauses, in all
   };
   // Opens `request_id` as a put refused whole; its items, for the reply.
   Result<std::span<const Reservation>> RefuseWhole(uint32_t request_id, PutPath path,
@@ -119,6 +124,8 @@ class MemdReservations {
   void Drop(std::unordered_map<uint32_t, Put>::iterator it);
   // When `bytes` of a PUT_DATA are due at kFloorBytesPerSecond from now.
   uint64_t DueMs(uint64_t bytes) const { return now_ms_() + bytes * 1000 / kFloorBytesPerSecond; }
+  // What the pause under way adds to `put`'s progress so far.
+  uint64_t PauseCredit(const Put& put, uint64_t now_ms) const;
 
   MemdPool& pool_;
   const size_t max_items_;
@@ -129,6 +136,8 @@ class MemdReservations {
   size_t reserved_slots_ = 0;         // items of reserved_items_ that hold a slot
   size_t refused_puts_ = 0;           // open puts refused whole
   std::vector<Reservation> refused_;  // the items RefuseWhole returned last
+  std::optional<uint64_t> paused_since_ms_;  // while the server does not read
+  uint64_t max_credit_ms_ = 0;
 };
 
 }  // namespace kvtier::internal::memd

@@ -50,7 +50,9 @@ struct MemdServerOptions {
   uint32_t handshake_timeout_ms = 5000;
   // A begun put (PUT_BEGIN not yet committed) that sees none of its PUT_DATA
   // and no PUT_COMMIT this long is cancelled and its connection closed; the
-  // bytes of a PUT_DATA have this long more, and a second per 4 MiB.
+  // bytes of a PUT_DATA have this long more, and a second per 4 MiB. Time
+  // the server spends not reading the connection (its replies backlogged)
+  // does not count, up to reply_timeout_ms over a put's life.
   uint32_t put_timeout_ms = 10000;
   // Replies queued or being written that see no byte taken by the peer this
   // long close the connection: a client that stops reading cannot keep the

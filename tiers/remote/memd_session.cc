@@ -74,6 +74,7 @@ void Session::ReadNext() {
   if (closing_ || closed_) return;
   if (Backlogged()) {
     read_paused_ = true;
+    reservations_.PauseProgress(srv_.options_.reply_timeout_ms);
     return;
   }
   ReadHeader();
@@ -226,7 +227,7 @@ void Session::Pump() {
                       if (ec || (closing_ && queue_.empty())) return Close();
                       if (read_paused_ && !closing_ && !Backlogged()) {
                         read_paused_ = false;
-                        reservations_.RestartProgress();
+                        reservations_.ResumeProgress();
                         ReadHeader();
                       }
                       Pump();
@@ -272,14 +273,12 @@ void Session::CheckDeadlines(uint64_t now_ms) {
                   " ms");
   }
   // While the server has stopped reading (replies backlogged), a put's
-  // data may wait unread in the socket: no stall of the peer's, which has
-  // reply_timeout_ms more (a peer taking its replies a byte at a time must
-  // not hold its reservations for ever).
+  // data may wait unread in the socket: no stall of the peer's, so that
+  // time counts as the put's progress, up to reply_timeout_ms over its
+  // life (MemdReservations::PauseProgress).
   std::optional<uint64_t> put = reservations_.OldestProgressMs();
-  const uint64_t put_limit_ms =
-      uint64_t{o.put_timeout_ms} + (read_paused_ ? uint64_t{o.reply_timeout_ms} : 0);
-  if (put && now_ms >= *put + put_limit_ms) {
-    Expire("a put made no progress for " + std::to_string(put_limit_ms) +
+  if (put && now_ms >= *put + o.put_timeout_ms) {
+    Expire("a put made no progress for " + std::to_string(o.put_timeout_ms) +
            " ms; its reservations are cancelled");
   }
 }
