@@ -269,7 +269,7 @@ size_t RuntimeImpl::EvictFromTier(size_t tier, size_t blocks, SteadyTime deadlin
 
 std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims,
                                                std::vector<bool>& reclaimed,
-                                               std::vector<bool>& refresh) {
+                                               std::vector<bool>& keep) {
   const size_t next = tier + 1;
   std::vector<bool> write(victims.size(), false);
   // An `always` tier needs no per-block question (nor its tier state).
@@ -297,13 +297,18 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
       // Written again whatever the admission says: the tier holds it already.
       // Kept above until that write ends (WritebackAndDrop); not while a
       // Remove of it there is listed.
-      if (removing.count(v->id) == 0) write[i] = refresh[i] = true;
+      if (removing.count(v->id) == 0) write[i] = keep[i] = true;
       continue;
     }
     // A deeper tier holds it: no write (unless that copy may have expired).
     if ((v->locations >> next) != 0 && !stale_below) continue;
     const auto listed = removing.find(v->id);
-    if (listed != removing.end() && listed->second.running != 0) continue;  // a Remove runs there
+    if (listed != removing.end() && listed->second.running != 0) {
+      // A Remove of an older copy runs there: this one waits above for it
+      // to land, as no write of it may slip in before.
+      if ((v->locations & ~(1U << tier)) == 0) keep[i] = true;
+      continue;
+    }
     const bool other_copy = (v->locations & ~(1U << tier)) != 0;
     const auto gone = vanishing.find(v);
     const uint32_t staying = v->children - (gone == vanishing.end() ? 0 : gone->second);
@@ -334,7 +339,8 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
                                      SteadyTime deadline) {
   const size_t next = tier + 1;
   const size_t n = victims.size();
-  std::vector<bool> written, reclaimed, refresh;
+  std::vector<bool> written, reclaimed;
+  std::vector<bool> keep;  // stays above unless written
   std::vector<bool> late;  // settled by SettleLateWriteLocked
   std::vector<Status> read_status;
   std::vector<bool> tried;  // written below, or its write failed
@@ -343,7 +349,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
     removals.reserve(n);  // at most one per victim
     written.assign(n, false);
     reclaimed.assign(n, false);
-    refresh.assign(n, false);
+    keep.assign(n, false);
     late.assign(n, false);
     read_status.resize(n);
     tried.assign(n, false);
@@ -356,7 +362,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
   }
   if (next < tier_count()) {
     try {
-      tried = DecideAdmission(tier, victims, reclaimed, refresh);
+      tried = DecideAdmission(tier, victims, reclaimed, keep);
       WriteToNext(tier, victims, tried, written, read_status, deadline, &late, &reclaimed);
     } catch (...) {
       // A lower tier's Usage() or a policy threw, or memory ran out: the
@@ -421,8 +427,10 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
         // gives it a copy again), a copy below that may have expired is left
         // for a load to find or miss.
         const bool give_up = tried[i] && !written[i] && WriteFailedTooOften(v);
-        if (refresh[i] && !written[i] && !give_up) {
-          ++tier_counts_[tier].rejected;  // its copies below may be gone: kept until rewritten
+        if (keep[i] && !written[i] && !give_up) {
+          // Its copies below may be gone, or a Remove of it runs there:
+          // kept until written.
+          ++tier_counts_[tier].rejected;
           continue;
         }
         const bool other_copy = (v->locations & ~(1U << tier)) != 0;

@@ -370,13 +370,13 @@ class RuntimeImpl final : public Runtime {
   // Which victims go to tier + 1: asks its admission about each one no deeper
   // tier holds; a refused one is written anyway (forced) when a child of it
   // stays stored and no other tier holds it. A victim whose key tier + 1 is
-  // removing now is not written; one whose failed Remove there awaits a
-  // retry is, and the retry is cancelled (reclaimed[i], restored if the
-  // write fails).
-  // refresh[i]: victim i's expiring copies below are written again
-  // (ExpiringCopiesLocked); it stays above unless that write succeeds.
+  // removing now is not written (and stays above when no other tier holds
+  // it: keep[i]); one whose failed Remove there awaits a retry is, and the
+  // retry is cancelled (reclaimed[i], restored if the write fails).
+  // keep[i] also when victim i's expiring copies below are written again
+  // (ExpiringCopiesLocked): it stays above unless that write succeeds.
   std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims,
-                                    std::vector<bool>& reclaimed, std::vector<bool>& refresh);
+                                    std::vector<bool>& reclaimed, std::vector<bool>& keep);
   // Pending removes (see pending_removes_). Lists `k` for lower tier `tier`,
   // counting one more running Remove of it when `running` (else it awaits a
   // retry); false when the tier's list is full (the key is then not
