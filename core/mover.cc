@@ -220,11 +220,9 @@ bool RuntimeImpl::ExpiringCopiesLocked(const IndexEntry& v, size_t from, uint64_
 std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t batch) {
   const bool has_next = tier + 1 < tier_count();
   // Without a next tier a block can leave only if another tier still holds
-  // it or nothing hangs below it, nor will (a save holding it). A hub copy
-  // at the shutdown writeback is none: it ends with the process.
-  const uint32_t elsewhere = ~(1U << tier) & (hub_ending_ ? ~1U : ~0U);
+  // it or nothing hangs below it, nor will (a save holding it).
   auto may_drop = [&](const IndexEntry& e, uint32_t children_chosen) {
-    return has_next || (e.locations & elsewhere) != 0 ||
+    return has_next || OtherCopiesLocked(e, tier) != 0 ||
            (e.children == children_chosen && e.save_holds == 0);
   };
   std::vector<IndexEntry*> victims;
@@ -306,10 +304,10 @@ std::vector<bool> RuntimeImpl::DecideAdmission(size_t tier, const std::vector<In
     if (listed != removing.end() && listed->second.running != 0) {
       // A Remove of an older copy runs there: this one waits above for it
       // to land, as no write of it may slip in before.
-      if ((v->locations & ~(1U << tier)) == 0) keep[i] = true;
+      if (OtherCopiesLocked(*v, tier) == 0) keep[i] = true;
       continue;
     }
-    const bool other_copy = (v->locations & ~(1U << tier)) != 0;
+    const bool other_copy = OtherCopiesLocked(*v, tier) != 0;
     const auto gone = vanishing.find(v);
     const uint32_t staying = v->children - (gone == vanishing.end() ? 0 : gone->second);
     // A part of a state checkpoint whose later parts are gone (refused
@@ -433,7 +431,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
           ++tier_counts_[tier].rejected;
           continue;
         }
-        const bool other_copy = (v->locations & ~(1U << tier)) != 0;
+        const bool other_copy = OtherCopiesLocked(*v, tier) != 0;
         if (v->pins != v->save_holds ||
             (!other_copy && (v->save_holds != 0 || (v->children != 0 && !give_up)))) {
           ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children

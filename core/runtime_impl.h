@@ -377,6 +377,11 @@ class RuntimeImpl final : public Runtime {
   // (ExpiringCopiesLocked): it stays above unless that write succeeds.
   std::vector<bool> DecideAdmission(size_t tier, const std::vector<IndexEntry*>& victims,
                                     std::vector<bool>& reclaimed, std::vector<bool>& keep);
+  // The tiers other than `tier` whose copy of `v` outlives the process's
+  // end: at the shutdown writeback the hub's copy is none. REQUIRES: mu_.
+  uint32_t OtherCopiesLocked(const IndexEntry& v, size_t tier) const {
+    return v.locations & ~(1U << tier) & (hub_ending_ ? ~1U : ~0U);
+  }
   // Pending removes (see pending_removes_). Lists `k` for lower tier `tier`,
   // counting one more running Remove of it when `running` (else it awaits a
   // retry); false when the tier's list is full (the key is then not

@@ -44,10 +44,17 @@ class DiskViewTest : public ::testing::Test {
     o.tiers.back().admission = disk_admission_;
     if (disk_watermarks_) o.tiers.back().watermarks = *disk_watermarks_;
     o.tiers.back().policy.frequency_threshold = 2;
+    if (failing_tier_below_) o.tiers.push_back(LowerHostTier("below", bb_, disk_blocks_));
     std::shared_ptr<Tier> disk = disk_;
-    o.tier_factory = [disk, caps, hooks](const TierOptions&,
-                                         const TierContext&) -> Result<std::unique_ptr<Tier>> {
-      return NewTierView(disk, caps, hooks);
+    const uint64_t bb = bb_;
+    o.tier_factory = [disk, caps, hooks, bb](const TierOptions& t,
+                                             const TierContext&) -> Result<std::unique_ptr<Tier>> {
+      if (t.name != "below") return NewTierView(disk, caps, hooks);
+      auto below = CreateTier(t, TierContext{bb});
+      if (!below.ok()) return below.status();
+      auto fail = [] { return Status::IOError("the tier below the disk fails every write"); };
+      return NewTierView(std::shared_ptr<Tier>(std::move(below).value()), TierCapabilities{},
+                         TierViewHooks{.before_write = fail});
     };
     auto rt = Runtime::Open(o, setup_.engine);
     EXPECT_TRUE(rt.ok()) << rt.status().ToString();
@@ -62,6 +69,9 @@ class DiskViewTest : public ::testing::Test {
   uint32_t state_blocks_ = 0;  // RuntimeOptions::state_blocks of the runtimes OpenOver builds
   // MoverOptions::shutdown_writeback_ms of those runtimes.
   uint64_t shutdown_writeback_ms_ = 0;
+  // Whether those runtimes have a third tier below the disk, every write to
+  // which fails (it is the runtime's own, not kept over restarts).
+  bool failing_tier_below_ = false;
   // The disk's admission (frequency admits on the 2nd sighting).
   std::vector<std::string> disk_admission_{"always"};
 };

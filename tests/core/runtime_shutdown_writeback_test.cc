@@ -324,5 +324,37 @@ TEST_F(ShutdownWritebackTest, AFullDiskKeepsTheParentsOfWhatItWouldWrite) {
   EXPECT_EQ(FoundOnDiskAfterRestart(keys), 4u);
 }
 
+// The same with a tier below the disk whose writes fail: the disk's A3 and
+// A4, evicted to make room for B, were dropped although the copies they
+// were counted for (in the hub) end with the process, and B then had no
+// parent below and went too: a restart found two blocks. A3 and A4 are
+// now written below as the parents of B, and kept on the disk when that
+// fails.
+TEST_F(ShutdownWritebackTest, AFullDiskKeepsTheParentsOfWhatItWouldWriteOverATierBelow) {
+  shutdown_writeback_ms_ = 10000;
+  failing_tier_below_ = true;
+  ASSERT_NO_FATAL_FAILURE(UseDiskOf(4));
+  disk_watermarks_ = WatermarkOptions{.high = 1.0, .low = 0.9};  // the mover leaves it full
+  const auto keys = ChainKeys({1, 2, 3, 4, 5, 6});
+  const std::vector<BlockKey> a(keys.begin(), keys.begin() + 4);
+  std::unique_ptr<Runtime> rt = OpenOver(8, {.high = 0.2, .low = 0.1},
+                                         TierCapabilities{.persistent = true, .local_index = true});
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Prefill(keys, 0);
+  ASSERT_TRUE(sim.SaveFrom(a, 0, 0).status().ok());
+  for (int pass = 0; pass < 4 && rt->Stats().tiers[0].blocks > 0; ++pass) {
+    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+  }
+  ASSERT_EQ(disk_->Usage().blocks, 4u);
+  ASSERT_TRUE(sim.Load(a, 20).status().ok());
+  ASSERT_EQ(rt->Stats().tiers[0].blocks, 4u) << "A read back keeps its hub copy";
+  ASSERT_TRUE(sim.SaveFrom(keys, 4, 4).status().ok());
+  rt->Shutdown();
+  rt.reset();
+  failing_tier_below_ = false;
+  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 4u);
+}
+
 }  // namespace
 }  // namespace kvtier::testing
