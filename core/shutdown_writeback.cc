@@ -26,7 +26,13 @@ void RuntimeImpl::WriteBackHub() {
   const SteadyTime remove_wait_end = start + std::chrono::milliseconds(ms) / 2;
   std::vector<IndexEntry*> pending;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    // A demotion a save or load handed over when its time ran out (its
+    // victims still moving, so not taken below) lands or fails first: what
+    // it writes may be the parent of blocks written here, and a block whose
+    // write fails is written here again. Waited for through the first half
+    // of the time at most, as a Remove below is.
+    moves_done_.wait_until(lock, remove_wait_end, [this] { return moving_blocks_ == 0; });
     hub_ending_ = true;
     pending = index_.OnlyIn(0);
     // Root first; a checkpoint's parts together, right after the blocks of

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "tests/core/runtime_test_util.h"
+#include "tests/support/fault_tier.h"
 #include "tests/support/tier_view.h"
 
 namespace kvtier::testing {
@@ -47,9 +48,14 @@ class DiskViewTest : public ::testing::Test {
     if (failing_tier_below_) o.tiers.push_back(LowerHostTier("below", bb_, disk_blocks_));
     std::shared_ptr<Tier> disk = disk_;
     const uint64_t bb = bb_;
-    o.tier_factory = [disk, caps, hooks, bb](const TierOptions& t,
-                                             const TierContext&) -> Result<std::unique_ptr<Tier>> {
-      if (t.name != "below") return NewTierView(disk, caps, hooks);
+    o.tier_factory = [disk, caps, hooks, bb, faults = disk_faults_](
+                         const TierOptions& t,
+                         const TierContext&) -> Result<std::unique_ptr<Tier>> {
+      if (t.name != "below") {
+        std::unique_ptr<Tier> view = NewTierView(disk, caps, hooks);
+        if (!faults) return view;
+        return NewFaultInjectingTier(std::move(view), *faults);
+      }
       auto below = CreateTier(t, TierContext{bb});
       if (!below.ok()) return below.status();
       auto fail = [] { return Status::IOError("the tier below the disk fails every write"); };
@@ -69,6 +75,8 @@ class DiskViewTest : public ::testing::Test {
   uint32_t state_blocks_ = 0;  // RuntimeOptions::state_blocks of the runtimes OpenOver builds
   // MoverOptions::shutdown_writeback_ms of those runtimes.
   uint64_t shutdown_writeback_ms_ = 0;
+  // Faults injected into those runtimes' view of the disk; unset: none.
+  std::optional<FaultOptions> disk_faults_;
   // Whether those runtimes have a third tier below the disk, every write to
   // which fails (it is the runtime's own, not kept over restarts).
   bool failing_tier_below_ = false;

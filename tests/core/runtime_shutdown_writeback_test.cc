@@ -317,10 +317,49 @@ TEST_F(ShutdownWritebackTest, AFullDiskKeepsTheParentsOfWhatItWouldWrite) {
   ASSERT_EQ(rt->Stats().tiers[0].blocks, 0u);
   ASSERT_TRUE(sim.Load(a, 20).status().ok());
   ASSERT_EQ(rt->Stats().tiers[0].blocks, 4u) << "A read back keeps its hub copy";
-  ASSERT_TRUE(sim.SaveFrom(keys, 4, 4).status().ok());
+  ASSERT_TRUE(sim.SaveFrom(keys, 4, 0).status().ok());
   rt->Shutdown();
   EXPECT_EQ(disk_->Usage().blocks, 4u);
   rt.reset();
+  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 4u);
+}
+
+// A save that needs hub room demotes A3 while the disk holds its writes:
+// the write outlasts the save's wait and is handed over, A3 still moving.
+// C4, saved under A3 meanwhile, is only in the hub at Shutdown. The
+// writeback took its list at once, without A3 (moving), so C4 had no parent
+// below and was not written, although A3's write landed right after. It
+// now waits for handed-over writes first.
+TEST_F(ShutdownWritebackTest, AWritebackWaitsForAHandedOverWriteOfAParent) {
+  shutdown_writeback_ms_ = 10000;
+  auto stall = std::make_shared<CallStall>();
+  disk_faults_ = FaultOptions{.stall_writes = stall};
+  const auto keys = ChainKeys({1, 2, 3, 4});
+  const auto y = ChainKeys({20});
+  const auto x = ChainKeys({30});
+  std::unique_ptr<Runtime> rt = OpenOver(4, {.high = 0.95, .low = 0.9},
+                                         TierCapabilities{.persistent = true, .local_index = true});
+  ASSERT_NE(rt, nullptr);
+  SimEngine sim(rt.get(), setup_.engine.get());
+  sim.Prefill(keys, 0);
+  sim.Prefill(y, 10);
+  sim.Prefill(x, 11);
+  ASSERT_TRUE(
+      sim.SaveFrom(std::vector<BlockKey>(keys.begin(), keys.begin() + 3), 0, 0).status().ok());
+  ASSERT_TRUE(sim.SaveFrom(y, 0, 10).status().ok());  // the hub is full
+  stall->Stall();
+  (void)sim.SaveFrom(x, 0, 11);  // demotes A3, the oldest leaf; handed over after 1 s
+  ASSERT_EQ(stall->held(), 1u);
+  ASSERT_TRUE(rt->Remove(kTestNs, y).ok());  // room for C4
+  ASSERT_TRUE(sim.SaveFrom(keys, 3, 0).status().ok());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stall->Release();
+  });
+  rt->Shutdown();
+  releaser.join();
+  rt.reset();
+  disk_faults_.reset();
   EXPECT_EQ(FoundOnDiskAfterRestart(keys), 4u);
 }
 
@@ -349,7 +388,7 @@ TEST_F(ShutdownWritebackTest, AFullDiskKeepsTheParentsOfWhatItWouldWriteOverATie
   ASSERT_EQ(disk_->Usage().blocks, 4u);
   ASSERT_TRUE(sim.Load(a, 20).status().ok());
   ASSERT_EQ(rt->Stats().tiers[0].blocks, 4u) << "A read back keeps its hub copy";
-  ASSERT_TRUE(sim.SaveFrom(keys, 4, 4).status().ok());
+  ASSERT_TRUE(sim.SaveFrom(keys, 4, 0).status().ok());
   rt->Shutdown();
   rt.reset();
   failing_tier_below_ = false;
