@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 namespace kvtier::internal {
 namespace {
@@ -37,6 +38,8 @@ constexpr int kAcceptBackoffMs = 100;
 // At shutdown the requests already sent are still answered; clients get this
 // long in all to be read and written, so a stalled one cannot hold up the stop.
 constexpr auto kStopGrace = std::chrono::milliseconds(200);
+// How long a start waits for its turn in the socket's directory (Start).
+constexpr auto kTurnWait = std::chrono::milliseconds(1000);
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
@@ -151,11 +154,25 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& socke
   // runtimes starting on one path at once could each find it stale, and the
   // second's unlink would take the first's new socket from it. Runtimes
   // starting in the socket's directory take their turns; one that finds the
-  // path live after its turn comes is refused.
+  // path live after its turn comes is refused. The turn is waited for a
+  // while only: something else may hold the directory's lock for as long
+  // as it runs (`flock DIR command`), and the race it guards against is
+  // rare.
   const std::string dir = std::filesystem::path(socket_path).parent_path().string();
   UniqueFd turn(open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (turn.valid()) {
-    while (flock(turn.get(), LOCK_EX) != 0 && errno == EINTR) {
+    const auto give_up = std::chrono::steady_clock::now() + kTurnWait;
+    while (flock(turn.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= give_up) {
+        if (log != nullptr) {
+          log->Log(LogLevel::kWarning, "admin socket: the directory of " + socket_path +
+                                           " stayed locked by another process; starting "
+                                           "without waiting for it");
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
   KVTIER_RETURN_IF_ERROR(ClearStaleSocket(socket_path, addr));

@@ -2,8 +2,10 @@
 // how it treats the socket path, and running out of descriptors.
 #include "core/admin_server.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -218,6 +220,28 @@ TEST(AdminEndpoint, TwoStartingOnAStaleSocketAtOnceStartOne) {
     EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.ToString();
   }
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "the last one removes its file";
+}
+
+// Something else holds the socket directory's lock for as long as it runs
+// (`flock DIR command` around the engine): the start waits its turn for a
+// while, then goes on. It used to wait for the lock for good.
+TEST(AdminEndpoint, ADirectoryLockedForGoodDoesNotHoldTheStart) {
+  TempDir dir;
+  const std::string path = dir.File("locked.sock");
+  const int held = open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(flock(held, LOCK_EX), 0);
+  auto handler = [](std::string_view) { return internal::AdminResponse{.body = "up\n"}; };
+  auto started = std::async(std::launch::async,
+                            [&] { return internal::AdminServer::Start(path, handler, nullptr); });
+  const bool ready = started.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  close(held);  // lets a start still waiting go on, so the test ends either way
+  ASSERT_TRUE(ready) << "the start waited for the directory's lock";
+  auto server = started.get();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto got = FetchAdmin(path, "/", std::chrono::seconds(2));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "up\n");
 }
 
 // A listener that accepts nothing (a stuck process) with its backlog full:
