@@ -60,6 +60,16 @@ TEST(RedisTally, KeysGoneBeforeTheirValueIsReadAreNotBadHeaders) {
   ASSERT_TRUE(t.AddKey(Name(0xa, BlockKey{1, 3})));
   t.AddMeasured(Name(0xa, BlockKey{1, 3}), 70, Head(0xa, BlockKey{9, 9}, 6));
   EXPECT_EQ(t.bad_headers(), 1u);
+  // So is this key's block of another namespace, and a value whose length is
+  // not its header's (both fail the tier's reads); their payloads count for
+  // nothing.
+  ASSERT_TRUE(t.AddKey(Name(0xa, BlockKey{1, 4})));
+  t.AddMeasured(Name(0xa, BlockKey{1, 4}), kBlockHeaderBytes + 6, Head(0xb, BlockKey{1, 4}, 6));
+  ASSERT_TRUE(t.AddKey(Name(0xa, BlockKey{1, 5})));
+  t.AddMeasured(Name(0xa, BlockKey{1, 5}), kBlockHeaderBytes + 10,
+                Head(0xa, BlockKey{1, 5}, 262144));
+  EXPECT_EQ(t.bad_headers(), 3u);
+  EXPECT_EQ(t.Estimate().payload_bytes, 100u);
 }
 
 TEST(RedisTally, AKeyScanReturnsTwiceCountsOnce) {

@@ -72,8 +72,12 @@ void RedisTally::AddMeasured(std::string_view name, uint64_t strlen, std::string
   ++sampled_;
   n.value_bytes += strlen;
   value_bytes_ += strlen;
+  // Bad as the tier finds it on a read: not this block's (namespace and
+  // key), or a value whose length is not the header's.
   auto h = DecodeBlockHeader(std::as_bytes(std::span(head.data(), head.size())));
-  if (!h.ok() || ToHex(h->key) != name.substr(name.size() - 32)) {
+  const std::optional<internal::NsKey> id = ParseBlockName(name, prefix_);
+  if (!h.ok() || !id || !VerifyBlockOwner(*h, id->ns, id->key).ok() ||
+      strlen - kBlockHeaderBytes != h->payload_bytes) {
     ++bad_headers_;
     return;
   }

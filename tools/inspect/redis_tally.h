@@ -43,7 +43,9 @@ class RedisTally {
   bool AddKey(std::string_view name);
   // The STRLEN and GETRANGE 0 63 replies for a key AddKey chose. A value
   // that reads empty is of a key gone since SCAN: counted as vanished, not
-  // as a block. A value whose header is not this key's is a bad header.
+  // as a block. A value whose header is not this key's (namespace and key)
+  // or whose length is not the header's is a bad header, as the tier would
+  // find it on a read.
   void AddMeasured(std::string_view name, uint64_t strlen, std::string_view head);
 
   RedisEstimate Estimate() const;
