@@ -1,10 +1,12 @@
 // The kvtier-memd binary's command line: what it refuses (exit code 2 with
 // the reason, before anything is started), what it writes, and what it
 // cleans up when stopped.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -211,6 +213,33 @@ TEST_F(MemdCli, RemovesItsPortFileWhenStopped) {
   std::string text;
   EXPECT_TRUE(std::getline(in, text));
   EXPECT_EQ(text, "7401");
+}
+
+// Its stderr a pipe nobody reads any more (a log shipper that went away):
+// the server's log lines fail, and it goes on serving. The first one
+// ("listening on port") used to end it with SIGPIPE.
+TEST_F(MemdCli, ALogPipeWithNoReaderDoesNotStopTheServer) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  close(p[0]);
+  // The child inherits descriptor 2 as it is at the spawn.
+  const int saved = dup(2);
+  ASSERT_GE(saved, 0);
+  dup2(p[1], 2);
+  const std::string port_file = dir_ + "/port";
+  auto child = testing::SpawnChild({KVTIER_MEMD_PATH, "--listen", "127.0.0.1:0", "--pool-size",
+                                    "1MiB", "--slot-size", "64KiB", "--no-hugepages",
+                                    "--secret-file", secret_, "--port-file", port_file});
+  dup2(saved, 2);
+  close(saved);
+  close(p[1]);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  pid_t pid = *child;
+  Status ready = testing::WaitUntilReady(&pid, "kvtier-memd", std::chrono::seconds(10),
+                                         std::chrono::milliseconds(5),
+                                         [&] { return std::filesystem::exists(port_file); });
+  ASSERT_TRUE(ready.ok()) << ready.ToString();
+  EXPECT_EQ(Stop(pid), 0);
 }
 
 }  // namespace

@@ -207,6 +207,9 @@ int main(int argc, char** argv) {
     return Fail(2, "listen: " + std::string(ep.status().message()));
   }
 
+  // A log reader that went away (stderr a pipe) fails the log's writes
+  // with EPIPE instead of ending the server.
+  signal(SIGPIPE, SIG_IGN);
   // Signals are taken by sigwait below, never by a handler: the server's
   // threads inherit the mask.
   sigset_t set;
