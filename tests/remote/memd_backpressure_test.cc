@@ -207,6 +207,53 @@ TEST_F(MemdGuardTest, APutTheServerStoppedReadingIsNotCutOff) {
   ASSERT_NO_FATAL_FAILURE(ExpectStored(0));
 }
 
+// The GET replies of one connection pin at most three quarters of the
+// pool's slots until they are sent: one GET naming every stored block of a
+// full 16-slot pool gets 12 of them, and ResourceExhausted for the rest,
+// which a later GET gets. A connection that took its replies slowly used to
+// pin every slot, and no other client could store anything meanwhile.
+TEST_F(MemdGuardTest, OneConnectionsRepliesPinAtMostThreeQuartersOfThePool) {
+  ASSERT_NO_FATAL_FAILURE(StartServer([](memd::MemdServerOptions& o) {
+    o.pool.high_watermark = 1.0;  // a full pool evicts nothing
+  }));
+  ASSERT_NO_FATAL_FAILURE(OpenTier());
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 16; ++i) {
+    ASSERT_NO_FATAL_FAILURE(Put(i));
+    keys.push_back(TestKey(i));
+  }
+  ASSERT_EQ(server_->GetStats().used_slots, 16u);
+  RawClient c(server_->port());
+  ASSERT_NO_FATAL_FAILURE(Authenticate(c, kSecret));
+  auto get = [&](const std::vector<BlockKey>& names, std::vector<BlockKey>* refused) -> size_t {
+    c.Send(memd::Frame(memd::Opcode::kGet, 9, memd::EncodeBody(memd::KeyBatch{kNs, names})));
+    size_t data = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto f = c.ReadFrame();
+      if (!f) {
+        ADD_FAILURE() << "the connection was closed";
+        break;
+      }
+      if (f->first.opcode == memd::Opcode::kGetData) {
+        ++data;
+        const BlockKey& key = names.at(f->first.item);
+        EXPECT_EQ(f->second, EncodeStoredBlock(kNs, key, BlockBytes(key, kBlock)));
+        continue;
+      }
+      EXPECT_EQ(f->first.opcode, memd::Opcode::kGetStatus);
+      EXPECT_EQ(memd::DecodeCode(static_cast<uint8_t>(f->second.at(0))),
+                StatusCode::kResourceExhausted);
+      refused->push_back(names.at(f->first.item));
+    }
+    return data;
+  };
+  std::vector<BlockKey> refused, again;
+  EXPECT_EQ(get(keys, &refused), 12u);
+  ASSERT_EQ(refused.size(), 4u);
+  EXPECT_EQ(get(refused, &again), 4u) << "the pins ended once the replies were sent";
+  EXPECT_TRUE(again.empty());
+}
+
 // A peer that keeps its replies backlogged while taking them steadily makes
 // the server stop and resume reading it over and over: a put whose data
 // never comes is still cancelled once put_timeout_ms of its own time and at

@@ -127,14 +127,32 @@ void Session::Get(const KeyBatch& m) {
       Send(Opcode::kGetStatus, {static_cast<std::byte>(EncodeCode(StatusCode::kNotFound))}, item);
       continue;
     }
-    // The slot stays pinned until its bytes are on the socket.
-    srv_.pool_->Pin(found->slot);
+    // The slot stays pinned until its bytes are on the socket, and a
+    // connection's replies pin at most its share of the pool's slots: one
+    // that takes them slowly cannot keep every block from being evicted.
+    auto pinned = pinned_slots_.find(found->slot);
+    if (pinned == pinned_slots_.end()) {
+      if (pinned_slots_.size() >= MaxReservedSlots(srv_.pool_->slot_count())) {
+        Send(Opcode::kGetStatus,
+             {static_cast<std::byte>(EncodeCode(StatusCode::kResourceExhausted))}, item);
+        continue;
+      }
+      pinned = pinned_slots_.emplace(found->slot, 0).first;
+    }
     Out out;
     out.header = EncodeFrameHeader(
         {Opcode::kGetData, item, frame_.request_id, static_cast<uint32_t>(found->stored_bytes)});
     out.data = srv_.pool_->SlotBytes(found->slot, found->stored_bytes);
     out.pin = found->slot;
-    Enqueue(std::move(out));
+    try {
+      Enqueue(std::move(out));
+    } catch (...) {
+      if (pinned->second == 0) pinned_slots_.erase(pinned);
+      throw;
+    }
+    // Pinned once queued: a reply that could not be is not sent, nor unpinned.
+    srv_.pool_->Pin(found->slot);
+    ++pinned->second;
   }
   Pump();
 }

@@ -12,7 +12,9 @@
 // items beyond get ResourceExhausted), and a GET_LEASE with kMaxOpenLeases
 // leases open closes the connection. A connection whose replies pile up
 // unread is not read from until they drain, and is closed (dropping the pins
-// its replies hold) when they make no write progress for reply_timeout_ms.
+// its replies hold) when they make no write progress for reply_timeout_ms;
+// its GET replies pin at most three quarters of the slots (an item past
+// that is ResourceExhausted).
 // Accepted sockets use TCP keepalive and a TCP user timeout, so a peer that
 // vanished does not hold its connection for good.
 #pragma once

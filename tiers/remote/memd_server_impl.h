@@ -224,6 +224,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void HandleRdma();
   void Send(Opcode op, std::vector<std::byte> body, uint16_t item = 0);
   void Enqueue(Out out);
+  // Unpins the slot a GET_DATA reply held (sent, or dropped).
+  void Unpin(int64_t slot);
   void DropQueued();
   void Pump();
   void ProtocolError(StatusCode code, const std::string& why);
@@ -246,6 +248,10 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t write_progress_ms_ = 0;
   uint64_t out_bytes_ = 0;      // bytes of queue_ and writing_
   uint64_t out_heap_bytes_ = 0;  // of those, headers and bodies (not slot data)
+  // The slots the GET_DATA replies of queue_ and writing_ pin, each with its
+  // count of replies: at most MaxReservedSlots of the pool (past it, an
+  // item is ResourceExhausted).
+  std::unordered_map<uint32_t, uint32_t> pinned_slots_;
   bool read_paused_ = false;    // no read is pending: replies are backlogged
   bool reading_block_ = false;  // a PUT_DATA is being read into its slot
   // Puts of both paths. Declared before rdma_, which grants from it and

@@ -176,6 +176,12 @@ void Session::Send(Opcode op, std::vector<std::byte> body, uint16_t item) {
   Pump();
 }
 
+void Session::Unpin(int64_t slot) {
+  srv_.pool_->Unpin(static_cast<uint32_t>(slot));
+  auto it = pinned_slots_.find(static_cast<uint32_t>(slot));
+  if (it != pinned_slots_.end() && --it->second == 0) pinned_slots_.erase(it);
+}
+
 void Session::Enqueue(Out out) {
   out_bytes_ += OutBytes(out);
   out_heap_bytes_ += HeapBytes(out);
@@ -185,7 +191,7 @@ void Session::Enqueue(Out out) {
 // Drops the queued frames (not those being written) and their pins.
 void Session::DropQueued() {
   for (const Out& o : queue_) {
-    if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
+    if (o.pin >= 0) Unpin(o.pin);
     out_bytes_ -= OutBytes(o);
     out_heap_bytes_ -= HeapBytes(o);
   }
@@ -218,7 +224,7 @@ void Session::Pump() {
   asio::async_write(sock_, bufs, progress,
                     [this, self](const boost::system::error_code& ec, size_t) {
                       for (const Out& o : writing_) {
-                        if (o.pin >= 0) srv_.pool_->Unpin(static_cast<uint32_t>(o.pin));
+                        if (o.pin >= 0) Unpin(o.pin);
                         out_bytes_ -= OutBytes(o);
                         out_heap_bytes_ -= HeapBytes(o);
                       }
