@@ -139,6 +139,30 @@ TEST(RemoteClientAbuseTest, AnImpossibleSlotSizeInWelcomeIsRefused) {
   client->Shutdown();
 }
 
+// A handshake slower than op_timeout_ms but within connect_timeout_ms: a
+// request waiting for it is answered. It used to fail DeadlineExceeded at
+// op_timeout_ms, the connection given up and the server marked silent, so a
+// tier whose servers all took that long could not open.
+TEST(RemoteClientAbuseTest, ARequestWaitsForAHandshakeWithinTheConnectTimeout) {
+  ScriptedMemd server([&](ScriptedConn& c) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (!c.Welcome(kSecret, 4096)) return;
+    auto exists = c.ReadFrame();
+    ASSERT_TRUE(exists.has_value());
+    ASSERT_EQ(exists->first.opcode, Opcode::kExists);
+    const memd::StatusList found{{StatusCode::kOk}};
+    c.Send(memd::Frame(Opcode::kStatusReply, exists->first.request_id, memd::EncodeBody(found)));
+    c.Drain(1);  // until the client hangs up
+  });
+  auto client = Connect(server, 100);  // connect_timeout_ms 1000
+  ASSERT_NE(client, nullptr);
+  ItemResults exists(1);
+  client->Exists(0, kNs, {BlockKey{5, 5}}, exists.Done());
+  ASSERT_TRUE(exists.WaitFor(std::chrono::seconds(5)));
+  EXPECT_TRUE(exists.status(0).ok()) << exists.status(0).ToString();
+  client->Shutdown();
+}
+
 // A found block comes as GET_DATA; GET_STATUS carries why one was not.
 // GET_STATUS with the code OK is a protocol violation: the GET fails with
 // IOError, never reports a hit of 0 bytes. Before, it succeeded empty.

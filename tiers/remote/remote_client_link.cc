@@ -98,6 +98,18 @@ void Link::Handshake(const Challenge& c) {
 
 void Link::Ready(uint64_t instance) {
   ready_ = true;
+  // Requests that waited for the handshake are timed from now: the
+  // connection is connect_timeout_ms's to make (CheckDeadlines), and they
+  // have sent nothing yet.
+  const auto now = SteadyClock::now();
+  last_progress_ = now;
+  deadlines_.clear();
+  for (auto& [id, r] : pending_) {
+    const auto slack = r->cap - r->deadline;
+    r->deadline = now + std::chrono::milliseconds(c_.o_.op_timeout_ms);
+    r->cap = r->deadline + slack;
+    deadlines_.emplace(r->deadline, id);
+  }
   c_.OnReady(s_, ch_, this, instance);
   if (dead_) return;
   for (uint32_t id : waiting_) {
@@ -152,11 +164,12 @@ void Link::CheckDeadlines() {
   // A reply past its deadline is late once the connection has moved no
   // byte for op_timeout_ms (a server that stopped), or past its cap: a
   // connection busy with large blocks may take longer than op_timeout_ms
-  // for a request and those queued ahead of it, but not forever.
+  // for a request and those queued ahead of it, but not forever. Before
+  // Ready nothing is sent: what waits is timed from then.
   const bool stalled = now - last_progress_ >= std::chrono::milliseconds(c_.o_.op_timeout_ms);
   std::set<uint32_t> late;
   for (const auto& [when, id] : deadlines_) {
-    if (when > now) break;
+    if (!ready_ || when > now) break;
     const auto it = pending_.find(id);
     if (stalled || it == pending_.end() || it->second->cap <= now) late.insert(id);
   }
