@@ -1,12 +1,14 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config/backend_keys.h"
 #include "config/config_reader.h"
 #include "config/config_values.h"
 #include "config/policy_keys.h"
+#include "core/tier_stores.h"
 
 namespace kvtier::internal {
 namespace {
@@ -281,10 +283,18 @@ Status ReadTiers(const ConfigNode& root, std::vector<TierOptions>* tiers) {
                      "at most " + std::to_string(kMaxTiers) + " tiers");
   }
   tiers->clear();
+  std::unordered_map<std::string, std::string> store_of;  // CheckOwnStore
   for (size_t i = 0; i < list->items.size(); ++i) {
     const ConfigNode& item = list->items[i];
     TierOptions t;
     KVTIER_RETURN_IF_ERROR(ReadTier(item, i, &t));
+    if (Status s = CheckOwnStore(t, store_of); !s.ok()) {
+      const ConfigNode* at = item.Find(t.type == "nvme" ? "path" : "servers");
+      const std::string m(s.message());
+      const size_t cut = m.find("; expected ");
+      return NodeError(at != nullptr ? at->where : item.where, m.substr(0, cut),
+                       m.substr(cut + std::string_view("; expected ").size()));
+    }
     for (size_t j = 0; j < tiers->size(); ++j) {
       if ((*tiers)[j].name == t.name) {
         // The override that made the clash, when one did, not the file's line.

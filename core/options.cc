@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "core/names.h"
+#include "core/tier_stores.h"
 #include "kvtier/tier.h"
 #include "tiers/host/host_arena.h"
 
@@ -249,6 +254,48 @@ Status ApplyModelPreset(std::string_view preset, ModelOptions* model) {
                                  "'; expected one of: " + names);
 }
 
+namespace internal {
+
+std::vector<std::string> TierStores(const TierOptions& t) {
+  std::vector<std::string> out;
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+  };
+  if (t.type == "nvme") {
+    const auto path = [](const std::string& p) {
+      return std::filesystem::path(p).lexically_normal().string();
+    };
+    out.push_back("the nvme file " + path(t.path));
+    out.push_back("the nvme index " +
+                  path(t.nvme.index_path.empty() ? t.path + ".index" : t.nvme.index_path));
+  } else if (t.type == "redis") {
+    for (const std::string& s : t.servers) {
+      out.push_back("redis " + lower(s) + " db " + std::to_string(t.redis.db) + " under prefix '" +
+                    t.redis.key_prefix + "'");
+    }
+  } else if (t.type == "remote") {
+    for (const std::string& s : t.servers) out.push_back("kvtier-memd " + lower(s));
+  }
+  return out;
+}
+
+Status CheckOwnStore(const TierOptions& t, std::unordered_map<std::string, std::string>& store_of) {
+  for (const std::string& store : TierStores(t)) {
+    const auto [it, fresh] = store_of.emplace(store, t.name);
+    if (!fresh) {
+      return Status::InvalidArgument("tier '" + t.name + "' stores in " + store + ", as tier '" +
+                                     it->second +
+                                     "' does; expected each tier its own store (one would "
+                                     "remove the other's blocks)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace internal
+
 Status RuntimeOptions::Validate() const {
   if (block_bytes == 0) {
     return Status::InvalidArgument("block_bytes is 0; expected the bytes of one host block");
@@ -263,12 +310,14 @@ Status RuntimeOptions::Validate() const {
                                    "'; expected the first tier to be a host tier");
   }
   std::unordered_set<std::string> names;
+  std::unordered_map<std::string, std::string> store_of;  // store -> the tier writing it
   for (const TierOptions& t : tiers) {
     KVTIER_RETURN_IF_ERROR(t.Validate());
     if (!names.insert(t.name).second) {
       return Status::InvalidArgument("duplicate tier name '" + t.name +
                                      "'; expected unique tier names");
     }
+    KVTIER_RETURN_IF_ERROR(internal::CheckOwnStore(t, store_of));
     // Every tier stores whole blocks: a smaller one could never take a write.
     if (t.capacity_bytes < block_bytes) {
       return TierError(t.name, "capacity " + std::to_string(t.capacity_bytes) +

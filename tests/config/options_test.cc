@@ -243,5 +243,49 @@ TEST(RuntimeOptionsTest, ValidateChecksTheTierList) {
   EXPECT_EQ(Message(r.Validate()), "max_queued_requests is 0; expected at least 1");
 }
 
+// Two lower tiers writing one store would remove each other's blocks.
+TEST(RuntimeOptionsTest, TwoTiersCannotShareAStore) {
+  auto lower = [](const std::string& name, const std::string& type) {
+    TierOptions t = HostTier(name);
+    t.type = type;
+    if (type == "nvme") t.path = "/data/kv";
+    if (type != "nvme") t.servers = {"Cache-1:6379"};
+    t.remote.secret = "s3cret";
+    return t;
+  };
+  RuntimeOptions r = ValidRuntime();
+  r.tiers.push_back(lower("a", "redis"));
+  r.tiers.push_back(lower("b", "redis"));
+  r.tiers.back().servers = {"other:6379", "cache-1:6379"};
+  EXPECT_EQ(Message(r.Validate()),
+            "tier 'b' stores in redis cache-1:6379 db 0 under prefix 'kvtier', as tier 'a' does; "
+            "expected each tier its own store (one would remove the other's blocks)");
+  r.tiers.back().redis.key_prefix = "kvtier2";  // another key space of one server
+  EXPECT_TRUE(r.Validate().ok()) << r.Validate().ToString();
+  r.tiers.back().redis.key_prefix = "kvtier";
+  r.tiers.back().redis.db = 1;
+  EXPECT_TRUE(r.Validate().ok()) << r.Validate().ToString();
+
+  r = ValidRuntime();
+  r.tiers.push_back(lower("a", "nvme"));
+  r.tiers.push_back(lower("b", "nvme"));
+  r.tiers.back().path = "/data/./kv";
+  EXPECT_NE(Message(r.Validate()).find("tier 'b' stores in the nvme file /data/kv, as tier 'a'"),
+            std::string::npos);
+  r.tiers.back().path = "/data/kv2";
+  r.tiers.back().nvme.index_path = "/data/kv.index";  // tier a's index, by default
+  EXPECT_NE(
+      Message(r.Validate()).find("tier 'b' stores in the nvme index /data/kv.index, as tier 'a'"),
+      std::string::npos);
+  r.tiers.back().nvme.index_path.clear();
+  EXPECT_TRUE(r.Validate().ok()) << r.Validate().ToString();
+
+  r = ValidRuntime();
+  r.tiers.push_back(lower("a", "remote"));
+  r.tiers.push_back(lower("b", "remote"));
+  EXPECT_NE(Message(r.Validate()).find("tier 'b' stores in kvtier-memd cache-1:6379, as tier 'a'"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvtier
