@@ -46,7 +46,9 @@ struct IndexEntry {
   // entry to another tier, but never drop its last copy.
   uint32_t save_holds = 0;
   bool moving = false;                            // selected by an eviction pass
-  uint8_t failed_writes = 0;  // the mover's writes of it to the next tier that failed in a row
+  // The mover's moves of it to the next tier that failed in a row: writes,
+  // and reads of it with an I/O error.
+  uint8_t failed_moves = 0;
   uint32_t children = 0;                          // stored entries whose parent is this one
   std::array<uint32_t, kMaxTiers> children_in{};  // of those, how many are in tier t
   // Of the children, those a save is copying in (kFilling, set by RunSave):

@@ -406,25 +406,32 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
           (void)QueueRemoveLocked(next, v->id, /*running=*/false);  // the old copy may be there
         }
         const StatusCode read = read_status[i].code();
-        if (read == StatusCode::kNotFound || read == StatusCode::kCorruption) {
+        // A copy that fails to read with an I/O error again and again (a bad
+        // sector) would be every pass's first victim and keep the tier above
+        // its watermark: after kMoveFailuresToGiveUp failed moves in a row
+        // it is given up as a corrupt one is.
+        const bool unreadable = read == StatusCode::kIOError && MoveFailedTooOften(v);
+        if (read == StatusCode::kNotFound || read == StatusCode::kCorruption || unreadable) {
           // The tier lost this copy (expired, evicted, corrupt): forget it, as
-          // a failed load does; a corrupt one still takes room there.
+          // a failed load does; a corrupt or unreadable one still takes room
+          // there.
           index_.DropLocation(v, tier);
-          if (read == StatusCode::kCorruption) removals.push_back(v->id);
+          if (read != StatusCode::kNotFound) removals.push_back(v->id);
+          v->failed_moves = 0;
           ++dropped;
           EraseIfUnheldLocked(v);
           continue;
         }
-        if (!read_status[i].ok()) continue;  // tier unreachable now: keep its copy
+        if (!read_status[i].ok()) continue;  // unreadable now (unreachable, a timeout): kept
         // A write below that fails again and again (that tier down, or full of
         // what it cannot evict) would keep a block here for as long as that
         // lasts, and such blocks would fill this tier. After
-        // kWriteFailuresToGiveUp failures in a row it goes, as a leaf whose
+        // kMoveFailuresToGiveUp failures in a row it goes, as a leaf whose
         // write failed does at once: a parent becomes a link with no copy (its
         // children below are unreachable until the engine's next save of it
         // gives it a copy again), a copy below that may have expired is left
         // for a load to find or miss.
-        const bool give_up = tried[i] && !written[i] && WriteFailedTooOften(v);
+        const bool give_up = tried[i] && !written[i] && MoveFailedTooOften(v);
         if (keep[i] && !written[i] && !give_up) {
           // Its copies below may be gone, or a Remove of it runs there:
           // kept until written.
@@ -437,7 +444,7 @@ size_t RuntimeImpl::WritebackAndDrop(size_t tier, std::vector<IndexEntry*>& vict
           ++tier_counts_[tier].rejected;  // in use, or it would strand (future) children
           continue;
         }
-        v->failed_writes = 0;                // a copy it gets again starts afresh
+        v->failed_moves = 0;                 // a copy it gets again starts afresh
         DropCopyLocked(v, tier, &removals);  // may erase v
         ++tier_counts_[tier].evicted;
         ++dropped;
@@ -632,7 +639,7 @@ void RuntimeImpl::SettleLateWriteLocked(size_t tier, const std::vector<IndexEntr
       if (reclaimed[k]) (void)QueueRemoveLocked(tier + 1, v->id, /*running=*/false);
     } catch (...) {
     }
-    (void)WriteFailedTooOften(v);  // stays for now; a later pass lets it go
+    (void)MoveFailedTooOften(v);   // stays for now; a later pass lets it go
     EraseIfUnheldLocked(v);        // a load may have found its copy lost meanwhile
   }
   try {

@@ -461,19 +461,20 @@ class RuntimeImpl final : public Runtime {
     ++hub_pins_ended_;
     if (hub_room_waiters_ != 0) moves_done_.notify_all();
   }
-  // Counts a failed write of `v` below; true once kWriteFailuresToGiveUp
-  // have failed in a row (WritebackAndDrop then lets it go).
-  static bool WriteFailedTooOften(IndexEntry* v) {
-    if (v->failed_writes < kWriteFailuresToGiveUp) ++v->failed_writes;
-    return v->failed_writes >= kWriteFailuresToGiveUp;
+  // Counts a failed move of `v` below (its write, or its read with an I/O
+  // error); true once kMoveFailuresToGiveUp have failed in a row
+  // (WritebackAndDrop then lets it go).
+  static bool MoveFailedTooOften(IndexEntry* v) {
+    if (v->failed_moves < kMoveFailuresToGiveUp) ++v->failed_moves;
+    return v->failed_moves >= kMoveFailuresToGiveUp;
   }
-  static constexpr uint8_t kWriteFailuresToGiveUp = 3;
+  static constexpr uint8_t kMoveFailuresToGiveUp = 3;
   // How long demotions skip a tier whose last write timed out.
   static constexpr uint64_t kWriteStallNs = 1'000'000'000;
   // Indexes the copy of `v` just written from `tier` into tier + 1 and
   // counts the move; returns its bytes. REQUIRES: mu_ held.
   uint64_t IndexDemotedLocked(IndexEntry* v, size_t tier, uint64_t now_ns) {
-    v->failed_writes = 0;
+    v->failed_moves = 0;
     index_.AddLocation(v, tier + 1, now_ns);
     TouchExpiringLocked(v, tier + 1, now_ns);
     ++tier_counts_[tier].demoted;

@@ -212,5 +212,28 @@ TEST_F(RuntimeDemoteFaultTest, FailedRemovesOfARemoveCallAreRetriedAndNotAdopted
   EXPECT_EQ(rt_->Stats().adopted_blocks, 0u);
 }
 
+// Tier 1's copies of K2..K4 fail every read with an I/O error (a bad
+// sector): they were kept for a later pass, and every pass chose them
+// again first, so tier 1 stayed above its watermark for good. After three
+// failed moves in a row each is given up, as a corrupt copy is, and its
+// room is given back below.
+TEST_F(RuntimeDemoteFaultTest, CopiesThatNeverReadAreGivenUpAfterThreePasses) {
+  FaultOptions f;
+  const std::vector<BlockKey> keys = ChainKeys({1, 2, 3, 4});
+  f.unreadable = {keys.begin() + 1, keys.end()};
+  DemoteThroughFaultyTier(f);  // the first pass: K2..K4 to tier 1, their reads fail
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  EXPECT_EQ(rt_->Stats().tiers[1].blocks, 3u) << "a read that failed twice is tried again";
+  ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
+  const RuntimeStats st = rt_->Stats();
+  EXPECT_EQ(st.tiers[1].blocks, 0u) << "the unreadable copies kept tier 1 above its watermark";
+  EXPECT_EQ(st.tiers[2].blocks, 0u);
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 1u);
+  sim_->Scrub(0, 64);
+  Completion c = sim_->Load(keys_, 8);
+  EXPECT_TRUE(c.result(0).ok()) << c.result(0).ToString();
+  EXPECT_TRUE(sim_->Holds(8, keys_[0]));
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -48,6 +48,8 @@ class FaultInjectingTier final : public Tier {
         uint64_t bytes = c.bytes(i);
         if (Status f = Inject(); !f.ok()) {
           st = f;
+        } else if (o_.unreadable.count(copy[i].key) != 0) {
+          st = Status(o_.error, "injected unreadable block in tier '" + name() + "'");
         } else if (st.ok() && o_.corrupt_on_read && bytes > 0) {
           copy[i].dst[bytes / 2] ^= std::byte{0x5A};
         } else if (st.ok() && o_.truncate_on_read && bytes > 0) {

@@ -87,6 +87,7 @@ struct FaultOptions {
   StatusCode error = StatusCode::kIOError;
   std::chrono::microseconds latency{0}; // added before each batch completes
   bool corrupt_on_read = false;         // flip a byte of every successful read
+  std::set<BlockKey> unreadable;        // reads of these keys fail with `error` (a bad sector)
   bool truncate_on_read = false;        // report one byte less than was read
   uint64_t fail_removes = 0;            // the first this many removed keys fail with `error`
                                         // and stay stored (the tier was unreachable)
