@@ -87,6 +87,21 @@ TEST_F(RuntimeTiersTest, ChildrenLeaveBeforeParentsAcrossThreeTiers) {
   EXPECT_EQ(Find({13, 14, 15, 16}).hit_blocks, 4u);
 }
 
+// One block of room at a time, the chain leaves the full hub from its leaf
+// up: a save of a new root takes the least recent leaf, which is the
+// chain's deepest block still in the hub.
+TEST_F(RuntimeTiersTest, OneBlockOfRoomAtATimeTheDeepestBlockLeavesFirst) {
+  Open(4, {4, 4});
+  Save({1, 2, 3, 4});
+  const std::vector<std::vector<uint8_t>> after = {
+      {0, 0, 0, 1}, {0, 0, 1, 1}, {0, 1, 1, 1}, {1, 1, 1, 1}};
+  for (uint64_t i = 0; i < after.size(); ++i) {
+    Save({5 + i});
+    EXPECT_EQ(Find({1, 2, 3, 4}).tier, after[i]) << "after saving " << 5 + i;
+    EXPECT_EQ(Find({5 + i}).tier, std::vector<uint8_t>{0});
+  }
+}
+
 TEST_F(RuntimeTiersTest, MoverThreadKeepsTheHubUnderItsHighMark) {
   setup_ = MakeEngine(64);
   const uint64_t bb = setup_.layout.BlockBytes();

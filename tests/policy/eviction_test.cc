@@ -126,7 +126,9 @@ TEST(EvictionTest, S3FifoRankingsDoNotUseUpAHitBlocksCount) {
 
 // A block ghosted twice keeps its newer ghost record when the queue's entry
 // for the first ghosting comes up: that entry used to erase the record, and
-// the block came back into the small FIFO.
+// the block came back into the small FIFO. The ghost queue (bound 16 for an
+// empty tier) holds at most 32 entries, so 31 more stale ones push x's
+// first entry out while its second, and its record, stay.
 TEST(EvictionTest, S3FifoAStaleGhostEntryForgetsNothing) {
   PolicyKnobs k;
   k.s3fifo_small_fraction = 0.1;
@@ -138,7 +140,9 @@ TEST(EvictionTest, S3FifoAStaleGhostEntryForgetsNothing) {
   p->OnRemove(x);                          // from main: no ghost
   p->OnInsert(Leaf(x, 0));                 // small again
   p->OnRemove(x);                          // a ghost again
-  for (uint64_t id = 1; id <= 15; ++id) {  // 15 more ghosts: 16 in all, at the bound
+  for (uint64_t id = 1; id <= 31; ++id) {  // each leaves one stale queue entry
+    p->OnInsert(Leaf(id, 0));
+    p->OnRemove(id);
     p->OnInsert(Leaf(id, 0));
     p->OnRemove(id);
   }

@@ -233,6 +233,7 @@ class KvtierBindingTest(unittest.TestCase):
         deadline = time.monotonic() + 5
         while not load._calls.threads and time.monotonic() < deadline:
             time.sleep(0.001)
+        self.assertTrue(load._calls.threads, "the waiter never entered the wait")
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -241,9 +242,14 @@ class KvtierBindingTest(unittest.TestCase):
                     self.rt.lookup(keys)
                     code = 2
                 except kvtier.KvtierError as e:
-                    code = 0 if e.code == kvtier.UNAVAILABLE else 3
+                    code = 3 if e.code != kvtier.UNAVAILABLE else 1
+                # Success only once freeing and closing have returned too.
                 load.free()
                 self.rt.close()
+                if code == 1:
+                    code = 0
+            except BaseException:
+                code = 9
             finally:
                 os._exit(code)
         release.set()
@@ -965,6 +971,8 @@ class KvtierBindingTest(unittest.TestCase):
                     except kvtier.KvtierError as e:
                         if e.code != kvtier.UNAVAILABLE or "forked" not in e.message:
                             code = 4
+            except BaseException:
+                code = 9
             finally:
                 os._exit(code)
         release.set()
