@@ -40,6 +40,10 @@ class FaultIoEngine final : public ForwardingIoEngine {
   Status Submit(std::vector<IoRequest> requests) override {
     for (IoRequest& r : requests) {
       if (r.op != IoOp::kFsync && r.Bytes() < faults_->min_bytes.load()) continue;
+      if (r.op != IoOp::kFsync &&
+          (r.offset < faults_->from_offset.load() || r.offset >= faults_->to_offset.load())) {
+        continue;
+      }
       if (const int err = ErrnoFor(r.op); err != 0) {
         Fail(r, err);
         continue;

@@ -19,6 +19,8 @@
 //                             inner engine's DeadlineExceeded
 //   min_bytes                 reads and writes of fewer bytes pass untouched
 //                             (e.g. to fail only reclaim's large reads)
+//   from_offset / to_offset   requests starting outside [from, to) pass
+//                             untouched (e.g. to fail one region only)
 //   around_read_done          called with true just before a read's
 //                             completion runs and false just after, on the
 //                             engine's thread (e.g. to fail allocations there)
@@ -47,6 +49,9 @@ struct IoFaults {
   std::atomic<bool> stall_writes{false};
   std::atomic<bool> stall_fsync{false};
   std::atomic<uint64_t> min_bytes{0};
+  // Only requests that start in [from_offset, to_offset) are faulted.
+  std::atomic<uint64_t> from_offset{0};
+  std::atomic<uint64_t> to_offset{UINT64_MAX};
   std::atomic<void (*)(bool)> around_read_done{nullptr};
   std::atomic<uint64_t> injected{0};  // requests a fault was applied to
 };

@@ -141,6 +141,28 @@ TEST_F(NvmeReclaimFaultTest, BusyReadingTheVictimFailsTheWriteAndKeepsTheBlocks)
   ASSERT_NO_FATAL_FAILURE(Churn(7));
 }
 
+// Region 1, the oldest, times out on every read of its span: each reclaim
+// picked it again (FIFO), so every write that needed room failed for good.
+// A region whose reclaim failed now goes behind the others: the next write
+// reclaims another region, and region 1 keeps its blocks.
+TEST_F(NvmeReclaimFaultTest, AVictimThatCannotBeReadIsNotPickedAgainFirst) {
+  ASSERT_NO_FATAL_FAILURE(Open());
+  ASSERT_NO_FATAL_FAILURE(FillUpToReclaim());
+  faults_.min_bytes = DiskBytes(kBytes) + 1;  // the victim's span, not one block
+  faults_.from_offset = kRegionBytes;         // region 1 only
+  faults_.to_offset = 2 * kRegionBytes;
+  faults_.read_errno = ETIMEDOUT;  // not an I/O error: no block-by-block read
+  EXPECT_EQ(Rewrite0(6).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(tier_->Stats().reclaims, 0u);
+  Status st = Rewrite0(7);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  // The other regions are nearly all live: reclaiming them (FIFO, the
+  // oldest after region 1 first) frees a little room each.
+  EXPECT_GT(tier_->Stats().reclaims, 0u);
+  faults_.read_errno = 0;
+  ExpectAllBlocks(7);
+}
+
 // The moved blocks' write fails after the spare's new generation is durable:
 // the spare stays empty and usable, the victim keeps its blocks.
 TEST_F(NvmeReclaimFaultTest, StalledWriteOfTheMovedBlocksKeepsVictimAndSpare) {

@@ -1,6 +1,7 @@
 // The NVMe tier's reclaim: picks a victim region, rewrites the live blocks
 // worth keeping into the spare region, and makes the victim the new spare.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <new>
@@ -10,10 +11,26 @@
 #include "tiers/nvme/nvme_state.h"
 
 namespace kvtier::internal {
+namespace {
+
+// How long a region whose blocks failed to read at its reclaim is passed
+// over while another region can be reclaimed instead.
+constexpr uint64_t kUnreadableVictimPauseNs = 10'000'000'000;
+
+uint64_t SteadyNowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
 
 // Regions still being written are passed over when another will do: their
-// live bytes are not counted yet, and reclaim would wait for them.
-int NvmeTier::State::PickVictimLocked() const {
+// live bytes are not counted yet, and reclaim would wait for them. So are,
+// for a while, those whose blocks failed to read at their last reclaim: a
+// region that cannot be read would otherwise be picked again and again, and
+// no write would find room.
+int NvmeTier::State::PickVictimLocked(uint64_t now_ns) const {
   int best = -1;
   for (size_t i = 0; i < regions.size(); ++i) {
     const Region& r = regions[i];
@@ -25,6 +42,11 @@ int NvmeTier::State::PickVictimLocked() const {
     const Region& b = regions[best];
     if ((r.writers == 0) != (b.writers == 0)) {
       if (r.writers == 0) best = static_cast<int>(i);
+      continue;
+    }
+    const bool r_due = r.reclaim_again_ns <= now_ns, b_due = b.reclaim_again_ns <= now_ns;
+    if (r_due != b_due) {
+      if (r_due) best = static_cast<int>(i);
       continue;
     }
     const bool better =
@@ -77,7 +99,7 @@ Status NvmeTier::State::Reclaim(uint64_t disk) {
         (active >= 0 && regions[active].write_ptr + disk <= region_bytes)) {
       return Status::Ok();
     }
-    victim = PickVictimLocked();
+    victim = PickVictimLocked(SteadyNowNs());
     if (victim < 0 || spare < 0) return Status::ResourceExhausted("no region to reclaim");
     Region& v = regions[victim];
     v.state = RegionState::kReclaiming;
@@ -255,8 +277,10 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
   Status st;
   // WritePacked changes nothing until its write has landed, and allocates
   // nothing after that.
+  bool unreadable = false;  // the victim's blocks failed to read (not for a full queue)
   try {
     st = PackLive(victim, live, buf, &packed);
+    unreadable = !st.ok() && st.code() != StatusCode::kBusy;
     if (st.ok() && packed > 0) st = WritePacked(buf, packed, &target, &gen);
   } catch (const std::bad_alloc&) {
     st = Status::ResourceExhausted("out of memory for the live blocks");
@@ -267,6 +291,7 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
     // Nothing moved and the spare is still empty: the victim keeps its
     // blocks, and the write that needed the space fails instead.
     v.state = RegionState::kSealed;
+    if (unreadable) v.reclaim_again_ns = SteadyNowNs() + kUnreadableVictimPauseNs;
     st = st.WithContext("region " + std::to_string(victim) + " kept its blocks");
     if (log) log->Log(LogLevel::kWarning, "nvme tier '" + name + "': reclaim: " + st.ToString());
     return st;

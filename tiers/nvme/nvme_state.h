@@ -40,6 +40,10 @@ struct Region {
   uint32_t readers = 0;     // reads in flight
   uint32_t writers = 0;     // writes in flight
   uint64_t order = 0;       // when it became active; FIFO reclaim order
+  // Until then (steady clock, ns) it is picked for reclaim only when no
+  // other region will do: its blocks failed to read (not for a full queue)
+  // at its last reclaim.
+  uint64_t reclaim_again_ns = 0;
 };
 
 struct Entry {
@@ -197,7 +201,7 @@ struct NvmeTier::State {
   Status Reclaim(uint64_t disk);
   // Tells copies_lost of lost_unreported, with no lock held.
   void ReportLostCopies();
-  int PickVictimLocked() const;
+  int PickVictimLocked(uint64_t now_ns) const;
   Status Relocate(int victim, std::vector<LiveBlock>& live, uint64_t* reinserted);
   // Commits, when the spare still holds what the index knows of blocks moved
   // out of it; an error when that commit fails. REQUIRES: reclaim_mu held.
