@@ -286,12 +286,18 @@ class UringEngine final : public IoEngine {
         pause = std::min(2 * pause, std::chrono::milliseconds(kMaxSubmitPauseMs));
         continue;
       }
-      pause = std::chrono::milliseconds(1);
       if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -ETIME) {
         FailAll(Described(StatusCode::kIOError,
                           [&] { return FromErrno(-rc, "io_uring_submit_and_wait"); }));
+        // What the kernel completed is still reaped (that needs no system
+        // call), and a submit that keeps failing is retried after a pause,
+        // not in a spin.
+        Reap(retry);
+        std::this_thread::sleep_for(pause);
+        pause = std::min(2 * pause, std::chrono::milliseconds(kMaxSubmitPauseMs));
         continue;
       }
+      pause = std::chrono::milliseconds(1);
       Reap(retry);
     }
   }

@@ -176,6 +176,59 @@ void SubmitRefusedThenTaken(int refusal) {
   }
 }
 
+// A submit that fails for another reason (here -EBADR), again and again:
+// what the kernel completes meanwhile is still reaped and answered. The
+// loop used to go straight back to the failing submit, spinning, and a read
+// that completed was never answered.
+TEST(UringEngineFault, CompletionsAreReapedWhileSubmitsKeepFailing) {
+  std::atomic<int> calls{0};
+  std::atomic<bool> broken{false};
+  auto e = TEST_NewUringEngine({.queue_depth = 4}, nullptr, [&] {
+    calls.fetch_add(1);
+    return broken.load() ? -EBADR : 0;
+  });
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  int a[2], b[2];
+  ASSERT_EQ(pipe(a), 0);
+  ASSERT_EQ(pipe(b), 0);
+  std::vector<char> back_a(4096), back_b(4096);
+  std::promise<IoCompletion> done_a, done_b;
+  auto read = [](int fd, std::vector<char>& into, std::promise<IoCompletion>& done) {
+    std::vector<IoRequest> r(1);
+    r[0] = IoRequest{IoOp::kRead,
+                     fd,
+                     static_cast<uint64_t>(-1),
+                     {{into.data(), into.size()}},
+                     1,
+                     [&done](const IoCompletion& c) { done.set_value(c); }};
+    return r;
+  };
+  ASSERT_TRUE((*e)->Submit(read(a[0], back_a, done_a)).ok());
+  // The read is in the kernel once the loop waits with it (its second wait).
+  const auto until = SteadyClockNow() + kvtier::testing::Scaled(std::chrono::seconds(5));
+  while (calls.load() < 2 && SteadyClockNow() < until) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  broken = true;
+  ASSERT_TRUE((*e)->Submit(read(b[0], back_b, done_b)).ok());  // wakes the loop into the fault
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string bytes(4096, 'a');
+  ASSERT_EQ(write(a[1], bytes.data(), bytes.size()), 4096);
+  auto fut = done_a.get_future();
+  const bool answered = fut.wait_until(until) == std::future_status::ready;
+  const int calls_while_broken = calls.load();
+  broken = false;
+  ASSERT_EQ(write(b[1], bytes.data(), bytes.size()), 4096);  // lets the second read end too
+  ASSERT_TRUE(answered) << "a completed read was not reaped";
+  IoCompletion c = fut.get();
+  EXPECT_TRUE(c.status.ok()) << c.status.ToString();
+  EXPECT_EQ(c.bytes, 4096u);
+  EXPECT_EQ(std::string(back_a.begin(), back_a.end()), bytes);
+  // About 100 ms of failing submits, with pauses between: not a spin.
+  EXPECT_LT(calls_while_broken, 1000);
+  (*e)->Shutdown();
+  for (int fd : {a[0], a[1], b[0], b[1]}) close(fd);
+}
+
 TEST(UringEngineFault, SubmitRefusedWithEagainIsRetried) { SubmitRefusedThenTaken(EAGAIN); }
 
 TEST(UringEngineFault, SubmitRefusedWithEnomemIsRetried) { SubmitRefusedThenTaken(ENOMEM); }
