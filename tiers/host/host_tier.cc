@@ -67,7 +67,18 @@ class HostTier final : public Tier {
       std::optional<uint32_t> replaced;
       {
         std::unique_lock lock(mu_);
+        // Out of memory for the map's node: the slot goes back before the
+        // failure leaves (or the tier would lose it for good).
+        struct FreeUnlessKept {
+          HostArena& arena;
+          uint32_t slot;
+          bool kept = false;
+          ~FreeUnlessKept() {
+            if (!kept) arena.Free(slot);
+          }
+        } guard{*arena_, *slot};
         auto [it, inserted] = map_.try_emplace({ns, ops[i].key}, Stored{*slot, ops[i].src.size()});
+        guard.kept = true;
         if (!inserted) {
           replaced = it->second.slot;
           it->second = Stored{*slot, ops[i].src.size()};
