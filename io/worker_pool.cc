@@ -67,16 +67,20 @@ Status WorkerPool::TrySubmit(std::function<void()> job, Lane lane) {
 }
 
 void WorkerPool::Shutdown() {
+  // The threads are taken out under the lock: a second caller finds none to
+  // join (two joining one thread is undefined behaviour), and waits for the
+  // first to finish joining them.
+  std::lock_guard shutting(shutdown_mu_);
+  std::vector<std::thread> threads;
   {
     std::lock_guard lock(mu_);
-    if (stopping_ && threads_.empty()) return;
     stopping_ = true;
+    threads.swap(threads_);
   }
   cv_.notify_all();
-  for (auto& t : threads_) {
+  for (auto& t : threads) {
     if (t.joinable()) t.join();
   }
-  threads_.clear();
 }
 
 void WorkerPool::Run() {

@@ -70,6 +70,9 @@ class WorkerPool {
   size_t ordinary_limit_ = 1;                 // threads ordinary jobs may hold; guarded by mu_
   bool stopping_ = false;                     // guarded by mu_
   std::vector<std::thread> threads_;
+  // Held through Shutdown: a second caller returns once the first has
+  // joined every thread, having found none left to join.
+  std::mutex shutdown_mu_;
   size_t started_ = 0;                    // written by the constructor only
   Status start_error_;                    // written by the constructor only
   std::atomic<uint64_t> failed_jobs_{0};  // a statistic: relaxed

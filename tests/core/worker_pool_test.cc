@@ -40,6 +40,41 @@ TEST(WorkerPool, FullQueueSaysBusyAndShutdownDrains) {
   EXPECT_EQ(pool.TrySubmit([] {}).code(), StatusCode::kUnavailable);
 }
 
+// Two threads shutting one pool down at once: both return, each only once
+// the job still running has ended, and no thread is joined twice (which
+// both callers used to try).
+TEST(WorkerPool, TwoShutdownsAtOnceBothWaitForTheJobs) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<bool> ran{false};
+  WorkerPool pool(2, 4);
+  ASSERT_TRUE(pool.TrySubmit([&] {
+                    std::unique_lock lock(mu);
+                    cv.wait(lock, [&] { return release; });
+                    ran = true;
+                  })
+                  .ok());
+  std::atomic<int> returned{0}, returned_early{0};
+  auto shut = [&] {
+    pool.Shutdown();
+    if (!ran.load()) returned_early.fetch_add(1);
+    returned.fetch_add(1);
+  };
+  std::thread a(shut), b(shut);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(returned.load(), 0) << "a Shutdown returned while a job still ran";
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  a.join();
+  b.join();
+  EXPECT_EQ(returned.load(), 2);
+  EXPECT_EQ(returned_early.load(), 0);
+}
+
 // Ordinary jobs that block (saves waiting for hub room) held every thread,
 // and a load queued behind them waited for all of them: 2 s past its 50 ms
 // deadline with four saves queued. Urgent jobs go first, and ordinary ones
