@@ -132,6 +132,20 @@ TEST_F(InspectRedis, CountsEveryBlockAndByteByNamespace) {
   EXPECT_EQ(r.err.rfind("kvtier-inspect redis: unavailable: ", 0), 0u) << r.err;
 }
 
+// A Redis Cluster node's SCAN sees only its own keys: its figures would be
+// a share of the tier's taken for the whole, so it is refused (exit 2).
+TEST_F(InspectRedis, AClusterNodeIsRefusedNotCountedAsTheWhole) {
+  auto server = RedisServer::Start({.cluster = true});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string url = "redis://127.0.0.1:" + std::to_string((*server)->port());
+  CliRun r = Inspect("redis " + url + " summary --prefix insp --json");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.err.find(" is a Redis Cluster node, whose SCAN sees only its own keys"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
 TEST_F(InspectRedis, PasswordAndDatabaseFromTheUrl) {
   auto server = RedisServer::Start({.password = "s3cret"});
   ASSERT_TRUE(server.ok()) << server.status().ToString();

@@ -172,6 +172,19 @@ int RunRedis(const RedisFlags& f, const Output& o) {
     return kExitUsage;
   }
   auto c = Connect(*url, f.timeout_ms);
+  // SCAN walks the keys of the one server it is sent to: on a cluster node
+  // that is a share of the tier, and its totals would look like the whole.
+  if (c.ok()) {
+    auto info = Command(c->get(), "INFO cluster", "INFO cluster");
+    if (info.ok() && (*info)->type == REDIS_REPLY_STRING &&
+        std::string_view((*info)->str, (*info)->len).find("cluster_enabled:1") !=
+            std::string_view::npos) {
+      o.err << "kvtier-inspect redis: " << RedactRedisUrl(f.url)
+            << " is a Redis Cluster node, whose SCAN sees only its own keys; run kvtier-inspect "
+               "redis against each master (CLUSTER NODES lists them) and add the figures\n";
+      return kExitUsage;
+    }
+  }
   Result<Scan> scan = c.ok() ? Walk(c->get(), f) : Result<Scan>(c.status());
   if (!scan.ok()) {
     o.err << "kvtier-inspect redis: " << scan.status().ToString() << "\n";
