@@ -349,21 +349,26 @@ Status CheckTierSizes(const ConfigNode& root, const RuntimeOptions& rt) {
   for (size_t i = 0; i < rt.tiers.size() && list != nullptr && i < list->items.size(); ++i) {
     const TierOptions& t = rt.tiers[i];
     const ConfigNode& item = list->items[i];
-    if (t.capacity_bytes < rt.block_bytes) {
+    // A host tier holds blocks in slots rounded up to 4 KiB.
+    const bool host = t.type == "host";
+    const uint64_t unit = host ? internal::HostArena::SlotStride(rt.block_bytes) : rt.block_bytes;
+    const std::string as_held =
+        unit == rt.block_bytes ? "" : ", " + std::to_string(unit) + " bytes in a host tier";
+    if (t.capacity_bytes < unit) {
       const ConfigNode* cap = item.Find("capacity");
       return NodeError(Blame(cap, model_set, item).where,
                        "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
                            " bytes is below one block of the model (" +
-                           std::to_string(rt.block_bytes) + " bytes)",
+                           std::to_string(rt.block_bytes) + " bytes" + as_held + ")",
                        "a capacity of at least one block");
     }
-    if (t.type == "host" && t.capacity_bytes / rt.block_bytes > internal::HostArena::kMaxSlots) {
+    if (host && t.capacity_bytes / unit > internal::HostArena::kMaxSlots) {
       const ConfigNode* cap = item.Find("capacity");
       return NodeError(Blame(cap, model_set, item).where,
                        "tiers." + t.name + ".capacity " + std::to_string(t.capacity_bytes) +
-                           " bytes is " + std::to_string(t.capacity_bytes / rt.block_bytes) +
-                           " blocks of the model (" + std::to_string(rt.block_bytes) +
-                           " bytes), more than one host tier holds",
+                           " bytes is " + std::to_string(t.capacity_bytes / unit) +
+                           " blocks of the model (" + std::to_string(rt.block_bytes) + " bytes" +
+                           as_held + "), more than one host tier holds",
                        "at most " + std::to_string(internal::HostArena::kMaxSlots) + " blocks");
     }
     const uint64_t block_disk = DiskBytes(rt.block_bytes);
@@ -398,7 +403,7 @@ Status CheckTierSizes(const ConfigNode& root, const RuntimeOptions& rt) {
 Status CheckStateBlocks(const ConfigNode& root, const RuntimeOptions& rt) {
   if (rt.state_blocks == 0 || rt.tiers.empty()) return Status::Ok();
   const TierOptions& hub = rt.tiers[0];
-  const uint64_t blocks = hub.capacity_bytes / rt.block_bytes;
+  const uint64_t blocks = internal::HostArena::SlotsIn(hub.capacity_bytes, rt.block_bytes);
   if (blocks > rt.state_blocks) return Status::Ok();
   const ConfigNode* runtime = Section(root, "runtime");
   const ConfigNode* state = runtime != nullptr ? runtime->Find("state_blocks") : nullptr;

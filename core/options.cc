@@ -319,16 +319,19 @@ Status RuntimeOptions::Validate() const {
     }
     KVTIER_RETURN_IF_ERROR(internal::CheckOwnStore(t, store_of));
     // Every tier stores whole blocks: a smaller one could never take a write.
-    if (t.capacity_bytes < block_bytes) {
+    // A host tier holds them in slots rounded up to 4 KiB.
+    const uint64_t unit =
+        t.type == "host" ? internal::HostArena::SlotStride(block_bytes) : block_bytes;
+    if (t.capacity_bytes < unit) {
       return TierError(t.name, "capacity " + std::to_string(t.capacity_bytes) +
-                                   " bytes is below one block of " + std::to_string(block_bytes) +
+                                   " bytes is below one block of " + std::to_string(unit) +
                                    " bytes; expected a capacity of at least one block");
     }
     // The host arena's slot numbers (HostArena::Create refuses it too, at open).
-    if (t.type == "host" && t.capacity_bytes / block_bytes > internal::HostArena::kMaxSlots) {
+    if (t.type == "host" && t.capacity_bytes / unit > internal::HostArena::kMaxSlots) {
       return TierError(t.name, "capacity " + std::to_string(t.capacity_bytes) + " bytes is " +
-                                   std::to_string(t.capacity_bytes / block_bytes) + " blocks of " +
-                                   std::to_string(block_bytes) + " bytes; expected at most " +
+                                   std::to_string(t.capacity_bytes / unit) + " blocks of " +
+                                   std::to_string(unit) + " bytes; expected at most " +
                                    std::to_string(internal::HostArena::kMaxSlots) +
                                    " blocks in one host tier");
     }
@@ -378,9 +381,10 @@ Status RuntimeOptions::Validate() const {
                                    std::to_string(kMaxStateBlocks));
   }
   // A checkpoint is saved into the hub whole, beside its boundary block.
-  if (state_blocks > 0 && tiers[0].capacity_bytes / block_bytes <= state_blocks) {
+  const uint64_t hub_blocks = internal::HostArena::SlotsIn(tiers[0].capacity_bytes, block_bytes);
+  if (state_blocks > 0 && hub_blocks <= state_blocks) {
     return TierError(tiers[0].name,
-                     "holds " + std::to_string(tiers[0].capacity_bytes / block_bytes) +
+                     "holds " + std::to_string(hub_blocks) +
                          " blocks, too few for a state checkpoint of " +
                          std::to_string(state_blocks) +
                          " blocks and its boundary block; expected a capacity of at least " +

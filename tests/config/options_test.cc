@@ -243,6 +243,25 @@ TEST(RuntimeOptionsTest, ValidateChecksTheTierList) {
   EXPECT_EQ(Message(r.Validate()), "max_queued_requests is 0; expected at least 1");
 }
 
+// A host tier holds a block in a slot rounded up to 4 KiB: blocks of 512
+// bytes in 2 KiB are none, and 8 KiB hold two, whatever 512 divides.
+TEST(RuntimeOptionsTest, HostCapacityCountsSlotsOf4KiB) {
+  RuntimeOptions r = ValidRuntime();
+  r.block_bytes = 512;
+  r.tiers[0].capacity_bytes = 2048;
+  EXPECT_EQ(Message(r.Validate()),
+            "tier 'host': capacity 2048 bytes is below one block of 4096 bytes; expected a "
+            "capacity of at least one block");
+  r.tiers[0].capacity_bytes = 8192;
+  EXPECT_TRUE(r.Validate().ok()) << r.Validate().ToString();
+  r.state_blocks = 2;  // 16 blocks of 512 bytes, but two slots
+  EXPECT_NE(Message(r.Validate()).find("tier 'host': holds 2 blocks, too few for a state"),
+            std::string::npos)
+      << Message(r.Validate());
+  r.state_blocks = 1;
+  EXPECT_TRUE(r.Validate().ok()) << r.Validate().ToString();
+}
+
 // Two lower tiers writing one store would remove each other's blocks.
 TEST(RuntimeOptionsTest, TwoTiersCannotShareAStore) {
   auto lower = [](const std::string& name, const std::string& type) {

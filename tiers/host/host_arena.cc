@@ -9,7 +9,6 @@
 namespace kvtier::internal {
 namespace {
 
-constexpr uint64_t kSlotAlign = 4096;
 constexpr uint64_t kHugePage = 2ULL << 20;
 // MAP_HUGETLB alone takes the system's default huge page size, which may be
 // 1 GiB: the kernel would round the mapping up to it, and munmap of the
@@ -23,8 +22,8 @@ uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 Result<std::unique_ptr<HostArena>> HostArena::Create(const HostArenaOptions& options,
                                                      LogSink* log) {
   if (options.slot_bytes == 0) return Status::InvalidArgument("host arena: slot size is 0");
-  const uint64_t stride = RoundUp(options.slot_bytes, kSlotAlign);
-  const uint64_t slots = options.capacity_bytes / stride;
+  const uint64_t stride = SlotStride(options.slot_bytes);
+  const uint64_t slots = SlotsIn(options.capacity_bytes, options.slot_bytes);
   if (slots == 0) {
     return Status::InvalidArgument("host arena: capacity of " +
                                    std::to_string(options.capacity_bytes) +

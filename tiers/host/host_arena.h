@@ -29,6 +29,15 @@ class HostArena {
  public:
   // Slots are numbered in 32 bits, UINT32_MAX kept for "no slot".
   static constexpr uint64_t kMaxSlots = UINT32_MAX - 1;
+  // The bytes one slot of `slot_bytes` takes: rounded up to 4 KiB.
+  static constexpr uint64_t SlotStride(uint64_t slot_bytes) {
+    return (slot_bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+  }
+  // The slots `capacity_bytes` holds (Create refuses 0 or more than kMaxSlots).
+  static constexpr uint64_t SlotsIn(uint64_t capacity_bytes, uint64_t slot_bytes) {
+    return slot_bytes == 0 ? 0 : capacity_bytes / SlotStride(slot_bytes);
+  }
+  static constexpr uint64_t kSlotAlign = 4096;
   // InvalidArgument when the capacity holds no slot; ResourceExhausted when
   // the mapping fails.
   static Result<std::unique_ptr<HostArena>> Create(const HostArenaOptions& options,
