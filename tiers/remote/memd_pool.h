@@ -104,7 +104,9 @@ class MemdPool {
   };
   using Index = std::unordered_map<FullKey, Entry, FullKeyHash>;
   struct SlotMeta {
-    uint32_t pins = 0;
+    // 64 bits: every connection may pin one slot many times over (repeated
+    // keys of GETs and leases, up to its share each), which 32 could wrap.
+    uint64_t pins = 0;
     bool free_on_unpin = false;
     // The index entry stored in this slot; null when the slot holds none.
     // Elements of an unordered_map stay put when it rehashes.
