@@ -219,9 +219,19 @@ bool RuntimeImpl::ExpiringCopiesLocked(const IndexEntry& v, size_t from, uint64_
 
 std::vector<IndexEntry*> RuntimeImpl::SelectVictimsLocked(size_t tier, size_t batch) {
   const bool has_next = tier + 1 < tier_count();
+  // A block only this tier holds whose key a Remove is still deleting in the
+  // next one waits here for it (DecideAdmission keeps it): not a victim, or
+  // a caller short of one slot would get nothing from its pass.
+  const auto* removing = has_next ? &pending_removes_[tier + 1] : nullptr;
+  auto waits_for_remove = [&](const IndexEntry& e) {
+    if (removing == nullptr || OtherCopiesLocked(e, tier) != 0) return false;
+    const auto it = removing->find(e.id);
+    return it != removing->end() && it->second.running != 0;
+  };
   // Without a next tier a block can leave only if another tier still holds
   // it or nothing hangs below it, nor will (a save holding it).
   auto may_drop = [&](const IndexEntry& e, uint32_t children_chosen) {
+    if (waits_for_remove(e)) return false;
     return has_next || OtherCopiesLocked(e, tier) != 0 ||
            (e.children == children_chosen && e.save_holds == 0);
   };

@@ -52,5 +52,32 @@ TEST_F(RuntimeRemoveRaceTest, AWriteDoesNotSlipBetweenTwoRemovesOfTheSameKey) {
   }
 }
 
+// A Remove of K4 is held below while K4, saved again, is the least recent
+// leaf of a full hub. A save that needs one slot must get it from another
+// block: K4, which waits in the hub for that Remove, used to be the one
+// victim chosen, so nothing left and the save failed.
+TEST_F(RuntimeRemoveRaceTest, ASaveNeedingRoomPassesOverABlockWaitingForItsRemove) {
+  const std::vector<BlockKey> k4 = {keys_[3]};
+  gate_->gate_removes = true;
+  std::future<void> held = gate_->remove_held.get_future();
+  std::future<Status> a = std::async(std::launch::async, [&] { return rt_->Remove(kTestNs, k4); });
+  ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "the remove never reached the tier";
+  ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());  // K4 back in the hub
+  const auto x = ChainKeys({20, 21});
+  sim_->Prefill(x, 10);
+  ASSERT_TRUE(sim_->SaveFrom(x, 0, 10).status().ok());    // the hub full: K1, K4, X1, X2
+  ASSERT_TRUE(sim_->Load({keys_[0]}, 30).status().ok());  // K1 the most recent
+  const auto y = ChainKeys({30});
+  sim_->Prefill(y, 20);
+  Completion saved = sim_->SaveFrom(y, 0, 20);
+  EXPECT_TRUE(saved.status().ok()) << saved.status().ToString();
+  gate_->open_remove_gate.set_value();
+  ASSERT_EQ(a.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the remove hung";
+  EXPECT_TRUE(a.get().ok());
+  EXPECT_EQ(rt_->Lookup(kTestNs, y)->hit_blocks, 1u);
+  EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 4u) << "K4 was lost";
+}
+
 }  // namespace
 }  // namespace kvtier::testing
