@@ -283,17 +283,17 @@ Status ReadTiers(const ConfigNode& root, std::vector<TierOptions>* tiers) {
                      "at most " + std::to_string(kMaxTiers) + " tiers");
   }
   tiers->clear();
-  std::unordered_map<std::string, std::string> store_of;  // CheckOwnStore
+  std::unordered_map<std::string, std::string> store_of;  // FindStoreClash
   for (size_t i = 0; i < list->items.size(); ++i) {
     const ConfigNode& item = list->items[i];
     TierOptions t;
     KVTIER_RETURN_IF_ERROR(ReadTier(item, i, &t));
-    if (Status s = CheckOwnStore(t, store_of); !s.ok()) {
-      const ConfigNode* at = item.Find(t.type == "nvme" ? "path" : "servers");
-      const std::string m(s.message());
-      const size_t cut = m.find("; expected ");
-      return NodeError(at != nullptr ? at->where : item.where, m.substr(0, cut),
-                       m.substr(cut + std::string_view("; expected ").size()));
+    if (auto clash = FindStoreClash(t, store_of)) {
+      const ConfigNode* at =
+          item.Find(t.type != "nvme" ? "servers" : (clash->nvme_index ? "index_path" : "path"));
+      if (at == nullptr) at = item.Find("path");  // a default index, named after the path
+      return NodeError(at != nullptr ? at->where : item.where, StoreClashWhat(t.name, *clash),
+                       kOwnStoreExpected);
     }
     for (size_t j = 0; j < tiers->size(); ++j) {
       if ((*tiers)[j].name == t.name) {

@@ -163,12 +163,15 @@ Result<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& socke
   if (turn.valid()) {
     const auto give_up = std::chrono::steady_clock::now() + kTurnWait;
     while (flock(turn.get(), LOCK_EX | LOCK_NB) != 0) {
-      if (errno == EINTR) continue;
-      if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= give_up) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err != EWOULDBLOCK || std::chrono::steady_clock::now() >= give_up) {
         if (log != nullptr) {
-          log->Log(LogLevel::kWarning, "admin socket: the directory of " + socket_path +
-                                           " stayed locked by another process; starting "
-                                           "without waiting for it");
+          const std::string why =
+              err == EWOULDBLOCK ? "stayed locked by another process"
+                                 : "could not be locked: " + FromErrno(err, "flock").ToString();
+          log->Log(LogLevel::kWarning, "admin socket: the directory of " + socket_path + " " + why +
+                                           "; starting without waiting for it");
         }
         break;
       }

@@ -281,17 +281,18 @@ std::vector<std::string> TierStores(const TierOptions& t) {
   return out;
 }
 
-Status CheckOwnStore(const TierOptions& t, std::unordered_map<std::string, std::string>& store_of) {
+std::optional<StoreClash> FindStoreClash(const TierOptions& t,
+                                         std::unordered_map<std::string, std::string>& store_of) {
   for (const std::string& store : TierStores(t)) {
     const auto [it, fresh] = store_of.emplace(store, t.name);
-    if (!fresh) {
-      return Status::InvalidArgument("tier '" + t.name + "' stores in " + store + ", as tier '" +
-                                     it->second +
-                                     "' does; expected each tier its own store (one would "
-                                     "remove the other's blocks)");
-    }
+    if (!fresh) return StoreClash{store, it->second, store.rfind("the nvme index ", 0) == 0};
   }
-  return Status::Ok();
+  return std::nullopt;
+}
+
+std::string StoreClashWhat(const std::string& tier, const StoreClash& clash) {
+  return "tier '" + tier + "' stores in " + clash.store + ", as tier '" + clash.other_tier +
+         "' does";
 }
 
 }  // namespace internal
@@ -317,7 +318,10 @@ Status RuntimeOptions::Validate() const {
       return Status::InvalidArgument("duplicate tier name '" + t.name +
                                      "'; expected unique tier names");
     }
-    KVTIER_RETURN_IF_ERROR(internal::CheckOwnStore(t, store_of));
+    if (auto clash = internal::FindStoreClash(t, store_of)) {
+      return Status::InvalidArgument(internal::StoreClashWhat(t.name, *clash) + "; expected " +
+                                     std::string(internal::kOwnStoreExpected));
+    }
     // Every tier stores whole blocks: a smaller one could never take a write.
     // A host tier holds them in slots rounded up to 4 KiB.
     const uint64_t unit =

@@ -55,9 +55,9 @@ void RuntimeImpl::WriteBackHub() {
   std::unordered_set<const IndexEntry*> going;  // written below in this writeback
   // A block below a parent that no tier below holds, nor gets in this
   // writeback, could never be found. REQUIRES: mu_ held.
-  auto parent_below = [&going](const IndexEntry* v) {
+  auto parent_below = [this, &going](const IndexEntry* v) {
     const IndexEntry* p = v->parent;
-    return p == nullptr || (p->locations & ~1U) != 0 || going.count(p) != 0;
+    return p == nullptr || OtherCopiesLocked(*p, 0) != 0 || going.count(p) != 0;
   };
   // pending[i] is the next part of the checkpoint pending[i - 1] is part of.
   auto next_part = [&](size_t i) {

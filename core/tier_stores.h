@@ -5,7 +5,9 @@
 // still in the index, holds).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -16,8 +18,21 @@ namespace kvtier::internal {
 // One entry per store `t` writes; none for a host tier.
 std::vector<std::string> TierStores(const TierOptions& t);
 
-// Records `t`'s stores in `store_of` (store -> tier name); InvalidArgument,
-// naming both tiers, when another tier recorded one of them already.
-Status CheckOwnStore(const TierOptions& t, std::unordered_map<std::string, std::string>& store_of);
+// A store two tiers name: which, and the tier that named it first.
+struct StoreClash {
+  std::string store;
+  std::string other_tier;
+  bool nvme_index = false;  // the store is an nvme index (index_path), not a file
+};
+
+// Records `t`'s stores in `store_of` (store -> tier name); the first of
+// them another tier recorded already, if any.
+std::optional<StoreClash> FindStoreClash(const TierOptions& t,
+                                         std::unordered_map<std::string, std::string>& store_of);
+
+// The message for `clash` of tier `tier`: what, and then what is expected.
+std::string StoreClashWhat(const std::string& tier, const StoreClash& clash);
+inline constexpr std::string_view kOwnStoreExpected =
+    "each tier its own store (one would remove the other's blocks)";
 
 }  // namespace kvtier::internal

@@ -69,7 +69,7 @@ class WorkerPool {
   size_t ordinary_running_ = 0;               // guarded by mu_
   size_t ordinary_limit_ = 1;                 // threads ordinary jobs may hold; guarded by mu_
   bool stopping_ = false;                     // guarded by mu_
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_;          // taken out under mu_ by Shutdown
   // Held through Shutdown: a second caller returns once the first has
   // joined every thread, having found none left to join.
   std::mutex shutdown_mu_;

@@ -145,7 +145,7 @@ TEST(RemoteClientAbuseTest, AnImpossibleSlotSizeInWelcomeIsRefused) {
 // tier whose servers all took that long could not open.
 TEST(RemoteClientAbuseTest, ARequestWaitsForAHandshakeWithinTheConnectTimeout) {
   ScriptedMemd server([&](ScriptedConn& c) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     if (!c.Welcome(kSecret, 4096)) return;
     auto exists = c.ReadFrame();
     ASSERT_TRUE(exists.has_value());
@@ -154,11 +154,14 @@ TEST(RemoteClientAbuseTest, ARequestWaitsForAHandshakeWithinTheConnectTimeout) {
     c.Send(memd::Frame(Opcode::kStatusReply, exists->first.request_id, memd::EncodeBody(found)));
     c.Drain(1);  // until the client hangs up
   });
-  auto client = Connect(server, 100);  // connect_timeout_ms 1000
-  ASSERT_NE(client, nullptr);
+  memd::RemoteClientOptions o = ScriptedClientOptions(server, kSecret, /*op_timeout_ms=*/500);
+  o.connect_timeout_ms = 10000;
+  auto made = memd::RemoteClient::Create(o, StderrLogSink(LogLevel::kError), nullptr);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  std::unique_ptr<memd::RemoteClient> client = std::move(made).value();
   ItemResults exists(1);
   client->Exists(0, kNs, {BlockKey{5, 5}}, exists.Done());
-  ASSERT_TRUE(exists.WaitFor(std::chrono::seconds(5)));
+  ASSERT_TRUE(exists.WaitFor(std::chrono::seconds(10)));
   EXPECT_TRUE(exists.status(0).ok()) << exists.status(0).ToString();
   client->Shutdown();
 }

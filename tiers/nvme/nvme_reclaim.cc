@@ -277,10 +277,12 @@ Status NvmeTier::State::Relocate(int victim, std::vector<LiveBlock>& live, uint6
   Status st;
   // WritePacked changes nothing until its write has landed, and allocates
   // nothing after that.
-  bool unreadable = false;  // the victim's blocks failed to read (not for a full queue)
+  // The victim's blocks failed to read: an I/O error, or a read that timed
+  // out (not a full queue or memory running out, which are no fault of it).
+  bool unreadable = false;
   try {
     st = PackLive(victim, live, buf, &packed);
-    unreadable = !st.ok() && st.code() != StatusCode::kBusy;
+    unreadable = st.code() == StatusCode::kIOError || st.code() == StatusCode::kDeadlineExceeded;
     if (st.ok() && packed > 0) st = WritePacked(buf, packed, &target, &gen);
   } catch (const std::bad_alloc&) {
     st = Status::ResourceExhausted("out of memory for the live blocks");

@@ -183,9 +183,10 @@ void Session::Unpin(int64_t slot) {
 }
 
 void Session::Enqueue(Out out) {
-  out_bytes_ += OutBytes(out);
-  out_heap_bytes_ += HeapBytes(out);
-  queue_.push_back(std::move(out));
+  const uint64_t bytes = OutBytes(out), heap = HeapBytes(out);
+  queue_.push_back(std::move(out));  // may throw: then nothing is counted
+  out_bytes_ += bytes;
+  out_heap_bytes_ += heap;
 }
 
 // Drops the queued frames (not those being written) and their pins.

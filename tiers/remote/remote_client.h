@@ -6,7 +6,9 @@
 // reconnect_backoff_ms up to reconnect_backoff_max_ms). Requests go to the
 // server's ready connections first, so they fail at once with Unavailable
 // only while none of its connections can be used. Every request has a
-// deadline (op_timeout_ms). Past it, once the connection has also moved no
+// deadline (op_timeout_ms, counted from when its connection is ready: one
+// still connecting has connect_timeout_ms for that). Past it, once the
+// connection has also moved no
 // byte for op_timeout_ms (a server that stopped), the connection is closed
 // and everything on it fails, the late requests with DeadlineExceeded: a
 // server that stops fails its requests op_timeout_ms after its last byte

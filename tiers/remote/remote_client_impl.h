@@ -53,7 +53,8 @@ struct Request {
   size_t remaining = 0;
   ItemDone cb;
   std::function<void(const Stats&)> on_stats;
-  // When its reply is late (op_timeout_ms from submission), and the latest
+  // When its reply is late (op_timeout_ms from submission, or from the
+  // handshake's end for one that waited for it), and the latest
   // it may be while the connection keeps moving bytes: the deadline plus its
   // bytes and those queued ahead of it at kFloorBytesPerSecond (Link::Tick).
   SteadyClock::time_point deadline;

@@ -101,14 +101,17 @@ void Link::Ready(uint64_t instance) {
   // Requests that waited for the handshake are timed from now: the
   // connection is connect_timeout_ms's to make (CheckDeadlines), and they
   // have sent nothing yet.
+  // Re-keyed in place: nothing is allocated, so nothing can fail half way.
   const auto now = SteadyClock::now();
   last_progress_ = now;
-  deadlines_.clear();
   for (auto& [id, r] : pending_) {
+    auto node = deadlines_.extract({r->deadline, id});
     const auto slack = r->cap - r->deadline;
     r->deadline = now + std::chrono::milliseconds(c_.o_.op_timeout_ms);
     r->cap = r->deadline + slack;
-    deadlines_.emplace(r->deadline, id);
+    if (node.empty()) continue;
+    node.value() = {r->deadline, id};
+    deadlines_.insert(std::move(node));
   }
   c_.OnReady(s_, ch_, this, instance);
   if (dead_) return;
