@@ -85,6 +85,32 @@ class ShutdownWritebackTest : public DiskViewTest {
     ASSERT_TRUE(held) << "the Remove never reached the disk";
   }
 
+  // A (1..4) fills a disk of 4 blocks that the mover leaves full, and is
+  // read back, so the hub holds it too; B (5, 6) continues A in the hub
+  // alone; then the runtime shuts down, writing the hub back.
+  void ShutDownWithAFullDiskUnderB() {
+    shutdown_writeback_ms_ = 10000;
+    ASSERT_NO_FATAL_FAILURE(UseDiskOf(4));
+    disk_watermarks_ = WatermarkOptions{.high = 1.0, .low = 0.9};
+    const auto keys = ChainKeys({1, 2, 3, 4, 5, 6});
+    const std::vector<BlockKey> a(keys.begin(), keys.begin() + 4);
+    std::unique_ptr<Runtime> rt = OpenOver(
+        8, {.high = 0.2, .low = 0.1}, TierCapabilities{.persistent = true, .local_index = true});
+    ASSERT_NE(rt, nullptr);
+    SimEngine sim(rt.get(), setup_.engine.get());
+    sim.Prefill(keys, 0);
+    ASSERT_TRUE(sim.SaveFrom(a, 0, 0).status().ok());
+    for (int pass = 0; pass < 4 && rt->Stats().tiers[0].blocks > 0; ++pass) {
+      ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
+    }
+    ASSERT_EQ(disk_->Usage().blocks, 4u);
+    ASSERT_EQ(rt->Stats().tiers[0].blocks, 0u);
+    ASSERT_TRUE(sim.Load(a, 20).status().ok());
+    ASSERT_EQ(rt->Stats().tiers[0].blocks, 4u) << "A read back keeps its hub copy";
+    ASSERT_TRUE(sim.SaveFrom(keys, 4, 0).status().ok());
+    rt->Shutdown();
+  }
+
   // After a restart: the blocks of `keys` a lookup finds, each in the disk
   // and loaded byte for byte.
   size_t FoundOnDiskAfterRestart(const std::vector<BlockKey>& keys) {
@@ -299,29 +325,9 @@ TEST_F(ShutdownWritebackTest, ARemoveThatHangsCostsTheWritebackHalfItsTimeAtMost
 // disk kept 1, 2, 5, 6, and a restart found two blocks where it had four.
 // The hub's copies no longer count, and nothing may leave: B is not written.
 TEST_F(ShutdownWritebackTest, AFullDiskKeepsTheParentsOfWhatItWouldWrite) {
-  shutdown_writeback_ms_ = 10000;
-  ASSERT_NO_FATAL_FAILURE(UseDiskOf(4));
-  disk_watermarks_ = WatermarkOptions{.high = 1.0, .low = 0.9};  // the mover leaves it full
-  const auto keys = ChainKeys({1, 2, 3, 4, 5, 6});
-  const std::vector<BlockKey> a(keys.begin(), keys.begin() + 4);
-  std::unique_ptr<Runtime> rt = OpenOver(8, {.high = 0.2, .low = 0.1},
-                                         TierCapabilities{.persistent = true, .local_index = true});
-  ASSERT_NE(rt, nullptr);
-  SimEngine sim(rt.get(), setup_.engine.get());
-  sim.Prefill(keys, 0);
-  ASSERT_TRUE(sim.SaveFrom(a, 0, 0).status().ok());
-  for (int pass = 0; pass < 4 && rt->Stats().tiers[0].blocks > 0; ++pass) {
-    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
-  }
-  ASSERT_EQ(disk_->Usage().blocks, 4u);
-  ASSERT_EQ(rt->Stats().tiers[0].blocks, 0u);
-  ASSERT_TRUE(sim.Load(a, 20).status().ok());
-  ASSERT_EQ(rt->Stats().tiers[0].blocks, 4u) << "A read back keeps its hub copy";
-  ASSERT_TRUE(sim.SaveFrom(keys, 4, 0).status().ok());
-  rt->Shutdown();
+  ASSERT_NO_FATAL_FAILURE(ShutDownWithAFullDiskUnderB());
   EXPECT_EQ(disk_->Usage().blocks, 4u);
-  rt.reset();
-  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 4u);
+  EXPECT_EQ(FoundOnDiskAfterRestart(ChainKeys({1, 2, 3, 4, 5, 6})), 4u);
 }
 
 // A save that needs hub room demotes A3 while the disk holds its writes:
@@ -370,29 +376,10 @@ TEST_F(ShutdownWritebackTest, AWritebackWaitsForAHandedOverWriteOfAParent) {
 // now written below as the parents of B, and kept on the disk when that
 // fails.
 TEST_F(ShutdownWritebackTest, AFullDiskKeepsTheParentsOfWhatItWouldWriteOverATierBelow) {
-  shutdown_writeback_ms_ = 10000;
   failing_tier_below_ = true;
-  ASSERT_NO_FATAL_FAILURE(UseDiskOf(4));
-  disk_watermarks_ = WatermarkOptions{.high = 1.0, .low = 0.9};  // the mover leaves it full
-  const auto keys = ChainKeys({1, 2, 3, 4, 5, 6});
-  const std::vector<BlockKey> a(keys.begin(), keys.begin() + 4);
-  std::unique_ptr<Runtime> rt = OpenOver(8, {.high = 0.2, .low = 0.1},
-                                         TierCapabilities{.persistent = true, .local_index = true});
-  ASSERT_NE(rt, nullptr);
-  SimEngine sim(rt.get(), setup_.engine.get());
-  sim.Prefill(keys, 0);
-  ASSERT_TRUE(sim.SaveFrom(a, 0, 0).status().ok());
-  for (int pass = 0; pass < 4 && rt->Stats().tiers[0].blocks > 0; ++pass) {
-    ASSERT_TRUE(rt->TEST_RunMoverOnce().ok());
-  }
-  ASSERT_EQ(disk_->Usage().blocks, 4u);
-  ASSERT_TRUE(sim.Load(a, 20).status().ok());
-  ASSERT_EQ(rt->Stats().tiers[0].blocks, 4u) << "A read back keeps its hub copy";
-  ASSERT_TRUE(sim.SaveFrom(keys, 4, 0).status().ok());
-  rt->Shutdown();
-  rt.reset();
+  ASSERT_NO_FATAL_FAILURE(ShutDownWithAFullDiskUnderB());
   failing_tier_below_ = false;
-  EXPECT_EQ(FoundOnDiskAfterRestart(keys), 4u);
+  EXPECT_EQ(FoundOnDiskAfterRestart(ChainKeys({1, 2, 3, 4, 5, 6})), 4u);
 }
 
 }  // namespace
