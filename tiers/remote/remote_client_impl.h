@@ -272,6 +272,8 @@ class ClientImpl final : public RemoteClient {
   // Links made after this call number their requests from `id` (0 is
   // skipped), so tests can reach the wrap of the 32-bit id quickly.
   void TEST_StartRequestIdsAt(uint32_t id);
+  // Runs `fn` on the loop's thread and waits for it.
+  Status TEST_RunOnLoop(std::function<void()> fn) { return loop_.Call(std::move(fn)); }
 
   const RemoteClientOptions o_;
   std::shared_ptr<LogSink> log_;

@@ -2,6 +2,7 @@
 // out in batches, and matching each reply to its pending request.
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <new>
 
 #include "tiers/remote/remote_client_impl.h"
 
@@ -33,15 +34,25 @@ void Link::Submit(RequestPtr r) {
   r->deadline = SteadyClock::now() + std::chrono::milliseconds(c_.o_.op_timeout_ms);
   r->cap = r->deadline + std::chrono::milliseconds(owed_bytes_ * 1000 / kFloorBytesPerSecond);
   Request& req = *r;
-  deadlines_.emplace(r->deadline, r->id);
-  pending_.emplace(r->id, std::move(r));
-  if (ready_) {
-    Start(req);
-    Pump();
-  } else {
-    waiting_.push_back(req.id);
+  const RequestPtr keep = r;
+  try {
+    deadlines_.emplace(r->deadline, r->id);
+    pending_.emplace(r->id, std::move(r));
+    if (ready_) {
+      Start(req);
+      Pump();
+    } else {
+      waiting_.push_back(req.id);
+    }
+    Tick();
+  } catch (const std::bad_alloc&) {
+    // Out of memory with the request taken, some of its frames maybe queued
+    // (pointing into its caller's buffers) or a write half set up: the
+    // connection goes, its socket closed before any request fails, so no
+    // byte is sent from a buffer its caller has freed.
+    Abort(Status::Internal(Prefix() + "out of memory queueing a request"));
+    keep->FailAll(Status::Internal(Prefix() + "out of memory queueing a request"));
   }
-  Tick();
 }
 
 // Queues `f` for the socket; `owner` (may be null) counts it until written.
