@@ -11,7 +11,25 @@
 namespace kvtier::testing {
 namespace {
 
-class RuntimeRemoveRaceTest : public HubOverGateTest {};
+class RuntimeRemoveRaceTest : public HubOverGateTest {
+ protected:
+  // Starts a Remove of K4 (*a) and waits until the gate holds it before the
+  // tier.
+  void HoldARemoveOfK4(std::future<Status>* a) {
+    gate_->gate_removes = true;
+    std::future<void> held = gate_->remove_held.get_future();
+    *a = std::async(std::launch::async, [this, k4 = K4()] { return rt_->Remove(kTestNs, k4); });
+    ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+        << "the remove never reached the tier";
+  }
+  // Lets the held Remove `a` land; it must end, OK.
+  void ReleaseTheHeldRemove(std::future<Status>& a) {
+    gate_->open_remove_gate.set_value();
+    ASSERT_EQ(a.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the remove hung";
+    EXPECT_TRUE(a.get().ok());
+  }
+  std::vector<BlockKey> K4() const { return {keys_[3]}; }
+};
 
 // Remove A of K4 is held at the gate before it reaches the tier; remove B
 // of K4 goes through. K4 is saved again and the mover sends it down while A
@@ -21,13 +39,9 @@ class RuntimeRemoveRaceTest : public HubOverGateTest {};
 // keeps it in the hub until A has landed (it used to drop it there, as if
 // the tier below had refused it).
 TEST_F(RuntimeRemoveRaceTest, AWriteDoesNotSlipBetweenTwoRemovesOfTheSameKey) {
-  const std::vector<BlockKey> k4 = {keys_[3]};
-  gate_->gate_removes = true;
-  std::future<void> held = gate_->remove_held.get_future();
-  std::future<Status> a = std::async(std::launch::async, [&] { return rt_->Remove(kTestNs, k4); });
-  ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready)
-      << "remove A never reached the tier";
-  ASSERT_TRUE(rt_->Remove(kTestNs, k4).ok());  // remove B, past the gate
+  std::future<Status> a;
+  ASSERT_NO_FATAL_FAILURE(HoldARemoveOfK4(&a));
+  ASSERT_TRUE(rt_->Remove(kTestNs, K4()).ok());  // remove B, past the gate
 
   ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());  // K4 back in the hub
   const auto x = ChainKeys({20, 21});
@@ -35,9 +49,7 @@ TEST_F(RuntimeRemoveRaceTest, AWriteDoesNotSlipBetweenTwoRemovesOfTheSameKey) {
   ASSERT_TRUE(sim_->SaveFrom(x, 0, 10).status().ok());  // the hub full: K1, K4, X1, X2
   ASSERT_TRUE(rt_->TEST_RunMoverOnce().ok());
 
-  gate_->open_remove_gate.set_value();
-  ASSERT_EQ(a.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "remove A hung";
-  EXPECT_TRUE(a.get().ok());
+  ASSERT_NO_FATAL_FAILURE(ReleaseTheHeldRemove(a));
 
   const auto found = rt_->Lookup(kTestNs, keys_);
   ASSERT_TRUE(found.ok());
@@ -57,12 +69,8 @@ TEST_F(RuntimeRemoveRaceTest, AWriteDoesNotSlipBetweenTwoRemovesOfTheSameKey) {
 // block: K4, which waits in the hub for that Remove, used to be the one
 // victim chosen, so nothing left and the save failed.
 TEST_F(RuntimeRemoveRaceTest, ASaveNeedingRoomPassesOverABlockWaitingForItsRemove) {
-  const std::vector<BlockKey> k4 = {keys_[3]};
-  gate_->gate_removes = true;
-  std::future<void> held = gate_->remove_held.get_future();
-  std::future<Status> a = std::async(std::launch::async, [&] { return rt_->Remove(kTestNs, k4); });
-  ASSERT_EQ(held.wait_for(std::chrono::seconds(5)), std::future_status::ready)
-      << "the remove never reached the tier";
+  std::future<Status> a;
+  ASSERT_NO_FATAL_FAILURE(HoldARemoveOfK4(&a));
   ASSERT_TRUE(sim_->SaveFrom(keys_, 0, 0).status().ok());  // K4 back in the hub
   const auto x = ChainKeys({20, 21});
   sim_->Prefill(x, 10);
@@ -72,9 +80,7 @@ TEST_F(RuntimeRemoveRaceTest, ASaveNeedingRoomPassesOverABlockWaitingForItsRemov
   sim_->Prefill(y, 20);
   Completion saved = sim_->SaveFrom(y, 0, 20);
   EXPECT_TRUE(saved.status().ok()) << saved.status().ToString();
-  gate_->open_remove_gate.set_value();
-  ASSERT_EQ(a.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the remove hung";
-  EXPECT_TRUE(a.get().ok());
+  ASSERT_NO_FATAL_FAILURE(ReleaseTheHeldRemove(a));
   EXPECT_EQ(rt_->Lookup(kTestNs, y)->hit_blocks, 1u);
   EXPECT_EQ(rt_->Lookup(kTestNs, keys_)->hit_blocks, 4u) << "K4 was lost";
 }

@@ -30,11 +30,7 @@ TEST(RemoteClientAllocFailureTest, APutFailedWhileQueuedSendsNothingAfterItsAnsw
   auto started = memd::MemdServer::Start(SmallMemdOptions(kSecret, "tcp"));
   ASSERT_TRUE(started.ok()) << started.status().ToString();
   std::unique_ptr<memd::MemdServer> server = std::move(started).value();
-  memd::RemoteClientOptions o;
-  o.servers = {"127.0.0.1:" + std::to_string(server->port())};
-  o.secret = kSecret;
-  o.connections = 1;
-  o.op_timeout_ms = 3000;
+  memd::RemoteClientOptions o = OneConnectionTo(server->port(), kSecret, 3000);
   o.reconnect_backoff_ms = 1;
   o.reconnect_backoff_max_ms = 1;
   auto made = memd::RemoteClient::Create(o, StderrLogSink(LogLevel::kError), nullptr);

@@ -40,13 +40,8 @@ class RemoteClientSlotTest : public ::testing::Test {
     auto server = memd::MemdServer::Start(so);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
-    memd::RemoteClientOptions co;
-    co.servers = {"127.0.0.1:" + std::to_string(server_->port())};
-    co.secret = kSecret;
-    co.connections = 1;
-    co.connect_timeout_ms = 1000;
-    co.op_timeout_ms = 3000;
-    auto client = memd::RemoteClient::Create(co, client_log_, nullptr);
+    auto client = memd::RemoteClient::Create(OneConnectionTo(server_->port(), kSecret, 3000),
+                                             client_log_, nullptr);
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::move(client).value();
   }
